@@ -1,0 +1,307 @@
+//! OpenAI Chat Completions wire types, as Switchyard's canonical request and response.
+//!
+//! Every provider adapter translates from [`ChatRequest`] and back to OpenAI's response
+//! and chunk shapes (OpenAI API reference, "Create chat completion" and "The chat
+//! completion chunk object"). Fields Switchyard does not interpret are kept in `extra`
+//! and forwarded untouched, so a new OpenAI parameter works through the gateway on the
+//! day it ships.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::GatewayError;
+
+/// A `POST /v1/chat/completions` body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChatRequest {
+    /// The logical model the client asked for (rewritten per endpoint upstream).
+    pub model: String,
+    /// The conversation; validated to be non-empty.
+    pub messages: Vec<Message>,
+    /// Server-sent events instead of one JSON body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+    /// `{"include_usage": bool}`: a final chunk with `usage` and `choices: []`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
+    /// Output cap in tokens (legacy name, still what most servers read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Output cap in tokens (current name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_completion_tokens: Option<u64>,
+    /// Sampling temperature, 0 to 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Tool (function) definitions, kept as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<Value>>,
+    /// Every other field, forwarded as is.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `stream_options`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct StreamOptions {
+    /// Ask for the final usage chunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include_usage: Option<bool>,
+    /// Other stream options, forwarded as is.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// One chat message.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Message {
+    /// `system`, `developer`, `user`, `assistant`, `tool` or `function`.
+    pub role: String,
+    /// A string, an array of content parts, or null (assistant with tool calls).
+    #[serde(default)]
+    pub content: Value,
+    /// Other message fields (`name`, `tool_calls`, `tool_call_id`, ...).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Roles OpenAI accepts.
+pub const ROLES: [&str; 6] = ["system", "developer", "user", "assistant", "tool", "function"];
+
+impl ChatRequest {
+    /// Parses and validates a request body.
+    ///
+    /// # Errors
+    /// HTTP 400 naming the field at fault: malformed JSON, a wrong type
+    /// (`messages[0].role`), a missing field, an empty `messages`, an unknown role, a
+    /// `temperature` outside 0..=2, or a zero `max_tokens`.
+    pub fn parse(body: &[u8]) -> Result<ChatRequest, GatewayError> {
+        let mut de = serde_json::Deserializer::from_slice(body);
+        let req: ChatRequest = match serde_path_to_error::deserialize(&mut de) {
+            Ok(r) => r,
+            Err(e) => {
+                let path = e.path().to_string();
+                let inner = e.into_inner();
+                let message = if inner.is_syntax() || inner.is_eof() {
+                    format!("request body is not valid JSON: {inner}")
+                } else if path.is_empty() || path == "." {
+                    format!("invalid request body: {inner}")
+                } else {
+                    format!("invalid field `{path}`: {inner}")
+                };
+                let mut err = GatewayError::invalid_field(path.clone(), message);
+                if path.is_empty() || path == "." {
+                    err.param = None;
+                }
+                return Err(err);
+            }
+        };
+        if de.end().is_err() {
+            return Err(GatewayError::new(
+                crate::error::ErrorKind::InvalidRequest,
+                "request body has trailing characters after the JSON object",
+            ));
+        }
+        req.validate()?;
+        Ok(req)
+    }
+
+    fn validate(&self) -> Result<(), GatewayError> {
+        if self.model.is_empty() {
+            return Err(GatewayError::invalid_field(
+                "model",
+                "`model` must be a non-empty string",
+            ));
+        }
+        if self.messages.is_empty() {
+            return Err(GatewayError::invalid_field(
+                "messages",
+                "`messages` must contain at least one message",
+            ));
+        }
+        for (i, m) in self.messages.iter().enumerate() {
+            if !ROLES.contains(&m.role.as_str()) {
+                return Err(GatewayError::invalid_field(
+                    format!("messages[{i}].role"),
+                    format!(
+                        "`messages[{i}].role` is \"{}\"; expected one of {}",
+                        m.role,
+                        ROLES.join(", ")
+                    ),
+                ));
+            }
+            match &m.content {
+                Value::String(_) | Value::Array(_) => {}
+                Value::Null if m.role == "assistant" => {}
+                Value::Null => {
+                    return Err(GatewayError::invalid_field(
+                        format!("messages[{i}].content"),
+                        format!("`messages[{i}].content` is required for role \"{}\"", m.role),
+                    ))
+                }
+                _ => {
+                    return Err(GatewayError::invalid_field(
+                        format!("messages[{i}].content"),
+                        format!("`messages[{i}].content` must be a string or an array of content parts"),
+                    ))
+                }
+            }
+        }
+        if let Some(t) = self.temperature {
+            if !(0.0..=2.0).contains(&t) {
+                return Err(GatewayError::invalid_field(
+                    "temperature",
+                    format!("`temperature` is {t}; expected a number from 0 to 2"),
+                ));
+            }
+        }
+        for (name, v) in [
+            ("max_tokens", self.max_tokens),
+            ("max_completion_tokens", self.max_completion_tokens),
+        ] {
+            if v == Some(0) {
+                return Err(GatewayError::invalid_field(
+                    name,
+                    format!("`{name}` must be at least 1"),
+                ));
+            }
+        }
+        if let Some(tools) = &self.tools {
+            for (i, t) in tools.iter().enumerate() {
+                if !t.is_object() {
+                    return Err(GatewayError::invalid_field(
+                        format!("tools[{i}]"),
+                        format!("`tools[{i}]` must be an object"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the client asked for server-sent events.
+    pub fn is_stream(&self) -> bool {
+        self.stream == Some(true)
+    }
+
+    /// Whether the client asked for the final usage chunk of a stream.
+    pub fn wants_usage_chunk(&self) -> bool {
+        self.is_stream()
+            && self
+                .stream_options
+                .as_ref()
+                .and_then(|o| o.include_usage)
+                .unwrap_or(false)
+    }
+
+    /// The output cap in tokens, whichever name the client used.
+    pub fn output_cap(&self) -> Option<u64> {
+        self.max_completion_tokens.or(self.max_tokens)
+    }
+
+    /// All text of the conversation concatenated (for token estimates and the mock).
+    pub fn prompt_text(&self) -> String {
+        let mut out = String::new();
+        for m in &self.messages {
+            match &m.content {
+                Value::String(s) => out.push_str(s),
+                Value::Array(parts) => {
+                    for p in parts {
+                        if let Some(t) = p.get("text").and_then(Value::as_str) {
+                            out.push_str(t);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// A quick estimate of input tokens: about 4 characters per token, plus 4 tokens of
+    /// framing per message (OpenAI's rule of thumb from its token-counting cookbook).
+    pub fn estimated_input_tokens(&self) -> u64 {
+        let chars: usize = self
+            .messages
+            .iter()
+            .map(|m| match &m.content {
+                Value::String(s) => s.len(),
+                Value::Array(parts) => parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .map(str::len)
+                    .sum(),
+                _ => 0,
+            })
+            .sum();
+        (chars as u64).div_ceil(4) + 4 * self.messages.len() as u64
+    }
+}
+
+/// Token counts of one completion (OpenAI's `usage`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Input tokens.
+    pub prompt_tokens: u64,
+    /// Output tokens.
+    pub completion_tokens: u64,
+    /// Sum of both.
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    /// Usage with `total_tokens` filled in.
+    pub fn new(prompt_tokens: u64, completion_tokens: u64) -> Usage {
+        Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_keeps_unknown_fields() {
+        let r = ChatRequest::parse(
+            br#"{"model":"m","messages":[{"role":"user","content":"hi","name":"x"}],"seed":7,"stream":true,"stream_options":{"include_usage":true}}"#,
+        )
+        .unwrap();
+        assert!(r.wants_usage_chunk());
+        assert_eq!(r.extra["seed"], 7);
+        assert_eq!(r.messages[0].extra["name"], "x");
+        let back = serde_json::to_value(&r).unwrap();
+        assert_eq!(back["seed"], 7);
+        assert_eq!(back["messages"][0]["name"], "x");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = ChatRequest::parse(br#"{"model":"m","messages":[{"role":5}]}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].role"));
+        let e = ChatRequest::parse(br#"{"messages":[]}"#).unwrap_err();
+        assert!(e.message.contains("model"), "{}", e.message);
+        let e = ChatRequest::parse(br#"{"model":"m","messages":[]}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages"));
+        let e = ChatRequest::parse(br#"{"model":"m","messages":[{"role":"robot","content":"x"}]}"#)
+            .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].role"));
+        let e = ChatRequest::parse(
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":3}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("temperature"));
+    }
+
+    #[test]
+    fn malformed_json_is_400_without_param() {
+        for body in [&b"{"[..], b"", b"[1,2]", b"null", b"{\"model\":\"m\"} x"] {
+            let e = ChatRequest::parse(body).unwrap_err();
+            assert_eq!(e.status(), 400, "{:?}", String::from_utf8_lossy(body));
+        }
+    }
+}

@@ -1,0 +1,710 @@
+//! Validation of a parsed YAML tree into [`Config`], reporting every problem with its
+//! path.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde_yaml::{Mapping, Value};
+
+use super::{
+    Config, EndpointConfig, ModelConfig, PoliciesConfig, Pricing, ProviderConfig, ProviderKind,
+    ServerConfig, Timeouts,
+};
+use crate::mock::MockOptions;
+use crate::suggest::did_you_mean;
+
+/// One configuration problem: where (a dotted path) and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Dotted path of the offending value, e.g. `models.gpt-4o.endpoints[1].provider`.
+    pub path: String,
+    /// A plain sentence about the problem, with a suggestion where one exists.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// All problems found in one config file (never empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors {
+    /// The file, for messages (`<embedded>` for the built-in default).
+    pub file: String,
+    /// Every problem, in document order.
+    pub errors: Vec<ConfigError>,
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.errors.len();
+        writeln!(
+            f,
+            "{}: {} problem{} in configuration:",
+            self.file,
+            n,
+            if n == 1 { "" } else { "s" }
+        )?;
+        for e in &self.errors {
+            writeln!(f, "  {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// Parses and validates YAML text. `file` names it in messages and anchors relative
+/// paths (its parent directory); pass `None` for text not from a file.
+///
+/// # Errors
+/// Every problem found, each with its path.
+pub fn parse_str(text: &str, file: Option<&Path>) -> Result<Config, ConfigErrors> {
+    let file_name = file
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "<embedded>".to_string());
+    let root: Value = match serde_yaml::from_str(text) {
+        Ok(v) => v,
+        Err(e) => {
+            let path = e
+                .location()
+                .map(|l| format!("line {}, column {}", l.line(), l.column()))
+                .unwrap_or_default();
+            return Err(ConfigErrors {
+                file: file_name,
+                errors: vec![ConfigError {
+                    path,
+                    message: format!("not valid YAML: {e}"),
+                }],
+            });
+        }
+    };
+    let base_dir = file
+        .and_then(|p| p.parent())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let mut v = Validator { errors: Vec::new() };
+    let config = v.root(&root, &base_dir, &file_name);
+    if v.errors.is_empty() {
+        Ok(config)
+    } else {
+        Err(ConfigErrors {
+            file: file_name,
+            errors: v.errors,
+        })
+    }
+}
+
+struct Validator {
+    errors: Vec<ConfigError>,
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+impl Validator {
+    fn err(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(ConfigError {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    /// Returns the mapping at `value`, or records an error and returns an empty one.
+    fn mapping<'a>(&mut self, value: &'a Value, path: &str) -> Option<&'a Mapping> {
+        match value {
+            Value::Mapping(m) => Some(m),
+            Value::Null => None,
+            other => {
+                self.err(path, format!("expected a mapping, found {}", describe(other)));
+                None
+            }
+        }
+    }
+
+    /// Reports keys of `map` not in `allowed`, with a suggestion.
+    fn unknown_keys(&mut self, map: &Mapping, allowed: &[&str], path: &str) {
+        for key in map.keys() {
+            match key.as_str() {
+                Some(k) if allowed.contains(&k) => {}
+                Some(k) => {
+                    let hint = did_you_mean(k, allowed.iter().copied())
+                        .map(|s| format!(" (did you mean \"{s}\"?)"))
+                        .unwrap_or_else(|| format!(" (expected one of: {})", allowed.join(", ")));
+                    self.err(join(path, k), format!("unknown key \"{k}\"{hint}"));
+                }
+                None => self.err(path, format!("keys must be strings, found {}", describe(key))),
+            }
+        }
+    }
+
+    fn string(&mut self, map: &Mapping, key: &str, path: &str) -> Option<String> {
+        match map.get(key) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => {
+                self.err(
+                    join(path, key),
+                    format!("expected a string, found {}", describe(other)),
+                );
+                None
+            }
+        }
+    }
+
+    fn uint(&mut self, map: &Mapping, key: &str, path: &str, min: u64, max: u64) -> Option<u64> {
+        match map.get(key) {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) if n.as_u64().is_some() => {
+                let v = n.as_u64().unwrap_or_default();
+                if v < min || v > max {
+                    self.err(
+                        join(path, key),
+                        format!("{v} is out of range (expected {min}..={max})"),
+                    );
+                    None
+                } else {
+                    Some(v)
+                }
+            }
+            Some(other) => {
+                self.err(
+                    join(path, key),
+                    format!("expected a non-negative integer, found {}", describe(other)),
+                );
+                None
+            }
+        }
+    }
+
+    fn float(&mut self, map: &Mapping, key: &str, path: &str, min: f64, max: f64) -> Option<f64> {
+        match map.get(key) {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) => {
+                let v = n.as_f64().unwrap_or(f64::NAN);
+                if !(min..=max).contains(&v) {
+                    self.err(
+                        join(path, key),
+                        format!("{v} is out of range (expected {min} to {max})"),
+                    );
+                    None
+                } else {
+                    Some(v)
+                }
+            }
+            Some(other) => {
+                self.err(
+                    join(path, key),
+                    format!("expected a number, found {}", describe(other)),
+                );
+                None
+            }
+        }
+    }
+
+    fn root(&mut self, root: &Value, base_dir: &Path, source: &str) -> Config {
+        let empty = Mapping::new();
+        let map = self.mapping(root, "").unwrap_or(&empty);
+        self.unknown_keys(map, &["server", "policies", "providers", "models"], "");
+        let server = self.server(map.get("server").unwrap_or(&Value::Null));
+        let policies = self.policies(map.get("policies").unwrap_or(&Value::Null), base_dir);
+        let providers = self.providers(map.get("providers").unwrap_or(&Value::Null));
+        let models = self.models(map.get("models").unwrap_or(&Value::Null), &providers);
+        Config {
+            server,
+            policies,
+            providers,
+            models,
+            source: source.to_string(),
+        }
+    }
+
+    fn server(&mut self, value: &Value) -> ServerConfig {
+        let path = "server";
+        let mut cfg = ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            max_body_bytes: 10 * 1024 * 1024,
+            drain_timeout_ms: 30_000,
+        };
+        let Some(map) = self.mapping(value, path) else {
+            return cfg;
+        };
+        self.unknown_keys(map, &["listen", "max_body_bytes", "drain_timeout_ms"], path);
+        if let Some(listen) = self.string(map, "listen", path) {
+            match listen.parse::<SocketAddr>() {
+                Ok(a) => cfg.listen = a,
+                Err(_) => self.err(
+                    join(path, "listen"),
+                    format!("\"{listen}\" is not an address like 127.0.0.1:8080"),
+                ),
+            }
+        }
+        if let Some(n) = self.uint(map, "max_body_bytes", path, 1, 1 << 32) {
+            cfg.max_body_bytes = n as usize;
+        }
+        if let Some(n) = self.uint(map, "drain_timeout_ms", path, 0, 3_600_000) {
+            cfg.drain_timeout_ms = n;
+        }
+        cfg
+    }
+
+    fn policies(&mut self, value: &Value, base_dir: &Path) -> PoliciesConfig {
+        let path = "policies";
+        let mut cfg = PoliciesConfig {
+            dir: base_dir.join("policies"),
+        };
+        let Some(map) = self.mapping(value, path) else {
+            return cfg;
+        };
+        self.unknown_keys(map, &["dir"], path);
+        if let Some(dir) = self.string(map, "dir", path) {
+            cfg.dir = base_dir.join(dir);
+        }
+        cfg
+    }
+
+    fn providers(&mut self, value: &Value) -> Vec<ProviderConfig> {
+        let mut out = Vec::new();
+        let Some(map) = self.mapping(value, "providers") else {
+            return out;
+        };
+        for (key, body) in map {
+            let Some(name) = key.as_str() else {
+                self.err("providers", "provider names must be strings");
+                continue;
+            };
+            if let Some(p) = self.provider(name, body) {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    fn provider(&mut self, name: &str, value: &Value) -> Option<ProviderConfig> {
+        let path = format!("providers.{name}");
+        if !valid_name(name) {
+            self.err(
+                &path,
+                format!("provider name \"{name}\" may use only letters, digits, '-', '_' and '.'"),
+            );
+        }
+        let empty = Mapping::new();
+        let map = match self.mapping(value, &path) {
+            Some(m) => m,
+            None => {
+                self.err(&path, "a provider needs at least `kind`");
+                &empty
+            }
+        };
+        self.unknown_keys(
+            map,
+            &[
+                "kind",
+                "base_url",
+                "api_key_env",
+                "api_version",
+                "timeouts",
+                "pricing",
+                "mock",
+            ],
+            &path,
+        );
+        let kind_name = self.string(map, "kind", &path);
+        let kind = match kind_name.as_deref() {
+            None => {
+                self.err(
+                    join(&path, "kind"),
+                    "missing; expected one of: openai, azure-openai, anthropic, gemini, bedrock, openai-compatible, mock",
+                );
+                None
+            }
+            Some(k) => match ProviderKind::ALL.iter().find(|(s, _)| *s == k) {
+                Some((_, kind)) => Some(*kind),
+                None => {
+                    let names = ProviderKind::ALL.iter().map(|(s, _)| *s);
+                    let hint = did_you_mean(k, names)
+                        .map(|s| format!(" (did you mean \"{s}\"?)"))
+                        .unwrap_or_default();
+                    self.err(
+                        join(&path, "kind"),
+                        format!("unknown provider kind \"{k}\"{hint}"),
+                    );
+                    None
+                }
+            },
+        };
+        let base_url = self.string(map, "base_url", &path);
+        if let Some(url) = &base_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                self.err(
+                    join(&path, "base_url"),
+                    format!("\"{url}\" must start with http:// or https://"),
+                );
+            } else if url.parse::<http::Uri>().is_err() {
+                self.err(join(&path, "base_url"), format!("\"{url}\" is not a valid URL"));
+            }
+        }
+        let api_key_env = self.string(map, "api_key_env", &path);
+        if let Some(env) = &api_key_env {
+            if env.is_empty() || !env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                self.err(
+                    join(&path, "api_key_env"),
+                    "must be the NAME of an environment variable (letters, digits, '_'), never the key itself",
+                );
+            }
+        }
+        let api_version = self.string(map, "api_version", &path);
+        let timeouts = self.timeouts(map.get("timeouts").unwrap_or(&Value::Null), &path);
+        let pricing = self.pricing(map.get("pricing").unwrap_or(&Value::Null), &path);
+        let mock = match map.get("mock") {
+            None | Some(Value::Null) => MockOptions::default(),
+            Some(v) => match MockOptions::from_yaml(v) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.err(join(&path, "mock"), e);
+                    MockOptions::default()
+                }
+            },
+        };
+        let kind = kind?;
+        if kind != ProviderKind::Mock && map.contains_key("mock") {
+            self.err(join(&path, "mock"), "only providers of kind `mock` take `mock` settings");
+        }
+        let base_url = match (base_url, kind.default_base_url()) {
+            (Some(u), _) => u.trim_end_matches('/').to_string(),
+            (None, Some(d)) => d.to_string(),
+            (None, None) if kind == ProviderKind::Mock => String::new(),
+            (None, None) => {
+                self.err(
+                    join(&path, "base_url"),
+                    format!("missing; providers of kind `{}` need a base_url", kind.as_str()),
+                );
+                String::new()
+            }
+        };
+        Some(ProviderConfig {
+            name: name.to_string(),
+            kind,
+            base_url,
+            api_key_env,
+            api_version,
+            timeouts,
+            pricing,
+            mock,
+        })
+    }
+
+    fn timeouts(&mut self, value: &Value, parent: &str) -> Timeouts {
+        let path = join(parent, "timeouts");
+        let mut t = Timeouts::default();
+        let Some(map) = self.mapping(value, &path) else {
+            return t;
+        };
+        self.unknown_keys(
+            map,
+            &["connect_ms", "first_byte_ms", "idle_ms", "total_ms"],
+            &path,
+        );
+        let max = 24 * 3_600_000;
+        if let Some(v) = self.uint(map, "connect_ms", &path, 1, max) {
+            t.connect_ms = v;
+        }
+        if let Some(v) = self.uint(map, "first_byte_ms", &path, 1, max) {
+            t.first_byte_ms = v;
+        }
+        if let Some(v) = self.uint(map, "idle_ms", &path, 1, max) {
+            t.idle_ms = v;
+        }
+        if let Some(v) = self.uint(map, "total_ms", &path, 1, max) {
+            t.total_ms = v;
+        }
+        t
+    }
+
+    fn pricing(&mut self, value: &Value, parent: &str) -> Pricing {
+        let path = join(parent, "pricing");
+        let mut p = Pricing::default();
+        let Some(map) = self.mapping(value, &path) else {
+            return p;
+        };
+        self.unknown_keys(map, &["input_per_mtok", "output_per_mtok"], &path);
+        if let Some(v) = self.float(map, "input_per_mtok", &path, 0.0, 1e6) {
+            p.input_per_mtok = v;
+        }
+        if let Some(v) = self.float(map, "output_per_mtok", &path, 0.0, 1e6) {
+            p.output_per_mtok = v;
+        }
+        p
+    }
+
+    fn models(&mut self, value: &Value, providers: &[ProviderConfig]) -> Vec<ModelConfig> {
+        let mut out = Vec::new();
+        let Some(map) = self.mapping(value, "models") else {
+            return out;
+        };
+        let mut ids = HashSet::new();
+        for (key, body) in map {
+            let Some(name) = key.as_str() else {
+                self.err("models", "model names must be strings");
+                continue;
+            };
+            let path = format!("models.{name}");
+            if name.is_empty() || name.chars().any(|c| c.is_control() || c == '"') {
+                self.err(&path, "model names must be non-empty and printable, without '\"'");
+            }
+            let Some(m) = self.mapping(body, &path) else {
+                self.err(&path, "a model needs `endpoints`");
+                continue;
+            };
+            self.unknown_keys(m, &["endpoints"], &path);
+            let mut endpoints = Vec::new();
+            match m.get("endpoints") {
+                Some(Value::Sequence(seq)) if !seq.is_empty() => {
+                    for (i, ep) in seq.iter().enumerate() {
+                        let ep_path = format!("{path}.endpoints[{i}]");
+                        if let Some(e) = self.endpoint(ep, &ep_path, providers, &mut ids) {
+                            endpoints.push(e);
+                        }
+                    }
+                }
+                Some(Value::Sequence(_)) | None | Some(Value::Null) => {
+                    self.err(join(&path, "endpoints"), "needs at least one endpoint")
+                }
+                Some(other) => self.err(
+                    join(&path, "endpoints"),
+                    format!("expected a list of endpoints, found {}", describe(other)),
+                ),
+            }
+            out.push(ModelConfig {
+                name: name.to_string(),
+                endpoints,
+            });
+        }
+        out
+    }
+
+    fn endpoint(
+        &mut self,
+        value: &Value,
+        path: &str,
+        providers: &[ProviderConfig],
+        ids: &mut HashSet<String>,
+    ) -> Option<EndpointConfig> {
+        let map = self.mapping(value, path)?;
+        self.unknown_keys(
+            map,
+            &[
+                "name",
+                "provider",
+                "model",
+                "deployment",
+                "priority",
+                "weight",
+                "region",
+            ],
+            path,
+        );
+        let provider = self.string(map, "provider", path);
+        let provider_kind = match &provider {
+            None => {
+                self.err(join(path, "provider"), "missing; name a key of `providers`");
+                None
+            }
+            Some(p) => match providers.iter().find(|c| &c.name == p) {
+                Some(c) => Some(c.kind),
+                None => {
+                    let names = providers
+                        .iter()
+                        .map(|c| c.name.as_str())
+                        .chain(ProviderKind::ALL.iter().map(|(s, _)| *s));
+                    let hint = did_you_mean(p, names)
+                        .map(|s| format!(" (did you mean \"{s}\"?)"))
+                        .unwrap_or_default();
+                    self.err(
+                        join(path, "provider"),
+                        format!("unknown provider \"{p}\"{hint}"),
+                    );
+                    None
+                }
+            },
+        };
+        let model = self.string(map, "model", path);
+        let deployment = self.string(map, "deployment", path);
+        let upstream_model = match (model, deployment) {
+            (Some(m), None) | (None, Some(m)) if !m.is_empty() => Some(m),
+            (Some(_), Some(_)) => {
+                self.err(path, "give either `model` or `deployment`, not both");
+                None
+            }
+            _ => {
+                self.err(
+                    join(path, "model"),
+                    "missing; the upstream model id (or `deployment` for Azure OpenAI)",
+                );
+                None
+            }
+        };
+        let priority = self.uint(map, "priority", path, 0, 1_000_000).unwrap_or(1) as u32;
+        let weight = self.uint(map, "weight", path, 0, 1_000_000).unwrap_or(1) as u32;
+        let region = self.string(map, "region", path);
+        let name = self.string(map, "name", path);
+        let (provider, upstream_model) = (provider?, upstream_model?);
+        provider_kind?;
+        let id = match name {
+            Some(n) => {
+                if !valid_name(&n.replace('/', "")) {
+                    self.err(
+                        join(path, "name"),
+                        format!("endpoint name \"{n}\" may use only letters, digits, '-', '_', '.' and '/'"),
+                    );
+                }
+                if !ids.insert(n.clone()) {
+                    self.err(join(path, "name"), format!("duplicate endpoint name \"{n}\""));
+                }
+                n
+            }
+            None => {
+                let base = format!("{provider}/{upstream_model}");
+                let mut id = base.clone();
+                let mut n = 2;
+                while !ids.insert(id.clone()) {
+                    id = format!("{base}#{n}");
+                    n += 1;
+                }
+                id
+            }
+        };
+        Some(EndpointConfig {
+            id,
+            provider,
+            model: upstream_model,
+            priority,
+            weight,
+            region,
+        })
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+fn describe(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "nothing",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a mapping",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+server: { listen: 127.0.0.1:9000, max_body_bytes: 1024 }
+policies: { dir: ./pol }
+providers:
+  local:
+    kind: openai-compatible
+    base_url: http://127.0.0.1:8081/v1/
+    api_key_env: LOCAL_API_KEY
+    timeouts: { connect_ms: 100, first_byte_ms: 200, idle_ms: 300, total_ms: 400 }
+    pricing: { input_per_mtok: 0.5, output_per_mtok: 1.5 }
+  azure:
+    kind: azure-openai
+    base_url: https://example.openai.azure.com
+models:
+  smollm:
+    endpoints:
+      - { provider: local, model: smollm2, priority: 1, weight: 3 }
+      - { provider: local, model: smollm2, priority: 2 }
+"#;
+
+    #[test]
+    fn parses_the_documented_shape() {
+        let c = parse_str(GOOD, Some(Path::new("/etc/sy/switchyard.yaml"))).unwrap();
+        assert_eq!(c.server.listen.port(), 9000);
+        assert_eq!(c.server.max_body_bytes, 1024);
+        assert_eq!(c.policies.dir, PathBuf::from("/etc/sy/./pol"));
+        let local = c.provider("local").unwrap();
+        assert_eq!(local.base_url, "http://127.0.0.1:8081/v1");
+        assert_eq!(local.timeouts.idle_ms, 300);
+        assert_eq!(local.pricing.output_per_mtok, 1.5);
+        let m = c.model("smollm").unwrap();
+        assert_eq!(m.endpoints.len(), 2);
+        assert_eq!(m.endpoints[0].id, "local/smollm2");
+        assert_eq!(m.endpoints[1].id, "local/smollm2#2");
+        assert_eq!(m.endpoints[0].weight, 3);
+        assert_eq!(m.endpoints[1].weight, 1);
+    }
+
+    #[test]
+    fn reports_every_problem_with_its_path() {
+        let bad = r#"
+server: { listen: nowhere, max_bodybytes: 3 }
+providers:
+  azure: { kind: azure-openai, base_url: https://x.example }
+  local: { kind: openai-compat, base_url: ftp://x }
+models:
+  gpt-4o:
+    endpoints:
+      - { provider: azure, model: gpt-4o }
+      - { provider: azur, model: gpt-4o }
+  empty: { endpoints: [] }
+"#;
+        let errs = parse_str(bad, None).unwrap_err();
+        let text: Vec<String> = errs.errors.iter().map(|e| e.to_string()).collect();
+        let want = [
+            "server.listen: \"nowhere\" is not an address like 127.0.0.1:8080",
+            "server.max_bodybytes: unknown key \"max_bodybytes\" (did you mean \"max_body_bytes\"?)",
+            "providers.local.kind: unknown provider kind \"openai-compat\"",
+            "providers.local.base_url: \"ftp://x\" must start with http:// or https://",
+            "models.gpt-4o.endpoints[1].provider: unknown provider \"azur\" (did you mean \"azure\"?)",
+            "models.empty.endpoints: needs at least one endpoint",
+        ];
+        for w in want {
+            assert!(
+                text.iter().any(|t| t.starts_with(w)),
+                "missing {w:?} in {text:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_yaml_is_one_clear_error() {
+        let errs = parse_str("server: [", None).unwrap_err();
+        assert_eq!(errs.errors.len(), 1);
+        assert!(errs.errors[0].message.starts_with("not valid YAML"));
+    }
+
+    #[test]
+    fn missing_base_url_for_compatible_kind() {
+        let errs = parse_str(
+            "providers: { x: { kind: openai-compatible } }\nmodels: {}",
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(errs.errors[0].path, "providers.x.base_url");
+    }
+}

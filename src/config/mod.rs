@@ -1,0 +1,206 @@
+//! Gateway configuration: `switchyard.yaml`, validated into typed form.
+//!
+//! Loading happens in two steps, as linkerd and Pingora do it: the YAML is parsed into
+//! a generic tree, then [`load::validate`] walks that tree and builds the typed
+//! [`Config`], collecting **every** problem with its path (for example
+//! `models.gpt-4o.endpoints[1].provider: unknown provider "azur" (did you mean
+//! "azure"?)`) instead of stopping at the first. The same code runs at startup and for
+//! `switchyard serve --check`.
+//!
+//! Secrets never appear in the config: a provider names the environment variable that
+//! holds its key (`api_key_env`), and the key is read at startup and never logged.
+//!
+//! The model registry (`models:`) follows seed 001, "Model Mapping": a logical model
+//! name maps to one or more provider endpoints with a priority and a weight.
+
+mod defaults;
+mod load;
+
+pub use defaults::embedded;
+pub use load::{parse_str, ConfigError, ConfigErrors};
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use crate::mock::MockOptions;
+
+/// The whole, validated gateway configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Listener and request limits.
+    pub server: ServerConfig,
+    /// Where routing policies live.
+    pub policies: PoliciesConfig,
+    /// Upstream providers, in file order; names are unique.
+    pub providers: Vec<ProviderConfig>,
+    /// The model registry: logical models in file order; names are unique.
+    pub models: Vec<ModelConfig>,
+    /// Where this config came from, for the startup log line.
+    pub source: String,
+}
+
+impl Config {
+    /// The provider named `name`.
+    pub fn provider(&self, name: &str) -> Option<&ProviderConfig> {
+        self.providers.iter().find(|p| p.name == name)
+    }
+
+    /// The logical model named `name`.
+    pub fn model(&self, name: &str) -> Option<&ModelConfig> {
+        self.models.iter().find(|m| m.name == name)
+    }
+}
+
+/// `server:` section.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Address to listen on (`listen`, default `127.0.0.1:8080`).
+    pub listen: SocketAddr,
+    /// Largest accepted request body in bytes (`max_body_bytes`, default 10 MiB); larger
+    /// bodies get HTTP 413.
+    pub max_body_bytes: usize,
+    /// On SIGTERM/SIGINT, how long in-flight requests and streams may run before the
+    /// process exits anyway (`drain_timeout_ms`, default 30 000 ms).
+    pub drain_timeout_ms: u64,
+}
+
+/// `policies:` section.
+#[derive(Debug, Clone)]
+pub struct PoliciesConfig {
+    /// Directory of `.policy` files (`dir`, default `./policies`). Relative paths are
+    /// resolved against the config file's directory.
+    pub dir: PathBuf,
+}
+
+/// The wire format family of a provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// api.openai.com, Chat Completions.
+    OpenAi,
+    /// Azure OpenAI: deployment in the URL, `api-key` header, `api-version` query.
+    AzureOpenAi,
+    /// Anthropic Messages API.
+    Anthropic,
+    /// Google Gemini `generateContent`.
+    Gemini,
+    /// AWS Bedrock Converse.
+    Bedrock,
+    /// Any server speaking OpenAI's Chat Completions (vLLM, llama.cpp, Ollama, Groq, ...).
+    OpenAiCompatible,
+    /// Switchyard's in-process provider emulator (`switchyard mock`, same code).
+    Mock,
+}
+
+impl ProviderKind {
+    /// All kinds with their config spelling.
+    pub const ALL: [(&'static str, ProviderKind); 7] = [
+        ("openai", ProviderKind::OpenAi),
+        ("azure-openai", ProviderKind::AzureOpenAi),
+        ("anthropic", ProviderKind::Anthropic),
+        ("gemini", ProviderKind::Gemini),
+        ("bedrock", ProviderKind::Bedrock),
+        ("openai-compatible", ProviderKind::OpenAiCompatible),
+        ("mock", ProviderKind::Mock),
+    ];
+
+    /// The config spelling of this kind.
+    pub fn as_str(self) -> &'static str {
+        ProviderKind::ALL
+            .iter()
+            .find(|(_, k)| *k == self)
+            .map(|(s, _)| *s)
+            .unwrap_or("unknown")
+    }
+
+    /// The base URL used when the config gives none.
+    pub fn default_base_url(self) -> Option<&'static str> {
+        match self {
+            ProviderKind::OpenAi => Some("https://api.openai.com/v1"),
+            ProviderKind::Anthropic => Some("https://api.anthropic.com/v1"),
+            ProviderKind::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
+            _ => None,
+        }
+    }
+}
+
+/// Upstream timeouts of one provider, all in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// TCP (and TLS) connect (default 2 000 ms).
+    pub connect_ms: u64,
+    /// From sending the request to the response headers (default 30 000 ms).
+    pub first_byte_ms: u64,
+    /// Longest silence between two body chunks (default 30 000 ms).
+    pub idle_ms: u64,
+    /// Whole upstream exchange, stream included (default 600 000 ms).
+    pub total_ms: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect_ms: 2_000,
+            first_byte_ms: 30_000,
+            idle_ms: 30_000,
+            total_ms: 600_000,
+        }
+    }
+}
+
+/// Prices of a provider, in USD per 1M tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Pricing {
+    /// USD per 1M input (prompt) tokens.
+    pub input_per_mtok: f64,
+    /// USD per 1M output (completion) tokens.
+    pub output_per_mtok: f64,
+}
+
+/// One entry of `providers:`.
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    /// The key under `providers:`.
+    pub name: String,
+    /// Wire format family.
+    pub kind: ProviderKind,
+    /// Base URL without a trailing slash, e.g. `http://127.0.0.1:8081/v1`. Empty for
+    /// `mock`.
+    pub base_url: String,
+    /// Environment variable holding the API key; the key itself is never in config.
+    pub api_key_env: Option<String>,
+    /// Azure OpenAI `api-version` query parameter (default `2024-10-21`).
+    pub api_version: Option<String>,
+    /// Upstream timeouts.
+    pub timeouts: Timeouts,
+    /// Prices, USD per 1M tokens.
+    pub pricing: Pricing,
+    /// Behaviour of the in-process emulator (`kind: mock` only).
+    pub mock: MockOptions,
+}
+
+/// One logical model of the registry.
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    /// The name clients send as `model`.
+    pub name: String,
+    /// Provider endpoints serving it, in file order.
+    pub endpoints: Vec<EndpointConfig>,
+}
+
+/// One provider endpoint of a logical model.
+#[derive(Debug, Clone)]
+pub struct EndpointConfig {
+    /// Unique endpoint name, used in policies, metrics and logs (`name`, default
+    /// `<provider>/<model>`, made unique with a `#N` suffix).
+    pub id: String,
+    /// The provider's name (a key of `providers:`).
+    pub provider: String,
+    /// The upstream model id (or the Azure deployment name) sent to the provider.
+    pub model: String,
+    /// Lower is preferred (`priority`, default 1).
+    pub priority: u32,
+    /// Share among endpoints of equal priority (`weight`, default 1; 0 disables).
+    pub weight: u32,
+    /// Optional region label (seed 001 "Model Mapping").
+    pub region: Option<String>,
+}
