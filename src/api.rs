@@ -66,7 +66,14 @@ pub struct Message {
 }
 
 /// Roles OpenAI accepts.
-pub const ROLES: [&str; 6] = ["system", "developer", "user", "assistant", "tool", "function"];
+pub const ROLES: [&str; 6] = [
+    "system",
+    "developer",
+    "user",
+    "assistant",
+    "tool",
+    "function",
+];
 
 impl ChatRequest {
     /// Parses and validates a request body.
@@ -136,13 +143,18 @@ impl ChatRequest {
                 Value::Null => {
                     return Err(GatewayError::invalid_field(
                         format!("messages[{i}].content"),
-                        format!("`messages[{i}].content` is required for role \"{}\"", m.role),
+                        format!(
+                            "`messages[{i}].content` is required for role \"{}\"",
+                            m.role
+                        ),
                     ))
                 }
                 _ => {
                     return Err(GatewayError::invalid_field(
                         format!("messages[{i}].content"),
-                        format!("`messages[{i}].content` must be a string or an array of content parts"),
+                        format!(
+                            "`messages[{i}].content` must be a string or an array of content parts"
+                        ),
                     ))
                 }
             }

@@ -164,6 +164,12 @@ impl GatewayError {
         e
     }
 
+    /// Changes the kind (and so the status), keeping message, param and code.
+    pub fn with_kind(mut self, kind: ErrorKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
     /// Sets the OpenAI `code`.
     pub fn with_code(mut self, code: &'static str) -> Self {
         self.code = Some(code);

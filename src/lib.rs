@@ -3,13 +3,23 @@
 //! The request path, top to bottom (see `README.md` and `../shared/DESIGN.md`):
 //!
 //! ```text
-//! client ─► ingress ─► routing ─► transform (providers) ─► egress ─► provider
+//! client ─► ingress ─► gateway::chat ─► routing ─► providers (transform) ─► egress ─► provider
 //! ```
 //!
-//! Modules mirror it one layer each; `config` and `cli` sit beside it.
+//! Modules mirror it one layer each; `config`, `cli`, `server` and `mock` sit beside it.
 
 pub mod api;
+pub mod body;
+pub mod cli;
 pub mod config;
+pub mod egress;
 pub mod error;
+pub mod gateway;
+pub mod ingress;
+pub mod metrics;
 pub mod mock;
+pub mod providers;
+pub mod routing;
+pub mod server;
+pub mod sse;
 pub mod suggest;

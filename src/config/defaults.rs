@@ -19,7 +19,9 @@ pub fn embedded(has_var: impl Fn(&str) -> bool) -> (Config, String) {
     let mut enabled = Vec::new();
     if has_var("OPENAI_API_KEY") {
         providers.push_str("  openai: { kind: openai, api_key_env: OPENAI_API_KEY }\n");
-        models.push_str("  gpt-4o-mini: { endpoints: [ { provider: openai, model: gpt-4o-mini } ] }\n");
+        models.push_str(
+            "  gpt-4o-mini: { endpoints: [ { provider: openai, model: gpt-4o-mini } ] }\n",
+        );
         models.push_str("  gpt-4o: { endpoints: [ { provider: openai, model: gpt-4o } ] }\n");
         enabled.push("openai (gpt-4o-mini, gpt-4o)");
     }
@@ -31,7 +33,9 @@ pub fn embedded(has_var: impl Fn(&str) -> bool) -> (Config, String) {
     }
     if has_var("GEMINI_API_KEY") {
         providers.push_str("  gemini: { kind: gemini, api_key_env: GEMINI_API_KEY }\n");
-        models.push_str("  gemini-flash: { endpoints: [ { provider: gemini, model: gemini-2.0-flash } ] }\n");
+        models.push_str(
+            "  gemini-flash: { endpoints: [ { provider: gemini, model: gemini-2.0-flash } ] }\n",
+        );
         enabled.push("gemini (gemini-flash)");
     }
     let summary = if enabled.is_empty() {

@@ -129,7 +129,10 @@ impl Validator {
             Value::Mapping(m) => Some(m),
             Value::Null => None,
             other => {
-                self.err(path, format!("expected a mapping, found {}", describe(other)));
+                self.err(
+                    path,
+                    format!("expected a mapping, found {}", describe(other)),
+                );
                 None
             }
         }
@@ -146,7 +149,10 @@ impl Validator {
                         .unwrap_or_else(|| format!(" (expected one of: {})", allowed.join(", ")));
                     self.err(join(path, k), format!("unknown key \"{k}\"{hint}"));
                 }
-                None => self.err(path, format!("keys must be strings, found {}", describe(key))),
+                None => self.err(
+                    path,
+                    format!("keys must be strings, found {}", describe(key)),
+                ),
             }
         }
     }
@@ -354,7 +360,10 @@ impl Validator {
                     format!("\"{url}\" must start with http:// or https://"),
                 );
             } else if url.parse::<http::Uri>().is_err() {
-                self.err(join(&path, "base_url"), format!("\"{url}\" is not a valid URL"));
+                self.err(
+                    join(&path, "base_url"),
+                    format!("\"{url}\" is not a valid URL"),
+                );
             }
         }
         let api_key_env = self.string(map, "api_key_env", &path);
@@ -381,7 +390,10 @@ impl Validator {
         };
         let kind = kind?;
         if kind != ProviderKind::Mock && map.contains_key("mock") {
-            self.err(join(&path, "mock"), "only providers of kind `mock` take `mock` settings");
+            self.err(
+                join(&path, "mock"),
+                "only providers of kind `mock` take `mock` settings",
+            );
         }
         let base_url = match (base_url, kind.default_base_url()) {
             (Some(u), _) => u.trim_end_matches('/').to_string(),
@@ -390,7 +402,10 @@ impl Validator {
             (None, None) => {
                 self.err(
                     join(&path, "base_url"),
-                    format!("missing; providers of kind `{}` need a base_url", kind.as_str()),
+                    format!(
+                        "missing; providers of kind `{}` need a base_url",
+                        kind.as_str()
+                    ),
                 );
                 String::new()
             }
@@ -463,7 +478,10 @@ impl Validator {
             };
             let path = format!("models.{name}");
             if name.is_empty() || name.chars().any(|c| c.is_control() || c == '"') {
-                self.err(&path, "model names must be non-empty and printable, without '\"'");
+                self.err(
+                    &path,
+                    "model names must be non-empty and printable, without '\"'",
+                );
             }
             let Some(m) = self.mapping(body, &path) else {
                 self.err(&path, "a model needs `endpoints`");
@@ -572,7 +590,10 @@ impl Validator {
                     );
                 }
                 if !ids.insert(n.clone()) {
-                    self.err(join(path, "name"), format!("duplicate endpoint name \"{n}\""));
+                    self.err(
+                        join(path, "name"),
+                        format!("duplicate endpoint name \"{n}\""),
+                    );
                 }
                 n
             }

@@ -1,0 +1,185 @@
+//! Command line: `switchyard serve`, `switchyard mock`.
+//!
+//! Flags are parsed by clap, then turned into typed settings; every command returns an
+//! exit code (0 success, 1 invalid input such as a bad config, 2 usage or I/O errors).
+
+mod serve;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::mock::MockOptions;
+
+/// Switchyard: an LLM gateway where routing is code.
+#[derive(Debug, Parser)]
+#[command(name = "switchyard", version, about, long_about = None)]
+pub struct Cli {
+    /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `switchyard=debug`.
+    #[arg(long, global = true, env = "SWITCHYARD_LOG", default_value = "info")]
+    pub log: String,
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway.
+    Serve(ServeArgs),
+    /// Run a provider emulator speaking OpenAI's API (for tests and load runs).
+    Mock(MockArgs),
+}
+
+/// `switchyard serve` flags.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Config file; default `./switchyard.yaml` if it exists, else the built-in config.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Listen address, overriding `server.listen` (use port 0 for any free port).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Validate the config and exit (0 valid, 1 invalid), as startup would.
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// `switchyard mock` flags.
+#[derive(Debug, clap::Args)]
+pub struct MockArgs {
+    /// Listen address (use port 0 for any free port).
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    pub listen: SocketAddr,
+    /// Wire format to emulate.
+    #[arg(long, value_enum, default_value = "openai")]
+    pub format: MockFormat,
+    /// Delay before response headers, in ms.
+    #[arg(long, default_value_t = 0)]
+    pub latency_ms: u64,
+    /// Generation speed in tokens per second (0: no delay).
+    #[arg(long, default_value_t = 0.0)]
+    pub tokens_per_s: f64,
+    /// Probability in [0, 1] of an injected failure.
+    #[arg(long, default_value_t = 0.0)]
+    pub fail_rate: f64,
+    /// HTTP status of injected failures.
+    #[arg(long, default_value_t = 500)]
+    pub fail_status: u16,
+    /// `Retry-After` seconds on failures.
+    #[arg(long = "retry-after")]
+    pub retry_after_s: Option<u64>,
+    /// Cut the connection after N stream chunks.
+    #[arg(long)]
+    pub cut_after_chunks: Option<u32>,
+    /// Stall after N stream chunks for `--stall-ms`.
+    #[arg(long)]
+    pub stall_after_chunks: Option<u32>,
+    /// Stall length in ms.
+    #[arg(long, default_value_t = 60_000)]
+    pub stall_ms: u64,
+    /// Requests per minute before 429 (sends `x-ratelimit-*-requests`).
+    #[arg(long)]
+    pub ratelimit_requests: Option<u64>,
+    /// Tokens per minute before 429 (sends `x-ratelimit-*-tokens`).
+    #[arg(long)]
+    pub ratelimit_tokens: Option<u64>,
+    /// Seed for failures and generated text.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Completion length in tokens when the request sets no `max_tokens`.
+    #[arg(long, default_value_t = 16)]
+    pub completion_tokens: u32,
+}
+
+/// Emulated wire formats.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum MockFormat {
+    /// OpenAI Chat Completions.
+    Openai,
+}
+
+impl MockArgs {
+    fn options(&self) -> Result<MockOptions, String> {
+        let opts = MockOptions {
+            latency_ms: self.latency_ms,
+            tokens_per_s: self.tokens_per_s,
+            fail_rate: self.fail_rate,
+            fail_status: self.fail_status,
+            retry_after_s: self.retry_after_s,
+            cut_after_chunks: self.cut_after_chunks,
+            stall_after_chunks: self.stall_after_chunks,
+            stall_ms: self.stall_ms,
+            ratelimit_requests: self.ratelimit_requests,
+            ratelimit_tokens: self.ratelimit_tokens,
+            seed: self.seed,
+            completion_tokens: self.completion_tokens,
+        };
+        opts.validate()?;
+        Ok(opts)
+    }
+}
+
+fn init_tracing(filter: &str, format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(&cli.log, cli.log_format);
+    match cli.command {
+        Command::Serve(args) => serve::run(args),
+        Command::Mock(args) => {
+            let opts = match args.options() {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match rt.block_on(crate::mock::server::run(args.listen, opts)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: cannot listen on {}: {e}", args.listen);
+                    ExitCode::from(2)
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! `switchyard serve`: load config, build the gateway, listen, drain on shutdown.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use super::{runtime, ServeArgs};
+use crate::config::{self, Config};
+use crate::gateway::Gateway;
+
+/// Finds and loads the config: `--config`, else `./switchyard.yaml`, else the embedded
+/// default. Returns the config and a line describing its source.
+fn load(args: &ServeArgs) -> Result<(Config, String), String> {
+    let path: Option<PathBuf> = match &args.config {
+        Some(p) => Some(p.clone()),
+        None if Path::new("switchyard.yaml").exists() => Some(PathBuf::from("switchyard.yaml")),
+        None => None,
+    };
+    match path {
+        Some(p) => {
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| format!("cannot read config {}: {e}", p.display()))?;
+            let c = config::parse_str(&text, Some(&p)).map_err(|e| e.to_string())?;
+            let line = format!("config loaded from {}", p.display());
+            Ok((c, line))
+        }
+        None => Ok(config::embedded(|v| {
+            std::env::var_os(v).is_some_and(|s| !s.is_empty())
+        })),
+    }
+}
+
+/// Runs `switchyard serve`.
+pub fn run(args: ServeArgs) -> ExitCode {
+    let (mut config, source_line) = match load(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if let Some(listen) = args.listen {
+        config.server.listen = listen;
+    }
+    if args.check {
+        println!(
+            "config OK: {} provider(s), {} model(s) ({})",
+            config.providers.len(),
+            config.models.len(),
+            source_line
+        );
+        return ExitCode::SUCCESS;
+    }
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    rt.block_on(async move {
+        let metrics = crate::metrics::install();
+        if let Some(h) = metrics.clone() {
+            tokio::spawn(crate::metrics::upkeep(h));
+        }
+        let listen = config.server.listen;
+        let drain = Duration::from_millis(config.server.drain_timeout_ms);
+        let gw = match Gateway::new(config, metrics, |v| {
+            std::env::var(v).ok().filter(|s| !s.is_empty())
+        }) {
+            Ok(g) => Arc::new(g),
+            Err(errors) => {
+                for e in errors {
+                    eprintln!("error: {e}");
+                }
+                return ExitCode::from(1);
+            }
+        };
+        let listener = match TcpListener::bind(listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("error: cannot listen on {listen}: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let addr = listener.local_addr().unwrap_or(listen);
+        tracing::info!("{source_line}");
+        tracing::info!(
+            models = gw.registry.model_order.len(),
+            providers = gw.upstreams.len(),
+            "switchyard listening on http://{addr}"
+        );
+        println!("switchyard listening on {addr}");
+        let gw_for_shutdown = gw.clone();
+        let shutdown = async move {
+            crate::server::shutdown_signal().await;
+            gw_for_shutdown.start_draining();
+        };
+        crate::server::serve(
+            listener,
+            move |req, _peer| crate::ingress::handle(gw.clone(), req),
+            shutdown,
+            drain,
+        )
+        .await;
+        tracing::info!("switchyard stopped");
+        ExitCode::SUCCESS
+    })
+}

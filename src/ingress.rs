@@ -1,0 +1,121 @@
+//! Ingress (seed 001, "Ingress Layer"): the HTTP surface of the gateway.
+//!
+//! Routes requests by method and path, enforces the body size limit before reading a
+//! byte more than allowed, and hands chat requests to [`Gateway::chat`]. Every error
+//! leaves here in OpenAI's JSON shape. Authentication and rate limits will sit here,
+//! before the body is read.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::{HeaderValue, Method, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::Request;
+
+use crate::body::{self, Body};
+use crate::error::{ErrorKind, GatewayError};
+use crate::gateway::{error_response, Gateway};
+use crate::metrics as m;
+
+/// Handles one HTTP request.
+pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
+    let started = Instant::now();
+    let path = req.uri().path();
+    let path = if path.len() > 1 {
+        path.trim_end_matches('/')
+    } else {
+        path
+    };
+    match (req.method(), path) {
+        (&Method::POST, "/v1/chat/completions") => {
+            let gauge = metrics::gauge!(m::IN_FLIGHT);
+            gauge.increment(1.0);
+            let resp = match read_body(req, gw.config.server.max_body_bytes).await {
+                Ok(bytes) => gw.chat(bytes, started).await,
+                Err(e) => error_response(&e),
+            };
+            gauge.decrement(1.0);
+            resp
+        }
+        (&Method::GET, "/v1/models") => json(StatusCode::OK, gw.models_json()),
+        (&Method::GET, "/health") => json(StatusCode::OK, &br#"{"status":"ok"}"#[..]),
+        (&Method::GET, "/ready") => {
+            if gw.is_draining() {
+                json(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &br#"{"status":"draining"}"#[..],
+                )
+            } else {
+                json(StatusCode::OK, &br#"{"status":"ready"}"#[..])
+            }
+        }
+        (&Method::GET, "/metrics") => match &gw.metrics {
+            Some(h) => {
+                let mut r = Response::new(body::full(h.render()));
+                r.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; version=0.0.4"),
+                );
+                r
+            }
+            None => error_response(&GatewayError::new(
+                ErrorKind::NotFound,
+                "metrics are not enabled in this process",
+            )),
+        },
+        (_, "/v1/chat/completions" | "/v1/models" | "/health" | "/ready" | "/metrics") => {
+            error_response(&GatewayError::new(
+                ErrorKind::MethodNotAllowed,
+                format!("{} is not allowed on {path}", req.method()),
+            ))
+        }
+        _ => error_response(
+            &GatewayError::new(
+                ErrorKind::NotFound,
+                format!("unknown path {} {path}", req.method()),
+            )
+            .with_code("unknown_url"),
+        ),
+    }
+}
+
+/// Reads the body, refusing more than `limit` bytes with 413 (by `Content-Length`
+/// before reading, or while reading when the length is not declared).
+async fn read_body(req: Request<Incoming>, limit: usize) -> Result<bytes::Bytes, GatewayError> {
+    let too_large = || {
+        GatewayError::new(
+            ErrorKind::PayloadTooLarge,
+            format!("request body is larger than the limit of {limit} bytes"),
+        )
+        .with_code("request_too_large")
+    };
+    if let Some(len) = req
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        if len > limit as u64 {
+            return Err(too_large());
+        }
+    }
+    match Limited::new(req.into_body(), limit).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(GatewayError::new(
+            ErrorKind::InvalidRequest,
+            format!("could not read the request body: {e}"),
+        )),
+    }
+}
+
+fn json(status: StatusCode, bytes: impl Into<bytes::Bytes>) -> Response<Body> {
+    let mut r = Response::new(body::full(bytes));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}

@@ -1,0 +1,72 @@
+//! Prometheus metrics: names, help texts and the recorder.
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `switchyard_requests_total` | counter | `model`, `endpoint`, `status` |
+//! | `switchyard_request_duration_seconds` | histogram | `model`, `endpoint` |
+//! | `switchyard_ttft_seconds` | histogram (streams) | `model`, `endpoint` |
+//! | `switchyard_upstream_errors_total` | counter | `endpoint`, `kind` |
+//! | `switchyard_in_flight_requests` | gauge | none |
+//!
+//! `endpoint` is `none` when a request failed before an endpoint was chosen; `status`
+//! is the HTTP status, or `stream_error` / `client_gone` for streams that began with
+//! 200 and ended otherwise.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Requests served, by model, endpoint and final status.
+pub const REQUESTS: &str = "switchyard_requests_total";
+/// Whole-request latency in seconds (to the last byte for streams).
+pub const DURATION: &str = "switchyard_request_duration_seconds";
+/// Time to first token in seconds, streams only.
+pub const TTFT: &str = "switchyard_ttft_seconds";
+/// Upstream failures by endpoint and error kind.
+pub const UPSTREAM_ERRORS: &str = "switchyard_upstream_errors_total";
+/// Requests currently being served.
+pub const IN_FLIGHT: &str = "switchyard_in_flight_requests";
+
+/// Latency buckets in seconds: 5 ms to 5 minutes.
+const BUCKETS: [f64; 16] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder once and returns its handle (the same
+/// handle on later calls). `None` if another recorder was installed first.
+pub fn install() -> Option<PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &BUCKETS)
+                .ok()?;
+            let handle = builder.install_recorder().ok()?;
+            metrics::describe_counter!(REQUESTS, "Requests served, by model, endpoint and status.");
+            metrics::describe_histogram!(
+                DURATION,
+                metrics::Unit::Seconds,
+                "Request latency, to the last byte for streams."
+            );
+            metrics::describe_histogram!(
+                TTFT,
+                metrics::Unit::Seconds,
+                "Time to first token of streams."
+            );
+            metrics::describe_counter!(UPSTREAM_ERRORS, "Upstream failures by endpoint and kind.");
+            metrics::describe_gauge!(IN_FLIGHT, "Requests currently being served.");
+            Some(handle)
+        })
+        .clone()
+}
+
+/// Runs the recorder's upkeep (histogram draining) every 5 s, forever.
+pub async fn upkeep(handle: PrometheusHandle) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tick.tick().await;
+        handle.run_upkeep();
+    }
+}

@@ -1,0 +1,444 @@
+//! A provider emulator: OpenAI-format JSON and SSE with token timing, injected failures
+//! and rate-limit headers.
+//!
+//! It serves two purposes with one code path: `switchyard mock` runs it as an HTTP
+//! server ([`server`]) for testing gateways and applications, and the `kind: mock`
+//! provider calls [`MockProvider::chat`] in process, so the embedded default config
+//! answers without any network. Both produce the same `http::Response`.
+//!
+//! Responses are deterministic for a given seed and request: the text is drawn from a
+//! fixed word list by a hash of the seed and the prompt, one word per token.
+
+mod options;
+pub mod server;
+
+pub use options::MockOptions;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode};
+use http_body::Frame;
+use http_body_util::{BodyExt, StreamBody};
+
+use crate::api::{ChatRequest, Usage};
+use crate::body::{self, Body, BoxError};
+
+const WORDS: [&str; 32] = [
+    "the", "gateway", "routes", "each", "request", "to", "a", "healthy", "endpoint", "and",
+    "streams", "tokens", "back", "as", "they", "arrive", "while", "policies", "decide", "which",
+    "provider", "serves", "it", "with", "low", "latency", "fair", "cost", "high", "quality",
+    "today", "again",
+];
+
+/// Rate-limit window length (OpenAI limits are per minute).
+const WINDOW: Duration = Duration::from_secs(60);
+
+/// The emulator: options plus the counters that failure injection and rate limits read.
+#[derive(Debug)]
+pub struct MockProvider {
+    opts: MockOptions,
+    requests: AtomicU64,
+    window: Mutex<Window>,
+}
+
+#[derive(Debug)]
+struct Window {
+    start: Instant,
+    requests: u64,
+    tokens: u64,
+}
+
+/// Error cutting a stream on purpose (`cut_after_chunks`).
+#[derive(Debug, thiserror::Error)]
+#[error("mock provider cut the connection after {0} chunks")]
+pub struct CutStream(pub u32);
+
+impl MockProvider {
+    /// A new emulator with `opts`.
+    pub fn new(opts: MockOptions) -> Self {
+        MockProvider {
+            opts,
+            requests: AtomicU64::new(0),
+            window: Mutex::new(Window {
+                start: Instant::now(),
+                requests: 0,
+                tokens: 0,
+            }),
+        }
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &MockOptions {
+        &self.opts
+    }
+
+    /// Answers a chat completion request as an OpenAI server would: JSON, or SSE when
+    /// `stream` is true, after the configured latency; or an injected failure.
+    pub async fn chat(&self, req: &ChatRequest) -> Response<Body> {
+        let n = self.requests.fetch_add(1, Ordering::Relaxed);
+        let prompt = req.prompt_text();
+        let prompt_tokens = req.estimated_input_tokens();
+        let natural = u64::from(self.opts.completion_tokens);
+        let (completion_tokens, finish) = match req.output_cap() {
+            Some(cap) if cap < natural => (cap, "length"),
+            _ => (natural, "stop"),
+        };
+        let limits = self.admit(prompt_tokens + completion_tokens);
+
+        if self.opts.latency_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(self.opts.latency_ms)).await;
+        }
+        if let Err(resp) = limits {
+            return resp;
+        }
+        let limits = limits.unwrap_or_default();
+        if self.opts.fail_rate > 0.0 && unit_hash(self.opts.seed, n) < self.opts.fail_rate {
+            let mut resp = self.error_response(self.opts.fail_status);
+            add_headers(&mut resp, &limits);
+            return resp;
+        }
+
+        let words = generate(self.opts.seed, &prompt, completion_tokens as usize);
+        let id = format!("chatcmpl-mock{n:016x}");
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or_default();
+        let usage = Usage::new(prompt_tokens, completion_tokens);
+        let mut resp = if req.is_stream() {
+            self.stream_response(req, &id, created, &words, finish, usage)
+        } else {
+            if self.opts.tokens_per_s > 0.0 {
+                let gen = completion_tokens as f64 / self.opts.tokens_per_s;
+                tokio::time::sleep(Duration::from_secs_f64(gen)).await;
+            }
+            let body = serde_json::json!({
+                "id": id,
+                "object": "chat.completion",
+                "created": created,
+                "model": req.model,
+                "choices": [{
+                    "index": 0,
+                    "message": {"role": "assistant", "content": words.concat(), "refusal": null},
+                    "logprobs": null,
+                    "finish_reason": finish,
+                }],
+                "usage": usage,
+                "system_fingerprint": "fp_switchyard_mock",
+            });
+            let mut r = Response::new(body::full(serde_json::to_vec(&body).unwrap_or_default()));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            r
+        };
+        add_headers(&mut resp, &limits);
+        resp
+    }
+
+    fn stream_response(
+        &self,
+        req: &ChatRequest,
+        id: &str,
+        created: u64,
+        words: &[String],
+        finish: &str,
+        usage: Usage,
+    ) -> Response<Body> {
+        let include_usage = req.wants_usage_chunk();
+        let chunk = |delta: serde_json::Value, finish: Option<&str>| {
+            let mut c = serde_json::json!({
+                "id": id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": req.model,
+                "system_fingerprint": "fp_switchyard_mock",
+                "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+            });
+            if include_usage {
+                c["usage"] = serde_json::Value::Null;
+            }
+            sse_data(&c)
+        };
+        let mut chunks = Vec::with_capacity(words.len() + 4);
+        chunks.push(chunk(
+            serde_json::json!({"role": "assistant", "content": ""}),
+            None,
+        ));
+        for w in words {
+            chunks.push(chunk(serde_json::json!({"content": w}), None));
+        }
+        chunks.push(chunk(serde_json::json!({}), Some(finish)));
+        if include_usage {
+            let u = serde_json::json!({
+                "id": id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": req.model,
+                "system_fingerprint": "fp_switchyard_mock",
+                "choices": [],
+                "usage": usage,
+            });
+            chunks.push(sse_data(&u));
+        }
+        chunks.push(Bytes::from_static(b"data: [DONE]\n\n"));
+
+        let interval = if self.opts.tokens_per_s > 0.0 {
+            Some(Duration::from_secs_f64(1.0 / self.opts.tokens_per_s))
+        } else {
+            None
+        };
+        let state = StreamState {
+            chunks,
+            next: 0,
+            interval,
+            cut_after: self.opts.cut_after_chunks,
+            stall_after: self.opts.stall_after_chunks,
+            stall: Duration::from_millis(self.opts.stall_ms),
+        };
+        let stream = futures_util::stream::unfold(state, |mut s| async move {
+            if s.next >= s.chunks.len() {
+                return None;
+            }
+            let sent = s.next as u32;
+            if s.cut_after == Some(sent) {
+                s.next = s.chunks.len();
+                let err: BoxError = Box::new(CutStream(sent));
+                return Some((Err(err), s));
+            }
+            if s.stall_after == Some(sent) {
+                tokio::time::sleep(s.stall).await;
+            }
+            // Token pacing applies between content chunks, not before the first one.
+            if let (Some(iv), true) = (s.interval, s.next > 0) {
+                tokio::time::sleep(iv).await;
+            }
+            let bytes = s.chunks[s.next].clone();
+            s.next += 1;
+            Some((Ok(Frame::data(bytes)), s))
+        });
+        let mut r = Response::new(StreamBody::new(stream).boxed_unsync());
+        let h = r.headers_mut();
+        h.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(
+            http::header::CACHE_CONTROL,
+            HeaderValue::from_static("no-cache"),
+        );
+        r
+    }
+
+    /// Counts the request against the rate-limit window; `Err` is the 429 to send.
+    fn admit(&self, tokens: u64) -> Result<Limits, Response<Body>> {
+        if self.opts.ratelimit_requests.is_none() && self.opts.ratelimit_tokens.is_none() {
+            return Ok(Limits::default());
+        }
+        let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if now.duration_since(w.start) >= WINDOW {
+            w.start = now;
+            w.requests = 0;
+            w.tokens = 0;
+        }
+        let reset = WINDOW.saturating_sub(now.duration_since(w.start));
+        let req_over = self
+            .opts
+            .ratelimit_requests
+            .is_some_and(|l| w.requests >= l);
+        let tok_over = self
+            .opts
+            .ratelimit_tokens
+            .is_some_and(|l| w.tokens + tokens > l);
+        if !req_over && !tok_over {
+            w.requests += 1;
+            w.tokens += tokens;
+        }
+        let limits = Limits {
+            requests: self
+                .opts
+                .ratelimit_requests
+                .map(|l| (l, l.saturating_sub(w.requests))),
+            tokens: self
+                .opts
+                .ratelimit_tokens
+                .map(|l| (l, l.saturating_sub(w.tokens))),
+            reset,
+        };
+        drop(w);
+        if req_over || tok_over {
+            let mut resp = self.error_response(429);
+            add_headers(&mut resp, &limits);
+            if self.opts.retry_after_s.is_none() {
+                resp.headers_mut().insert(
+                    http::header::RETRY_AFTER,
+                    HeaderValue::from(reset.as_secs().max(1)),
+                );
+            }
+            return Err(resp);
+        }
+        Ok(limits)
+    }
+
+    /// A provider-shaped error body for `status` (OpenAI's error JSON).
+    fn error_response(&self, status: u16) -> Response<Body> {
+        let (message, kind, code) = match status {
+            429 => (
+                "Rate limit reached for requests. Please try again later.",
+                "requests",
+                Some("rate_limit_exceeded"),
+            ),
+            400 => (
+                "Invalid request (injected by switchyard mock).",
+                "invalid_request_error",
+                None,
+            ),
+            401 => (
+                "Incorrect API key provided.",
+                "invalid_request_error",
+                Some("invalid_api_key"),
+            ),
+            503 => (
+                "The engine is currently overloaded, please try again later.",
+                "server_error",
+                None,
+            ),
+            _ => (
+                "The server had an error while processing your request. Sorry about that!",
+                "server_error",
+                None,
+            ),
+        };
+        let body = serde_json::json!({
+            "error": {"message": message, "type": kind, "param": null, "code": code}
+        });
+        let mut r = Response::new(body::full(serde_json::to_vec(&body).unwrap_or_default()));
+        *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        r.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(s) = self.opts.retry_after_s {
+            r.headers_mut()
+                .insert(http::header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        r
+    }
+}
+
+struct StreamState {
+    chunks: Vec<Bytes>,
+    next: usize,
+    interval: Option<Duration>,
+    cut_after: Option<u32>,
+    stall_after: Option<u32>,
+    stall: Duration,
+}
+
+/// Rate-limit state to report: (limit, remaining) pairs and time to window reset.
+#[derive(Debug, Default, Clone, Copy)]
+struct Limits {
+    requests: Option<(u64, u64)>,
+    tokens: Option<(u64, u64)>,
+    reset: Duration,
+}
+
+fn add_headers(resp: &mut Response<Body>, limits: &Limits) {
+    let h = resp.headers_mut();
+    let reset = format_reset(limits.reset);
+    if let Some((limit, remaining)) = limits.requests {
+        h.insert("x-ratelimit-limit-requests", HeaderValue::from(limit));
+        h.insert(
+            "x-ratelimit-remaining-requests",
+            HeaderValue::from(remaining),
+        );
+        if let Ok(v) = HeaderValue::from_str(&reset) {
+            h.insert("x-ratelimit-reset-requests", v);
+        }
+    }
+    if let Some((limit, remaining)) = limits.tokens {
+        h.insert("x-ratelimit-limit-tokens", HeaderValue::from(limit));
+        h.insert("x-ratelimit-remaining-tokens", HeaderValue::from(remaining));
+        if let Ok(v) = HeaderValue::from_str(&reset) {
+            h.insert("x-ratelimit-reset-tokens", v);
+        }
+    }
+}
+
+/// Formats a reset delay the way OpenAI does in `x-ratelimit-reset-*`: `6m0s`, `1.5s`,
+/// `20ms`.
+pub fn format_reset(d: Duration) -> String {
+    let ms = d.as_millis() as u64;
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        let s = ms as f64 / 1000.0;
+        let text = format!("{s:.3}");
+        let text = text.trim_end_matches('0').trim_end_matches('.');
+        format!("{text}s")
+    } else {
+        format!("{}m{}s", ms / 60_000, (ms % 60_000) / 1000)
+    }
+}
+
+fn sse_data(v: &serde_json::Value) -> Bytes {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"data: ");
+    // Serializing a Value cannot fail.
+    let _ = serde_json::to_writer(&mut out, v);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+/// FNV-1a 64 over `bytes`, continuing from `h`.
+fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// SplitMix64 finalizer: a well-mixed 64-bit value from `x`.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// A number in [0, 1) from the seed and request number: the failure draw.
+fn unit_hash(seed: u64, n: u64) -> f64 {
+    (mix(seed ^ mix(n)) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// The reply's tokens: `n` words chosen by hashing the seed and prompt, each but the
+/// first with a leading space, like a BPE tokenizer's output.
+pub fn generate(seed: u64, prompt: &str, n: usize) -> Vec<String> {
+    let mut h = fnv1a(0xcbf2_9ce4_8422_2325 ^ seed, prompt.as_bytes());
+    (0..n)
+        .map(|i| {
+            h = mix(h);
+            let w = WORDS[(h % WORDS.len() as u64) as usize];
+            if i == 0 {
+                let mut s = w.to_string();
+                if let Some(f) = s.get_mut(0..1) {
+                    f.make_ascii_uppercase();
+                }
+                s
+            } else if i + 1 == n {
+                format!(" {w}.")
+            } else {
+                format!(" {w}")
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,160 @@
+//! The transform layer (seed 001, "Provider Transform Layer"): one adapter per wire
+//! format behind one trait.
+//!
+//! An adapter turns Switchyard's canonical request (OpenAI Chat Completions) into the
+//! provider's HTTP request, and the provider's answer back into OpenAI's response,
+//! chunk and error shapes. It does no I/O: egress sends what the adapter builds and
+//! hands back what the provider sent, so adapters are tested on recorded wire data.
+
+pub mod openai;
+
+use bytes::{Bytes, BytesMut};
+use http::HeaderMap;
+
+use crate::api::ChatRequest;
+use crate::body::Body;
+use crate::config::{ProviderConfig, ProviderKind};
+use crate::error::GatewayError;
+use crate::sse::SseEvent;
+
+/// What an adapter needs to know about the endpoint it builds a request for.
+#[derive(Debug, Clone)]
+pub struct Target<'a> {
+    /// Provider base URL without a trailing slash.
+    pub base_url: &'a str,
+    /// Upstream model id (Azure: the deployment).
+    pub model: &'a str,
+    /// The API key, if the provider has one.
+    pub api_key: Option<&'a str>,
+}
+
+/// One provider wire format.
+pub trait Adapter: Send + Sync + std::fmt::Debug {
+    /// Builds the upstream request for `chat`, sent to `target`.
+    ///
+    /// # Errors
+    /// HTTP 400 when the request uses something this provider cannot express.
+    fn request(
+        &self,
+        target: &Target<'_>,
+        chat: &ChatRequest,
+    ) -> Result<http::Request<Body>, GatewayError>;
+
+    /// Converts a successful (2xx) non-streaming body into OpenAI's response JSON,
+    /// reporting `logical_model` as the model.
+    ///
+    /// # Errors
+    /// HTTP 502 when the body is not what the provider should send.
+    fn response(&self, body: &[u8], logical_model: &str) -> Result<Bytes, GatewayError>;
+
+    /// A transcoder for one streamed response.
+    fn stream(&self, ctx: StreamContext) -> Box<dyn StreamTranscoder>;
+
+    /// Converts a non-2xx upstream answer into the error the client sees.
+    fn error(&self, status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayError {
+        upstream_error(status, headers, body)
+    }
+}
+
+/// What a stream transcoder needs to know about the request.
+#[derive(Debug, Clone)]
+pub struct StreamContext {
+    /// The logical model to report in every chunk.
+    pub logical_model: String,
+    /// The client asked for the final usage chunk (`stream_options.include_usage`).
+    pub include_usage: bool,
+    /// Estimated input tokens, used when the provider reports no usage.
+    pub prompt_tokens_estimate: u64,
+}
+
+/// What a transcoder saw in an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamStep {
+    /// Keep reading.
+    Continue,
+    /// The provider's stream is complete; `[DONE]` has been written.
+    Done,
+}
+
+/// Turns one provider's stream events into OpenAI SSE bytes.
+pub trait StreamTranscoder: Send {
+    /// Handles one event, appending zero or more complete SSE events to `out`.
+    ///
+    /// # Errors
+    /// HTTP 502 when the event is malformed or reports an error.
+    fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> Result<StreamStep, GatewayError>;
+
+    /// Called when the upstream body ends without a `Done` step. Returns `Ok` (after
+    /// writing `[DONE]`) when what arrived was a complete answer (a finish reason was
+    /// seen), or the error to report.
+    ///
+    /// # Errors
+    /// HTTP 502: the upstream closed the stream before finishing the answer.
+    fn end(&mut self, out: &mut BytesMut) -> Result<(), GatewayError>;
+
+    /// Whether any content (text or tool call) has been produced yet; the first one
+    /// marks the time to first token.
+    fn produced_content(&self) -> bool;
+}
+
+/// The adapter for a provider kind, or `None` when that kind has no adapter yet.
+pub fn adapter_for(cfg: &ProviderConfig) -> Option<Box<dyn Adapter>> {
+    match cfg.kind {
+        ProviderKind::OpenAi | ProviderKind::OpenAiCompatible | ProviderKind::Mock => {
+            Some(Box::new(openai::OpenAi::standard()))
+        }
+        ProviderKind::AzureOpenAi => Some(Box::new(openai::OpenAi::azure(
+            cfg.api_version
+                .clone()
+                .unwrap_or_else(|| "2024-10-21".to_string()),
+        ))),
+        ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Bedrock => None,
+    }
+}
+
+/// Maps an upstream error answer to the client-facing error (shared by adapters).
+///
+/// Upstream 400/413/422 are the client's request at fault and pass through with the
+/// provider's message; 429 passes through with `Retry-After`; 401/403/404 mean our own
+/// configuration is wrong (key, model id) and become 502; 408 and 5xx become 502.
+pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayError {
+    use crate::error::ErrorKind;
+    let detail = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            let e = v.get("error")?;
+            e.get("message")
+                .and_then(|m| m.as_str())
+                .map(str::to_string)
+                .or_else(|| e.as_str().map(str::to_string))
+        })
+        .unwrap_or_else(|| {
+            let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
+            text.trim().to_string()
+        });
+    let retry_after = headers
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .map(|s| s.ceil().max(0.0) as u64);
+    match status {
+        400 | 413 | 422 => {
+            GatewayError::new(ErrorKind::InvalidRequest, format!("upstream rejected the request: {detail}"))
+                .with_code("upstream_invalid_request")
+        }
+        429 => GatewayError::new(ErrorKind::RateLimited, format!("upstream rate limit: {detail}"))
+            .with_code("upstream_rate_limited")
+            .with_retry_after(retry_after),
+        401 | 403 => GatewayError::new(
+            ErrorKind::BadUpstream,
+            format!("upstream refused Switchyard's credentials (HTTP {status}); check the provider's api_key_env"),
+        )
+        .with_code("upstream_auth_failed"),
+        _ => GatewayError::new(
+            ErrorKind::BadUpstream,
+            format!("upstream answered HTTP {status}: {detail}"),
+        )
+        .with_code("upstream_error")
+        .with_retry_after(retry_after),
+    }
+}

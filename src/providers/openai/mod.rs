@@ -1,0 +1,310 @@
+//! OpenAI Chat Completions, and everything that speaks it: api.openai.com, Azure
+//! OpenAI (deployment URL, `api-key` header), vLLM, llama.cpp, Ollama, Groq, Together,
+//! Mistral, DeepSeek and Switchyard's own mock.
+//!
+//! Source: OpenAI API reference, "Create chat completion", "The chat completion
+//! object", "The chat completion chunk object"; Azure OpenAI REST reference,
+//! "Chat completions".
+//!
+//! The body goes upstream as the client sent it, with `model` replaced by the
+//! endpoint's model; answers come back with `model` replaced by the logical name.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::{HeaderValue, Method};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::{Adapter, StreamContext, StreamStep, StreamTranscoder, Target};
+use crate::api::{ChatRequest, Message, StreamOptions, Usage};
+use crate::body::{self, Body};
+use crate::error::{ErrorKind, GatewayError};
+use crate::sse::SseEvent;
+
+/// The OpenAI-format adapter.
+#[derive(Debug, Clone)]
+pub struct OpenAi {
+    /// `Some(api_version)` for Azure OpenAI's URL and header shape.
+    azure_api_version: Option<String>,
+}
+
+impl OpenAi {
+    /// Plain OpenAI shape: `POST {base}/chat/completions`, `Authorization: Bearer`.
+    pub fn standard() -> Self {
+        OpenAi {
+            azure_api_version: None,
+        }
+    }
+
+    /// Azure shape: `POST {base}/openai/deployments/{deployment}/chat/completions
+    /// ?api-version=V`, `api-key` header.
+    pub fn azure(api_version: String) -> Self {
+        OpenAi {
+            azure_api_version: Some(api_version),
+        }
+    }
+}
+
+/// The request as sent upstream: the client's fields by reference, model replaced.
+#[derive(Serialize)]
+struct Outgoing<'a> {
+    model: &'a str,
+    messages: &'a [Message],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<&'a StreamOptions>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<&'a [Value]>,
+    #[serde(flatten)]
+    extra: &'a Map<String, Value>,
+}
+
+impl Adapter for OpenAi {
+    fn request(
+        &self,
+        target: &Target<'_>,
+        chat: &ChatRequest,
+    ) -> Result<http::Request<Body>, GatewayError> {
+        let out = Outgoing {
+            model: target.model,
+            messages: &chat.messages,
+            stream: chat.stream,
+            stream_options: chat.stream_options.as_ref(),
+            max_tokens: chat.max_tokens,
+            max_completion_tokens: chat.max_completion_tokens,
+            temperature: chat.temperature,
+            tools: chat.tools.as_deref(),
+            extra: &chat.extra,
+        };
+        let json = serde_json::to_vec(&out).map_err(|e| {
+            GatewayError::new(
+                ErrorKind::Internal,
+                format!("could not encode request: {e}"),
+            )
+        })?;
+        let uri = match &self.azure_api_version {
+            None => format!("{}/chat/completions", target.base_url),
+            Some(v) => format!(
+                "{}/openai/deployments/{}/chat/completions?api-version={}",
+                target.base_url, target.model, v
+            ),
+        };
+        let mut builder = http::Request::builder()
+            .method(Method::POST)
+            .uri(uri)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(
+                http::header::ACCEPT,
+                if chat.is_stream() {
+                    "text/event-stream"
+                } else {
+                    "application/json"
+                },
+            );
+        if let Some(key) = target.api_key {
+            let (name, value) = match &self.azure_api_version {
+                None => ("authorization", format!("Bearer {key}")),
+                Some(_) => ("api-key", key.to_string()),
+            };
+            let mut value = HeaderValue::from_str(&value).map_err(|_| {
+                GatewayError::new(
+                    ErrorKind::Internal,
+                    "the provider API key is not a valid header value",
+                )
+            })?;
+            value.set_sensitive(true);
+            builder = builder.header(name, value);
+        }
+        builder.body(body::full(json)).map_err(|e| {
+            GatewayError::new(
+                ErrorKind::Internal,
+                format!("could not build upstream request: {e}"),
+            )
+        })
+    }
+
+    fn response(&self, body: &[u8], logical_model: &str) -> Result<Bytes, GatewayError> {
+        let mut v: Map<String, Value> = serde_json::from_slice(body).map_err(|e| {
+            GatewayError::new(
+                ErrorKind::BadUpstream,
+                format!("upstream sent a response that is not a JSON object: {e}"),
+            )
+            .with_code("upstream_bad_response")
+        })?;
+        if !v.contains_key("choices") {
+            return Err(GatewayError::new(
+                ErrorKind::BadUpstream,
+                "upstream response has no `choices`",
+            )
+            .with_code("upstream_bad_response"));
+        }
+        v.insert("model".into(), Value::String(logical_model.to_string()));
+        Ok(Bytes::from(serde_json::to_vec(&v).unwrap_or_default()))
+    }
+
+    fn stream(&self, ctx: StreamContext) -> Box<dyn StreamTranscoder> {
+        Box::new(OpenAiStream {
+            model: Value::String(ctx.logical_model),
+            include_usage: ctx.include_usage,
+            prompt_tokens: ctx.prompt_tokens_estimate,
+            finished: false,
+            content: false,
+            usage_seen: false,
+            deltas: 0,
+            id: Value::Null,
+            created: Value::Null,
+        })
+    }
+}
+
+/// Relays OpenAI chunks, rewriting `model` and dropping a usage chunk the client did
+/// not ask for.
+///
+/// Some OpenAI-compatible servers (llama-cpp-python among them) ignore
+/// `stream_options.include_usage`. When the client asked for usage and the stream ends
+/// without it, the transcoder writes the usage chunk itself, estimating: input tokens
+/// by [`ChatRequest::estimated_input_tokens`], output tokens as one per content delta
+/// (what token-by-token servers send).
+struct OpenAiStream {
+    model: Value,
+    include_usage: bool,
+    prompt_tokens: u64,
+    /// A chunk with a `finish_reason` has been seen.
+    finished: bool,
+    content: bool,
+    usage_seen: bool,
+    /// Chunks that carried content (text or tool-call pieces).
+    deltas: u64,
+    id: Value,
+    created: Value,
+}
+
+impl OpenAiStream {
+    /// Writes the estimated usage chunk if one is owed, then `[DONE]`.
+    fn close(&mut self, out: &mut BytesMut) {
+        if self.include_usage && !self.usage_seen {
+            let chunk = serde_json::json!({
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [],
+                "usage": Usage::new(self.prompt_tokens, self.deltas),
+            });
+            write_event(out, &chunk);
+            self.usage_seen = true;
+        }
+        write_done(out);
+    }
+}
+
+/// Appends `data: <json>\n\n`.
+pub fn write_event(out: &mut BytesMut, json: &impl Serialize) {
+    out.put_slice(b"data: ");
+    let mut w = out.writer();
+    let _ = serde_json::to_writer(&mut w, json);
+    let out = w.into_inner();
+    out.put_slice(b"\n\n");
+}
+
+/// Appends the stream terminator `data: [DONE]\n\n`.
+pub fn write_done(out: &mut BytesMut) {
+    out.put_slice(b"data: [DONE]\n\n");
+}
+
+impl StreamTranscoder for OpenAiStream {
+    fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> Result<StreamStep, GatewayError> {
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            self.close(out);
+            return Ok(StreamStep::Done);
+        }
+        if data.is_empty() {
+            return Ok(StreamStep::Continue);
+        }
+        let mut chunk: Map<String, Value> = serde_json::from_str(data).map_err(|e| {
+            GatewayError::new(
+                ErrorKind::BadUpstream,
+                format!("upstream sent a stream event that is not JSON: {e}"),
+            )
+            .with_code("upstream_bad_response")
+        })?;
+        if let Some(err) = chunk.get("error") {
+            let msg = err
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown error")
+                .to_string();
+            return Err(GatewayError::new(
+                ErrorKind::BadUpstream,
+                format!("upstream reported an error mid-stream: {msg}"),
+            )
+            .with_code("upstream_error"));
+        }
+        let choices = chunk.get("choices").and_then(Value::as_array);
+        let is_usage_only = choices.is_some_and(|c| c.is_empty())
+            && chunk.get("usage").is_some_and(|u| !u.is_null());
+        if chunk.get("usage").is_some_and(|u| !u.is_null()) {
+            self.usage_seen = true;
+        }
+        if is_usage_only && !self.include_usage {
+            return Ok(StreamStep::Continue);
+        }
+        if self.id.is_null() {
+            self.id = chunk.get("id").cloned().unwrap_or(Value::Null);
+            self.created = chunk.get("created").cloned().unwrap_or(Value::Null);
+        }
+        if let Some(choices) = choices {
+            for c in choices {
+                if c.get("finish_reason").is_some_and(|f| !f.is_null()) {
+                    self.finished = true;
+                }
+                if let Some(d) = c.get("delta") {
+                    let text = d
+                        .get("content")
+                        .and_then(Value::as_str)
+                        .is_some_and(|s| !s.is_empty());
+                    if text || d.get("tool_calls").is_some_and(|t| !t.is_null()) {
+                        self.content = true;
+                        self.deltas += 1;
+                    }
+                }
+            }
+        }
+        if !self.include_usage {
+            // A usage field the client did not ask for is not OpenAI's shape for it.
+            if chunk.get("usage").is_some_and(Value::is_null) {
+                chunk.remove("usage");
+            }
+        }
+        chunk.insert("model".into(), self.model.clone());
+        write_event(out, &chunk);
+        Ok(StreamStep::Continue)
+    }
+
+    fn end(&mut self, out: &mut BytesMut) -> Result<(), GatewayError> {
+        if self.finished {
+            self.close(out);
+            Ok(())
+        } else {
+            Err(GatewayError::new(
+                ErrorKind::BadUpstream,
+                "upstream closed the stream before the answer was complete",
+            )
+            .with_code("upstream_stream_cut"))
+        }
+    }
+
+    fn produced_content(&self) -> bool {
+        self.content
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,151 @@
+//! Incremental parser for server-sent events (WHATWG HTML, "Server-sent events",
+//! section 9.2.6 "Interpreting an event stream").
+//!
+//! Providers stream chat completions as SSE. Network reads split events anywhere, so the
+//! parser keeps the unfinished tail and yields each event once its blank line arrives.
+//! Lines may end in `\n`, `\r\n` or `\r`; several `data:` lines join with `\n`; lines
+//! starting with `:` are comments (keep-alives) and are skipped.
+
+use bytes::{Buf, BytesMut};
+
+/// One complete event.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SseEvent {
+    /// The `event:` field, if any (Anthropic sends one per event).
+    pub event: Option<String>,
+    /// The joined `data:` lines.
+    pub data: String,
+}
+
+/// Largest event accepted, in bytes; a provider sending more without a blank line is
+/// answering badly, not streaming (protects memory from a broken upstream).
+pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// Error: an event grew past [`MAX_EVENT_BYTES`].
+#[derive(Debug, thiserror::Error)]
+#[error("upstream sent a server-sent event larger than {MAX_EVENT_BYTES} bytes")]
+pub struct EventTooLarge;
+
+/// Streaming SSE parser: feed bytes with [`SseParser::push`], take events with
+/// [`SseParser::next_event`].
+#[derive(Debug, Default)]
+pub struct SseParser {
+    buf: BytesMut,
+    event: Option<String>,
+    data: String,
+    has_data: bool,
+    /// A `\r` ended the last consumed line; a following `\n` belongs to it.
+    skip_lf: bool,
+}
+
+impl SseParser {
+    /// A parser with nothing buffered.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends received bytes.
+    ///
+    /// # Errors
+    /// [`EventTooLarge`] when the unfinished event exceeds [`MAX_EVENT_BYTES`].
+    pub fn push(&mut self, bytes: &[u8]) -> Result<(), EventTooLarge> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() + self.data.len() > MAX_EVENT_BYTES {
+            return Err(EventTooLarge);
+        }
+        Ok(())
+    }
+
+    /// The next complete event, if the buffer holds one.
+    pub fn next_event(&mut self) -> Option<SseEvent> {
+        loop {
+            if self.skip_lf && !self.buf.is_empty() {
+                if self.buf[0] == b'\n' {
+                    self.buf.advance(1);
+                }
+                self.skip_lf = false;
+            }
+            let end = self.buf.iter().position(|&b| b == b'\n' || b == b'\r')?;
+            let line = self.buf.split_to(end);
+            let terminator = self.buf[0];
+            self.buf.advance(1);
+            if terminator == b'\r' {
+                self.skip_lf = true;
+            }
+            if line.is_empty() {
+                if self.has_data {
+                    self.has_data = false;
+                    return Some(SseEvent {
+                        event: self.event.take(),
+                        data: std::mem::take(&mut self.data),
+                    });
+                }
+                self.event = None;
+                continue;
+            }
+            let line = String::from_utf8_lossy(&line);
+            if line.starts_with(':') {
+                continue;
+            }
+            let (field, value) = match line.find(':') {
+                Some(i) => {
+                    let v = &line[i + 1..];
+                    (&line[..i], v.strip_prefix(' ').unwrap_or(v))
+                }
+                None => (&line[..], ""),
+            };
+            match field {
+                "data" => {
+                    if self.has_data {
+                        self.data.push('\n');
+                    }
+                    self.data.push_str(value);
+                    self.has_data = true;
+                }
+                "event" => self.event = Some(value.to_string()),
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether bytes of an unfinished event remain (used to tell a clean end of stream
+    /// from a cut one).
+    pub fn has_partial(&self) -> bool {
+        self.has_data || !self.buf.iter().all(|b| b.is_ascii_whitespace())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(p: &mut SseParser) -> Vec<SseEvent> {
+        std::iter::from_fn(|| p.next_event()).collect()
+    }
+
+    #[test]
+    fn splits_anywhere() {
+        let text = b"event: a\ndata: {\"x\":1}\n\n: keepalive\n\ndata: l1\r\ndata: l2\r\n\r\ndata: [DONE]\n\n";
+        for cut in 0..text.len() {
+            let mut p = SseParser::new();
+            p.push(&text[..cut]).unwrap();
+            let mut ev = all(&mut p);
+            p.push(&text[cut..]).unwrap();
+            ev.extend(all(&mut p));
+            assert_eq!(ev.len(), 3, "cut at {cut}");
+            assert_eq!(ev[0].event.as_deref(), Some("a"));
+            assert_eq!(ev[0].data, "{\"x\":1}");
+            assert_eq!(ev[1].data, "l1\nl2");
+            assert_eq!(ev[2].data, "[DONE]");
+            assert!(!p.has_partial());
+        }
+    }
+
+    #[test]
+    fn partial_is_detected() {
+        let mut p = SseParser::new();
+        p.push(b"data: {\"x\"").unwrap();
+        assert!(p.next_event().is_none());
+        assert!(p.has_partial());
+    }
+}
