@@ -89,15 +89,16 @@ impl ChatRequest {
             Err(e) => {
                 let path = e.path().to_string();
                 let inner = e.into_inner();
+                let at_root = path.is_empty() || path == "." || path == "?";
                 let message = if inner.is_syntax() || inner.is_eof() {
                     format!("request body is not valid JSON: {inner}")
-                } else if path.is_empty() || path == "." {
+                } else if at_root {
                     format!("invalid request body: {inner}")
                 } else {
                     format!("invalid field `{path}`: {inner}")
                 };
-                let mut err = GatewayError::invalid_field(path.clone(), message);
-                if path.is_empty() || path == "." {
+                let mut err = GatewayError::invalid_field(path, message);
+                if at_root || inner.is_syntax() || inner.is_eof() {
                     err.param = None;
                 }
                 return Err(err);
@@ -314,6 +315,7 @@ mod tests {
         for body in [&b"{"[..], b"", b"[1,2]", b"null", b"{\"model\":\"m\"} x"] {
             let e = ChatRequest::parse(body).unwrap_err();
             assert_eq!(e.status(), 400, "{:?}", String::from_utf8_lossy(body));
+            assert_eq!(e.param, None, "{:?}", String::from_utf8_lossy(body));
         }
     }
 }
