@@ -35,7 +35,7 @@ type HttpClient = Client<HttpsConnector<HttpConnector>, Body>;
 /// How requests reach a provider.
 #[derive(Debug)]
 enum Transport {
-    Http(HttpClient),
+    Http(Box<HttpClient>),
     InProcess(Arc<MockProvider>),
 }
 
@@ -83,7 +83,7 @@ impl Upstream {
         let transport = if cfg.kind == ProviderKind::Mock {
             Transport::InProcess(Arc::new(MockProvider::new(cfg.mock.clone())))
         } else {
-            Transport::Http(http_client(&cfg.timeouts))
+            Transport::Http(Box::new(http_client(&cfg.timeouts)))
         };
         let api_key = cfg.api_key_env.as_deref().and_then(env);
         if let (Some(var), None) = (&cfg.api_key_env, &api_key) {

@@ -92,7 +92,7 @@ impl MockProvider {
             tokio::time::sleep(Duration::from_millis(self.opts.latency_ms)).await;
         }
         if let Err(resp) = limits {
-            return resp;
+            return *resp;
         }
         let limits = limits.unwrap_or_default();
         if self.opts.fail_rate > 0.0 && unit_hash(self.opts.seed, n) < self.opts.fail_rate {
@@ -235,7 +235,7 @@ impl MockProvider {
     }
 
     /// Counts the request against the rate-limit window; `Err` is the 429 to send.
-    fn admit(&self, tokens: u64) -> Result<Limits, Response<Body>> {
+    fn admit(&self, tokens: u64) -> Result<Limits, Box<Response<Body>>> {
         if self.opts.ratelimit_requests.is_none() && self.opts.ratelimit_tokens.is_none() {
             return Ok(Limits::default());
         }
@@ -280,7 +280,7 @@ impl MockProvider {
                     HeaderValue::from(reset.as_secs().max(1)),
                 );
             }
-            return Err(resp);
+            return Err(Box::new(resp));
         }
         Ok(limits)
     }

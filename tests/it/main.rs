@@ -1,0 +1,6 @@
+//! Integration tests: the real binary, on loopback ephemeral ports, in one test binary.
+
+mod common;
+mod failures;
+mod proxy;
+mod shutdown;

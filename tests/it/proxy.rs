@@ -1,0 +1,120 @@
+//! Happy paths through `switchyard serve` in front of `switchyard mock`.
+
+use crate::common::*;
+
+fn one_model(m: &Proc) -> Proc {
+    serve(&config(
+        &[("up", m)],
+        "",
+        "  smollm:\n    endpoints:\n      - { provider: up, model: upstream-model }\n",
+    ))
+}
+
+#[tokio::test]
+async fn json_answer_reports_the_logical_model() {
+    let m = mock(&[]);
+    let gw = one_model(&m);
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        &chat("smollm", false, r#","max_tokens":5"#),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["model"], "smollm");
+    assert_eq!(v["usage"]["completion_tokens"], 5);
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(r.headers["x-switchyard-endpoint"], "up/upstream-model");
+}
+
+#[tokio::test]
+async fn stream_is_relayed_chunk_by_chunk_and_ends_with_done() {
+    let m = mock(&["--tokens-per-s", "200"]);
+    let gw = one_model(&m);
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        &chat(
+            "smollm",
+            true,
+            r#","max_tokens":8,"stream_options":{"include_usage":true}"#,
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.headers["content-type"], "text/event-stream");
+    let events = r.events();
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let usage: serde_json::Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(usage["choices"], serde_json::json!([]));
+    assert_eq!(usage["usage"]["completion_tokens"], 8);
+    let mut text = String::new();
+    for e in &events[..events.len() - 2] {
+        let v: serde_json::Value = serde_json::from_str(e).unwrap();
+        assert_eq!(v["model"], "smollm");
+        text.push_str(v["choices"][0]["delta"]["content"].as_str().unwrap_or(""));
+    }
+    // The same request without streaming gives the same text (the mock is deterministic).
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        &chat("smollm", false, r#","max_tokens":8"#),
+    )
+    .await;
+    assert_eq!(r.json()["choices"][0]["message"]["content"], text);
+}
+
+#[tokio::test]
+async fn usage_chunk_is_dropped_when_not_asked() {
+    let m = mock(&[]);
+    let gw = one_model(&m);
+    let r = post(&gw.url("/v1/chat/completions"), &chat("smollm", true, "")).await;
+    assert!(!r.text().contains("prompt_tokens"), "{}", r.text());
+    assert_eq!(r.events().last().unwrap(), "[DONE]");
+}
+
+#[tokio::test]
+async fn models_health_ready_and_metrics() {
+    let m = mock(&[]);
+    let gw = one_model(&m);
+    let models = get(&gw.url("/v1/models")).await.json();
+    assert_eq!(models["object"], "list");
+    assert_eq!(models["data"][0]["id"], "smollm");
+    assert_eq!(get(&gw.url("/health")).await.status, 200);
+    assert_eq!(get(&gw.url("/ready")).await.status, 200);
+    post(&gw.url("/v1/chat/completions"), &chat("smollm", true, "")).await;
+    post(&gw.url("/v1/chat/completions"), &chat("smollm", false, "")).await;
+    let metrics = get(&gw.url("/metrics")).await.text();
+    assert!(
+        metrics.contains(r#"switchyard_requests_total{model="smollm",endpoint="up/upstream-model",status="200"} 2"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("switchyard_ttft_seconds_bucket"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("switchyard_request_duration_seconds_bucket"));
+}
+
+#[tokio::test]
+async fn weights_split_traffic_between_endpoints() {
+    let a = mock(&[]);
+    let b = mock(&[]);
+    let gw = serve(&config(
+        &[("a", &a), ("b", &b)],
+        "",
+        "  m:\n    endpoints:\n      - { provider: a, model: x, weight: 1 }\n      - { provider: b, model: x, weight: 1 }\n",
+    ));
+    let mut seen_a = 0;
+    for _ in 0..60 {
+        let r = post(
+            &gw.url("/v1/chat/completions"),
+            &chat("m", false, r#","max_tokens":1"#),
+        )
+        .await;
+        assert_eq!(r.status, 200);
+        if r.headers["x-switchyard-endpoint"] == "a/x" {
+            seen_a += 1;
+        }
+    }
+    // Binomial(60, 0.5): 10..=50 holds with probability 1 - 1e-7.
+    assert!((10..=50).contains(&seen_a), "{seen_a}");
+}

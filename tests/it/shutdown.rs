@@ -1,0 +1,34 @@
+//! Graceful shutdown: in-flight streams finish, new connections are refused.
+
+use std::time::Duration;
+
+use crate::common::*;
+
+#[tokio::test]
+async fn sigterm_lets_in_flight_streams_finish() {
+    // 16 tokens at 20 tokens/s: the stream takes about 0.8 s.
+    let m = mock(&["--tokens-per-s", "20"]);
+    let mut gw = serve(&config(
+        &[("up", &m)],
+        "",
+        "  m:\n    endpoints:\n      - { provider: up, model: x }\n",
+    ));
+    let url = gw.url("/v1/chat/completions");
+    let inflight = tokio::spawn(async move { post(&url, &chat("m", true, "")).await });
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    gw.terminate();
+    let r = inflight.await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.events().last().unwrap(), "[DONE]", "{}", r.text());
+    // The process exits by itself after the drain, with success.
+    let mut exited = None;
+    for _ in 0..100 {
+        if let Some(s) = gw.child.try_wait().unwrap() {
+            exited = Some(s);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(exited.expect("exited after drain").success());
+    assert!(std::net::TcpStream::connect(gw.addr).is_err());
+}
