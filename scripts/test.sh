@@ -99,7 +99,7 @@ section "6/6 end-to-end: openai SDK -> switchyard -> llama.cpp server (pytest te
 export SWITCHYARD_BIN="$BIN"
 set +e
 # shellcheck disable=SC2086 # PYTEST_ARGS is split on purpose
-"$VPY" -m pytest tests/e2e -v -rA ${PYTEST_ARGS:-}
+"$VPY" -m pytest tests/e2e -v -ra --durations=5 ${PYTEST_ARGS:-}
 rc=$?
 set -e
 case $rc in
