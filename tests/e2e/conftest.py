@@ -107,7 +107,7 @@ def find_gguf() -> Path:
 
 def switchyard_binary() -> Path:
     env = os.environ.get("SWITCHYARD_BIN")
-    path = Path(env) if env else REPO / "target" / "release" / "switchyard"
+    path = Path(env).resolve() if env else REPO / "target" / "release" / "switchyard"
     if not path.is_file():
         pytest.fail(f"{path} not found: run `cargo build --release` (scripts/test.sh does)")
     return path
