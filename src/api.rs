@@ -39,6 +39,12 @@ pub struct ChatRequest {
     /// Every other field, forwarded as is.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+    /// The body exactly as the client sent it (set by [`ChatRequest::parse_bytes`]).
+    /// Adapters of OpenAI-format providers forward it with only `model` replaced,
+    /// which skips re-serialization. A layer that changes any other field must clear
+    /// it (`raw = Bytes::new()`) so adapters serialize the typed fields instead.
+    #[serde(skip)]
+    pub raw: bytes::Bytes,
 }
 
 /// `stream_options`.
@@ -76,6 +82,16 @@ pub const ROLES: [&str; 6] = [
 ];
 
 impl ChatRequest {
+    /// Parses and validates a request body, keeping the original bytes in `raw`.
+    ///
+    /// # Errors
+    /// As [`ChatRequest::parse`].
+    pub fn parse_bytes(body: bytes::Bytes) -> Result<ChatRequest, GatewayError> {
+        let mut req = ChatRequest::parse(&body)?;
+        req.raw = body;
+        Ok(req)
+    }
+
     /// Parses and validates a request body.
     ///
     /// # Errors

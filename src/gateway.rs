@@ -42,8 +42,36 @@ pub struct Gateway {
     pub registry: Registry,
     /// Renders `/metrics`; `None` when another recorder owns the process.
     pub metrics: Option<PrometheusHandle>,
+    /// Metric handles per endpoint, parallel to `registry.endpoints`.
+    endpoint_metrics: Vec<Arc<EndpointMetrics>>,
+    /// `switchyard_in_flight_requests`.
+    pub in_flight: metrics::Gauge,
     draining: AtomicBool,
     models_json: Bytes,
+}
+
+/// Metric handles of one endpoint, registered once so the request path only bumps
+/// atomics instead of hashing label sets.
+#[derive(Debug)]
+struct EndpointMetrics {
+    ok: metrics::Counter,
+    stream_error: metrics::Counter,
+    client_gone: metrics::Counter,
+    duration: metrics::Histogram,
+    ttft: metrics::Histogram,
+}
+
+impl EndpointMetrics {
+    fn new(model: &str, endpoint: &str) -> EndpointMetrics {
+        let counter = |status: &'static str| metrics::counter!(m::REQUESTS, "model" => model.to_string(), "endpoint" => endpoint.to_string(), "status" => status);
+        EndpointMetrics {
+            ok: counter("200"),
+            stream_error: counter("stream_error"),
+            client_gone: counter("client_gone"),
+            duration: metrics::histogram!(m::DURATION, "model" => model.to_string(), "endpoint" => endpoint.to_string()),
+            ttft: metrics::histogram!(m::TTFT, "model" => model.to_string(), "endpoint" => endpoint.to_string()),
+        }
+    }
 }
 
 impl Gateway {
@@ -83,6 +111,16 @@ impl Gateway {
                 })
             })
             .collect();
+        let mut endpoint_metrics: Vec<Arc<EndpointMetrics>> = Vec::new();
+        for model in registry.models.values() {
+            for &i in &model.endpoints {
+                while endpoint_metrics.len() <= i {
+                    endpoint_metrics.push(Arc::new(EndpointMetrics::new("", "")));
+                }
+                endpoint_metrics[i] =
+                    Arc::new(EndpointMetrics::new(&model.name, &registry.endpoints[i].id));
+            }
+        }
         let models_json = Bytes::from(
             serde_json::to_vec(&serde_json::json!({"object": "list", "data": data}))
                 .unwrap_or_default(),
@@ -92,6 +130,8 @@ impl Gateway {
             upstreams,
             registry,
             metrics,
+            endpoint_metrics,
+            in_flight: metrics::gauge!(m::IN_FLIGHT),
             draining: AtomicBool::new(false),
             models_json,
         })
@@ -114,7 +154,7 @@ impl Gateway {
 
     /// Serves one chat completion request body.
     pub async fn chat(self: &Arc<Self>, body: Bytes, started: Instant) -> Response<Body> {
-        let chat = match ChatRequest::parse(&body) {
+        let chat = match ChatRequest::parse_bytes(body) {
             Ok(c) => c,
             Err(e) => return self.fail(None, None, e, started),
         };
@@ -129,7 +169,7 @@ impl Gateway {
         let mut last: Option<(GatewayError, usize)> = None;
         for &ep_idx in plan.iter().take(MAX_ATTEMPTS) {
             let ep = &self.registry.endpoints[ep_idx];
-            match self.dispatch(ep, &model.name, &chat, started).await {
+            match self.dispatch(ep_idx, &chat, started).await {
                 Ok(resp) => return resp,
                 Err(e) => {
                     metrics::counter!(m::UPSTREAM_ERRORS, "endpoint" => ep.id.to_string(), "kind" => e.kind.metric_label())
@@ -156,11 +196,11 @@ impl Gateway {
     /// One attempt on one endpoint.
     async fn dispatch(
         &self,
-        ep: &Endpoint,
-        model: &Arc<str>,
+        ep_idx: usize,
         chat: &ChatRequest,
         started: Instant,
     ) -> Result<Response<Body>, GatewayError> {
+        let ep: &Endpoint = &self.registry.endpoints[ep_idx];
         let up = &self.upstreams[ep.provider];
         let sent = up.send(&ep.upstream_model, chat).await?;
         let deadline = tokio::time::Instant::from_std(
@@ -181,8 +221,7 @@ impl Gateway {
                 prompt_tokens_estimate: chat.estimated_input_tokens(),
             });
             let observer = Box::new(RequestLog {
-                model: model.clone(),
-                endpoint: ep.id.clone(),
+                metrics: self.endpoint_metrics[ep_idx].clone(),
                 started,
             });
             let relay = SseRelay::new(
@@ -212,12 +251,9 @@ impl Gateway {
                 http::header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             );
-            RequestLog {
-                model: model.clone(),
-                endpoint: ep.id.clone(),
-                started,
-            }
-            .record("200");
+            let em = &self.endpoint_metrics[ep_idx];
+            em.ok.increment(1);
+            em.duration.record(started.elapsed().as_secs_f64());
             r
         };
         if let Ok(v) = HeaderValue::from_str(&ep.id) {
@@ -266,37 +302,26 @@ pub fn error_response(e: &GatewayError) -> Response<Body> {
     r
 }
 
-/// Records a finished request's metrics.
+/// Records a finished stream's metrics.
 struct RequestLog {
-    model: Arc<str>,
-    endpoint: Arc<str>,
+    metrics: Arc<EndpointMetrics>,
     started: Instant,
-}
-
-impl RequestLog {
-    fn record(&self, status: &'static str) {
-        metrics::counter!(m::REQUESTS, "model" => self.model.to_string(), "endpoint" => self.endpoint.to_string(), "status" => status)
-            .increment(1);
-        metrics::histogram!(m::DURATION, "model" => self.model.to_string(), "endpoint" => self.endpoint.to_string())
-            .record(self.started.elapsed().as_secs_f64());
-    }
 }
 
 impl StreamObserver for RequestLog {
     fn first_token(&mut self) {
-        metrics::histogram!(m::TTFT, "model" => self.model.to_string(), "endpoint" => self.endpoint.to_string())
+        self.metrics
+            .ttft
             .record(self.started.elapsed().as_secs_f64());
     }
 
     fn finished(&mut self, end: StreamEnd) {
+        let m = &self.metrics;
         match end {
-            StreamEnd::Completed => self.record("200"),
-            StreamEnd::Failed(e) => {
-                metrics::counter!(m::UPSTREAM_ERRORS, "endpoint" => self.endpoint.to_string(), "kind" => e.kind.metric_label())
-                    .increment(1);
-                self.record("stream_error");
-            }
-            StreamEnd::ClientGone => self.record("client_gone"),
+            StreamEnd::Completed => m.ok.increment(1),
+            StreamEnd::Failed(_) => m.stream_error.increment(1),
+            StreamEnd::ClientGone => m.client_gone.increment(1),
         }
+        m.duration.record(self.started.elapsed().as_secs_f64());
     }
 }

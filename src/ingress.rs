@@ -16,7 +16,6 @@ use hyper::Request;
 use crate::body::{self, Body};
 use crate::error::{ErrorKind, GatewayError};
 use crate::gateway::{error_response, Gateway};
-use crate::metrics as m;
 
 /// Handles one HTTP request.
 pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
@@ -29,7 +28,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
     };
     match (req.method(), path) {
         (&Method::POST, "/v1/chat/completions") => {
-            let gauge = metrics::gauge!(m::IN_FLIGHT);
+            let gauge = gw.in_flight.clone();
             gauge.increment(1.0);
             let resp = match read_body(req, gw.config.server.max_body_bytes).await {
                 Ok(bytes) => gw.chat(bytes, started).await,

@@ -7,6 +7,7 @@
 //! hands back what the provider sent, so adapters are tested on recorded wire data.
 
 pub mod openai;
+pub mod splice;
 
 use bytes::{Bytes, BytesMut};
 use http::HeaderMap;

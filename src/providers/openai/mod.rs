@@ -11,10 +11,11 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http::{HeaderValue, Method};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::{Adapter, StreamContext, StreamStep, StreamTranscoder, Target};
+use super::{splice, Adapter, StreamContext, StreamStep, StreamTranscoder, Target};
 use crate::api::{ChatRequest, Message, StreamOptions, Usage};
 use crate::body::{self, Body};
 use crate::error::{ErrorKind, GatewayError};
@@ -65,12 +66,9 @@ struct Outgoing<'a> {
     extra: &'a Map<String, Value>,
 }
 
-impl Adapter for OpenAi {
-    fn request(
-        &self,
-        target: &Target<'_>,
-        chat: &ChatRequest,
-    ) -> Result<http::Request<Body>, GatewayError> {
+impl OpenAi {
+    /// Serializes the typed request with `model` replaced (used when `raw` is unset).
+    fn serialize(&self, target: &Target<'_>, chat: &ChatRequest) -> Result<Vec<u8>, GatewayError> {
         let out = Outgoing {
             model: target.model,
             messages: &chat.messages,
@@ -88,6 +86,25 @@ impl Adapter for OpenAi {
                 format!("could not encode request: {e}"),
             )
         })?;
+        Ok(json)
+    }
+}
+
+impl Adapter for OpenAi {
+    fn request(
+        &self,
+        target: &Target<'_>,
+        chat: &ChatRequest,
+    ) -> Result<http::Request<Body>, GatewayError> {
+        let spliced = if chat.raw.is_empty() {
+            None
+        } else {
+            splice::set_string(&chat.raw, "model", target.model)
+        };
+        let json = match spliced {
+            Some(j) => j,
+            None => self.serialize(target, chat)?,
+        };
         let uri = match &self.azure_api_version {
             None => format!("{}/chat/completions", target.base_url),
             Some(v) => format!(
@@ -130,27 +147,26 @@ impl Adapter for OpenAi {
     }
 
     fn response(&self, body: &[u8], logical_model: &str) -> Result<Bytes, GatewayError> {
-        let mut v: Map<String, Value> = serde_json::from_slice(body).map_err(|e| {
-            GatewayError::new(
-                ErrorKind::BadUpstream,
-                format!("upstream sent a response that is not a JSON object: {e}"),
-            )
-            .with_code("upstream_bad_response")
+        let bad = |why: String| {
+            GatewayError::new(ErrorKind::BadUpstream, why).with_code("upstream_bad_response")
+        };
+        // Validate the shape without building a tree, then splice the model name.
+        let view: ResponseView<'_> = serde_json::from_slice(body).map_err(|e| {
+            bad(format!(
+                "upstream sent a response that is not a chat completion: {e}"
+            ))
         })?;
-        if !v.contains_key("choices") {
-            return Err(GatewayError::new(
-                ErrorKind::BadUpstream,
-                "upstream response has no `choices`",
-            )
-            .with_code("upstream_bad_response"));
+        if view.choices.is_none() {
+            return Err(bad("upstream response has no `choices`".into()));
         }
-        v.insert("model".into(), Value::String(logical_model.to_string()));
-        Ok(Bytes::from(serde_json::to_vec(&v).unwrap_or_default()))
+        splice::set_string(body, "model", logical_model)
+            .map(Bytes::from)
+            .ok_or_else(|| bad("upstream response is not a JSON object".into()))
     }
 
     fn stream(&self, ctx: StreamContext) -> Box<dyn StreamTranscoder> {
         Box::new(OpenAiStream {
-            model: Value::String(ctx.logical_model),
+            model: ctx.logical_model,
             include_usage: ctx.include_usage,
             prompt_tokens: ctx.prompt_tokens_estimate,
             finished: false,
@@ -172,7 +188,7 @@ impl Adapter for OpenAi {
 /// by [`ChatRequest::estimated_input_tokens`], output tokens as one per content delta
 /// (what token-by-token servers send).
 struct OpenAiStream {
-    model: Value,
+    model: String,
     include_usage: bool,
     prompt_tokens: u64,
     /// A chunk with a `finish_reason` has been seen.
@@ -204,6 +220,44 @@ impl OpenAiStream {
     }
 }
 
+/// Just enough of a chat completion to know it is one.
+#[derive(Deserialize)]
+struct ResponseView<'a> {
+    #[serde(default, borrow)]
+    choices: Option<&'a RawValue>,
+}
+
+/// The parts of a stream chunk the relay reads; everything else is skipped unparsed.
+#[derive(Deserialize)]
+struct ChunkView<'a> {
+    #[serde(default)]
+    choices: Option<Vec<ChoiceView<'a>>>,
+    #[serde(default, borrow)]
+    usage: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    error: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    created: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ChoiceView<'a> {
+    #[serde(default, borrow)]
+    finish_reason: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    delta: Option<DeltaView<'a>>,
+}
+
+#[derive(Deserialize)]
+struct DeltaView<'a> {
+    #[serde(default, borrow)]
+    content: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    tool_calls: Option<&'a RawValue>,
+}
+
 /// Appends `data: <json>\n\n`.
 pub fn write_event(out: &mut BytesMut, json: &impl Serialize) {
     out.put_slice(b"data: ");
@@ -228,63 +282,63 @@ impl StreamTranscoder for OpenAiStream {
         if data.is_empty() {
             return Ok(StreamStep::Continue);
         }
-        let mut chunk: Map<String, Value> = serde_json::from_str(data).map_err(|e| {
+        let chunk: ChunkView<'_> = serde_json::from_str(data).map_err(|e| {
             GatewayError::new(
                 ErrorKind::BadUpstream,
-                format!("upstream sent a stream event that is not JSON: {e}"),
+                format!("upstream sent a stream event that is not a chunk: {e}"),
             )
             .with_code("upstream_bad_response")
         })?;
-        if let Some(err) = chunk.get("error") {
-            let msg = err
+        if let Some(err) = chunk.error {
+            let v: Value = serde_json::from_str(err.get()).unwrap_or(Value::Null);
+            let msg = v
                 .get("message")
                 .and_then(Value::as_str)
-                .unwrap_or("unknown error")
-                .to_string();
+                .or_else(|| v.as_str())
+                .unwrap_or("unknown error");
             return Err(GatewayError::new(
                 ErrorKind::BadUpstream,
                 format!("upstream reported an error mid-stream: {msg}"),
             )
             .with_code("upstream_error"));
         }
-        let choices = chunk.get("choices").and_then(Value::as_array);
-        let is_usage_only = choices.is_some_and(|c| c.is_empty())
-            && chunk.get("usage").is_some_and(|u| !u.is_null());
-        if chunk.get("usage").is_some_and(|u| !u.is_null()) {
+        let choices = chunk.choices.as_deref().unwrap_or(&[]);
+        if chunk.usage.is_some() {
             self.usage_seen = true;
-        }
-        if is_usage_only && !self.include_usage {
-            return Ok(StreamStep::Continue);
+            if choices.is_empty() && !self.include_usage {
+                return Ok(StreamStep::Continue);
+            }
         }
         if self.id.is_null() {
-            self.id = chunk.get("id").cloned().unwrap_or(Value::Null);
-            self.created = chunk.get("created").cloned().unwrap_or(Value::Null);
+            let parse = |r: Option<&RawValue>| {
+                r.and_then(|r| serde_json::from_str(r.get()).ok())
+                    .unwrap_or(Value::Null)
+            };
+            self.id = parse(chunk.id);
+            self.created = parse(chunk.created);
         }
-        if let Some(choices) = choices {
-            for c in choices {
-                if c.get("finish_reason").is_some_and(|f| !f.is_null()) {
-                    self.finished = true;
-                }
-                if let Some(d) = c.get("delta") {
-                    let text = d
-                        .get("content")
-                        .and_then(Value::as_str)
-                        .is_some_and(|s| !s.is_empty());
-                    if text || d.get("tool_calls").is_some_and(|t| !t.is_null()) {
-                        self.content = true;
-                        self.deltas += 1;
-                    }
+        for c in choices {
+            if c.finish_reason.is_some() {
+                self.finished = true;
+            }
+            if let Some(d) = &c.delta {
+                let text = d.content.is_some_and(|t| t.get() != "\"\"");
+                if text || d.tool_calls.is_some() {
+                    self.content = true;
+                    self.deltas += 1;
                 }
             }
         }
-        if !self.include_usage {
-            // A usage field the client did not ask for is not OpenAI's shape for it.
-            if chunk.get("usage").is_some_and(Value::is_null) {
-                chunk.remove("usage");
-            }
-        }
-        chunk.insert("model".into(), self.model.clone());
-        write_event(out, &chunk);
+        let bytes = splice::set_string(data.as_bytes(), "model", &self.model).ok_or_else(|| {
+            GatewayError::new(
+                ErrorKind::BadUpstream,
+                "upstream stream event is not a JSON object",
+            )
+            .with_code("upstream_bad_response")
+        })?;
+        out.put_slice(b"data: ");
+        out.put_slice(&bytes);
+        out.put_slice(b"\n\n");
         Ok(StreamStep::Continue)
     }
 

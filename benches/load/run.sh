@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Load run: requests/s of `switchyard mock` direct, through nginx proxy_pass, and through
+# Switchyard, side by side in one run. Usage: benches/load/run.sh [seconds] [connections]
+# Needs: wrk, nginx (apt-get install wrk nginx-light), a release build.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+secs=${1:-10}; conns=${2:-64}; rounds=${ROUNDS:-3}
+bin=target/release/switchyard
+[ -x "$bin" ] || cargo build --release
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null; rm -rf "$work"' EXIT
+
+port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+mport=$(port); gport=$(port); nport=$(port)
+SWITCHYARD_LOG=warn $bin mock --listen 127.0.0.1:$mport >/dev/null &
+cat > "$work/sy.yaml" <<YAML
+server: { listen: 127.0.0.1:$gport }
+providers:
+  up: { kind: openai-compatible, base_url: http://127.0.0.1:$mport/v1 }
+models:
+  bench: { endpoints: [ { provider: up, model: mock-1 } ] }
+YAML
+SWITCHYARD_LOG=warn $bin serve --config "$work/sy.yaml" >/dev/null &
+cat > "$work/nginx.conf" <<NGINX
+worker_processes 1;
+pid $work/nginx.pid;
+error_log $work/nginx-error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream mock { server 127.0.0.1:$mport; keepalive 128; }
+  server {
+    listen 127.0.0.1:$nport;
+    location / {
+      proxy_pass http://mock;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+NGINX
+nginx -c "$work/nginx.conf"
+sleep 1
+sed "s/MODEL/bench/" benches/load/chat.lua > "$work/chat.lua"
+run() { wrk -t2 -c"$conns" -d"${secs}s" -s "$work/chat.lua" "$1" | awk '/Requests\/sec/ {print $2}'; }
+echo "# $(date -u +%FT%TZ) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); wrk -t2 -c$conns -d${secs}s, $rounds rounds"
+printf "%-10s %12s %12s %12s\n" round direct nginx switchyard
+for r in $(seq "$rounds"); do
+  d=$(run "http://127.0.0.1:$mport/v1/chat/completions")
+  n=$(run "http://127.0.0.1:$nport/v1/chat/completions")
+  s=$(run "http://127.0.0.1:$gport/v1/chat/completions")
+  printf "%-10s %12s %12s %12s\n" "$r" "$d" "$n" "$s"
+done

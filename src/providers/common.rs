@@ -1,0 +1,463 @@
+//! Pieces shared by the adapters that translate (Anthropic, Gemini): reading OpenAI
+//! content parts and tool calls out of a [`Message`], and writing OpenAI's response and
+//! chunk shapes (OpenAI API reference, "The chat completion object" and "The chat
+//! completion chunk object").
+//!
+//! Everything here borrows from the client's request: the request path builds the
+//! provider body from references and serializes once.
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderValue, Method};
+use rand::Rng;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use super::openai::write_event;
+use crate::api::{Message, Usage};
+use crate::body::{self, Body};
+use crate::error::{ErrorKind, GatewayError};
+
+/// 502 for a provider answer that does not have the shape its API documents.
+pub(crate) fn bad_upstream(message: impl Into<String>) -> GatewayError {
+    GatewayError::new(ErrorKind::BadUpstream, message).with_code("upstream_bad_response")
+}
+
+/// 400 for a request field the provider cannot express.
+pub(crate) fn unsupported(param: impl Into<String>, message: impl Into<String>) -> GatewayError {
+    GatewayError::invalid_field(param, message)
+}
+
+/// Seconds since the Unix epoch, for OpenAI's `created`.
+pub(crate) fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// A fresh id with `prefix` and 24 random alphanumerics (for ids the provider does not
+/// assign, such as Gemini's tool calls).
+pub(crate) fn random_id(prefix: &str) -> String {
+    let mut rng = rand::rng();
+    let mut id = String::with_capacity(prefix.len() + 24);
+    id.push_str(prefix);
+    id.extend((0..24).map(|_| char::from(rng.sample(rand::distr::Alphanumeric))));
+    id
+}
+
+/// An image as the client referenced it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ImageRef<'a> {
+    /// A `data:<mime>;base64,<data>` URL, split into its media type and base64 payload.
+    Inline { mime: &'a str, data: &'a str },
+    /// An `http(s)://` URL the provider fetches itself.
+    Url(&'a str),
+}
+
+/// One OpenAI content part that the translating adapters support.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part<'a> {
+    /// `{"type":"text","text":...}` (also a plain string content, and `refusal` parts).
+    Text(&'a str),
+    /// `{"type":"image_url","image_url":{"url":...}}`.
+    Image(ImageRef<'a>),
+}
+
+/// Splits an image URL into what providers take (RFC 2397 `data:` URLs must be base64).
+///
+/// # Errors
+/// 400 naming `param` for another scheme or a non-base64 data URL.
+pub(crate) fn image_ref<'a>(url: &'a str, param: &str) -> Result<ImageRef<'a>, GatewayError> {
+    if let Some(rest) = url.strip_prefix("data:") {
+        let (head, data) = rest.split_once(',').ok_or_else(|| {
+            unsupported(param, format!("`{param}` is a data URL without a comma"))
+        })?;
+        let Some(head) = head.strip_suffix(";base64") else {
+            return Err(unsupported(
+                param,
+                format!("`{param}` must be a base64 data URL (data:<type>;base64,...)"),
+            ));
+        };
+        let mime = head.split(';').next().unwrap_or(head);
+        return Ok(ImageRef::Inline { mime, data });
+    }
+    if url.starts_with("https://") || url.starts_with("http://") {
+        return Ok(ImageRef::Url(url));
+    }
+    Err(unsupported(
+        param,
+        format!("`{param}` must be an http(s) URL or a base64 data URL"),
+    ))
+}
+
+/// The content parts of message `i`: a string is one text part; an array is read part
+/// by part. Empty text is skipped (providers reject empty text blocks).
+///
+/// # Errors
+/// 400 naming the part for a part type the provider adapters do not translate
+/// (audio, files) or a malformed part.
+pub(crate) fn parts(content: &Value, i: usize) -> Result<Vec<Part<'_>>, GatewayError> {
+    match content {
+        Value::String(s) if s.is_empty() => Ok(Vec::new()),
+        Value::String(s) => Ok(vec![Part::Text(s)]),
+        Value::Array(items) => {
+            let mut out = Vec::with_capacity(items.len());
+            for (j, p) in items.iter().enumerate() {
+                let param = format!("messages[{i}].content[{j}]");
+                let kind = p.get("type").and_then(Value::as_str).unwrap_or("");
+                match kind {
+                    "text" | "refusal" => {
+                        let text = p.get(kind).and_then(Value::as_str).ok_or_else(|| {
+                            unsupported(&param, format!("`{param}.{kind}` must be a string"))
+                        })?;
+                        if !text.is_empty() {
+                            out.push(Part::Text(text));
+                        }
+                    }
+                    "image_url" => {
+                        let url = p
+                            .get("image_url")
+                            .and_then(|u| u.get("url").or(Some(u)))
+                            .and_then(Value::as_str)
+                            .ok_or_else(|| {
+                                unsupported(&param, format!("`{param}.image_url.url` is required"))
+                            })?;
+                        out.push(Part::Image(image_ref(url, &format!("{param}.image_url.url"))?));
+                    }
+                    other => {
+                        return Err(unsupported(
+                            &param,
+                            format!("content part type \"{other}\" is not supported by this provider"),
+                        ))
+                    }
+                }
+            }
+            Ok(out)
+        }
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// The text of a message whose content must be text only (system, tool results).
+///
+/// # Errors
+/// 400 when the content holds an image or another non-text part.
+pub(crate) fn text_only(content: &Value, i: usize) -> Result<std::borrow::Cow<'_, str>, GatewayError> {
+    if let Value::String(s) = content {
+        return Ok(std::borrow::Cow::Borrowed(s));
+    }
+    let mut text = String::new();
+    for p in parts(content, i)? {
+        match p {
+            Part::Text(t) => text.push_str(t),
+            Part::Image(_) => {
+                return Err(unsupported(
+                    format!("messages[{i}].content"),
+                    format!("`messages[{i}].content` may only hold text for this role"),
+                ))
+            }
+        }
+    }
+    Ok(std::borrow::Cow::Owned(text))
+}
+
+/// One tool call of an assistant message, borrowed from the request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ToolCallRef<'a> {
+    /// The call id the tool result will refer to.
+    pub id: &'a str,
+    /// The function name.
+    pub name: &'a str,
+    /// The arguments, validated to be a JSON object (`{}` when the client sent "").
+    pub arguments: &'a RawValue,
+}
+
+/// The `tool_calls` of assistant message `i` (empty when it has none).
+///
+/// # Errors
+/// 400 naming the field when a call lacks an id or name, is not a function call, or has
+/// arguments that are not a JSON object.
+pub(crate) fn tool_calls(m: &Message, i: usize) -> Result<Vec<ToolCallRef<'_>>, GatewayError> {
+    let Some(calls) = m.extra.get("tool_calls").filter(|v| !v.is_null()) else {
+        return Ok(Vec::new());
+    };
+    let calls = calls.as_array().ok_or_else(|| {
+        unsupported(
+            format!("messages[{i}].tool_calls"),
+            format!("`messages[{i}].tool_calls` must be an array"),
+        )
+    })?;
+    let mut out = Vec::with_capacity(calls.len());
+    for (j, c) in calls.iter().enumerate() {
+        let param = format!("messages[{i}].tool_calls[{j}]");
+        let field = |name: &str| {
+            unsupported(&param, format!("`{param}.{name}` is required and must be a string"))
+        };
+        let id = c.get("id").and_then(Value::as_str).ok_or_else(|| field("id"))?;
+        let f = c.get("function").ok_or_else(|| field("function"))?;
+        let name = f.get("name").and_then(Value::as_str).ok_or_else(|| field("function.name"))?;
+        let args = f.get("arguments").and_then(Value::as_str).unwrap_or("");
+        out.push(ToolCallRef {
+            id,
+            name,
+            arguments: json_object(args, &format!("{param}.function.arguments"))?,
+        });
+    }
+    Ok(out)
+}
+
+/// `text` as a borrowed JSON object; blank text is `{}`.
+///
+/// # Errors
+/// 400 naming `param` when the text is not a JSON object.
+pub(crate) fn json_object<'a>(text: &'a str, param: &str) -> Result<&'a RawValue, GatewayError> {
+    let text = text.trim();
+    let text = if text.is_empty() { "{}" } else { text };
+    match serde_json::from_str::<&RawValue>(text) {
+        Ok(raw) if text.starts_with('{') => Ok(raw),
+        _ => Err(unsupported(
+            param,
+            format!("`{param}` must be a JSON object encoded as a string"),
+        )),
+    }
+}
+
+/// Builds a JSON `POST` to `uri` with the API key in header `key_header` (marked
+/// sensitive so it never reaches logs) and `extra` headers.
+///
+/// # Errors
+/// 500 when the body cannot be encoded or the key is not a valid header value.
+pub(crate) fn post_json(
+    uri: String,
+    key_header: &'static str,
+    key: Option<&str>,
+    extra: &[(&'static str, &'static str)],
+    stream: bool,
+    body: &impl Serialize,
+) -> Result<http::Request<Body>, GatewayError> {
+    let internal = |m: String| GatewayError::new(ErrorKind::Internal, m);
+    let json = serde_json::to_vec(body).map_err(|e| internal(format!("could not encode request: {e}")))?;
+    let mut b = http::Request::builder()
+        .method(Method::POST)
+        .uri(uri)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(
+            http::header::ACCEPT,
+            if stream { "text/event-stream" } else { "application/json" },
+        );
+    for (name, value) in extra {
+        b = b.header(*name, *value);
+    }
+    if let Some(key) = key {
+        let mut v = HeaderValue::from_str(key).map_err(|_| {
+            internal("the provider API key is not a valid header value".to_string())
+        })?;
+        v.set_sensitive(true);
+        b = b.header(key_header, v);
+    }
+    b.body(body::full(json))
+        .map_err(|e| internal(format!("could not build upstream request: {e}")))
+}
+
+/// One assistant choice of a non-streaming answer, in OpenAI's terms.
+#[derive(Debug, Default)]
+pub(crate) struct Choice {
+    /// Concatenated text, `None` when the model produced none.
+    pub content: Option<String>,
+    /// OpenAI's `refusal` message, when the provider explained one.
+    pub refusal: Option<String>,
+    /// Tool calls: id, function name, arguments as a JSON string.
+    pub tool_calls: Vec<(String, String, String)>,
+    /// OpenAI finish reason (`stop`, `length`, `tool_calls`, `content_filter`).
+    pub finish_reason: &'static str,
+}
+
+/// Serializes an OpenAI `chat.completion` object.
+pub(crate) fn completion(id: &str, model: &str, choices: &[Choice], usage: Usage) -> Bytes {
+    let choices: Vec<Value> = choices
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut msg = serde_json::json!({
+                "role": "assistant",
+                "content": c.content,
+                "refusal": c.refusal,
+            });
+            if !c.tool_calls.is_empty() {
+                msg["tool_calls"] = c
+                    .tool_calls
+                    .iter()
+                    .map(|(id, name, args)| {
+                        serde_json::json!({
+                            "id": id,
+                            "type": "function",
+                            "function": {"name": name, "arguments": args},
+                        })
+                    })
+                    .collect();
+            }
+            serde_json::json!({
+                "index": i,
+                "message": msg,
+                "logprobs": null,
+                "finish_reason": c.finish_reason,
+            })
+        })
+        .collect();
+    let body = serde_json::json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": now_secs(),
+        "model": model,
+        "choices": choices,
+        "usage": usage,
+    });
+    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+}
+
+/// A tool-call piece of a chunk's `delta.tool_calls`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ToolDelta<'a> {
+    /// Position of the call in the answer (stable across its pieces).
+    pub index: u32,
+    /// Call id, on the first piece only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<&'a str>,
+    /// `"function"`, on the first piece only.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    /// Name (first piece) and/or a piece of the arguments string.
+    pub function: FunctionDelta<'a>,
+}
+
+/// `delta.tool_calls[].function`.
+#[derive(Debug, Serialize)]
+pub(crate) struct FunctionDelta<'a> {
+    /// Function name, on the first piece only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<&'a str>,
+    /// The next piece of the JSON arguments string.
+    pub arguments: &'a str,
+}
+
+#[derive(Serialize)]
+struct Delta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<[ToolDelta<'a>; 1]>,
+}
+
+#[derive(Serialize)]
+struct ChunkChoice<'a> {
+    index: u32,
+    delta: Delta<'a>,
+    logprobs: (),
+    finish_reason: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct Chunk<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: &'a [ChunkChoice<'a>],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Usage>,
+}
+
+/// Writes OpenAI `chat.completion.chunk` events for one streamed answer: same id,
+/// creation time and logical model on each, `role: assistant` on the first.
+#[derive(Debug)]
+pub(crate) struct ChunkWriter {
+    /// The completion id (the provider's message id once known).
+    pub id: String,
+    created: u64,
+    model: String,
+    role_sent: bool,
+    /// Whether any text or tool-call piece has been written.
+    pub content: bool,
+}
+
+impl ChunkWriter {
+    /// A writer reporting `model`.
+    pub fn new(model: String) -> Self {
+        ChunkWriter {
+            id: String::new(),
+            created: now_secs(),
+            model,
+            role_sent: false,
+            content: false,
+        }
+    }
+
+    fn write(&mut self, out: &mut BytesMut, delta: Delta<'_>, finish: Option<&str>) {
+        let role = if self.role_sent { None } else { Some("assistant") };
+        self.role_sent = true;
+        let choices = [ChunkChoice {
+            index: 0,
+            delta: Delta { role, ..delta },
+            logprobs: (),
+            finish_reason: finish,
+        }];
+        let chunk = Chunk {
+            id: &self.id,
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: &self.model,
+            choices: &choices,
+            usage: None,
+        };
+        write_event(out, &chunk);
+    }
+
+    /// The opening chunk: `role: assistant` with empty content (OpenAI sends the same).
+    pub fn start(&mut self, out: &mut BytesMut) {
+        if !self.role_sent {
+            self.write(out, Delta { role: None, content: Some(""), tool_calls: None }, None);
+        }
+    }
+
+    /// A text piece.
+    pub fn text(&mut self, out: &mut BytesMut, text: &str) {
+        self.content = true;
+        self.write(out, Delta { role: None, content: Some(text), tool_calls: None }, None);
+    }
+
+    /// A tool-call piece.
+    pub fn tool(&mut self, out: &mut BytesMut, piece: ToolDelta<'_>) {
+        self.content = true;
+        self.write(out, Delta { role: None, content: None, tool_calls: Some([piece]) }, None);
+    }
+
+    /// The chunk carrying the finish reason, with an empty delta.
+    pub fn finish(&mut self, out: &mut BytesMut, reason: &str) {
+        self.write(out, Delta { role: None, content: None, tool_calls: None }, Some(reason));
+    }
+
+    /// The final usage chunk (`choices: []`), for clients that asked for it.
+    pub fn usage(&self, out: &mut BytesMut, usage: Usage) {
+        let chunk = Chunk {
+            id: &self.id,
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: &self.model,
+            choices: &[],
+            usage: Some(usage),
+        };
+        write_event(out, &chunk);
+    }
+}
+
+/// 502 for a stream that ended before the provider's finish marker.
+pub(crate) fn stream_cut() -> GatewayError {
+    GatewayError::new(
+        ErrorKind::BadUpstream,
+        "upstream closed the stream before the answer was complete",
+    )
+    .with_code("upstream_stream_cut")
+}

@@ -1,0 +1,228 @@
+//! Replacing one top-level string field of a JSON object without re-serializing it.
+//!
+//! The OpenAI-format path forwards bodies nearly verbatim: only `model` changes (the
+//! logical name on the way in, the upstream name on the way out). Parsing a body into a
+//! tree and writing it back costs more than the rest of the proxy; a single scan that
+//! finds the field's byte range and splices in the new value costs a few hundred
+//! nanoseconds and keeps every other byte exactly as the sender wrote it.
+//!
+//! The scanner only walks the top level and skips nested values by bracket depth, with
+//! string escapes honoured, so a `"model"` key inside a message or a tool schema is
+//! never touched. Callers pass text that serde_json has already accepted as an object.
+
+use std::ops::Range;
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | b'\r') {
+        i += 1;
+    }
+    i
+}
+
+/// Index just past the string starting at `b[i] == '"'`.
+fn skip_string(b: &[u8], mut i: usize) -> Option<usize> {
+    i += 1;
+    while i < b.len() {
+        match b[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// Index just past the value starting at `b[i]`.
+fn skip_value(b: &[u8], i: usize) -> Option<usize> {
+    match *b.get(i)? {
+        b'"' => skip_string(b, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            while j < b.len() {
+                match b[j] {
+                    b'"' => {
+                        j = skip_string(b, j)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+            None
+        }
+        _ => {
+            let mut j = i;
+            while j < b.len() && !matches!(b[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+            {
+                j += 1;
+            }
+            Some(j)
+        }
+    }
+}
+
+/// Where a top-level key was found: the byte range of its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Field {
+    /// The key exists; its value spans this range (quotes included for strings).
+    Found(Range<usize>),
+    /// The object has no such key; a new member can go right after this index (the
+    /// opening brace), followed by a comma unless the object is empty.
+    Missing { after_brace: usize, empty: bool },
+}
+
+/// Finds top-level `key` in the JSON object `json`. `None` if `json` is not an object.
+pub fn find(json: &[u8], key: &str) -> Option<Field> {
+    let start = skip_ws(json, 0);
+    if json.get(start) != Some(&b'{') {
+        return None;
+    }
+    let mut i = skip_ws(json, start + 1);
+    if json.get(i) == Some(&b'}') {
+        return Some(Field::Missing {
+            after_brace: start + 1,
+            empty: true,
+        });
+    }
+    loop {
+        if json.get(i) != Some(&b'"') {
+            return None;
+        }
+        let key_end = skip_string(json, i)?;
+        let is_key = &json[i + 1..key_end - 1] == key.as_bytes();
+        i = skip_ws(json, key_end);
+        if json.get(i) != Some(&b':') {
+            return None;
+        }
+        let v = skip_ws(json, i + 1);
+        let v_end = skip_value(json, v)?;
+        if is_key {
+            return Some(Field::Found(v..v_end));
+        }
+        i = skip_ws(json, v_end);
+        match json.get(i) {
+            Some(b',') => i = skip_ws(json, i + 1),
+            Some(b'}') => {
+                return Some(Field::Missing {
+                    after_brace: start + 1,
+                    empty: false,
+                })
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// Appends `s` as a JSON string literal (quotes and escapes) to `out`.
+pub fn push_json_string(out: &mut Vec<u8>, s: &str) {
+    // Writing a &str to a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+/// `json` with top-level `key` set to the string `value` (added if absent), every other
+/// byte unchanged. `None` if `json` is not an object.
+pub fn set_string(json: &[u8], key: &str, value: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(json.len() + value.len() + key.len() + 8);
+    match find(json, key)? {
+        Field::Found(r) => {
+            out.extend_from_slice(&json[..r.start]);
+            push_json_string(&mut out, value);
+            out.extend_from_slice(&json[r.end..]);
+        }
+        Field::Missing { after_brace, empty } => {
+            out.extend_from_slice(&json[..after_brace]);
+            push_json_string(&mut out, key);
+            out.push(b':');
+            push_json_string(&mut out, value);
+            if !empty {
+                out.push(b',');
+            }
+            out.extend_from_slice(&json[after_brace..]);
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(json: &str, v: &str) -> String {
+        String::from_utf8(set_string(json.as_bytes(), "model", v).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn replaces_only_the_top_level_key() {
+        let j = r#"{"messages":[{"role":"user","content":"the \"model\": x","model":"inner"}],"tools":[{"p":{"model":{"type":"string"}}}], "model" : "gpt-4o","n":1}"#;
+        let out = set(j, "smol\"lm");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["model"], "smol\"lm");
+        assert_eq!(v["messages"][0]["model"], "inner");
+        assert_eq!(v["tools"][0]["p"]["model"]["type"], "string");
+        assert_eq!(out.replace("\"smol\\\"lm\"", "\"gpt-4o\""), j);
+    }
+
+    #[test]
+    fn adds_the_key_when_missing() {
+        assert_eq!(set("{}", "m"), r#"{"model":"m"}"#);
+        assert_eq!(
+            set(r#" { "a" : [1, {"b":"}"}] }"#, "m"),
+            r#" {"model":"m", "a" : [1, {"b":"}"}] }"#
+        );
+    }
+
+    #[test]
+    fn non_objects_are_refused() {
+        assert!(set_string(b"[1]", "model", "m").is_none());
+        assert!(set_string(b"\"x\"", "model", "m").is_none());
+        assert!(set_string(b"{\"a\":", "model", "m").is_none());
+    }
+
+    #[test]
+    fn agrees_with_serde_on_random_objects() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        let leaves = [
+            r#""x""#,
+            "1",
+            "-2.5e3",
+            "true",
+            "null",
+            r#""a\"b\\""#,
+            "[]",
+            "{}",
+        ];
+        for _ in 0..2000 {
+            let mut obj = serde_json::Map::new();
+            for k in 0..rng.random_range(0..6) {
+                let key = if rng.random_bool(0.3) {
+                    "model".to_string()
+                } else {
+                    format!("k{k}")
+                };
+                let leaf: serde_json::Value =
+                    serde_json::from_str(leaves[rng.random_range(0..leaves.len())]).unwrap();
+                let val = if rng.random_bool(0.5) {
+                    serde_json::json!({"model": leaf, "list": [leaf.clone(), {"model": "deep"}]})
+                } else {
+                    leaf
+                };
+                obj.insert(key, val);
+            }
+            let text =
+                serde_json::to_string_pretty(&serde_json::Value::Object(obj.clone())).unwrap();
+            let out = set(&text, "NEW");
+            let got: serde_json::Value = serde_json::from_str(&out).unwrap();
+            obj.insert("model".into(), "NEW".into());
+            assert_eq!(got, serde_json::Value::Object(obj), "{text}");
+        }
+    }
+}
