@@ -107,9 +107,7 @@ case $rc in
     5) fail "pytest collected no tests (exit 5)" ;;
     *) fail "pytest exited with $rc" ;;
 esac
-if [ -f target/e2e-ttft.txt ]; then
-    echo
-    cat target/e2e-ttft.txt
-fi
+# (The time-to-first-token figures are in pytest's summary above and in
+# target/e2e-ttft.txt.)
 
 section "all tests passed"
