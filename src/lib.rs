@@ -1,15 +1,4 @@
-//! Switchyard: an LLM gateway where routing is code.
-//!
-//! The request path, top to bottom (see `README.md` and `../shared/DESIGN.md`):
-//!
-//! ```text
-//! client ─► ingress ─► routing ─► transform (providers) ─► egress ─► provider
-//! ```
-//!
-//! Modules mirror it one layer each; `config` and `cli` sit beside it.
+//! Switchyard: an LLM gateway where routing is code (policy work tree).
 
-pub mod api;
-pub mod config;
-pub mod error;
-pub mod mock;
+pub mod policy;
 pub mod suggest;
