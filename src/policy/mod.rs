@@ -1,0 +1,21 @@
+//! The routing policy language: parse, check, interpret, test.
+//!
+//! Pipeline (each stage its own module and type, Cedar style):
+//!
+//! ```text
+//! text ──parser──► ast::PolicyFile ──check──► CheckedPolicySet ──interp──► Decision
+//!                   (spans, comments)          (typed, resolved,            + trace
+//!                                               interned)
+//! ```
+//!
+//! Everything here is pure: no I/O, no async. Callers hand in file names and text
+//! ([`source::SourceMap`]), a [`Registry`] and, per request, [`RequestFeatures`] and
+//! [`EndpointStats`].
+
+pub mod ast;
+pub mod diagnostic;
+pub mod grammar;
+pub mod source;
+
+pub use diagnostic::{Diagnostic, Severity};
+pub use source::{FileId, SourceMap, Span};
