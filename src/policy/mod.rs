@@ -15,6 +15,7 @@
 pub mod ast;
 pub mod diagnostic;
 pub mod grammar;
+pub mod parser;
 pub mod source;
 
 pub use diagnostic::{Diagnostic, Severity};
