@@ -50,7 +50,7 @@ pub fn parse_file(sources: &SourceMap, file: FileId) -> Result<PolicyFile, Vec<D
     static LIMIT: Once = Once::new();
     LIMIT.call_once(|| pest::set_call_limit(NonZeroUsize::new(PEST_CALL_LIMIT)));
     let mut pairs =
-        PolicyGrammar::parse(Rule::file, text).map_err(|e| vec![pest_error(e, file)])?;
+        PolicyGrammar::parse(Rule::file, text).map_err(|e| vec![pest_error(e, file, text)])?;
     let mut items = Vec::new();
     let mut diags = Vec::new();
     let top = pairs.next().map(|p| p.into_inner());
@@ -176,25 +176,101 @@ pub fn prescan(text: &str, file: FileId) -> Res<Vec<Comment>> {
     Ok(comments)
 }
 
-fn pest_error(e: pest::error::Error<Rule>, file: FileId) -> Diagnostic {
+fn pest_error(e: pest::error::Error<Rule>, file: FileId, text: &str) -> Diagnostic {
     let (start, end) = match e.location {
         InputLocation::Pos(p) => (p, p),
         InputLocation::Span((s, e)) => (s, e),
     };
     let span = Span::new(file, start, end.max(start + 1));
-    if let pest::error::ErrorVariant::CustomError { message } = &e.variant {
-        if message.contains("call limit") {
-            return Diagnostic::error(
-                codes::PARSE_LIMIT,
-                span,
-                "the policy file takes too much work to parse",
-            )
-            .with_help("simplify or split the file");
+    let (positives, negatives) = match &e.variant {
+        pest::error::ErrorVariant::ParsingError {
+            positives,
+            negatives,
+        } => (positives.clone(), negatives.clone()),
+        pest::error::ErrorVariant::CustomError { message } => {
+            let code = if message.contains("call limit") {
+                codes::PARSE_LIMIT
+            } else {
+                codes::SYNTAX
+            };
+            return Diagnostic::error(code, span, "the policy file takes too much work to parse")
+                .with_help("simplify or split the file");
+        }
+    };
+    let mut names: Vec<&str> = Vec::new();
+    let mut operator = false;
+    for r in &positives {
+        let is_op = matches!(
+            r,
+            Rule::or_op
+                | Rule::and_op
+                | Rule::not_in_op
+                | Rule::in_op
+                | Rule::eq_op
+                | Rule::ne_op
+                | Rule::le_op
+                | Rule::ge_op
+                | Rule::lt_op
+                | Rule::gt_op
+                | Rule::add_op
+                | Rule::sub_op
+                | Rule::mul_op
+                | Rule::div_op
+                | Rule::rem_op
+        );
+        let name = if is_op {
+            if operator {
+                continue;
+            }
+            operator = true;
+            "an operator (`and`, `==`, `+`, ...)"
+        } else {
+            human_rule_name(*r)
+        };
+        if !names.contains(&name) {
+            names.push(name);
         }
     }
-    let e = e.renamed_rules(|r| human_rule_name(*r).to_string());
-    let message = e.variant.message().to_string();
-    Diagnostic::error(codes::SYNTAX, span, message)
+    let found = found_at(text, start);
+    let message = if !names.is_empty() {
+        format!("expected {}, found {found}", join_or(&names))
+    } else if let Some(n) = negatives.first() {
+        format!("unexpected {}", human_rule_name(*n))
+    } else {
+        format!("unexpected {found}")
+    };
+    let d = Diagnostic::error(codes::SYNTAX, span, message);
+    if operator && found == "`=`" {
+        return d.with_help("compare with `==`; a single `=` only assigns");
+    }
+    d
+}
+
+/// "`x`" for the token at `pos`, or "the end of the file".
+fn found_at(text: &str, pos: usize) -> String {
+    let rest = text.get(pos..).unwrap_or("");
+    let word: String = match rest.chars().next() {
+        None => return "the end of the file".to_string(),
+        Some(c) if c.is_alphanumeric() || c == '_' => rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .take(40)
+            .collect(),
+        Some(c) => c.to_string(),
+    };
+    match word.as_str() {
+        "\n" | "\n\r" => "a line break".to_string(),
+        _ if word.trim().is_empty() => "a line break".to_string(),
+        _ => format!("`{word}`"),
+    }
+}
+
+fn join_or(names: &[&str]) -> String {
+    match names {
+        [] => String::new(),
+        [a] => (*a).to_string(),
+        [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
+    }
 }
 
 /// The human name of a grammar rule, as used in "expected ..." messages.

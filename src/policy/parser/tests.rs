@@ -53,7 +53,7 @@ fn parse_ok(text: &str) -> PolicyFile {
     }
 }
 
-fn parse_err(text: &str) -> String {
+pub(crate) fn parse_err(text: &str) -> String {
     match parse_str("t.policy", text) {
         Ok(_) => panic!("expected an error for {text:?}"),
         Err((m, d)) => d.iter().map(|d| d.render(&m)).collect(),
@@ -151,5 +151,13 @@ fn garbage_never_panics() {
     for s in ["", "route", "route r {", "\"", "route r when \"abc", "}}}}", "route r { split by { } }",
         "test \"x\" { expect share arm 1 = 5% within }", "strategy s( { }", "\u{0}\u{ffff}", "route r when 1 +"] {
         let _ = parse_str("t.policy", s);
+    }
+}
+
+#[test]
+#[ignore]
+fn show_errors() {
+    for s in ["route r {\n  cache on ttl 5\n}", "route r {\n  rule x when request.model = \"a\" { use model }\n}", "route r { default use model }\nstrategy s { pick best }", "test \"t\" { expect share arm 1 = 5% within }"] {
+        println!("{}", parse_err(s));
     }
 }
