@@ -10,6 +10,8 @@
 //! Comments are not nodes: they are kept in [`PolicyFile::comments`] with their spans
 //! so that a formatter can re-attach them to the nearest following (or preceding) node.
 
+use serde::{Deserialize, Serialize};
+
 pub use super::source::{FileId, Span};
 
 /// A name written in the source (route, rule, strategy, parameter, variable).
@@ -258,12 +260,17 @@ pub struct RejectAction {
     pub span: Span,
 }
 
-/// A request priority level (seed 000, Priority Queues).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// A request priority level (seed 000, Priority Queues). Ordered `low < normal <
+/// high < critical`; serialized lowercase.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum PriorityLevel {
     /// Batch and embeddings; may be held for off-peak.
     Low,
-    /// Ordinary application traffic.
+    /// Ordinary application traffic (the default).
+    #[default]
     Normal,
     /// Interactive traffic.
     High,
@@ -430,7 +437,8 @@ pub struct LetDef {
 }
 
 /// How a strategy chooses from scored candidates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum PickMode {
     /// Lowest score (ties: earlier endpoint).
     Min,
@@ -443,7 +451,8 @@ pub enum PickMode {
 }
 
 /// The events a strategy can update state on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Event {
     /// When the endpoint is chosen.
     Pick,

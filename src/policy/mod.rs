@@ -20,3 +20,17 @@ pub mod source;
 
 pub use diagnostic::{Diagnostic, Severity};
 pub use source::{FileId, SourceMap, Span};
+pub mod features;
+pub mod registry;
+
+pub use features::{EndpointStats, Outcome, RequestFeatures, StatsSnapshot};
+pub use registry::{Registry, RegistryEndpoint, RegistryModel};
+pub mod check;
+pub mod checked;
+pub mod interp;
+pub mod testing;
+
+pub use check::{check, parse_and_check};
+pub use checked::CheckedPolicySet;
+pub use interp::{decide, explain, on_outcome, Decision, Trace};
+pub use testing::{run_tests, TestReport};
