@@ -67,28 +67,29 @@ pub(crate) enum Part<'a> {
 /// Splits an image URL into what providers take (RFC 2397 `data:` URLs must be base64).
 ///
 /// # Errors
-/// 400 naming `param` for another scheme or a non-base64 data URL.
-pub(crate) fn image_ref<'a>(url: &'a str, param: &str) -> Result<ImageRef<'a>, GatewayError> {
+/// Why the URL is unusable (another scheme, a non-base64 data URL), to complete
+/// "`<field>` ...".
+pub(crate) fn image_ref(url: &str) -> Result<ImageRef<'_>, &'static str> {
     if let Some(rest) = url.strip_prefix("data:") {
-        let (head, data) = rest.split_once(',').ok_or_else(|| {
-            unsupported(param, format!("`{param}` is a data URL without a comma"))
-        })?;
-        let Some(head) = head.strip_suffix(";base64") else {
-            return Err(unsupported(
-                param,
-                format!("`{param}` must be a base64 data URL (data:<type>;base64,...)"),
-            ));
-        };
+        let (head, data) = rest
+            .split_once(',')
+            .ok_or("is a data URL without a comma")?;
+        let head = head
+            .strip_suffix(";base64")
+            .ok_or("must be a base64 data URL (data:<type>;base64,...)")?;
         let mime = head.split(';').next().unwrap_or(head);
         return Ok(ImageRef::Inline { mime, data });
     }
     if url.starts_with("https://") || url.starts_with("http://") {
         return Ok(ImageRef::Url(url));
     }
-    Err(unsupported(
-        param,
-        format!("`{param}` must be an http(s) URL or a base64 data URL"),
-    ))
+    Err("must be an http(s) URL or a base64 data URL")
+}
+
+/// 400 for field `param` with the reason `why` ("must be ...").
+fn field_error(param: String, why: &str) -> GatewayError {
+    let message = format!("`{param}` {why}");
+    unsupported(param, message)
 }
 
 /// The content parts of message `i`: a string is one text part; an array is read part
@@ -104,12 +105,12 @@ pub(crate) fn parts(content: &Value, i: usize) -> Result<Vec<Part<'_>>, GatewayE
         Value::Array(items) => {
             let mut out = Vec::with_capacity(items.len());
             for (j, p) in items.iter().enumerate() {
-                let param = format!("messages[{i}].content[{j}]");
+                let param = || format!("messages[{i}].content[{j}]");
                 let kind = p.get("type").and_then(Value::as_str).unwrap_or("");
                 match kind {
                     "text" | "refusal" => {
                         let text = p.get(kind).and_then(Value::as_str).ok_or_else(|| {
-                            unsupported(&param, format!("`{param}.{kind}` must be a string"))
+                            field_error(format!("{}.{kind}", param()), "must be a string")
                         })?;
                         if !text.is_empty() {
                             out.push(Part::Text(text));
@@ -121,14 +122,19 @@ pub(crate) fn parts(content: &Value, i: usize) -> Result<Vec<Part<'_>>, GatewayE
                             .and_then(|u| u.get("url").or(Some(u)))
                             .and_then(Value::as_str)
                             .ok_or_else(|| {
-                                unsupported(&param, format!("`{param}.image_url.url` is required"))
+                                field_error(format!("{}.image_url.url", param()), "is required")
                             })?;
-                        out.push(Part::Image(image_ref(url, &format!("{param}.image_url.url"))?));
+                        let image = image_ref(url).map_err(|why| {
+                            field_error(format!("{}.image_url.url", param()), why)
+                        })?;
+                        out.push(Part::Image(image));
                     }
                     other => {
                         return Err(unsupported(
-                            &param,
-                            format!("content part type \"{other}\" is not supported by this provider"),
+                            param(),
+                            format!(
+                                "content part type \"{other}\" is not supported by this provider"
+                            ),
                         ))
                     }
                 }
@@ -143,7 +149,10 @@ pub(crate) fn parts(content: &Value, i: usize) -> Result<Vec<Part<'_>>, GatewayE
 ///
 /// # Errors
 /// 400 when the content holds an image or another non-text part.
-pub(crate) fn text_only(content: &Value, i: usize) -> Result<std::borrow::Cow<'_, str>, GatewayError> {
+pub(crate) fn text_only(
+    content: &Value,
+    i: usize,
+) -> Result<std::borrow::Cow<'_, str>, GatewayError> {
     if let Value::String(s) = content {
         return Ok(std::borrow::Cow::Borrowed(s));
     }
@@ -190,37 +199,45 @@ pub(crate) fn tool_calls(m: &Message, i: usize) -> Result<Vec<ToolCallRef<'_>>, 
     })?;
     let mut out = Vec::with_capacity(calls.len());
     for (j, c) in calls.iter().enumerate() {
-        let param = format!("messages[{i}].tool_calls[{j}]");
         let field = |name: &str| {
-            unsupported(&param, format!("`{param}.{name}` is required and must be a string"))
+            field_error(
+                format!("messages[{i}].tool_calls[{j}].{name}"),
+                "is required and must be a string",
+            )
         };
-        let id = c.get("id").and_then(Value::as_str).ok_or_else(|| field("id"))?;
+        let id = c
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| field("id"))?;
         let f = c.get("function").ok_or_else(|| field("function"))?;
-        let name = f.get("name").and_then(Value::as_str).ok_or_else(|| field("function.name"))?;
+        let name = f
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| field("function.name"))?;
         let args = f.get("arguments").and_then(Value::as_str).unwrap_or("");
+        let arguments = json_object(args).ok_or_else(|| {
+            field_error(
+                format!("messages[{i}].tool_calls[{j}].function.arguments"),
+                "must be a JSON object encoded as a string",
+            )
+        })?;
         out.push(ToolCallRef {
             id,
             name,
-            arguments: json_object(args, &format!("{param}.function.arguments"))?,
+            arguments,
         });
     }
     Ok(out)
 }
 
-/// `text` as a borrowed JSON object; blank text is `{}`.
-///
-/// # Errors
-/// 400 naming `param` when the text is not a JSON object.
-pub(crate) fn json_object<'a>(text: &'a str, param: &str) -> Result<&'a RawValue, GatewayError> {
+/// `text` as a borrowed JSON object; blank text is `{}`. `None` when the text is not
+/// a JSON object.
+pub(crate) fn json_object(text: &str) -> Option<&RawValue> {
     let text = text.trim();
     let text = if text.is_empty() { "{}" } else { text };
-    match serde_json::from_str::<&RawValue>(text) {
-        Ok(raw) if text.starts_with('{') => Ok(raw),
-        _ => Err(unsupported(
-            param,
-            format!("`{param}` must be a JSON object encoded as a string"),
-        )),
-    }
+    serde_json::from_str::<&RawValue>(text)
+        .ok()
+        .filter(|_| text.starts_with('{'))
 }
 
 /// Builds a JSON `POST` to `uri` with the API key in header `key_header` (marked
@@ -237,14 +254,19 @@ pub(crate) fn post_json(
     body: &impl Serialize,
 ) -> Result<http::Request<Body>, GatewayError> {
     let internal = |m: String| GatewayError::new(ErrorKind::Internal, m);
-    let json = serde_json::to_vec(body).map_err(|e| internal(format!("could not encode request: {e}")))?;
+    let json =
+        serde_json::to_vec(body).map_err(|e| internal(format!("could not encode request: {e}")))?;
     let mut b = http::Request::builder()
         .method(Method::POST)
         .uri(uri)
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(
             http::header::ACCEPT,
-            if stream { "text/event-stream" } else { "application/json" },
+            if stream {
+                "text/event-stream"
+            } else {
+                "application/json"
+            },
         );
     for (name, value) in extra {
         b = b.header(*name, *value);
@@ -396,7 +418,11 @@ impl ChunkWriter {
     }
 
     fn write(&mut self, out: &mut BytesMut, delta: Delta<'_>, finish: Option<&str>) {
-        let role = if self.role_sent { None } else { Some("assistant") };
+        let role = if self.role_sent {
+            None
+        } else {
+            Some("assistant")
+        };
         self.role_sent = true;
         let choices = [ChunkChoice {
             index: 0,
@@ -418,25 +444,57 @@ impl ChunkWriter {
     /// The opening chunk: `role: assistant` with empty content (OpenAI sends the same).
     pub fn start(&mut self, out: &mut BytesMut) {
         if !self.role_sent {
-            self.write(out, Delta { role: None, content: Some(""), tool_calls: None }, None);
+            self.write(
+                out,
+                Delta {
+                    role: None,
+                    content: Some(""),
+                    tool_calls: None,
+                },
+                None,
+            );
         }
     }
 
     /// A text piece.
     pub fn text(&mut self, out: &mut BytesMut, text: &str) {
         self.content = true;
-        self.write(out, Delta { role: None, content: Some(text), tool_calls: None }, None);
+        self.write(
+            out,
+            Delta {
+                role: None,
+                content: Some(text),
+                tool_calls: None,
+            },
+            None,
+        );
     }
 
     /// A tool-call piece.
     pub fn tool(&mut self, out: &mut BytesMut, piece: ToolDelta<'_>) {
         self.content = true;
-        self.write(out, Delta { role: None, content: None, tool_calls: Some([piece]) }, None);
+        self.write(
+            out,
+            Delta {
+                role: None,
+                content: None,
+                tool_calls: Some([piece]),
+            },
+            None,
+        );
     }
 
     /// The chunk carrying the finish reason, with an empty delta.
     pub fn finish(&mut self, out: &mut BytesMut, reason: &str) {
-        self.write(out, Delta { role: None, content: None, tool_calls: None }, Some(reason));
+        self.write(
+            out,
+            Delta {
+                role: None,
+                content: None,
+                tool_calls: None,
+            },
+            Some(reason),
+        );
     }
 
     /// The final usage chunk (`choices: []`), for clients that asked for it.

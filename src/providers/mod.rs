@@ -6,8 +6,13 @@
 //! chunk and error shapes. It does no I/O: egress sends what the adapter builds and
 //! hands back what the provider sent, so adapters are tested on recorded wire data.
 
+pub mod anthropic;
+mod common;
+pub mod gemini;
 pub mod openai;
 pub mod splice;
+#[cfg(test)]
+mod testing;
 
 use bytes::{Bytes, BytesMut};
 use http::HeaderMap;
@@ -109,7 +114,10 @@ pub fn adapter_for(cfg: &ProviderConfig) -> Option<Box<dyn Adapter>> {
                 .clone()
                 .unwrap_or_else(|| "2024-10-21".to_string()),
         ))),
-        ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Bedrock => None,
+        ProviderKind::Anthropic => Some(Box::new(anthropic::Anthropic)),
+        ProviderKind::Gemini => Some(Box::new(gemini::Gemini)),
+        // Bedrock needs AWS SigV4 request signing, which Switchyard does not do yet.
+        ProviderKind::Bedrock => None,
     }
 }
 

@@ -138,7 +138,9 @@ impl Adapter for Anthropic {
 
     fn response(&self, body: &[u8], logical_model: &str) -> Result<Bytes, GatewayError> {
         let msg: MessageResponse = serde_json::from_slice(body).map_err(|e| {
-            bad_upstream(format!("Anthropic sent a response that is not a message: {e}"))
+            bad_upstream(format!(
+                "Anthropic sent a response that is not a message: {e}"
+            ))
         })?;
         let mut choice = Choice {
             finish_reason: finish_reason(msg.stop_reason.as_deref()),

@@ -112,7 +112,10 @@ fn block<'a>(p: Part<'a>) -> Block<'a> {
     match p {
         Part::Text(text) => Block::Text { text },
         Part::Image(ImageRef::Inline { mime, data }) => Block::Image {
-            source: Source::Base64 { media_type: mime, data },
+            source: Source::Base64 {
+                media_type: mime,
+                data,
+            },
         },
         Part::Image(ImageRef::Url(url)) => Block::Image {
             source: Source::Url { url },
@@ -128,7 +131,10 @@ fn push<'a>(turns: &mut Vec<Turn<'a>>, role: &'static str, blocks: Vec<Block<'a>
     }
     match turns.last_mut() {
         Some(t) if t.role == role => t.content.extend(blocks),
-        _ => turns.push(Turn { role, content: blocks }),
+        _ => turns.push(Turn {
+            role,
+            content: blocks,
+        }),
     }
 }
 
@@ -137,7 +143,10 @@ fn push<'a>(turns: &mut Vec<Turn<'a>>, role: &'static str, blocks: Vec<Block<'a>
 /// # Errors
 /// 400 naming the field for what Anthropic cannot express: `n` > 1, legacy `function`
 /// messages, audio or file parts, images outside user turns, malformed tool calls.
-pub(super) fn build<'a>(chat: &'a ChatRequest, model: &'a str) -> Result<Outgoing<'a>, GatewayError> {
+pub(super) fn build<'a>(
+    chat: &'a ChatRequest,
+    model: &'a str,
+) -> Result<Outgoing<'a>, GatewayError> {
     let mut system = Vec::new();
     let mut turns: Vec<Turn<'a>> = Vec::with_capacity(chat.messages.len());
     for (i, m) in chat.messages.iter().enumerate() {
@@ -182,12 +191,16 @@ pub(super) fn build<'a>(chat: &'a ChatRequest, model: &'a str) -> Result<Outgoin
                 push(&mut turns, "assistant", blocks);
             }
             "tool" => {
-                let id = m.extra.get("tool_call_id").and_then(Value::as_str).ok_or_else(|| {
-                    unsupported(
-                        format!("messages[{i}].tool_call_id"),
-                        format!("`messages[{i}].tool_call_id` is required for role \"tool\""),
-                    )
-                })?;
+                let id = m
+                    .extra
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| {
+                        unsupported(
+                            format!("messages[{i}].tool_call_id"),
+                            format!("`messages[{i}].tool_call_id` is required for role \"tool\""),
+                        )
+                    })?;
                 let text = text_only(&m.content, i)?;
                 let content = if text.is_empty() {
                     Vec::new()
@@ -200,19 +213,32 @@ pub(super) fn build<'a>(chat: &'a ChatRequest, model: &'a str) -> Result<Outgoin
                 push(
                     &mut turns,
                     "user",
-                    vec![Block::ToolResult { tool_use_id: id, content }],
+                    vec![Block::ToolResult {
+                        tool_use_id: id,
+                        content,
+                    }],
                 );
             }
             other => {
                 return Err(unsupported(
                     format!("messages[{i}].role"),
-                    format!("role \"{other}\" is not supported by Anthropic; use tools and role \"tool\""),
+                    format!(
+                    "role \"{other}\" is not supported by Anthropic; use tools and role \"tool\""
+                ),
                 ))
             }
         }
     }
-    if let Some(n) = chat.extra.get("n").and_then(Value::as_u64).filter(|&n| n > 1) {
-        return Err(unsupported("n", format!("Anthropic returns one choice; `n` is {n}")));
+    if let Some(n) = chat
+        .extra
+        .get("n")
+        .and_then(Value::as_u64)
+        .filter(|&n| n > 1)
+    {
+        return Err(unsupported(
+            "n",
+            format!("Anthropic returns one choice; `n` is {n}"),
+        ));
     }
     let stop_sequences = match chat.extra.get("stop") {
         Some(Value::String(s)) => vec![s.as_str()],
@@ -224,7 +250,9 @@ pub(super) fn build<'a>(chat: &'a ChatRequest, model: &'a str) -> Result<Outgoin
         let f = t
             .get("function")
             .filter(|_| t.get("type").and_then(Value::as_str).unwrap_or("function") == "function")
-            .ok_or_else(|| unsupported(format!("tools[{i}]"), "only function tools are supported"))?;
+            .ok_or_else(|| {
+                unsupported(format!("tools[{i}]"), "only function tools are supported")
+            })?;
         let name = f.get("name").and_then(Value::as_str).ok_or_else(|| {
             unsupported(format!("tools[{i}].function.name"), "a tool needs a name")
         })?;
@@ -255,7 +283,11 @@ pub(super) fn build<'a>(chat: &'a ChatRequest, model: &'a str) -> Result<Outgoin
 
 /// OpenAI `tool_choice` (+ `parallel_tool_calls: false`) → Anthropic `tool_choice`.
 fn tool_choice(chat: &ChatRequest) -> Result<Option<ToolChoice<'_>>, GatewayError> {
-    let no_parallel = chat.extra.get("parallel_tool_calls").and_then(Value::as_bool) == Some(false);
+    let no_parallel = chat
+        .extra
+        .get("parallel_tool_calls")
+        .and_then(Value::as_bool)
+        == Some(false);
     let choice = |kind, name| ToolChoice {
         kind,
         name,

@@ -1,0 +1,284 @@
+//! Anthropic's streamed message → OpenAI chunks.
+//!
+//! Source: Anthropic API reference, "Streaming Messages": `message_start`, then per
+//! content block `content_block_start` / `content_block_delta` (`text_delta`,
+//! `input_json_delta`) / `content_block_stop`, then `message_delta` (stop reason and
+//! cumulative usage) and `message_stop`; `ping` keep-alives and `error` events may come
+//! anywhere, and new event types may be added (they are ignored).
+
+use std::borrow::Cow;
+
+use bytes::BytesMut;
+use serde::Deserialize;
+
+use super::{finish_reason, AnthropicUsage, ErrorDetail};
+use crate::api::Usage;
+use crate::error::{ErrorKind, GatewayError};
+use crate::providers::common::{bad_upstream, stream_cut, ChunkWriter, FunctionDelta, ToolDelta};
+use crate::providers::openai::write_done;
+use crate::providers::{StreamContext, StreamStep, StreamTranscoder};
+use crate::sse::SseEvent;
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Event<'a> {
+    MessageStart {
+        message: StartMessage,
+    },
+    ContentBlockStart {
+        index: u64,
+        #[serde(borrow)]
+        content_block: StartBlock<'a>,
+    },
+    ContentBlockDelta {
+        index: u64,
+        #[serde(borrow)]
+        delta: BlockDelta<'a>,
+    },
+    ContentBlockStop {
+        index: u64,
+    },
+    MessageDelta {
+        delta: MessageDeltaBody,
+        #[serde(default)]
+        usage: AnthropicUsage,
+    },
+    MessageStop,
+    Error {
+        error: ErrorDetail,
+    },
+    /// `ping` and event types added after this adapter was written.
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+struct StartMessage {
+    id: String,
+    #[serde(default)]
+    usage: AnthropicUsage,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum StartBlock<'a> {
+    Text {
+        #[serde(borrow, default)]
+        text: Cow<'a, str>,
+    },
+    ToolUse {
+        #[serde(borrow)]
+        id: Cow<'a, str>,
+        #[serde(borrow)]
+        name: Cow<'a, str>,
+    },
+    /// Thinking and server-tool blocks: not relayed.
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum BlockDelta<'a> {
+    TextDelta {
+        #[serde(borrow)]
+        text: Cow<'a, str>,
+    },
+    InputJsonDelta {
+        #[serde(borrow)]
+        partial_json: Cow<'a, str>,
+    },
+    /// Thinking, signature and citation deltas: not relayed.
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+struct MessageDeltaBody {
+    #[serde(default)]
+    stop_reason: Option<String>,
+}
+
+/// A `tool_use` content block being streamed.
+struct ToolBlock {
+    /// Anthropic's content block index.
+    block: u64,
+    /// The OpenAI `tool_calls[].index`.
+    call: u32,
+    /// Whether any argument text was relayed.
+    args: bool,
+}
+
+/// The transcoder for one Anthropic stream.
+pub(super) struct AnthropicStream {
+    w: ChunkWriter,
+    include_usage: bool,
+    prompt_estimate: u64,
+    /// Input tokens (cache included), from `message_start`, updated by `message_delta`.
+    prompt: Option<u64>,
+    /// Output tokens so far (Anthropic reports the cumulative count).
+    output: u64,
+    tools: Vec<ToolBlock>,
+    /// The finish reason, once its chunk has been written.
+    finish: Option<&'static str>,
+}
+
+impl AnthropicStream {
+    pub(super) fn new(ctx: StreamContext) -> Self {
+        AnthropicStream {
+            w: ChunkWriter::new(ctx.logical_model),
+            include_usage: ctx.include_usage,
+            prompt_estimate: ctx.prompt_tokens_estimate,
+            prompt: None,
+            output: 0,
+            tools: Vec::new(),
+            finish: None,
+        }
+    }
+
+    fn usage(&mut self, u: &AnthropicUsage) {
+        if let Some(p) = u.prompt() {
+            self.prompt = Some(p);
+        }
+        if let Some(o) = u.output_tokens {
+            self.output = o;
+        }
+    }
+
+    /// Writes the finish chunk (once), the usage chunk if asked, and `[DONE]`.
+    fn close(&mut self, out: &mut BytesMut) {
+        if self.finish.is_none() {
+            self.finish = Some("stop");
+            self.w.finish(out, "stop");
+        }
+        if self.include_usage {
+            let prompt = self.prompt.unwrap_or(self.prompt_estimate);
+            self.w.usage(out, Usage::new(prompt, self.output));
+        }
+        write_done(out);
+    }
+}
+
+impl StreamTranscoder for AnthropicStream {
+    fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> Result<StreamStep, GatewayError> {
+        let data = event.data.trim();
+        if data.is_empty() {
+            return Ok(StreamStep::Continue);
+        }
+        let ev: Event<'_> = serde_json::from_str(data).map_err(|e| {
+            bad_upstream(format!(
+                "Anthropic sent a stream event that is not valid: {e}"
+            ))
+        })?;
+        match ev {
+            Event::MessageStart { message } => {
+                self.w.id = message.id;
+                self.usage(&message.usage);
+                self.w.start(out);
+            }
+            Event::ContentBlockStart {
+                index,
+                content_block,
+            } => match content_block {
+                StartBlock::Text { text } if !text.is_empty() => self.w.text(out, &text),
+                StartBlock::ToolUse { id, name } => {
+                    let call = self.tools.len() as u32;
+                    self.tools.push(ToolBlock {
+                        block: index,
+                        call,
+                        args: false,
+                    });
+                    let piece = ToolDelta {
+                        index: call,
+                        id: Some(&id),
+                        kind: Some("function"),
+                        function: FunctionDelta {
+                            name: Some(&name),
+                            arguments: "",
+                        },
+                    };
+                    self.w.tool(out, piece);
+                }
+                _ => {}
+            },
+            Event::ContentBlockDelta { index, delta } => match delta {
+                BlockDelta::TextDelta { text } if !text.is_empty() => self.w.text(out, &text),
+                BlockDelta::InputJsonDelta { partial_json } if !partial_json.is_empty() => {
+                    let tool = self.tools.iter_mut().find(|t| t.block == index).ok_or_else(|| {
+                        bad_upstream(format!(
+                            "Anthropic sent tool input for content block {index}, which is not a tool call"
+                        ))
+                    })?;
+                    tool.args = true;
+                    let piece = ToolDelta {
+                        index: tool.call,
+                        id: None,
+                        kind: None,
+                        function: FunctionDelta {
+                            name: None,
+                            arguments: &partial_json,
+                        },
+                    };
+                    self.w.tool(out, piece);
+                }
+                _ => {}
+            },
+            Event::ContentBlockStop { index } => {
+                // A tool called without arguments streams no input; OpenAI clients
+                // expect a JSON object string.
+                if let Some(t) = self.tools.iter_mut().find(|t| t.block == index && !t.args) {
+                    t.args = true;
+                    let piece = ToolDelta {
+                        index: t.call,
+                        id: None,
+                        kind: None,
+                        function: FunctionDelta {
+                            name: None,
+                            arguments: "{}",
+                        },
+                    };
+                    self.w.tool(out, piece);
+                }
+            }
+            Event::MessageDelta { delta, usage } => {
+                self.usage(&usage);
+                if self.finish.is_none() {
+                    if let Some(reason) = delta.stop_reason.as_deref() {
+                        let reason = finish_reason(Some(reason));
+                        self.finish = Some(reason);
+                        self.w.finish(out, reason);
+                    }
+                }
+            }
+            Event::MessageStop => {
+                self.close(out);
+                return Ok(StreamStep::Done);
+            }
+            Event::Error { error } => {
+                return Err(GatewayError::new(
+                    ErrorKind::BadUpstream,
+                    format!(
+                        "Anthropic reported an error mid-stream ({}): {}",
+                        error.kind, error.message
+                    ),
+                )
+                .with_code("upstream_error"));
+            }
+            Event::Other => {}
+        }
+        Ok(StreamStep::Continue)
+    }
+
+    fn end(&mut self, out: &mut BytesMut) -> Result<(), GatewayError> {
+        if self.finish.is_some() {
+            self.close(out);
+            Ok(())
+        } else {
+            Err(stream_cut())
+        }
+    }
+
+    fn produced_content(&self) -> bool {
+        self.w.content
+    }
+}

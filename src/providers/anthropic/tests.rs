@@ -1,0 +1,394 @@
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+
+use super::*;
+use crate::providers::testing::{assert_well_formed, fixture, replay, Replay};
+
+fn chat(body: Value) -> ChatRequest {
+    ChatRequest::parse(body.to_string().as_bytes()).unwrap()
+}
+
+fn target() -> Target<'static> {
+    Target {
+        base_url: "https://api.anthropic.com/v1",
+        model: "claude-sonnet-4-5",
+        api_key: Some("sk-ant"),
+    }
+}
+
+/// The upstream request and its JSON body.
+fn build(c: &ChatRequest) -> (http::Request<Body>, Value) {
+    let req = Anthropic.request(&target(), c).unwrap();
+    let (parts, body) = req.into_parts();
+    let bytes = futures_util::FutureExt::now_or_never(body.collect())
+        .unwrap()
+        .unwrap()
+        .to_bytes();
+    (
+        http::Request::from_parts(parts, crate::body::empty()),
+        serde_json::from_slice(&bytes).unwrap(),
+    )
+}
+
+#[test]
+fn conversation_with_system_images_tools_and_results() {
+    let c = chat(json!({
+        "model": "claude",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "developer", "content": [{"type": "text", "text": "Use tools."}]},
+            {"role": "user", "content": [
+                {"type": "text", "text": "Weather here?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0K"}},
+                {"type": "image_url", "image_url": {"url": "https://example.com/a.jpg"}}
+            ]},
+            {"role": "assistant", "content": "Checking.", "tool_calls": [
+                {"id": "toolu_1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}},
+                {"id": "toolu_2", "type": "function", "function": {"name": "time", "arguments": ""}}
+            ]},
+            {"role": "tool", "tool_call_id": "toolu_1", "content": "{\"temp\":21}"},
+            {"role": "tool", "tool_call_id": "toolu_2", "content": [{"type": "text", "text": "12:00"}]},
+            {"role": "user", "content": "Thanks"}
+        ],
+        "tools": [{"type": "function", "function": {"name": "weather", "description": "Weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+                  {"type": "function", "function": {"name": "time"}}],
+        "tool_choice": "required",
+        "parallel_tool_calls": false,
+        "max_completion_tokens": 300,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "stop": ["END"],
+        "stream": true,
+        "user": "u-1"
+    }));
+    let (req, body) = build(&c);
+    assert_eq!(req.uri(), "https://api.anthropic.com/v1/messages");
+    assert_eq!(req.headers()["x-api-key"], "sk-ant");
+    assert!(req.headers()["x-api-key"].is_sensitive());
+    assert_eq!(req.headers()["anthropic-version"], "2023-06-01");
+    assert_eq!(req.headers()["content-type"], "application/json");
+    assert_eq!(req.headers()["accept"], "text/event-stream");
+    let expected = json!({
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 300,
+        "system": [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Use tools."}],
+        "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "Weather here?"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0K"}},
+                {"type": "image", "source": {"type": "url", "url": "https://example.com/a.jpg"}}
+            ]},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}},
+                {"type": "tool_use", "id": "toolu_2", "name": "time", "input": {}}
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "{\"temp\":21}"}]},
+                {"type": "tool_result", "tool_use_id": "toolu_2", "content": [{"type": "text", "text": "12:00"}]},
+                {"type": "text", "text": "Thanks"}
+            ]}
+        ],
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "stop_sequences": ["END"],
+        "stream": true,
+        "tools": [
+            {"name": "weather", "description": "Weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}},
+            {"name": "time", "input_schema": {"type": "object", "properties": {}}}
+        ],
+        "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
+        "metadata": {"user_id": "u-1"}
+    });
+    assert_eq!(body, expected);
+}
+
+#[test]
+fn max_tokens_defaults_and_tool_choice_maps() {
+    let (_, body) = build(&chat(
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+    ));
+    assert_eq!(body["max_tokens"], DEFAULT_MAX_TOKENS);
+    assert_eq!(
+        body["messages"],
+        json!([{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+    );
+    assert!(body.get("stream").is_none() && body.get("tool_choice").is_none());
+    let (_, body) = build(&chat(
+        json!({"model": "m", "max_tokens": 7, "messages": [{"role": "user", "content": "hi"}]}),
+    ));
+    assert_eq!(body["max_tokens"], 7);
+    for (choice, expected) in [
+        (json!("auto"), json!({"type": "auto"})),
+        (json!("none"), json!({"type": "none"})),
+        (
+            json!({"type": "function", "function": {"name": "f"}}),
+            json!({"type": "tool", "name": "f"}),
+        ),
+    ] {
+        let (_, body) = build(&chat(
+            json!({"model": "m", "tool_choice": choice, "messages": [{"role": "user", "content": "hi"}]}),
+        ));
+        assert_eq!(body["tool_choice"], expected);
+    }
+}
+
+#[test]
+fn what_anthropic_cannot_express_is_400() {
+    for (req, param) in [
+        (
+            json!({"model": "m", "n": 2, "messages": [{"role": "user", "content": "hi"}]}),
+            "n",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]}),
+            "messages[0].content[0]",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "ftp://x"}}]}]}),
+            "messages[0].content[0].image_url.url",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "tool", "content": "x"}]}),
+            "messages[0].tool_call_id",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "[1]"}}]}]}),
+            "messages[0].tool_calls[0].function.arguments",
+        ),
+        (
+            json!({"model": "m", "tool_choice": "sometimes", "messages": [{"role": "user", "content": "hi"}]}),
+            "tool_choice",
+        ),
+    ] {
+        let e = Anthropic.request(&target(), &chat(req)).unwrap_err();
+        assert_eq!(e.status(), 400, "{}", e.message);
+        assert_eq!(e.param.as_deref(), Some(param), "{}", e.message);
+    }
+}
+
+fn respond(name: &str) -> Value {
+    let out = Anthropic
+        .response(fixture(name).as_bytes(), "claude")
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["model"], "claude");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    v
+}
+
+#[test]
+fn recorded_text_response() {
+    let v = respond("anthropic/anthropic-text.json");
+    assert_eq!(v["id"], "msg_01VdEjxAP5ahtHKrrRdNBteQ");
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "Hello! I'm doing well, thanks for asking. How are you doing today? Is there anything I can help you with?"
+    );
+    assert!(v["choices"][0]["message"].get("tool_calls").is_none());
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert_eq!(
+        v["usage"],
+        json!({"prompt_tokens": 12, "completion_tokens": 29, "total_tokens": 41})
+    );
+}
+
+#[test]
+fn recorded_tool_responses() {
+    let v = respond("anthropic/anthropic-json-tool.1.json");
+    let m = &v["choices"][0]["message"];
+    assert!(m["content"].is_null());
+    assert_eq!(m["tool_calls"][0]["id"], "toolu_01Q9ExVZnzZj7E2QQYHYtNUa");
+    assert_eq!(m["tool_calls"][0]["type"], "function");
+    assert_eq!(m["tool_calls"][0]["function"]["name"], "json");
+    let args: Value = serde_json::from_str(
+        m["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    let full: Value =
+        serde_json::from_str(&fixture("anthropic/anthropic-json-tool.1.json")).unwrap();
+    assert_eq!(args, full["content"][0]["input"]);
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(v["usage"]["total_tokens"], 1151 + 87);
+
+    let v = respond("anthropic/anthropic-tool-no-args.json");
+    let m = &v["choices"][0]["message"];
+    assert!(m["content"]
+        .as_str()
+        .unwrap()
+        .ends_with("Okay, I will update the current issue list:"));
+    assert_eq!(m["tool_calls"][0]["function"]["name"], "updateIssueList");
+    assert_eq!(m["tool_calls"][0]["function"]["arguments"], "{}");
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+}
+
+#[test]
+fn recorded_refusal_response() {
+    let v = respond("anthropic/anthropic-refusal.json");
+    assert!(v["choices"][0]["message"]["content"].is_null());
+    assert!(v["choices"][0]["message"]["refusal"]
+        .as_str()
+        .unwrap()
+        .contains("Usage Policy"));
+    assert_eq!(v["choices"][0]["finish_reason"], "content_filter");
+    assert_eq!(v["usage"]["prompt_tokens"], 18);
+}
+
+#[test]
+fn malformed_response_is_502() {
+    for body in [
+        &b"<html>"[..],
+        br#"{"content":[]}"#,
+        br#"{"id":"m","content":[{"type":"text"}]}"#,
+    ] {
+        assert_eq!(Anthropic.response(body, "m").unwrap_err().status(), 502);
+    }
+}
+
+fn stream(name: &str, include_usage: bool) -> Replay {
+    let t = Anthropic.stream(StreamContext {
+        logical_model: "claude".into(),
+        include_usage,
+        prompt_tokens_estimate: 3,
+    });
+    let r = replay(t, &fixture(name), true);
+    assert!(r.result.is_ok(), "{name}: {:?}", r.result);
+    assert!(r.done, "{name}: no [DONE]");
+    assert_well_formed(&r, "claude");
+    assert_eq!(r.usage_chunks().len(), usize::from(include_usage), "{name}");
+    r
+}
+
+/// Text deltas of a chunks fixture, concatenated (the expected reassembly).
+fn fixture_text(name: &str) -> String {
+    fixture(name)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["delta"]["text"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn recorded_text_stream() {
+    let name = "anthropic/anthropic-text.chunks.txt";
+    for include_usage in [false, true] {
+        let r = stream(name, include_usage);
+        assert_eq!(r.chunks[0]["id"], "msg_01QC4g3HwBThD4BaNtBckFDJ");
+        assert_eq!(r.text(), fixture_text(name));
+        assert!(r.text().starts_with("Hello! I'm doing well"));
+        assert_eq!(r.finish_reasons(), ["stop"]);
+        assert!(r.content);
+        if include_usage {
+            assert_eq!(
+                r.usage_chunks()[0]["usage"],
+                json!({"prompt_tokens": 12, "completion_tokens": 30, "total_tokens": 42})
+            );
+            assert_eq!(r.usage_chunks()[0]["choices"], json!([]));
+        }
+    }
+}
+
+#[test]
+fn recorded_tool_streams() {
+    let r = stream("anthropic/anthropic-json-tool.1.chunks.txt", true);
+    let calls = r.tool_calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].0, "toolu_01KFbKqPYSuAKujiL6mTfzYA");
+    assert_eq!(calls[0].1, "json");
+    let args: Value = serde_json::from_str(&calls[0].2).unwrap();
+    assert_eq!(args["elements"][0]["location"], "San Francisco");
+    assert_eq!(r.finish_reasons(), ["tool_calls"]);
+    assert_eq!(r.usage_chunks()[0]["usage"]["completion_tokens"], 47);
+
+    let r = stream("anthropic/anthropic-tool-no-args.chunks.txt", false);
+    assert_eq!(r.text(), "I'll update the issue list for you.");
+    let calls = r.tool_calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].1, "updateIssueList");
+    assert_eq!(calls[0].2, "{}");
+    assert_eq!(r.finish_reasons(), ["tool_calls"]);
+}
+
+#[test]
+fn recorded_refusal_and_late_input_tokens() {
+    let r = stream("anthropic/anthropic-refusal.chunks.txt", true);
+    assert_eq!(r.text(), "");
+    assert!(!r.content);
+    assert_eq!(r.finish_reasons(), ["content_filter"]);
+
+    let r = stream(
+        "anthropic/anthropic-message-delta-input-tokens.chunks.txt",
+        true,
+    );
+    assert_eq!(r.text(), "pong");
+    // message_start said 43; the final message_delta's count wins.
+    assert_eq!(
+        r.usage_chunks()[0]["usage"],
+        json!({"prompt_tokens": 61, "completion_tokens": 2, "total_tokens": 63})
+    );
+}
+
+#[test]
+fn stream_errors() {
+    let ctx = || StreamContext {
+        logical_model: "c".into(),
+        include_usage: false,
+        prompt_tokens_estimate: 0,
+    };
+    let r = replay(
+        Anthropic.stream(ctx()),
+        r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        true,
+    );
+    let e = r.result.unwrap_err();
+    assert_eq!(e.status(), 502);
+    assert!(e.message.contains("Overloaded"), "{}", e.message);
+
+    // Cut before message_delta: an error, not a silent end.
+    let cut: String = fixture("anthropic/anthropic-text.chunks.txt")
+        .lines()
+        .take(5)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let r = replay(Anthropic.stream(ctx()), &cut, true);
+    assert_eq!(r.result.unwrap_err().status(), 502);
+    assert!(!r.done);
+
+    let r = replay(
+        Anthropic.stream(ctx()),
+        "{\"type\":\"content_block_delta\"",
+        false,
+    );
+    assert_eq!(r.result.unwrap_err().status(), 502);
+}
+
+#[test]
+fn error_bodies() {
+    let h = HeaderMap::new();
+    let body = br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    let e = Anthropic.error(529, &h, body);
+    assert_eq!(e.status(), 502);
+    assert!(e.kind.retryable());
+    assert!(e.message.contains("Overloaded"), "{}", e.message);
+
+    let body = br#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: must be positive"}}"#;
+    let e = Anthropic.error(400, &h, body);
+    assert_eq!(e.status(), 400);
+    assert!(
+        e.message.contains("max_tokens: must be positive"),
+        "{}",
+        e.message
+    );
+
+    let mut h = HeaderMap::new();
+    h.insert("retry-after", http::HeaderValue::from_static("7"));
+    let body = br#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#;
+    let e = Anthropic.error(429, &h, body);
+    assert_eq!((e.status(), e.retry_after_s), (429, Some(7)));
+
+    let e = Anthropic.error(401, &HeaderMap::new(), br#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#);
+    assert_eq!(e.status(), 502);
+}

@@ -1,0 +1,289 @@
+//! Google Gemini API (`generateContent`).
+//!
+//! Source: Gemini API reference, "Generating content" (`models.generateContent`,
+//! `models.streamGenerateContent`, `GenerateContentResponse`, `FinishReason`,
+//! `UsageMetadata`) and "Errors" (Google's `{"error":{"code","message","status",
+//! "details"}}` body with `google.rpc.RetryInfo`).
+//!
+//! Requests go to `POST {base_url}/models/{model}:generateContent`, or
+//! `:streamGenerateContent?alt=sse` when streaming, with the key in `x-goog-api-key`.
+//! The OpenAI request is translated in [`request`], the stream in [`stream`].
+
+mod request;
+mod stream;
+
+pub use request::SKIP_SIGNATURE;
+
+use bytes::Bytes;
+use http::HeaderMap;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::common::{bad_upstream, completion, post_json, random_id, Choice};
+use super::{upstream_error, Adapter, StreamContext, StreamTranscoder, Target};
+use crate::api::{ChatRequest, Usage};
+use crate::body::Body;
+use crate::error::GatewayError;
+
+/// The Gemini `generateContent` adapter.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gemini;
+
+/// A `GenerateContentResponse` (whole answer, or one stream event).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GenerateResponse {
+    #[serde(default)]
+    candidates: Vec<Candidate>,
+    #[serde(default)]
+    usage_metadata: Option<UsageMetadata>,
+    #[serde(default)]
+    prompt_feedback: Option<PromptFeedback>,
+    #[serde(default)]
+    response_id: Option<String>,
+    /// Present when a stream event reports an error instead.
+    #[serde(default)]
+    error: Option<ErrorDetail>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Candidate {
+    #[serde(default)]
+    content: Option<CandidateContent>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+    #[serde(default)]
+    index: Option<u32>,
+}
+
+#[derive(Deserialize)]
+struct CandidateContent {
+    #[serde(default)]
+    parts: Vec<ResponsePart>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponsePart {
+    #[serde(default)]
+    text: Option<String>,
+    /// A thought summary, not part of the answer.
+    #[serde(default)]
+    thought: bool,
+    #[serde(default)]
+    function_call: Option<FunctionCall>,
+}
+
+/// A `functionCall` part; in streams with argument streaming, a call arrives as a
+/// `name` + `willContinue` part, `partialArgs` parts, and a closing part.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FunctionCall {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    args: Option<Value>,
+    #[serde(default)]
+    partial_args: Vec<PartialArg>,
+    #[serde(default)]
+    will_continue: bool,
+}
+
+/// One streamed argument value at a JSON path (RFC 9535, e.g. `$.location`); with no
+/// value field set (`nullValue`), the value is null.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PartialArg {
+    json_path: String,
+    #[serde(default)]
+    string_value: Option<String>,
+    #[serde(default)]
+    number_value: Option<serde_json::Number>,
+    #[serde(default)]
+    bool_value: Option<bool>,
+    /// More of this path's string follows.
+    #[serde(default)]
+    will_continue: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PromptFeedback {
+    #[serde(default)]
+    block_reason: Option<String>,
+}
+
+/// Token counts in tokens. `candidatesTokenCount` excludes thinking, which Gemini
+/// bills as output and reports as `thoughtsTokenCount`.
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(rename_all = "camelCase")]
+struct UsageMetadata {
+    #[serde(default)]
+    prompt_token_count: Option<u64>,
+    #[serde(default)]
+    candidates_token_count: Option<u64>,
+    #[serde(default)]
+    thoughts_token_count: Option<u64>,
+}
+
+impl UsageMetadata {
+    /// OpenAI usage: completion tokens include thinking tokens (as OpenAI counts
+    /// reasoning tokens), so the total matches Gemini's `totalTokenCount`.
+    fn to_openai(self) -> Option<Usage> {
+        let prompt = self.prompt_token_count?;
+        let output =
+            self.candidates_token_count.unwrap_or(0) + self.thoughts_token_count.unwrap_or(0);
+        Some(Usage::new(prompt, output))
+    }
+}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    error: ErrorDetail,
+}
+
+#[derive(Deserialize, Default)]
+struct ErrorDetail {
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    details: Vec<Value>,
+}
+
+impl ErrorDetail {
+    /// Seconds from a `google.rpc.RetryInfo` detail's `retryDelay` ("34.4s" → 35).
+    fn retry_delay(&self) -> Option<u64> {
+        let delay = self.details.iter().find_map(|d| {
+            let t = d.get("@type")?.as_str()?;
+            if t.ends_with("google.rpc.RetryInfo") {
+                d.get("retryDelay")?.as_str()
+            } else {
+                None
+            }
+        })?;
+        let secs: f64 = delay.trim().strip_suffix('s')?.parse().ok()?;
+        (secs.is_finite() && secs >= 0.0).then(|| secs.ceil() as u64)
+    }
+}
+
+/// Gemini `finishReason` → OpenAI `finish_reason`; a normal stop with function calls
+/// is OpenAI's `tool_calls`.
+fn finish_reason(reason: &str, tool_calls: bool) -> &'static str {
+    match reason {
+        "MAX_TOKENS" => "length",
+        "SAFETY"
+        | "RECITATION"
+        | "BLOCKLIST"
+        | "PROHIBITED_CONTENT"
+        | "SPII"
+        | "IMAGE_SAFETY"
+        | "IMAGE_PROHIBITED_CONTENT"
+        | "IMAGE_RECITATION" => "content_filter",
+        _ if tool_calls => "tool_calls",
+        // STOP, OTHER, LANGUAGE, MALFORMED_FUNCTION_CALL and reasons added later.
+        _ => "stop",
+    }
+}
+
+/// The OpenAI message of one candidate.
+fn choice(c: Candidate) -> Choice {
+    let mut out = Choice::default();
+    for p in c.content.map(|c| c.parts).unwrap_or_default() {
+        if let Some(f) = p.function_call {
+            let args = f.args.map_or_else(|| "{}".to_string(), |a| a.to_string());
+            let id = f.id.unwrap_or_else(|| random_id("call_"));
+            out.tool_calls.push((id, f.name.unwrap_or_default(), args));
+        } else if let Some(t) = p.text.filter(|t| !p.thought && !t.is_empty()) {
+            match &mut out.content {
+                Some(c) => c.push_str(&t),
+                None => out.content = Some(t),
+            }
+        }
+    }
+    let reason = c.finish_reason.as_deref().unwrap_or("STOP");
+    out.finish_reason = finish_reason(reason, !out.tool_calls.is_empty());
+    out
+}
+
+impl Adapter for Gemini {
+    fn request(
+        &self,
+        target: &Target<'_>,
+        chat: &ChatRequest,
+    ) -> Result<http::Request<Body>, GatewayError> {
+        let body = request::build(chat)?;
+        let model = target.model.strip_prefix("models/").unwrap_or(target.model);
+        let uri = if chat.is_stream() {
+            format!(
+                "{}/models/{model}:streamGenerateContent?alt=sse",
+                target.base_url
+            )
+        } else {
+            format!("{}/models/{model}:generateContent", target.base_url)
+        };
+        post_json(
+            uri,
+            "x-goog-api-key",
+            target.api_key,
+            &[],
+            chat.is_stream(),
+            &body,
+        )
+    }
+
+    fn response(&self, body: &[u8], logical_model: &str) -> Result<Bytes, GatewayError> {
+        let r: GenerateResponse = serde_json::from_slice(body).map_err(|e| {
+            bad_upstream(format!(
+                "Gemini sent a response that is not a GenerateContentResponse: {e}"
+            ))
+        })?;
+        let mut candidates = r.candidates;
+        candidates.sort_by_key(|c| c.index.unwrap_or(0));
+        let choices: Vec<Choice> = if candidates.is_empty() {
+            let blocked = r
+                .prompt_feedback
+                .and_then(|f| f.block_reason)
+                .ok_or_else(|| bad_upstream("Gemini sent a response without candidates"))?;
+            vec![Choice {
+                refusal: Some(format!("the prompt was blocked by Gemini ({blocked})")),
+                finish_reason: "content_filter",
+                ..Choice::default()
+            }]
+        } else {
+            candidates.into_iter().map(choice).collect()
+        };
+        let usage = r
+            .usage_metadata
+            .and_then(UsageMetadata::to_openai)
+            .unwrap_or_default();
+        let id = r.response_id.unwrap_or_else(|| random_id("chatcmpl-"));
+        Ok(completion(&id, logical_model, &choices, usage))
+    }
+
+    fn stream(&self, ctx: StreamContext) -> Box<dyn StreamTranscoder> {
+        Box::new(stream::GeminiStream::new(ctx))
+    }
+
+    /// Maps an error answer like [`upstream_error`]; a 429 without `Retry-After` takes
+    /// its wait from the body's `RetryInfo.retryDelay`.
+    fn error(&self, status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayError {
+        let mut e = upstream_error(status, headers, body);
+        if let Ok(b) = serde_json::from_slice::<ErrorBody>(body) {
+            if e.retry_after_s.is_none() {
+                e.retry_after_s = b.error.retry_delay();
+            }
+            if !b.error.status.is_empty() && status != 401 && status != 403 {
+                e.message = format!("{} ({})", e.message, b.error.status);
+            }
+        }
+        e
+    }
+}
+
+#[cfg(test)]
+mod tests;

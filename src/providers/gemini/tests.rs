@@ -1,0 +1,419 @@
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+
+use super::*;
+use crate::providers::testing::{assert_well_formed, fixture, replay, Replay};
+
+fn chat(body: Value) -> ChatRequest {
+    ChatRequest::parse(body.to_string().as_bytes()).unwrap()
+}
+
+fn target() -> Target<'static> {
+    Target {
+        base_url: "https://generativelanguage.googleapis.com/v1beta",
+        model: "gemini-2.5-flash",
+        api_key: Some("AIza"),
+    }
+}
+
+fn build(c: &ChatRequest) -> (http::Request<Body>, Value) {
+    let req = Gemini.request(&target(), c).unwrap();
+    let (parts, body) = req.into_parts();
+    let bytes = futures_util::FutureExt::now_or_never(body.collect())
+        .unwrap()
+        .unwrap()
+        .to_bytes();
+    (
+        http::Request::from_parts(parts, crate::body::empty()),
+        serde_json::from_slice(&bytes).unwrap(),
+    )
+}
+
+#[test]
+fn conversation_with_system_images_tools_and_results() {
+    let c = chat(json!({
+        "model": "gemini",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [
+                {"type": "text", "text": "Weather here?"},
+                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ"}},
+                {"type": "image_url", "image_url": {"url": "https://example.com/photo.PNG?x=1"}}
+            ]},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}},
+                {"id": "c2", "type": "function", "function": {"name": "time", "arguments": "{}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "c1", "content": "{\"temp\":21}"},
+            {"role": "tool", "tool_call_id": "c2", "content": "12:00"},
+            {"role": "assistant", "content": "21 degrees at noon."},
+            {"role": "user", "content": "Thanks"}
+        ],
+        "tools": [{"type": "function", "function": {"name": "weather", "description": "Weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "additionalProperties": false}}}],
+        "tool_choice": {"type": "function", "function": {"name": "weather"}},
+        "max_tokens": 256,
+        "temperature": 0.2,
+        "top_p": 0.8,
+        "stop": "END",
+        "n": 2,
+        "seed": 5
+    }));
+    let (req, body) = build(&c);
+    assert_eq!(
+        req.uri(),
+        "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent"
+    );
+    assert_eq!(req.headers()["x-goog-api-key"], "AIza");
+    assert!(req.headers()["x-goog-api-key"].is_sensitive());
+    let expected = json!({
+        "contents": [
+            {"role": "user", "parts": [
+                {"text": "Weather here?"},
+                {"inlineData": {"mimeType": "image/jpeg", "data": "/9j/4AAQ"}},
+                {"fileData": {"mimeType": "image/png", "fileUri": "https://example.com/photo.PNG?x=1"}}
+            ]},
+            {"role": "model", "parts": [
+                {"functionCall": {"name": "weather", "args": {"city": "Paris"}}, "thoughtSignature": SKIP_SIGNATURE},
+                {"functionCall": {"name": "time", "args": {}}}
+            ]},
+            {"role": "user", "parts": [
+                {"functionResponse": {"name": "weather", "response": {"temp": 21}}},
+                {"functionResponse": {"name": "time", "response": {"result": "12:00"}}}
+            ]},
+            {"role": "model", "parts": [{"text": "21 degrees at noon."}]},
+            {"role": "user", "parts": [{"text": "Thanks"}]}
+        ],
+        "systemInstruction": {"parts": [{"text": "Be brief."}]},
+        "tools": [{"functionDeclarations": [{"name": "weather", "description": "Weather", "parametersJsonSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "additionalProperties": false}}]}],
+        "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["weather"]}},
+        "generationConfig": {"temperature": 0.2, "topP": 0.8, "maxOutputTokens": 256, "stopSequences": ["END"], "candidateCount": 2, "seed": 5}
+    });
+    assert_eq!(body, expected);
+}
+
+#[test]
+fn streaming_url_and_minimal_body() {
+    let c = chat(
+        json!({"model": "g", "stream": true, "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    let (req, body) = build(&c);
+    assert_eq!(
+        req.uri(),
+        "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    );
+    assert_eq!(
+        body,
+        json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
+    );
+}
+
+#[test]
+fn tool_results_wrap_non_objects_and_json_mode_maps() {
+    let c = chat(json!({
+        "model": "g",
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}},
+        "tool_choice": "none",
+        "messages": [
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": ""}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "[1,2]"},
+            {"role": "tool", "tool_call_id": "a", "content": [{"type": "text", "text": "{\"ok\":true}"}]}
+        ]
+    }));
+    let (_, body) = build(&c);
+    assert_eq!(
+        body["contents"][0]["parts"][0]["functionCall"]["args"],
+        json!({})
+    );
+    assert_eq!(
+        body["contents"][1]["parts"][0]["functionResponse"]["response"],
+        json!({"result": [1, 2]})
+    );
+    assert_eq!(
+        body["contents"][1]["parts"][1]["functionResponse"]["response"],
+        json!({"ok": true})
+    );
+    assert_eq!(
+        body["toolConfig"]["functionCallingConfig"],
+        json!({"mode": "NONE"})
+    );
+    assert_eq!(
+        body["generationConfig"]["responseMimeType"],
+        "application/json"
+    );
+    assert_eq!(
+        body["generationConfig"]["responseJsonSchema"],
+        json!({"type": "object"})
+    );
+}
+
+#[test]
+fn what_gemini_cannot_express_is_400() {
+    for (req, param) in [
+        (
+            json!({"model": "m", "messages": [{"role": "tool", "tool_call_id": "nope", "content": "x"}]}),
+            "messages[0].tool_call_id",
+        ),
+        (
+            json!({"model": "m", "stream": true, "n": 3, "messages": [{"role": "user", "content": "hi"}]}),
+            "n",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "file", "file": {}}]}]}),
+            "messages[0].content[0]",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png,raw"}}]}]}),
+            "messages[0].content[0].image_url.url",
+        ),
+    ] {
+        let e = Gemini.request(&target(), &chat(req)).unwrap_err();
+        assert_eq!(e.status(), 400, "{}", e.message);
+        assert_eq!(e.param.as_deref(), Some(param), "{}", e.message);
+    }
+}
+
+fn respond(name: &str) -> Value {
+    let out = Gemini.response(fixture(name).as_bytes(), "gem").unwrap();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["model"], "gem");
+    v
+}
+
+#[test]
+fn recorded_text_response() {
+    let v = respond("gemini/google-text.json");
+    assert_eq!(v["id"], "Un6LacrVMcjUxs0PmJfWoQc");
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "There are **3** r's in strawberry.\n\nHere is the breakdown: st**r**awbe**rr**y."
+    );
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    // 28 answer + 244 thinking tokens; the total matches totalTokenCount.
+    assert_eq!(
+        v["usage"],
+        json!({"prompt_tokens": 9, "completion_tokens": 272, "total_tokens": 281})
+    );
+}
+
+#[test]
+fn recorded_tool_call_response() {
+    let v = respond("gemini/google-tool-call.json");
+    let m = &v["choices"][0]["message"];
+    assert!(m["content"].is_null());
+    let call = &m["tool_calls"][0];
+    assert!(call["id"].as_str().unwrap().starts_with("call_"));
+    assert_eq!(call["type"], "function");
+    assert_eq!(call["function"]["name"], "weather");
+    assert_eq!(
+        call["function"]["arguments"],
+        r#"{"location":"San Francisco"}"#
+    );
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(v["usage"]["total_tokens"], 937);
+}
+
+#[test]
+fn finish_reasons_and_blocked_prompts() {
+    for (reason, expected) in [
+        ("MAX_TOKENS", "length"),
+        ("SAFETY", "content_filter"),
+        ("RECITATION", "content_filter"),
+        ("BLOCKLIST", "content_filter"),
+        ("PROHIBITED_CONTENT", "content_filter"),
+        ("OTHER", "stop"),
+    ] {
+        let body = json!({"candidates": [{"content": {"parts": [{"text": "x"}]}, "finishReason": reason}]});
+        let out = Gemini.response(body.to_string().as_bytes(), "g").unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["choices"][0]["finish_reason"], expected, "{reason}");
+    }
+    let body =
+        br#"{"promptFeedback":{"blockReason":"SAFETY"},"usageMetadata":{"promptTokenCount":4}}"#;
+    let v: Value = serde_json::from_slice(&Gemini.response(body, "g").unwrap()).unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "content_filter");
+    assert!(v["choices"][0]["message"]["content"].is_null());
+    for bad in [
+        &b"<html>"[..],
+        b"{}",
+        br#"{"candidates":[{"content":{"parts":"x"}}]}"#,
+    ] {
+        assert_eq!(Gemini.response(bad, "g").unwrap_err().status(), 502);
+    }
+}
+
+fn stream(name: &str, include_usage: bool) -> Replay {
+    let t = Gemini.stream(StreamContext {
+        logical_model: "gem".into(),
+        include_usage,
+        prompt_tokens_estimate: 3,
+    });
+    let r = replay(t, &fixture(name), false);
+    assert!(r.result.is_ok(), "{name}: {:?}", r.result);
+    assert!(r.done, "{name}: no [DONE]");
+    assert_well_formed(&r, "gem");
+    assert_eq!(r.usage_chunks().len(), usize::from(include_usage), "{name}");
+    r
+}
+
+#[test]
+fn recorded_text_stream() {
+    for include_usage in [false, true] {
+        let r = stream("gemini/google-text.chunks.txt", include_usage);
+        assert_eq!(r.chunks[0]["id"], "bH6LaZW8Fp_3nsEPqtaSwQ4");
+        let expected: String = fixture("gemini/google-text.chunks.txt")
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|v| {
+                v["candidates"][0]["content"]["parts"][0]["text"]
+                    .as_str()
+                    .map(str::to_string)
+            })
+            .collect();
+        assert_eq!(r.text(), expected);
+        assert!(r
+            .text()
+            .starts_with("There are **3** \"r\"s in strawberry."));
+        assert_eq!(r.finish_reasons(), ["stop"]);
+        if include_usage {
+            let u = &r.usage_chunks()[0]["usage"];
+            assert_eq!(u["prompt_tokens"], 9);
+            assert_eq!(
+                u["total_tokens"].as_u64(),
+                Some(
+                    u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()
+                )
+            );
+        }
+    }
+}
+
+#[test]
+fn recorded_tool_call_stream_matches_the_whole_response() {
+    let r = stream("gemini/google-tool-call.chunks.txt", true);
+    let calls = r.tool_calls();
+    assert_eq!(calls.len(), 1);
+    assert!(calls[0].0.starts_with("call_"));
+    let whole = respond("gemini/google-tool-call.json");
+    let f = &whole["choices"][0]["message"]["tool_calls"][0]["function"];
+    assert_eq!(calls[0].1, f["name"].as_str().unwrap());
+    assert_eq!(calls[0].2, f["arguments"].as_str().unwrap());
+    assert_eq!(r.finish_reasons(), ["tool_calls"]);
+    assert_eq!(r.usage_chunks()[0]["usage"]["prompt_tokens"], 29);
+}
+
+#[test]
+fn recorded_streamed_arguments() {
+    let r = stream("gemini/google-stream-tool-call-arguments.chunks.txt", false);
+    let calls = r.tool_calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(
+        (calls[0].1.as_str(), calls[1].1.as_str()),
+        ("getWeather", "getWeather")
+    );
+    assert_ne!(calls[0].0, calls[1].0);
+    assert_eq!(calls[0].2, r#"{"location":"Boston"}"#);
+    assert_eq!(calls[1].2, r#"{"location":"San Francisco"}"#);
+    assert_eq!(r.finish_reasons(), ["tool_calls"]);
+
+    let r = stream("gemini/google-stream-no-args-tool-call.chunks.txt", true);
+    // The thought summary is not relayed as content.
+    assert_eq!(r.text(), "");
+    let calls: Vec<_> = r.tool_calls().into_iter().map(|c| (c.1, c.2)).collect();
+    assert_eq!(
+        calls,
+        [
+            ("read_theme".to_string(), "{}".to_string()),
+            ("read_screen".to_string(), r#"{"id":"A"}"#.to_string()),
+            ("read_screen".to_string(), r#"{"id":"B"}"#.to_string()),
+            ("read_screen".to_string(), r#"{"id":"C"}"#.to_string()),
+        ]
+    );
+    assert_eq!(
+        r.usage_chunks()[0]["usage"],
+        json!({"prompt_tokens": 249, "completion_tokens": 241, "total_tokens": 490})
+    );
+}
+
+#[test]
+fn stream_errors_and_cuts() {
+    let ctx = || StreamContext {
+        logical_model: "g".into(),
+        include_usage: false,
+        prompt_tokens_estimate: 0,
+    };
+    let first = fixture("gemini/google-text.chunks.txt")
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
+    let r = replay(Gemini.stream(ctx()), &first, false);
+    assert_eq!(r.result.unwrap_err().status(), 502);
+    assert!(!r.done);
+    let r = replay(
+        Gemini.stream(ctx()),
+        r#"{"error":{"code":500,"message":"Internal error","status":"INTERNAL"}}"#,
+        false,
+    );
+    assert!(r.result.unwrap_err().message.contains("Internal error"));
+    let orphan = r#"{"candidates":[{"content":{"parts":[{"functionCall":{"partialArgs":[{"jsonPath":"$.a","stringValue":"x"}]}}]}}]}"#;
+    assert_eq!(
+        replay(Gemini.stream(ctx()), orphan, false)
+            .result
+            .unwrap_err()
+            .status(),
+        502
+    );
+}
+
+#[test]
+fn partial_args_build_nested_values() {
+    let ctx = StreamContext {
+        logical_model: "g".into(),
+        include_usage: false,
+        prompt_tokens_estimate: 0,
+    };
+    let lines = [
+        r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f","willContinue":true}}]}}]}"#,
+        r#"{"candidates":[{"content":{"parts":[{"functionCall":{"partialArgs":[{"jsonPath":"$.a.b[1]","numberValue":2},{"jsonPath":"$.ok","boolValue":true},{"jsonPath":"$['n']"}],"willContinue":true}}]}}]}"#,
+        r#"{"candidates":[{"content":{"parts":[{"functionCall":{}}]},"finishReason":"STOP"}]}"#,
+    ]
+    .join("\n");
+    let r = replay(Gemini.stream(ctx), &lines, false);
+    assert!(r.result.is_ok());
+    let args: Value = serde_json::from_str(&r.tool_calls()[0].2).unwrap();
+    assert_eq!(args, json!({"a": {"b": [null, 2]}, "ok": true, "n": null}));
+}
+
+#[test]
+fn error_bodies() {
+    let body = fixture("gemini/google-429-retry-info.json");
+    let e = Gemini.error(429, &HeaderMap::new(), body.as_bytes());
+    assert_eq!(e.status(), 429);
+    assert_eq!(e.retry_after_s, Some(35));
+    assert!(
+        e.message.contains("You exceeded your current quota"),
+        "{}",
+        e.message
+    );
+    assert!(e.message.contains("RESOURCE_EXHAUSTED"), "{}", e.message);
+
+    let mut h = HeaderMap::new();
+    h.insert("retry-after", http::HeaderValue::from_static("3"));
+    assert_eq!(
+        Gemini.error(429, &h, body.as_bytes()).retry_after_s,
+        Some(3)
+    );
+
+    let body =
+        br#"{"error":{"code":400,"message":"Invalid JSON payload","status":"INVALID_ARGUMENT"}}"#;
+    let e = Gemini.error(400, &HeaderMap::new(), body);
+    assert_eq!(e.status(), 400);
+    assert!(e.message.contains("Invalid JSON payload"));
+    assert_eq!(
+        Gemini
+            .error(503, &HeaderMap::new(), b"unavailable")
+            .status(),
+        502
+    );
+}
