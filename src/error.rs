@@ -143,6 +143,8 @@ pub struct GatewayError {
     pub code: Option<&'static str>,
     /// Seconds the client should wait before retrying (sent as `Retry-After`).
     pub retry_after_s: Option<u64>,
+    /// A status other than the kind's own (a policy's `reject 451 "..."`).
+    pub status_override: Option<u16>,
 }
 
 impl GatewayError {
@@ -154,6 +156,7 @@ impl GatewayError {
             param: None,
             code: None,
             retry_after_s: None,
+            status_override: None,
         }
     }
 
@@ -184,7 +187,7 @@ impl GatewayError {
 
     /// HTTP status code.
     pub fn status(&self) -> u16 {
-        self.kind.status()
+        self.status_override.unwrap_or(self.kind.status())
     }
 
     /// The OpenAI error JSON body: `{"error":{"message","type","param","code"}}`.

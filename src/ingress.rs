@@ -30,8 +30,10 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
         (&Method::POST, "/v1/chat/completions") => {
             let gauge = gw.in_flight.clone();
             gauge.increment(1.0);
-            let resp = match read_body(req, gw.config.server.max_body_bytes).await {
-                Ok(bytes) => gw.chat(bytes, started).await,
+            let (parts, body) = req.into_parts();
+            let resp = match read_body(&parts.headers, body, gw.config.server.max_body_bytes).await
+            {
+                Ok(bytes) => gw.chat(bytes, &parts.headers, started).await,
                 Err(e) => error_response(&e),
             };
             gauge.decrement(1.0);
@@ -81,7 +83,11 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
 
 /// Reads the body, refusing more than `limit` bytes with 413 (by `Content-Length`
 /// before reading, or while reading when the length is not declared).
-async fn read_body(req: Request<Incoming>, limit: usize) -> Result<bytes::Bytes, GatewayError> {
+async fn read_body(
+    headers: &http::HeaderMap,
+    body: Incoming,
+    limit: usize,
+) -> Result<bytes::Bytes, GatewayError> {
     let too_large = || {
         GatewayError::new(
             ErrorKind::PayloadTooLarge,
@@ -89,8 +95,7 @@ async fn read_body(req: Request<Incoming>, limit: usize) -> Result<bytes::Bytes,
         )
         .with_code("request_too_large")
     };
-    if let Some(len) = req
-        .headers()
+    if let Some(len) = headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|s| s.parse::<u64>().ok())
@@ -99,7 +104,7 @@ async fn read_body(req: Request<Incoming>, limit: usize) -> Result<bytes::Bytes,
             return Err(too_large());
         }
     }
-    match Limited::new(req.into_body(), limit).collect().await {
+    match Limited::new(body, limit).collect().await {
         Ok(c) => Ok(c.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Err(e) => Err(GatewayError::new(

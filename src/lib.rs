@@ -23,4 +23,5 @@ pub mod providers;
 pub mod routing;
 pub mod server;
 pub mod sse;
+pub mod stats;
 pub mod suggest;

@@ -45,12 +45,21 @@ pub fn run(args: ServeArgs) -> ExitCode {
     if let Some(listen) = args.listen {
         config.server.listen = listen;
     }
+    let policy = match crate::routing::policy::load(&config) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: the policy set is invalid; not starting\n{e}");
+            return ExitCode::from(1);
+        }
+    };
     if args.check {
         println!(
-            "config OK: {} provider(s), {} model(s) ({})",
+            "config OK: {} provider(s), {} model(s) ({}); policy {} OK: {} file(s)",
             config.providers.len(),
             config.models.len(),
-            source_line
+            source_line,
+            policy.version,
+            policy.files.len()
         );
         return ExitCode::SUCCESS;
     }
@@ -68,7 +77,12 @@ pub fn run(args: ServeArgs) -> ExitCode {
         }
         let listen = config.server.listen;
         let drain = Duration::from_millis(config.server.drain_timeout_ms);
-        let gw = match Gateway::new(config, metrics, |v| {
+        let policy_line = format!(
+            "policy {} loaded: {}",
+            policy.version,
+            policy.files.join(", ")
+        );
+        let gw = match Gateway::new(config, policy, metrics, |v| {
             std::env::var(v).ok().filter(|s| !s.is_empty())
         }) {
             Ok(g) => Arc::new(g),
@@ -88,6 +102,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         };
         let addr = listener.local_addr().unwrap_or(listen);
         tracing::info!("{source_line}");
+        tracing::info!("{policy_line}");
         tracing::info!(
             models = gw.registry.model_order.len(),
             providers = gw.upstreams.len(),

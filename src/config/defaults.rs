@@ -55,6 +55,7 @@ pub fn embedded(has_var: impl Fn(&str) -> bool) -> (Config, String) {
     // The text is built here from fixed pieces; a failure is a bug caught by the tests.
     let mut config = parse_str(&text, None).unwrap_or_else(|e| panic!("embedded config: {e}"));
     config.source = "<embedded default>".to_string();
+    config.policies.dir = None;
     (config, summary)
 }
 

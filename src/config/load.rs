@@ -270,14 +270,16 @@ impl Validator {
     fn policies(&mut self, value: &Value, base_dir: &Path) -> PoliciesConfig {
         let path = "policies";
         let mut cfg = PoliciesConfig {
-            dir: base_dir.join("policies"),
+            dir: Some(base_dir.join("policies")),
+            explicit: false,
         };
         let Some(map) = self.mapping(value, path) else {
             return cfg;
         };
         self.unknown_keys(map, &["dir"], path);
         if let Some(dir) = self.string(map, "dir", path) {
-            cfg.dir = base_dir.join(dir);
+            cfg.dir = Some(base_dir.join(dir));
+            cfg.explicit = true;
         }
         cfg
     }
@@ -667,7 +669,8 @@ models:
         let c = parse_str(GOOD, Some(Path::new("/etc/sy/switchyard.yaml"))).unwrap();
         assert_eq!(c.server.listen.port(), 9000);
         assert_eq!(c.server.max_body_bytes, 1024);
-        assert_eq!(c.policies.dir, PathBuf::from("/etc/sy/./pol"));
+        assert_eq!(c.policies.dir, Some(PathBuf::from("/etc/sy/./pol")));
+        assert!(c.policies.explicit);
         let local = c.provider("local").unwrap();
         assert_eq!(local.base_url, "http://127.0.0.1:8081/v1");
         assert_eq!(local.timeouts.idle_ms, 300);

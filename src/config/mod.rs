@@ -67,9 +67,13 @@ pub struct ServerConfig {
 /// `policies:` section.
 #[derive(Debug, Clone)]
 pub struct PoliciesConfig {
-    /// Directory of `.policy` files (`dir`, default `./policies`). Relative paths are
-    /// resolved against the config file's directory.
-    pub dir: PathBuf,
+    /// Directory of `.policy` files (`dir`, default `policies/` beside the config
+    /// file, used only if it exists). Relative paths are resolved against the config
+    /// file's directory. `None` for the embedded default config: built-in strategies
+    /// only.
+    pub dir: Option<PathBuf>,
+    /// Whether `dir` was set explicitly (then it must exist).
+    pub explicit: bool,
 }
 
 /// The wire format family of a provider.

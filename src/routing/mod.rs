@@ -7,6 +7,9 @@
 //! with no shared counter or lock on the request path), the rest follow by descending
 //! weight. Endpoints of weight 0 are never used.
 
+pub mod features;
+pub mod policy;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -20,6 +23,8 @@ use crate::error::{ErrorKind, GatewayError};
 pub struct Endpoint {
     /// Unique endpoint name (config `name`, default `<provider>/<model>`).
     pub id: Arc<str>,
+    /// The logical model it serves.
+    pub model: Arc<str>,
     /// Index of its provider in the gateway's upstream list.
     pub provider: usize,
     /// Model id (or Azure deployment) sent upstream.
@@ -68,6 +73,7 @@ impl Registry {
                 idx.push(reg.endpoints.len());
                 reg.endpoints.push(Endpoint {
                     id: Arc::from(e.id.as_str()),
+                    model: name.clone(),
                     provider,
                     upstream_model: e.model.clone(),
                     priority: e.priority,

@@ -93,6 +93,24 @@ pub fn serve(config: &str) -> Proc {
     )
 }
 
+/// Starts `switchyard serve` with `config` and policy files `(name, text)` in a
+/// `policies/` directory beside it.
+pub fn serve_with_policies(config: &str, policies: &[(&str, &str)]) -> Proc {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("policies")).unwrap();
+    for (name, text) in policies {
+        std::fs::write(dir.path().join("policies").join(name), text).unwrap();
+    }
+    let path = dir.path().join("switchyard.yaml");
+    std::fs::write(&path, format!("policies: {{ dir: policies }}\n{config}")).unwrap();
+    let p = path.to_str().unwrap().to_string();
+    spawn(
+        &["serve", "--config", &p, "--listen", "127.0.0.1:0"],
+        "switchyard listening on",
+        Some(dir),
+    )
+}
+
 /// A config with one openai-compatible provider per `(name, mock)` and the given
 /// `models:` block.
 pub fn config(providers: &[(&str, &Proc)], extra_provider_yaml: &str, models: &str) -> String {

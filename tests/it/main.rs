@@ -2,5 +2,6 @@
 
 mod common;
 mod failures;
+mod policy;
 mod proxy;
 mod shutdown;

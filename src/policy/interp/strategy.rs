@@ -30,6 +30,35 @@ pub fn builtin_order<'a>(cands: &mut [EndpointRef<'a>]) {
     });
 }
 
+/// The built-in `priority` strategy's draw: among the leading candidates of equal
+/// (lowest) priority, moves one to the front with probability proportional to its
+/// `weight` (seed 001 "Model Mapping": traffic split by weight within a priority).
+/// Endpoints of weight 0 are never drawn; the rest keep [`builtin_order`].
+pub fn weighted_first(cands: &mut [EndpointRef<'_>], rng: &mut SplitMix64) {
+    let Some(first) = cands.first() else { return };
+    let top = first.endpoint.priority;
+    let group = cands
+        .iter()
+        .take_while(|c| c.endpoint.priority == top)
+        .count();
+    let total: u64 = cands[..group]
+        .iter()
+        .map(|c| u64::from(c.endpoint.weight))
+        .sum();
+    if group < 2 || total == 0 {
+        return;
+    }
+    let mut draw = rng.next_u64() % total;
+    for i in 0..group {
+        let w = u64::from(cands[i].endpoint.weight);
+        if draw < w {
+            cands[..=i].rotate_right(1);
+            return;
+        }
+        draw -= w;
+    }
+}
+
 /// Builds endpoint contexts with initialized state slots.
 pub fn contexts<'a>(
     set: &'a CheckedPolicySet,
@@ -110,6 +139,9 @@ pub fn rank<'a>(
         .unwrap_or_else(|| "priority".to_string());
     let Some(s) = s else {
         builtin_order(&mut cands);
+        if let Some(rng) = rng {
+            weighted_first(&mut cands, rng);
+        }
         let order = contexts(set, None, args, req, stats, &cands);
         let events = if explain {
             order

@@ -1,0 +1,187 @@
+//! Feeding what happened back into endpoint statistics and strategy state.
+//!
+//! Every attempt is an [`Attempt`]: it counts as in flight on its endpoint from the
+//! moment it is sent until it ends, and its end (success, upstream failure, or a
+//! stream's end) updates the endpoint's EWMAs and runs the strategy's `on success` /
+//! `on failure` block. Failures that are the client's fault do not count against an
+//! endpoint's health; a client that goes away mid-stream counts as neither.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::metrics_handles::EndpointMetrics;
+use super::Gateway;
+use crate::egress::relay::{StreamEnd, StreamObserver};
+use crate::error::{Fault, GatewayError};
+use crate::policy::ast::Event;
+use crate::policy::interp::StrategyCall;
+use crate::policy::{Outcome, RequestFeatures};
+use crate::routing::policy::PolicySnapshot;
+
+/// What a decision was made on, kept for outcome updates.
+#[derive(Debug)]
+pub struct DecisionContext {
+    /// The policy set the request started on.
+    pub snapshot: Arc<PolicySnapshot>,
+    /// The request's features.
+    pub features: RequestFeatures,
+    /// The strategy invocation behind the decision.
+    pub call: Option<StrategyCall>,
+}
+
+/// One attempt on one endpoint.
+pub struct Attempt {
+    gw: Arc<Gateway>,
+    ep_idx: usize,
+    ctx: Arc<DecisionContext>,
+    /// When the client's request arrived (for request metrics).
+    pub started: Instant,
+    sent: Instant,
+    ended: bool,
+}
+
+impl Attempt {
+    /// Starts an attempt on endpoint `ep_idx`: it is in flight from now.
+    pub fn begin(
+        gw: &Arc<Gateway>,
+        ep_idx: usize,
+        ctx: Arc<DecisionContext>,
+        started: Instant,
+    ) -> Attempt {
+        if let Some(slot) = gw.stats.slot(ep_idx) {
+            slot.enter();
+        }
+        Attempt {
+            gw: gw.clone(),
+            ep_idx,
+            ctx,
+            started,
+            sent: Instant::now(),
+            ended: false,
+        }
+    }
+
+    /// Ends the attempt as failed with `e` (returned for the caller to handle).
+    pub fn failed(mut self, e: GatewayError) -> GatewayError {
+        let counts = e.kind.fault() != Fault::Client;
+        self.end(counts.then_some(false), None);
+        e
+    }
+
+    /// Ends the attempt as a success; `ttft` for streams.
+    pub fn succeeded(mut self, ttft: Option<Duration>) {
+        self.end(Some(true), ttft);
+    }
+
+    /// Records the time to first token of a stream now.
+    fn first_token(&self) -> Duration {
+        let ttft = self.sent.elapsed();
+        if let Some(slot) = self.gw.stats.slot(self.ep_idx) {
+            slot.record_ttft(ttft);
+        }
+        ttft
+    }
+
+    /// `success`: `None` when the outcome says nothing about the endpoint.
+    fn end(&mut self, success: Option<bool>, ttft: Option<Duration>) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        let Some(slot) = self.gw.stats.slot(self.ep_idx) else {
+            return;
+        };
+        slot.leave();
+        let Some(success) = success else { return };
+        let latency = self.sent.elapsed();
+        slot.record(latency, success);
+        self.strategy_update(success, latency, ttft);
+    }
+
+    /// Runs the strategy's `on success` / `on failure` block, if it has one.
+    fn strategy_update(&self, success: bool, latency: Duration, ttft: Option<Duration>) {
+        let Some(call) = &self.ctx.call else { return };
+        let set = &self.ctx.snapshot.set;
+        let Some(strategy) = call.strategy.and_then(|i| set.strategies.get(i as usize)) else {
+            return;
+        };
+        let event = if success {
+            Event::Success
+        } else {
+            Event::Failure
+        };
+        if !strategy.updates.iter().any(|(e, _)| *e == event) {
+            return;
+        }
+        let id = &self.gw.registry.endpoints[self.ep_idx].id;
+        let stats = self.gw.stats.snapshot(SystemTime::now());
+        let outcome = Outcome {
+            latency_ms: latency.as_secs_f64() * 1e3,
+            ttft_ms: ttft.map(|t| t.as_secs_f64() * 1e3).unwrap_or(0.0),
+            input_tokens: self.ctx.features.input_tokens,
+            output_tokens: 0,
+        };
+        let update =
+            crate::policy::on_outcome(set, call, &self.ctx.features, &stats, id, success, &outcome);
+        if let (Some(u), Some(slot)) = (update, self.gw.stats.slot(self.ep_idx)) {
+            slot.set_state(&u.strategy, &u.slots);
+        }
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        // Dropped without an outcome: the client went away.
+        self.end(None, None);
+    }
+}
+
+/// Observes a relayed stream: metrics, TTFT, and the attempt's outcome at its end.
+pub struct StreamLog {
+    attempt: Option<Attempt>,
+    metrics: Arc<EndpointMetrics>,
+    ttft: Option<Duration>,
+}
+
+impl StreamLog {
+    /// Observer for `attempt` on an endpoint with `metrics`.
+    pub fn new(attempt: Attempt, metrics: Arc<EndpointMetrics>) -> StreamLog {
+        StreamLog {
+            attempt: Some(attempt),
+            metrics,
+            ttft: None,
+        }
+    }
+}
+
+impl StreamObserver for StreamLog {
+    fn first_token(&mut self) {
+        if let Some(a) = &self.attempt {
+            self.ttft = Some(a.first_token());
+            self.metrics.ttft.record(a.started.elapsed().as_secs_f64());
+        }
+    }
+
+    fn finished(&mut self, end: StreamEnd) {
+        let Some(attempt) = self.attempt.take() else {
+            return;
+        };
+        self.metrics
+            .duration
+            .record(attempt.started.elapsed().as_secs_f64());
+        match end {
+            StreamEnd::Completed => {
+                self.metrics.ok.increment(1);
+                attempt.succeeded(self.ttft);
+            }
+            StreamEnd::Failed(e) => {
+                self.metrics.stream_error.increment(1);
+                let _ = attempt.failed(e);
+            }
+            StreamEnd::ClientGone => {
+                self.metrics.client_gone.increment(1);
+                drop(attempt);
+            }
+        }
+    }
+}

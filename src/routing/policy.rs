@@ -1,0 +1,295 @@
+//! Loading the routing policy set the gateway runs: built-in strategies, the operator's
+//! `.policy` files, checked against the model registry from config.
+//!
+//! The built-in strategies of `policies/builtin/` are compiled into the binary, so
+//! every policy can say `via least_latency` without copying files. An operator file
+//! that defines a strategy of the same name replaces the built-in one (copy it, change
+//! a line); the `policies/builtin/` folder of this repository, when loaded as a
+//! policy directory, therefore replaces the embedded copies with identical text.
+//!
+//! A set that fails to parse or check is never used: startup fails with the rendered
+//! diagnostics (file:line:col and a caret), and a reload keeps the last good set.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use crate::config::Config;
+use crate::policy::ast::Item;
+use crate::policy::diagnostic::render_all;
+use crate::policy::{
+    parser, CheckedPolicySet, Registry, RegistryEndpoint, RegistryModel, SourceMap,
+};
+
+/// The built-in strategies: (file name, text).
+pub const BUILTIN: &[(&str, &str)] = &[
+    (
+        "builtin/weighted_round_robin.policy",
+        include_str!("../../policies/builtin/weighted_round_robin.policy"),
+    ),
+    (
+        "builtin/least_latency.policy",
+        include_str!("../../policies/builtin/least_latency.policy"),
+    ),
+    (
+        "builtin/cost_optimized.policy",
+        include_str!("../../policies/builtin/cost_optimized.policy"),
+    ),
+    (
+        "builtin/exp3.policy",
+        include_str!("../../policies/builtin/exp3.policy"),
+    ),
+];
+
+/// Largest number of policy files read from a directory.
+pub const MAX_FILES: usize = 1_000;
+
+/// A checked policy set ready to serve, with where it came from.
+#[derive(Debug)]
+pub struct PolicySnapshot {
+    /// The checked set (rules, strategies, source map).
+    pub set: CheckedPolicySet,
+    /// Content hash of every file (FNV-1a 64, hex): the `x-switchyard-policy` value.
+    pub version: String,
+    /// Files in the set, built-ins first (`builtin/...` or paths as read).
+    pub files: Vec<String>,
+    /// When this set was loaded.
+    pub loaded_at: SystemTime,
+}
+
+/// Why a policy set could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A file or directory could not be read.
+    #[error("{0}")]
+    Io(String),
+    /// Parse or check errors, rendered with locations.
+    #[error("{rendered}")]
+    Invalid {
+        /// Human rendering of every diagnostic.
+        rendered: String,
+        /// Number of errors.
+        count: usize,
+    },
+}
+
+/// The policy registry (model → endpoints with prices) from the gateway config.
+pub fn registry_from_config(config: &Config) -> Registry {
+    Registry::new(
+        config
+            .models
+            .iter()
+            .map(|m| RegistryModel {
+                name: m.name.clone(),
+                endpoints: m
+                    .endpoints
+                    .iter()
+                    .map(|e| {
+                        let pricing = config
+                            .provider(&e.provider)
+                            .map(|p| p.pricing)
+                            .unwrap_or_default();
+                        RegistryEndpoint {
+                            id: e.id.clone(),
+                            provider: e.provider.clone(),
+                            model: e.model.clone(),
+                            priority: e.priority,
+                            weight: e.weight,
+                            input_per_mtok: pricing.input_per_mtok,
+                            output_per_mtok: pricing.output_per_mtok,
+                        }
+                    })
+                    .collect(),
+            })
+            .collect(),
+    )
+}
+
+/// Whether `path` is a policy file worth reading: `*.policy`, not hidden, not an
+/// editor's swap or backup file.
+pub fn is_policy_file(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    !name.starts_with('.') && !name.ends_with('~') && name.ends_with(".policy")
+}
+
+/// Every policy file under `dir` (recursively, sorted by path).
+///
+/// # Errors
+/// [`LoadError::Io`] when `dir` or a subdirectory cannot be listed, or when there are
+/// more than [`MAX_FILES`] files.
+pub fn policy_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = std::fs::read_dir(&d).map_err(|e| {
+            LoadError::Io(format!("cannot list policy directory {}: {e}", d.display()))
+        })?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let hidden = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with('.'));
+            if hidden {
+                continue;
+            }
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => stack.push(path),
+                Ok(_) if is_policy_file(&path) => out.push(path),
+                _ => {}
+            }
+        }
+        if out.len() > MAX_FILES {
+            return Err(LoadError::Io(format!(
+                "more than {MAX_FILES} policy files under {}",
+                dir.display()
+            )));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Reads the sources: built-ins (minus those an operator file replaces), then every
+/// file under `dir` named relative to `dir`.
+///
+/// # Errors
+/// [`LoadError::Io`] for unreadable files.
+pub fn read_sources(dir: Option<&Path>) -> Result<SourceMap, LoadError> {
+    let mut user: Vec<(String, String)> = Vec::new();
+    if let Some(dir) = dir {
+        for path in policy_files(dir)? {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| LoadError::Io(format!("cannot read {}: {e}", path.display())))?;
+            let name = path
+                .strip_prefix(dir)
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| path.display().to_string());
+            user.push((name, text));
+        }
+    }
+    // Strategy names the operator defines; a parse failure here is reported later by
+    // the full parse, so it is simply skipped.
+    let mut defined = std::collections::HashSet::new();
+    for (name, text) in &user {
+        if let Ok((_, file)) = parser::parse_str(name, text) {
+            for item in &file.items {
+                if let Item::Strategy(s) = item {
+                    defined.insert(s.name.name.clone());
+                }
+            }
+        }
+    }
+    let mut sources = SourceMap::new();
+    for (name, text) in BUILTIN {
+        let replaced = parser::parse_str(name, text)
+            .map(|(_, f)| {
+                f.items
+                    .iter()
+                    .any(|i| matches!(i, Item::Strategy(s) if defined.contains(&s.name.name)))
+            })
+            .unwrap_or(false);
+        if !replaced {
+            sources.add(*name, *text);
+        }
+    }
+    for (name, text) in user {
+        sources.add(name, text);
+    }
+    Ok(sources)
+}
+
+/// Loads, parses and checks the policy set for `config`.
+///
+/// The directory is `policies.dir` when the config sets it (it must exist); the
+/// default `<config dir>/policies` is used only if it exists; the embedded default
+/// config has none.
+///
+/// # Errors
+/// [`LoadError`] with every diagnostic rendered.
+pub fn load(config: &Config) -> Result<PolicySnapshot, LoadError> {
+    let dir = policy_dir(config)?;
+    let sources = read_sources(dir.as_deref())?;
+    compile(sources, &registry_from_config(config))
+}
+
+/// The policy directory for `config`, if any.
+///
+/// # Errors
+/// [`LoadError::Io`] when an explicitly configured directory does not exist.
+pub fn policy_dir(config: &Config) -> Result<Option<PathBuf>, LoadError> {
+    let Some(dir) = &config.policies.dir else {
+        return Ok(None);
+    };
+    match (config.policies.explicit, dir.is_dir()) {
+        (_, true) => Ok(Some(dir.clone())),
+        (true, false) => Err(LoadError::Io(format!(
+            "policies.dir: {} is not a directory",
+            dir.display()
+        ))),
+        (false, false) => Ok(None),
+    }
+}
+
+/// Parses and checks `sources` against `registry`.
+///
+/// # Errors
+/// [`LoadError::Invalid`] with every diagnostic rendered.
+pub fn compile(sources: SourceMap, registry: &Registry) -> Result<PolicySnapshot, LoadError> {
+    let files: Vec<String> = sources.files().map(|(_, f)| f.name.clone()).collect();
+    match crate::policy::parse_and_check(&sources, registry) {
+        Ok(set) => Ok(PolicySnapshot {
+            version: set.version.clone(),
+            set,
+            files,
+            loaded_at: SystemTime::now(),
+        }),
+        Err(diags) => Err(LoadError::Invalid {
+            rendered: render_all(&diags, &sources),
+            count: diags.len(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_check_against_any_registry() {
+        let (config, _) = crate::config::embedded(|_| false);
+        let snap = compile(read_sources(None).unwrap(), &registry_from_config(&config)).unwrap();
+        assert_eq!(snap.files.len(), BUILTIN.len());
+        assert_eq!(snap.version.len(), 16);
+    }
+
+    #[test]
+    fn operator_strategy_replaces_the_builtin() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = BUILTIN
+            .iter()
+            .find(|(n, _)| n.ends_with("least_latency.policy"))
+            .unwrap()
+            .1;
+        std::fs::write(dir.path().join("mine.policy"), text).unwrap();
+        std::fs::write(dir.path().join(".mine.policy.swp"), "garbage").unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "garbage").unwrap();
+        let sources = read_sources(Some(dir.path())).unwrap();
+        let names: Vec<String> = sources.files().map(|(_, f)| f.name.clone()).collect();
+        assert!(names.contains(&"mine.policy".to_string()));
+        assert!(!names.iter().any(|n| n == "builtin/least_latency.policy"));
+        let (config, _) = crate::config::embedded(|_| false);
+        compile(sources, &registry_from_config(&config)).unwrap();
+    }
+
+    #[test]
+    fn invalid_policy_is_rendered_with_location() {
+        let mut sources = SourceMap::new();
+        sources.add("bad.policy", "route r { default use \"nope\" }\n");
+        let (config, _) = crate::config::embedded(|_| false);
+        let err = compile(sources, &registry_from_config(&config)).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("bad.policy:1:"), "{text}");
+    }
+}

@@ -1,0 +1,232 @@
+//! Remaining rate-limit capacity from a provider's response headers (seed 000,
+//! "Adaptive Weight Computation": C = min(r_remaining / r_limit, t_remaining / t_limit)).
+//!
+//! Sources: OpenAI, "Rate limits", headers `x-ratelimit-{limit,remaining,reset}-
+//! {requests,tokens}` with resets written as Go durations (`6m0s`, `1.5s`, `20ms`);
+//! Anthropic, "Rate limits", headers `anthropic-ratelimit-{requests,tokens,
+//! input-tokens,output-tokens}-{limit,remaining,reset}` with RFC 3339 resets.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::HeaderMap;
+
+/// Capacity read from one response.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Capacity {
+    /// C in [0, 1]: the smallest remaining/limit ratio among the limits reported.
+    pub fraction: f64,
+    /// When the binding limit resets (C reads as 1 after that), if reported.
+    pub resets_in: Option<Duration>,
+}
+
+fn num(h: &HeaderMap, name: &str) -> Option<f64> {
+    h.get(name)?.to_str().ok()?.trim().parse::<f64>().ok()
+}
+
+fn text<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get(name)?.to_str().ok().map(str::trim)
+}
+
+/// Reads the capacity from `headers` at time `now`; `None` when the provider sent no
+/// rate-limit headers (or only unusable ones).
+pub fn capacity(headers: &HeaderMap, now: SystemTime) -> Option<Capacity> {
+    let mut best: Option<Capacity> = None;
+    let mut consider = |limit: Option<f64>, remaining: Option<f64>, reset: Option<Duration>| {
+        let (Some(l), Some(r)) = (limit, remaining) else {
+            return;
+        };
+        if l.is_nan() || l <= 0.0 || !r.is_finite() {
+            return;
+        }
+        let fraction = (r / l).clamp(0.0, 1.0);
+        if best.is_none_or(|b| fraction < b.fraction) {
+            best = Some(Capacity {
+                fraction,
+                resets_in: reset,
+            });
+        }
+    };
+    for kind in ["requests", "tokens"] {
+        consider(
+            num(headers, &format!("x-ratelimit-limit-{kind}")),
+            num(headers, &format!("x-ratelimit-remaining-{kind}")),
+            text(headers, &format!("x-ratelimit-reset-{kind}")).and_then(parse_go_duration),
+        );
+    }
+    for kind in ["requests", "tokens", "input-tokens", "output-tokens"] {
+        let reset = text(headers, &format!("anthropic-ratelimit-{kind}-reset"))
+            .and_then(parse_rfc3339)
+            .map(|t| t.duration_since(now).unwrap_or(Duration::ZERO));
+        consider(
+            num(headers, &format!("anthropic-ratelimit-{kind}-limit")),
+            num(headers, &format!("anthropic-ratelimit-{kind}-remaining")),
+            reset,
+        );
+    }
+    best
+}
+
+/// Parses a Go-style duration as OpenAI sends it: `20ms`, `1.5s`, `6m0s`, `1h2m3.5s`.
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
+    let mut total = 0.0f64;
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let value: f64 = rest[..num_end].parse().ok()?;
+        rest = &rest[num_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return None,
+        };
+        total += value * scale;
+        rest = &rest[unit_end..];
+    }
+    (total.is_finite() && total >= 0.0).then(|| Duration::from_secs_f64(total))
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Parses an RFC 3339 timestamp (`2024-05-01T12:34:56Z`, optional fraction, `Z` or
+/// `±hh:mm` offset).
+pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    let n = |r: std::ops::Range<usize>| -> Option<i64> { s.get(r)?.parse().ok() };
+    let (y, mo, d, h, mi, se) = (
+        n(0..4)?,
+        n(5..7)?,
+        n(8..10)?,
+        n(11..13)?,
+        n(14..16)?,
+        n(17..19)?,
+    );
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+        return None;
+    }
+    let mut i = 19;
+    let mut frac = 0.0;
+    if b.get(i) == Some(&b'.') {
+        let start = i;
+        i += 1;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        frac = s.get(start..i)?.parse::<f64>().ok()?;
+    }
+    let offset = match b.get(i)? {
+        b'Z' | b'z' if i + 1 == b.len() => 0,
+        b'+' | b'-' if i + 6 == b.len() => {
+            let sign = if b[i] == b'-' { -1 } else { 1 };
+            sign * (n(i + 1..i + 3)? * 3600 + n(i + 4..i + 6)? * 60)
+        }
+        _ => return None,
+    };
+    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + se - offset;
+    let secs = u64::try_from(secs).ok()?;
+    Some(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_secs_f64(frac))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("20ms"), Some(Duration::from_millis(20)));
+        assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_go_duration("6m0s"), Some(Duration::from_secs(360)));
+        assert_eq!(parse_go_duration("1h2m3s"), Some(Duration::from_secs(3723)));
+        assert_eq!(parse_go_duration("soon"), None);
+        assert_eq!(parse_go_duration(""), None);
+    }
+
+    #[test]
+    fn rfc3339() {
+        let t = parse_rfc3339("2026-11-29T14:20:00Z").unwrap();
+        assert_eq!(
+            t.duration_since(UNIX_EPOCH).unwrap().as_secs(),
+            1_795_962_000
+        );
+        let t2 = parse_rfc3339("2026-11-29T15:20:00.5+01:00").unwrap();
+        assert_eq!(
+            t2.duration_since(UNIX_EPOCH).unwrap().as_millis(),
+            1_795_962_000_500
+        );
+        assert!(parse_rfc3339("yesterday").is_none());
+        assert!(parse_rfc3339("2026-13-01T00:00:00Z").is_none());
+    }
+
+    #[test]
+    fn openai_capacity_is_the_smaller_ratio() {
+        let h = headers(&[
+            ("x-ratelimit-limit-requests", "100"),
+            ("x-ratelimit-remaining-requests", "50"),
+            ("x-ratelimit-reset-requests", "30s"),
+            ("x-ratelimit-limit-tokens", "10000"),
+            ("x-ratelimit-remaining-tokens", "1000"),
+            ("x-ratelimit-reset-tokens", "6m0s"),
+        ]);
+        let c = capacity(&h, SystemTime::now()).unwrap();
+        assert!((c.fraction - 0.1).abs() < 1e-12);
+        assert_eq!(c.resets_in, Some(Duration::from_secs(360)));
+    }
+
+    #[test]
+    fn anthropic_capacity() {
+        let now = parse_rfc3339("2026-11-29T14:20:00Z").unwrap();
+        let h = headers(&[
+            ("anthropic-ratelimit-requests-limit", "50"),
+            ("anthropic-ratelimit-requests-remaining", "5"),
+            ("anthropic-ratelimit-requests-reset", "2026-11-29T14:20:30Z"),
+        ]);
+        let c = capacity(&h, now).unwrap();
+        assert!((c.fraction - 0.1).abs() < 1e-12);
+        assert_eq!(c.resets_in, Some(Duration::from_secs(30)));
+    }
+
+    #[test]
+    fn no_headers_no_capacity() {
+        assert!(capacity(&HeaderMap::new(), SystemTime::now()).is_none());
+        let h = headers(&[
+            ("x-ratelimit-limit-requests", "0"),
+            ("x-ratelimit-remaining-requests", "0"),
+        ]);
+        assert!(capacity(&h, SystemTime::now()).is_none());
+    }
+}
