@@ -65,12 +65,30 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
                 "metrics are not enabled in this process",
             )),
         },
-        (_, "/v1/chat/completions" | "/v1/models" | "/health" | "/ready" | "/metrics") => {
-            error_response(&GatewayError::new(
-                ErrorKind::MethodNotAllowed,
-                format!("{} is not allowed on {path}", req.method()),
-            ))
+        (&Method::GET, "/admin/policies") => {
+            match gw.reloader.get().and_then(std::sync::Weak::upgrade) {
+                Some(r) => json(
+                    StatusCode::OK,
+                    serde_json::to_vec(&r.status_json()).unwrap_or_default(),
+                ),
+                None => error_response(&GatewayError::new(
+                    ErrorKind::NotFound,
+                    "policy reloading is not running",
+                )),
+            }
         }
+        (
+            _,
+            "/v1/chat/completions"
+            | "/v1/models"
+            | "/health"
+            | "/ready"
+            | "/metrics"
+            | "/admin/policies",
+        ) => error_response(&GatewayError::new(
+            ErrorKind::MethodNotAllowed,
+            format!("{} is not allowed on {path}", req.method()),
+        )),
         _ => error_response(
             &GatewayError::new(
                 ErrorKind::NotFound,

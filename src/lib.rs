@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod mock;
 pub mod policy;
 pub mod providers;
+pub mod reload;
 pub mod routing;
 pub mod server;
 pub mod sse;

@@ -54,9 +54,12 @@ pub struct ServeArgs {
     /// Listen address, overriding `server.listen` (use port 0 for any free port).
     #[arg(long)]
     pub listen: Option<SocketAddr>,
-    /// Validate the config and exit (0 valid, 1 invalid), as startup would.
+    /// Validate the config and policies and exit (0 valid, 1 invalid), as startup would.
     #[arg(long)]
     pub check: bool,
+    /// Do not watch the policy directory (SIGHUP still reloads).
+    #[arg(long)]
+    pub no_watch: bool,
 }
 
 /// `switchyard mock` flags.

@@ -70,6 +70,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let no_watch = args.no_watch;
     rt.block_on(async move {
         let metrics = crate::metrics::install();
         if let Some(h) = metrics.clone() {
@@ -109,6 +110,24 @@ pub fn run(args: ServeArgs) -> ExitCode {
             "switchyard listening on http://{addr}"
         );
         println!("switchyard listening on {addr}");
+        let policy_dir = crate::routing::policy::policy_dir(&gw.config)
+            .ok()
+            .flatten();
+        let reloader = crate::reload::Reloader::new(gw.clone(), policy_dir);
+        let _ = gw.reloader.set(Arc::downgrade(&reloader));
+        tokio::spawn(reloader.clone().run());
+        let _watch = if no_watch {
+            None
+        } else {
+            match reloader.watch() {
+                Ok(w) => w,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        };
+        spawn_sighup(reloader.clone());
         let gw_for_shutdown = gw.clone();
         let shutdown = async move {
             crate::server::shutdown_signal().await;
@@ -124,4 +143,22 @@ pub fn run(args: ServeArgs) -> ExitCode {
         tracing::info!("switchyard stopped");
         ExitCode::SUCCESS
     })
+}
+
+/// Forces a policy reload on every SIGHUP.
+fn spawn_sighup(reloader: Arc<crate::reload::Reloader>) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP; reload by saving a policy file");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading policies");
+            reloader.request(true);
+        }
+    });
+    #[cfg(not(unix))]
+    let _ = reloader;
 }

@@ -73,6 +73,8 @@ pub struct Gateway {
     /// Serializes decide + `on pick` state updates when strategies keep state, so
     /// stateful strategies (smooth weighted round-robin) see every earlier pick.
     decision_lock: Mutex<()>,
+    /// The hot-reload machinery, once started (for `/admin/policies`).
+    pub reloader: std::sync::OnceLock<std::sync::Weak<crate::reload::Reloader>>,
     draining: AtomicBool,
     models_json: Bytes,
 }
@@ -144,6 +146,7 @@ impl Gateway {
             endpoint_metrics,
             endpoint_index,
             decision_lock: Mutex::new(()),
+            reloader: std::sync::OnceLock::new(),
             draining: AtomicBool::new(false),
             models_json,
         })

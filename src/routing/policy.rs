@@ -62,6 +62,14 @@ pub enum LoadError {
     /// A file or directory could not be read.
     #[error("{0}")]
     Io(String),
+    /// The set's own policy tests failed.
+    #[error("{failed} policy test(s) failed:\n{rendered}")]
+    TestsFailed {
+        /// The test report, rendered.
+        rendered: String,
+        /// Number of failed cases.
+        failed: usize,
+    },
     /// Parse or check errors, rendered with locations.
     #[error("{rendered}")]
     Invalid {
@@ -232,24 +240,33 @@ pub fn policy_dir(config: &Config) -> Result<Option<PathBuf>, LoadError> {
     }
 }
 
-/// Parses and checks `sources` against `registry`.
+/// Parses and checks `sources` against `registry`, then runs the set's own policy
+/// tests (the self-check): a set whose tests fail is refused like one that does not
+/// check.
 ///
 /// # Errors
-/// [`LoadError::Invalid`] with every diagnostic rendered.
+/// [`LoadError::Invalid`] with every diagnostic rendered, or
+/// [`LoadError::TestsFailed`] with the failing cases.
 pub fn compile(sources: SourceMap, registry: &Registry) -> Result<PolicySnapshot, LoadError> {
     let files: Vec<String> = sources.files().map(|(_, f)| f.name.clone()).collect();
-    match crate::policy::parse_and_check(&sources, registry) {
-        Ok(set) => Ok(PolicySnapshot {
-            version: set.version.clone(),
-            set,
-            files,
-            loaded_at: SystemTime::now(),
-        }),
-        Err(diags) => Err(LoadError::Invalid {
+    let set =
+        crate::policy::parse_and_check(&sources, registry).map_err(|diags| LoadError::Invalid {
             rendered: render_all(&diags, &sources),
             count: diags.len(),
-        }),
+        })?;
+    let report = crate::policy::run_tests(&set);
+    if report.failed > 0 {
+        return Err(LoadError::TestsFailed {
+            rendered: report.render(),
+            failed: report.failed,
+        });
     }
+    Ok(PolicySnapshot {
+        version: set.version.clone(),
+        set,
+        files,
+        loaded_at: SystemTime::now(),
+    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,277 @@
+//! Hot reload: watch the policy directory, rebuild off the request path, swap the new
+//! set in atomically, and never serve a broken one.
+//!
+//! Why the directory and not the files: editors save by writing in place, by writing a
+//! temp file and renaming it over the original (vim, VS Code, JetBrains), or by delete
+//! and create; a watch on a file dies at the first rename. The directory watch sees all
+//! three, and Kubernetes ConfigMap updates (a `..data` symlink swap) too.
+//!
+//! Pipeline, on any relevant event (debounced), on SIGHUP, or on request:
+//! read every file → content hash (unchanged: stop, unless forced) → parse → check →
+//! self-check (the set's own policy tests) → swap the [`PolicySnapshot`] in the
+//! gateway's `ArcSwap`. Requests load the snapshot once when they start and finish on
+//! it, so the old set (and later its JIT code) is freed when its last request ends.
+//! A failure changes nothing that serves traffic: it is logged with rendered
+//! diagnostics and shown by `GET /admin/policies`.
+//!
+//! At most one rebuild runs at a time: triggers only set a permit on a `Notify`, so a
+//! burst of saves during a rebuild coalesces into exactly one more rebuild.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use notify::RecursiveMode;
+use notify_debouncer_full::{new_debouncer, DebounceEventResult};
+use serde::Serialize;
+use tokio::sync::Notify;
+
+use crate::gateway::Gateway;
+use crate::policy::Registry;
+use crate::routing::policy::{compile, read_sources, registry_from_config, PolicySnapshot};
+
+/// How long the watcher waits for a burst of events to settle.
+pub const DEBOUNCE: Duration = Duration::from_millis(40);
+
+/// Reloads by outcome: `ok`, `failed`, `unchanged`.
+pub const RELOADS: &str = "switchyard_policy_reloads_total";
+/// Time from trigger to swap (or refusal), seconds.
+pub const RELOAD_DURATION: &str = "switchyard_policy_reload_duration_seconds";
+/// 1 for the active policy version (label `version`), 0 for replaced ones.
+pub const VERSION_INFO: &str = "switchyard_policy_version_info";
+
+/// The last reload failure.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReloadError {
+    /// When it happened, Unix milliseconds.
+    pub at_unix_ms: u64,
+    /// Rendered diagnostics (file:line:col, caret) or the I/O error.
+    pub message: String,
+}
+
+/// Counters and the last error, shown by `GET /admin/policies`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReloadStatus {
+    /// Reloads that swapped in a new set.
+    pub ok: u64,
+    /// Reloads refused (the previous set kept serving).
+    pub failed: u64,
+    /// Triggers whose files were unchanged.
+    pub unchanged: u64,
+    /// The last failure, cleared by the next successful reload.
+    pub last_error: Option<ReloadError>,
+    /// Duration of the last rebuild, ms.
+    pub last_duration_ms: f64,
+}
+
+/// What one rebuild did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A new version is serving.
+    Swapped(String),
+    /// Files unchanged; nothing done.
+    Unchanged,
+    /// Refused; the message is the rendered error.
+    Failed(String),
+}
+
+/// The reload machinery of one gateway.
+#[derive(Debug)]
+pub struct Reloader {
+    gw: Arc<Gateway>,
+    dir: Option<PathBuf>,
+    registry: Registry,
+    kick: Notify,
+    force: AtomicBool,
+    /// Counters and last error.
+    pub status: Mutex<ReloadStatus>,
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Whether a changed path can matter: not an editor's swap, backup or temp file.
+fn relevant(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return true;
+    };
+    if name.starts_with("..") {
+        return true; // Kubernetes ConfigMap `..data` swaps.
+    }
+    !(name.starts_with('.')
+        || name.ends_with('~')
+        || name.ends_with(".swp")
+        || name.ends_with(".swx")
+        || name.ends_with(".tmp")
+        || name == "4913")
+}
+
+impl Reloader {
+    /// A reloader for `gw`, reading `dir` (none: built-ins only).
+    pub fn new(gw: Arc<Gateway>, dir: Option<PathBuf>) -> Arc<Reloader> {
+        let registry = registry_from_config(&gw.config);
+        let version = gw.policy.load().version.clone();
+        metrics::gauge!(VERSION_INFO, "version" => version).set(1.0);
+        Arc::new(Reloader {
+            gw,
+            dir,
+            registry,
+            kick: Notify::new(),
+            force: AtomicBool::new(false),
+            status: Mutex::new(ReloadStatus::default()),
+        })
+    }
+
+    /// Asks for a rebuild; `force` rebuilds even when the files are unchanged (SIGHUP).
+    pub fn request(&self, force: bool) {
+        if force {
+            self.force.store(true, Ordering::SeqCst);
+        }
+        self.kick.notify_one();
+    }
+
+    /// Serves rebuild requests, one at a time, forever.
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            self.kick.notified().await;
+            self.rebuild().await;
+        }
+    }
+
+    /// Rebuilds now and swaps if the set is new and valid.
+    pub async fn rebuild(&self) -> Outcome {
+        let started = Instant::now();
+        let force = self.force.swap(false, Ordering::SeqCst);
+        let dir = self.dir.clone();
+        let registry = self.registry.clone();
+        let current = self.gw.policy.load().version.clone();
+        let compare = current.clone();
+        let built = tokio::task::spawn_blocking(move || {
+            let sources = read_sources(dir.as_deref())?;
+            if !force && crate::policy::check::version(&sources) == compare {
+                return Ok(None);
+            }
+            compile(sources, &registry).map(Some)
+        })
+        .await;
+        let elapsed = started.elapsed();
+        let outcome = match built {
+            Ok(Ok(Some(snap))) => self.swap(snap, &current),
+            Ok(Ok(None)) => Outcome::Unchanged,
+            Ok(Err(e)) => Outcome::Failed(e.to_string()),
+            Err(e) => Outcome::Failed(format!("the rebuild task failed: {e}")),
+        };
+        let label = match &outcome {
+            Outcome::Swapped(_) => "ok",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Failed(_) => "failed",
+        };
+        metrics::counter!(RELOADS, "outcome" => label).increment(1);
+        metrics::histogram!(RELOAD_DURATION).record(elapsed.as_secs_f64());
+        let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        st.last_duration_ms = elapsed.as_secs_f64() * 1e3;
+        match &outcome {
+            Outcome::Swapped(v) => {
+                st.ok += 1;
+                st.last_error = None;
+                tracing::info!(policy = %v, previous = %current, ms = st.last_duration_ms, "policy reloaded");
+            }
+            Outcome::Unchanged => st.unchanged += 1,
+            Outcome::Failed(message) => {
+                st.failed += 1;
+                st.last_error = Some(ReloadError {
+                    at_unix_ms: unix_ms(SystemTime::now()),
+                    message: message.clone(),
+                });
+                tracing::error!(policy = %current, "policy reload refused; version {current} keeps serving\n{message}");
+            }
+        }
+        outcome
+    }
+
+    fn swap(&self, snap: PolicySnapshot, previous: &str) -> Outcome {
+        let version = snap.version.clone();
+        self.gw.policy.store(Arc::new(snap));
+        metrics::gauge!(VERSION_INFO, "version" => previous.to_string()).set(0.0);
+        metrics::gauge!(VERSION_INFO, "version" => version.clone()).set(1.0);
+        Outcome::Swapped(version)
+    }
+
+    /// Starts watching the policy directory; the returned guard stops the watch when
+    /// dropped. `None` when there is no directory to watch.
+    ///
+    /// # Errors
+    /// The watcher's error (for example, too many inotify watches).
+    pub fn watch(self: &Arc<Self>) -> Result<Option<impl Drop>, String> {
+        let Some(dir) = self.dir.clone() else {
+            return Ok(None);
+        };
+        let me = Arc::downgrade(self);
+        let mut debouncer = new_debouncer(DEBOUNCE, None, move |res: DebounceEventResult| {
+            let Some(me) = me.upgrade() else { return };
+            match res {
+                Ok(events) => {
+                    if events.iter().any(|e| e.paths.iter().any(|p| relevant(p))) {
+                        me.request(false);
+                    }
+                }
+                Err(errors) => {
+                    for e in errors {
+                        tracing::warn!(error = %e, "policy watcher error");
+                    }
+                    me.request(false);
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the policy watcher: {e}"))?;
+        debouncer
+            .watch(&dir, RecursiveMode::Recursive)
+            .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
+        tracing::info!(dir = %dir.display(), "watching policies for changes");
+        Ok(Some(debouncer))
+    }
+
+    /// The `GET /admin/policies` body.
+    pub fn status_json(&self) -> serde_json::Value {
+        let snap = self.gw.policy.load();
+        let st = self
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        serde_json::json!({
+            "version": snap.version,
+            "files": snap.files,
+            "loaded_at_unix_ms": unix_ms(snap.loaded_at),
+            "directory": self.dir.as_ref().map(|d| d.display().to_string()),
+            "reloads": {"ok": st.ok, "failed": st.failed, "unchanged": st.unchanged},
+            "last_reload_ms": st.last_duration_ms,
+            "last_error": st.last_error,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn editor_droppings_are_ignored() {
+        assert!(relevant(Path::new("/p/a.policy")));
+        assert!(relevant(Path::new("/p/..data")));
+        assert!(relevant(Path::new("/p/sub")));
+        for junk in [
+            ".a.policy.swp",
+            "a.policy~",
+            "4913",
+            ".#a.policy",
+            "a.policy.tmp",
+        ] {
+            assert!(!relevant(Path::new(junk)), "{junk}");
+        }
+    }
+}
