@@ -18,6 +18,7 @@ pub mod gateway;
 pub mod ingress;
 pub mod metrics;
 pub mod mock;
+pub mod policy;
 pub mod providers;
 pub mod routing;
 pub mod server;

@@ -1,0 +1,682 @@
+//! The checked, resolved form of a policy set: what the interpreter (and the JIT)
+//! run. Only [`super::check::check`] builds a [`CheckedPolicySet`].
+//!
+//! Compared with the AST: names are resolved (fields to [`ReqField`]/[`EpField`],
+//! variables to indices), strings are interned ([`Sym`]), every expression carries
+//! its [`Ty`], implicit int→float promotions are explicit ([`TExprKind::ToFloat`]),
+//! regexes are compiled (indexed by [`TExprKind::Match`]), rules are sorted in
+//! evaluation order, and strategy arguments are complete constant vectors. Every
+//! field a request or endpoint can contribute is a fixed enum variant, so the JIT can
+//! lay them out in a flat feature vector.
+
+use std::collections::HashMap;
+
+use super::ast::{Event, JoinMode, PickMode, PriorityLevel, Span};
+use super::registry::Registry;
+use super::source::SourceMap;
+
+/// An interned string id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Sym(pub u32);
+
+/// The string table of a checked set.
+#[derive(Debug, Clone, Default)]
+pub struct Interner {
+    strings: Vec<String>,
+    map: HashMap<String, Sym>,
+}
+
+impl Interner {
+    /// The id of `s`, adding it if new.
+    pub fn intern(&mut self, s: &str) -> Sym {
+        if let Some(&id) = self.map.get(s) {
+            return id;
+        }
+        let id = Sym(u32::try_from(self.strings.len()).unwrap_or(u32::MAX));
+        self.strings.push(s.to_string());
+        self.map.insert(s.to_string(), id);
+        id
+    }
+
+    /// The id of `s` if interned (runtime strings that no policy mentions have none).
+    pub fn lookup(&self, s: &str) -> Option<Sym> {
+        self.map.get(s).copied()
+    }
+
+    /// The text of `id` (empty for a foreign id).
+    pub fn resolve(&self, id: Sym) -> &str {
+        self.strings.get(id.0 as usize).map(String::as_str).unwrap_or("")
+    }
+
+    /// Number of interned strings.
+    pub fn len(&self) -> usize {
+        self.strings.len()
+    }
+
+    /// Whether no string is interned.
+    pub fn is_empty(&self) -> bool {
+        self.strings.is_empty()
+    }
+}
+
+/// Value types of the language.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Ty {
+    /// `true` / `false`.
+    Bool,
+    /// 64-bit signed integer (durations are integers of milliseconds).
+    Int,
+    /// IEEE 754 binary64 (percentages are floats: `5%` is `0.05`).
+    Float,
+    /// UTF-8 string.
+    Str,
+    /// A priority level (compared with string literals naming a level).
+    Priority,
+}
+
+impl Ty {
+    /// The name used in type errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            Ty::Bool => "a boolean",
+            Ty::Int => "an integer",
+            Ty::Float => "a float",
+            Ty::Str => "a string",
+            Ty::Priority => "a priority",
+        }
+    }
+}
+
+/// A constant value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Const {
+    /// Boolean.
+    Bool(bool),
+    /// Integer.
+    Int(i64),
+    /// Float.
+    Float(f64),
+    /// Interned string.
+    Str(Sym),
+    /// Priority level.
+    Priority(PriorityLevel),
+}
+
+/// Request fields (`request.*`, `header()`, `metadata()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReqField {
+    /// `request.model`: Str.
+    Model,
+    /// `request.input_tokens`: Int.
+    InputTokens,
+    /// `request.max_tokens`: optional Int.
+    MaxTokens,
+    /// `request.temperature`: optional Float.
+    Temperature,
+    /// `request.stream`: Bool.
+    Stream,
+    /// `request.tools`: Bool.
+    Tools,
+    /// `request.messages`: Int.
+    Messages,
+    /// `request.api_key`: optional Str.
+    ApiKey,
+    /// `request.org`: optional Str.
+    Org,
+    /// `request.priority`: Priority.
+    Priority,
+    /// `request.hour`: Int 0..23 UTC.
+    Hour,
+    /// `request.weekday`: Int 1 (Monday) ..= 7 (Sunday).
+    Weekday,
+    /// `request.task`: Str.
+    Task,
+    /// `header("name")`: optional Str (name lowercased).
+    Header(Sym),
+    /// `metadata("key")`: optional Str.
+    Metadata(Sym),
+}
+
+impl ReqField {
+    /// Fixed `request.NAME` fields with their type and optionality.
+    pub const NAMED: [(&'static str, ReqField, Ty, bool); 13] = [
+        ("model", ReqField::Model, Ty::Str, false),
+        ("input_tokens", ReqField::InputTokens, Ty::Int, false),
+        ("max_tokens", ReqField::MaxTokens, Ty::Int, true),
+        ("temperature", ReqField::Temperature, Ty::Float, true),
+        ("stream", ReqField::Stream, Ty::Bool, false),
+        ("tools", ReqField::Tools, Ty::Bool, false),
+        ("messages", ReqField::Messages, Ty::Int, false),
+        ("api_key", ReqField::ApiKey, Ty::Str, true),
+        ("org", ReqField::Org, Ty::Str, true),
+        ("priority", ReqField::Priority, Ty::Priority, false),
+        ("hour", ReqField::Hour, Ty::Int, false),
+        ("weekday", ReqField::Weekday, Ty::Int, false),
+        ("task", ReqField::Task, Ty::Str, false),
+    ];
+}
+
+/// Endpoint fields (`endpoint.*`), available inside strategies and rollback guards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EpField {
+    /// `endpoint.id`: Str.
+    Id,
+    /// `endpoint.provider`: Str.
+    Provider,
+    /// `endpoint.upstream_model`: Str.
+    UpstreamModel,
+    /// `endpoint.model`: Str (the logical model).
+    Model,
+    /// `endpoint.health`: Float.
+    Health,
+    /// `endpoint.latency_ewma_ms`: Float.
+    LatencyEwmaMs,
+    /// `endpoint.ttft_ewma_ms`: Float.
+    TtftEwmaMs,
+    /// `endpoint.capacity`: Float.
+    Capacity,
+    /// `endpoint.in_flight`: Int.
+    InFlight,
+    /// `endpoint.error_rate`: Float.
+    ErrorRate,
+    /// `endpoint.cost_in`: Float USD per input token.
+    CostIn,
+    /// `endpoint.cost_out`: Float USD per output token.
+    CostOut,
+    /// `endpoint.quality`: Float, score for `request.task` (0 if unknown).
+    Quality,
+    /// `endpoint.weight`: Int (registry).
+    Weight,
+    /// `endpoint.priority`: Int (registry; lower preferred).
+    Priority,
+}
+
+impl EpField {
+    /// All `endpoint.NAME` fields with their type.
+    pub const NAMED: [(&'static str, EpField, Ty); 15] = [
+        ("id", EpField::Id, Ty::Str),
+        ("provider", EpField::Provider, Ty::Str),
+        ("upstream_model", EpField::UpstreamModel, Ty::Str),
+        ("model", EpField::Model, Ty::Str),
+        ("health", EpField::Health, Ty::Float),
+        ("latency_ewma_ms", EpField::LatencyEwmaMs, Ty::Float),
+        ("ttft_ewma_ms", EpField::TtftEwmaMs, Ty::Float),
+        ("capacity", EpField::Capacity, Ty::Float),
+        ("in_flight", EpField::InFlight, Ty::Int),
+        ("error_rate", EpField::ErrorRate, Ty::Float),
+        ("cost_in", EpField::CostIn, Ty::Float),
+        ("cost_out", EpField::CostOut, Ty::Float),
+        ("quality", EpField::Quality, Ty::Float),
+        ("weight", EpField::Weight, Ty::Int),
+        ("priority", EpField::Priority, Ty::Int),
+    ];
+}
+
+/// Outcome fields (`outcome.*`), available in `on success` / `on failure`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutcomeField {
+    /// `outcome.latency_ms`: Float.
+    LatencyMs,
+    /// `outcome.ttft_ms`: Float.
+    TtftMs,
+    /// `outcome.input_tokens`: Int.
+    InputTokens,
+    /// `outcome.output_tokens`: Int.
+    OutputTokens,
+}
+
+impl OutcomeField {
+    /// All `outcome.NAME` fields with their type.
+    pub const NAMED: [(&'static str, OutcomeField, Ty); 4] = [
+        ("latency_ms", OutcomeField::LatencyMs, Ty::Float),
+        ("ttft_ms", OutcomeField::TtftMs, Ty::Float),
+        ("input_tokens", OutcomeField::InputTokens, Ty::Int),
+        ("output_tokens", OutcomeField::OutputTokens, Ty::Int),
+    ];
+}
+
+/// Arithmetic operators (operand kind given by the node's type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArithOp {
+    /// `+`
+    Add,
+    /// `-`
+    Sub,
+    /// `*`
+    Mul,
+    /// `/`
+    Div,
+    /// `%`
+    Rem,
+}
+
+/// Comparison operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    /// `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+}
+
+/// String tests with a constant pattern (the JIT's pre-evaluated string atoms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StrTest {
+    /// `starts_with(s, "p")`
+    Prefix,
+    /// `ends_with(s, "p")`
+    Suffix,
+    /// `contains(s, "p")`
+    Contains,
+    /// `glob(s, "p*")`: `*` any run, `?` one char, everything else literal.
+    Glob,
+    /// `matches(s, "re")`: index into [`CheckedPolicySet::regexes`].
+    Regex(u32),
+}
+
+/// Numeric built-in functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MathFn {
+    /// `min(a, b)`: `a` if `a <= b`, else `b`.
+    Min,
+    /// `max(a, b)`: `a` if `a >= b`, else `b`.
+    Max,
+    /// `abs(x)` (integers saturate: `abs(MIN) = MAX`).
+    Abs,
+    /// `exp(x)` (f64::exp).
+    Exp,
+    /// `ln(x)` (f64::ln).
+    Ln,
+    /// `sqrt(x)` (f64::sqrt).
+    Sqrt,
+    /// `pow(x, y)` (f64::powf).
+    Pow,
+    /// `clamp(x, lo, hi)` = `min(max(x, lo), hi)`.
+    Clamp,
+}
+
+/// Aggregates over a strategy's candidates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggFn {
+    /// `sum(e)`, 0 over no candidates.
+    Sum,
+    /// `mean(e)`, NaN over no candidates.
+    Mean,
+    /// `lowest(e)`, +inf over none (NaN values skipped).
+    Lowest,
+    /// `highest(e)`, -inf over none (NaN values skipped).
+    Highest,
+}
+
+/// A typed expression.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TExpr {
+    /// What it computes.
+    pub kind: TExprKind,
+    /// Its type.
+    pub ty: Ty,
+    /// The source it came from.
+    pub span: Span,
+}
+
+/// Typed expression kinds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TExprKind {
+    /// A constant.
+    Const(Const),
+    /// A request field (optional fields only under a `has()` guard; absent reads give
+    /// 0, 0.0 or "").
+    Req(ReqField),
+    /// Whether an optional request field is present.
+    Has(ReqField),
+    /// An endpoint field of the endpoint in scope.
+    Ep(EpField),
+    /// A strategy state slot of the endpoint in scope (index into the strategy's slots).
+    State(u32),
+    /// A strategy parameter (index into the call's argument vector).
+    Param(u32),
+    /// A strategy `let` (index into the strategy's lets), per endpoint.
+    Let(u32),
+    /// An outcome field.
+    Outcome(OutcomeField),
+    /// The endpoint's score (in `on` blocks).
+    Score,
+    /// The endpoint's pick probability (in `on` blocks).
+    Probability,
+    /// Number of candidates (`count()`), Int.
+    Count,
+    /// Int → Float.
+    ToFloat(Box<TExpr>),
+    /// `not e`.
+    Not(Box<TExpr>),
+    /// `-e` (Int saturates).
+    Neg(Box<TExpr>),
+    /// Short-circuit `and`.
+    And(Box<TExpr>, Box<TExpr>),
+    /// Short-circuit `or`.
+    Or(Box<TExpr>, Box<TExpr>),
+    /// Arithmetic; both operands have the node's type (Int or Float).
+    Arith(ArithOp, Box<TExpr>, Box<TExpr>),
+    /// Comparison; both operands have the same type.
+    Cmp(CmpOp, Box<TExpr>, Box<TExpr>),
+    /// `e in [consts]` (or `not in` when the flag is true).
+    In(Box<TExpr>, Vec<Const>, bool),
+    /// A string test against a constant pattern.
+    Match(StrTest, Box<TExpr>, Sym),
+    /// A numeric function; all arguments have the node's type.
+    Math(MathFn, Vec<TExpr>),
+    /// `if(c, a, b)`: only the chosen branch is evaluated.
+    If(Box<TExpr>, Box<TExpr>, Box<TExpr>),
+    /// An aggregate over candidates; the index numbers the strategy's aggregates.
+    Agg(AggFn, u32, Box<TExpr>),
+}
+
+/// A routing target, resolved against the registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CTarget {
+    /// Every endpoint of the logical model.
+    Model(String),
+    /// One endpoint by id.
+    Endpoint(String),
+    /// The endpoints of `request.model`.
+    RequestedModel,
+    /// Every endpoint of the registry.
+    Any,
+}
+
+impl CTarget {
+    /// The target as policies write it.
+    pub fn describe(&self) -> String {
+        match self {
+            CTarget::Model(m) => format!("\"{m}\""),
+            CTarget::Endpoint(e) => format!("endpoint \"{e}\""),
+            CTarget::RequestedModel => "model".to_string(),
+            CTarget::Any => "any".to_string(),
+        }
+    }
+}
+
+/// `use TARGET via STRATEGY(args)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CUse {
+    /// Where.
+    pub target: CTarget,
+    /// Strategy index in [`CheckedPolicySet::strategies`]; `None` is the built-in
+    /// `priority` strategy (registry priority, then weight, then config order).
+    pub strategy: Option<u32>,
+    /// Every parameter's value, defaults filled in, in declaration order.
+    pub args: Vec<Const>,
+    /// The `use` action.
+    pub span: Span,
+}
+
+/// The sticky key of a split.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CSplitKey {
+    /// `api_key`
+    ApiKey,
+    /// `org`
+    Org,
+    /// `header("name")` (lowercased)
+    Header(String),
+    /// `metadata("key")`
+    Metadata(String),
+    /// `random`
+    Random,
+}
+
+/// One arm of a split.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CArm {
+    /// Share in basis points.
+    pub share_bp: u32,
+    /// Exclusive end of the arm's bucket range (cumulative share).
+    pub upto_bp: u32,
+    /// Whether this arm is a canary.
+    pub canary: bool,
+    /// Where its traffic goes.
+    pub action: CUse,
+    /// Canary guard, evaluated per endpoint of the arm's target.
+    pub rollback: Option<TExpr>,
+}
+
+/// `split by KEY seed N { arms }`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CSplit {
+    /// The sticky key.
+    pub key: CSplitKey,
+    /// The hash salt.
+    pub seed: u64,
+    /// Arms in order; their shares sum to 10 000 basis points.
+    pub arms: Vec<CArm>,
+    /// The arm a rolled-back canary falls back to: the first non-canary arm.
+    pub stable_arm: Option<u32>,
+    /// The split action.
+    pub span: Span,
+}
+
+/// The action that ends rule evaluation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CTerminal {
+    /// `use ...`
+    Use(CUse),
+    /// `split ...`
+    Split(CSplit),
+    /// `reject STATUS "message"`
+    Reject {
+        /// HTTP status 400..=599.
+        status: u16,
+        /// Message for the client.
+        message: String,
+        /// The action.
+        span: Span,
+    },
+}
+
+/// `fallback ...` resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CFallback {
+    /// Targets after the primary, in order.
+    pub chain: Vec<CTarget>,
+    /// Extra attempts per endpoint on retryable errors.
+    pub retries: u32,
+    /// First backoff wait in milliseconds.
+    pub backoff_min_ms: u64,
+    /// Cap of the doubling backoff in milliseconds.
+    pub backoff_max_ms: u64,
+}
+
+/// `cache on [ttl D]` / `cache off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct CacheSetting {
+    /// Whether responses may be served from and stored in the cache.
+    pub on: bool,
+    /// Time to live in milliseconds; `None` is the gateway's default.
+    pub ttl_ms: Option<u64>,
+}
+
+/// `set priority LEVEL [when EXPR]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CSetPriority {
+    /// The level.
+    pub level: PriorityLevel,
+    /// The condition, if any.
+    pub when: Option<TExpr>,
+    /// The statement.
+    pub span: Span,
+}
+
+/// A rule body (also the default's).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CBody {
+    /// `use`, `split` or `reject`; `None` exactly when the body ends in `continue`.
+    pub terminal: Option<CTerminal>,
+    /// Priority changes, in order.
+    pub set_priority: Vec<CSetPriority>,
+    /// Cache override.
+    pub cache: Option<CacheSetting>,
+    /// Fallback override.
+    pub fallback: Option<CFallback>,
+}
+
+/// A checked rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CRule {
+    /// Its name (`default` for the default).
+    pub name: String,
+    /// Its explicit priority.
+    pub priority: i64,
+    /// Its condition (`None`: always).
+    pub when: Option<TExpr>,
+    /// Its body.
+    pub body: CBody,
+    /// The definition.
+    pub span: Span,
+}
+
+/// A checked route; rules sorted by priority (higher first, then source order).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CRoute {
+    /// Its name.
+    pub name: String,
+    /// Its explicit priority among routes.
+    pub priority: i64,
+    /// Its condition.
+    pub when: Option<TExpr>,
+    /// Priority settings evaluated before the rules.
+    pub set_priority: Vec<CSetPriority>,
+    /// Route-wide cache setting.
+    pub cache: Option<CacheSetting>,
+    /// Route-wide fallback chain.
+    pub fallback: Option<CFallback>,
+    /// Rules in evaluation order.
+    pub rules: Vec<CRule>,
+    /// The default, tried last.
+    pub default: CRule,
+    /// The definition.
+    pub span: Span,
+}
+
+/// A checked strategy parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CParam {
+    /// Name.
+    pub name: String,
+    /// Type (the default's).
+    pub ty: Ty,
+    /// Default value.
+    pub default: Const,
+    /// Allowed values (checked for the default and every argument).
+    pub range: Option<ParamRange>,
+}
+
+/// An interval of allowed numeric parameter values.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ParamRange {
+    /// Lower bound.
+    pub lo: f64,
+    /// Whether `lo` is allowed.
+    pub lo_inclusive: bool,
+    /// Upper bound.
+    pub hi: f64,
+    /// Whether `hi` is allowed.
+    pub hi_inclusive: bool,
+}
+
+impl ParamRange {
+    /// Whether `v` lies in the interval (NaN never does).
+    pub fn contains(&self, v: f64) -> bool {
+        let lo_ok = if self.lo_inclusive { v >= self.lo } else { v > self.lo };
+        let hi_ok = if self.hi_inclusive { v <= self.hi } else { v < self.hi };
+        lo_ok && hi_ok
+    }
+
+    /// The interval as written, e.g. `(0, 1]`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}{}, {}{}",
+            if self.lo_inclusive { "[" } else { "(" },
+            self.lo,
+            self.hi,
+            if self.hi_inclusive { "]" } else { ")" }
+        )
+    }
+}
+
+/// A checked state slot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CState {
+    /// Slot name.
+    pub name: String,
+    /// Initial value: a constant expression over parameters (Float).
+    pub init: TExpr,
+    /// How a newly seen endpoint starts.
+    pub join: JoinMode,
+}
+
+/// A checked strategy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CStrategy {
+    /// Name.
+    pub name: String,
+    /// Parameters in order.
+    pub params: Vec<CParam>,
+    /// State slots (all Float).
+    pub states: Vec<CState>,
+    /// `let` bindings in order (a let may use earlier lets).
+    pub lets: Vec<(String, TExpr)>,
+    /// `require` filters.
+    pub require: Vec<TExpr>,
+    /// `prefer` filters.
+    pub prefer: Vec<TExpr>,
+    /// The score (Float).
+    pub score: TExpr,
+    /// The pick mode.
+    pub pick: PickMode,
+    /// Number of aggregate nodes (indices `0..aggregates`).
+    pub aggregates: u32,
+    /// Updates per event: (slot index, new value), applied all at once.
+    pub updates: Vec<(Event, Vec<(u32, TExpr)>)>,
+    /// The definition.
+    pub span: Span,
+}
+
+/// A checked set of policy files: the only input the interpreter accepts.
+#[derive(Debug, Clone)]
+pub struct CheckedPolicySet {
+    /// Interned strings.
+    pub strings: Interner,
+    /// Compiled regexes, indexed by [`StrTest::Regex`].
+    pub regexes: Vec<regex::Regex>,
+    /// Routes in evaluation order (priority, then file order, then source order).
+    pub routes: Vec<CRoute>,
+    /// Strategies by index.
+    pub strategies: Vec<CStrategy>,
+    /// Policy tests.
+    pub tests: Vec<super::testing::CTest>,
+    /// The registry the set was checked against.
+    pub registry: Registry,
+    /// The sources, for locations in traces and test reports.
+    pub sources: SourceMap,
+    /// FNV-1a 64 of every file's name and text, hex: the policy version.
+    pub version: String,
+}
+
+impl CheckedPolicySet {
+    /// The strategy named `name`.
+    pub fn strategy(&self, name: &str) -> Option<(u32, &CStrategy)> {
+        self.strategies
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.name == name)
+            .map(|(i, s)| (i as u32, s))
+    }
+}

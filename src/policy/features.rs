@@ -1,0 +1,147 @@
+//! Per-request inputs of a decision: the request's features and a snapshot of endpoint
+//! statistics. Both deserialize from JSON (all fields optional, with the defaults
+//! below) so `dry-run` and policy tests can load them from files.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::ast::PriorityLevel;
+
+/// What a policy can see of one request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RequestFeatures {
+    /// The logical model the client asked for (`request.model`).
+    pub model: String,
+    /// Estimated input tokens (`request.input_tokens`).
+    pub input_tokens: u64,
+    /// The output cap, if the client set one (`request.max_tokens`, optional).
+    pub max_tokens: Option<u64>,
+    /// Sampling temperature, if set (`request.temperature`, optional).
+    pub temperature: Option<f64>,
+    /// Server-sent events requested (`request.stream`).
+    pub stream: bool,
+    /// Tool definitions present (`request.tools`).
+    pub tools: bool,
+    /// Number of messages (`request.messages`).
+    pub messages: u64,
+    /// Header values by lowercased name (`header("name")`, optional).
+    pub headers: BTreeMap<String, String>,
+    /// Request metadata (`metadata("key")`, optional).
+    pub metadata: BTreeMap<String, String>,
+    /// The caller's API key id, never the key itself (`request.api_key`, optional).
+    pub api_key: Option<String>,
+    /// The caller's organization (`request.org`, optional).
+    pub org: Option<String>,
+    /// Priority before the policy runs (`request.priority`, default `normal`).
+    pub priority: PriorityLevel,
+    /// UTC hour, 0 to 23 (`request.hour`).
+    pub hour: u8,
+    /// UTC weekday, 1 = Monday to 7 = Sunday (ISO 8601) (`request.weekday`).
+    pub weekday: u8,
+    /// Task category for quality scores: `chat`, `code` or `tool_use` (`request.task`,
+    /// default `chat`; the gateway's classifier fills it).
+    pub task: String,
+}
+
+impl RequestFeatures {
+    /// A request for `model` with every other feature at its default.
+    pub fn for_model(model: impl Into<String>) -> RequestFeatures {
+        RequestFeatures {
+            model: model.into(),
+            weekday: 1,
+            task: "chat".to_string(),
+            ..RequestFeatures::default()
+        }
+    }
+
+    /// The header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .get(name)
+            .or_else(|| self.headers.get(&name.to_ascii_lowercase()))
+            .map(String::as_str)
+    }
+}
+
+/// Statistics of one endpoint at decision time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EndpointStats {
+    /// Whether the runtime offers the endpoint to strategies (the circuit breaker's
+    /// hook). Default true.
+    pub available: bool,
+    /// Health H in [0, 1] (EWMA of outcomes, seed 001). Default 1.
+    pub health: f64,
+    /// EWMA latency in milliseconds. Default 0.
+    pub latency_ewma_ms: f64,
+    /// EWMA time to first token in milliseconds. Default 0.
+    pub ttft_ewma_ms: f64,
+    /// Rate-limit capacity C in [0, 1] (seed 000). Default 1.
+    pub capacity: f64,
+    /// Requests in flight. Default 0.
+    pub in_flight: u64,
+    /// EWMA error rate in [0, 1]. Default 0.
+    pub error_rate: f64,
+    /// USD per input token; default from the registry's price per 1M tokens.
+    pub cost_in_per_token: Option<f64>,
+    /// USD per output token; default from the registry's price per 1M tokens.
+    pub cost_out_per_token: Option<f64>,
+    /// Quality score in [0, 1] per task category (missing category reads as 0).
+    pub quality: BTreeMap<String, f64>,
+    /// Strategy state: strategy name → slot name → value. Missing slots start at the
+    /// strategy's declared initial value.
+    pub state: BTreeMap<String, BTreeMap<String, f64>>,
+}
+
+impl Default for EndpointStats {
+    fn default() -> Self {
+        EndpointStats {
+            available: true,
+            health: 1.0,
+            latency_ewma_ms: 0.0,
+            ttft_ewma_ms: 0.0,
+            capacity: 1.0,
+            in_flight: 0,
+            error_rate: 0.0,
+            cost_in_per_token: None,
+            cost_out_per_token: None,
+            quality: BTreeMap::new(),
+            state: BTreeMap::new(),
+        }
+    }
+}
+
+/// Endpoint statistics by endpoint id; endpoints missing here use
+/// [`EndpointStats::default`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StatsSnapshot {
+    /// Endpoint id → statistics.
+    pub endpoints: BTreeMap<String, EndpointStats>,
+}
+
+impl StatsSnapshot {
+    /// The statistics of `id` (defaults if absent).
+    pub fn get(&self, id: &str) -> std::borrow::Cow<'_, EndpointStats> {
+        match self.endpoints.get(id) {
+            Some(s) => std::borrow::Cow::Borrowed(s),
+            None => std::borrow::Cow::Owned(EndpointStats::default()),
+        }
+    }
+}
+
+/// What happened to a request sent to an endpoint, for `on success` / `on failure`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Outcome {
+    /// Total latency in milliseconds (`outcome.latency_ms`).
+    pub latency_ms: f64,
+    /// Time to first token in milliseconds (`outcome.ttft_ms`).
+    pub ttft_ms: f64,
+    /// Input tokens billed (`outcome.input_tokens`).
+    pub input_tokens: u64,
+    /// Output tokens billed (`outcome.output_tokens`).
+    pub output_tokens: u64,
+}

@@ -1,0 +1,271 @@
+//! Strategy evaluation: candidates → filter → score → pick → order, and state
+//! updates as a pure function of the old state and an outcome.
+
+use std::collections::BTreeMap;
+
+use crate::policy::ast::{Event, JoinMode, PickMode};
+use crate::policy::checked::*;
+use crate::policy::features::{Outcome, RequestFeatures, StatsSnapshot};
+use crate::policy::registry::EndpointRef;
+
+use super::eval::{EpCtx, Evaluator, StratCtx};
+use super::hash::SplitMix64;
+use super::{StateUpdate, TraceEvent};
+
+/// What a strategy produced.
+pub struct Ranked<'a> {
+    /// Candidates in plan order: the pick first, then by score.
+    pub order: Vec<EpCtx<'a>>,
+    /// Trace events (one per candidate).
+    pub events: Vec<TraceEvent>,
+}
+
+/// Registry priority ascending, then weight descending, then config order.
+pub fn builtin_order<'a>(cands: &mut [EndpointRef<'a>]) {
+    cands.sort_by(|a, b| {
+        a.endpoint
+            .priority
+            .cmp(&b.endpoint.priority)
+            .then(b.endpoint.weight.cmp(&a.endpoint.weight))
+    });
+}
+
+/// Builds endpoint contexts with initialized state slots.
+pub fn contexts<'a>(
+    set: &'a CheckedPolicySet,
+    s: Option<&'a CStrategy>,
+    args: &'a [Const],
+    req: &'a RequestFeatures,
+    stats: &'a StatsSnapshot,
+    cands: &[EndpointRef<'a>],
+) -> Vec<EpCtx<'a>> {
+    let mut out: Vec<EpCtx<'a>> = cands
+        .iter()
+        .map(|r| EpCtx {
+            reg: *r,
+            stats: stats.get(&r.endpoint.id),
+            state: Vec::new(),
+            score: 0.0,
+            probability: 1.0,
+        })
+        .collect();
+    let Some(s) = s else {
+        return out;
+    };
+    for (slot, st) in s.states.iter().enumerate() {
+        let mut strat = StratCtx { strategy: s, args, cands: &[], aggs: Vec::new() };
+        let mut ev = Evaluator { set, req, priority: req.priority, ep: None, strat: Some(&mut strat), outcome: None, leaves: None };
+        let init = ev.number(&st.init);
+        let known: Vec<Option<f64>> = out
+            .iter()
+            .map(|c| c.stats.state.get(&s.name).and_then(|m| m.get(&st.name)).copied())
+            .collect();
+        let present: Vec<f64> = known.iter().flatten().copied().collect();
+        let join = if st.join == JoinMode::Mean && !present.is_empty() {
+            present.iter().sum::<f64>() / present.len() as f64
+        } else {
+            init
+        };
+        for (c, k) in out.iter_mut().zip(known) {
+            debug_assert_eq!(c.state.len(), slot);
+            c.state.push(k.unwrap_or(join));
+        }
+    }
+    out
+}
+
+/// Runs strategy `s` (or the built-in order when `None`) over `cands`.
+#[allow(clippy::too_many_arguments)]
+pub fn rank<'a>(
+    set: &'a CheckedPolicySet,
+    s: Option<&'a CStrategy>,
+    args: &'a [Const],
+    req: &'a RequestFeatures,
+    stats: &'a StatsSnapshot,
+    mut cands: Vec<EndpointRef<'a>>,
+    rng: Option<&mut SplitMix64>,
+    explain: bool,
+) -> Ranked<'a> {
+    let name = s.map(|s| s.name.clone()).unwrap_or_else(|| "priority".to_string());
+    let Some(s) = s else {
+        builtin_order(&mut cands);
+        let order = contexts(set, None, args, req, stats, &cands);
+        let events = if explain {
+            order
+                .iter()
+                .map(|c| TraceEvent::Candidate {
+                    strategy: name.clone(),
+                    endpoint: c.reg.endpoint.id.clone(),
+                    score: f64::from(c.reg.endpoint.priority),
+                    probability: None,
+                    excluded: None,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        return Ranked { order, events };
+    };
+    let all = contexts(set, Some(s), args, req, stats, &cands);
+    let mut events = Vec::new();
+    // Filters see every candidate; aggregates range over the survivors.
+    let mut kept = Vec::new();
+    let mut preferred = Vec::new();
+    for c in all {
+        let mut strat = StratCtx { strategy: s, args, cands: &[], aggs: Vec::new() };
+        let mut ev = Evaluator { set, req, priority: req.priority, ep: Some(&c), strat: Some(&mut strat), outcome: None, leaves: None };
+        if !s.require.iter().all(|r| ev.truth(r)) {
+            if explain {
+                events.push(excluded(&name, &c, "fails `require`"));
+            }
+            continue;
+        }
+        let pref = s.prefer.iter().all(|p| ev.truth(p));
+        preferred.push(pref);
+        kept.push(c);
+    }
+    if preferred.iter().any(|p| *p) && preferred.iter().any(|p| !*p) {
+        let mut i = 0;
+        kept.retain(|c| {
+            let keep = preferred[i];
+            i += 1;
+            if !keep && explain {
+                events.push(excluded(&name, c, "fails `prefer`"));
+            }
+            keep
+        });
+    }
+    score_all(set, s, args, req, &mut kept);
+    let chosen = choose(s.pick, &kept, rng);
+    let mut order: Vec<EpCtx<'a>> = Vec::with_capacity(kept.len());
+    let mut rest: Vec<EpCtx<'a>> = Vec::new();
+    for (i, c) in kept.into_iter().enumerate() {
+        if Some(i) == chosen {
+            order.push(c);
+        } else {
+            rest.push(c);
+        }
+    }
+    match s.pick {
+        PickMode::Min => rest.sort_by(|a, b| a.score.total_cmp(&b.score)),
+        PickMode::Max => rest.sort_by(|a, b| b.score.total_cmp(&a.score)),
+        _ => rest.sort_by(|a, b| b.probability.total_cmp(&a.probability)),
+    }
+    order.extend(rest);
+    if explain {
+        for c in &order {
+            events.push(TraceEvent::Candidate {
+                strategy: name.clone(),
+                endpoint: c.reg.endpoint.id.clone(),
+                score: c.score,
+                probability: matches!(s.pick, PickMode::Weighted | PickMode::Sample).then_some(c.probability),
+                excluded: None,
+            });
+        }
+    }
+    Ranked { order, events }
+}
+
+fn excluded(strategy: &str, c: &EpCtx<'_>, why: &str) -> TraceEvent {
+    TraceEvent::Candidate {
+        strategy: strategy.to_string(),
+        endpoint: c.reg.endpoint.id.clone(),
+        score: f64::NAN,
+        probability: None,
+        excluded: Some(why.to_string()),
+    }
+}
+
+/// Fills `score` and `probability` of every candidate.
+fn score_all<'a>(set: &'a CheckedPolicySet, s: &'a CStrategy, args: &'a [Const], req: &'a RequestFeatures, cands: &mut [EpCtx<'a>]) {
+    let snapshot: Vec<EpCtx<'a>> = cands.to_vec();
+    let mut strat = StratCtx { strategy: s, args, cands: &snapshot, aggs: vec![None; s.aggregates as usize] };
+    let scores: Vec<f64> = snapshot
+        .iter()
+        .map(|c| {
+            let mut ev = Evaluator { set, req, priority: req.priority, ep: Some(c), strat: Some(&mut strat), outcome: None, leaves: None };
+            ev.number(&s.score)
+        })
+        .collect();
+    let weights: Vec<f64> = scores.iter().map(|&x| if x.is_finite() && x > 0.0 { x } else { 0.0 }).collect();
+    let total: f64 = weights.iter().sum();
+    let n = cands.len().max(1) as f64;
+    for (i, c) in cands.iter_mut().enumerate() {
+        c.score = scores[i];
+        c.probability = match s.pick {
+            PickMode::Weighted | PickMode::Sample if total > 0.0 && total.is_finite() => weights[i] / total,
+            PickMode::Weighted | PickMode::Sample => 1.0 / n,
+            _ => 1.0,
+        };
+    }
+}
+
+/// The index of the pick. Min/max: NaN scores lose; ties go to the earlier candidate.
+/// Weighted/sample: one draw `u` in [0, 1); the first candidate whose cumulative
+/// probability exceeds `u`.
+fn choose(mode: PickMode, cands: &[EpCtx<'_>], rng: Option<&mut SplitMix64>) -> Option<usize> {
+    if cands.is_empty() {
+        return None;
+    }
+    match mode {
+        PickMode::Min | PickMode::Max => {
+            let mut best: Option<usize> = None;
+            for (i, c) in cands.iter().enumerate() {
+                if c.score.is_nan() {
+                    continue;
+                }
+                let better = match best {
+                    None => true,
+                    Some(b) if mode == PickMode::Min => c.score < cands[b].score,
+                    Some(b) => c.score > cands[b].score,
+                };
+                if better {
+                    best = Some(i);
+                }
+            }
+            Some(best.unwrap_or(0))
+        }
+        PickMode::Weighted | PickMode::Sample => {
+            let u = rng.map(|r| r.unit()).unwrap_or(0.0);
+            let mut acc = 0.0;
+            for (i, c) in cands.iter().enumerate() {
+                acc += c.probability;
+                if u < acc {
+                    return Some(i);
+                }
+            }
+            Some(cands.len() - 1)
+        }
+    }
+}
+
+/// Evaluates the `on EVENT` block of `s` for `endpoint` among `cands`; all right-hand
+/// sides read the old state. `None` when the strategy has no such block or the
+/// endpoint is not a candidate.
+#[allow(clippy::too_many_arguments)]
+pub fn update<'a>(
+    set: &'a CheckedPolicySet,
+    s: &'a CStrategy,
+    args: &'a [Const],
+    req: &'a RequestFeatures,
+    stats: &'a StatsSnapshot,
+    cands: &[EndpointRef<'a>],
+    endpoint: &str,
+    event: Event,
+    outcome: Option<&'a Outcome>,
+) -> Option<StateUpdate> {
+    let assigns = &s.updates.iter().find(|(e, _)| *e == event)?.1;
+    let mut ctxs = contexts(set, Some(s), args, req, stats, cands);
+    score_all(set, s, args, req, &mut ctxs);
+    let me = ctxs.iter().position(|c| c.reg.endpoint.id == endpoint)?;
+    let mut strat = StratCtx { strategy: s, args, cands: &ctxs, aggs: vec![None; s.aggregates as usize] };
+    let mut ev = Evaluator { set, req, priority: req.priority, ep: Some(&ctxs[me]), strat: Some(&mut strat), outcome, leaves: None };
+    let mut slots = BTreeMap::new();
+    for (slot, value) in assigns {
+        let v = ev.number(value);
+        if let Some(st) = s.states.get(*slot as usize) {
+            slots.insert(st.name.clone(), v);
+        }
+    }
+    Some(StateUpdate { endpoint: endpoint.to_string(), strategy: s.name.clone(), event, slots })
+}

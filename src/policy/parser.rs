@@ -1,0 +1,407 @@
+//! Text → [`ast::PolicyFile`].
+//!
+//! Three passes, all bounded so no input can make the parser panic, hang or overflow
+//! the stack:
+//! 1. a lexical pre-scan ([`prescan`]) that enforces [`MAX_INPUT_BYTES`] and
+//!    [`MAX_NESTING`] (brackets outside strings and comments) and collects comments;
+//! 2. pest with a call limit ([`PEST_CALL_LIMIT`]) and human rule names in errors;
+//! 3. conversion to the AST, with a Pratt parser for operator precedence and a bound
+//!    on expression depth ([`MAX_EXPR_DEPTH`]).
+
+use std::num::NonZeroUsize;
+use std::sync::{LazyLock, Once};
+
+use pest::error::InputLocation;
+use pest::pratt_parser::{Assoc, Op, PrattParser};
+use pest::Parser as _;
+
+use super::ast::*;
+use super::diagnostic::{codes, Diagnostic};
+use super::grammar::{PolicyGrammar, Rule};
+use super::source::SourceMap;
+
+mod literal;
+
+/// Largest accepted policy file, in bytes (1 MiB).
+pub const MAX_INPUT_BYTES: usize = 1 << 20;
+/// Deepest accepted nesting of `(`, `[` and `{`.
+pub const MAX_NESTING: usize = 64;
+/// Deepest accepted expression tree (operators and calls), including prefix chains.
+pub const MAX_EXPR_DEPTH: u32 = 200;
+/// Bound on pest's internal rule calls per parse (pest `set_call_limit`).
+pub const PEST_CALL_LIMIT: usize = 50_000_000;
+
+type Res<T> = Result<T, Diagnostic>;
+
+/// Parses file `file` of `sources`.
+///
+/// # Errors
+/// Every problem found: input too large, nesting too deep, the first syntax error
+/// (pest stops there), and every malformed literal.
+pub fn parse_file(sources: &SourceMap, file: FileId) -> Result<PolicyFile, Vec<Diagnostic>> {
+    let Some(src) = sources.get(file) else {
+        return Err(vec![Diagnostic::global(
+            codes::SYNTAX,
+            "the policy file is not in the source map",
+        )]);
+    };
+    let text = src.text.as_str();
+    let comments = prescan(text, file).map_err(|d| vec![d])?;
+    static LIMIT: Once = Once::new();
+    LIMIT.call_once(|| pest::set_call_limit(NonZeroUsize::new(PEST_CALL_LIMIT)));
+    let mut pairs =
+        PolicyGrammar::parse(Rule::file, text).map_err(|e| vec![pest_error(e, file, text)])?;
+    let mut items = Vec::new();
+    let mut diags = Vec::new();
+    let top = pairs.next().map(|p| p.into_inner());
+    for pair in top.into_iter().flatten() {
+        if pair.as_rule() == Rule::EOI {
+            continue;
+        }
+        let c = Conv { file };
+        let item = match pair.as_rule() {
+            Rule::route_def => c.route(pair).map(Item::Route),
+            Rule::strategy_def => c.strategy(pair).map(Item::Strategy),
+            _ => c.test(pair).map(Item::Test),
+        };
+        match item {
+            Ok(i) => items.push(i),
+            Err(d) => diags.push(d),
+        }
+    }
+    if diags.is_empty() {
+        Ok(PolicyFile {
+            file,
+            items,
+            comments,
+        })
+    } else {
+        Err(diags)
+    }
+}
+
+/// Parses one text as a file named `name` in a fresh source map (tests, fuzzing).
+///
+/// # Errors
+/// As [`parse_file`].
+pub fn parse_str(name: &str, text: &str) -> Result<(SourceMap, PolicyFile), (SourceMap, Vec<Diagnostic>)> {
+    let mut sources = SourceMap::new();
+    let id = sources.add(name, text);
+    match parse_file(&sources, id) {
+        Ok(f) => Ok((sources, f)),
+        Err(d) => Err((sources, d)),
+    }
+}
+
+/// Checks size and bracket nesting and collects comments, without pest.
+///
+/// # Errors
+/// [`codes::INPUT_TOO_LARGE`] or [`codes::TOO_DEEP`].
+pub fn prescan(text: &str, file: FileId) -> Res<Vec<Comment>> {
+    if text.len() > MAX_INPUT_BYTES {
+        return Err(Diagnostic::error(
+            codes::INPUT_TOO_LARGE,
+            Span::new(file, 0, 0),
+            format!(
+                "the policy file is {} bytes; the limit is {} bytes",
+                text.len(),
+                MAX_INPUT_BYTES
+            ),
+        )
+        .with_help("split the policy set into several files"));
+    }
+    let mut comments = Vec::new();
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut line_has_code = false;
+    let mut it = text.char_indices().peekable();
+    while let Some((i, ch)) = it.next() {
+        if in_string {
+            match ch {
+                '\\' => {
+                    it.next();
+                }
+                '"' => in_string = false,
+                '\n' => {
+                    in_string = false;
+                    line_has_code = false;
+                }
+                _ => {}
+            }
+            continue;
+        }
+        match ch {
+            '#' => {
+                let start = i;
+                let mut end = text.len();
+                while let Some(&(j, c)) = it.peek() {
+                    if c == '\n' {
+                        end = j;
+                        break;
+                    }
+                    it.next();
+                }
+                let body = text.get(start + 1..end).unwrap_or("");
+                comments.push(Comment {
+                    text: body.trim_end_matches('\r').to_string(),
+                    span: Span::new(file, start, end),
+                    trailing: line_has_code,
+                });
+            }
+            '"' => {
+                in_string = true;
+                line_has_code = true;
+            }
+            '\n' => line_has_code = false,
+            '(' | '[' | '{' => {
+                depth += 1;
+                line_has_code = true;
+                if depth > MAX_NESTING {
+                    return Err(Diagnostic::error(
+                        codes::TOO_DEEP,
+                        Span::new(file, i, i + 1),
+                        format!("brackets are nested more than {MAX_NESTING} levels deep"),
+                    )
+                    .with_help("use `let` bindings or simpler conditions"));
+                }
+            }
+            ')' | ']' | '}' => {
+                depth = depth.saturating_sub(1);
+                line_has_code = true;
+            }
+            c if c.is_whitespace() => {}
+            _ => line_has_code = true,
+        }
+    }
+    Ok(comments)
+}
+
+fn pest_error(e: pest::error::Error<Rule>, file: FileId, text: &str) -> Diagnostic {
+    let (start, end) = match e.location {
+        InputLocation::Pos(p) => (p, p),
+        InputLocation::Span((s, e)) => (s, e),
+    };
+    let span = Span::new(file, start, end.max(start + 1));
+    let (positives, negatives) = match &e.variant {
+        pest::error::ErrorVariant::ParsingError {
+            positives,
+            negatives,
+        } => (positives.clone(), negatives.clone()),
+        pest::error::ErrorVariant::CustomError { message } => {
+            let code = if message.contains("call limit") {
+                codes::PARSE_LIMIT
+            } else {
+                codes::SYNTAX
+            };
+            return Diagnostic::error(code, span, "the policy file takes too much work to parse")
+                .with_help("simplify or split the file");
+        }
+    };
+    let mut names: Vec<&str> = Vec::new();
+    let mut operator = false;
+    for r in &positives {
+        let is_op = matches!(
+            r,
+            Rule::or_op
+                | Rule::and_op
+                | Rule::not_in_op
+                | Rule::in_op
+                | Rule::eq_op
+                | Rule::ne_op
+                | Rule::le_op
+                | Rule::ge_op
+                | Rule::lt_op
+                | Rule::gt_op
+                | Rule::add_op
+                | Rule::sub_op
+                | Rule::mul_op
+                | Rule::div_op
+                | Rule::rem_op
+        );
+        let name = if is_op {
+            if operator {
+                continue;
+            }
+            operator = true;
+            "an operator (`and`, `==`, `+`, ...)"
+        } else {
+            human_rule_name(*r)
+        };
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    let found = found_at(text, start);
+    let message = if !names.is_empty() {
+        format!("expected {}, found {found}", join_or(&names))
+    } else if let Some(n) = negatives.first() {
+        format!("unexpected {}", human_rule_name(*n))
+    } else {
+        format!("unexpected {found}")
+    };
+    let d = Diagnostic::error(codes::SYNTAX, span, message);
+    if operator && found == "`=`" {
+        return d.with_help("compare with `==`; a single `=` only assigns");
+    }
+    d
+}
+
+/// "`x`" for the token at `pos`, or "the end of the file".
+fn found_at(text: &str, pos: usize) -> String {
+    let rest = text.get(pos..).unwrap_or("");
+    let word: String = match rest.chars().next() {
+        None => return "the end of the file".to_string(),
+        Some(c) if c.is_alphanumeric() || c == '_' => rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .take(40)
+            .collect(),
+        Some(c) => c.to_string(),
+    };
+    match word.as_str() {
+        "\n" | "\n\r" => "a line break".to_string(),
+        _ if word.trim().is_empty() => "a line break".to_string(),
+        _ => format!("`{word}`"),
+    }
+}
+
+fn join_or(names: &[&str]) -> String {
+    match names {
+        [] => String::new(),
+        [a] => (*a).to_string(),
+        [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+/// The human name of a grammar rule, as used in "expected ..." messages.
+pub fn human_rule_name(rule: Rule) -> &'static str {
+    use Rule as R;
+    match rule {
+        R::EOI => "end of file",
+        R::file | R::item => "`route`, `strategy` or `test`",
+        R::ident | R::var => "a name like `long_context`",
+        R::keyword => "a keyword",
+        R::string | R::string_inner => "a string like `\"gpt-4o\"`",
+        R::digits | R::int => "a whole number like `100`",
+        R::decimal | R::float => "a number like `0.5`",
+        R::exponent => "an exponent like `e-3`",
+        R::duration => "a duration like `250ms`",
+        R::percent => "a percentage like `5%`",
+        R::bool => "`true` or `false`",
+        R::neg | R::neg_op => "`-`",
+        R::literal => "a constant like `0.5`, `2s`, `5%` or `\"text\"`",
+        R::expr | R::paren | R::path | R::call | R::list => {
+            "an expression like `request.input_tokens > 1000`"
+        }
+        R::not_op => "`not`",
+        R::or_op => "`or`",
+        R::and_op => "`and`",
+        R::not_in_op => "`not in`",
+        R::in_op => "`in`",
+        R::eq_op | R::ne_op | R::le_op | R::ge_op | R::lt_op | R::gt_op => "a comparison",
+        R::add_op | R::sub_op | R::mul_op | R::div_op | R::rem_op => "an operator",
+        R::route_def => "`route`",
+        R::item_prio => "`priority N`",
+        R::when_clause => "`when` and a condition",
+        R::rule_def => "`rule`",
+        R::default_def => "`default`",
+        R::block => "`{`",
+        R::use_action => "`use`",
+        R::target => "a target: a model like `\"gpt-4o\"`, `endpoint \"id\"`, `model` or `any`",
+        R::endpoint_target => "`endpoint \"id\"`",
+        R::any_target => "`any`",
+        R::model_target => "`model`",
+        R::via_clause => "`via` and a strategy",
+        R::args => "strategy arguments like `(beta = 0.1)`",
+        R::arg => "an argument like `beta = 0.1`",
+        R::split_action => "`split by`",
+        R::split_key => "a split key: `api_key`, `org`, `header(\"name\")`, `metadata(\"key\")` or `random`",
+        R::header_key => "`header(\"name\")`",
+        R::metadata_key => "`metadata(\"key\")`",
+        R::api_key_key => "`api_key`",
+        R::org_key => "`org`",
+        R::random_key => "`random`",
+        R::split_seed => "`seed N`",
+        R::split_arm => "a split arm like `5% -> use \"gpt-4o\"`",
+        R::canary_kw => "`canary`",
+        R::rollback => "`rollback when ...`",
+        R::reject_action => "`reject STATUS \"message\"`",
+        R::set_priority => "`set priority LEVEL`",
+        R::priority_level => "a priority: `critical`, `high`, `normal` or `low`",
+        R::cache_def => "`cache on` or `cache off`",
+        R::cache_on => "`on`",
+        R::cache_off => "`off`",
+        R::fallback_def => "`fallback`",
+        R::retries => "`retries N`",
+        R::backoff => "`backoff 100ms..2s`",
+        R::continue_action => "`continue`",
+        R::strategy_def => "`strategy`",
+        R::params => "parameters like `(beta = 0.05)`",
+        R::param => "a parameter like `beta = 0.05`",
+        R::param_range => "a range like `in (0, 1]`",
+        R::range_open => "`(` or `[`",
+        R::range_close => "`)` or `]`",
+        R::state_def => "`state NAME = value`",
+        R::join_clause => "`join mean` or `join initial`",
+        R::join_mode => "`mean` or `initial`",
+        R::let_def => "`let NAME = expression`",
+        R::require_def => "`require` and a condition",
+        R::prefer_def => "`prefer` and a condition",
+        R::score_def => "`score = expression`",
+        R::pick_def => "`pick min|max|weighted|sample`",
+        R::pick_mode => "`min`, `max`, `weighted` or `sample`",
+        R::on_def => "`on success { ... }`",
+        R::on_event => "`pick`, `success` or `failure`",
+        R::assign => "an assignment like `weight = weight * 2`",
+        R::test_def => "`test \"name\" { ... }`",
+        R::request_block => "`request { ... }`",
+        R::req_assign => "a request field like `input_tokens = 1000`",
+        R::req_key => "a request field name",
+        R::stats_block => "`stats { ... }`",
+        R::stats_entry => "an endpoint entry like `\"openai/gpt-4o\" { health = 0.5 }`",
+        R::stat_assign => "a statistic like `health = 0.5`",
+        R::stat_key => "a statistic name like `health`",
+        R::seed_stmt => "`seed N`",
+        R::sample_stmt => "`sample N by KEY`",
+        R::expect_stmt => "`expect ...`",
+        R::expect_reject => "`reject STATUS`",
+        R::expect_is => "an expectation like `rule long_context`",
+        R::expect_share => "`share endpoint \"id\" = 5% within 1%`",
+        R::expect_what => "`route`, `rule`, `endpoint`, `model`, `strategy`, `arm`, `priority` or `cache`",
+        R::expect_value => "a name, string or number",
+        R::WHITESPACE | R::COMMENT => "whitespace",
+        _ => "valid syntax",
+    }
+}
+
+static PRATT: LazyLock<PrattParser<Rule>> = LazyLock::new(|| {
+    // Later ops bind tighter. Prefix `not` sits between `and` and the comparisons so
+    // that `not a == b` reads as `not (a == b)` (ENGINE-NOTES, pest).
+    PrattParser::new()
+        .op(Op::infix(Rule::or_op, Assoc::Left))
+        .op(Op::infix(Rule::and_op, Assoc::Left))
+        .op(Op::prefix(Rule::not_op))
+        .op(Op::infix(Rule::eq_op, Assoc::Left)
+            | Op::infix(Rule::ne_op, Assoc::Left)
+            | Op::infix(Rule::lt_op, Assoc::Left)
+            | Op::infix(Rule::le_op, Assoc::Left)
+            | Op::infix(Rule::gt_op, Assoc::Left)
+            | Op::infix(Rule::ge_op, Assoc::Left)
+            | Op::infix(Rule::in_op, Assoc::Left)
+            | Op::infix(Rule::not_in_op, Assoc::Left))
+        .op(Op::infix(Rule::add_op, Assoc::Left) | Op::infix(Rule::sub_op, Assoc::Left))
+        .op(Op::infix(Rule::mul_op, Assoc::Left)
+            | Op::infix(Rule::div_op, Assoc::Left)
+            | Op::infix(Rule::rem_op, Assoc::Left))
+        .op(Op::prefix(Rule::neg_op))
+});
+
+/// Pair → AST conversion for one file.
+struct Conv {
+    file: FileId,
+}
+
+mod convert;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,163 @@
+//! Parser tests: every construct parses, precedence, errors with line:col, limits.
+
+use super::*;
+
+const CHAT: &str = r#"# Chat routing.
+route chat priority 5 when request.model in ["gpt-4o", "gpt-4o-mini"] {
+  set priority high when has(header("x-interactive")) and header("x-interactive") == "1"
+  cache on ttl 5m
+
+  rule long_context priority 10 when request.input_tokens > 100_000 {
+    use "claude-sonnet" via least_latency(beta = 0.1)
+  }
+  rule search_team when has(header("x-team")) and header("x-team") == "search" {
+    split by api_key seed 7 {
+      95% -> use "gpt-4o"
+       5% -> canary use "gpt-4o-next" rollback when endpoint.health < 0.8
+    }
+  }
+  rule batch when request.priority == "low" { use any via cost_optimized(max_latency = 2s) continue }
+  rule blocked when not request.stream and -request.messages < -100 { reject 429 "too many \"messages\"" }
+  default use model
+  fallback "gpt-4o" -> endpoint "anthropic/claude-sonnet" retries 2 backoff 100ms..2s
+}
+
+strategy least_latency(beta = 0.05, alpha = 0.3 in (0, 1]) {
+  state lat = 0.0 join mean
+  let base = endpoint.latency_ewma_ms
+  require endpoint.health > 0.3
+  score = base + beta * request.input_tokens
+  pick min
+  on success { lat = alpha * outcome.latency_ms + (1 - alpha) * lat }
+}
+
+test "long prompts" {
+  request { model = "gpt-4o", input_tokens = 150000, header("x-team") = "search" }
+  stats { "openai/gpt-4o" { health = 0.5, state.least_latency.lat = 1.0 } }
+  seed 3
+  expect rule long_context
+  expect endpoint "anthropic/claude-sonnet"
+}
+test "split" {
+  request { model = "gpt-4o" header("x-team") = "search" }
+  sample 10000 by api_key
+  expect share model "gpt-4o-next" = 5% within 1%
+  expect reject 429
+}
+"#;
+
+fn parse_ok(text: &str) -> PolicyFile {
+    match parse_str("t.policy", text) {
+        Ok((_, f)) => f,
+        Err((m, d)) => panic!("{}", crate::policy::diagnostic::render_all(&d, &m)),
+    }
+}
+
+pub(crate) fn parse_err(text: &str) -> String {
+    match parse_str("t.policy", text) {
+        Ok(_) => panic!("expected an error for {text:?}"),
+        Err((m, d)) => d.iter().map(|d| d.render(&m)).collect(),
+    }
+}
+
+#[test]
+fn every_construct_parses() {
+    let f = parse_ok(CHAT);
+    assert_eq!(f.items.len(), 4);
+    assert_eq!(f.comments.len(), 1);
+    assert_eq!(f.comments[0].text, " Chat routing.");
+    let Item::Route(r) = &f.items[0] else { panic!() };
+    assert_eq!(r.name.name, "chat");
+    assert_eq!(r.priority.as_ref().map(|p| p.node), Some(5));
+    assert_eq!(r.items.len(), 8);
+    let Item::Strategy(s) = &f.items[1] else { panic!() };
+    assert_eq!(s.params.len(), 2);
+    assert!(s.params[1].range.as_ref().is_some_and(|r| !r.lo_inclusive && r.hi_inclusive));
+    let Item::Test(t) = &f.items[3] else { panic!() };
+    assert_eq!(t.items.len(), 4);
+}
+
+fn expr_of(src: &str) -> Expr {
+    let f = parse_ok(&format!("route r when {src} {{ default use model }}"));
+    let Item::Route(r) = f.items.into_iter().next().unwrap() else { panic!() };
+    r.when.unwrap()
+}
+
+fn show(e: &Expr) -> String {
+    match &e.kind {
+        ExprKind::Binary(op, a, b) => format!("({} {} {})", show(a), op.as_str(), show(b)),
+        ExprKind::Unary(UnaryOp::Not, a) => format!("(not {})", show(a)),
+        ExprKind::Unary(UnaryOp::Neg, a) => format!("(-{})", show(a)),
+        ExprKind::Var(i) => i.name.clone(),
+        ExprKind::Lit(LitKind::Int(v)) => v.to_string(),
+        ExprKind::Path(p) => p.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join("."),
+        other => format!("{other:?}"),
+    }
+}
+
+#[test]
+fn precedence() {
+    assert_eq!(show(&expr_of("a or b and c")), "(a or (b and c))");
+    assert_eq!(show(&expr_of("not a == b")), "(not (a == b))");
+    assert_eq!(show(&expr_of("not a and b")), "((not a) and b)");
+    assert_eq!(show(&expr_of("1 + 2 * 3 - 4")), "((1 + (2 * 3)) - 4)");
+    assert_eq!(show(&expr_of("-a * b")), "((-a) * b)");
+    assert_eq!(show(&expr_of("a not in b or c in d")), "((a not in b) or (c in d))");
+    assert_eq!(show(&expr_of("(1 + 2) * 3")), "((1 + 2) * 3)");
+    assert_eq!(show(&expr_of("index > 1")), "(index > 1)");
+}
+
+#[test]
+fn equality_ignores_layout() {
+    let a = parse_ok("route r { default use model }");
+    let b = parse_ok("route   r {\n\n  default   use model   # c\n}");
+    assert_eq!(a.items, b.items);
+}
+
+#[test]
+fn syntax_errors_have_human_names_and_positions() {
+    let e = parse_err("route r {\n  cache on ttl 5\n}");
+    assert!(e.contains("t.policy:2:16"), "{e}");
+    assert!(e.contains("a duration like `250ms`"), "{e}");
+    let e = parse_err("route and { default use model }");
+    assert!(e.contains("t.policy:1:7"), "{e}");
+    assert!(e.contains("a name like"), "{e}");
+    let e = parse_err("route r { rule x when a == { use model } default use model }");
+    assert!(e.contains("expression"), "{e}");
+}
+
+#[test]
+fn literal_errors_are_reported() {
+    let e = parse_err("route r { rule x when a == \"\\q\" { use model } default use model }");
+    assert!(e.contains("E0104") && e.contains("not a known escape"), "{e}");
+    let e = parse_err("route r { cache on ttl 1.5ms default use model }");
+    assert!(e.contains("whole number of milliseconds"), "{e}");
+}
+
+#[test]
+fn limits_are_enforced_without_overflow() {
+    let deep = format!("route r when {}1{} {{ default use model }}", "(".repeat(5000), ")".repeat(5000));
+    assert!(parse_err(&deep).contains("E0103"));
+    let nots = format!("route r when {}a {{ default use model }}", "not ".repeat(100_000));
+    assert!(parse_err(&nots).contains("E0103"));
+    let chain = format!("route r when a{} {{ default use model }}", " or a".repeat(50_000));
+    assert!(parse_err(&chain).contains("E0103"));
+    let big = "#".repeat(MAX_INPUT_BYTES + 1);
+    assert!(parse_err(&big).contains("E0102"));
+}
+
+#[test]
+fn garbage_never_panics() {
+    for s in ["", "route", "route r {", "\"", "route r when \"abc", "}}}}", "route r { split by { } }",
+        "test \"x\" { expect share arm 1 = 5% within }", "strategy s( { }", "\u{0}\u{ffff}", "route r when 1 +"] {
+        let _ = parse_str("t.policy", s);
+    }
+}
+
+#[test]
+#[ignore]
+fn show_errors() {
+    for s in ["route r {\n  cache on ttl 5\n}", "route r {\n  rule x when request.model = \"a\" { use model }\n}", "route r { default use model }\nstrategy s { pick best }", "test \"t\" { expect share arm 1 = 5% within }"] {
+        println!("{}", parse_err(s));
+    }
+}

@@ -1,0 +1,138 @@
+//! The model registry as the policy language sees it: logical models and their
+//! provider endpoints (seed 001, "Model Mapping").
+//!
+//! The gateway builds a [`Registry`] from its config (`models:` and the providers'
+//! prices); the checker resolves model and endpoint names against it and the
+//! interpreter reads endpoint priority, weight and prices from it.
+
+use serde::{Deserialize, Serialize};
+
+/// Logical models → endpoints.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Registry {
+    /// Logical models in config order; names unique.
+    pub models: Vec<RegistryModel>,
+}
+
+/// One logical model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegistryModel {
+    /// The name clients send as `model`, e.g. `gpt-4o`.
+    pub name: String,
+    /// Its endpoints in config order.
+    pub endpoints: Vec<RegistryEndpoint>,
+}
+
+/// One provider endpoint of a logical model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegistryEndpoint {
+    /// Unique endpoint id used in policies, metrics and stats, e.g. `openai/gpt-4o`.
+    pub id: String,
+    /// The provider's name (a key of the config's `providers:`).
+    pub provider: String,
+    /// The upstream model id sent to the provider.
+    pub model: String,
+    /// Lower is preferred (config `priority`, default 1).
+    pub priority: u32,
+    /// Share among endpoints of equal priority (config `weight`, default 1).
+    pub weight: u32,
+    /// USD per 1M input tokens.
+    pub input_per_mtok: f64,
+    /// USD per 1M output tokens.
+    pub output_per_mtok: f64,
+}
+
+/// An endpoint together with the logical model it serves.
+#[derive(Debug, Clone, Copy)]
+pub struct EndpointRef<'a> {
+    /// The logical model.
+    pub model: &'a RegistryModel,
+    /// The endpoint.
+    pub endpoint: &'a RegistryEndpoint,
+}
+
+impl Registry {
+    /// A registry from `(logical model, endpoints)` pairs.
+    pub fn new(models: Vec<RegistryModel>) -> Registry {
+        Registry { models }
+    }
+
+    /// The logical model named `name`.
+    pub fn model(&self, name: &str) -> Option<&RegistryModel> {
+        self.models.iter().find(|m| m.name == name)
+    }
+
+    /// Every endpoint with its model, in config order.
+    pub fn endpoints(&self) -> impl Iterator<Item = EndpointRef<'_>> {
+        self.models.iter().flat_map(|m| {
+            m.endpoints
+                .iter()
+                .map(move |e| EndpointRef { model: m, endpoint: e })
+        })
+    }
+
+    /// The endpoint with id `id` (the first, if a config repeats an id).
+    pub fn endpoint(&self, id: &str) -> Option<EndpointRef<'_>> {
+        self.endpoints().find(|e| e.endpoint.id == id)
+    }
+
+    /// Logical model names, for did-you-mean.
+    pub fn model_names(&self) -> impl Iterator<Item = &str> {
+        self.models.iter().map(|m| m.name.as_str())
+    }
+
+    /// Endpoint ids, for did-you-mean.
+    pub fn endpoint_ids(&self) -> impl Iterator<Item = &str> {
+        self.endpoints().map(|e| e.endpoint.id.as_str())
+    }
+
+    /// The example registry the shipped policies assume (`policies/README.md`):
+    /// logical models `gpt-4o`, `gpt-4o-mini`, `gpt-4o-next`, `claude-sonnet`, `smollm`
+    /// and `mock`.
+    pub fn example() -> Registry {
+        fn ep(id: &str, provider: &str, model: &str, priority: u32, inp: f64, out: f64) -> RegistryEndpoint {
+            RegistryEndpoint {
+                id: id.to_string(),
+                provider: provider.to_string(),
+                model: model.to_string(),
+                priority,
+                weight: 1,
+                input_per_mtok: inp,
+                output_per_mtok: out,
+            }
+        }
+        let m = |name: &str, endpoints| RegistryModel {
+            name: name.to_string(),
+            endpoints,
+        };
+        Registry::new(vec![
+            m(
+                "gpt-4o",
+                vec![
+                    ep("openai/gpt-4o", "openai", "gpt-4o-2024-11-20", 1, 2.5, 10.0),
+                    ep("azure/gpt-4o", "azure", "gpt-4o-prod", 2, 2.5, 10.0),
+                ],
+            ),
+            m(
+                "gpt-4o-mini",
+                vec![ep("openai/gpt-4o-mini", "openai", "gpt-4o-mini", 1, 0.15, 0.6)],
+            ),
+            m(
+                "gpt-4o-next",
+                vec![ep("openai/gpt-4.1", "openai", "gpt-4.1", 1, 2.0, 8.0)],
+            ),
+            m(
+                "claude-sonnet",
+                vec![
+                    ep("anthropic/claude-sonnet", "anthropic", "claude-sonnet-4-20250514", 1, 3.0, 15.0),
+                    ep("bedrock/claude-sonnet", "bedrock", "anthropic.claude-sonnet-4", 2, 3.0, 15.0),
+                ],
+            ),
+            m(
+                "smollm",
+                vec![ep("local/smollm", "local", "smollm2-1.7b-instruct", 1, 0.0, 0.0)],
+            ),
+            m("mock", vec![ep("mock/mock-1", "mock", "mock-1", 1, 0.0, 0.0)]),
+        ])
+    }
+}

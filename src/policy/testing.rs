@@ -1,0 +1,453 @@
+//! Policy tests: `test "name" { ... }` blocks in policy files, checked with the set
+//! and run by [`run_tests`] (the engine behind `switchyard test`).
+//!
+//! ```text
+//! test "long prompts go to claude" {
+//!   request { model = "gpt-4o", input_tokens = 150_000, header("x-team") = "search" }
+//!   stats   { "anthropic/claude-sonnet" { health = 0.2 } }
+//!   seed 7
+//!   expect rule long_context
+//!   expect endpoint "bedrock/claude-sonnet"
+//! }
+//! test "canary gets 5%" {
+//!   request { model = "gpt-4o", header("x-team") = "search" }
+//!   sample 20000 by api_key
+//!   expect share model "gpt-4o-next" = 5% within 1%
+//! }
+//! ```
+//! A distribution test (`sample N by KEY`) decides N requests whose key is
+//! `key-0` .. `key-{N-1}` (for `random`, the seed is `seed + i`) and checks each
+//! `expect share` within the tolerance, in percentage points.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::ast::*;
+use super::check::Checker;
+use super::checked::{CRoute, CSplitKey, CStrategy, CheckedPolicySet};
+use super::diagnostic::{codes, Diagnostic};
+use super::features::{EndpointStats, RequestFeatures, StatsSnapshot};
+use super::interp::{decide, Decision};
+use crate::suggest::did_you_mean;
+
+/// Largest `sample` count.
+pub const MAX_SAMPLE: u64 = 1_000_000;
+
+/// A checked policy test.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CTest {
+    /// Its name.
+    pub name: String,
+    /// The request.
+    pub request: RequestFeatures,
+    /// The endpoint statistics.
+    pub stats: StatsSnapshot,
+    /// The decision seed (default 0).
+    pub seed: u64,
+    /// Distribution test: number of requests and the key varied.
+    pub sample: Option<(u64, CSplitKey)>,
+    /// Expectations.
+    pub expects: Vec<CExpect>,
+    /// The definition.
+    pub span: Span,
+}
+
+/// A checked expectation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CExpect {
+    /// What is expected.
+    pub kind: CExpectKind,
+    /// The statement.
+    pub span: Span,
+}
+
+/// Kinds of expectation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CExpectKind {
+    /// A decision field equals a value.
+    Is(ExpectField, String),
+    /// A rejection with this status.
+    Reject(u16),
+    /// Share of a value among sampled decisions, basis points, with tolerance.
+    Share(ExpectField, String, i64, i64),
+}
+
+/// Results of running every test of a set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TestReport {
+    /// One entry per test, in source order.
+    pub cases: Vec<CaseResult>,
+    /// Tests that passed.
+    pub passed: usize,
+    /// Tests that failed.
+    pub failed: usize,
+}
+
+/// The result of one test.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CaseResult {
+    /// Test name.
+    pub name: String,
+    /// `file:line:col` of the test.
+    pub at: String,
+    /// Whether every expectation held.
+    pub passed: bool,
+    /// One plain sentence per failed expectation, with its location.
+    pub failures: Vec<String>,
+}
+
+impl TestReport {
+    /// Human summary: one line per test and a total.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for c in &self.cases {
+            out.push_str(&format!("{} {} ({})\n", if c.passed { "PASS" } else { "FAIL" }, c.name, c.at));
+            for f in &c.failures {
+                out.push_str(&format!("    {f}\n"));
+            }
+        }
+        out.push_str(&format!("{} passed, {} failed\n", self.passed, self.failed));
+        out
+    }
+}
+
+/// The value of decision field `f`, as tests spell it.
+pub fn field_value(d: &Decision, f: ExpectField) -> String {
+    let s = |o: &Option<String>| o.clone().unwrap_or_else(|| "none".to_string());
+    match f {
+        ExpectField::Route => s(&d.route),
+        ExpectField::Rule => s(&d.rule),
+        ExpectField::Endpoint => s(&d.endpoint),
+        ExpectField::Model => s(&d.model),
+        ExpectField::Strategy => s(&d.strategy),
+        ExpectField::Arm => d.split.as_ref().map(|a| a.arm.to_string()).unwrap_or_else(|| "none".into()),
+        ExpectField::Priority => d.priority.as_str().to_string(),
+        ExpectField::Cache => match d.cache {
+            Some(c) if c.on => "on".into(),
+            Some(_) => "off".into(),
+            None => "default".into(),
+        },
+    }
+}
+
+/// Runs every test of `set`. Pure and deterministic.
+pub fn run_tests(set: &CheckedPolicySet) -> TestReport {
+    let mut report = TestReport::default();
+    for t in &set.tests {
+        let failures = run_one(set, t);
+        let passed = failures.is_empty();
+        if passed {
+            report.passed += 1;
+        } else {
+            report.failed += 1;
+        }
+        report.cases.push(CaseResult { name: t.name.clone(), at: set.sources.location(t.span), passed, failures });
+    }
+    report
+}
+
+fn run_one(set: &CheckedPolicySet, t: &CTest) -> Vec<String> {
+    let mut failures = Vec::new();
+    let at = |e: &CExpect| set.sources.location(e.span);
+    let Some((n, key)) = &t.sample else {
+        let d = decide(set, &t.request, &t.stats, t.seed);
+        for e in &t.expects {
+            match &e.kind {
+                CExpectKind::Is(f, want) => {
+                    let got = field_value(&d, *f);
+                    if &got != want {
+                        failures.push(format!("{}: expected {} `{want}`, got `{got}`", at(e), f.as_str()));
+                    }
+                }
+                CExpectKind::Reject(status) => match &d.reject {
+                    Some(r) if r.status == *status => {}
+                    Some(r) => failures.push(format!("{}: expected a {status} rejection, got {} ({})", at(e), r.status, r.message)),
+                    None => failures.push(format!("{}: expected a {status} rejection, but the request went to `{}`", at(e), d.endpoint.as_deref().unwrap_or("none"))),
+                },
+                CExpectKind::Share(..) => {}
+            }
+        }
+        return failures;
+    };
+    let mut counts: Vec<u64> = vec![0; t.expects.len()];
+    for i in 0..*n {
+        let mut req = t.request.clone();
+        let mut seed = t.seed;
+        let k = format!("key-{i}");
+        match key {
+            CSplitKey::ApiKey => req.api_key = Some(k),
+            CSplitKey::Org => req.org = Some(k),
+            CSplitKey::Header(h) => {
+                req.headers.insert(h.clone(), k);
+            }
+            CSplitKey::Metadata(m) => {
+                req.metadata.insert(m.clone(), k);
+            }
+            CSplitKey::Random => seed = seed.wrapping_add(i),
+        }
+        let d = decide(set, &req, &t.stats, seed);
+        for (j, e) in t.expects.iter().enumerate() {
+            if let CExpectKind::Share(f, v, ..) = &e.kind {
+                if &field_value(&d, *f) == v {
+                    counts[j] += 1;
+                }
+            }
+        }
+    }
+    for (j, e) in t.expects.iter().enumerate() {
+        if let CExpectKind::Share(f, v, share, tol) = &e.kind {
+            let got = (counts[j] as f64) * 10_000.0 / (*n).max(1) as f64;
+            if (got - *share as f64).abs() > *tol as f64 {
+                failures.push(format!(
+                    "{}: expected {} `{v}` in {:.2}% ± {:.2}% of {n} requests, got {:.2}%",
+                    at(e),
+                    f.as_str(),
+                    *share as f64 / 100.0,
+                    *tol as f64 / 100.0,
+                    got / 100.0
+                ));
+            }
+        }
+    }
+    failures
+}
+
+/// Checks every `test` item of `files`.
+pub(crate) fn check_tests(c: &mut Checker<'_>, files: &[PolicyFile], routes: &[CRoute], strategies: &[CStrategy]) -> Vec<CTest> {
+    let mut out = Vec::new();
+    for item in files.iter().flat_map(|f| &f.items) {
+        if let Item::Test(t) = item {
+            if let Some(ct) = check_test(c, t, routes, strategies) {
+                out.push(ct);
+            }
+        }
+    }
+    out
+}
+
+fn bad(c: &mut Checker<'_>, span: Span, msg: impl Into<String>) {
+    c.diags.push(Diagnostic::error(codes::BAD_TEST, span, msg));
+}
+
+fn check_test(c: &mut Checker<'_>, t: &TestDef, routes: &[CRoute], strategies: &[CStrategy]) -> Option<CTest> {
+    let before = c.diags.len();
+    let mut ct = CTest {
+        name: t.name.node.clone(),
+        request: RequestFeatures::for_model(""),
+        stats: StatsSnapshot::default(),
+        seed: 0,
+        sample: None,
+        expects: Vec::new(),
+        span: t.span,
+    };
+    for item in &t.items {
+        match item {
+            TestItem::Request(fields, _) => {
+                for a in fields {
+                    request_field(c, &mut ct.request, a);
+                }
+            }
+            TestItem::Stats(entries, _) => {
+                for e in entries {
+                    if c.registry.endpoint(&e.endpoint.node).is_none() {
+                        c.diags.push(
+                            Diagnostic::error(codes::UNKNOWN_ENDPOINT, e.endpoint.span, format!("the endpoint `{}` is not in the registry", e.endpoint.node))
+                                .with_did_you_mean(did_you_mean(&e.endpoint.node, c.registry.endpoint_ids())),
+                        );
+                        continue;
+                    }
+                    let mut st = EndpointStats::default();
+                    for (key, value) in &e.fields {
+                        stats_field(c, &mut st, key, value);
+                    }
+                    ct.stats.endpoints.insert(e.endpoint.node.clone(), st);
+                }
+            }
+            TestItem::Seed(s) => ct.seed = s.node,
+            TestItem::Sample { count, key, span } => {
+                if count.node == 0 || count.node > MAX_SAMPLE {
+                    bad(c, count.span, format!("`sample` takes 1 to {MAX_SAMPLE} requests"));
+                }
+                if ct.sample.is_some() {
+                    bad(c, *span, "a test can have only one `sample`");
+                }
+                let k = match &key.kind {
+                    SplitKeyKind::ApiKey => CSplitKey::ApiKey,
+                    SplitKeyKind::Org => CSplitKey::Org,
+                    SplitKeyKind::Header(h) => CSplitKey::Header(h.to_ascii_lowercase()),
+                    SplitKeyKind::Metadata(m) => CSplitKey::Metadata(m.clone()),
+                    SplitKeyKind::Random => CSplitKey::Random,
+                };
+                ct.sample = Some((count.node, k));
+            }
+            TestItem::Expect(e) => {
+                if let Some(k) = expectation(c, e, routes, strategies) {
+                    ct.expects.push(CExpect { kind: k, span: e.span });
+                }
+            }
+        }
+    }
+    let shares = ct.expects.iter().filter(|e| matches!(e.kind, CExpectKind::Share(..))).count();
+    if ct.sample.is_some() && shares != ct.expects.len() {
+        bad(c, t.name.span, "a `sample` test can only have `expect share` expectations");
+    }
+    if ct.sample.is_none() && shares > 0 {
+        bad(c, t.name.span, "`expect share` needs `sample N by KEY` in the same test");
+    }
+    if ct.expects.is_empty() && c.diags.len() == before {
+        bad(c, t.name.span, format!("the test \"{}\" expects nothing", t.name.node));
+    }
+    (c.diags.len() == before).then_some(ct)
+}
+
+fn request_field(c: &mut Checker<'_>, r: &mut RequestFeatures, a: &ReqAssign) {
+    let v = &a.value;
+    let str_val = |c: &mut Checker<'_>| match &v.kind {
+        LitKind::Str(s) => Some(s.clone()),
+        _ => {
+            bad(c, v.span, "this request field takes a string");
+            None
+        }
+    };
+    let uint = |c: &mut Checker<'_>| match v.kind {
+        LitKind::Int(i) if i >= 0 => Some(i as u64),
+        _ => {
+            bad(c, v.span, "this request field takes a whole number of 0 or more");
+            None
+        }
+    };
+    let boolean = |c: &mut Checker<'_>| match v.kind {
+        LitKind::Bool(b) => Some(b),
+        _ => {
+            bad(c, v.span, "this request field takes `true` or `false`");
+            None
+        }
+    };
+    match &a.key {
+        ReqKey::Header(h) => {
+            if let Some(s) = str_val(c) {
+                r.headers.insert(h.to_ascii_lowercase(), s);
+            }
+        }
+        ReqKey::Metadata(m) => {
+            if let Some(s) = str_val(c) {
+                r.metadata.insert(m.clone(), s);
+            }
+        }
+        ReqKey::Field(f) => match f.name.as_str() {
+            "model" => r.model = str_val(c).unwrap_or_default(),
+            "task" => r.task = str_val(c).unwrap_or_default(),
+            "api_key" => r.api_key = str_val(c),
+            "org" => r.org = str_val(c),
+            "input_tokens" => r.input_tokens = uint(c).unwrap_or(0),
+            "max_tokens" => r.max_tokens = uint(c),
+            "messages" => r.messages = uint(c).unwrap_or(0),
+            "hour" => r.hour = uint(c).unwrap_or(0).min(23) as u8,
+            "weekday" => r.weekday = uint(c).unwrap_or(1).clamp(1, 7) as u8,
+            "stream" => r.stream = boolean(c).unwrap_or(false),
+            "tools" => r.tools = boolean(c).unwrap_or(false),
+            "temperature" => {
+                r.temperature = match v.kind {
+                    LitKind::Float(x) => Some(x),
+                    LitKind::Int(i) => Some(i as f64),
+                    _ => {
+                        bad(c, v.span, "`temperature` takes a number");
+                        None
+                    }
+                }
+            }
+            "priority" => match str_val(c).as_deref().map(|s| (s, PriorityLevel::parse(s))) {
+                Some((_, Some(p))) => r.priority = p,
+                Some((s, None)) => bad(c, v.span, format!("\"{s}\" is not a priority level")),
+                None => {}
+            },
+            other => {
+                let names: Vec<&str> = super::checked::ReqField::NAMED.iter().map(|(n, ..)| *n).collect();
+                c.diags.push(
+                    Diagnostic::error(codes::BAD_TEST, f.span, format!("`{other}` is not a request field"))
+                        .with_did_you_mean(did_you_mean(other, names)),
+                );
+            }
+        },
+    }
+}
+
+fn stats_field(c: &mut Checker<'_>, st: &mut EndpointStats, key: &[Ident], v: &Literal) {
+    let num = match v.kind {
+        LitKind::Float(x) => Some(x),
+        LitKind::Int(i) | LitKind::Duration(i, _) => Some(i as f64),
+        LitKind::Percent(bp) => Some(bp as f64 / 10_000.0),
+        _ => None,
+    };
+    let names: Vec<&str> = key.iter().map(|i| i.name.as_str()).collect();
+    let span = key.first().map(|k| k.span.to(v.span)).unwrap_or(v.span);
+    let Some(x) = num.or(if let LitKind::Bool(b) = v.kind { Some(f64::from(u8::from(b))) } else { None }) else {
+        bad(c, v.span, "statistics are numbers");
+        return;
+    };
+    match names.as_slice() {
+        ["available"] => st.available = x != 0.0,
+        ["health"] => st.health = x,
+        ["latency_ewma_ms"] => st.latency_ewma_ms = x,
+        ["ttft_ewma_ms"] => st.ttft_ewma_ms = x,
+        ["capacity"] => st.capacity = x,
+        ["error_rate"] => st.error_rate = x,
+        ["in_flight"] => st.in_flight = x.max(0.0) as u64,
+        ["cost_in"] => st.cost_in_per_token = Some(x),
+        ["cost_out"] => st.cost_out_per_token = Some(x),
+        ["quality", cat] => {
+            st.quality.insert((*cat).to_string(), x);
+        }
+        ["state", strat, slot] => {
+            st.state.entry((*strat).to_string()).or_insert_with(BTreeMap::new).insert((*slot).to_string(), x);
+        }
+        _ => {
+            let known = ["available", "health", "latency_ewma_ms", "ttft_ewma_ms", "capacity", "error_rate", "in_flight", "cost_in", "cost_out"];
+            c.diags.push(
+                Diagnostic::error(codes::BAD_TEST, span, format!("`{}` is not an endpoint statistic", names.join(".")))
+                    .with_did_you_mean(did_you_mean(names.first().copied().unwrap_or(""), known))
+                    .with_help("statistics are health, latency_ewma_ms, ttft_ewma_ms, capacity, error_rate, in_flight, cost_in, cost_out, available, quality.CATEGORY and state.STRATEGY.SLOT"),
+            );
+        }
+    }
+}
+
+fn expectation(c: &mut Checker<'_>, e: &Expectation, routes: &[CRoute], strategies: &[CStrategy]) -> Option<CExpectKind> {
+    let (what, value) = match &e.kind {
+        ExpectKind::Reject(s) => {
+            if !(400..=599).contains(&s.node) {
+                bad(c, s.span, "a rejection status is from 400 to 599");
+                return None;
+            }
+            return Some(CExpectKind::Reject(s.node as u16));
+        }
+        ExpectKind::Is { what, value } | ExpectKind::Share { what, value, .. } => (*what, value),
+    };
+    let v = value.node.as_str();
+    let names: Vec<String> = match what {
+        ExpectField::Route => routes.iter().map(|r| r.name.clone()).collect(),
+        ExpectField::Rule => routes.iter().flat_map(|r| r.rules.iter().map(|x| x.name.clone())).chain(["default".to_string()]).collect(),
+        ExpectField::Endpoint => c.registry.endpoint_ids().map(String::from).collect(),
+        ExpectField::Model => c.registry.model_names().map(String::from).collect(),
+        ExpectField::Strategy => strategies.iter().map(|s| s.name.clone()).chain(["priority".to_string()]).collect(),
+        ExpectField::Priority => PriorityLevel::ALL.iter().map(|(n, _)| n.to_string()).collect(),
+        ExpectField::Cache => vec!["on".into(), "off".into(), "default".into()],
+        ExpectField::Arm => vec![v.to_string()],
+    };
+    if !names.iter().any(|n| n == v) && !(v == "none" && what != ExpectField::Arm) {
+        c.diags.push(
+            Diagnostic::error(codes::BAD_TEST, value.span, format!("no {} is named `{v}`", what.as_str()))
+                .with_did_you_mean(did_you_mean(v, names.iter().map(String::as_str))),
+        );
+        return None;
+    }
+    if what == ExpectField::Arm && v.parse::<u32>().is_err() {
+        bad(c, value.span, "an arm is a number: 0 for the first arm");
+        return None;
+    }
+    Some(match &e.kind {
+        ExpectKind::Share { share, tolerance, .. } => CExpectKind::Share(what, v.to_string(), share.node, tolerance.node),
+        _ => CExpectKind::Is(what, v.to_string()),
+    })
+}
