@@ -34,3 +34,6 @@ pub use check::{check, parse_and_check};
 pub use checked::CheckedPolicySet;
 pub use interp::{decide, explain, on_outcome, Decision, Trace};
 pub use testing::{run_tests, TestReport};
+
+#[cfg(test)]
+mod tests;

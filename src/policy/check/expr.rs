@@ -435,9 +435,11 @@ impl Checker<'_> {
         match PriorityLevel::parse(&text) {
             Some(l) => Some(TExpr { kind: TExprKind::Const(Const::Priority(l)), ty: Ty::Priority, span: t.span }),
             None => {
-                let d = Diagnostic::error(codes::TYPE_MISMATCH, t.span, format!("\"{text}\" is not a priority level"))
-                    .with_did_you_mean(did_you_mean(&text, PriorityLevel::ALL.iter().map(|(n, _)| *n)))
-                    .with_help("the levels are \"critical\", \"high\", \"normal\" and \"low\"");
+                let mut d = Diagnostic::error(codes::TYPE_MISMATCH, t.span, format!("\"{text}\" is not a priority level"))
+                    .with_did_you_mean(did_you_mean(&text, PriorityLevel::ALL.iter().map(|(n, _)| *n)));
+                if d.help.is_none() {
+                    d = d.with_help("the levels are \"critical\", \"high\", \"normal\" and \"low\"");
+                }
                 self.diags.push(d);
                 None
             }
