@@ -29,6 +29,9 @@ pub mod check;
 pub mod checked;
 pub mod interp;
 pub mod testing;
+pub mod lint;
+pub mod fmt;
+pub mod from_request;
 
 pub use check::{check, parse_and_check};
 pub use checked::CheckedPolicySet;
