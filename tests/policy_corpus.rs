@@ -37,10 +37,17 @@ fn invalid_corpus_matches_golden_files() {
         .filter(|p| p.extension().is_some_and(|x| x == "policy"))
         .collect();
     files.sort();
-    assert!(files.len() >= 30, "the corpus has only {} files", files.len());
+    assert!(
+        files.len() >= 30,
+        "the corpus has only {} files",
+        files.len()
+    );
     let mut mismatches = Vec::new();
     for f in &files {
-        let name = format!("invalid/{}", f.file_name().and_then(|n| n.to_str()).unwrap_or(""));
+        let name = format!(
+            "invalid/{}",
+            f.file_name().and_then(|n| n.to_str()).unwrap_or("")
+        );
         let text = std::fs::read_to_string(f).expect("readable");
         let (got, errors) = render(&name, &text);
         assert!(errors > 0, "{name} produced no error:\n{got}");
@@ -54,12 +61,20 @@ fn invalid_corpus_matches_golden_files() {
             mismatches.push(format!("--- {name}: expected\n{want}--- got\n{got}"));
         }
     }
-    assert!(mismatches.is_empty(), "{} golden mismatch(es); run with UPDATE_GOLDEN=1 to accept:\n{}", mismatches.len(), mismatches.join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "{} golden mismatch(es); run with UPDATE_GOLDEN=1 to accept:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
 }
 
 #[test]
 fn oversized_input_is_refused_with_a_clear_error() {
-    let text = format!("# {}\nroute r {{\n  default use model\n}}\n", "x".repeat(switchyard::policy::parser::MAX_INPUT_BYTES));
+    let text = format!(
+        "# {}\nroute r {{\n  default use model\n}}\n",
+        "x".repeat(switchyard::policy::parser::MAX_INPUT_BYTES)
+    );
     let (got, errors) = render("big.policy", &text);
     assert_eq!(errors, 1);
     assert!(got.starts_with("error[E0102]: the policy file is"), "{got}");

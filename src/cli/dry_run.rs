@@ -8,7 +8,7 @@ use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use super::policy::{say, load_config, policy_files, read_sources, registry, Format};
+use super::policy::{load_config, policy_files, read_sources, registry, say, Format};
 use crate::api::ChatRequest;
 use crate::policy::ast::PriorityLevel;
 use crate::policy::diagnostic::render_all;
@@ -85,27 +85,52 @@ pub fn run(a: DryRunArgs) -> ExitCode {
     };
     let req = match ChatRequest::parse(&body) {
         Ok(r) => r,
-        Err(e) => return fail(2, format!("the request is not a valid chat completion body: {e}")),
+        Err(e) => {
+            return fail(
+                2,
+                format!("the request is not a valid chat completion body: {e}"),
+            )
+        }
     };
     let mut headers = Vec::new();
     for h in &a.headers {
         match h.split_once(':') {
-            Some((k, v)) if !k.trim().is_empty() => headers.push((k.trim().to_string(), v.trim().to_string())),
+            Some((k, v)) if !k.trim().is_empty() => {
+                headers.push((k.trim().to_string(), v.trim().to_string()))
+            }
             _ => return fail(2, format!("--header `{h}` is not of the form name:value")),
         }
     }
     let Some(priority) = PriorityLevel::parse(&a.priority) else {
-        return fail(2, format!("--priority `{}` is not one of low, normal, high, critical", a.priority));
+        return fail(
+            2,
+            format!(
+                "--priority `{}` is not one of low, normal, high, critical",
+                a.priority
+            ),
+        );
     };
     let stats: StatsSnapshot = match &a.stats {
         None => StatsSnapshot::default(),
-        Some(p) => match std::fs::read(p).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
+        Some(p) => match std::fs::read(p)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        {
             Ok(s) => s,
             Err(e) => return fail(2, format!("cannot load stats {}: {e}", p.display())),
         },
     };
-    let now = a.time.unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0));
-    let caller = Caller { api_key: a.api_key.clone(), org: a.org.clone(), priority };
+    let now = a.time.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    });
+    let caller = Caller {
+        api_key: a.api_key.clone(),
+        org: a.org.clone(),
+        priority,
+    };
     let feats = features(&req, &headers, &caller, now);
     let set = match crate::policy::parse_and_check(&sources, &registry(&cfg)) {
         Ok(s) => s,
@@ -124,9 +149,15 @@ pub fn run(a: DryRunArgs) -> ExitCode {
                 "decision": decision,
                 "trace": trace.events,
             });
-            say!("{}\n", serde_json::to_string_pretty(&doc).unwrap_or_default());
+            say!(
+                "{}\n",
+                serde_json::to_string_pretty(&doc).unwrap_or_default()
+            );
         }
-        Format::Human => say!("{}", human(&set.version, &decision, &trace.events, a.explain)),
+        Format::Human => say!(
+            "{}",
+            human(&set.version, &decision, &trace.events, a.explain)
+        ),
     }
     ExitCode::SUCCESS
 }
@@ -135,7 +166,10 @@ fn human(version: &str, d: &Decision, events: &[TraceEvent], explain: bool) -> S
     let mut s = format!("policy version {version}\n");
     let or_none = |o: &Option<String>| o.clone().unwrap_or_else(|| "-".into());
     match &d.reject {
-        Some(r) => s.push_str(&format!("decision: reject {} \"{}\"\n", r.status, r.message)),
+        Some(r) => s.push_str(&format!(
+            "decision: reject {} \"{}\"\n",
+            r.status, r.message
+        )),
         None => s.push_str(&format!(
             "decision: endpoint {} (model {}) via {}\n",
             or_none(&d.endpoint),
@@ -143,37 +177,101 @@ fn human(version: &str, d: &Decision, events: &[TraceEvent], explain: bool) -> S
             or_none(&d.strategy)
         )),
     }
-    s.push_str(&format!("  route {}, rule {}, target {}\n", or_none(&d.route), or_none(&d.rule), or_none(&d.target)));
+    s.push_str(&format!(
+        "  route {}, rule {}, target {}\n",
+        or_none(&d.route),
+        or_none(&d.rule),
+        or_none(&d.target)
+    ));
     if let Some(sp) = &d.split {
-        s.push_str(&format!("  split arm {} (bucket {}{})\n", sp.arm, sp.bucket, if sp.rolled_back { ", canary rolled back" } else { "" }));
+        s.push_str(&format!(
+            "  split arm {} (bucket {}{})\n",
+            sp.arm,
+            sp.bucket,
+            if sp.rolled_back {
+                ", canary rolled back"
+            } else {
+                ""
+            }
+        ));
     }
     let fb: Vec<&str> = d.fallbacks.iter().map(|f| f.endpoint.as_str()).collect();
-    s.push_str(&format!("  fallbacks: {}\n", if fb.is_empty() { "none".to_string() } else { fb.join(" -> ") }));
+    s.push_str(&format!(
+        "  fallbacks: {}\n",
+        if fb.is_empty() {
+            "none".to_string()
+        } else {
+            fb.join(" -> ")
+        }
+    ));
     let cache = match d.cache {
-        Some(c) if c.on => format!("on{}", c.ttl_ms.map(|t| format!(" ttl {t}ms")).unwrap_or_default()),
+        Some(c) if c.on => format!(
+            "on{}",
+            c.ttl_ms.map(|t| format!(" ttl {t}ms")).unwrap_or_default()
+        ),
         Some(_) => "off".into(),
         None => "default".into(),
     };
-    s.push_str(&format!("  priority {}, retries {}, cache {cache}\n", d.priority.as_str(), d.retries));
+    s.push_str(&format!(
+        "  priority {}, retries {}, cache {cache}\n",
+        d.priority.as_str(),
+        d.retries
+    ));
     if !explain {
         return s;
     }
     s.push_str("trace:\n");
     for e in events {
         match e {
-            TraceEvent::Condition { owner, at, value, leaves } => {
-                s.push_str(&format!("  {owner} at {at}: {}\n", if *value { "TRUE" } else { "FALSE" }));
+            TraceEvent::Condition {
+                owner,
+                at,
+                value,
+                leaves,
+            } => {
+                s.push_str(&format!(
+                    "  {owner} at {at}: {}\n",
+                    if *value { "TRUE" } else { "FALSE" }
+                ));
                 for l in leaves {
-                    let saw = if l.saw.is_empty() { String::new() } else { format!(" (saw {})", l.saw.join(", ")) };
-                    s.push_str(&format!("    {} at {}: {}{saw}\n", l.text, l.at, if l.value { "TRUE" } else { "FALSE" }));
+                    let saw = if l.saw.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (saw {})", l.saw.join(", "))
+                    };
+                    s.push_str(&format!(
+                        "    {} at {}: {}{saw}\n",
+                        l.text,
+                        l.at,
+                        if l.value { "TRUE" } else { "FALSE" }
+                    ));
                 }
             }
-            TraceEvent::Split { rule, bucket, arm, key_present } => {
-                s.push_str(&format!("  split in {rule}: bucket {bucket} -> arm {arm}{}\n", if *key_present { "" } else { " (key absent)" }));
+            TraceEvent::Split {
+                rule,
+                bucket,
+                arm,
+                key_present,
+            } => {
+                s.push_str(&format!(
+                    "  split in {rule}: bucket {bucket} -> arm {arm}{}\n",
+                    if *key_present { "" } else { " (key absent)" }
+                ));
             }
-            TraceEvent::Candidate { strategy, endpoint, score, probability, excluded } => {
-                let p = probability.map(|p| format!(", p = {p:.4}")).unwrap_or_default();
-                let x = excluded.as_ref().map(|x| format!(", excluded: {x}")).unwrap_or_default();
+            TraceEvent::Candidate {
+                strategy,
+                endpoint,
+                score,
+                probability,
+                excluded,
+            } => {
+                let p = probability
+                    .map(|p| format!(", p = {p:.4}"))
+                    .unwrap_or_default();
+                let x = excluded
+                    .as_ref()
+                    .map(|x| format!(", excluded: {x}"))
+                    .unwrap_or_default();
                 s.push_str(&format!("  {strategy}: {endpoint} score {score}{p}{x}\n"));
             }
             TraceEvent::Note { message } => s.push_str(&format!("  note: {message}\n")),

@@ -44,8 +44,10 @@ pub fn load_config(path: Option<&Path>) -> Result<Config, UsageError> {
     };
     match path {
         Some(p) => {
-            let text = std::fs::read_to_string(&p).map_err(|e| UsageError(format!("cannot read config {}: {e}", p.display())))?;
-            config::parse_str(&text, Some(&p)).map_err(|e| UsageError(format!("invalid config {}:\n{e}", p.display())))
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| UsageError(format!("cannot read config {}: {e}", p.display())))?;
+            config::parse_str(&text, Some(&p))
+                .map_err(|e| UsageError(format!("invalid config {}:\n{e}", p.display())))
         }
         None => Ok(config::embedded(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty())).0),
     }
@@ -64,7 +66,10 @@ pub fn registry(config: &Config) -> Registry {
                     .endpoints
                     .iter()
                     .map(|e| {
-                        let price = config.provider(&e.provider).map(|p| p.pricing).unwrap_or_default();
+                        let price = config
+                            .provider(&e.provider)
+                            .map(|p| p.pricing)
+                            .unwrap_or_default();
                         RegistryEndpoint {
                             id: e.id.clone(),
                             provider: e.provider.clone(),
@@ -84,10 +89,15 @@ pub fn registry(config: &Config) -> Registry {
 /// The `.policy` files named by `paths` (directories are searched recursively,
 /// dotfiles skipped), sorted by path; `default_dir` when `paths` is empty.
 pub fn policy_files(paths: &[PathBuf], default_dir: &Path) -> Result<Vec<PathBuf>, UsageError> {
-    let roots: Vec<PathBuf> = if paths.is_empty() { vec![default_dir.to_path_buf()] } else { paths.to_vec() };
+    let roots: Vec<PathBuf> = if paths.is_empty() {
+        vec![default_dir.to_path_buf()]
+    } else {
+        paths.to_vec()
+    };
     let mut out = Vec::new();
     for root in roots {
-        let meta = std::fs::metadata(&root).map_err(|e| UsageError(format!("cannot read {}: {e}", root.display())))?;
+        let meta = std::fs::metadata(&root)
+            .map_err(|e| UsageError(format!("cannot read {}: {e}", root.display())))?;
         if meta.is_dir() {
             walk(&root, &mut out, 0)?;
         } else {
@@ -103,10 +113,14 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result<(), UsageErr
     if depth > 16 {
         return Ok(());
     }
-    let rd = std::fs::read_dir(dir).map_err(|e| UsageError(format!("cannot read directory {}: {e}", dir.display())))?;
+    let rd = std::fs::read_dir(dir)
+        .map_err(|e| UsageError(format!("cannot read directory {}: {e}", dir.display())))?;
     for e in rd.flatten() {
         let p = e.path();
-        if p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.')) {
+        if p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.'))
+        {
             continue;
         }
         if p.is_dir() {
@@ -122,7 +136,8 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result<(), UsageErr
 pub fn read_sources(files: &[PathBuf]) -> Result<SourceMap, UsageError> {
     let mut m = SourceMap::new();
     for f in files {
-        let text = std::fs::read_to_string(f).map_err(|e| UsageError(format!("cannot read {}: {e}", f.display())))?;
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| UsageError(format!("cannot read {}: {e}", f.display())))?;
         m.add(f.display().to_string(), text);
     }
     Ok(m)
@@ -140,7 +155,10 @@ pub struct Loaded {
 pub fn load(paths: &[PathBuf], config: Option<&Path>) -> Result<Loaded, UsageError> {
     let cfg = load_config(config)?;
     let files = policy_files(paths, &cfg.policies.dir)?;
-    Ok(Loaded { registry: registry(&cfg), sources: read_sources(&files)? })
+    Ok(Loaded {
+        registry: registry(&cfg),
+        sources: read_sources(&files)?,
+    })
 }
 
 fn usage(e: UsageError) -> ExitCode {
@@ -149,14 +167,23 @@ fn usage(e: UsageError) -> ExitCode {
 }
 
 /// `switchyard lint`.
-pub fn lint(paths: &[PathBuf], config: Option<&Path>, format: Format, deny_warnings: bool) -> ExitCode {
+pub fn lint(
+    paths: &[PathBuf],
+    config: Option<&Path>,
+    format: Format,
+    deny_warnings: bool,
+) -> ExitCode {
     let l = match load(paths, config) {
         Ok(l) => l,
         Err(e) => return usage(e),
     };
     let out = lint_sources(&l.sources, &l.registry);
     let errors = out.diagnostics.iter().filter(|d| d.is_error()).count();
-    let warnings = out.diagnostics.iter().filter(|d| d.severity == Severity::Warning).count();
+    let warnings = out
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Warning)
+        .count();
     match format {
         Format::Human => say!("{}", render_all(&out.diagnostics, &l.sources)),
         Format::Json => {
@@ -173,7 +200,10 @@ pub fn lint(paths: &[PathBuf], config: Option<&Path>, format: Format, deny_warni
                 }).collect::<Vec<_>>(),
                 "summary": { "errors": errors, "warnings": warnings },
             });
-            say!("{}\n", serde_json::to_string_pretty(&doc).unwrap_or_default());
+            say!(
+                "{}\n",
+                serde_json::to_string_pretty(&doc).unwrap_or_default()
+            );
         }
     }
     if errors > 0 || (deny_warnings && warnings > 0) {
@@ -238,7 +268,10 @@ pub fn test(paths: &[PathBuf], config: Option<&Path>, format: Format) -> ExitCod
     let report = crate::policy::run_tests(&set);
     match format {
         Format::Human => say!("{}", report.render()),
-        Format::Json => say!("{}\n", serde_json::to_string_pretty(&report).unwrap_or_default()),
+        Format::Json => say!(
+            "{}\n",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        ),
     }
     if report.failed > 0 {
         ExitCode::from(1)

@@ -24,8 +24,18 @@ mod items;
 
 /// Formats one parsed file. `sources` must hold the text `file` was parsed from.
 pub fn format_file(sources: &SourceMap, file: &PolicyFile) -> String {
-    let text = sources.get(file.file).map(|f| f.text.as_str()).unwrap_or("");
-    let mut p = Printer { src: text, comments: &file.comments, next_comment: 0, out: Vec::new(), cursor: 0, blank_ok: false };
+    let text = sources
+        .get(file.file)
+        .map(|f| f.text.as_str())
+        .unwrap_or("");
+    let mut p = Printer {
+        src: text,
+        comments: &file.comments,
+        next_comment: 0,
+        out: Vec::new(),
+        cursor: 0,
+        blank_ok: false,
+    };
     for item in &file.items {
         let start = item_span(item).start as usize;
         p.top_level_gap(start);
@@ -95,7 +105,10 @@ impl Printer<'_> {
             }
             self.next_comment += 1;
             let text = format!("#{}", c.text.trim_end());
-            let last_is_code = self.out.last().is_some_and(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+            let last_is_code = self
+                .out
+                .last()
+                .is_some_and(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
             if c.trailing && last_is_code {
                 if let Some(l) = self.out.last_mut() {
                     l.push(' ');
@@ -114,11 +127,18 @@ impl Printer<'_> {
 
     fn top_level_gap(&mut self, start: usize) {
         // Leading comments of the item: one blank line before them (not at the top).
-        if self.comments.get(self.next_comment).is_some_and(|c| (c.span.start as usize) < start && !c.trailing) && !self.out.is_empty() {
+        if self
+            .comments
+            .get(self.next_comment)
+            .is_some_and(|c| (c.span.start as usize) < start && !c.trailing)
+            && !self.out.is_empty()
+        {
             self.blank();
         }
         self.flush(start, 0);
-        if !self.out.is_empty() && (self.gap_has_blank(start) || !self.out.last().is_some_and(|l| l.starts_with('#'))) {
+        if !self.out.is_empty()
+            && (self.gap_has_blank(start) || !self.out.last().is_some_and(|l| l.starts_with('#')))
+        {
             self.blank();
         }
         self.blank_ok = false;
@@ -154,7 +174,11 @@ impl Printer<'_> {
 
     /// The source text of `span`, whitespace removed after a leading `-`.
     fn tok(&self, span: Span) -> String {
-        let s = self.src.get(span.start as usize..span.end as usize).unwrap_or("").trim();
+        let s = self
+            .src
+            .get(span.start as usize..span.end as usize)
+            .unwrap_or("")
+            .trim();
         match s.strip_prefix('-') {
             Some(rest) => format!("-{}", rest.trim_start()),
             None => s.to_string(),
@@ -163,7 +187,9 @@ impl Printer<'_> {
 
     /// Whether the source between two offsets contains a line break.
     fn broken(&self, from: usize, to: usize) -> bool {
-        self.src.get(from.min(to)..to).is_some_and(|g| g.contains('\n'))
+        self.src
+            .get(from.min(to)..to)
+            .is_some_and(|g| g.contains('\n'))
     }
 }
 

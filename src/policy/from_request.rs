@@ -34,7 +34,12 @@ pub struct Caller {
 /// Maps one chat request to policy features.
 ///
 /// `headers` are `(name, value)` pairs in any case; `unix_secs` is the request time.
-pub fn features(req: &ChatRequest, headers: &[(String, String)], caller: &Caller, unix_secs: u64) -> RequestFeatures {
+pub fn features(
+    req: &ChatRequest,
+    headers: &[(String, String)],
+    caller: &Caller,
+    unix_secs: u64,
+) -> RequestFeatures {
     let mut h = BTreeMap::new();
     let mut metadata = BTreeMap::new();
     for (k, v) in headers {
@@ -100,8 +105,14 @@ mod tests {
         let body = br#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],
             "stream":true,"max_tokens":50,"metadata":{"tier":"batch"}}"#;
         let req = ChatRequest::parse(body).expect("valid body");
-        let headers = vec![("X-Team".to_string(), "search".to_string()), ("x-switchyard-meta-env".into(), "prod".into())];
-        let caller = Caller { api_key: Some("k1".into()), ..Caller::default() };
+        let headers = vec![
+            ("X-Team".to_string(), "search".to_string()),
+            ("x-switchyard-meta-env".into(), "prod".into()),
+        ];
+        let caller = Caller {
+            api_key: Some("k1".into()),
+            ..Caller::default()
+        };
         // 2024-01-01T13:00:00Z was a Monday.
         let f = features(&req, &headers, &caller, 1_704_114_000);
         assert_eq!(f.model, "gpt-4o");

@@ -24,11 +24,28 @@ impl Printer<'_> {
     pub(super) fn expr(&self, e: &Expr) -> String {
         match &e.kind {
             ExprKind::Lit(_) => self.tok(e.span),
-            ExprKind::List(xs) => format!("[{}]", xs.iter().map(|x| self.expr(x)).collect::<Vec<_>>().join(", ")),
-            ExprKind::Path(p) => p.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join("."),
+            ExprKind::List(xs) => format!(
+                "[{}]",
+                xs.iter()
+                    .map(|x| self.expr(x))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            ExprKind::Path(p) => p
+                .iter()
+                .map(|i| i.name.as_str())
+                .collect::<Vec<_>>()
+                .join("."),
             ExprKind::Var(v) => v.name.clone(),
             ExprKind::Call(f, args) => {
-                format!("{}({})", f.name, args.iter().map(|x| self.expr(x)).collect::<Vec<_>>().join(", "))
+                format!(
+                    "{}({})",
+                    f.name,
+                    args.iter()
+                        .map(|x| self.expr(x))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
             }
             ExprKind::Unary(UnaryOp::Not, x) => {
                 let inner = self.expr(x);
@@ -48,7 +65,12 @@ impl Printer<'_> {
             }
             ExprKind::Binary(op, a, b) => {
                 let p = prec(e);
-                format!("{} {} {}", self.operand(e, a, p, false), op.as_str(), self.operand(e, b, p, true))
+                format!(
+                    "{} {} {}",
+                    self.operand(e, a, p, false),
+                    op.as_str(),
+                    self.operand(e, b, p, true)
+                )
             }
         }
     }
@@ -76,7 +98,10 @@ impl Printer<'_> {
         chain(e, *op, &mut parts);
         let mut s = String::new();
         for (i, part) in parts.iter().enumerate() {
-            let text = if prec(part) < prec(e) || (*op == BinaryOp::Or && prec(part) == 2) || (i > 0 && prec(part) == prec(e)) {
+            let text = if prec(part) < prec(e)
+                || (*op == BinaryOp::Or && prec(part) == 2)
+                || (i > 0 && prec(part) == prec(e))
+            {
                 format!("({})", self.expr(part))
             } else {
                 self.expr(part)
@@ -84,7 +109,11 @@ impl Printer<'_> {
             if i == 0 {
                 s.push_str(&text);
             } else if self.broken(parts[i - 1].span.end as usize, part.span.start as usize) {
-                s.push_str(&format!("\n{}{} {text}", " ".repeat(indent + 4), op.as_str()));
+                s.push_str(&format!(
+                    "\n{}{} {text}",
+                    " ".repeat(indent + 4),
+                    op.as_str()
+                ));
             } else {
                 s.push_str(&format!(" {} {text}", op.as_str()));
             }

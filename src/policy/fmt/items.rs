@@ -9,7 +9,9 @@ fn join<T>(xs: &[T], sep: &str, f: impl Fn(&T) -> String) -> String {
 
 impl Printer<'_> {
     fn prio(&self, p: &Option<Spanned<i64>>) -> String {
-        p.as_ref().map(|p| format!(" priority {}", p.node)).unwrap_or_default()
+        p.as_ref()
+            .map(|p| format!(" priority {}", p.node))
+            .unwrap_or_default()
     }
 
     /// ` when COND` or a line break and `when COND` if the author broke there.
@@ -24,8 +26,17 @@ impl Printer<'_> {
     }
 
     pub(super) fn route(&mut self, r: &RouteDef) {
-        let before = r.priority.as_ref().map(|p| p.span.end).unwrap_or(r.name.span.end) as usize;
-        let header = format!("route {}{}{} {{", r.name.name, self.prio(&r.priority), self.when(&r.when, before, 0));
+        let before = r
+            .priority
+            .as_ref()
+            .map(|p| p.span.end)
+            .unwrap_or(r.name.span.end) as usize;
+        let header = format!(
+            "route {}{}{} {{",
+            r.name.name,
+            self.prio(&r.priority),
+            self.when(&r.when, before, 0)
+        );
         self.open(0, r.span, header);
         for it in &r.items {
             match it {
@@ -36,7 +47,11 @@ impl Printer<'_> {
                         self.actions(&d.body, 4);
                         self.close(2, d.span);
                     } else {
-                        let a = d.body.first().map(|a| self.action_line(a, 2)).unwrap_or_default();
+                        let a = d
+                            .body
+                            .first()
+                            .map(|a| self.action_line(a, 2))
+                            .unwrap_or_default();
                         self.stmt(2, d.span, format!("default {a}"));
                     }
                 }
@@ -49,8 +64,17 @@ impl Printer<'_> {
     }
 
     fn rule(&mut self, x: &RuleDef) {
-        let before = x.priority.as_ref().map(|p| p.span.end).unwrap_or(x.name.span.end) as usize;
-        let header = format!("rule {}{}{} {{", x.name.name, self.prio(&x.priority), self.when(&x.when, before, 2));
+        let before = x
+            .priority
+            .as_ref()
+            .map(|p| p.span.end)
+            .unwrap_or(x.name.span.end) as usize;
+        let header = format!(
+            "rule {}{}{} {{",
+            x.name.name,
+            self.prio(&x.priority),
+            self.when(&x.when, before, 2)
+        );
         self.open(2, x.span, header);
         self.actions(&x.body, 4);
         self.close(2, x.span);
@@ -60,13 +84,29 @@ impl Printer<'_> {
         for a in body {
             match a {
                 Action::Split(s) => {
-                    let seed = s.seed.as_ref().map(|n| format!(" seed {}", self.tok(n.span))).unwrap_or_default();
-                    self.open(indent, s.span, format!("split by {}{seed} {{", self.key(&s.key)));
+                    let seed = s
+                        .seed
+                        .as_ref()
+                        .map(|n| format!(" seed {}", self.tok(n.span)))
+                        .unwrap_or_default();
+                    self.open(
+                        indent,
+                        s.span,
+                        format!("split by {}{seed} {{", self.key(&s.key)),
+                    );
                     for arm in &s.arms {
                         let canary = if arm.canary { "canary " } else { "" };
-                        let mut line = format!("{} -> {canary}{}", self.tok(arm.share.span), self.use_action(&arm.action));
+                        let mut line = format!(
+                            "{} -> {canary}{}",
+                            self.tok(arm.share.span),
+                            self.use_action(&arm.action)
+                        );
                         if let Some(rb) = &arm.rollback {
-                            line.push_str(&format!("\n{}rollback when {}", " ".repeat(indent + 4), self.cond(rb, indent + 4)));
+                            line.push_str(&format!(
+                                "\n{}rollback when {}",
+                                " ".repeat(indent + 4),
+                                self.cond(rb, indent + 4)
+                            ));
                         }
                         self.stmt(indent + 2, arm.span, line);
                     }
@@ -84,7 +124,15 @@ impl Printer<'_> {
     fn action_line(&self, a: &Action, indent: usize) -> String {
         match a {
             Action::Use(u) => self.use_action(u),
-            Action::Split(s) => format!("split by {} {{ {} }}", self.key(&s.key), join(&s.arms, " ", |arm| format!("{} -> {}", self.tok(arm.share.span), self.use_action(&arm.action)))),
+            Action::Split(s) => format!(
+                "split by {} {{ {} }}",
+                self.key(&s.key),
+                join(&s.arms, " ", |arm| format!(
+                    "{} -> {}",
+                    self.tok(arm.share.span),
+                    self.use_action(&arm.action)
+                ))
+            ),
             Action::Reject(r) => format!("reject {} {}", r.status.node, self.tok(r.message.span)),
             Action::SetPriority(s) => self.set_priority(s, indent),
             Action::Cache(c) => self.cache(c),
@@ -96,7 +144,15 @@ impl Printer<'_> {
     fn use_action(&self, u: &UseAction) -> String {
         let via = match &u.via {
             Some(v) if v.args.is_empty() => format!(" via {}", v.strategy.name),
-            Some(v) => format!(" via {}({})", v.strategy.name, join(&v.args, ", ", |a| format!("{} = {}", a.name.name, self.tok(a.value.span)))),
+            Some(v) => format!(
+                " via {}({})",
+                v.strategy.name,
+                join(&v.args, ", ", |a| format!(
+                    "{} = {}",
+                    a.name.name,
+                    self.tok(a.value.span)
+                ))
+            ),
             None => String::new(),
         };
         format!("use {}{via}", self.target(&u.target))
@@ -105,7 +161,10 @@ impl Printer<'_> {
     fn target(&self, t: &Target) -> String {
         match &t.kind {
             TargetKind::Model(_) => self.tok(t.span),
-            TargetKind::Endpoint(_) => format!("endpoint {}", self.tok(t.span).trim_start_matches("endpoint").trim_start()),
+            TargetKind::Endpoint(_) => format!(
+                "endpoint {}",
+                self.tok(t.span).trim_start_matches("endpoint").trim_start()
+            ),
             TargetKind::RequestedModel => "model".into(),
             TargetKind::Any => "any".into(),
         }
@@ -122,7 +181,11 @@ impl Printer<'_> {
     }
 
     fn set_priority(&self, s: &SetPriority, indent: usize) -> String {
-        format!("set priority {}{}", s.level.node.as_str(), self.when(&s.when, s.level.span.end as usize, indent))
+        format!(
+            "set priority {}{}",
+            s.level.node.as_str(),
+            self.when(&s.when, s.level.span.end as usize, indent)
+        )
     }
 
     fn cache(&self, c: &CacheDef) -> String {
@@ -150,20 +213,51 @@ impl Printer<'_> {
     pub(super) fn strategy(&mut self, s: &StrategyDef) {
         let params = join(&s.params, ", ", |p| {
             let range = p.range.as_ref().map(|r| {
-                format!(" in {}{}, {}{}", if r.lo_inclusive { "[" } else { "(" }, self.tok(r.lo.span), self.tok(r.hi.span), if r.hi_inclusive { "]" } else { ")" })
+                format!(
+                    " in {}{}, {}{}",
+                    if r.lo_inclusive { "[" } else { "(" },
+                    self.tok(r.lo.span),
+                    self.tok(r.hi.span),
+                    if r.hi_inclusive { "]" } else { ")" }
+                )
             });
-            format!("{} = {}{}", p.name.name, self.tok(p.default.span), range.unwrap_or_default())
+            format!(
+                "{} = {}{}",
+                p.name.name,
+                self.tok(p.default.span),
+                range.unwrap_or_default()
+            )
         });
         self.open(0, s.span, format!("strategy {}({params}) {{", s.name.name));
         for it in &s.items {
             match it {
                 StrategyItem::State(st) => {
-                    let join_mode = if st.join == JoinMode::Mean { " join mean" } else { "" };
-                    self.stmt(2, st.span, format!("state {} = {}{join_mode}", st.name.name, self.expr(&st.init)));
+                    let join_mode = if st.join == JoinMode::Mean {
+                        " join mean"
+                    } else {
+                        ""
+                    };
+                    self.stmt(
+                        2,
+                        st.span,
+                        format!(
+                            "state {} = {}{join_mode}",
+                            st.name.name,
+                            self.expr(&st.init)
+                        ),
+                    );
                 }
-                StrategyItem::Let(l) => self.stmt(2, l.span, format!("let {} = {}", l.name.name, self.expr(&l.value))),
-                StrategyItem::Require(e) => self.stmt(2, e.span, format!("require {}", self.cond(e, 2))),
-                StrategyItem::Prefer(e) => self.stmt(2, e.span, format!("prefer {}", self.cond(e, 2))),
+                StrategyItem::Let(l) => self.stmt(
+                    2,
+                    l.span,
+                    format!("let {} = {}", l.name.name, self.expr(&l.value)),
+                ),
+                StrategyItem::Require(e) => {
+                    self.stmt(2, e.span, format!("require {}", self.cond(e, 2)))
+                }
+                StrategyItem::Prefer(e) => {
+                    self.stmt(2, e.span, format!("prefer {}", self.cond(e, 2)))
+                }
                 StrategyItem::Score(e) => self.stmt(2, e.span, format!("score = {}", self.expr(e))),
                 StrategyItem::Pick(m) => {
                     let mode = match m.node {
@@ -180,14 +274,23 @@ impl Printer<'_> {
                         Event::Success => "success",
                         Event::Failure => "failure",
                     };
-                    let one_line = !self.broken(o.span.start as usize, o.span.end as usize) && o.assigns.len() == 1;
+                    let one_line = !self.broken(o.span.start as usize, o.span.end as usize)
+                        && o.assigns.len() == 1;
                     if one_line {
                         let a = &o.assigns[0];
-                        self.stmt(2, o.span, format!("on {ev} {{ {} = {} }}", a.name.name, self.expr(&a.value)));
+                        self.stmt(
+                            2,
+                            o.span,
+                            format!("on {ev} {{ {} = {} }}", a.name.name, self.expr(&a.value)),
+                        );
                     } else {
                         self.open(2, o.span, format!("on {ev} {{"));
                         for a in &o.assigns {
-                            self.stmt(4, a.span, format!("{} = {}", a.name.name, self.expr(&a.value)));
+                            self.stmt(
+                                4,
+                                a.span,
+                                format!("{} = {}", a.name.name, self.expr(&a.value)),
+                            );
                         }
                         self.close(2, o.span);
                     }
@@ -210,7 +313,11 @@ impl Printer<'_> {
                         };
                         format!("{k} = {}", self.tok(a.value.span))
                     });
-                    let line = if assigns.is_empty() { "request {}".to_string() } else { format!("request {{ {body} }}") };
+                    let line = if assigns.is_empty() {
+                        "request {}".to_string()
+                    } else {
+                        format!("request {{ {body} }}")
+                    };
                     self.stmt(2, *span, line);
                 }
                 TestItem::Stats(entries, span) => {
@@ -227,14 +334,23 @@ impl Printer<'_> {
                     }
                 }
                 TestItem::Seed(n) => self.stmt(2, n.span, format!("seed {}", self.tok(n.span))),
-                TestItem::Sample { count, key, span } => {
-                    self.stmt(2, *span, format!("sample {} by {}", self.tok(count.span), self.key(key)))
-                }
+                TestItem::Sample { count, key, span } => self.stmt(
+                    2,
+                    *span,
+                    format!("sample {} by {}", self.tok(count.span), self.key(key)),
+                ),
                 TestItem::Expect(e) => {
                     let body = match &e.kind {
-                        ExpectKind::Is { what, value } => format!("{} {}", what.as_str(), self.tok(value.span)),
+                        ExpectKind::Is { what, value } => {
+                            format!("{} {}", what.as_str(), self.tok(value.span))
+                        }
                         ExpectKind::Reject(s) => format!("reject {}", s.node),
-                        ExpectKind::Share { what, value, share, tolerance } => format!(
+                        ExpectKind::Share {
+                            what,
+                            value,
+                            share,
+                            tolerance,
+                        } => format!(
                             "share {} {} = {} within {}",
                             what.as_str(),
                             self.tok(value.span),
@@ -252,7 +368,13 @@ impl Printer<'_> {
 
 impl Printer<'_> {
     fn stats_entry(&self, e: &StatsEntry) -> String {
-        let fields = join(&e.fields, ", ", |(k, v)| format!("{} = {}", join(k, ".", |i| i.name.clone()), self.tok(v.span)));
+        let fields = join(&e.fields, ", ", |(k, v)| {
+            format!(
+                "{} = {}",
+                join(k, ".", |i| i.name.clone()),
+                self.tok(v.span)
+            )
+        });
         if fields.is_empty() {
             format!("{} {{}}", self.tok(e.endpoint.span))
         } else {

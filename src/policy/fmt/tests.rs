@@ -13,7 +13,10 @@ fn shipped() -> Vec<(String, String)> {
     for dir in [root.to_string(), format!("{root}/builtin")] {
         for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             if e.path().extension().is_some_and(|x| x == "policy") {
-                out.push((e.path().display().to_string(), std::fs::read_to_string(e.path()).unwrap_or_default()));
+                out.push((
+                    e.path().display().to_string(),
+                    std::fs::read_to_string(e.path()).unwrap_or_default(),
+                ));
             }
         }
     }
@@ -47,8 +50,12 @@ fn parentheses_kept_only_where_needed() {
 #[test]
 fn semantics_preserved_on_shipped_policies() {
     for (name, text) in shipped() {
-        let (_, a) = crate::policy::parser::parse_str(&name, &text).map_err(|(_, d)| d).expect("parses");
-        let (_, b) = crate::policy::parser::parse_str(&name, &fmt(&text)).map_err(|(_, d)| d).expect("reparses");
+        let (_, a) = crate::policy::parser::parse_str(&name, &text)
+            .map_err(|(_, d)| d)
+            .expect("parses");
+        let (_, b) = crate::policy::parser::parse_str(&name, &fmt(&text))
+            .map_err(|(_, d)| d)
+            .expect("reparses");
         assert_eq!(a.items, b.items, "{name}");
     }
 }

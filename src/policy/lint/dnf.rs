@@ -29,7 +29,12 @@ struct FieldLeaf {
 impl<'a> Conv<'a> {
     /// A converter for conditions of `set`.
     pub fn new(set: &'a CheckedPolicySet, priority_mutable: bool) -> Conv<'a> {
-        Conv { set, atoms: Vec::new(), fresh: 1 << 30, priority_mutable }
+        Conv {
+            set,
+            atoms: Vec::new(),
+            fresh: 1 << 30,
+            priority_mutable,
+        }
     }
 
     /// The union of cubes where `e` (or, with `neg`, `not e`) holds; `None` of
@@ -130,7 +135,8 @@ impl<'a> Conv<'a> {
     fn cmp(&self, leaf: FieldLeaf, op: CmpOp, neg: bool) -> Option<Dnf> {
         let op = if neg { negate(op) } else { op };
         let f = leaf.field;
-        let cubes = |cs: Vec<FieldC>| -> Dnf { Some(cs.into_iter().filter_map(Cube::of_field).collect()) };
+        let cubes =
+            |cs: Vec<FieldC>| -> Dnf { Some(cs.into_iter().filter_map(Cube::of_field).collect()) };
         match domain::kind(f).0 {
             Kind::Int(..) | Kind::Float => {
                 let v = match leaf.konst {
@@ -141,11 +147,19 @@ impl<'a> Conv<'a> {
                 if !v.is_finite() || v.abs() >= EXACT {
                     return None;
                 }
-                let iv = |lo: f64, lo_inc, hi: f64, hi_inc| Interval { lo, lo_inc, hi, hi_inc };
+                let iv = |lo: f64, lo_inc, hi: f64, hi_inc| Interval {
+                    lo,
+                    lo_inc,
+                    hi,
+                    hi_inc,
+                };
                 let (ninf, pinf) = (f64::NEG_INFINITY, f64::INFINITY);
                 Some(match op {
                     CmpOp::Eq => cubes(vec![FieldC::num(f, iv(v, true, v, true))]),
-                    CmpOp::Ne => cubes(vec![FieldC::num(f, iv(ninf, false, v, false)), FieldC::num(f, iv(v, false, pinf, false))]),
+                    CmpOp::Ne => cubes(vec![
+                        FieldC::num(f, iv(ninf, false, v, false)),
+                        FieldC::num(f, iv(v, false, pinf, false)),
+                    ]),
                     CmpOp::Lt => cubes(vec![FieldC::num(f, iv(ninf, false, v, false))]),
                     CmpOp::Le => cubes(vec![FieldC::num(f, iv(ninf, false, v, true))]),
                     CmpOp::Gt => cubes(vec![FieldC::num(f, iv(v, false, pinf, false))]),
@@ -190,18 +204,36 @@ impl<'a> Conv<'a> {
                 if list.len() > 64 {
                     return None;
                 }
-                let mut out: Dnf = Some(if negated { vec![Cube::default()] } else { Vec::new() });
+                let mut out: Dnf = Some(if negated {
+                    vec![Cube::default()]
+                } else {
+                    Vec::new()
+                });
                 for c in list {
-                    let leaf = FieldLeaf { field: f, konst: *c };
+                    let leaf = FieldLeaf {
+                        field: f,
+                        konst: *c,
+                    };
                     let d = self.cmp(leaf, CmpOp::Eq, negated)?;
-                    out = if negated { domain::and(&out, &d) } else { domain::or(out, d) };
+                    out = if negated {
+                        domain::and(&out, &d)
+                    } else {
+                        domain::or(out, d)
+                    };
                 }
                 Some(out)
             }
             _ => {
-                let s: BTreeSet<SVal> = list.iter().map(|c| self.sval(*c)).collect::<Option<_>>()?;
-                let s = if negated { FinSet::NotIn(s) } else { FinSet::In(s) };
-                Some(Some(Cube::of_field(FieldC::set(f, s)).into_iter().collect()))
+                let s: BTreeSet<SVal> =
+                    list.iter().map(|c| self.sval(*c)).collect::<Option<_>>()?;
+                let s = if negated {
+                    FinSet::NotIn(s)
+                } else {
+                    FinSet::In(s)
+                };
+                Some(Some(
+                    Cube::of_field(FieldC::set(f, s)).into_iter().collect(),
+                ))
             }
         }
     }
@@ -247,7 +279,9 @@ fn const_of(e: &TExpr) -> Option<Const> {
 /// Whether `e` reads `request.priority` anywhere.
 fn reads_priority(e: &TExpr) -> bool {
     let mut found = false;
-    visit(e, &mut |x| found |= matches!(x.kind, TExprKind::Req(ReqField::Priority)));
+    visit(e, &mut |x| {
+        found |= matches!(x.kind, TExprKind::Req(ReqField::Priority))
+    });
     found
 }
 
@@ -255,8 +289,16 @@ fn reads_priority(e: &TExpr) -> bool {
 pub fn visit(e: &TExpr, f: &mut dyn FnMut(&TExpr)) {
     f(e);
     match &e.kind {
-        TExprKind::ToFloat(x) | TExprKind::Not(x) | TExprKind::Neg(x) | TExprKind::In(x, ..) | TExprKind::Match(_, x, _) | TExprKind::Agg(_, _, x) => visit(x, f),
-        TExprKind::And(a, b) | TExprKind::Or(a, b) | TExprKind::Arith(_, a, b) | TExprKind::Cmp(_, a, b) => {
+        TExprKind::ToFloat(x)
+        | TExprKind::Not(x)
+        | TExprKind::Neg(x)
+        | TExprKind::In(x, ..)
+        | TExprKind::Match(_, x, _)
+        | TExprKind::Agg(_, _, x) => visit(x, f),
+        TExprKind::And(a, b)
+        | TExprKind::Or(a, b)
+        | TExprKind::Arith(_, a, b)
+        | TExprKind::Cmp(_, a, b) => {
             visit(a, f);
             visit(b, f);
         }

@@ -79,18 +79,31 @@ pub struct Interval {
 
 impl Interval {
     /// Every number.
-    pub const ALL: Interval = Interval { lo: f64::NEG_INFINITY, lo_inc: false, hi: f64::INFINITY, hi_inc: false };
+    pub const ALL: Interval = Interval {
+        lo: f64::NEG_INFINITY,
+        lo_inc: false,
+        hi: f64::INFINITY,
+        hi_inc: false,
+    };
 
     fn normalize(mut self, int: bool) -> Interval {
         if int {
             if self.lo.is_finite() {
                 let c = self.lo.ceil();
-                self.lo = if c == self.lo && !self.lo_inc { c + 1.0 } else { c };
+                self.lo = if c == self.lo && !self.lo_inc {
+                    c + 1.0
+                } else {
+                    c
+                };
                 self.lo_inc = true;
             }
             if self.hi.is_finite() {
                 let f = self.hi.floor();
-                self.hi = if f == self.hi && !self.hi_inc { f - 1.0 } else { f };
+                self.hi = if f == self.hi && !self.hi_inc {
+                    f - 1.0
+                } else {
+                    f
+                };
                 self.hi_inc = true;
             }
         }
@@ -113,11 +126,17 @@ impl Interval {
         } else {
             (o.hi, o.hi_inc)
         };
-        Interval { lo, lo_inc, hi, hi_inc }
+        Interval {
+            lo,
+            lo_inc,
+            hi,
+            hi_inc,
+        }
     }
 
     fn contains(&self, v: f64) -> bool {
-        (v > self.lo || (self.lo_inc && v == self.lo)) && (v < self.hi || (self.hi_inc && v == self.hi))
+        (v > self.lo || (self.lo_inc && v == self.lo))
+            && (v < self.hi || (self.hi_inc && v == self.hi))
     }
 
     /// A number in the interval (the interval must not be empty).
@@ -192,13 +211,28 @@ impl FieldC {
     pub fn full(field: ReqField) -> FieldC {
         let (k, optional) = kind(field);
         let val = match k {
-            Kind::Int(lo, hi) => ValC::Num(Interval { lo, lo_inc: true, hi, hi_inc: true }),
+            Kind::Int(lo, hi) => ValC::Num(Interval {
+                lo,
+                lo_inc: true,
+                hi,
+                hi_inc: true,
+            }),
             Kind::Float => ValC::Num(Interval::ALL),
             Kind::Str => ValC::Set(FinSet::NotIn(BTreeSet::new())),
             Kind::Bool => ValC::Set(FinSet::In([SVal::Bool(false), SVal::Bool(true)].into())),
-            Kind::Prio => ValC::Set(FinSet::In(PriorityLevel::ALL.iter().map(|(_, l)| SVal::Prio(*l)).collect())),
+            Kind::Prio => ValC::Set(FinSet::In(
+                PriorityLevel::ALL
+                    .iter()
+                    .map(|(_, l)| SVal::Prio(*l))
+                    .collect(),
+            )),
         };
-        FieldC { field, absent: optional, present: true, val }
+        FieldC {
+            field,
+            absent: optional,
+            present: true,
+            val,
+        }
     }
 
     /// The field restricted to numbers in `iv`.
@@ -229,7 +263,12 @@ impl FieldC {
             // only loses precision, never claims emptiness).
             (a, _) => a.clone(),
         };
-        FieldC { field: self.field, absent: self.absent && o.absent, present: self.present && o.present, val }
+        FieldC {
+            field: self.field,
+            absent: self.absent && o.absent,
+            present: self.present && o.present,
+            val,
+        }
     }
 
     /// Whether the default value (read when the field is absent) is allowed.
@@ -270,12 +309,18 @@ pub struct Cube {
 impl Cube {
     /// The cube of one field constraint (`None` if unsatisfiable).
     pub fn of_field(c: FieldC) -> Option<Cube> {
-        c.is_sat().then(|| Cube { fields: vec![c], atoms: Vec::new() })
+        c.is_sat().then(|| Cube {
+            fields: vec![c],
+            atoms: Vec::new(),
+        })
     }
 
     /// The cube of one atom.
     pub fn of_atom(id: u32, value: bool) -> Cube {
-        Cube { fields: Vec::new(), atoms: vec![(id, value)] }
+        Cube {
+            fields: Vec::new(),
+            atoms: vec![(id, value)],
+        }
     }
 
     /// The intersection, or `None` if provably empty.

@@ -89,12 +89,18 @@ impl AstIndex {
 
     /// The name span of the route or rule defined at `def` (or `def` itself).
     pub fn name(&self, def: Span) -> Span {
-        self.names.get(&(def.file.0, def.start)).copied().unwrap_or(def)
+        self.names
+            .get(&(def.file.0, def.start))
+            .copied()
+            .unwrap_or(def)
     }
 
     /// The key span of the split action at `split` (or `split` itself).
     pub fn split_key(&self, split: Span) -> Span {
-        self.split_keys.get(&(split.file.0, split.start)).copied().unwrap_or(split)
+        self.split_keys
+            .get(&(split.file.0, split.start))
+            .copied()
+            .unwrap_or(split)
     }
 }
 
@@ -133,13 +139,22 @@ pub fn lint_sources(sources: &SourceMap, registry: &Registry) -> LintOutcome {
     }
     if !diags.is_empty() {
         sort(&mut diags);
-        return LintOutcome { diagnostics: diags, set: None };
+        return LintOutcome {
+            diagnostics: diags,
+            set: None,
+        };
     }
     match super::check::check(&files, sources, registry) {
-        Ok(set) => LintOutcome { diagnostics: lint(&set, &files), set: Some(set) },
+        Ok(set) => LintOutcome {
+            diagnostics: lint(&set, &files),
+            set: Some(set),
+        },
         Err(mut d) => {
             sort(&mut d);
-            LintOutcome { diagnostics: d, set: None }
+            LintOutcome {
+                diagnostics: d,
+                set: None,
+            }
         }
     }
 }

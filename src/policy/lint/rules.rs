@@ -1,8 +1,8 @@
 //! Route and rule analyses: constant conditions, unreachable and shadowed rules,
 //! overlaps at equal priority, and split keys (W0201..W0205, W0207).
 
-use super::domain::{self, Cube, Dnf, FieldC};
 use super::dnf::Conv;
+use super::domain::{self, Cube, Dnf, FieldC};
 use super::{codes, witness, AstIndex};
 use crate::policy::checked::*;
 use crate::policy::diagnostic::Diagnostic;
@@ -37,12 +37,26 @@ pub fn lint(set: &CheckedPolicySet, ix: &AstIndex, out: &mut Vec<Diagnostic>) {
         })
         .collect();
     let top = domain::top();
-    units(set, &mut conv, &routes, &top, None, |i, j| set.routes[i] != set.routes[j], out);
+    units(
+        set,
+        &mut conv,
+        &routes,
+        &top,
+        None,
+        |i, j| set.routes[i] != set.routes[j],
+        out,
+    );
     for r in &set.routes {
         let mutable = !r.set_priority.is_empty()
-            || r.rules.iter().any(|x| x.body.terminal.is_none() && !x.body.set_priority.is_empty());
+            || r.rules
+                .iter()
+                .any(|x| x.body.terminal.is_none() && !x.body.set_priority.is_empty());
         let mut conv = Conv::new(set, mutable || falls_through);
-        let ctx = r.when.as_ref().map(|w| conv.dnf(w, false)).unwrap_or_else(domain::top);
+        let ctx = r
+            .when
+            .as_ref()
+            .map(|w| conv.dnf(w, false))
+            .unwrap_or_else(domain::top);
         let rules: Vec<Unit<'_>> = r
             .rules
             .iter()
@@ -55,7 +69,15 @@ pub fn lint(set: &CheckedPolicySet, ix: &AstIndex, out: &mut Vec<Diagnostic>) {
                 name_span: ix.name(x.span),
             })
             .collect();
-        units(set, &mut conv, &rules, &ctx, r.when.as_ref(), |i, j| r.rules[i].body != r.rules[j].body, out);
+        units(
+            set,
+            &mut conv,
+            &rules,
+            &ctx,
+            r.when.as_ref(),
+            |i, j| r.rules[i].body != r.rules[j].body,
+            out,
+        );
         for rule in r.rules.iter().chain(std::iter::once(&r.default)) {
             if let Some(CTerminal::Split(s)) = &rule.body.terminal {
                 let mut c = ctx.clone();
@@ -67,9 +89,18 @@ pub fn lint(set: &CheckedPolicySet, ix: &AstIndex, out: &mut Vec<Diagnostic>) {
         }
     }
     for r in &set.routes {
-        for sp in r.set_priority.iter().chain(r.rules.iter().flat_map(|x| &x.body.set_priority)) {
+        for sp in r
+            .set_priority
+            .iter()
+            .chain(r.rules.iter().flat_map(|x| &x.body.set_priority))
+        {
             if let Some(w) = &sp.when {
-                constant(set, w, &format!("`set priority {}`", sp.level.as_str()), out);
+                constant(
+                    set,
+                    w,
+                    &format!("`set priority {}`", sp.level.as_str()),
+                    out,
+                );
             }
         }
     }
@@ -86,10 +117,18 @@ fn constant(set: &CheckedPolicySet, e: &TExpr, owner: &str, out: &mut Vec<Diagno
     } else {
         return false;
     };
-    let effect = if which == "false" { "it never applies" } else { "the condition can be removed" };
+    let effect = if which == "false" {
+        "it never applies"
+    } else {
+        "the condition can be removed"
+    };
     out.push(
-        Diagnostic::warning(codes::CONSTANT_CONDITION, e.span, format!("the condition of {owner} is always {which}, so {effect}"))
-            .with_span_label(format!("always {which}")),
+        Diagnostic::warning(
+            codes::CONSTANT_CONDITION,
+            e.span,
+            format!("the condition of {owner} is always {which}, so {effect}"),
+        )
+        .with_span_label(format!("always {which}")),
     );
     true
 }
@@ -105,7 +144,14 @@ fn units(
     differ: impl Fn(usize, usize) -> bool,
     out: &mut Vec<Diagnostic>,
 ) -> Vec<Dnf> {
-    let conds: Vec<Dnf> = us.iter().map(|u| u.when.map(|w| conv.dnf(w, false)).unwrap_or_else(domain::top)).collect();
+    let conds: Vec<Dnf> = us
+        .iter()
+        .map(|u| {
+            u.when
+                .map(|w| conv.dnf(w, false))
+                .unwrap_or_else(domain::top)
+        })
+        .collect();
     let mut in_ctx = Vec::new();
     for (j, b) in us.iter().enumerate() {
         let bc = domain::and(ctx, &conds[j]);
@@ -117,8 +163,12 @@ fn units(
             }
         }
         if domain::is_empty(&bc) == Some(true) {
-            let mut d = Diagnostic::warning(codes::UNREACHABLE, b.name_span, format!("{label} can never apply: its condition contradicts the route's condition"))
-                .with_span_label("unreachable");
+            let mut d = Diagnostic::warning(
+                codes::UNREACHABLE,
+                b.name_span,
+                format!("{label} can never apply: its condition contradicts the route's condition"),
+            )
+            .with_span_label("unreachable");
             if let Some(c) = ctx_expr {
                 d = d.with_label(c.span, "the route only takes requests matching this");
             }
@@ -135,7 +185,11 @@ fn units(
                 None => Some(Vec::new()),
             };
             if domain::is_empty(&domain::and(&bc, &not_a)) == Some(true) {
-                let order = if a.priority > b.priority { "has a higher priority" } else { "comes first at the same priority" };
+                let order = if a.priority > b.priority {
+                    "has a higher priority"
+                } else {
+                    "comes first at the same priority"
+                };
                 out.push(
                     Diagnostic::warning(
                         codes::SHADOWED,
@@ -161,7 +215,11 @@ fn units(
             let Some(cubes) = &both else { continue };
             let mut conds_e: Vec<&TExpr> = a.when.into_iter().chain(b.when).collect();
             conds_e.extend(ctx_expr);
-            if let Some(example) = cubes.iter().take(32).find_map(|c| verified(set, c, &conds_e)) {
+            if let Some(example) = cubes
+                .iter()
+                .take(32)
+                .find_map(|c| verified(set, c, &conds_e))
+            {
                 out.push(
                     Diagnostic::warning(
                         codes::OVERLAP,
@@ -187,7 +245,14 @@ fn verified(set: &CheckedPolicySet, c: &Cube, conds: &[&TExpr]) -> Option<String
 }
 
 /// W0205 (random key) and W0207 (sticky key possibly absent).
-fn split_key(set: &CheckedPolicySet, ix: &AstIndex, s: &CSplit, rule: &str, ctx: &Dnf, out: &mut Vec<Diagnostic>) {
+fn split_key(
+    set: &CheckedPolicySet,
+    ix: &AstIndex,
+    s: &CSplit,
+    rule: &str,
+    ctx: &Dnf,
+    out: &mut Vec<Diagnostic>,
+) {
     let at = ix.split_key(s.span);
     let field = match &s.key {
         CSplitKey::Random => {

@@ -25,7 +25,12 @@ fn eps(reg: &Registry, t: &TargetKind) -> Eps {
         TargetKind::Any => Eps::All,
         TargetKind::RequestedModel => Eps::Requested,
         TargetKind::Endpoint(e) => Eps::Set([e.clone()].into()),
-        TargetKind::Model(m) => Eps::Set(reg.endpoints().filter(|e| &e.model.name == m).map(|e| e.endpoint.id.clone()).collect()),
+        TargetKind::Model(m) => Eps::Set(
+            reg.endpoints()
+                .filter(|e| &e.model.name == m)
+                .map(|e| e.endpoint.id.clone())
+                .collect(),
+        ),
     }
 }
 
@@ -50,12 +55,24 @@ fn primaries(body: &[Action]) -> Option<Vec<&TargetKind>> {
 }
 
 fn fallback(body: &[Action]) -> Option<&FallbackDef> {
-    body.iter().find_map(|a| if let Action::Fallback(f) = a { Some(f) } else { None })
+    body.iter().find_map(|a| {
+        if let Action::Fallback(f) = a {
+            Some(f)
+        } else {
+            None
+        }
+    })
 }
 
 /// Lints every route of `files`.
 pub fn lint(files: &[PolicyFile], reg: &Registry, out: &mut Vec<Diagnostic>) {
-    for r in files.iter().flat_map(|f| &f.items).filter_map(|i| if let Item::Route(r) = i { Some(r) } else { None }) {
+    for r in files.iter().flat_map(|f| &f.items).filter_map(|i| {
+        if let Item::Route(r) = i {
+            Some(r)
+        } else {
+            None
+        }
+    }) {
         let mut bodies: Vec<&[Action]> = Vec::new();
         let mut route_fb = None;
         let mut continues_with_fallback = false;
@@ -72,14 +89,24 @@ pub fn lint(files: &[PolicyFile], reg: &Registry, out: &mut Vec<Diagnostic>) {
                 if let Action::Split(s) = a {
                     for arm in s.arms.iter().filter(|a| a.share.node == 0) {
                         out.push(
-                            Diagnostic::warning(codes::UNUSED_TARGET, arm.span, format!("this split arm has a 0% share, so {} never gets traffic", describe(&arm.action.target.kind)))
-                                .with_span_label("0% share"),
+                            Diagnostic::warning(
+                                codes::UNUSED_TARGET,
+                                arm.span,
+                                format!(
+                                    "this split arm has a 0% share, so {} never gets traffic",
+                                    describe(&arm.action.target.kind)
+                                ),
+                            )
+                            .with_span_label("0% share"),
                         );
                     }
                 }
             }
             let prim = primaries(body);
-            if prim.is_none() && body.iter().any(|a| matches!(a, Action::Continue(_))) && fallback(body).is_some() {
+            if prim.is_none()
+                && body.iter().any(|a| matches!(a, Action::Continue(_)))
+                && fallback(body).is_some()
+            {
                 continues_with_fallback = true;
             }
             if let (Some(f), Some(p)) = (fallback(body), &prim) {
@@ -91,13 +118,20 @@ pub fn lint(files: &[PolicyFile], reg: &Registry, out: &mut Vec<Diagnostic>) {
         if continues_with_fallback {
             continue;
         }
-        let users: Vec<Vec<&TargetKind>> = bodies.iter().filter(|b| fallback(b).is_none()).filter_map(|b| primaries(b)).collect();
+        let users: Vec<Vec<&TargetKind>> = bodies
+            .iter()
+            .filter(|b| fallback(b).is_none())
+            .filter_map(|b| primaries(b))
+            .collect();
         if users.is_empty() {
             continue;
         }
         let mut unused = Vec::new();
         for t in &f.chain {
-            if users.iter().all(|p| p.iter().all(|x| covered(reg, &t.kind, &eps(reg, x)))) {
+            if users
+                .iter()
+                .all(|p| p.iter().all(|x| covered(reg, &t.kind, &eps(reg, x))))
+            {
                 unused.push(t);
             }
         }

@@ -5,7 +5,11 @@ fn lint_text(text: &str) -> Vec<Diagnostic> {
     let mut m = SourceMap::new();
     m.add("t.policy", text);
     let out = lint_sources(&m, &Registry::example());
-    assert!(out.set.is_some(), "expected a valid policy: {:?}", out.diagnostics);
+    assert!(
+        out.set.is_some(),
+        "expected a valid policy: {:?}",
+        out.diagnostics
+    );
     out.diagnostics
 }
 
@@ -40,7 +44,10 @@ fn overlap_with_verified_witness() {
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!(d[0].code, codes::OVERLAP);
     let help = d[0].help.clone().unwrap_or_default();
-    assert!(help.contains("input_tokens = 1001") && help.contains("stream = true"), "{help}");
+    assert!(
+        help.contains("input_tokens = 1001") && help.contains("stream = true"),
+        "{help}"
+    );
 }
 
 #[test]
@@ -71,7 +78,11 @@ fn opaque_conditions_never_claim_unreachable() {
     let c = codes_of(
         "route r {\n  rule a priority 2 when starts_with(request.model, \"gpt\") { use \"gpt-4o\" }\n  rule b priority 1 when request.model == \"gpt-4o\" { use \"smollm\" }\n  rule c when request.input_tokens * 2 > 10 and request.input_tokens < 3 { use \"smollm\" }\n  default use model\n}\n",
     );
-    assert!(c.iter().all(|c| *c != codes::UNREACHABLE && *c != codes::SHADOWED), "{c:?}");
+    assert!(
+        c.iter()
+            .all(|c| *c != codes::UNREACHABLE && *c != codes::SHADOWED),
+        "{c:?}"
+    );
 }
 
 #[test]
@@ -88,7 +99,10 @@ fn split_keys() {
     let c = codes_of(
         "route r {\n  rule a when request.stream {\n    split by random { 50% -> use \"gpt-4o\" 50% -> use \"smollm\" }\n  }\n  default {\n    split by api_key { 50% -> use \"gpt-4o\" 50% -> use \"smollm\" }\n  }\n}\n",
     );
-    assert_eq!(c, vec![codes::SPLIT_NOT_STICKY, codes::SPLIT_KEY_MAY_BE_ABSENT]);
+    assert_eq!(
+        c,
+        vec![codes::SPLIT_NOT_STICKY, codes::SPLIT_KEY_MAY_BE_ABSENT]
+    );
     let c = codes_of(
         "route r {\n  rule a when has(request.api_key) {\n    split by api_key { 50% -> use \"gpt-4o\" 50% -> use \"smollm\" }\n  }\n  default use model\n}\n",
     );
@@ -100,7 +114,11 @@ fn unused_targets() {
     let c = codes_of(
         "route r {\n  fallback \"gpt-4o\"\n  rule a when request.stream { use \"gpt-4o\" }\n  default {\n    split by random { 100% -> use \"gpt-4o\" }\n  }\n}\n",
     );
-    assert!(c.contains(&codes::UNUSED_TARGET) && c.iter().filter(|x| **x == codes::UNUSED_TARGET).count() == 1, "{c:?}");
+    assert!(
+        c.contains(&codes::UNUSED_TARGET)
+            && c.iter().filter(|x| **x == codes::UNUSED_TARGET).count() == 1,
+        "{c:?}"
+    );
 }
 
 #[test]
@@ -126,7 +144,10 @@ fn shipped_policies_lint_clean() {
     }
     paths.sort();
     for p in &paths {
-        m.add(p.display().to_string(), std::fs::read_to_string(p).unwrap_or_default());
+        m.add(
+            p.display().to_string(),
+            std::fs::read_to_string(p).unwrap_or_default(),
+        );
     }
     let out = lint_sources(&m, &Registry::example());
     let text = crate::policy::diagnostic::render_all(&out.diagnostics, &m);

@@ -19,7 +19,11 @@ pub fn from_cube(set: &CheckedPolicySet, cube: &Cube) -> (RequestFeatures, Strin
         let name = |f: ReqField| match f {
             ReqField::Header(s) => format!("header({:?})", set.strings.resolve(s)),
             ReqField::Metadata(s) => format!("metadata({:?})", set.strings.resolve(s)),
-            f => ReqField::NAMED.iter().find(|(_, x, ..)| *x == f).map(|(n, ..)| n.to_string()).unwrap_or_default(),
+            f => ReqField::NAMED
+                .iter()
+                .find(|(_, x, ..)| *x == f)
+                .map(|(n, ..)| n.to_string())
+                .unwrap_or_default(),
         };
         let shown = assign(set, &mut r, c);
         parts.push(format!("{} = {shown}", name(c.field)));
@@ -29,8 +33,26 @@ pub fn from_cube(set: &CheckedPolicySet, cube: &Cube) -> (RequestFeatures, Strin
 
 fn pick_str(s: &FinSet) -> String {
     match s {
-        FinSet::In(v) => v.iter().find_map(|x| if let SVal::Str(s) = x { Some(s.clone()) } else { None }).unwrap_or_default(),
-        FinSet::NotIn(v) => (0..).map(|i| if i == 0 { "x".to_string() } else { format!("x{i}") }).find(|c| !v.contains(&SVal::Str(c.clone()))).unwrap_or_default(),
+        FinSet::In(v) => v
+            .iter()
+            .find_map(|x| {
+                if let SVal::Str(s) = x {
+                    Some(s.clone())
+                } else {
+                    None
+                }
+            })
+            .unwrap_or_default(),
+        FinSet::NotIn(v) => (0..)
+            .map(|i| {
+                if i == 0 {
+                    "x".to_string()
+                } else {
+                    format!("x{i}")
+                }
+            })
+            .find(|c| !v.contains(&SVal::Str(c.clone())))
+            .unwrap_or_default(),
     }
 }
 
@@ -54,10 +76,12 @@ fn assign(set: &CheckedPolicySet, r: &mut RequestFeatures, c: &FieldC) -> String
         ReqField::ApiKey => r.api_key = Some(s.clone()),
         ReqField::Org => r.org = Some(s.clone()),
         ReqField::Header(h) => {
-            r.headers.insert(set.strings.resolve(h).to_string(), s.clone());
+            r.headers
+                .insert(set.strings.resolve(h).to_string(), s.clone());
         }
         ReqField::Metadata(m) => {
-            r.metadata.insert(set.strings.resolve(m).to_string(), s.clone());
+            r.metadata
+                .insert(set.strings.resolve(m).to_string(), s.clone());
         }
         ReqField::InputTokens => r.input_tokens = u,
         ReqField::Messages => r.messages = u,
@@ -69,7 +93,10 @@ fn assign(set: &CheckedPolicySet, r: &mut RequestFeatures, c: &FieldC) -> String
             return format!("{num:?}");
         }
         ReqField::Stream | ReqField::Tools => {
-            let b = matches!(first(|x| matches!(x, SVal::Bool(_))), Some(SVal::Bool(true)));
+            let b = matches!(
+                first(|x| matches!(x, SVal::Bool(_))),
+                Some(SVal::Bool(true))
+            );
             if c.field == ReqField::Stream {
                 r.stream = b;
             } else {
@@ -95,7 +122,15 @@ fn assign(set: &CheckedPolicySet, r: &mut RequestFeatures, c: &FieldC) -> String
 /// Whether every condition holds for `req` (the interpreter's own evaluator).
 pub fn holds(set: &CheckedPolicySet, req: &RequestFeatures, conds: &[&TExpr]) -> bool {
     conds.iter().all(|e| {
-        let mut ev = Evaluator { set, req, priority: req.priority, ep: None, strat: None, outcome: None, leaves: None };
+        let mut ev = Evaluator {
+            set,
+            req,
+            priority: req.priority,
+            ep: None,
+            strat: None,
+            outcome: None,
+            leaves: None,
+        };
         ev.truth(e)
     })
 }
