@@ -169,7 +169,12 @@ pub fn version(sources: &SourceMap) -> String {
 
 impl<'a> Checker<'a> {
     /// Records `name` in `seen`; reports and returns true if it was already there.
-    fn duplicate<'n>(&mut self, seen: &mut HashMap<&'n str, Span>, name: &'n Ident, what: &str) -> bool {
+    fn duplicate<'n>(
+        &mut self,
+        seen: &mut HashMap<&'n str, Span>,
+        name: &'n Ident,
+        what: &str,
+    ) -> bool {
         if let Some(first) = seen.get(name.name.as_str()) {
             self.diags.push(
                 Diagnostic::error(

@@ -45,7 +45,10 @@ impl Interner {
 
     /// The text of `id` (empty for a foreign id).
     pub fn resolve(&self, id: Sym) -> &str {
-        self.strings.get(id.0 as usize).map(String::as_str).unwrap_or("")
+        self.strings
+            .get(id.0 as usize)
+            .map(String::as_str)
+            .unwrap_or("")
     }
 
     /// Number of interned strings.
@@ -594,8 +597,16 @@ pub struct ParamRange {
 impl ParamRange {
     /// Whether `v` lies in the interval (NaN never does).
     pub fn contains(&self, v: f64) -> bool {
-        let lo_ok = if self.lo_inclusive { v >= self.lo } else { v > self.lo };
-        let hi_ok = if self.hi_inclusive { v <= self.hi } else { v < self.hi };
+        let lo_ok = if self.lo_inclusive {
+            v >= self.lo
+        } else {
+            v > self.lo
+        };
+        let hi_ok = if self.hi_inclusive {
+            v <= self.hi
+        } else {
+            v < self.hi
+        };
         lo_ok && hi_ok
     }
 

@@ -194,12 +194,22 @@ pub struct Trace {
 }
 
 /// Decides for `req` (no trace). Deterministic given `seed`.
-pub fn decide(set: &CheckedPolicySet, req: &RequestFeatures, stats: &StatsSnapshot, seed: u64) -> Decision {
+pub fn decide(
+    set: &CheckedPolicySet,
+    req: &RequestFeatures,
+    stats: &StatsSnapshot,
+    seed: u64,
+) -> Decision {
     Run::new(set, req, stats, seed, false).decide()
 }
 
 /// Decides for `req` and explains how.
-pub fn explain(set: &CheckedPolicySet, req: &RequestFeatures, stats: &StatsSnapshot, seed: u64) -> (Decision, Trace) {
+pub fn explain(
+    set: &CheckedPolicySet,
+    req: &RequestFeatures,
+    stats: &StatsSnapshot,
+    seed: u64,
+) -> (Decision, Trace) {
     let mut run = Run::new(set, req, stats, seed, true);
     let d = run.decide();
     (d, Trace { events: run.trace })
@@ -218,9 +228,27 @@ pub fn on_outcome(
     outcome: &Outcome,
 ) -> Option<StateUpdate> {
     let s = set.strategies.get(call.strategy? as usize)?;
-    let cands: Vec<EndpointRef<'_>> = call.candidates.iter().filter_map(|id| set.registry.endpoint(id)).collect();
-    let event = if success { Event::Success } else { Event::Failure };
-    strategy::update(set, s, &call.args, req, stats, &cands, endpoint, event, Some(outcome))
+    let cands: Vec<EndpointRef<'_>> = call
+        .candidates
+        .iter()
+        .filter_map(|id| set.registry.endpoint(id))
+        .collect();
+    let event = if success {
+        Event::Success
+    } else {
+        Event::Failure
+    };
+    strategy::update(
+        set,
+        s,
+        &call.args,
+        req,
+        stats,
+        &cands,
+        endpoint,
+        event,
+        Some(outcome),
+    )
 }
 
 /// `use model via priority`: the decision when no route matches.
@@ -242,15 +270,42 @@ struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
-    fn new(set: &'a CheckedPolicySet, req: &'a RequestFeatures, stats: &'a StatsSnapshot, seed: u64, explain: bool) -> Run<'a> {
-        Run { set, req, stats, rng: SplitMix64::new(seed), explain, trace: Vec::new(), priority: req.priority }
+    fn new(
+        set: &'a CheckedPolicySet,
+        req: &'a RequestFeatures,
+        stats: &'a StatsSnapshot,
+        seed: u64,
+        explain: bool,
+    ) -> Run<'a> {
+        Run {
+            set,
+            req,
+            stats,
+            rng: SplitMix64::new(seed),
+            explain,
+            trace: Vec::new(),
+            priority: req.priority,
+        }
     }
 
     fn cond(&mut self, e: &TExpr, owner: impl FnOnce() -> String) -> bool {
-        let mut ev = Evaluator { set: self.set, req: self.req, priority: self.priority, ep: None, strat: None, outcome: None, leaves: self.explain.then(Vec::new) };
+        let mut ev = Evaluator {
+            set: self.set,
+            req: self.req,
+            priority: self.priority,
+            ep: None,
+            strat: None,
+            outcome: None,
+            leaves: self.explain.then(Vec::new),
+        };
         let v = ev.truth(e);
         if self.explain {
-            self.trace.push(TraceEvent::Condition { owner: owner(), at: self.set.sources.location(e.span), value: v, leaves: ev.leaves.unwrap_or_default() });
+            self.trace.push(TraceEvent::Condition {
+                owner: owner(),
+                at: self.set.sources.location(e.span),
+                value: v,
+                leaves: ev.leaves.unwrap_or_default(),
+            });
         }
         v
     }
@@ -318,7 +373,9 @@ impl<'a> Run<'a> {
 
     fn set_priority(&mut self, sp: &CSetPriority, owner: &str) {
         let ok = match &sp.when {
-            Some(w) => self.cond(w, || format!("set priority {} ({owner})", sp.level.as_str())),
+            Some(w) => self.cond(w, || {
+                format!("set priority {} ({owner})", sp.level.as_str())
+            }),
             None => true,
         };
         if ok {
@@ -328,17 +385,31 @@ impl<'a> Run<'a> {
 
     fn terminal(&mut self, t: &'a CTerminal, rule: &str, fallback: Option<&CFallback>) -> Decision {
         match t {
-            CTerminal::Reject { status, message, .. } => {
+            CTerminal::Reject {
+                status, message, ..
+            } => {
                 let mut d = self.blank();
-                d.reject = Some(Rejection { status: *status, message: message.clone() });
+                d.reject = Some(Rejection {
+                    status: *status,
+                    message: message.clone(),
+                });
                 d
             }
             CTerminal::Use(u) => self.dispatch(u, fallback),
             CTerminal::Split(s) => {
                 let (bucket, present) = self.bucket(s, rule);
-                let mut arm = s.arms.iter().position(|a| bucket < a.upto_bp).unwrap_or(s.arms.len().saturating_sub(1));
+                let mut arm = s
+                    .arms
+                    .iter()
+                    .position(|a| bucket < a.upto_bp)
+                    .unwrap_or(s.arms.len().saturating_sub(1));
                 if self.explain {
-                    self.trace.push(TraceEvent::Split { rule: rule.to_string(), bucket, arm: arm as u32, key_present: present });
+                    self.trace.push(TraceEvent::Split {
+                        rule: rule.to_string(),
+                        bucket,
+                        arm: arm as u32,
+                        key_present: present,
+                    });
                 }
                 let mut rolled_back = false;
                 if let (Some(a), Some(stable)) = (s.arms.get(arm), s.stable_arm) {
@@ -353,7 +424,12 @@ impl<'a> Run<'a> {
                     return self.blank();
                 };
                 let mut d = self.dispatch(&a.action, fallback);
-                d.split = Some(SplitChoice { arm: arm as u32, bucket, key_present: present, rolled_back });
+                d.split = Some(SplitChoice {
+                    arm: arm as u32,
+                    bucket,
+                    key_present: present,
+                    rolled_back,
+                });
                 d
             }
         }
@@ -375,7 +451,15 @@ impl<'a> Run<'a> {
         let cands = self.candidates(&u.target).unwrap_or_default();
         let ctxs = strategy::contexts(self.set, None, &[], self.req, self.stats, &cands);
         for c in &ctxs {
-            let mut ev = Evaluator { set: self.set, req: self.req, priority: self.priority, ep: Some(c), strat: None, outcome: None, leaves: self.explain.then(Vec::new) };
+            let mut ev = Evaluator {
+                set: self.set,
+                req: self.req,
+                priority: self.priority,
+                ep: Some(c),
+                strat: None,
+                outcome: None,
+                leaves: self.explain.then(Vec::new),
+            };
             let v = ev.truth(guard);
             if self.explain {
                 self.trace.push(TraceEvent::Condition {
@@ -400,7 +484,10 @@ impl<'a> Run<'a> {
             CTarget::Model(m) => reg.endpoints().filter(|e| &e.model.name == m).collect(),
             CTarget::Endpoint(id) => reg.endpoint(id).into_iter().collect(),
             CTarget::RequestedModel => {
-                let v: Vec<_> = reg.endpoints().filter(|e| e.model.name == self.req.model).collect();
+                let v: Vec<_> = reg
+                    .endpoints()
+                    .filter(|e| e.model.name == self.req.model)
+                    .collect();
                 if reg.model(&self.req.model).is_none() {
                     return Err(self.req.model.clone());
                 }
@@ -411,7 +498,9 @@ impl<'a> Run<'a> {
     }
 
     fn available(&self, v: Vec<EndpointRef<'a>>) -> Vec<EndpointRef<'a>> {
-        v.into_iter().filter(|e| self.stats.get(&e.endpoint.id).available).collect()
+        v.into_iter()
+            .filter(|e| self.stats.get(&e.endpoint.id).available)
+            .collect()
     }
 
     fn dispatch(&mut self, u: &'a CUse, fallback: Option<&CFallback>) -> Decision {
@@ -420,19 +509,49 @@ impl<'a> Run<'a> {
         let cands = match self.candidates(&u.target) {
             Ok(c) => self.available(c),
             Err(model) => {
-                d.reject = Some(Rejection { status: 404, message: format!("The model `{model}` does not exist.") });
+                d.reject = Some(Rejection {
+                    status: 404,
+                    message: format!("The model `{model}` does not exist."),
+                });
                 return d;
             }
         };
         let strat = u.strategy.and_then(|i| self.set.strategies.get(i as usize));
-        d.strategy = Some(strat.map(|s| s.name.clone()).unwrap_or_else(|| "priority".to_string()));
-        d.call = Some(StrategyCall { strategy: u.strategy, args: u.args.clone(), candidates: cands.iter().map(|c| c.endpoint.id.clone()).collect() });
-        let ranked = strategy::rank(self.set, strat, &u.args, self.req, self.stats, cands.clone(), Some(&mut self.rng), self.explain);
+        d.strategy = Some(
+            strat
+                .map(|s| s.name.clone())
+                .unwrap_or_else(|| "priority".to_string()),
+        );
+        d.call = Some(StrategyCall {
+            strategy: u.strategy,
+            args: u.args.clone(),
+            candidates: cands.iter().map(|c| c.endpoint.id.clone()).collect(),
+        });
+        let ranked = strategy::rank(
+            self.set,
+            strat,
+            &u.args,
+            self.req,
+            self.stats,
+            cands.clone(),
+            Some(&mut self.rng),
+            self.explain,
+        );
         self.trace.extend(ranked.events);
         let mut plan: Vec<EndpointRef<'a>> = ranked.order.iter().map(|c| c.reg).collect();
         if let (Some(s), Some(first)) = (strat, ranked.order.first()) {
             let id = first.reg.endpoint.id.clone();
-            if let Some(up) = strategy::update(self.set, s, &u.args, self.req, self.stats, &cands, &id, Event::Pick, None) {
+            if let Some(up) = strategy::update(
+                self.set,
+                s,
+                &u.args,
+                self.req,
+                self.stats,
+                &cands,
+                &id,
+                Event::Pick,
+                None,
+            ) {
                 d.state_updates.push(up);
             }
         }
@@ -457,11 +576,18 @@ impl<'a> Run<'a> {
                 d.endpoint = Some(first.endpoint.id.clone());
                 d.model = Some(first.model.name.clone());
                 d.fallbacks = steps
-                    .map(|e| PlanStep { endpoint: e.endpoint.id.clone(), model: e.model.name.clone(), provider: e.endpoint.provider.clone() })
+                    .map(|e| PlanStep {
+                        endpoint: e.endpoint.id.clone(),
+                        model: e.model.name.clone(),
+                        provider: e.endpoint.provider.clone(),
+                    })
                     .collect();
             }
             None => {
-                d.reject = Some(Rejection { status: 503, message: format!("No endpoint is available for {}.", u.target.describe()) });
+                d.reject = Some(Rejection {
+                    status: 503,
+                    message: format!("No endpoint is available for {}.", u.target.describe()),
+                });
             }
         }
         d

@@ -8,6 +8,10 @@
 //! 3. conversion to the AST, with a Pratt parser for operator precedence and a bound
 //!    on expression depth ([`MAX_EXPR_DEPTH`]).
 
+// A syntax error ends parsing of its item, so the (large) Diagnostic travels up a
+// short, cold path once; boxing it everywhere would only add noise.
+#![allow(clippy::result_large_err)]
+
 use std::num::NonZeroUsize;
 use std::sync::{LazyLock, Once};
 
@@ -84,7 +88,10 @@ pub fn parse_file(sources: &SourceMap, file: FileId) -> Result<PolicyFile, Vec<D
 ///
 /// # Errors
 /// As [`parse_file`].
-pub fn parse_str(name: &str, text: &str) -> Result<(SourceMap, PolicyFile), (SourceMap, Vec<Diagnostic>)> {
+pub fn parse_str(
+    name: &str,
+    text: &str,
+) -> Result<(SourceMap, PolicyFile), (SourceMap, Vec<Diagnostic>)> {
     let mut sources = SourceMap::new();
     let id = sources.add(name, text);
     match parse_file(&sources, id) {
@@ -315,7 +322,9 @@ pub fn human_rule_name(rule: Rule) -> &'static str {
         R::args => "strategy arguments like `(beta = 0.1)`",
         R::arg => "an argument like `beta = 0.1`",
         R::split_action => "`split by`",
-        R::split_key => "a split key: `api_key`, `org`, `header(\"name\")`, `metadata(\"key\")` or `random`",
+        R::split_key => {
+            "a split key: `api_key`, `org`, `header(\"name\")`, `metadata(\"key\")` or `random`"
+        }
         R::header_key => "`header(\"name\")`",
         R::metadata_key => "`metadata(\"key\")`",
         R::api_key_key => "`api_key`",
@@ -367,7 +376,9 @@ pub fn human_rule_name(rule: Rule) -> &'static str {
         R::expect_reject => "`reject STATUS`",
         R::expect_is => "an expectation like `rule long_context`",
         R::expect_share => "`share endpoint \"id\" = 5% within 1%`",
-        R::expect_what => "`route`, `rule`, `endpoint`, `model`, `strategy`, `arm`, `priority` or `cache`",
+        R::expect_what => {
+            "`route`, `rule`, `endpoint`, `model`, `strategy`, `arm`, `priority` or `cache`"
+        }
         R::expect_value => "a name, string or number",
         R::WHITESPACE | R::COMMENT => "whitespace",
         _ => "valid syntax",

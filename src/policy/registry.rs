@@ -65,9 +65,10 @@ impl Registry {
     /// Every endpoint with its model, in config order.
     pub fn endpoints(&self) -> impl Iterator<Item = EndpointRef<'_>> {
         self.models.iter().flat_map(|m| {
-            m.endpoints
-                .iter()
-                .map(move |e| EndpointRef { model: m, endpoint: e })
+            m.endpoints.iter().map(move |e| EndpointRef {
+                model: m,
+                endpoint: e,
+            })
         })
     }
 
@@ -90,7 +91,14 @@ impl Registry {
     /// logical models `gpt-4o`, `gpt-4o-mini`, `gpt-4o-next`, `claude-sonnet`, `smollm`
     /// and `mock`.
     pub fn example() -> Registry {
-        fn ep(id: &str, provider: &str, model: &str, priority: u32, inp: f64, out: f64) -> RegistryEndpoint {
+        fn ep(
+            id: &str,
+            provider: &str,
+            model: &str,
+            priority: u32,
+            inp: f64,
+            out: f64,
+        ) -> RegistryEndpoint {
             RegistryEndpoint {
                 id: id.to_string(),
                 provider: provider.to_string(),
@@ -115,7 +123,14 @@ impl Registry {
             ),
             m(
                 "gpt-4o-mini",
-                vec![ep("openai/gpt-4o-mini", "openai", "gpt-4o-mini", 1, 0.15, 0.6)],
+                vec![ep(
+                    "openai/gpt-4o-mini",
+                    "openai",
+                    "gpt-4o-mini",
+                    1,
+                    0.15,
+                    0.6,
+                )],
             ),
             m(
                 "gpt-4o-next",
@@ -124,15 +139,39 @@ impl Registry {
             m(
                 "claude-sonnet",
                 vec![
-                    ep("anthropic/claude-sonnet", "anthropic", "claude-sonnet-4-20250514", 1, 3.0, 15.0),
-                    ep("bedrock/claude-sonnet", "bedrock", "anthropic.claude-sonnet-4", 2, 3.0, 15.0),
+                    ep(
+                        "anthropic/claude-sonnet",
+                        "anthropic",
+                        "claude-sonnet-4-20250514",
+                        1,
+                        3.0,
+                        15.0,
+                    ),
+                    ep(
+                        "bedrock/claude-sonnet",
+                        "bedrock",
+                        "anthropic.claude-sonnet-4",
+                        2,
+                        3.0,
+                        15.0,
+                    ),
                 ],
             ),
             m(
                 "smollm",
-                vec![ep("local/smollm", "local", "smollm2-1.7b-instruct", 1, 0.0, 0.0)],
+                vec![ep(
+                    "local/smollm",
+                    "local",
+                    "smollm2-1.7b-instruct",
+                    1,
+                    0.0,
+                    0.0,
+                )],
             ),
-            m("mock", vec![ep("mock/mock-1", "mock", "mock-1", 1, 0.0, 0.0)]),
+            m(
+                "mock",
+                vec![ep("mock/mock-1", "mock", "mock-1", 1, 0.0, 0.0)],
+            ),
         ])
     }
 }

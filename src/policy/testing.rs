@@ -19,8 +19,6 @@
 //! `key-0` .. `key-{N-1}` (for `random`, the seed is `seed + i`) and checks each
 //! `expect share` within the tolerance, in percentage points.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 
 use super::ast::*;
@@ -102,7 +100,12 @@ impl TestReport {
     pub fn render(&self) -> String {
         let mut out = String::new();
         for c in &self.cases {
-            out.push_str(&format!("{} {} ({})\n", if c.passed { "PASS" } else { "FAIL" }, c.name, c.at));
+            out.push_str(&format!(
+                "{} {} ({})\n",
+                if c.passed { "PASS" } else { "FAIL" },
+                c.name,
+                c.at
+            ));
             for f in &c.failures {
                 out.push_str(&format!("    {f}\n"));
             }
@@ -121,7 +124,11 @@ pub fn field_value(d: &Decision, f: ExpectField) -> String {
         ExpectField::Endpoint => s(&d.endpoint),
         ExpectField::Model => s(&d.model),
         ExpectField::Strategy => s(&d.strategy),
-        ExpectField::Arm => d.split.as_ref().map(|a| a.arm.to_string()).unwrap_or_else(|| "none".into()),
+        ExpectField::Arm => d
+            .split
+            .as_ref()
+            .map(|a| a.arm.to_string())
+            .unwrap_or_else(|| "none".into()),
         ExpectField::Priority => d.priority.as_str().to_string(),
         ExpectField::Cache => match d.cache {
             Some(c) if c.on => "on".into(),
@@ -142,7 +149,12 @@ pub fn run_tests(set: &CheckedPolicySet) -> TestReport {
         } else {
             report.failed += 1;
         }
-        report.cases.push(CaseResult { name: t.name.clone(), at: set.sources.location(t.span), passed, failures });
+        report.cases.push(CaseResult {
+            name: t.name.clone(),
+            at: set.sources.location(t.span),
+            passed,
+            failures,
+        });
     }
     report
 }
@@ -157,13 +169,26 @@ fn run_one(set: &CheckedPolicySet, t: &CTest) -> Vec<String> {
                 CExpectKind::Is(f, want) => {
                     let got = field_value(&d, *f);
                     if &got != want {
-                        failures.push(format!("{}: expected {} `{want}`, got `{got}`", at(e), f.as_str()));
+                        failures.push(format!(
+                            "{}: expected {} `{want}`, got `{got}`",
+                            at(e),
+                            f.as_str()
+                        ));
                     }
                 }
                 CExpectKind::Reject(status) => match &d.reject {
                     Some(r) if r.status == *status => {}
-                    Some(r) => failures.push(format!("{}: expected a {status} rejection, got {} ({})", at(e), r.status, r.message)),
-                    None => failures.push(format!("{}: expected a {status} rejection, but the request went to `{}`", at(e), d.endpoint.as_deref().unwrap_or("none"))),
+                    Some(r) => failures.push(format!(
+                        "{}: expected a {status} rejection, got {} ({})",
+                        at(e),
+                        r.status,
+                        r.message
+                    )),
+                    None => failures.push(format!(
+                        "{}: expected a {status} rejection, but the request went to `{}`",
+                        at(e),
+                        d.endpoint.as_deref().unwrap_or("none")
+                    )),
                 },
                 CExpectKind::Share(..) => {}
             }
@@ -214,7 +239,12 @@ fn run_one(set: &CheckedPolicySet, t: &CTest) -> Vec<String> {
 }
 
 /// Checks every `test` item of `files`.
-pub(crate) fn check_tests(c: &mut Checker<'_>, files: &[PolicyFile], routes: &[CRoute], strategies: &[CStrategy]) -> Vec<CTest> {
+pub(crate) fn check_tests(
+    c: &mut Checker<'_>,
+    files: &[PolicyFile],
+    routes: &[CRoute],
+    strategies: &[CStrategy],
+) -> Vec<CTest> {
     let mut out = Vec::new();
     for item in files.iter().flat_map(|f| &f.items) {
         if let Item::Test(t) = item {
@@ -230,7 +260,12 @@ fn bad(c: &mut Checker<'_>, span: Span, msg: impl Into<String>) {
     c.diags.push(Diagnostic::error(codes::BAD_TEST, span, msg));
 }
 
-fn check_test(c: &mut Checker<'_>, t: &TestDef, routes: &[CRoute], strategies: &[CStrategy]) -> Option<CTest> {
+fn check_test(
+    c: &mut Checker<'_>,
+    t: &TestDef,
+    routes: &[CRoute],
+    strategies: &[CStrategy],
+) -> Option<CTest> {
     let before = c.diags.len();
     let mut ct = CTest {
         name: t.name.node.clone(),
@@ -252,8 +287,18 @@ fn check_test(c: &mut Checker<'_>, t: &TestDef, routes: &[CRoute], strategies: &
                 for e in entries {
                     if c.registry.endpoint(&e.endpoint.node).is_none() {
                         c.diags.push(
-                            Diagnostic::error(codes::UNKNOWN_ENDPOINT, e.endpoint.span, format!("the endpoint `{}` is not in the registry", e.endpoint.node))
-                                .with_did_you_mean(did_you_mean(&e.endpoint.node, c.registry.endpoint_ids())),
+                            Diagnostic::error(
+                                codes::UNKNOWN_ENDPOINT,
+                                e.endpoint.span,
+                                format!(
+                                    "the endpoint `{}` is not in the registry",
+                                    e.endpoint.node
+                                ),
+                            )
+                            .with_did_you_mean(did_you_mean(
+                                &e.endpoint.node,
+                                c.registry.endpoint_ids(),
+                            )),
                         );
                         continue;
                     }
@@ -267,7 +312,11 @@ fn check_test(c: &mut Checker<'_>, t: &TestDef, routes: &[CRoute], strategies: &
             TestItem::Seed(s) => ct.seed = s.node,
             TestItem::Sample { count, key, span } => {
                 if count.node == 0 || count.node > MAX_SAMPLE {
-                    bad(c, count.span, format!("`sample` takes 1 to {MAX_SAMPLE} requests"));
+                    bad(
+                        c,
+                        count.span,
+                        format!("`sample` takes 1 to {MAX_SAMPLE} requests"),
+                    );
                 }
                 if ct.sample.is_some() {
                     bad(c, *span, "a test can have only one `sample`");
@@ -283,20 +332,39 @@ fn check_test(c: &mut Checker<'_>, t: &TestDef, routes: &[CRoute], strategies: &
             }
             TestItem::Expect(e) => {
                 if let Some(k) = expectation(c, e, routes, strategies) {
-                    ct.expects.push(CExpect { kind: k, span: e.span });
+                    ct.expects.push(CExpect {
+                        kind: k,
+                        span: e.span,
+                    });
                 }
             }
         }
     }
-    let shares = ct.expects.iter().filter(|e| matches!(e.kind, CExpectKind::Share(..))).count();
+    let shares = ct
+        .expects
+        .iter()
+        .filter(|e| matches!(e.kind, CExpectKind::Share(..)))
+        .count();
     if ct.sample.is_some() && shares != ct.expects.len() {
-        bad(c, t.name.span, "a `sample` test can only have `expect share` expectations");
+        bad(
+            c,
+            t.name.span,
+            "a `sample` test can only have `expect share` expectations",
+        );
     }
     if ct.sample.is_none() && shares > 0 {
-        bad(c, t.name.span, "`expect share` needs `sample N by KEY` in the same test");
+        bad(
+            c,
+            t.name.span,
+            "`expect share` needs `sample N by KEY` in the same test",
+        );
     }
     if ct.expects.is_empty() && c.diags.len() == before {
-        bad(c, t.name.span, format!("the test \"{}\" expects nothing", t.name.node));
+        bad(
+            c,
+            t.name.span,
+            format!("the test \"{}\" expects nothing", t.name.node),
+        );
     }
     (c.diags.len() == before).then_some(ct)
 }
@@ -313,7 +381,11 @@ fn request_field(c: &mut Checker<'_>, r: &mut RequestFeatures, a: &ReqAssign) {
     let uint = |c: &mut Checker<'_>| match v.kind {
         LitKind::Int(i) if i >= 0 => Some(i as u64),
         _ => {
-            bad(c, v.span, "this request field takes a whole number of 0 or more");
+            bad(
+                c,
+                v.span,
+                "this request field takes a whole number of 0 or more",
+            );
             None
         }
     };
@@ -363,10 +435,17 @@ fn request_field(c: &mut Checker<'_>, r: &mut RequestFeatures, a: &ReqAssign) {
                 None => {}
             },
             other => {
-                let names: Vec<&str> = super::checked::ReqField::NAMED.iter().map(|(n, ..)| *n).collect();
+                let names: Vec<&str> = super::checked::ReqField::NAMED
+                    .iter()
+                    .map(|(n, ..)| *n)
+                    .collect();
                 c.diags.push(
-                    Diagnostic::error(codes::BAD_TEST, f.span, format!("`{other}` is not a request field"))
-                        .with_did_you_mean(did_you_mean(other, names)),
+                    Diagnostic::error(
+                        codes::BAD_TEST,
+                        f.span,
+                        format!("`{other}` is not a request field"),
+                    )
+                    .with_did_you_mean(did_you_mean(other, names)),
                 );
             }
         },
@@ -382,7 +461,11 @@ fn stats_field(c: &mut Checker<'_>, st: &mut EndpointStats, key: &[Ident], v: &L
     };
     let names: Vec<&str> = key.iter().map(|i| i.name.as_str()).collect();
     let span = key.first().map(|k| k.span.to(v.span)).unwrap_or(v.span);
-    let Some(x) = num.or(if let LitKind::Bool(b) = v.kind { Some(f64::from(u8::from(b))) } else { None }) else {
+    let Some(x) = num.or(if let LitKind::Bool(b) = v.kind {
+        Some(f64::from(u8::from(b)))
+    } else {
+        None
+    }) else {
         bad(c, v.span, "statistics are numbers");
         return;
     };
@@ -400,10 +483,23 @@ fn stats_field(c: &mut Checker<'_>, st: &mut EndpointStats, key: &[Ident], v: &L
             st.quality.insert((*cat).to_string(), x);
         }
         ["state", strat, slot] => {
-            st.state.entry((*strat).to_string()).or_insert_with(BTreeMap::new).insert((*slot).to_string(), x);
+            st.state
+                .entry((*strat).to_string())
+                .or_default()
+                .insert((*slot).to_string(), x);
         }
         _ => {
-            let known = ["available", "health", "latency_ewma_ms", "ttft_ewma_ms", "capacity", "error_rate", "in_flight", "cost_in", "cost_out"];
+            let known = [
+                "available",
+                "health",
+                "latency_ewma_ms",
+                "ttft_ewma_ms",
+                "capacity",
+                "error_rate",
+                "in_flight",
+                "cost_in",
+                "cost_out",
+            ];
             c.diags.push(
                 Diagnostic::error(codes::BAD_TEST, span, format!("`{}` is not an endpoint statistic", names.join(".")))
                     .with_did_you_mean(did_you_mean(names.first().copied().unwrap_or(""), known))
@@ -413,7 +509,12 @@ fn stats_field(c: &mut Checker<'_>, st: &mut EndpointStats, key: &[Ident], v: &L
     }
 }
 
-fn expectation(c: &mut Checker<'_>, e: &Expectation, routes: &[CRoute], strategies: &[CStrategy]) -> Option<CExpectKind> {
+fn expectation(
+    c: &mut Checker<'_>,
+    e: &Expectation,
+    routes: &[CRoute],
+    strategies: &[CStrategy],
+) -> Option<CExpectKind> {
     let (what, value) = match &e.kind {
         ExpectKind::Reject(s) => {
             if !(400..=599).contains(&s.node) {
@@ -427,18 +528,34 @@ fn expectation(c: &mut Checker<'_>, e: &Expectation, routes: &[CRoute], strategi
     let v = value.node.as_str();
     let names: Vec<String> = match what {
         ExpectField::Route => routes.iter().map(|r| r.name.clone()).collect(),
-        ExpectField::Rule => routes.iter().flat_map(|r| r.rules.iter().map(|x| x.name.clone())).chain(["default".to_string()]).collect(),
+        ExpectField::Rule => routes
+            .iter()
+            .flat_map(|r| r.rules.iter().map(|x| x.name.clone()))
+            .chain(["default".to_string()])
+            .collect(),
         ExpectField::Endpoint => c.registry.endpoint_ids().map(String::from).collect(),
         ExpectField::Model => c.registry.model_names().map(String::from).collect(),
-        ExpectField::Strategy => strategies.iter().map(|s| s.name.clone()).chain(["priority".to_string()]).collect(),
-        ExpectField::Priority => PriorityLevel::ALL.iter().map(|(n, _)| n.to_string()).collect(),
+        ExpectField::Strategy => strategies
+            .iter()
+            .map(|s| s.name.clone())
+            .chain(["priority".to_string()])
+            .collect(),
+        ExpectField::Priority => PriorityLevel::ALL
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .collect(),
         ExpectField::Cache => vec!["on".into(), "off".into(), "default".into()],
         ExpectField::Arm => vec![v.to_string()],
     };
-    if !names.iter().any(|n| n == v) && !(v == "none" && what != ExpectField::Arm) {
+    let known = names.iter().any(|n| n == v) || (v == "none" && what != ExpectField::Arm);
+    if !known {
         c.diags.push(
-            Diagnostic::error(codes::BAD_TEST, value.span, format!("no {} is named `{v}`", what.as_str()))
-                .with_did_you_mean(did_you_mean(v, names.iter().map(String::as_str))),
+            Diagnostic::error(
+                codes::BAD_TEST,
+                value.span,
+                format!("no {} is named `{v}`", what.as_str()),
+            )
+            .with_did_you_mean(did_you_mean(v, names.iter().map(String::as_str))),
         );
         return None;
     }
@@ -447,7 +564,9 @@ fn expectation(c: &mut Checker<'_>, e: &Expectation, routes: &[CRoute], strategi
         return None;
     }
     Some(match &e.kind {
-        ExpectKind::Share { share, tolerance, .. } => CExpectKind::Share(what, v.to_string(), share.node, tolerance.node),
+        ExpectKind::Share {
+            share, tolerance, ..
+        } => CExpectKind::Share(what, v.to_string(), share.node, tolerance.node),
         _ => CExpectKind::Is(what, v.to_string()),
     })
 }

@@ -5,15 +5,42 @@ use super::*;
 
 /// Every shipped policy file, as `(path, text)`.
 pub(crate) const SHIPPED: &[(&str, &str)] = &[
-    ("policies/ab.policy", include_str!("../../policies/ab.policy")),
-    ("policies/batch.policy", include_str!("../../policies/batch.policy")),
-    ("policies/canary.policy", include_str!("../../policies/canary.policy")),
-    ("policies/long_context.policy", include_str!("../../policies/long_context.policy")),
-    ("policies/reject.policy", include_str!("../../policies/reject.policy")),
-    ("policies/builtin/cost_optimized.policy", include_str!("../../policies/builtin/cost_optimized.policy")),
-    ("policies/builtin/exp3.policy", include_str!("../../policies/builtin/exp3.policy")),
-    ("policies/builtin/least_latency.policy", include_str!("../../policies/builtin/least_latency.policy")),
-    ("policies/builtin/weighted_round_robin.policy", include_str!("../../policies/builtin/weighted_round_robin.policy")),
+    (
+        "policies/ab.policy",
+        include_str!("../../policies/ab.policy"),
+    ),
+    (
+        "policies/batch.policy",
+        include_str!("../../policies/batch.policy"),
+    ),
+    (
+        "policies/canary.policy",
+        include_str!("../../policies/canary.policy"),
+    ),
+    (
+        "policies/long_context.policy",
+        include_str!("../../policies/long_context.policy"),
+    ),
+    (
+        "policies/reject.policy",
+        include_str!("../../policies/reject.policy"),
+    ),
+    (
+        "policies/builtin/cost_optimized.policy",
+        include_str!("../../policies/builtin/cost_optimized.policy"),
+    ),
+    (
+        "policies/builtin/exp3.policy",
+        include_str!("../../policies/builtin/exp3.policy"),
+    ),
+    (
+        "policies/builtin/least_latency.policy",
+        include_str!("../../policies/builtin/least_latency.policy"),
+    ),
+    (
+        "policies/builtin/weighted_round_robin.policy",
+        include_str!("../../policies/builtin/weighted_round_robin.policy"),
+    ),
 ];
 
 /// The shipped set, checked against [`Registry::example`].
@@ -35,7 +62,8 @@ pub(crate) fn with_builtins(extra: &str) -> Result<CheckedPolicySet, String> {
         sources.add(*name, *text);
     }
     sources.add("t.policy", extra);
-    parse_and_check(&sources, &Registry::example()).map_err(|d| diagnostic::render_all(&d, &sources))
+    parse_and_check(&sources, &Registry::example())
+        .map_err(|d| diagnostic::render_all(&d, &sources))
 }
 
 #[test]
@@ -72,14 +100,28 @@ fn exp3_learns_the_fast_arm_and_keeps_exploring() {
     for i in 0..3000u64 {
         let d = decide(&set, &req, &stats, i);
         let ep = d.endpoint.clone().unwrap();
-        let latency = if ep == "anthropic/claude-sonnet" { 500.0 } else { 20_000.0 };
+        let latency = if ep == "anthropic/claude-sonnet" {
+            500.0
+        } else {
+            20_000.0
+        };
         if i >= 2000 && ep == "anthropic/claude-sonnet" {
             fast += 1;
         }
         let call = d.call.as_ref().unwrap();
-        let out = Outcome { latency_ms: latency, ..Outcome::default() };
+        let out = Outcome {
+            latency_ms: latency,
+            ..Outcome::default()
+        };
         let u = on_outcome(&set, call, &req, &stats, &ep, true, &out).unwrap();
-        stats.endpoints.entry(u.endpoint).or_default().state.entry(u.strategy).or_default().extend(u.slots);
+        stats
+            .endpoints
+            .entry(u.endpoint)
+            .or_default()
+            .state
+            .entry(u.strategy)
+            .or_default()
+            .extend(u.slots);
     }
     assert!(fast >= 700, "fast arm got {fast} of the last 1000");
     assert!(fast <= 1000 - 80, "exploration floor gamma/K kept: {fast}");

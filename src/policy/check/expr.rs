@@ -108,18 +108,27 @@ impl Checker<'_> {
         let before = self.nodes;
         let out = self.expr_inner(e, scope);
         if self.nodes - before > MAX_EXPR_NODES {
-            self.diags.push(Diagnostic::error(
-                codes::TOO_COMPLEX,
-                e.span,
-                format!("this expression has more than {MAX_EXPR_NODES} parts"),
-            ).with_help("split it into several rules or `let` bindings"));
+            self.diags.push(
+                Diagnostic::error(
+                    codes::TOO_COMPLEX,
+                    e.span,
+                    format!("this expression has more than {MAX_EXPR_NODES} parts"),
+                )
+                .with_help("split it into several rules or `let` bindings"),
+            );
             return None;
         }
         out
     }
 
     /// Types `e` and requires type `want` (Int is promoted to Float when `want` is Float).
-    pub fn expr_of(&mut self, e: &Expr, scope: &mut Scope<'_>, want: Ty, what: &str) -> Option<TExpr> {
+    pub fn expr_of(
+        &mut self,
+        e: &Expr,
+        scope: &mut Scope<'_>,
+        want: Ty,
+        what: &str,
+    ) -> Option<TExpr> {
         let t = self.expr(e, scope)?;
         self.coerce(t, want, what)
     }
@@ -135,9 +144,13 @@ impl Checker<'_> {
             Diagnostic::error(
                 codes::TYPE_MISMATCH,
                 t.span,
-                format!("{what} must be {}, but this is {}", want.name(), t.ty.name()),
+                format!(
+                    "{what} must be {}, but this is {}",
+                    want.name(),
+                    t.ty.name()
+                ),
             )
-            .with_span_label(format!("{}", t.ty.name())),
+            .with_span_label(t.ty.name()),
         );
         None
     }
@@ -166,7 +179,10 @@ impl Checker<'_> {
             ExprKind::Unary(UnaryOp::Neg, x) => {
                 let x = self.expr(x, scope)?;
                 if !matches!(x.ty, Ty::Int | Ty::Float) {
-                    return self.mismatch(e, format!("`-` needs a number, but this is {}", x.ty.name()));
+                    return self.mismatch(
+                        e,
+                        format!("`-` needs a number, but this is {}", x.ty.name()),
+                    );
                 }
                 let ty = x.ty;
                 Some(texpr(TExprKind::Neg(Box::new(x)), ty, e))
@@ -213,7 +229,10 @@ impl Checker<'_> {
         match root {
             "request" => {
                 if scope.ctx == Ctx::Const {
-                    return self.context_error(e, "a state's initial value can only use parameters and constants");
+                    return self.context_error(
+                        e,
+                        "a state's initial value can only use parameters and constants",
+                    );
                 }
                 match ReqField::NAMED.iter().find(|(n, ..)| *n == name) {
                     Some((_, f, ty, _)) => self.read_req(*f, *ty, e, scope),
@@ -240,7 +259,10 @@ impl Checker<'_> {
             }
             "state" => {
                 let Some(strat) = scope.strat.as_deref().filter(|_| scope.ctx != Ctx::Const) else {
-                    return self.context_error(e, "`state.*` exists only in strategy scores, filters and updates");
+                    return self.context_error(
+                        e,
+                        "`state.*` exists only in strategy scores, filters and updates",
+                    );
                 };
                 match strat.states.iter().position(|s| s == name) {
                     Some(i) => Some(texpr(TExprKind::State(i as u32), Ty::Float, e)),
@@ -253,12 +275,16 @@ impl Checker<'_> {
             }
             "outcome" => {
                 if scope.ctx != Ctx::OnOutcome {
-                    return self.context_error(e, "`outcome.*` exists only in `on success` and `on failure` blocks");
+                    return self.context_error(
+                        e,
+                        "`outcome.*` exists only in `on success` and `on failure` blocks",
+                    );
                 }
                 match OutcomeField::NAMED.iter().find(|(n, ..)| *n == name) {
                     Some((_, f, ty)) => Some(texpr(TExprKind::Outcome(*f), *ty, e)),
                     None => {
-                        let names: Vec<&str> = OutcomeField::NAMED.iter().map(|(n, ..)| *n).collect();
+                        let names: Vec<&str> =
+                            OutcomeField::NAMED.iter().map(|(n, ..)| *n).collect();
                         self.unknown_field(e, parts, &names)
                     }
                 }
@@ -291,8 +317,11 @@ impl Checker<'_> {
     }
 
     fn context_error(&mut self, e: &Expr, msg: &str) -> Option<TExpr> {
-        self.diags
-            .push(Diagnostic::error(codes::WRONG_CONTEXT, e.span, msg.to_string()));
+        self.diags.push(Diagnostic::error(
+            codes::WRONG_CONTEXT,
+            e.span,
+            msg.to_string(),
+        ));
         None
     }
 
@@ -315,7 +344,10 @@ impl Checker<'_> {
                     if has_agg {
                         scope.saw_agg = true;
                         if scope.in_agg {
-                            return self.context_error(e, "an aggregate cannot use a `let` that itself contains an aggregate");
+                            return self.context_error(
+                                e,
+                                "an aggregate cannot use a `let` that itself contains an aggregate",
+                            );
                         }
                     }
                     return Some(texpr(TExprKind::Let(i as u32), ty, e));
@@ -332,37 +364,76 @@ impl Checker<'_> {
             }
             let mut names: Vec<String> = strat.params.iter().map(|(n, _)| n.clone()).collect();
             names.extend(strat.lets.iter().map(|(n, ..)| n.clone()));
-            let d = Diagnostic::error(codes::UNKNOWN_VARIABLE, id.span, format!("`{name}` is not defined"))
-                .with_did_you_mean(did_you_mean(name, names.iter().map(String::as_str)));
+            let d = Diagnostic::error(
+                codes::UNKNOWN_VARIABLE,
+                id.span,
+                format!("`{name}` is not defined"),
+            )
+            .with_did_you_mean(did_you_mean(name, names.iter().map(String::as_str)));
             self.diags.push(d);
             return None;
         }
-        let guess = ReqField::NAMED.iter().find(|(n, ..)| *n == name).map(|_| format!("request.{name}"));
-        let mut d = Diagnostic::error(codes::UNKNOWN_VARIABLE, id.span, format!("`{name}` is not defined"));
+        let guess = ReqField::NAMED
+            .iter()
+            .find(|(n, ..)| *n == name)
+            .map(|_| format!("request.{name}"));
+        let mut d = Diagnostic::error(
+            codes::UNKNOWN_VARIABLE,
+            id.span,
+            format!("`{name}` is not defined"),
+        );
         d = match guess {
             Some(g) => d.with_did_you_mean(Some(&g)),
-            None => d.with_help("request fields are written `request.NAME`, headers `header(\"name\")`"),
+            None => {
+                d.with_help("request fields are written `request.NAME`, headers `header(\"name\")`")
+            }
         };
         self.diags.push(d);
         None
     }
 
-    fn binary(&mut self, op: BinaryOp, a: &Expr, b: &Expr, e: &Expr, scope: &mut Scope<'_>) -> Option<TExpr> {
+    fn binary(
+        &mut self,
+        op: BinaryOp,
+        a: &Expr,
+        b: &Expr,
+        e: &Expr,
+        scope: &mut Scope<'_>,
+    ) -> Option<TExpr> {
         match op {
             BinaryOp::And | BinaryOp::Or => {
-                let l = self.expr_of(a, scope, Ty::Bool, &format!("the left side of `{}`", op.as_str()));
+                let l = self.expr_of(
+                    a,
+                    scope,
+                    Ty::Bool,
+                    &format!("the left side of `{}`", op.as_str()),
+                );
                 let saved = scope.known.len();
                 if let Some(l) = &l {
                     facts(l, op == BinaryOp::And, &mut scope.known);
                 }
-                let r = self.expr_of(b, scope, Ty::Bool, &format!("the right side of `{}`", op.as_str()));
+                let r = self.expr_of(
+                    b,
+                    scope,
+                    Ty::Bool,
+                    &format!("the right side of `{}`", op.as_str()),
+                );
                 scope.known.truncate(saved);
                 let (l, r) = (Box::new(l?), Box::new(r?));
-                let kind = if op == BinaryOp::And { TExprKind::And(l, r) } else { TExprKind::Or(l, r) };
+                let kind = if op == BinaryOp::And {
+                    TExprKind::And(l, r)
+                } else {
+                    TExprKind::Or(l, r)
+                };
                 Some(texpr(kind, Ty::Bool, e))
             }
             BinaryOp::In | BinaryOp::NotIn => self.in_list(op == BinaryOp::NotIn, a, b, e, scope),
-            BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => {
+            BinaryOp::Eq
+            | BinaryOp::Ne
+            | BinaryOp::Lt
+            | BinaryOp::Le
+            | BinaryOp::Gt
+            | BinaryOp::Ge => {
                 let l = self.expr(a, scope);
                 let r = self.expr(b, scope);
                 let (l, r) = (l?, r?);
@@ -376,16 +447,34 @@ impl Checker<'_> {
                     _ => CmpOp::Ge,
                 };
                 if !matches!(cmp, CmpOp::Eq | CmpOp::Ne) && matches!(l.ty, Ty::Str | Ty::Bool) {
-                    return self.mismatch(e, format!("`{}` cannot order {} values; use `==` or `!=`", op.as_str(), l.ty.name()));
+                    return self.mismatch(
+                        e,
+                        format!(
+                            "`{}` cannot order {} values; use `==` or `!=`",
+                            op.as_str(),
+                            l.ty.name()
+                        ),
+                    );
                 }
-                Some(texpr(TExprKind::Cmp(cmp, Box::new(l), Box::new(r)), Ty::Bool, e))
+                Some(texpr(
+                    TExprKind::Cmp(cmp, Box::new(l), Box::new(r)),
+                    Ty::Bool,
+                    e,
+                ))
             }
             _ => {
                 let l = self.expr(a, scope);
                 let r = self.expr(b, scope);
                 let (l, r) = self.unify(l?, r?, e)?;
                 if !matches!(l.ty, Ty::Int | Ty::Float) {
-                    return self.mismatch(e, format!("`{}` needs numbers, but these are {}", op.as_str(), l.ty.name()));
+                    return self.mismatch(
+                        e,
+                        format!(
+                            "`{}` needs numbers, but these are {}",
+                            op.as_str(),
+                            l.ty.name()
+                        ),
+                    );
                 }
                 let ar = match op {
                     BinaryOp::Add => ArithOp::Add,
@@ -416,7 +505,10 @@ impl Checker<'_> {
                 Some((l, r))
             }
             (a, b) => {
-                self.mismatch(e, format!("cannot compare or combine {} with {}", a.name(), b.name()));
+                self.mismatch(
+                    e,
+                    format!("cannot compare or combine {} with {}", a.name(), b.name()),
+                );
                 None
             }
         }
@@ -433,12 +525,24 @@ impl Checker<'_> {
         };
         let text = self.strings.resolve(s).to_string();
         match PriorityLevel::parse(&text) {
-            Some(l) => Some(TExpr { kind: TExprKind::Const(Const::Priority(l)), ty: Ty::Priority, span: t.span }),
+            Some(l) => Some(TExpr {
+                kind: TExprKind::Const(Const::Priority(l)),
+                ty: Ty::Priority,
+                span: t.span,
+            }),
             None => {
-                let mut d = Diagnostic::error(codes::TYPE_MISMATCH, t.span, format!("\"{text}\" is not a priority level"))
-                    .with_did_you_mean(did_you_mean(&text, PriorityLevel::ALL.iter().map(|(n, _)| *n)));
+                let mut d = Diagnostic::error(
+                    codes::TYPE_MISMATCH,
+                    t.span,
+                    format!("\"{text}\" is not a priority level"),
+                )
+                .with_did_you_mean(did_you_mean(
+                    &text,
+                    PriorityLevel::ALL.iter().map(|(n, _)| *n),
+                ));
                 if d.help.is_none() {
-                    d = d.with_help("the levels are \"critical\", \"high\", \"normal\" and \"low\"");
+                    d = d
+                        .with_help("the levels are \"critical\", \"high\", \"normal\" and \"low\"");
                 }
                 self.diags.push(d);
                 None
@@ -446,10 +550,20 @@ impl Checker<'_> {
         }
     }
 
-    fn in_list(&mut self, negated: bool, a: &Expr, b: &Expr, e: &Expr, scope: &mut Scope<'_>) -> Option<TExpr> {
+    fn in_list(
+        &mut self,
+        negated: bool,
+        a: &Expr,
+        b: &Expr,
+        e: &Expr,
+        scope: &mut Scope<'_>,
+    ) -> Option<TExpr> {
         let l = self.expr(a, scope)?;
         let ExprKind::List(items) = &b.kind else {
-            return self.mismatch(b, "`in` needs a list like `[\"a\", \"b\"]` on its right".to_string());
+            return self.mismatch(
+                b,
+                "`in` needs a list like `[\"a\", \"b\"]` on its right".to_string(),
+            );
         };
         let mut consts = Vec::new();
         let mut ok = true;
@@ -458,14 +572,22 @@ impl Checker<'_> {
             let c = match &item.kind {
                 ExprKind::Lit(lit) => Some(self.lit(lit, item)),
                 ExprKind::Unary(UnaryOp::Neg, x) => match &x.kind {
-                    ExprKind::Lit(LitKind::Int(v)) => Some(texpr(TExprKind::Const(Const::Int(-v)), Ty::Int, item)),
-                    ExprKind::Lit(LitKind::Float(v)) => Some(texpr(TExprKind::Const(Const::Float(-v)), Ty::Float, item)),
+                    ExprKind::Lit(LitKind::Int(v)) => {
+                        Some(texpr(TExprKind::Const(Const::Int(-v)), Ty::Int, item))
+                    }
+                    ExprKind::Lit(LitKind::Float(v)) => {
+                        Some(texpr(TExprKind::Const(Const::Float(-v)), Ty::Float, item))
+                    }
                     _ => None,
                 },
                 _ => None,
             };
             let Some(c) = c else {
-                self.diags.push(Diagnostic::error(codes::NOT_CONSTANT, item.span, "list items must be literals"));
+                self.diags.push(Diagnostic::error(
+                    codes::NOT_CONSTANT,
+                    item.span,
+                    "list items must be literals",
+                ));
                 ok = false;
                 continue;
             };
@@ -477,7 +599,11 @@ impl Checker<'_> {
                     self.diags.push(Diagnostic::error(
                         codes::TYPE_MISMATCH,
                         item.span,
-                        format!("this list item is {}, but the value tested is {}", y.name(), x.name()),
+                        format!(
+                            "this list item is {}, but the value tested is {}",
+                            y.name(),
+                            x.name()
+                        ),
                     ));
                     None
                 }
@@ -487,8 +613,15 @@ impl Checker<'_> {
                 _ => ok = false,
             }
         }
-        if l.ty == Ty::Int && items.iter().any(|i| matches!(i.kind, ExprKind::Lit(LitKind::Float(_)))) {
-            return self.mismatch(b, "this list has floats, but the value tested is an integer".to_string());
+        if l.ty == Ty::Int
+            && items
+                .iter()
+                .any(|i| matches!(i.kind, ExprKind::Lit(LitKind::Float(_))))
+        {
+            return self.mismatch(
+                b,
+                "this list has floats, but the value tested is an integer".to_string(),
+            );
         }
         ok.then(|| texpr(TExprKind::In(Box::new(l), consts, negated), Ty::Bool, e))
     }
@@ -501,10 +634,18 @@ impl Checker<'_> {
 /// Wraps an Int expression in an explicit promotion (constants are folded).
 pub fn to_float(t: TExpr) -> TExpr {
     if let TExprKind::Const(Const::Int(v)) = t.kind {
-        return TExpr { kind: TExprKind::Const(Const::Float(v as f64)), ty: Ty::Float, span: t.span };
+        return TExpr {
+            kind: TExprKind::Const(Const::Float(v as f64)),
+            ty: Ty::Float,
+            span: t.span,
+        };
     }
     let span = t.span;
-    TExpr { kind: TExprKind::ToFloat(Box::new(t)), ty: Ty::Float, span }
+    TExpr {
+        kind: TExprKind::ToFloat(Box::new(t)),
+        ty: Ty::Float,
+        span,
+    }
 }
 
 fn to_float_const(t: TExpr) -> TExpr {

@@ -14,7 +14,12 @@ use super::{Checker, BUILTIN_PRIORITY};
 pub const MAX_RETRIES: i64 = 10;
 
 impl<'a> Checker<'a> {
-    pub(super) fn route(&mut self, r: &RouteDef, strategies: &[CStrategy], complete: bool) -> Option<CRoute> {
+    pub(super) fn route(
+        &mut self,
+        r: &RouteDef,
+        strategies: &[CStrategy],
+        complete: bool,
+    ) -> Option<CRoute> {
         let when = r
             .when
             .as_ref()
@@ -59,7 +64,10 @@ impl<'a> Checker<'a> {
                         ok = false;
                         continue;
                     }
-                    let when = rule.when.as_ref().map(|w| self.condition(w, Ctx::Request, "a rule condition"));
+                    let when = rule
+                        .when
+                        .as_ref()
+                        .map(|w| self.condition(w, Ctx::Request, "a rule condition"));
                     let body = self.body(&rule.body, rule.span, false, strategies, complete);
                     match (when, body) {
                         (Some(None), _) | (_, None) => ok = false,
@@ -75,8 +83,12 @@ impl<'a> Checker<'a> {
                 RouteItem::Default(d) => {
                     if let Some(first) = default_seen {
                         self.diags.push(
-                            Diagnostic::error(codes::DUPLICATE, d.span, format!("the route `{}` has two defaults", r.name.name))
-                                .with_label(first, "first default here"),
+                            Diagnostic::error(
+                                codes::DUPLICATE,
+                                d.span,
+                                format!("the route `{}` has two defaults", r.name.name),
+                            )
+                            .with_label(first, "first default here"),
                         );
                         ok = false;
                         continue;
@@ -120,7 +132,7 @@ impl<'a> Checker<'a> {
             ok = false;
         }
         // Higher priority first; equal priorities keep source order (stable sort).
-        rules.sort_by(|a, b| b.priority.cmp(&a.priority));
+        rules.sort_by_key(|r| std::cmp::Reverse(r.priority));
         out.rules = rules;
         ok.then_some(out)
     }
@@ -129,8 +141,12 @@ impl<'a> Checker<'a> {
     fn once(&mut self, seen: &mut Option<Span>, span: Span, what: &str) -> bool {
         if let Some(first) = seen {
             self.diags.push(
-                Diagnostic::error(codes::DUPLICATE, span, format!("only one {what} is allowed here"))
-                    .with_label(*first, "first one here"),
+                Diagnostic::error(
+                    codes::DUPLICATE,
+                    span,
+                    format!("only one {what} is allowed here"),
+                )
+                .with_label(*first, "first one here"),
             );
             return false;
         }
@@ -138,7 +154,14 @@ impl<'a> Checker<'a> {
         true
     }
 
-    fn body(&mut self, actions: &[Action], span: Span, is_default: bool, strategies: &[CStrategy], complete: bool) -> Option<CBody> {
+    fn body(
+        &mut self,
+        actions: &[Action],
+        span: Span,
+        is_default: bool,
+        strategies: &[CStrategy],
+        complete: bool,
+    ) -> Option<CBody> {
         let mut body = empty_body();
         let mut ok = true;
         let mut terminal_span: Option<Span> = None;
@@ -159,13 +182,21 @@ impl<'a> Checker<'a> {
                 Action::Reject(r) => {
                     if !(400..=599).contains(&r.status.node) {
                         self.diags.push(
-                            Diagnostic::error(codes::OUT_OF_RANGE, r.status.span, format!("{} is not an error status", r.status.node))
-                                .with_help("reject with a status from 400 to 599, like 429 or 403"),
+                            Diagnostic::error(
+                                codes::OUT_OF_RANGE,
+                                r.status.span,
+                                format!("{} is not an error status", r.status.node),
+                            )
+                            .with_help("reject with a status from 400 to 599, like 429 or 403"),
                         );
                         ok = false;
                         None
                     } else {
-                        Some(CTerminal::Reject { status: r.status.node as u16, message: r.message.node.clone(), span: r.span })
+                        Some(CTerminal::Reject {
+                            status: r.status.node as u16,
+                            message: r.message.node.clone(),
+                            span: r.span,
+                        })
                     }
                 }
                 Action::SetPriority(sp) => {
@@ -191,7 +222,11 @@ impl<'a> Checker<'a> {
                 }
                 Action::Continue(s) => {
                     if is_default {
-                        self.diags.push(Diagnostic::error(codes::BAD_BODY, *s, "the default cannot `continue`: nothing comes after it"));
+                        self.diags.push(Diagnostic::error(
+                            codes::BAD_BODY,
+                            *s,
+                            "the default cannot `continue`: nothing comes after it",
+                        ));
                         ok = false;
                     }
                     continued = Some(*s);
@@ -201,8 +236,12 @@ impl<'a> Checker<'a> {
             let aspan = action_span(a);
             if let Some(first) = terminal_span {
                 self.diags.push(
-                    Diagnostic::error(codes::BAD_BODY, aspan, "a rule can take only one of `use`, `split` and `reject`")
-                        .with_label(first, "the first one is here"),
+                    Diagnostic::error(
+                        codes::BAD_BODY,
+                        aspan,
+                        "a rule can take only one of `use`, `split` and `reject`",
+                    )
+                    .with_label(first, "the first one is here"),
                 );
                 ok = false;
             }
@@ -212,8 +251,12 @@ impl<'a> Checker<'a> {
         match (terminal_span, continued) {
             (Some(t), Some(c)) => {
                 self.diags.push(
-                    Diagnostic::error(codes::BAD_BODY, c, "`continue` cannot follow `use`, `split` or `reject` in the same rule")
-                        .with_label(t, "this already decides the route"),
+                    Diagnostic::error(
+                        codes::BAD_BODY,
+                        c,
+                        "`continue` cannot follow `use`, `split` or `reject` in the same rule",
+                    )
+                    .with_label(t, "this already decides the route"),
                 );
                 ok = false;
             }
@@ -234,19 +277,30 @@ impl<'a> Checker<'a> {
             Some(w) => Some(self.condition(w, Ctx::Request, "a `set priority` condition")?),
             None => None,
         };
-        Some(CSetPriority { level: sp.level.node, when, span: sp.span })
+        Some(CSetPriority {
+            level: sp.level.node,
+            when,
+            span: sp.span,
+        })
     }
 
     fn cache(&mut self, cd: &CacheDef) -> Option<CacheSetting> {
         let ttl = match &cd.ttl_ms {
             Some(t) if t.node <= 0 => {
-                self.diags.push(Diagnostic::error(codes::OUT_OF_RANGE, t.span, "a cache TTL must be longer than zero"));
+                self.diags.push(Diagnostic::error(
+                    codes::OUT_OF_RANGE,
+                    t.span,
+                    "a cache TTL must be longer than zero",
+                ));
                 return None;
             }
             Some(t) => Some(t.node as u64),
             None => None,
         };
-        Some(CacheSetting { on: cd.on, ttl_ms: ttl })
+        Some(CacheSetting {
+            on: cd.on,
+            ttl_ms: ttl,
+        })
     }
 
     fn fallback(&mut self, f: &FallbackDef) -> Option<CFallback> {
@@ -260,9 +314,13 @@ impl<'a> Checker<'a> {
             };
             if let Some(i) = chain.iter().position(|c| *c == ct) {
                 self.diags.push(
-                    Diagnostic::error(codes::FALLBACK_CYCLE, t.span, format!("the fallback chain returns to {}", ct.describe()))
-                        .with_label(spans[i], "first listed here")
-                        .with_help("a chain is tried once, in order; list each target once"),
+                    Diagnostic::error(
+                        codes::FALLBACK_CYCLE,
+                        t.span,
+                        format!("the fallback chain returns to {}", ct.describe()),
+                    )
+                    .with_label(spans[i], "first listed here")
+                    .with_help("a chain is tried once, in order; list each target once"),
                 );
                 ok = false;
                 continue;
@@ -299,28 +357,54 @@ impl<'a> Checker<'a> {
             }
             None => (0, 0),
         };
-        ok.then_some(CFallback { chain, retries, backoff_min_ms: lo, backoff_max_ms: hi })
+        ok.then_some(CFallback {
+            chain,
+            retries,
+            backoff_min_ms: lo,
+            backoff_max_ms: hi,
+        })
     }
 
-    pub(super) fn use_action(&mut self, u: &UseAction, strategies: &[CStrategy], complete: bool) -> Option<CUse> {
+    pub(super) fn use_action(
+        &mut self,
+        u: &UseAction,
+        strategies: &[CStrategy],
+        complete: bool,
+    ) -> Option<CUse> {
         let target = self.target(&u.target);
         let (strategy, args) = match &u.via {
             None => (None, Vec::new()),
             Some(v) if v.strategy.name == BUILTIN_PRIORITY => {
                 if let Some(a) = v.args.first() {
-                    self.diags.push(Diagnostic::error(codes::UNKNOWN_PARAM, a.span, "the built-in `priority` strategy takes no parameters"));
+                    self.diags.push(Diagnostic::error(
+                        codes::UNKNOWN_PARAM,
+                        a.span,
+                        "the built-in `priority` strategy takes no parameters",
+                    ));
                     return None;
                 }
                 (None, Vec::new())
             }
             Some(v) => {
-                let Some(idx) = self.strategy_defs.iter().position(|s| s.name.name == v.strategy.name) else {
-                    let mut names: Vec<&str> = self.strategy_defs.iter().map(|s| s.name.name.as_str()).collect();
+                let Some(idx) = self
+                    .strategy_defs
+                    .iter()
+                    .position(|s| s.name.name == v.strategy.name)
+                else {
+                    let mut names: Vec<&str> = self
+                        .strategy_defs
+                        .iter()
+                        .map(|s| s.name.name.as_str())
+                        .collect();
                     names.push(BUILTIN_PRIORITY);
                     self.diags.push(
-                        Diagnostic::error(codes::UNKNOWN_STRATEGY, v.strategy.span, format!("no strategy is named `{}`", v.strategy.name))
-                            .with_span_label("unknown strategy")
-                            .with_did_you_mean(did_you_mean(&v.strategy.name, names)),
+                        Diagnostic::error(
+                            codes::UNKNOWN_STRATEGY,
+                            v.strategy.span,
+                            format!("no strategy is named `{}`", v.strategy.name),
+                        )
+                        .with_span_label("unknown strategy")
+                        .with_did_you_mean(did_you_mean(&v.strategy.name, names)),
                     );
                     return None;
                 };
@@ -334,7 +418,12 @@ impl<'a> Checker<'a> {
                 }
             }
         };
-        Some(CUse { target: target?, strategy, args, span: u.span })
+        Some(CUse {
+            target: target?,
+            strategy,
+            args,
+            span: u.span,
+        })
     }
 
     fn args(&mut self, s: &CStrategy, v: &ViaClause) -> Option<Vec<Const>> {
@@ -348,13 +437,28 @@ impl<'a> Checker<'a> {
             }
             let Some(i) = s.params.iter().position(|p| p.name == a.name.name) else {
                 self.diags.push(
-                    Diagnostic::error(codes::UNKNOWN_PARAM, a.name.span, format!("the strategy `{}` has no parameter `{}`", s.name, a.name.name))
-                        .with_did_you_mean(did_you_mean(&a.name.name, s.params.iter().map(|p| p.name.as_str()))),
+                    Diagnostic::error(
+                        codes::UNKNOWN_PARAM,
+                        a.name.span,
+                        format!(
+                            "the strategy `{}` has no parameter `{}`",
+                            s.name, a.name.name
+                        ),
+                    )
+                    .with_did_you_mean(did_you_mean(
+                        &a.name.name,
+                        s.params.iter().map(|p| p.name.as_str()),
+                    )),
                 );
                 ok = false;
                 continue;
             };
-            match self.param_value(&s.params[i].name, s.params[i].ty, &a.value, self.param_range(s, i)) {
+            match self.param_value(
+                &s.params[i].name,
+                s.params[i].ty,
+                &a.value,
+                self.param_range(s, i),
+            ) {
                 Some(c) => values[i] = c,
                 None => ok = false,
             }
@@ -362,7 +466,12 @@ impl<'a> Checker<'a> {
         ok.then_some(values)
     }
 
-    fn split(&mut self, s: &SplitAction, strategies: &[CStrategy], complete: bool) -> Option<CSplit> {
+    fn split(
+        &mut self,
+        s: &SplitAction,
+        strategies: &[CStrategy],
+        complete: bool,
+    ) -> Option<CSplit> {
         let mut ok = true;
         let key = match &s.key.kind {
             SplitKeyKind::ApiKey => CSplitKey::ApiKey,
@@ -376,14 +485,22 @@ impl<'a> Checker<'a> {
         let mut stable_arm = None;
         for arm in &s.arms {
             if arm.share.node <= 0 || arm.share.node > 10_000 {
-                self.diags.push(Diagnostic::error(codes::OUT_OF_RANGE, arm.share.span, "a split arm's share must be more than 0% and at most 100%"));
+                self.diags.push(Diagnostic::error(
+                    codes::OUT_OF_RANGE,
+                    arm.share.span,
+                    "a split arm's share must be more than 0% and at most 100%",
+                ));
                 ok = false;
             }
             total = total.saturating_add(arm.share.node);
             if let (Some(r), false) = (&arm.rollback, arm.canary) {
                 self.diags.push(
-                    Diagnostic::error(codes::BAD_BODY, r.span, "only a canary arm can have a `rollback` guard")
-                        .with_help("write `canary use ...` to mark the arm as a canary"),
+                    Diagnostic::error(
+                        codes::BAD_BODY,
+                        r.span,
+                        "only a canary arm can have a `rollback` guard",
+                    )
+                    .with_help("write `canary use ...` to mark the arm as a canary"),
                 );
                 ok = false;
             }
@@ -411,19 +528,33 @@ impl<'a> Checker<'a> {
         }
         if total != 10_000 {
             self.diags.push(
-                Diagnostic::error(codes::SPLIT_SUM, s.span, format!("the split's shares add up to {}, not 100%", show_bp(total)))
-                    .with_help("make the arms' percentages sum to exactly 100%"),
+                Diagnostic::error(
+                    codes::SPLIT_SUM,
+                    s.span,
+                    format!("the split's shares add up to {}, not 100%", show_bp(total)),
+                )
+                .with_help("make the arms' percentages sum to exactly 100%"),
             );
             ok = false;
         }
         if stable_arm.is_none() && s.arms.iter().any(|a| a.canary) {
             self.diags.push(
-                Diagnostic::error(codes::NO_STABLE_ARM, s.span, "every arm of this split is a canary, so a rollback has nowhere to go")
-                    .with_help("leave at least one arm without `canary`"),
+                Diagnostic::error(
+                    codes::NO_STABLE_ARM,
+                    s.span,
+                    "every arm of this split is a canary, so a rollback has nowhere to go",
+                )
+                .with_help("leave at least one arm without `canary`"),
             );
             ok = false;
         }
-        ok.then(|| CSplit { key, seed: s.seed.as_ref().map(|x| x.node).unwrap_or(0), arms, stable_arm, span: s.span })
+        ok.then(|| CSplit {
+            key,
+            seed: s.seed.as_ref().map(|x| x.node).unwrap_or(0),
+            arms,
+            stable_arm,
+            span: s.span,
+        })
     }
 }
 
@@ -436,7 +567,12 @@ fn show_bp(bp: i64) -> String {
 }
 
 fn empty_body() -> CBody {
-    CBody { terminal: None, set_priority: Vec::new(), cache: None, fallback: None }
+    CBody {
+        terminal: None,
+        set_priority: Vec::new(),
+        cache: None,
+        fallback: None,
+    }
 }
 
 fn action_span(a: &Action) -> Span {

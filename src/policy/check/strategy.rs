@@ -15,7 +15,12 @@ fn implicit_range(name: &str) -> Option<ParamRange> {
     let unit = ["alpha", "gamma"];
     unit.iter()
         .any(|u| name == *u || name.ends_with(&format!("_{u}")))
-        .then_some(ParamRange { lo: 0.0, lo_inclusive: false, hi: 1.0, hi_inclusive: true })
+        .then_some(ParamRange {
+            lo: 0.0,
+            lo_inclusive: false,
+            hi: 1.0,
+            hi_inclusive: true,
+        })
 }
 
 fn lit_number(l: &Literal) -> Option<f64> {
@@ -34,7 +39,13 @@ impl Checker<'_> {
     }
 
     /// Converts a literal to a parameter's type and checks its range.
-    pub(super) fn param_value(&mut self, name: &str, ty: Ty, l: &Literal, range: Option<ParamRange>) -> Option<Const> {
+    pub(super) fn param_value(
+        &mut self,
+        name: &str,
+        ty: Ty,
+        l: &Literal,
+        range: Option<ParamRange>,
+    ) -> Option<Const> {
         let c = match (&l.kind, ty) {
             (LitKind::Int(v) | LitKind::Duration(v, _), Ty::Int) => Const::Int(*v),
             (LitKind::Int(v) | LitKind::Duration(v, _), Ty::Float) => Const::Float(*v as f64),
@@ -57,7 +68,10 @@ impl Checker<'_> {
                     Diagnostic::error(
                         codes::OUT_OF_RANGE,
                         l.span,
-                        format!("the parameter `{name}` must lie in {}, not {v}", r.describe()),
+                        format!(
+                            "the parameter `{name}` must lie in {}, not {v}",
+                            r.describe()
+                        ),
                     )
                     .with_span_label("out of range"),
                 );
@@ -85,9 +99,18 @@ impl Checker<'_> {
             };
             let range = match &p.range {
                 Some(r) => match (lit_number(&r.lo), lit_number(&r.hi)) {
-                    (Some(lo), Some(hi)) if lo <= hi => Some(ParamRange { lo, lo_inclusive: r.lo_inclusive, hi, hi_inclusive: r.hi_inclusive }),
+                    (Some(lo), Some(hi)) if lo <= hi => Some(ParamRange {
+                        lo,
+                        lo_inclusive: r.lo_inclusive,
+                        hi,
+                        hi_inclusive: r.hi_inclusive,
+                    }),
                     _ => {
-                        self.diags.push(Diagnostic::error(codes::OUT_OF_RANGE, r.span, "a range needs two numbers, the smaller first"));
+                        self.diags.push(Diagnostic::error(
+                            codes::OUT_OF_RANGE,
+                            r.span,
+                            "a range needs two numbers, the smaller first",
+                        ));
                         ok = false;
                         None
                     }
@@ -96,7 +119,12 @@ impl Checker<'_> {
             };
             match self.param_value(&p.name.name, ty, &p.default, range) {
                 Some(default) => {
-                    params.push(CParam { name: p.name.name.clone(), ty, default, range });
+                    params.push(CParam {
+                        name: p.name.name.clone(),
+                        ty,
+                        default,
+                        range,
+                    });
                     scope_names.params.push((p.name.name.clone(), ty));
                 }
                 None => ok = false,
@@ -116,9 +144,19 @@ impl Checker<'_> {
         }
         let mut states = Vec::new();
         for st in &state_defs {
-            let mut scope = Scope { ctx: Ctx::Const, strat: Some(&mut scope_names), known: Vec::new(), in_agg: false, saw_agg: false };
+            let mut scope = Scope {
+                ctx: Ctx::Const,
+                strat: Some(&mut scope_names),
+                known: Vec::new(),
+                in_agg: false,
+                saw_agg: false,
+            };
             match self.expr_of(&st.init, &mut scope, Ty::Float, "a state's initial value") {
-                Some(init) => states.push(CState { name: st.name.name.clone(), init, join: st.join }),
+                Some(init) => states.push(CState {
+                    name: st.name.name.clone(),
+                    init,
+                    join: st.join,
+                }),
                 None => ok = false,
             }
         }
@@ -136,7 +174,13 @@ impl Checker<'_> {
                         ok = false;
                         continue;
                     }
-                    let mut scope = Scope { ctx: Ctx::Score, strat: Some(&mut scope_names), known: Vec::new(), in_agg: false, saw_agg: false };
+                    let mut scope = Scope {
+                        ctx: Ctx::Score,
+                        strat: Some(&mut scope_names),
+                        known: Vec::new(),
+                        in_agg: false,
+                        saw_agg: false,
+                    };
                     let t = self.expr(&l.value, &mut scope);
                     let saw = scope.saw_agg;
                     match t {
@@ -148,7 +192,13 @@ impl Checker<'_> {
                     }
                 }
                 StrategyItem::Require(e) | StrategyItem::Prefer(e) => {
-                    let mut scope = Scope { ctx: Ctx::Filter, strat: Some(&mut scope_names), known: Vec::new(), in_agg: false, saw_agg: false };
+                    let mut scope = Scope {
+                        ctx: Ctx::Filter,
+                        strat: Some(&mut scope_names),
+                        known: Vec::new(),
+                        in_agg: false,
+                        saw_agg: false,
+                    };
                     let t = self.expr_of(e, &mut scope, Ty::Bool, "a candidate filter");
                     let has_agg = scope.saw_agg;
                     if has_agg {
@@ -163,11 +213,24 @@ impl Checker<'_> {
                 }
                 StrategyItem::Score(e) => {
                     if let Some((_, first)) = &score {
-                        self.diags.push(Diagnostic::error(codes::BAD_STRATEGY, e.span, "a strategy has exactly one `score`").with_label(*first, "first score here"));
+                        self.diags.push(
+                            Diagnostic::error(
+                                codes::BAD_STRATEGY,
+                                e.span,
+                                "a strategy has exactly one `score`",
+                            )
+                            .with_label(*first, "first score here"),
+                        );
                         ok = false;
                         continue;
                     }
-                    let mut scope = Scope { ctx: Ctx::Score, strat: Some(&mut scope_names), known: Vec::new(), in_agg: false, saw_agg: false };
+                    let mut scope = Scope {
+                        ctx: Ctx::Score,
+                        strat: Some(&mut scope_names),
+                        known: Vec::new(),
+                        in_agg: false,
+                        saw_agg: false,
+                    };
                     match self.expr_of(e, &mut scope, Ty::Float, "a score") {
                         Some(t) => score = Some((t, e.span)),
                         None => ok = false,
@@ -175,7 +238,14 @@ impl Checker<'_> {
                 }
                 StrategyItem::Pick(p) => {
                     if let Some(first) = &pick {
-                        self.diags.push(Diagnostic::error(codes::BAD_STRATEGY, p.span, "a strategy has exactly one `pick`").with_label(first.span, "first pick here"));
+                        self.diags.push(
+                            Diagnostic::error(
+                                codes::BAD_STRATEGY,
+                                p.span,
+                                "a strategy has exactly one `pick`",
+                            )
+                            .with_label(first.span, "first pick here"),
+                        );
                         ok = false;
                         continue;
                     }
@@ -183,20 +253,45 @@ impl Checker<'_> {
                 }
                 StrategyItem::On(on) => {
                     if let Some(first) = events.get(&on.event.node) {
-                        self.diags.push(Diagnostic::error(codes::DUPLICATE, on.event.span, "this event already has an `on` block").with_label(*first, "first block here"));
+                        self.diags.push(
+                            Diagnostic::error(
+                                codes::DUPLICATE,
+                                on.event.span,
+                                "this event already has an `on` block",
+                            )
+                            .with_label(*first, "first block here"),
+                        );
                         ok = false;
                         continue;
                     }
                     events.insert(on.event.node, on.event.span);
-                    let ctx = if on.event.node == Event::Pick { Ctx::OnPick } else { Ctx::OnOutcome };
+                    let ctx = if on.event.node == Event::Pick {
+                        Ctx::OnPick
+                    } else {
+                        Ctx::OnOutcome
+                    };
                     let mut assigned: HashMap<&str, Span> = HashMap::new();
                     let mut list = Vec::new();
                     for a in &on.assigns {
-                        let Some(slot) = scope_names.states.iter().position(|n| *n == a.name.name) else {
+                        let Some(slot) = scope_names.states.iter().position(|n| *n == a.name.name)
+                        else {
                             self.diags.push(
-                                Diagnostic::error(codes::UNKNOWN_VARIABLE, a.name.span, format!("`{}` is not a state slot of this strategy", a.name.name))
-                                    .with_did_you_mean(crate::suggest::did_you_mean(&a.name.name, scope_names.states.iter().map(String::as_str)))
-                                    .with_help(format!("declare it first: `state {} = 0.0`", a.name.name)),
+                                Diagnostic::error(
+                                    codes::UNKNOWN_VARIABLE,
+                                    a.name.span,
+                                    format!(
+                                        "`{}` is not a state slot of this strategy",
+                                        a.name.name
+                                    ),
+                                )
+                                .with_did_you_mean(crate::suggest::did_you_mean(
+                                    &a.name.name,
+                                    scope_names.states.iter().map(String::as_str),
+                                ))
+                                .with_help(format!(
+                                    "declare it first: `state {} = 0.0`",
+                                    a.name.name
+                                )),
                             );
                             ok = false;
                             continue;
@@ -205,7 +300,13 @@ impl Checker<'_> {
                             ok = false;
                             continue;
                         }
-                        let mut scope = Scope { ctx, strat: Some(&mut scope_names), known: Vec::new(), in_agg: false, saw_agg: false };
+                        let mut scope = Scope {
+                            ctx,
+                            strat: Some(&mut scope_names),
+                            known: Vec::new(),
+                            in_agg: false,
+                            saw_agg: false,
+                        };
                         match self.expr_of(&a.value, &mut scope, Ty::Float, "a state value") {
                             Some(t) => list.push((slot as u32, t)),
                             None => ok = false,
@@ -216,11 +317,25 @@ impl Checker<'_> {
             }
         }
         let Some((score, _)) = score else {
-            self.diags.push(Diagnostic::error(codes::BAD_STRATEGY, s.name.span, format!("the strategy `{}` has no `score`", s.name.name)).with_help("add `score = ...`, an expression per endpoint"));
+            self.diags.push(
+                Diagnostic::error(
+                    codes::BAD_STRATEGY,
+                    s.name.span,
+                    format!("the strategy `{}` has no `score`", s.name.name),
+                )
+                .with_help("add `score = ...`, an expression per endpoint"),
+            );
             return None;
         };
         let Some(pick) = pick else {
-            self.diags.push(Diagnostic::error(codes::BAD_STRATEGY, s.name.span, format!("the strategy `{}` has no `pick`", s.name.name)).with_help("add `pick min`, `pick max`, `pick weighted` or `pick sample`"));
+            self.diags.push(
+                Diagnostic::error(
+                    codes::BAD_STRATEGY,
+                    s.name.span,
+                    format!("the strategy `{}` has no `pick`", s.name.name),
+                )
+                .with_help("add `pick min`, `pick max`, `pick weighted` or `pick sample`"),
+            );
             return None;
         };
         ok.then(|| CStrategy {

@@ -11,7 +11,10 @@ fn errs(src: &str) -> String {
 
 #[track_caller]
 fn has(out: &str, code: &str, at: &str) {
-    assert!(out.contains(&format!("[{code}]")), "missing {code} in:\n{out}");
+    assert!(
+        out.contains(&format!("[{code}]")),
+        "missing {code} in:\n{out}"
+    );
     assert!(out.contains(at), "missing {at} in:\n{out}");
 }
 
@@ -75,9 +78,12 @@ fn structure_errors() {
     has(&e, "E0603", "t.policy:1:11");
     has(&e, "E0201", "t.policy:2:7");
     assert!(e.contains("first defined here"), "{e}");
-    let e = errs("strategy s(x = 1) { score = endpoint.health }\nroute q { default use model via s }");
+    let e =
+        errs("strategy s(x = 1) { score = endpoint.health }\nroute q { default use model via s }");
     has(&e, "E0604", "t.policy:1:10");
-    let e = errs("route r { rule a { split by api_key { 100% -> canary use model } } default use model }");
+    let e = errs(
+        "route r { rule a { split by api_key { 100% -> canary use model } } default use model }",
+    );
     has(&e, "E0605", "t.policy:1:20");
 }
 

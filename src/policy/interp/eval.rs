@@ -280,13 +280,25 @@ impl<'a, 's> Evaluator<'a, 's> {
                 V::B(v)
             }
             TExprKind::Ep(f) => self.ep_field(*f),
-            TExprKind::State(i) => V::F(self.ep.and_then(|p| p.state.get(*i as usize).copied()).unwrap_or(0.0)),
+            TExprKind::State(i) => V::F(
+                self.ep
+                    .and_then(|p| p.state.get(*i as usize).copied())
+                    .unwrap_or(0.0),
+            ),
             TExprKind::Param(i) => {
-                let c = self.strat.as_ref().and_then(|s| s.args.get(*i as usize).copied());
+                let c = self
+                    .strat
+                    .as_ref()
+                    .and_then(|s| s.args.get(*i as usize).copied());
                 c.map(|c| self.konst(c)).unwrap_or(V::F(0.0))
             }
             TExprKind::Let(i) => {
-                let Some(expr) = self.strat.as_ref().and_then(|s| s.strategy.lets.get(*i as usize)).map(|(_, x)| x) else {
+                let Some(expr) = self
+                    .strat
+                    .as_ref()
+                    .and_then(|s| s.strategy.lets.get(*i as usize))
+                    .map(|(_, x)| x)
+                else {
                     return V::F(0.0);
                 };
                 self.eval(expr)
@@ -296,13 +308,22 @@ impl<'a, 's> Evaluator<'a, 's> {
                 match f {
                     OutcomeField::LatencyMs => V::F(o.latency_ms),
                     OutcomeField::TtftMs => V::F(o.ttft_ms),
-                    OutcomeField::InputTokens => V::I(i64::try_from(o.input_tokens).unwrap_or(i64::MAX)),
-                    OutcomeField::OutputTokens => V::I(i64::try_from(o.output_tokens).unwrap_or(i64::MAX)),
+                    OutcomeField::InputTokens => {
+                        V::I(i64::try_from(o.input_tokens).unwrap_or(i64::MAX))
+                    }
+                    OutcomeField::OutputTokens => {
+                        V::I(i64::try_from(o.output_tokens).unwrap_or(i64::MAX))
+                    }
                 }
             }
             TExprKind::Score => V::F(self.ep.map(|p| p.score).unwrap_or(0.0)),
             TExprKind::Probability => V::F(self.ep.map(|p| p.probability).unwrap_or(0.0)),
-            TExprKind::Count => V::I(self.strat.as_ref().map(|s| s.cands.len() as i64).unwrap_or(0)),
+            TExprKind::Count => V::I(
+                self.strat
+                    .as_ref()
+                    .map(|s| s.cands.len() as i64)
+                    .unwrap_or(0),
+            ),
             TExprKind::ToFloat(x) => V::F(self.eval(x).f()),
             TExprKind::Not(x) => V::B(!self.eval(x).b()),
             TExprKind::Neg(x) => match self.eval(x) {
@@ -349,7 +370,11 @@ impl<'a, 's> Evaluator<'a, 's> {
                     StrTest::Suffix => s.ends_with(p),
                     StrTest::Contains => s.contains(p),
                     StrTest::Glob => glob(s, p),
-                    StrTest::Regex(i) => self.set.regexes.get(*i as usize).is_some_and(|re| re.is_match(s)),
+                    StrTest::Regex(i) => self
+                        .set
+                        .regexes
+                        .get(*i as usize)
+                        .is_some_and(|re| re.is_match(s)),
                 };
                 self.leaf(e, r, vec![v.show()]);
                 V::B(r)
@@ -399,7 +424,12 @@ impl<'a, 's> Evaluator<'a, 's> {
         for c in cands {
             // Aggregate arguments contain no aggregates (checked), so a fresh
             // evaluator per candidate needs no cache.
-            let mut inner = StratCtx { strategy, args, cands, aggs: Vec::new() };
+            let mut inner = StratCtx {
+                strategy,
+                args,
+                cands,
+                aggs: Vec::new(),
+            };
             let mut ev = Evaluator {
                 set: self.set,
                 req: self.req,
@@ -415,8 +445,14 @@ impl<'a, 's> Evaluator<'a, 's> {
             AggFn::Sum => values.iter().sum(),
             AggFn::Mean if values.is_empty() => f64::NAN,
             AggFn::Mean => values.iter().sum::<f64>() / values.len() as f64,
-            AggFn::Lowest => values.iter().filter(|v| !v.is_nan()).fold(f64::INFINITY, |m, &v| if v < m { v } else { m }),
-            AggFn::Highest => values.iter().filter(|v| !v.is_nan()).fold(f64::NEG_INFINITY, |m, &v| if v > m { v } else { m }),
+            AggFn::Lowest => values
+                .iter()
+                .filter(|v| !v.is_nan())
+                .fold(f64::INFINITY, |m, &v| if v < m { v } else { m }),
+            AggFn::Highest => values
+                .iter()
+                .filter(|v| !v.is_nan())
+                .fold(f64::NEG_INFINITY, |m, &v| if v > m { v } else { m }),
         };
         if let Some(strat) = self.strat.as_deref_mut() {
             if strat.aggs.len() <= idx as usize {

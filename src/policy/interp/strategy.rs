@@ -53,12 +53,31 @@ pub fn contexts<'a>(
         return out;
     };
     for (slot, st) in s.states.iter().enumerate() {
-        let mut strat = StratCtx { strategy: s, args, cands: &[], aggs: Vec::new() };
-        let mut ev = Evaluator { set, req, priority: req.priority, ep: None, strat: Some(&mut strat), outcome: None, leaves: None };
+        let mut strat = StratCtx {
+            strategy: s,
+            args,
+            cands: &[],
+            aggs: Vec::new(),
+        };
+        let mut ev = Evaluator {
+            set,
+            req,
+            priority: req.priority,
+            ep: None,
+            strat: Some(&mut strat),
+            outcome: None,
+            leaves: None,
+        };
         let init = ev.number(&st.init);
         let known: Vec<Option<f64>> = out
             .iter()
-            .map(|c| c.stats.state.get(&s.name).and_then(|m| m.get(&st.name)).copied())
+            .map(|c| {
+                c.stats
+                    .state
+                    .get(&s.name)
+                    .and_then(|m| m.get(&st.name))
+                    .copied()
+            })
             .collect();
         let present: Vec<f64> = known.iter().flatten().copied().collect();
         let join = if st.join == JoinMode::Mean && !present.is_empty() {
@@ -86,7 +105,9 @@ pub fn rank<'a>(
     rng: Option<&mut SplitMix64>,
     explain: bool,
 ) -> Ranked<'a> {
-    let name = s.map(|s| s.name.clone()).unwrap_or_else(|| "priority".to_string());
+    let name = s
+        .map(|s| s.name.clone())
+        .unwrap_or_else(|| "priority".to_string());
     let Some(s) = s else {
         builtin_order(&mut cands);
         let order = contexts(set, None, args, req, stats, &cands);
@@ -112,8 +133,21 @@ pub fn rank<'a>(
     let mut kept = Vec::new();
     let mut preferred = Vec::new();
     for c in all {
-        let mut strat = StratCtx { strategy: s, args, cands: &[], aggs: Vec::new() };
-        let mut ev = Evaluator { set, req, priority: req.priority, ep: Some(&c), strat: Some(&mut strat), outcome: None, leaves: None };
+        let mut strat = StratCtx {
+            strategy: s,
+            args,
+            cands: &[],
+            aggs: Vec::new(),
+        };
+        let mut ev = Evaluator {
+            set,
+            req,
+            priority: req.priority,
+            ep: Some(&c),
+            strat: Some(&mut strat),
+            outcome: None,
+            leaves: None,
+        };
         if !s.require.iter().all(|r| ev.truth(r)) {
             if explain {
                 events.push(excluded(&name, &c, "fails `require`"));
@@ -158,7 +192,8 @@ pub fn rank<'a>(
                 strategy: name.clone(),
                 endpoint: c.reg.endpoint.id.clone(),
                 score: c.score,
-                probability: matches!(s.pick, PickMode::Weighted | PickMode::Sample).then_some(c.probability),
+                probability: matches!(s.pick, PickMode::Weighted | PickMode::Sample)
+                    .then_some(c.probability),
                 excluded: None,
             });
         }
@@ -177,23 +212,47 @@ fn excluded(strategy: &str, c: &EpCtx<'_>, why: &str) -> TraceEvent {
 }
 
 /// Fills `score` and `probability` of every candidate.
-fn score_all<'a>(set: &'a CheckedPolicySet, s: &'a CStrategy, args: &'a [Const], req: &'a RequestFeatures, cands: &mut [EpCtx<'a>]) {
+fn score_all<'a>(
+    set: &'a CheckedPolicySet,
+    s: &'a CStrategy,
+    args: &'a [Const],
+    req: &'a RequestFeatures,
+    cands: &mut [EpCtx<'a>],
+) {
     let snapshot: Vec<EpCtx<'a>> = cands.to_vec();
-    let mut strat = StratCtx { strategy: s, args, cands: &snapshot, aggs: vec![None; s.aggregates as usize] };
+    let mut strat = StratCtx {
+        strategy: s,
+        args,
+        cands: &snapshot,
+        aggs: vec![None; s.aggregates as usize],
+    };
     let scores: Vec<f64> = snapshot
         .iter()
         .map(|c| {
-            let mut ev = Evaluator { set, req, priority: req.priority, ep: Some(c), strat: Some(&mut strat), outcome: None, leaves: None };
+            let mut ev = Evaluator {
+                set,
+                req,
+                priority: req.priority,
+                ep: Some(c),
+                strat: Some(&mut strat),
+                outcome: None,
+                leaves: None,
+            };
             ev.number(&s.score)
         })
         .collect();
-    let weights: Vec<f64> = scores.iter().map(|&x| if x.is_finite() && x > 0.0 { x } else { 0.0 }).collect();
+    let weights: Vec<f64> = scores
+        .iter()
+        .map(|&x| if x.is_finite() && x > 0.0 { x } else { 0.0 })
+        .collect();
     let total: f64 = weights.iter().sum();
     let n = cands.len().max(1) as f64;
     for (i, c) in cands.iter_mut().enumerate() {
         c.score = scores[i];
         c.probability = match s.pick {
-            PickMode::Weighted | PickMode::Sample if total > 0.0 && total.is_finite() => weights[i] / total,
+            PickMode::Weighted | PickMode::Sample if total > 0.0 && total.is_finite() => {
+                weights[i] / total
+            }
             PickMode::Weighted | PickMode::Sample => 1.0 / n,
             _ => 1.0,
         };
@@ -258,8 +317,21 @@ pub fn update<'a>(
     let mut ctxs = contexts(set, Some(s), args, req, stats, cands);
     score_all(set, s, args, req, &mut ctxs);
     let me = ctxs.iter().position(|c| c.reg.endpoint.id == endpoint)?;
-    let mut strat = StratCtx { strategy: s, args, cands: &ctxs, aggs: vec![None; s.aggregates as usize] };
-    let mut ev = Evaluator { set, req, priority: req.priority, ep: Some(&ctxs[me]), strat: Some(&mut strat), outcome, leaves: None };
+    let mut strat = StratCtx {
+        strategy: s,
+        args,
+        cands: &ctxs,
+        aggs: vec![None; s.aggregates as usize],
+    };
+    let mut ev = Evaluator {
+        set,
+        req,
+        priority: req.priority,
+        ep: Some(&ctxs[me]),
+        strat: Some(&mut strat),
+        outcome,
+        leaves: None,
+    };
     let mut slots = BTreeMap::new();
     for (slot, value) in assigns {
         let v = ev.number(value);
@@ -267,5 +339,10 @@ pub fn update<'a>(
             slots.insert(st.name.clone(), v);
         }
     }
-    Some(StateUpdate { endpoint: endpoint.to_string(), strategy: s.name.clone(), event, slots })
+    Some(StateUpdate {
+        endpoint: endpoint.to_string(),
+        strategy: s.name.clone(),
+        event,
+        slots,
+    })
 }

@@ -11,14 +11,24 @@ fn trace_shows_conditions_with_locations_and_values() {
     let (d, t) = explain(&set, &req, &StatsSnapshot::default(), 0);
     assert_eq!(d.route.as_deref(), Some("long_context"));
     let first = t.events.iter().find_map(|e| match e {
-        TraceEvent::Condition { owner, at, value, leaves } if owner == "route long_context" => Some((at, value, leaves)),
+        TraceEvent::Condition {
+            owner,
+            at,
+            value,
+            leaves,
+        } if owner == "route long_context" => Some((at, value, leaves)),
         _ => None,
     });
     let (at, value, leaves) = first.expect("route condition traced");
     assert_eq!(at, "policies/long_context.policy:4:8");
     assert!(*value);
-    assert_eq!(leaves[0].saw, vec!["150000".to_string(), "100000".to_string()]);
-    assert!(t.events.iter().any(|e| matches!(e, TraceEvent::Candidate { strategy, .. } if strategy == "least_latency")));
+    assert_eq!(
+        leaves[0].saw,
+        vec!["150000".to_string(), "100000".to_string()]
+    );
+    assert!(t.events.iter().any(
+        |e| matches!(e, TraceEvent::Candidate { strategy, .. } if strategy == "least_latency")
+    ));
     let json = serde_json::to_value(&d).unwrap();
     assert_eq!(json["endpoint"], "anthropic/claude-sonnet");
     assert_eq!(json["fallbacks"][1]["endpoint"], "openai/gpt-4o");
@@ -29,8 +39,12 @@ fn decisions_are_deterministic_given_the_seed() {
     let set = with_builtins("route r { default use any via exp3 }").unwrap();
     let req = RequestFeatures::for_model("gpt-4o");
     let stats = StatsSnapshot::default();
-    let a: Vec<_> = (0..50).map(|s| decide(&set, &req, &stats, s).endpoint).collect();
-    let b: Vec<_> = (0..50).map(|s| decide(&set, &req, &stats, s).endpoint).collect();
+    let a: Vec<_> = (0..50)
+        .map(|s| decide(&set, &req, &stats, s).endpoint)
+        .collect();
+    let b: Vec<_> = (0..50)
+        .map(|s| decide(&set, &req, &stats, s).endpoint)
+        .collect();
     assert_eq!(a, b);
     assert!(a.iter().collect::<std::collections::BTreeSet<_>>().len() > 2);
 }
@@ -55,17 +69,37 @@ fn rule_priority_continue_and_unknown_model() {
     let d = decide(&set, &req, &StatsSnapshot::default(), 0);
     assert_eq!(d.rule.as_deref(), Some("late"));
     assert_eq!(d.priority, PriorityLevel::Low);
-    let d = decide(&set, &RequestFeatures::for_model("nope"), &StatsSnapshot::default(), 0);
+    let d = decide(
+        &set,
+        &RequestFeatures::for_model("nope"),
+        &StatsSnapshot::default(),
+        0,
+    );
     assert_eq!(d.reject.map(|r| r.status), Some(404));
-    let d = decide(&set, &RequestFeatures::for_model("mock"), &StatsSnapshot::default(), 0);
-    assert_eq!((d.route, d.endpoint.as_deref()), (None, Some("mock/mock-1")));
+    let d = decide(
+        &set,
+        &RequestFeatures::for_model("mock"),
+        &StatsSnapshot::default(),
+        0,
+    );
+    assert_eq!(
+        (d.route, d.endpoint.as_deref()),
+        (None, Some("mock/mock-1"))
+    );
 }
 
 #[test]
 fn random_split_uses_the_seed_and_absent_keys_hash_as_empty() {
     let set = with_builtins("route r { rule s { split by random { 50% -> use \"gpt-4o\" 50% -> use \"smollm\" } } default use model }").unwrap();
     let req = RequestFeatures::for_model("gpt-4o");
-    let smol = (0..2000).filter(|s| decide(&set, &req, &StatsSnapshot::default(), *s).model.as_deref() == Some("smollm")).count();
+    let smol = (0..2000)
+        .filter(|s| {
+            decide(&set, &req, &StatsSnapshot::default(), *s)
+                .model
+                .as_deref()
+                == Some("smollm")
+        })
+        .count();
     assert!((900..1100).contains(&smol), "{smol}");
     let set = with_builtins("route r { rule s { split by header(\"X-User\") { 50% -> use \"gpt-4o\" 50% -> use \"smollm\" } } default use model }").unwrap();
     let d = decide(&set, &req, &StatsSnapshot::default(), 0);
@@ -78,7 +112,13 @@ fn random_split_uses_the_seed_and_absent_keys_hash_as_empty() {
 fn no_available_endpoint_is_a_503() {
     let set = with_builtins("route r { default use \"smollm\" }").unwrap();
     let mut stats = StatsSnapshot::default();
-    stats.endpoints.insert("local/smollm".into(), crate::policy::EndpointStats { available: false, ..Default::default() });
+    stats.endpoints.insert(
+        "local/smollm".into(),
+        crate::policy::EndpointStats {
+            available: false,
+            ..Default::default()
+        },
+    );
     let d = decide(&set, &RequestFeatures::for_model("smollm"), &stats, 0);
     assert_eq!(d.reject.map(|r| r.status), Some(503));
 }

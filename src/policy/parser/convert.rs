@@ -345,7 +345,11 @@ impl Conv {
         let inner = p.clone().into_inner().next().ok_or_else(|| self.bug(&p))?;
         let kind = match inner.as_rule() {
             Rule::endpoint_target => {
-                let s = inner.clone().into_inner().next().ok_or_else(|| self.bug(&inner))?;
+                let s = inner
+                    .clone()
+                    .into_inner()
+                    .next()
+                    .ok_or_else(|| self.bug(&inner))?;
                 TargetKind::Endpoint(self.string(s)?.node)
             }
             Rule::any_target => TargetKind::Any,
@@ -410,7 +414,8 @@ impl Conv {
                             Rule::canary_kw => canary = true,
                             Rule::use_action => action = Some(self.use_action(r)?),
                             Rule::rollback => {
-                                let w = r.clone().into_inner().next().ok_or_else(|| self.bug(&r))?;
+                                let w =
+                                    r.clone().into_inner().next().ok_or_else(|| self.bug(&r))?;
                                 rollback = Some(self.when(w)?)
                             }
                             _ => return Err(self.bug(&r)),

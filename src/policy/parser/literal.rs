@@ -58,7 +58,10 @@ pub(super) fn int(text: &str, span: Span) -> Res<i64> {
         Diagnostic::error(
             codes::BAD_LITERAL,
             span,
-            format!("the number `{text}` is too large; the largest is {}", i64::MAX),
+            format!(
+                "the number `{text}` is too large; the largest is {}",
+                i64::MAX
+            ),
         )
     })
 }
@@ -89,7 +92,11 @@ fn scaled_decimal(text: &str, scale: u32) -> Option<i128> {
         return None;
     }
     let i: i128 = int_part.parse().ok()?;
-    let f: i128 = if frac.is_empty() { 0 } else { frac.parse().ok()? };
+    let f: i128 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse().ok()?
+    };
     let f_scaled = f * 10i128.pow(scale - frac.len() as u32);
     i.checked_mul(10i128.pow(scale))?.checked_add(f_scaled)
 }

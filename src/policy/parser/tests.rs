@@ -66,20 +66,29 @@ fn every_construct_parses() {
     assert_eq!(f.items.len(), 4);
     assert_eq!(f.comments.len(), 1);
     assert_eq!(f.comments[0].text, " Chat routing.");
-    let Item::Route(r) = &f.items[0] else { panic!() };
+    let Item::Route(r) = &f.items[0] else {
+        panic!()
+    };
     assert_eq!(r.name.name, "chat");
     assert_eq!(r.priority.as_ref().map(|p| p.node), Some(5));
     assert_eq!(r.items.len(), 8);
-    let Item::Strategy(s) = &f.items[1] else { panic!() };
+    let Item::Strategy(s) = &f.items[1] else {
+        panic!()
+    };
     assert_eq!(s.params.len(), 2);
-    assert!(s.params[1].range.as_ref().is_some_and(|r| !r.lo_inclusive && r.hi_inclusive));
+    assert!(s.params[1]
+        .range
+        .as_ref()
+        .is_some_and(|r| !r.lo_inclusive && r.hi_inclusive));
     let Item::Test(t) = &f.items[3] else { panic!() };
     assert_eq!(t.items.len(), 4);
 }
 
 fn expr_of(src: &str) -> Expr {
     let f = parse_ok(&format!("route r when {src} {{ default use model }}"));
-    let Item::Route(r) = f.items.into_iter().next().unwrap() else { panic!() };
+    let Item::Route(r) = f.items.into_iter().next().unwrap() else {
+        panic!()
+    };
     r.when.unwrap()
 }
 
@@ -90,7 +99,11 @@ fn show(e: &Expr) -> String {
         ExprKind::Unary(UnaryOp::Neg, a) => format!("(-{})", show(a)),
         ExprKind::Var(i) => i.name.clone(),
         ExprKind::Lit(LitKind::Int(v)) => v.to_string(),
-        ExprKind::Path(p) => p.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join("."),
+        ExprKind::Path(p) => p
+            .iter()
+            .map(|i| i.name.as_str())
+            .collect::<Vec<_>>()
+            .join("."),
         other => format!("{other:?}"),
     }
 }
@@ -102,7 +115,10 @@ fn precedence() {
     assert_eq!(show(&expr_of("not a and b")), "((not a) and b)");
     assert_eq!(show(&expr_of("1 + 2 * 3 - 4")), "((1 + (2 * 3)) - 4)");
     assert_eq!(show(&expr_of("-a * b")), "((-a) * b)");
-    assert_eq!(show(&expr_of("a not in b or c in d")), "((a not in b) or (c in d))");
+    assert_eq!(
+        show(&expr_of("a not in b or c in d")),
+        "((a not in b) or (c in d))"
+    );
     assert_eq!(show(&expr_of("(1 + 2) * 3")), "((1 + 2) * 3)");
     assert_eq!(show(&expr_of("index > 1")), "(index > 1)");
 }
@@ -129,18 +145,31 @@ fn syntax_errors_have_human_names_and_positions() {
 #[test]
 fn literal_errors_are_reported() {
     let e = parse_err("route r { rule x when a == \"\\q\" { use model } default use model }");
-    assert!(e.contains("E0104") && e.contains("not a known escape"), "{e}");
+    assert!(
+        e.contains("E0104") && e.contains("not a known escape"),
+        "{e}"
+    );
     let e = parse_err("route r { cache on ttl 1.5ms default use model }");
     assert!(e.contains("whole number of milliseconds"), "{e}");
 }
 
 #[test]
 fn limits_are_enforced_without_overflow() {
-    let deep = format!("route r when {}1{} {{ default use model }}", "(".repeat(5000), ")".repeat(5000));
+    let deep = format!(
+        "route r when {}1{} {{ default use model }}",
+        "(".repeat(5000),
+        ")".repeat(5000)
+    );
     assert!(parse_err(&deep).contains("E0103"));
-    let nots = format!("route r when {}a {{ default use model }}", "not ".repeat(100_000));
+    let nots = format!(
+        "route r when {}a {{ default use model }}",
+        "not ".repeat(100_000)
+    );
     assert!(parse_err(&nots).contains("E0103"));
-    let chain = format!("route r when a{} {{ default use model }}", " or a".repeat(50_000));
+    let chain = format!(
+        "route r when a{} {{ default use model }}",
+        " or a".repeat(50_000)
+    );
     assert!(parse_err(&chain).contains("E0103"));
     let big = "#".repeat(MAX_INPUT_BYTES + 1);
     assert!(parse_err(&big).contains("E0102"));
@@ -148,8 +177,19 @@ fn limits_are_enforced_without_overflow() {
 
 #[test]
 fn garbage_never_panics() {
-    for s in ["", "route", "route r {", "\"", "route r when \"abc", "}}}}", "route r { split by { } }",
-        "test \"x\" { expect share arm 1 = 5% within }", "strategy s( { }", "\u{0}\u{ffff}", "route r when 1 +"] {
+    for s in [
+        "",
+        "route",
+        "route r {",
+        "\"",
+        "route r when \"abc",
+        "}}}}",
+        "route r { split by { } }",
+        "test \"x\" { expect share arm 1 = 5% within }",
+        "strategy s( { }",
+        "\u{0}\u{ffff}",
+        "route r when 1 +",
+    ] {
         let _ = parse_str("t.policy", s);
     }
 }
@@ -157,7 +197,12 @@ fn garbage_never_panics() {
 #[test]
 #[ignore]
 fn show_errors() {
-    for s in ["route r {\n  cache on ttl 5\n}", "route r {\n  rule x when request.model = \"a\" { use model }\n}", "route r { default use model }\nstrategy s { pick best }", "test \"t\" { expect share arm 1 = 5% within }"] {
+    for s in [
+        "route r {\n  cache on ttl 5\n}",
+        "route r {\n  rule x when request.model = \"a\" { use model }\n}",
+        "route r { default use model }\nstrategy s { pick best }",
+        "test \"t\" { expect share arm 1 = 5% within }",
+    ] {
         println!("{}", parse_err(s));
     }
 }

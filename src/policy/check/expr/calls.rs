@@ -10,9 +10,29 @@ use super::{facts, texpr, to_float, Checker, Ctx, Scope};
 
 /// Every built-in function name, for did-you-mean.
 pub const FUNCTIONS: &[&str] = &[
-    "has", "header", "metadata", "starts_with", "ends_with", "contains", "glob", "matches",
-    "min", "max", "abs", "exp", "ln", "sqrt", "pow", "clamp", "float", "if", "count", "sum",
-    "mean", "lowest", "highest",
+    "has",
+    "header",
+    "metadata",
+    "starts_with",
+    "ends_with",
+    "contains",
+    "glob",
+    "matches",
+    "min",
+    "max",
+    "abs",
+    "exp",
+    "ln",
+    "sqrt",
+    "pow",
+    "clamp",
+    "float",
+    "if",
+    "count",
+    "sum",
+    "mean",
+    "lowest",
+    "highest",
 ];
 
 impl Checker<'_> {
@@ -51,7 +71,13 @@ impl Checker<'_> {
         }
     }
 
-    pub(super) fn call(&mut self, name: &Ident, args: &[Expr], e: &Expr, scope: &mut Scope<'_>) -> Option<TExpr> {
+    pub(super) fn call(
+        &mut self,
+        name: &Ident,
+        args: &[Expr],
+        e: &Expr,
+        scope: &mut Scope<'_>,
+    ) -> Option<TExpr> {
         let n = name.name.as_str();
         match n {
             "header" | "metadata" => {
@@ -67,7 +93,9 @@ impl Checker<'_> {
                 }
                 let inner = &args[0];
                 let field = match &inner.kind {
-                    ExprKind::Call(id, a) if (id.name == "header" || id.name == "metadata") && a.len() == 1 => {
+                    ExprKind::Call(id, a)
+                        if (id.name == "header" || id.name == "metadata") && a.len() == 1 =>
+                    {
                         self.optional_source(&id.name, &a[0]).map(|(f, _)| f)
                     }
                     ExprKind::Path(p) if p.len() == 2 && p[0].name == "request" => {
@@ -82,8 +110,10 @@ impl Checker<'_> {
                                 None
                             }
                             None => {
-                                let names: Vec<&str> = ReqField::NAMED.iter().map(|(n, ..)| *n).collect();
-                                self.unknown_field(inner, p, &names).map(|_| ReqField::Model)
+                                let names: Vec<&str> =
+                                    ReqField::NAMED.iter().map(|(n, ..)| *n).collect();
+                                self.unknown_field(inner, p, &names)
+                                    .map(|_| ReqField::Model)
                             }
                         }
                     }
@@ -97,7 +127,10 @@ impl Checker<'_> {
                     }
                 }?;
                 if scope.ctx == Ctx::Const {
-                    return self.context_error(e, "a state's initial value can only use parameters and constants");
+                    return self.context_error(
+                        e,
+                        "a state's initial value can only use parameters and constants",
+                    );
                 }
                 Some(texpr(TExprKind::Has(field), Ty::Bool, e))
             }
@@ -105,7 +138,12 @@ impl Checker<'_> {
                 if !self.arity(name, args, 2, e) {
                     return None;
                 }
-                let s = self.expr_of(&args[0], scope, Ty::Str, &format!("the first argument of `{n}`"));
+                let s = self.expr_of(
+                    &args[0],
+                    scope,
+                    Ty::Str,
+                    &format!("the first argument of `{n}`"),
+                );
                 let pat = self.literal_string(&args[1], &format!("the pattern of `{n}`"))?;
                 let test = match n {
                     "starts_with" => StrTest::Prefix,
@@ -115,7 +153,11 @@ impl Checker<'_> {
                     _ => StrTest::Regex(self.regex(&pat, &args[1])?),
                 };
                 let sym = self.strings.intern(&pat);
-                Some(texpr(TExprKind::Match(test, Box::new(s?), sym), Ty::Bool, e))
+                Some(texpr(
+                    TExprKind::Match(test, Box::new(s?), sym),
+                    Ty::Bool,
+                    e,
+                ))
             }
             "min" | "max" | "pow" => {
                 if !self.arity(name, args, 2, e) {
@@ -125,7 +167,10 @@ impl Checker<'_> {
                 let b = self.expr(&args[1], scope);
                 let (mut a, mut b) = self.unify(a?, b?, e)?;
                 if !matches!(a.ty, Ty::Int | Ty::Float) {
-                    return self.mismatch(e, format!("`{n}` needs numbers, but these are {}", a.ty.name()));
+                    return self.mismatch(
+                        e,
+                        format!("`{n}` needs numbers, but these are {}", a.ty.name()),
+                    );
                 }
                 if n == "pow" {
                     a = to_float(a);
@@ -151,7 +196,12 @@ impl Checker<'_> {
                     match p.ty {
                         Ty::Int if float => out.push(to_float(p)),
                         Ty::Int | Ty::Float => out.push(p),
-                        other => return self.mismatch(e, format!("`clamp` needs numbers, but got {}", other.name())),
+                        other => {
+                            return self.mismatch(
+                                e,
+                                format!("`clamp` needs numbers, but got {}", other.name()),
+                            )
+                        }
                     }
                 }
                 let ty = if float { Ty::Float } else { Ty::Int };
@@ -163,7 +213,8 @@ impl Checker<'_> {
                 }
                 let a = self.expr(&args[0], scope)?;
                 if !matches!(a.ty, Ty::Int | Ty::Float) {
-                    return self.mismatch(e, format!("`abs` needs a number, but got {}", a.ty.name()));
+                    return self
+                        .mismatch(e, format!("`abs` needs a number, but got {}", a.ty.name()));
                 }
                 let ty = a.ty;
                 Some(texpr(TExprKind::Math(MathFn::Abs, vec![a]), ty, e))
@@ -172,7 +223,12 @@ impl Checker<'_> {
                 if !self.arity(name, args, 1, e) {
                     return None;
                 }
-                let a = self.expr_of(&args[0], scope, Ty::Float, &format!("the argument of `{n}`"))?;
+                let a = self.expr_of(
+                    &args[0],
+                    scope,
+                    Ty::Float,
+                    &format!("the argument of `{n}`"),
+                )?;
                 let f = match n {
                     "exp" => MathFn::Exp,
                     "ln" => MathFn::Ln,
@@ -199,22 +255,37 @@ impl Checker<'_> {
                 scope.known.truncate(saved);
                 let (a, b) = self.unify(a?, b?, e)?;
                 let ty = a.ty;
-                Some(texpr(TExprKind::If(Box::new(c?), Box::new(a), Box::new(b)), ty, e))
+                Some(texpr(
+                    TExprKind::If(Box::new(c?), Box::new(a), Box::new(b)),
+                    ty,
+                    e,
+                ))
             }
             "count" | "sum" | "mean" | "lowest" | "highest" => self.aggregate(name, args, e, scope),
             _ => {
                 self.diags.push(
-                    Diagnostic::error(codes::UNKNOWN_FUNCTION, name.span, format!("`{n}` is not a known function"))
-                        .with_did_you_mean(did_you_mean(n, FUNCTIONS.iter().copied())),
+                    Diagnostic::error(
+                        codes::UNKNOWN_FUNCTION,
+                        name.span,
+                        format!("`{n}` is not a known function"),
+                    )
+                    .with_did_you_mean(did_you_mean(n, FUNCTIONS.iter().copied())),
                 );
                 None
             }
         }
     }
 
-    fn aggregate(&mut self, name: &Ident, args: &[Expr], e: &Expr, scope: &mut Scope<'_>) -> Option<TExpr> {
+    fn aggregate(
+        &mut self,
+        name: &Ident,
+        args: &[Expr],
+        e: &Expr,
+        scope: &mut Scope<'_>,
+    ) -> Option<TExpr> {
         let n = name.name.as_str();
-        if !matches!(scope.ctx, Ctx::Score | Ctx::OnPick | Ctx::OnOutcome) || scope.strat.is_none() {
+        if !matches!(scope.ctx, Ctx::Score | Ctx::OnPick | Ctx::OnOutcome) || scope.strat.is_none()
+        {
             return self.context_error(
                 e,
                 &format!("`{n}()` aggregates over a strategy's candidates; it is allowed only in `let`, `score` and `on` blocks"),
@@ -234,7 +305,12 @@ impl Checker<'_> {
             return None;
         }
         scope.in_agg = true;
-        let a = self.expr_of(&args[0], scope, Ty::Float, &format!("the argument of `{n}`"));
+        let a = self.expr_of(
+            &args[0],
+            scope,
+            Ty::Float,
+            &format!("the argument of `{n}`"),
+        );
         scope.in_agg = false;
         let a = a?;
         let f = match n {
@@ -275,8 +351,12 @@ impl Checker<'_> {
                 let detail = err.to_string();
                 let last = detail.lines().last().unwrap_or("").trim().to_string();
                 self.diags.push(
-                    Diagnostic::error(codes::BAD_REGEX, arg.span, "this regular expression is invalid")
-                        .with_help(last),
+                    Diagnostic::error(
+                        codes::BAD_REGEX,
+                        arg.span,
+                        "this regular expression is invalid",
+                    )
+                    .with_help(last),
                 );
                 None
             }

@@ -54,7 +54,8 @@ impl Conv {
                 }
                 Rule::require_def | Rule::prefer_def | Rule::score_def => {
                     let rule = q.as_rule();
-                    let e = self.expr(q.clone().into_inner().next().ok_or_else(|| self.bug(&q))?)?;
+                    let e =
+                        self.expr(q.clone().into_inner().next().ok_or_else(|| self.bug(&q))?)?;
                     match rule {
                         Rule::require_def => StrategyItem::Require(e),
                         Rule::prefer_def => StrategyItem::Prefer(e),
@@ -163,7 +164,8 @@ impl Conv {
                         let key = match k.as_rule() {
                             Rule::header_key | Rule::metadata_key => {
                                 let is_header = k.as_rule() == Rule::header_key;
-                                let s = k.clone().into_inner().next().ok_or_else(|| self.bug(&k))?;
+                                let s =
+                                    k.clone().into_inner().next().ok_or_else(|| self.bug(&k))?;
                                 let v = self.string(s)?.node;
                                 if is_header {
                                     ReqKey::Header(v)
