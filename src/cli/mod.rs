@@ -1,8 +1,11 @@
-//! Command line: `switchyard serve`, `switchyard mock`.
+//! Command line: `switchyard serve`, `mock`, and the policy tools `lint`, `fmt`,
+//! `dry-run`, `test`.
 //!
 //! Flags are parsed by clap, then turned into typed settings; every command returns an
 //! exit code (0 success, 1 invalid input such as a bad config, 2 usage or I/O errors).
 
+mod dry_run;
+pub mod policy;
 mod serve;
 
 use std::net::SocketAddr;
@@ -43,6 +46,57 @@ pub enum Command {
     Serve(ServeArgs),
     /// Run a provider emulator speaking OpenAI's API (for tests and load runs).
     Mock(MockArgs),
+    /// Check policies: errors and lint warnings with locations.
+    Lint(LintArgs),
+    /// Format policy files in the canonical layout.
+    Fmt(FmtArgs),
+    /// Show the routing decision and its trace for one request, without a server.
+    DryRun(dry_run::DryRunArgs),
+    /// Run the policy test cases.
+    Test(TestArgs),
+}
+
+/// `switchyard lint` flags.
+#[derive(Debug, clap::Args)]
+pub struct LintArgs {
+    /// Policy files or directories (default: the config's `policies.dir`).
+    pub paths: Vec<PathBuf>,
+    /// Config file whose registry names are checked against; default
+    /// `./switchyard.yaml` if it exists, else the built-in config.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: policy::Format,
+    /// Exit 1 on warnings too.
+    #[arg(long)]
+    pub deny_warnings: bool,
+}
+
+/// `switchyard fmt` flags.
+#[derive(Debug, clap::Args)]
+pub struct FmtArgs {
+    /// Policy files or directories (default: the config's `policies.dir`).
+    pub paths: Vec<PathBuf>,
+    /// Config file (for the default policy directory).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Change nothing; list the files that would change and exit 1 if any.
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// `switchyard test` flags.
+#[derive(Debug, clap::Args)]
+pub struct TestArgs {
+    /// Policy files or directories (default: the config's `policies.dir`).
+    pub paths: Vec<PathBuf>,
+    /// Config file whose registry the policies use.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: policy::Format,
 }
 
 /// `switchyard serve` flags.
@@ -161,6 +215,10 @@ pub fn main() -> ExitCode {
     init_tracing(&cli.log, cli.log_format);
     match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Lint(a) => policy::lint(&a.paths, a.config.as_deref(), a.format, a.deny_warnings),
+        Command::Fmt(a) => policy::fmt(&a.paths, a.config.as_deref(), a.check),
+        Command::Test(a) => policy::test(&a.paths, a.config.as_deref(), a.format),
+        Command::DryRun(a) => dry_run::run(a),
         Command::Mock(args) => {
             let opts = match args.options() {
                 Ok(o) => o,

@@ -38,9 +38,9 @@ use crate::egress::relay::{collect, SseRelay};
 use crate::egress::Upstream;
 use crate::error::{ErrorKind, Fault, GatewayError};
 use crate::metrics as m;
+use crate::policy::from_request::{features, Caller};
 use crate::policy::{Decision, RequestFeatures};
 use crate::providers::StreamContext;
-use crate::routing::features::request_features;
 use crate::routing::policy::PolicySnapshot;
 use crate::routing::Registry;
 use crate::stats::{ratelimit, StatsStore};
@@ -193,7 +193,14 @@ impl Gateway {
             Ok(c) => c,
             Err(e) => return self.fail(None, e),
         };
-        let features = request_features(&chat, headers, SystemTime::now());
+        let now = SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let pairs = headers
+            .iter()
+            .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)));
+        let features = features(&chat, pairs, &Caller::default(), now);
         let decision = self.decide(snap, &features);
         if let Some(r) = &decision.reject {
             // No route took the request and its model is not in the registry.

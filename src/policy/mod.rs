@@ -27,7 +27,10 @@ pub use features::{EndpointStats, Outcome, RequestFeatures, StatsSnapshot};
 pub use registry::{Registry, RegistryEndpoint, RegistryModel};
 pub mod check;
 pub mod checked;
+pub mod fmt;
+pub mod from_request;
 pub mod interp;
+pub mod lint;
 pub mod testing;
 
 pub use check::{check, parse_and_check};

@@ -7,7 +7,6 @@
 //! with no shared counter or lock on the request path), the rest follow by descending
 //! weight. Endpoints of weight 0 are never used.
 
-pub mod features;
 pub mod policy;
 
 use std::collections::HashMap;

@@ -165,15 +165,30 @@ pub fn policy_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
 /// # Errors
 /// [`LoadError::Io`] for unreadable files.
 pub fn read_sources(dir: Option<&Path>) -> Result<SourceMap, LoadError> {
+    let roots: Vec<PathBuf> = dir.map(Path::to_path_buf).into_iter().collect();
+    read_sources_from(&roots)
+}
+
+/// Like [`read_sources`] for several roots, each a policy file (named as given) or a
+/// directory (its files named relative to it).
+///
+/// # Errors
+/// [`LoadError::Io`] for unreadable files or directories.
+pub fn read_sources_from(roots: &[PathBuf]) -> Result<SourceMap, LoadError> {
     let mut user: Vec<(String, String)> = Vec::new();
-    if let Some(dir) = dir {
-        for path in policy_files(dir)? {
+    for root in roots {
+        let files = if root.is_dir() {
+            policy_files(root)?
+        } else {
+            vec![root.clone()]
+        };
+        for path in files {
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| LoadError::Io(format!("cannot read {}: {e}", path.display())))?;
-            let name = path
-                .strip_prefix(dir)
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|_| path.display().to_string());
+            let name = match path.strip_prefix(root) {
+                Ok(rel) if root.is_dir() => rel.display().to_string(),
+                _ => path.display().to_string(),
+            };
             user.push((name, text));
         }
     }

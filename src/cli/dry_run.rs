@@ -1,0 +1,288 @@
+//! `switchyard dry-run`: one request through the policy set, without a server.
+//!
+//! Prints the decision and the trace (conditions tried in order with their
+//! locations and the values they saw, the split bucket, each endpoint's score). The
+//! JSON schema (`switchyard.dry-run/1`) is documented in `docs/lint.md`.
+
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::policy::{load_config, say, Format};
+use crate::api::ChatRequest;
+use crate::policy::ast::PriorityLevel;
+use crate::policy::diagnostic::render_all;
+use crate::policy::from_request::{features, Caller};
+use crate::policy::interp::{Decision, TraceEvent};
+use crate::policy::StatsSnapshot;
+use crate::routing::policy::{read_sources_from, registry_from_config};
+
+/// `switchyard dry-run` flags.
+#[derive(Debug, clap::Args)]
+pub struct DryRunArgs {
+    /// OpenAI chat completion body (JSON); `-` reads standard input.
+    #[arg(long)]
+    pub request: String,
+    /// Policy directory (default: the config's `policies.dir`).
+    #[arg(long)]
+    pub policies: Option<PathBuf>,
+    /// Config file; default `./switchyard.yaml` if it exists, else the built-in config.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// A request header `name:value` (repeatable).
+    #[arg(long = "header", value_name = "K:V")]
+    pub headers: Vec<String>,
+    /// Endpoint statistics snapshot (JSON: endpoint id → stats).
+    #[arg(long)]
+    pub stats: Option<PathBuf>,
+    /// Seed of the decision's random source (random splits, sampling strategies).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// The caller's API key id (as ingress would authenticate it).
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// The caller's organization.
+    #[arg(long)]
+    pub org: Option<String>,
+    /// Priority before routing: low, normal, high or critical.
+    #[arg(long, default_value = "normal")]
+    pub priority: String,
+    /// Request time as Unix seconds (default: now), for `request.hour` / `weekday`.
+    #[arg(long)]
+    pub time: Option<u64>,
+    /// Print the full trace in human output (JSON always has it).
+    #[arg(long)]
+    pub explain: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: Format,
+}
+
+fn fail(code: u8, msg: String) -> ExitCode {
+    eprintln!("error: {msg}");
+    ExitCode::from(code)
+}
+
+/// Runs `switchyard dry-run`.
+pub fn run(a: DryRunArgs) -> ExitCode {
+    let cfg = match load_config(a.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => return fail(2, e.0),
+    };
+    let dirs: Vec<PathBuf> = a.policies.iter().cloned().collect();
+    let roots = if dirs.is_empty() {
+        cfg.policies.dir.iter().cloned().collect()
+    } else {
+        dirs
+    };
+    let sources = match read_sources_from(&roots) {
+        Ok(s) => s,
+        Err(e) => return fail(2, e.to_string()),
+    };
+    let body = if a.request == "-" {
+        let mut b = Vec::new();
+        std::io::stdin().read_to_end(&mut b).map(|_| b)
+    } else {
+        std::fs::read(&a.request)
+    };
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return fail(2, format!("cannot read request {}: {e}", a.request)),
+    };
+    let req = match ChatRequest::parse(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return fail(
+                2,
+                format!("the request is not a valid chat completion body: {e}"),
+            )
+        }
+    };
+    let mut headers = Vec::new();
+    for h in &a.headers {
+        match h.split_once(':') {
+            Some((k, v)) if !k.trim().is_empty() => {
+                headers.push((k.trim().to_string(), v.trim().to_string()))
+            }
+            _ => return fail(2, format!("--header `{h}` is not of the form name:value")),
+        }
+    }
+    let Some(priority) = PriorityLevel::parse(&a.priority) else {
+        return fail(
+            2,
+            format!(
+                "--priority `{}` is not one of low, normal, high, critical",
+                a.priority
+            ),
+        );
+    };
+    let stats: StatsSnapshot = match &a.stats {
+        None => StatsSnapshot::default(),
+        Some(p) => match std::fs::read(p)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        {
+            Ok(s) => s,
+            Err(e) => return fail(2, format!("cannot load stats {}: {e}", p.display())),
+        },
+    };
+    let now = a.time.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    });
+    let caller = Caller {
+        api_key: a.api_key.clone(),
+        org: a.org.clone(),
+        priority,
+    };
+    let pairs = headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    let feats = features(&req, pairs, &caller, now);
+    let set = match crate::policy::parse_and_check(&sources, &registry_from_config(&cfg)) {
+        Ok(s) => s,
+        Err(d) => {
+            eprint!("{}", render_all(&d, &sources));
+            return ExitCode::from(1);
+        }
+    };
+    let (decision, trace) = crate::policy::explain(&set, &feats, &stats, a.seed);
+    match a.format {
+        Format::Json => {
+            let doc = serde_json::json!({
+                "schema": "switchyard.dry-run/1",
+                "policy_version": set.version,
+                "request": feats,
+                "decision": decision,
+                "trace": trace.events,
+            });
+            say!(
+                "{}\n",
+                serde_json::to_string_pretty(&doc).unwrap_or_default()
+            );
+        }
+        Format::Human => say!(
+            "{}",
+            human(&set.version, &decision, &trace.events, a.explain)
+        ),
+    }
+    ExitCode::SUCCESS
+}
+
+fn human(version: &str, d: &Decision, events: &[TraceEvent], explain: bool) -> String {
+    let mut s = format!("policy version {version}\n");
+    let or_none = |o: &Option<String>| o.clone().unwrap_or_else(|| "-".into());
+    match &d.reject {
+        Some(r) => s.push_str(&format!(
+            "decision: reject {} \"{}\"\n",
+            r.status, r.message
+        )),
+        None => s.push_str(&format!(
+            "decision: endpoint {} (model {}) via {}\n",
+            or_none(&d.endpoint),
+            or_none(&d.model),
+            or_none(&d.strategy)
+        )),
+    }
+    s.push_str(&format!(
+        "  route {}, rule {}, target {}\n",
+        or_none(&d.route),
+        or_none(&d.rule),
+        or_none(&d.target)
+    ));
+    if let Some(sp) = &d.split {
+        s.push_str(&format!(
+            "  split arm {} (bucket {}{})\n",
+            sp.arm,
+            sp.bucket,
+            if sp.rolled_back {
+                ", canary rolled back"
+            } else {
+                ""
+            }
+        ));
+    }
+    let fb: Vec<&str> = d.fallbacks.iter().map(|f| f.endpoint.as_str()).collect();
+    s.push_str(&format!(
+        "  fallbacks: {}\n",
+        if fb.is_empty() {
+            "none".to_string()
+        } else {
+            fb.join(" -> ")
+        }
+    ));
+    let cache = match d.cache {
+        Some(c) if c.on => format!(
+            "on{}",
+            c.ttl_ms.map(|t| format!(" ttl {t}ms")).unwrap_or_default()
+        ),
+        Some(_) => "off".into(),
+        None => "default".into(),
+    };
+    s.push_str(&format!(
+        "  priority {}, retries {}, cache {cache}\n",
+        d.priority.as_str(),
+        d.retries
+    ));
+    if !explain {
+        return s;
+    }
+    s.push_str("trace:\n");
+    for e in events {
+        match e {
+            TraceEvent::Condition {
+                owner,
+                at,
+                value,
+                leaves,
+            } => {
+                s.push_str(&format!(
+                    "  {owner} at {at}: {}\n",
+                    if *value { "TRUE" } else { "FALSE" }
+                ));
+                for l in leaves {
+                    let saw = if l.saw.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (saw {})", l.saw.join(", "))
+                    };
+                    s.push_str(&format!(
+                        "    {} at {}: {}{saw}\n",
+                        l.text,
+                        l.at,
+                        if l.value { "TRUE" } else { "FALSE" }
+                    ));
+                }
+            }
+            TraceEvent::Split {
+                rule,
+                bucket,
+                arm,
+                key_present,
+            } => {
+                s.push_str(&format!(
+                    "  split in {rule}: bucket {bucket} -> arm {arm}{}\n",
+                    if *key_present { "" } else { " (key absent)" }
+                ));
+            }
+            TraceEvent::Candidate {
+                strategy,
+                endpoint,
+                score,
+                probability,
+                excluded,
+            } => {
+                let p = probability
+                    .map(|p| format!(", p = {p:.4}"))
+                    .unwrap_or_default();
+                let x = excluded
+                    .as_ref()
+                    .map(|x| format!(", excluded: {x}"))
+                    .unwrap_or_default();
+                s.push_str(&format!("  {strategy}: {endpoint} score {score}{p}{x}\n"));
+            }
+            TraceEvent::Note { message } => s.push_str(&format!("  note: {message}\n")),
+        }
+    }
+    s
+}

@@ -1,0 +1,241 @@
+//! `switchyard lint`, `fmt` and `test`: the policy tools, plus what they share with
+//! `dry-run` (finding the config, the registry and the policy files).
+//!
+//! Exit codes: 0 clean, 1 problems in the policies (errors; warnings with
+//! `--deny-warnings`; files `fmt --check` would change; failed tests), 2 usage or I/O
+//! errors (unreadable files, bad config).
+
+/// Prints to standard output, ignoring a closed pipe (`switchyard lint | head`).
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+pub(crate) use say;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use crate::config::{self, Config};
+use crate::policy::diagnostic::{render_all, Severity};
+use crate::policy::lint::{codes as lint_codes, lint_sources};
+use crate::policy::{Registry, SourceMap};
+use crate::routing::policy::{read_sources_from, registry_from_config};
+
+/// Output formats of the policy tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Text for people.
+    Human,
+    /// One JSON document (schemas in `docs/lint.md`).
+    Json,
+}
+
+/// A usage or I/O problem: exit code 2.
+pub struct UsageError(pub String);
+
+/// Loads the config as `serve` does: `--config`, else `./switchyard.yaml`, else the
+/// embedded default.
+pub fn load_config(path: Option<&Path>) -> Result<Config, UsageError> {
+    let path = match path {
+        Some(p) => Some(p.to_path_buf()),
+        None if Path::new("switchyard.yaml").exists() => Some(PathBuf::from("switchyard.yaml")),
+        None => None,
+    };
+    match path {
+        Some(p) => {
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| UsageError(format!("cannot read config {}: {e}", p.display())))?;
+            config::parse_str(&text, Some(&p))
+                .map_err(|e| UsageError(format!("invalid config {}:\n{e}", p.display())))
+        }
+        None => Ok(config::embedded(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty())).0),
+    }
+}
+
+/// The `.policy` files named by `paths` (directories searched recursively as the
+/// gateway does), sorted by path; the config's policy directory when `paths` is empty.
+pub fn policy_files(
+    paths: &[PathBuf],
+    default_dir: Option<&Path>,
+) -> Result<Vec<PathBuf>, UsageError> {
+    let roots = roots(paths, default_dir);
+    let mut out = Vec::new();
+    for root in roots {
+        if root.is_dir() {
+            out.extend(
+                crate::routing::policy::policy_files(&root)
+                    .map_err(|e| UsageError(e.to_string()))?,
+            );
+        } else if root.exists() {
+            out.push(root);
+        } else {
+            return Err(UsageError(format!(
+                "cannot read {}: no such file or directory",
+                root.display()
+            )));
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// `paths`, or the config's policy directory when none are given.
+fn roots(paths: &[PathBuf], default_dir: Option<&Path>) -> Vec<PathBuf> {
+    if paths.is_empty() {
+        default_dir.map(Path::to_path_buf).into_iter().collect()
+    } else {
+        paths.to_vec()
+    }
+}
+
+/// Config, registry and sources for the tools.
+pub struct Loaded {
+    /// The registry from the config.
+    pub registry: Registry,
+    /// The policy files.
+    pub sources: SourceMap,
+}
+
+/// Loads config, registry and policy files.
+///
+/// The sources are read exactly as `serve` reads them: the built-in strategies first
+/// (unless a file replaces one), then the policy files.
+pub fn load(paths: &[PathBuf], config: Option<&Path>) -> Result<Loaded, UsageError> {
+    let cfg = load_config(config)?;
+    let roots = roots(paths, cfg.policies.dir.as_deref());
+    for r in &roots {
+        if !r.exists() {
+            return Err(UsageError(format!(
+                "cannot read {}: no such file or directory",
+                r.display()
+            )));
+        }
+    }
+    Ok(Loaded {
+        registry: registry_from_config(&cfg),
+        sources: read_sources_from(&roots).map_err(|e| UsageError(e.to_string()))?,
+    })
+}
+
+fn usage(e: UsageError) -> ExitCode {
+    eprintln!("error: {}", e.0);
+    ExitCode::from(2)
+}
+
+/// `switchyard lint`.
+pub fn lint(
+    paths: &[PathBuf],
+    config: Option<&Path>,
+    format: Format,
+    deny_warnings: bool,
+) -> ExitCode {
+    let l = match load(paths, config) {
+        Ok(l) => l,
+        Err(e) => return usage(e),
+    };
+    let out = lint_sources(&l.sources, &l.registry);
+    let errors = out.diagnostics.iter().filter(|d| d.is_error()).count();
+    let warnings = out
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Warning)
+        .count();
+    match format {
+        Format::Human => say!("{}", render_all(&out.diagnostics, &l.sources)),
+        Format::Json => {
+            let doc = serde_json::json!({
+                "schema": "switchyard.lint/1",
+                "files": l.sources.files().map(|(_, f)| f.name.clone()).collect::<Vec<_>>(),
+                "policy_version": crate::policy::check::version(&l.sources),
+                "diagnostics": out.diagnostics.iter().map(|d| {
+                    let mut v = d.to_json(&l.sources);
+                    if let Some(name) = lint_codes::ALL.iter().find(|(c, _)| *c == d.code).map(|(_, n)| *n) {
+                        v["name"] = serde_json::Value::from(name);
+                    }
+                    v
+                }).collect::<Vec<_>>(),
+                "summary": { "errors": errors, "warnings": warnings },
+            });
+            say!(
+                "{}\n",
+                serde_json::to_string_pretty(&doc).unwrap_or_default()
+            );
+        }
+    }
+    if errors > 0 || (deny_warnings && warnings > 0) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// `switchyard fmt`: rewrites files in place, or with `check` lists the files that
+/// would change.
+pub fn fmt(paths: &[PathBuf], config: Option<&Path>, check: bool) -> ExitCode {
+    let files =
+        match load_config(config).and_then(|c| policy_files(paths, c.policies.dir.as_deref())) {
+            Ok(f) => f,
+            Err(e) => return usage(e),
+        };
+    let (mut changed, mut broken) = (0, 0);
+    for f in &files {
+        let text = match std::fs::read_to_string(f) {
+            Ok(t) => t,
+            Err(e) => return usage(UsageError(format!("cannot read {}: {e}", f.display()))),
+        };
+        match crate::policy::fmt::format_str(&f.display().to_string(), &text) {
+            Ok(new) if new == text => {}
+            Ok(new) => {
+                changed += 1;
+                if check {
+                    say!("{}\n", f.display());
+                } else if let Err(e) = std::fs::write(f, new) {
+                    return usage(UsageError(format!("cannot write {}: {e}", f.display())));
+                }
+            }
+            Err((m, d)) => {
+                broken += 1;
+                eprint!("{}", render_all(&d, &m));
+            }
+        }
+    }
+    if check && changed > 0 {
+        eprintln!("{changed} file(s) would be reformatted");
+    }
+    if broken > 0 || (check && changed > 0) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// `switchyard test`.
+pub fn test(paths: &[PathBuf], config: Option<&Path>, format: Format) -> ExitCode {
+    let l = match load(paths, config) {
+        Ok(l) => l,
+        Err(e) => return usage(e),
+    };
+    let set = match crate::policy::parse_and_check(&l.sources, &l.registry) {
+        Ok(s) => s,
+        Err(d) => {
+            eprint!("{}", render_all(&d, &l.sources));
+            return ExitCode::from(1);
+        }
+    };
+    let report = crate::policy::run_tests(&set);
+    match format {
+        Format::Human => say!("{}", report.render()),
+        Format::Json => say!(
+            "{}\n",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        ),
+    }
+    if report.failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

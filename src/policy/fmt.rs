@@ -1,0 +1,197 @@
+//! `switchyard fmt`: one canonical layout for policy files.
+//!
+//! The layout: two-space indentation; one statement per line; one blank line between
+//! top-level definitions; blank lines between statements kept (at most one), none
+//! after `{` or before `}`; single spaces around operators; the fewest parentheses
+//! that keep the meaning, plus parentheses around `and` inside `or` and around
+//! compound operands of `not`; literals spelt as written (`100_000`, `2s`, `5%`).
+//!
+//! Two choices are the author's and are kept, so that a long condition can be laid
+//! out readably: a line break before a clause's `when`, and line breaks before the
+//! top-level `and`/`or` of a condition (continuation lines indent four spaces). Small
+//! `on` and `stats` blocks written on one line stay on one line.
+//!
+//! Comments are kept: a comment on its own line stays before the statement it
+//! preceded, a trailing comment stays at the end of its line. `fmt` of formatted text
+//! is the same text (tested on every shipped policy and on generated policies).
+
+use super::ast::*;
+use super::diagnostic::Diagnostic;
+use super::source::SourceMap;
+
+mod expr;
+mod items;
+
+/// Formats one parsed file. `sources` must hold the text `file` was parsed from.
+pub fn format_file(sources: &SourceMap, file: &PolicyFile) -> String {
+    let text = sources
+        .get(file.file)
+        .map(|f| f.text.as_str())
+        .unwrap_or("");
+    let mut p = Printer {
+        src: text,
+        comments: &file.comments,
+        next_comment: 0,
+        out: Vec::new(),
+        cursor: 0,
+        blank_ok: false,
+    };
+    for item in &file.items {
+        let start = item_span(item).start as usize;
+        p.top_level_gap(start);
+        match item {
+            Item::Route(r) => p.route(r),
+            Item::Strategy(s) => p.strategy(s),
+            Item::Test(t) => p.test(t),
+        }
+    }
+    p.flush(usize::MAX, 0);
+    let mut s = p.out.join("\n");
+    s.push('\n');
+    if s.trim().is_empty() {
+        return String::new();
+    }
+    s
+}
+
+/// Parses and formats `text` (named `name` in diagnostics).
+///
+/// # Errors
+/// The parse errors, with the source map to render them.
+pub fn format_str(name: &str, text: &str) -> Result<String, (SourceMap, Vec<Diagnostic>)> {
+    let (sources, file) = super::parser::parse_str(name, text)?;
+    Ok(format_file(&sources, &file))
+}
+
+fn item_span(i: &Item) -> Span {
+    match i {
+        Item::Route(r) => r.span,
+        Item::Strategy(s) => s.span,
+        Item::Test(t) => t.span,
+    }
+}
+
+/// The output being built, with the comment side table and source position.
+struct Printer<'a> {
+    src: &'a str,
+    comments: &'a [Comment],
+    next_comment: usize,
+    out: Vec<String>,
+    /// Source offset up to which everything has been printed.
+    cursor: usize,
+    /// Whether a blank line from the source may be kept before the next line.
+    blank_ok: bool,
+}
+
+impl Printer<'_> {
+    fn gap_has_blank(&self, to: usize) -> bool {
+        let from = self.cursor.min(self.src.len());
+        let to = to.clamp(from, self.src.len());
+        let segs: Vec<&str> = self.src.get(from..to).unwrap_or("").split('\n').collect();
+        segs.len() >= 3 && segs[1..segs.len() - 1].iter().any(|l| l.trim().is_empty())
+    }
+
+    fn blank(&mut self) {
+        if self.out.last().is_some_and(|l| !l.is_empty()) {
+            self.out.push(String::new());
+        }
+    }
+
+    /// Prints comments that start before `pos`.
+    fn flush(&mut self, pos: usize, indent: usize) {
+        while let Some(c) = self.comments.get(self.next_comment) {
+            if c.span.start as usize >= pos {
+                break;
+            }
+            self.next_comment += 1;
+            let text = format!("#{}", c.text.trim_end());
+            let last_is_code = self
+                .out
+                .last()
+                .is_some_and(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+            if c.trailing && last_is_code {
+                if let Some(l) = self.out.last_mut() {
+                    l.push(' ');
+                    l.push_str(&text);
+                }
+            } else {
+                if self.blank_ok && self.gap_has_blank(c.span.start as usize) {
+                    self.blank();
+                }
+                self.out.push(format!("{}{text}", " ".repeat(indent)));
+                self.blank_ok = true;
+            }
+            self.cursor = c.span.end as usize;
+        }
+    }
+
+    fn top_level_gap(&mut self, start: usize) {
+        // Leading comments of the item: one blank line before them (not at the top).
+        if self
+            .comments
+            .get(self.next_comment)
+            .is_some_and(|c| (c.span.start as usize) < start && !c.trailing)
+            && !self.out.is_empty()
+        {
+            self.blank();
+        }
+        self.flush(start, 0);
+        if !self.out.is_empty()
+            && (self.gap_has_blank(start) || !self.out.last().is_some_and(|l| l.starts_with('#')))
+        {
+            self.blank();
+        }
+        self.blank_ok = false;
+    }
+
+    /// Emits one statement line that covers `span` in the source.
+    fn stmt(&mut self, indent: usize, span: Span, text: String) {
+        self.flush(span.start as usize, indent);
+        if self.blank_ok && self.gap_has_blank(span.start as usize) {
+            self.blank();
+        }
+        for (i, l) in text.split('\n').enumerate() {
+            let pad = if i == 0 { indent } else { 0 };
+            self.out.push(format!("{}{l}", " ".repeat(pad)));
+        }
+        self.cursor = span.end as usize;
+        self.blank_ok = true;
+    }
+
+    /// Emits a block header line; children follow, then [`Printer::close`].
+    fn open(&mut self, indent: usize, span: Span, header: String) {
+        self.stmt(indent, span, header);
+        self.cursor = span.start as usize;
+        self.blank_ok = false;
+    }
+
+    fn close(&mut self, indent: usize, span: Span) {
+        self.flush(span.end as usize, indent + 2);
+        self.out.push(format!("{}}}", " ".repeat(indent)));
+        self.cursor = span.end as usize;
+        self.blank_ok = true;
+    }
+
+    /// The source text of `span`, whitespace removed after a leading `-`.
+    fn tok(&self, span: Span) -> String {
+        let s = self
+            .src
+            .get(span.start as usize..span.end as usize)
+            .unwrap_or("")
+            .trim();
+        match s.strip_prefix('-') {
+            Some(rest) => format!("-{}", rest.trim_start()),
+            None => s.to_string(),
+        }
+    }
+
+    /// Whether the source between two offsets contains a line break.
+    fn broken(&self, from: usize, to: usize) -> bool {
+        self.src
+            .get(from.min(to)..to)
+            .is_some_and(|g| g.contains('\n'))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,61 @@
+use super::*;
+
+fn fmt(text: &str) -> String {
+    match format_str("t.policy", text) {
+        Ok(s) => s,
+        Err((m, d)) => panic!("{}", crate::policy::diagnostic::render_all(&d, &m)),
+    }
+}
+
+fn shipped() -> Vec<(String, String)> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/policies");
+    let mut out = Vec::new();
+    for dir in [root.to_string(), format!("{root}/builtin")] {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if e.path().extension().is_some_and(|x| x == "policy") {
+                out.push((
+                    e.path().display().to_string(),
+                    std::fs::read_to_string(e.path()).unwrap_or_default(),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn shipped_policies_are_formatted_and_idempotent() {
+    for (name, text) in shipped() {
+        let once = fmt(&text);
+        assert_eq!(fmt(&once), once, "{name}: not idempotent");
+        assert_eq!(once, text, "{name}: differs from its canonical form");
+    }
+}
+
+#[test]
+fn messy_input_gets_canonical_layout_and_keeps_comments() {
+    let src = "# head\nroute  r   priority 2 when (request.stream)and request.input_tokens>5{ # t\n\n\n rule a when not(request.tools) { use \"gpt-4o\" via x( b = 1 ) } # after a\n# before default\n default use   model\n}\n";
+    let want = "# head\nroute r priority 2 when request.stream and request.input_tokens > 5 { # t\n  rule a when not request.tools {\n    use \"gpt-4o\" via x(b = 1)\n  } # after a\n  # before default\n  default use model\n}\n";
+    assert_eq!(fmt(src), want);
+    assert_eq!(fmt(want), want);
+}
+
+#[test]
+fn parentheses_kept_only_where_needed() {
+    let src = "strategy s(a = 1) {\n  score = (1 - a) * (endpoint.health / (2 + a)) - (-a)\n  pick min\n}\n";
+    assert_eq!(fmt(src), "strategy s(a = 1) {\n  score = (1 - a) * (endpoint.health / (2 + a)) - -a\n  pick min\n}\n");
+}
+
+#[test]
+fn semantics_preserved_on_shipped_policies() {
+    for (name, text) in shipped() {
+        let (_, a) = crate::policy::parser::parse_str(&name, &text)
+            .map_err(|(_, d)| d)
+            .expect("parses");
+        let (_, b) = crate::policy::parser::parse_str(&name, &fmt(&text))
+            .map_err(|(_, d)| d)
+            .expect("reparses");
+        assert_eq!(a.items, b.items, "{name}");
+    }
+}

@@ -1,0 +1,155 @@
+//! OpenAI request → [`RequestFeatures`]: what a policy sees of one request. Used by
+//! `switchyard dry-run` and, per request, by the gateway, so both decide alike.
+//!
+//! The mapping:
+//! - `model`, `stream`, `temperature`, tools present, number of messages come from the
+//!   body; `max_tokens` is `max_completion_tokens` if set, else `max_tokens`;
+//! - `input_tokens` is [`ChatRequest::estimated_input_tokens`];
+//! - headers are lowercased; `x-switchyard-meta-<key>` headers and the body's
+//!   `metadata` object (string values) become request metadata (body wins);
+//! - the caller's identity (API key id, organization) and priority come from the
+//!   ingress layer ([`Caller`]), never from the body;
+//! - UTC hour and ISO weekday come from the given time.
+
+use std::collections::BTreeMap;
+
+use super::ast::PriorityLevel;
+use super::features::RequestFeatures;
+use crate::api::ChatRequest;
+
+/// Prefix of headers that carry request metadata.
+pub const META_HEADER_PREFIX: &str = "x-switchyard-meta-";
+
+/// Who sent the request, as authenticated by ingress.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Caller {
+    /// The API key id (never the key).
+    pub api_key: Option<String>,
+    /// The organization.
+    pub org: Option<String>,
+    /// Priority assigned before routing.
+    pub priority: PriorityLevel,
+}
+
+/// Headers never shown to policies (credentials), so no trace or log can print them.
+pub const SECRET_HEADERS: [&str; 5] = [
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "x-api-key",
+    "api-key",
+];
+
+/// Most headers copied into the features; the rest are ignored.
+pub const MAX_HEADERS: usize = 64;
+
+/// Maps one chat request to policy features.
+///
+/// `headers` are `(name, value)` pairs in any case (credentials are dropped, at most
+/// [`MAX_HEADERS`] kept); `unix_secs` is the request time.
+pub fn features<'h>(
+    req: &ChatRequest,
+    headers: impl IntoIterator<Item = (&'h str, &'h str)>,
+    caller: &Caller,
+    unix_secs: u64,
+) -> RequestFeatures {
+    let mut h = BTreeMap::new();
+    let mut metadata = BTreeMap::new();
+    for (k, v) in headers {
+        if h.len() >= MAX_HEADERS {
+            break;
+        }
+        let k = k.to_ascii_lowercase();
+        if SECRET_HEADERS.contains(&k.as_str()) {
+            continue;
+        }
+        if let Some(m) = k.strip_prefix(META_HEADER_PREFIX) {
+            metadata.insert(m.to_string(), v.to_string());
+        }
+        h.insert(k, v.to_string());
+    }
+    if let Some(serde_json::Value::Object(m)) = req.extra.get("metadata") {
+        for (k, v) in m {
+            if let serde_json::Value::String(s) = v {
+                metadata.insert(k.clone(), s.clone());
+            }
+        }
+    }
+    let (hour, weekday) = hour_weekday(unix_secs);
+    RequestFeatures {
+        model: req.model.clone(),
+        input_tokens: req.estimated_input_tokens(),
+        max_tokens: req.max_completion_tokens.or(req.max_tokens),
+        temperature: req.temperature,
+        stream: req.stream.unwrap_or(false),
+        tools: req.tools.as_ref().is_some_and(|t| !t.is_empty()),
+        messages: req.messages.len() as u64,
+        headers: h,
+        metadata,
+        api_key: caller.api_key.clone(),
+        org: caller.org.clone(),
+        priority: caller.priority,
+        hour,
+        weekday,
+        task: task(req),
+    }
+}
+
+/// UTC hour (0..=23) and ISO weekday (1 = Monday ..= 7 = Sunday) of a Unix time.
+pub fn hour_weekday(unix_secs: u64) -> (u8, u8) {
+    let days = unix_secs / 86_400;
+    let hour = ((unix_secs % 86_400) / 3_600) as u8;
+    // 1970-01-01 was a Thursday (ISO weekday 4).
+    let weekday = ((days + 3) % 7 + 1) as u8;
+    (hour, weekday)
+}
+
+/// Task category for quality scores: `tool_use` when tools are offered, `code` when
+/// the last user message contains a fenced code block, else `chat`.
+pub fn task(req: &ChatRequest) -> String {
+    if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        return "tool_use".into();
+    }
+    let last_user = req.messages.iter().rev().find(|m| m.role == "user");
+    let code = last_user.is_some_and(|m| m.content.to_string().contains("```"));
+    if code { "code" } else { "chat" }.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_body_headers_and_time() {
+        let body = br#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],
+            "stream":true,"max_tokens":50,"metadata":{"tier":"batch"}}"#;
+        let req = ChatRequest::parse(body).expect("valid body");
+        let headers = [
+            ("X-Team", "search"),
+            ("x-switchyard-meta-env", "prod"),
+            ("Authorization", "Bearer sk-secret"),
+        ];
+        let caller = Caller {
+            api_key: Some("k1".into()),
+            ..Caller::default()
+        };
+        // 2024-01-01T13:00:00Z was a Monday.
+        let f = features(&req, headers, &caller, 1_704_114_000);
+        assert_eq!(
+            f.header("authorization"),
+            None,
+            "credentials never reach policies"
+        );
+        assert_eq!(f.model, "gpt-4o");
+        assert!(f.stream);
+        assert_eq!(f.max_tokens, Some(50));
+        assert_eq!(f.header("x-team"), Some("search"));
+        assert_eq!(f.metadata.get("tier").map(String::as_str), Some("batch"));
+        assert_eq!(f.metadata.get("env").map(String::as_str), Some("prod"));
+        assert_eq!((f.hour, f.weekday), (13, 1));
+        assert_eq!(f.messages, 1);
+        assert!(f.input_tokens > 0);
+        assert_eq!(f.api_key.as_deref(), Some("k1"));
+        assert_eq!(f.task, "chat");
+    }
+}

@@ -1,0 +1,155 @@
+use super::*;
+use crate::policy::registry::Registry;
+
+fn lint_text(text: &str) -> Vec<Diagnostic> {
+    let mut m = SourceMap::new();
+    m.add("t.policy", text);
+    let out = lint_sources(&m, &Registry::example());
+    assert!(
+        out.set.is_some(),
+        "expected a valid policy: {:?}",
+        out.diagnostics
+    );
+    out.diagnostics
+}
+
+fn codes_of(text: &str) -> Vec<&'static str> {
+    lint_text(text).iter().map(|d| d.code).collect()
+}
+
+#[test]
+fn unreachable_rule_under_route_condition() {
+    let d = lint_text(
+        "route r when request.model == \"gpt-4o\" {\n  rule x when request.model == \"smollm\" { use \"smollm\" }\n  default use model\n}\n",
+    );
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].code, codes::UNREACHABLE);
+}
+
+#[test]
+fn shadowed_rule_names_both() {
+    let d = lint_text(
+        "route r {\n  rule big priority 2 when request.input_tokens > 1000 { use \"gpt-4o\" }\n  rule huge priority 1 when request.input_tokens > 5000 and request.stream { use \"smollm\" }\n  default use model\n}\n",
+    );
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].code, codes::SHADOWED);
+    assert!(d[0].message.contains("`huge`") && d[0].message.contains("`big`"));
+}
+
+#[test]
+fn overlap_with_verified_witness() {
+    let d = lint_text(
+        "route r {\n  rule a when request.input_tokens > 1000 { use \"gpt-4o\" }\n  rule b when request.stream { use \"smollm\" }\n  default use model\n}\n",
+    );
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].code, codes::OVERLAP);
+    let help = d[0].help.clone().unwrap_or_default();
+    assert!(
+        help.contains("input_tokens = 1001") && help.contains("stream = true"),
+        "{help}"
+    );
+}
+
+#[test]
+fn disjoint_or_prioritized_rules_are_quiet() {
+    assert!(codes_of(
+        "route r {\n  rule a when request.input_tokens > 1000 { use \"gpt-4o\" }\n  rule b when request.input_tokens <= 1000 { use \"smollm\" }\n  default use model\n}\n"
+    )
+    .is_empty());
+    assert!(codes_of(
+        "route r {\n  rule a priority 1 when request.input_tokens > 1000 { use \"gpt-4o\" }\n  rule b when request.stream { use \"smollm\" }\n  default use model\n}\n"
+    )
+    .is_empty());
+}
+
+#[test]
+fn constant_conditions() {
+    let c = codes_of("route r when request.hour > 30 {\n  default use model\n}\n");
+    assert_eq!(c, vec![codes::CONSTANT_CONDITION]);
+    let c = codes_of(
+        "route r {\n  rule a when request.stream or not request.stream { use \"gpt-4o\" }\n  default use model\n}\n",
+    );
+    assert_eq!(c, vec![codes::CONSTANT_CONDITION]);
+}
+
+#[test]
+fn opaque_conditions_never_claim_unreachable() {
+    // String matches and arithmetic are opaque: no claims either way.
+    let c = codes_of(
+        "route r {\n  rule a priority 2 when starts_with(request.model, \"gpt\") { use \"gpt-4o\" }\n  rule b priority 1 when request.model == \"gpt-4o\" { use \"smollm\" }\n  rule c when request.input_tokens * 2 > 10 and request.input_tokens < 3 { use \"smollm\" }\n  default use model\n}\n",
+    );
+    assert!(
+        c.iter()
+            .all(|c| *c != codes::UNREACHABLE && *c != codes::SHADOWED),
+        "{c:?}"
+    );
+}
+
+#[test]
+fn optional_fields_absent_read_default() {
+    // `has(org) or org == "a"` is satisfiable; `not has(org) and org == "a"` is not.
+    let c = codes_of(
+        "route r {\n  rule a when not has(request.org) and has(request.org) { use \"gpt-4o\" }\n  default use model\n}\n",
+    );
+    assert_eq!(c, vec![codes::CONSTANT_CONDITION]);
+}
+
+#[test]
+fn split_keys() {
+    let c = codes_of(
+        "route r {\n  rule a when request.stream {\n    split by random { 50% -> use \"gpt-4o\" 50% -> use \"smollm\" }\n  }\n  default {\n    split by api_key { 50% -> use \"gpt-4o\" 50% -> use \"smollm\" }\n  }\n}\n",
+    );
+    assert_eq!(
+        c,
+        vec![codes::SPLIT_NOT_STICKY, codes::SPLIT_KEY_MAY_BE_ABSENT]
+    );
+    let c = codes_of(
+        "route r {\n  rule a when has(request.api_key) {\n    split by api_key { 50% -> use \"gpt-4o\" 50% -> use \"smollm\" }\n  }\n  default use model\n}\n",
+    );
+    assert!(c.is_empty(), "{c:?}");
+}
+
+#[test]
+fn unused_targets() {
+    let c = codes_of(
+        "route r {\n  fallback \"gpt-4o\"\n  rule a when request.stream { use \"gpt-4o\" }\n  default {\n    split by random { 100% -> use \"gpt-4o\" }\n  }\n}\n",
+    );
+    assert!(
+        c.contains(&codes::UNUSED_TARGET)
+            && c.iter().filter(|x| **x == codes::UNUSED_TARGET).count() == 1,
+        "{c:?}"
+    );
+}
+
+#[test]
+fn priority_set_by_the_route_is_not_analysed_as_the_original() {
+    // The route sets priority before its rules: the rule's test is not unreachable.
+    let c = codes_of(
+        "route r when request.priority == \"high\" {\n  set priority low\n  rule a when request.priority == \"low\" { use \"smollm\" }\n  default use model\n}\n",
+    );
+    assert!(!c.contains(&codes::UNREACHABLE), "{c:?}");
+}
+
+#[test]
+fn shipped_policies_lint_clean() {
+    let mut m = SourceMap::new();
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/policies");
+    let mut paths = Vec::new();
+    for dir in [root.to_string(), format!("{root}/builtin")] {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if e.path().extension().is_some_and(|x| x == "policy") {
+                paths.push(e.path());
+            }
+        }
+    }
+    paths.sort();
+    for p in &paths {
+        m.add(
+            p.display().to_string(),
+            std::fs::read_to_string(p).unwrap_or_default(),
+        );
+    }
+    let out = lint_sources(&m, &Registry::example());
+    let text = crate::policy::diagnostic::render_all(&out.diagnostics, &m);
+    assert!(out.diagnostics.is_empty(), "{text}");
+}

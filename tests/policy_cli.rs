@@ -1,0 +1,271 @@
+//! The policy tools through the real binary: exit codes, JSON schemas, `fmt --check`,
+//! `dry-run --format json`, `test` pass/fail.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn config() -> PathBuf {
+    root().join("tests/policies/switchyard.yaml")
+}
+
+fn run(args: &[&str], cwd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("the binary runs")
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&o.stdout)
+        )
+    })
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("writable");
+    p
+}
+
+#[test]
+fn lint_shipped_policies_is_clean() {
+    let c = config();
+    let o = run(
+        &[
+            "lint",
+            "--config",
+            c.to_str().unwrap_or(""),
+            "--deny-warnings",
+        ],
+        root(),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
+
+#[test]
+fn lint_exit_codes_and_json_schema() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = config();
+    let c = c.to_str().unwrap_or("");
+    let warn = write(dir.path(), "warn.policy", "route r {\n  rule a when request.stream { use \"gpt-4o\" }\n  rule b when request.stream and request.tools { use \"smollm\" }\n  default use model\n}\n");
+    let bad = write(
+        dir.path(),
+        "bad.policy",
+        "route r {\n  default use \"gpt-4\"\n}\n",
+    );
+    let w = warn.to_str().unwrap_or("");
+    assert_eq!(
+        run(&["lint", "--config", c, w], dir.path()).status.code(),
+        Some(0)
+    );
+    assert_eq!(
+        run(&["lint", "--config", c, "--deny-warnings", w], dir.path())
+            .status
+            .code(),
+        Some(1)
+    );
+    let o = run(&["lint", "--config", c, "--format", "json", w], dir.path());
+    let v = json(&o);
+    assert_eq!(v["schema"], "switchyard.lint/1");
+    assert_eq!(v["summary"]["warnings"], 1);
+    let d = &v["diagnostics"][0];
+    assert_eq!(d["code"], "W0202");
+    assert_eq!(d["name"], "shadowed-rule");
+    assert_eq!(d["severity"], "warning");
+    assert_eq!(
+        (d["line"].as_u64(), d["column"].as_u64()),
+        (Some(3), Some(8))
+    );
+    assert!(d["labels"][0]["line"].is_number());
+
+    let o = run(
+        &["lint", "--config", c, bad.to_str().unwrap_or("")],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("error[E0401]")
+            && text.contains("bad.policy:2:15")
+            && text.contains("did you mean `gpt-4o`?"),
+        "{text}"
+    );
+    assert!(text.contains("^^^^^^^"), "{text}");
+
+    assert_eq!(
+        run(&["lint", "--config", c, "missing.policy"], dir.path())
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        run(&["lint", "--format", "xml"], dir.path()).status.code(),
+        Some(2)
+    );
+}
+
+#[test]
+fn lint_uses_local_switchyard_yaml_and_its_policy_dir() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("pol")).expect("mkdir");
+    write(dir.path(), "switchyard.yaml", "policies: { dir: pol }\nproviders:\n  mock: { kind: mock }\nmodels:\n  mock: { endpoints: [ { provider: mock, model: mock-1 } ] }\n");
+    write(
+        &dir.path().join("pol"),
+        "a.policy",
+        "route r {\n  default use \"mock\"\n}\n",
+    );
+    let o = run(&["lint"], dir.path());
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn fmt_check_lists_files_and_fmt_rewrites() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = write(
+        dir.path(),
+        "a.policy",
+        "route  r {\ndefault   use model\n}\n",
+    );
+    let ps = p.to_str().unwrap_or("");
+    let c = config();
+    let c = c.to_str().unwrap_or("");
+    let o = run(&["fmt", "--config", c, "--check", ps], dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("a.policy"));
+    assert_eq!(
+        run(&["fmt", "--config", c, ps], dir.path()).status.code(),
+        Some(0)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&p).unwrap_or_default(),
+        "route r {\n  default use model\n}\n"
+    );
+    assert_eq!(
+        run(&["fmt", "--config", c, "--check", ps], dir.path())
+            .status
+            .code(),
+        Some(0)
+    );
+    let shipped = root().join("policies");
+    assert_eq!(
+        run(
+            &[
+                "fmt",
+                "--config",
+                c,
+                "--check",
+                shipped.to_str().unwrap_or("")
+            ],
+            dir.path()
+        )
+        .status
+        .code(),
+        Some(0)
+    );
+}
+
+#[test]
+fn dry_run_json_has_the_documented_fields() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let req = write(
+        dir.path(),
+        "req.json",
+        r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}"#,
+    );
+    let c = config();
+    let o = run(
+        &[
+            "dry-run",
+            "--config",
+            c.to_str().unwrap_or(""),
+            "--request",
+            req.to_str().unwrap_or(""),
+            "--api-key",
+            "k1",
+            "--format",
+            "json",
+            "--time",
+            "0",
+        ],
+        dir.path(),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v = json(&o);
+    assert_eq!(v["schema"], "switchyard.dry-run/1");
+    assert!(v["policy_version"].as_str().is_some_and(|s| s.len() == 16));
+    assert_eq!(v["decision"]["rule"], "next_canary");
+    assert_eq!(v["decision"]["route"], "gpt4o");
+    assert!(v["decision"]["endpoint"].is_string());
+    assert!(v["decision"]["strategy"].is_string());
+    assert!(v["decision"]["fallbacks"].is_array());
+    let trace = v["trace"].as_array().cloned().unwrap_or_default();
+    assert!(trace.iter().any(|e| e["kind"] == "condition"
+        && e["at"]
+            .as_str()
+            .is_some_and(|a| a.contains("canary.policy:"))));
+    assert!(trace.iter().any(|e| e["kind"] == "split"));
+    let o = run(
+        &[
+            "dry-run",
+            "--config",
+            c.to_str().unwrap_or(""),
+            "--request",
+            "nope.json",
+        ],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn test_command_exit_codes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = config();
+    let c = c.to_str().unwrap_or("");
+    let shipped = root().join("policies");
+    let o = run(
+        &["test", "--config", c, shipped.to_str().unwrap_or("")],
+        dir.path(),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let failing = write(dir.path(), "f.policy", "route r {\n  default use \"gpt-4o\"\n}\n\ntest \"wrong\" {\n  request { model = \"gpt-4o\" }\n  expect endpoint \"azure/gpt-4o\"\n}\n");
+    let o = run(
+        &["test", "--config", c, failing.to_str().unwrap_or("")],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("FAIL wrong") && text.contains("f.policy:7:3"),
+        "{text}"
+    );
+}
