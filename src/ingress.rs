@@ -65,18 +65,8 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
                 "metrics are not enabled in this process",
             )),
         },
-        (&Method::GET, "/admin/policies") => {
-            match gw.reloader.get().and_then(std::sync::Weak::upgrade) {
-                Some(r) => json(
-                    StatusCode::OK,
-                    serde_json::to_vec(&r.status_json()).unwrap_or_default(),
-                ),
-                None => error_response(&GatewayError::new(
-                    ErrorKind::NotFound,
-                    "policy reloading is not running",
-                )),
-            }
-        }
+        (&Method::GET, "/admin/policies") => crate::reload::admin_status(&gw),
+        (&Method::POST, "/admin/reload") => crate::reload::admin_reload(&gw).await,
         (
             _,
             "/v1/chat/completions"
@@ -84,7 +74,8 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
             | "/health"
             | "/ready"
             | "/metrics"
-            | "/admin/policies",
+            | "/admin/policies"
+            | "/admin/reload",
         ) => error_response(&GatewayError::new(
             ErrorKind::MethodNotAllowed,
             format!("{} is not allowed on {path}", req.method()),
@@ -132,7 +123,7 @@ async fn read_body(
     }
 }
 
-fn json(status: StatusCode, bytes: impl Into<bytes::Bytes>) -> Response<Body> {
+pub(crate) fn json(status: StatusCode, bytes: impl Into<bytes::Bytes>) -> Response<Body> {
     let mut r = Response::new(body::full(bytes));
     *r.status_mut() = status;
     r.headers_mut().insert(

@@ -84,6 +84,8 @@ pub struct Reloader {
     registry: Registry,
     kick: Notify,
     force: AtomicBool,
+    /// Held for the whole of a rebuild: one at a time, whoever asks.
+    building: tokio::sync::Mutex<()>,
     /// Counters and last error.
     pub status: Mutex<ReloadStatus>,
 }
@@ -122,6 +124,7 @@ impl Reloader {
             registry,
             kick: Notify::new(),
             force: AtomicBool::new(false),
+            building: tokio::sync::Mutex::new(()),
             status: Mutex::new(ReloadStatus::default()),
         })
     }
@@ -134,6 +137,11 @@ impl Reloader {
         self.kick.notify_one();
     }
 
+    /// Marks the next [`Reloader::rebuild`] as forced (used by `POST /admin/reload`).
+    pub fn request_sync_force(&self) {
+        self.force.store(true, Ordering::SeqCst);
+    }
+
     /// Serves rebuild requests, one at a time, forever.
     pub async fn run(self: Arc<Self>) {
         loop {
@@ -144,6 +152,7 @@ impl Reloader {
 
     /// Rebuilds now and swaps if the set is new and valid.
     pub async fn rebuild(&self) -> Outcome {
+        let _one_at_a_time = self.building.lock().await;
         let started = Instant::now();
         let force = self.force.swap(false, Ordering::SeqCst);
         let dir = self.dir.clone();
@@ -253,6 +262,59 @@ impl Reloader {
             "last_error": st.last_error,
         })
     }
+}
+
+fn reloader(gw: &Gateway) -> Result<Arc<Reloader>, Box<http::Response<crate::body::Body>>> {
+    gw.reloader
+        .get()
+        .and_then(std::sync::Weak::upgrade)
+        .ok_or_else(|| {
+            Box::new(crate::gateway::error_response(
+                &crate::error::GatewayError::new(
+                    crate::error::ErrorKind::NotFound,
+                    "policy reloading is not running",
+                ),
+            ))
+        })
+}
+
+/// `GET /admin/policies`: the active version, its files, when it was loaded, reload
+/// counters and the last reload error.
+pub fn admin_status(gw: &Gateway) -> http::Response<crate::body::Body> {
+    match reloader(gw) {
+        Ok(r) => crate::ingress::json(
+            http::StatusCode::OK,
+            serde_json::to_vec(&r.status_json()).unwrap_or_default(),
+        ),
+        Err(resp) => *resp,
+    }
+}
+
+/// `POST /admin/reload`: a forced rebuild now; 200 with the outcome and the serving
+/// version, or 422 with the rendered error (the previous set keeps serving).
+pub async fn admin_reload(gw: &Gateway) -> http::Response<crate::body::Body> {
+    let r = match reloader(gw) {
+        Ok(r) => r,
+        Err(resp) => return *resp,
+    };
+    r.request_sync_force();
+    let outcome = r.rebuild().await;
+    let version = gw.policy.load().version.clone();
+    let (status, body) = match outcome {
+        Outcome::Swapped(_) => (
+            http::StatusCode::OK,
+            serde_json::json!({"outcome": "swapped", "version": version}),
+        ),
+        Outcome::Unchanged => (
+            http::StatusCode::OK,
+            serde_json::json!({"outcome": "unchanged", "version": version}),
+        ),
+        Outcome::Failed(m) => (
+            http::StatusCode::UNPROCESSABLE_ENTITY,
+            serde_json::json!({"outcome": "failed", "error": m, "version": version}),
+        ),
+    };
+    crate::ingress::json(status, serde_json::to_vec(&body).unwrap_or_default())
 }
 
 #[cfg(test)]

@@ -4,4 +4,5 @@ mod common;
 mod failures;
 mod policy;
 mod proxy;
+mod reload;
 mod shutdown;

@@ -1,0 +1,260 @@
+//! Hot reload through the running gateway: every editor save style, broken saves,
+//! reloads under load, and a soak.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+fn route_to(endpoint: &str) -> String {
+    format!("route pin when request.model == \"m\" {{\n  default use endpoint \"{endpoint}\"\n}}\n")
+}
+
+struct Setup {
+    _a: Proc,
+    _b: Proc,
+    gw: Proc,
+    file: PathBuf,
+}
+
+fn setup(mock_flags: &[&str]) -> Setup {
+    let a = mock(mock_flags);
+    let b = mock(mock_flags);
+    let cfg = config(
+        &[("a", &a), ("b", &b)],
+        "",
+        "  m:\n    endpoints:\n      - { provider: a, model: x }\n      - { provider: b, model: x }\n",
+    );
+    let gw = serve_with_policies(&cfg, &[("pin.policy", &route_to("a/x"))]);
+    let file = gw._dir.as_ref().unwrap().path().join("policies/pin.policy");
+    Setup {
+        _a: a,
+        _b: b,
+        gw,
+        file,
+    }
+}
+
+/// Sends requests until one is routed to `endpoint`; returns its policy version.
+async fn wait_for(gw: &Proc, endpoint: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = post(
+            &gw.url("/v1/chat/completions"),
+            &chat("m", false, r#","max_tokens":1"#),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        if r.headers["x-switchyard-endpoint"] == endpoint {
+            return r.headers["x-switchyard-policy"]
+                .to_str()
+                .unwrap()
+                .to_string();
+        }
+        assert!(Instant::now() < deadline, "never routed to {endpoint}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn admin(gw: &Proc) -> serde_json::Value {
+    get(&gw.url("/admin/policies")).await.json()
+}
+
+fn write_in_place(file: &Path, text: &str) {
+    std::fs::write(file, text).unwrap();
+}
+
+fn write_temp_and_rename(file: &Path, text: &str) {
+    let tmp = file.with_file_name(".pin.policy.swp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, file).unwrap();
+}
+
+fn delete_and_create(file: &Path, text: &str) {
+    std::fs::remove_file(file).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    std::fs::write(file, text).unwrap();
+}
+
+#[tokio::test]
+async fn every_save_style_is_picked_up() {
+    let s = setup(&[]);
+    let v0 = wait_for(&s.gw, "a/x").await;
+    assert_eq!(admin(&s.gw).await["version"], v0.as_str());
+    type Save = fn(&Path, &str);
+    let styles: [(&str, Save); 3] = [
+        ("in place", write_in_place),
+        ("temp and rename", write_temp_and_rename),
+        ("delete and create", delete_and_create),
+    ];
+    let mut target = "a/x";
+    for (name, save) in styles {
+        target = if target == "a/x" { "b/x" } else { "a/x" };
+        save(&s.file, &route_to(target));
+        let v = wait_for(&s.gw, target).await;
+        let st = admin(&s.gw).await;
+        assert_eq!(st["version"], v.as_str(), "{name}");
+        assert!(st["last_error"].is_null(), "{name}: {st}");
+    }
+}
+
+#[tokio::test]
+async fn a_burst_of_saves_ends_on_the_last_one() {
+    let s = setup(&[]);
+    wait_for(&s.gw, "a/x").await;
+    // 20 saves in about 100 ms, alternating, ending on b.
+    for i in 0..20u32 {
+        let target = if i.is_multiple_of(2) { "a/x" } else { "b/x" };
+        write_temp_and_rename(&s.file, &route_to(target));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    wait_for(&s.gw, "b/x").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Still b after everything settled: the last save won.
+    for _ in 0..5 {
+        let r = post(&s.gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
+        assert_eq!(r.headers["x-switchyard-endpoint"], "b/x");
+    }
+    let st = admin(&s.gw).await;
+    assert!(st["reloads"]["ok"].as_u64().unwrap() >= 1, "{st}");
+}
+
+#[tokio::test]
+async fn a_broken_save_keeps_the_last_good_set_until_fixed() {
+    let s = setup(&[]);
+    let v0 = wait_for(&s.gw, "a/x").await;
+    write_in_place(
+        &s.file,
+        "route pin when request.model == \"m\" {\n  default use endpoint \"b/y\"\n}\n",
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let st = loop {
+        let st = admin(&s.gw).await;
+        if !st["last_error"].is_null() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the broken save was never reported"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let msg = st["last_error"]["message"].as_str().unwrap();
+    assert!(msg.contains("pin.policy:2:"), "{msg}");
+    assert!(msg.contains("b/y"), "{msg}");
+    assert_eq!(st["version"], v0.as_str());
+    // Traffic is still served by the old version.
+    let r = post(&s.gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.headers["x-switchyard-policy"], v0.as_str());
+    assert_eq!(r.headers["x-switchyard-endpoint"], "a/x");
+    // The fix goes live and clears the error.
+    write_in_place(&s.file, &route_to("b/x"));
+    wait_for(&s.gw, "b/x").await;
+    assert!(admin(&s.gw).await["last_error"].is_null());
+}
+
+#[tokio::test]
+async fn reloads_under_load_fail_nothing_and_never_mix_versions() {
+    // Streams of 20 tokens at 100 tokens/s (about 0.2 s) mixed with JSON requests.
+    let s = setup(&["--tokens-per-s", "100", "--completion-tokens", "20"]);
+    let va = wait_for(&s.gw, "a/x").await;
+    let url = s.gw.url("/v1/chat/completions");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for w in 0..8 {
+        let (url, stop) = (url.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let stream = w % 2 == 0;
+                let r = post(&url, &chat("m", stream, "")).await;
+                assert_eq!(r.status, 200, "{}", r.text());
+                if stream {
+                    assert_eq!(
+                        r.events().last().map(String::as_str),
+                        Some("[DONE]"),
+                        "{}",
+                        r.text()
+                    );
+                }
+                seen.push((
+                    r.headers["x-switchyard-policy"]
+                        .to_str()
+                        .unwrap()
+                        .to_string(),
+                    r.headers["x-switchyard-endpoint"]
+                        .to_str()
+                        .unwrap()
+                        .to_string(),
+                ));
+            }
+            seen
+        }));
+    }
+    // 50 reloads alternating the route, each forced through the admin endpoint.
+    let mut versions = std::collections::HashMap::new();
+    versions.insert(va.clone(), "a/x".to_string());
+    for i in 0..50u32 {
+        let target = if i.is_multiple_of(2) { "b/x" } else { "a/x" };
+        write_temp_and_rename(&s.file, &route_to(target));
+        let r = post(&s.gw.url("/admin/reload"), "").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json()["version"].as_str().unwrap().to_string();
+        versions.insert(v, target.to_string());
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut total = 0;
+    for w in workers {
+        for (version, endpoint) in w.await.unwrap() {
+            total += 1;
+            assert_eq!(
+                versions.get(&version),
+                Some(&endpoint),
+                "version {version} routed to {endpoint}"
+            );
+        }
+    }
+    assert_eq!(versions.len(), 2, "two texts, two versions: {versions:?}");
+    assert!(total >= 40, "only {total} requests");
+    assert_eq!(admin(&s.gw).await["last_error"], serde_json::Value::Null);
+}
+
+/// Resident set size of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    pages * 4
+}
+
+#[tokio::test]
+async fn a_thousand_reloads_do_not_grow_memory() {
+    let s = setup(&[]);
+    wait_for(&s.gw, "a/x").await;
+    let pid = s.gw.child.id();
+    let url = s.gw.url("/admin/reload");
+    let reload = |i: usize| {
+        let target = if i.is_multiple_of(2) { "b/x" } else { "a/x" };
+        write_in_place(&s.file, &route_to(target));
+        post(&url, "")
+    };
+    for i in 0..200 {
+        assert_eq!(reload(i).await.status, 200);
+    }
+    let warm = rss_kib(pid);
+    for i in 200..1000 {
+        assert_eq!(reload(i).await.status, 200);
+    }
+    let end = rss_kib(pid);
+    println!("gateway RSS after 200 reloads: {warm} KiB; after 1000: {end} KiB");
+    // Generous bound for allocator noise; a leak of one policy set per reload would be
+    // hundreds of KiB.
+    assert!(end < warm + 4096, "RSS grew from {warm} KiB to {end} KiB");
+    // Forced reloads always swap; the watcher may add its own on top.
+    assert!(admin(&s.gw).await["reloads"]["ok"].as_u64() >= Some(1000));
+}
