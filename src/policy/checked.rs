@@ -317,6 +317,10 @@ pub enum AggFn {
     Lowest,
     /// `highest(e)`, -inf over none (NaN values skipped).
     Highest,
+    /// `logsumexp(e)` = ln Σ exp(e), computed as m + ln Σ exp(e − m) with m the
+    /// largest value so it neither overflows nor underflows; -inf over none, NaN if
+    /// any value is NaN, m when m is ±inf. Lets Exp3 keep log weights.
+    LogSumExp,
 }
 
 /// A typed expression.

@@ -149,6 +149,19 @@ fn max_v<'a>(a: V<'a>, b: V<'a>) -> V<'a> {
     }
 }
 
+/// ln Σ exp(xᵢ) without overflow: m + ln Σ exp(xᵢ − m), m = max; -inf for no values,
+/// NaN if any value is NaN, m itself when m is infinite.
+pub fn log_sum_exp(values: &[f64]) -> f64 {
+    if values.iter().any(|v| v.is_nan()) {
+        return f64::NAN;
+    }
+    let m = values.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
+    if m.is_infinite() {
+        return m;
+    }
+    m + values.iter().map(|v| (v - m).exp()).sum::<f64>().ln()
+}
+
 /// `*` matches any run of characters, `?` one character; no escapes.
 pub fn glob(text: &str, pat: &str) -> bool {
     let t: Vec<char> = text.chars().collect();
@@ -453,6 +466,7 @@ impl<'a, 's> Evaluator<'a, 's> {
                 .iter()
                 .filter(|v| !v.is_nan())
                 .fold(f64::NEG_INFINITY, |m, &v| if v > m { v } else { m }),
+            AggFn::LogSumExp => log_sum_exp(&values),
         };
         if let Some(strat) = self.strat.as_deref_mut() {
             if strat.aggs.len() <= idx as usize {
@@ -487,6 +501,18 @@ mod tests {
         assert!(!cmp_ord(CmpOp::Eq, f64::NAN, f64::NAN));
         assert!(cmp_ord(CmpOp::Ne, f64::NAN, 1.0));
         assert_eq!(min_v(V::F(f64::NAN), V::F(1.0)), V::F(1.0));
+    }
+
+    #[test]
+    fn log_sum_exp_is_stable() {
+        let v = log_sum_exp(&[1000.0, 1000.0]);
+        assert!((v - (1000.0 + 2f64.ln())).abs() < 1e-9, "{v}");
+        let v = log_sum_exp(&[-1000.0, -1000.0 - 2f64.ln()]);
+        assert!((v - (-1000.0 + 1.5f64.ln())).abs() < 1e-9, "{v}");
+        assert_eq!(log_sum_exp(&[]), f64::NEG_INFINITY);
+        assert_eq!(log_sum_exp(&[f64::NEG_INFINITY, 2.0]), 2.0);
+        assert_eq!(log_sum_exp(&[f64::INFINITY, 2.0]), f64::INFINITY);
+        assert!(log_sum_exp(&[f64::NAN, 2.0]).is_nan());
     }
 
     #[test]

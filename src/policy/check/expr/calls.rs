@@ -33,6 +33,7 @@ pub const FUNCTIONS: &[&str] = &[
     "mean",
     "lowest",
     "highest",
+    "logsumexp",
 ];
 
 impl Checker<'_> {
@@ -261,7 +262,9 @@ impl Checker<'_> {
                     e,
                 ))
             }
-            "count" | "sum" | "mean" | "lowest" | "highest" => self.aggregate(name, args, e, scope),
+            "count" | "sum" | "mean" | "lowest" | "highest" | "logsumexp" => {
+                self.aggregate(name, args, e, scope)
+            }
             _ => {
                 self.diags.push(
                     Diagnostic::error(
@@ -317,6 +320,7 @@ impl Checker<'_> {
             "sum" => AggFn::Sum,
             "mean" => AggFn::Mean,
             "lowest" => AggFn::Lowest,
+            "logsumexp" => AggFn::LogSumExp,
             _ => AggFn::Highest,
         };
         let strat = scope.strat.as_deref_mut()?;
