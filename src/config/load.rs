@@ -10,7 +10,7 @@ use serde_yaml::{Mapping, Value};
 
 use super::{
     Config, EndpointConfig, ModelConfig, PoliciesConfig, Pricing, ProviderConfig, ProviderKind,
-    ServerConfig, Timeouts,
+    QualityConfig, ServerConfig, Timeouts,
 };
 use crate::mock::MockOptions;
 use crate::suggest::did_you_mean;
@@ -224,16 +224,22 @@ impl Validator {
     fn root(&mut self, root: &Value, base_dir: &Path, source: &str) -> Config {
         let empty = Mapping::new();
         let map = self.mapping(root, "").unwrap_or(&empty);
-        self.unknown_keys(map, &["server", "policies", "providers", "models"], "");
+        self.unknown_keys(
+            map,
+            &["server", "policies", "providers", "models", "quality"],
+            "",
+        );
         let server = self.server(map.get("server").unwrap_or(&Value::Null));
         let policies = self.policies(map.get("policies").unwrap_or(&Value::Null), base_dir);
         let providers = self.providers(map.get("providers").unwrap_or(&Value::Null));
         let models = self.models(map.get("models").unwrap_or(&Value::Null), &providers);
+        let quality = self.quality(map.get("quality").unwrap_or(&Value::Null), base_dir);
         Config {
             server,
             policies,
             providers,
             models,
+            quality,
             source: source.to_string(),
         }
     }
@@ -280,6 +286,28 @@ impl Validator {
         if let Some(dir) = self.string(map, "dir", path) {
             cfg.dir = Some(base_dir.join(dir));
             cfg.explicit = true;
+        }
+        cfg
+    }
+
+    fn quality(&mut self, value: &Value, base_dir: &Path) -> QualityConfig {
+        let path = "quality";
+        let mut cfg = QualityConfig::default();
+        let Some(map) = self.mapping(value, path) else {
+            return cfg;
+        };
+        self.unknown_keys(map, &["leaderboard"], path);
+        if let Some(file) = self.string(map, "leaderboard", path) {
+            let file = base_dir.join(file);
+            match super::quality::read_leaderboard(&file) {
+                Ok(scores) => cfg.scores = scores,
+                Err(errors) => {
+                    for e in errors {
+                        self.err(join(path, "leaderboard"), e);
+                    }
+                }
+            }
+            cfg.leaderboard = Some(file);
         }
         cfg
     }
@@ -534,6 +562,7 @@ impl Validator {
                 "priority",
                 "weight",
                 "region",
+                "latency_target_ms",
             ],
             path,
         );
@@ -580,6 +609,7 @@ impl Validator {
         let priority = self.uint(map, "priority", path, 0, 1_000_000).unwrap_or(1) as u32;
         let weight = self.uint(map, "weight", path, 0, 1_000_000).unwrap_or(1) as u32;
         let region = self.string(map, "region", path);
+        let latency_target_ms = self.uint(map, "latency_target_ms", path, 1, 3_600_000);
         let name = self.string(map, "name", path);
         let (provider, upstream_model) = (provider?, upstream_model?);
         provider_kind?;
@@ -617,6 +647,7 @@ impl Validator {
             priority,
             weight,
             region,
+            latency_target_ms,
         })
     }
 }
@@ -720,6 +751,45 @@ models:
         let errs = parse_str("server: [", None).unwrap_err();
         assert_eq!(errs.errors.len(), 1);
         assert!(errs.errors[0].message.starts_with("not valid YAML"));
+    }
+
+    #[test]
+    fn leaderboard_and_latency_target() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("lb.yaml"),
+            "mock-1: { chat: 0.7, code: 0.4 }\n",
+        )
+        .unwrap();
+        let yaml = "quality: { leaderboard: lb.yaml }\nproviders: { p: { kind: mock } }\nmodels: { m: { endpoints: [ { provider: p, model: mock-1, latency_target_ms: 250 } ] } }\n";
+        let c = parse_str(yaml, Some(&dir.path().join("switchyard.yaml"))).unwrap();
+        assert_eq!(c.quality.scores["mock-1"]["code"], 0.4);
+        assert_eq!(c.models[0].endpoints[0].latency_target_ms, Some(250));
+
+        std::fs::write(dir.path().join("lb.yaml"), "mock-1: { chat: 2 }\n").unwrap();
+        let errs = parse_str(yaml, Some(&dir.path().join("switchyard.yaml"))).unwrap_err();
+        assert_eq!(errs.errors[0].path, "quality.leaderboard");
+        assert!(
+            errs.errors[0]
+                .message
+                .ends_with("mock-1.chat: 2 is out of range (expected 0 to 1)"),
+            "{errs}"
+        );
+
+        let missing = yaml.replace("lb.yaml", "nope.yaml");
+        let errs = parse_str(&missing, Some(&dir.path().join("switchyard.yaml"))).unwrap_err();
+        assert!(
+            errs.to_string()
+                .contains("quality.leaderboard: cannot read"),
+            "{errs}"
+        );
+        let bad = yaml.replace("latency_target_ms: 250", "latency_target_ms: 0");
+        let errs = parse_str(&bad, Some(&dir.path().join("switchyard.yaml"))).unwrap_err();
+        assert!(
+            errs.to_string()
+                .contains("latency_target_ms: 0 is out of range"),
+            "{errs}"
+        );
     }
 
     #[test]

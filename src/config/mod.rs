@@ -15,9 +15,11 @@
 
 mod defaults;
 mod load;
+pub mod quality;
 
 pub use defaults::embedded;
 pub use load::{parse_str, ConfigError, ConfigErrors};
+pub use quality::{Leaderboard, QualityConfig};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -35,6 +37,8 @@ pub struct Config {
     pub providers: Vec<ProviderConfig>,
     /// The model registry: logical models in file order; names are unique.
     pub models: Vec<ModelConfig>,
+    /// Quality scores for quality-aware strategies (`quality:`, [`quality`]).
+    pub quality: QualityConfig,
     /// Where this config came from, for the startup log line.
     pub source: String,
 }
@@ -207,4 +211,9 @@ pub struct EndpointConfig {
     pub weight: u32,
     /// Optional region label (seed 001 "Model Mapping").
     pub region: Option<String>,
+    /// Latency target in milliseconds (`latency_target_ms`, optional): a success
+    /// slower than this counts h = 0.5 instead of 1 in the endpoint's health (seed 001,
+    /// "Health Tracking": fractional h for degraded performance such as elevated
+    /// latency). Without it every success counts 1.
+    pub latency_target_ms: Option<u64>,
 }

@@ -117,13 +117,7 @@ impl Gateway {
             .enumerate()
             .map(|(i, e)| (e.id.to_string(), i))
             .collect();
-        let stats = StatsStore::new(
-            registry
-                .endpoints
-                .iter()
-                .map(|e| e.id.to_string())
-                .collect(),
-        );
+        let stats = StatsStore::from_config(&config, &registry);
         let data: Vec<serde_json::Value> = registry
             .model_order
             .iter()
@@ -277,7 +271,9 @@ impl Gateway {
         let seed = rand::random::<u64>();
         let stateful = snap.set.strategies.iter().any(|s| !s.states.is_empty());
         let _guard = stateful.then(|| self.decision_lock.lock().unwrap_or_else(|p| p.into_inner()));
-        let stats = self.stats.snapshot(SystemTime::now());
+        let stats = self
+            .stats
+            .snapshot_for_task(SystemTime::now(), &features.task);
         let decision = crate::policy::decide(&snap.set, features, &stats, seed);
         for u in &decision.state_updates {
             if let Some(slot) = self

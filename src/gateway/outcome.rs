@@ -114,7 +114,10 @@ impl Attempt {
             return;
         }
         let id = &self.gw.registry.endpoints[self.ep_idx].id;
-        let stats = self.gw.stats.snapshot(SystemTime::now());
+        let stats = self
+            .gw
+            .stats
+            .snapshot_for_task(SystemTime::now(), &self.ctx.features.task);
         let outcome = Outcome {
             latency_ms: latency.as_secs_f64() * 1e3,
             ttft_ms: ttft.map(|t| t.as_secs_f64() * 1e3).unwrap_or(0.0),

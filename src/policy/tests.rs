@@ -26,6 +26,10 @@ pub(crate) const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../policies/reject.policy"),
     ),
     (
+        "policies/builtin/adaptive.policy",
+        include_str!("../../policies/builtin/adaptive.policy"),
+    ),
+    (
         "policies/builtin/cost_optimized.policy",
         include_str!("../../policies/builtin/cost_optimized.policy"),
     ),
@@ -36,6 +40,14 @@ pub(crate) const SHIPPED: &[(&str, &str)] = &[
     (
         "policies/builtin/least_latency.policy",
         include_str!("../../policies/builtin/least_latency.policy"),
+    ),
+    (
+        "policies/builtin/multi_objective.policy",
+        include_str!("../../policies/builtin/multi_objective.policy"),
+    ),
+    (
+        "policies/builtin/quality_first.policy",
+        include_str!("../../policies/builtin/quality_first.policy"),
     ),
     (
         "policies/builtin/weighted_round_robin.policy",

@@ -9,6 +9,9 @@
 
 pub mod policy;
 
+#[cfg(test)]
+mod builtin_tests;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -4,8 +4,10 @@
 //! The built-in strategies of `policies/builtin/` are compiled into the binary, so
 //! every policy can say `via least_latency` without copying files. An operator file
 //! that defines a strategy of the same name replaces the built-in one (copy it, change
-//! a line); the `policies/builtin/` folder of this repository, when loaded as a
-//! policy directory, therefore replaces the embedded copies with identical text.
+//! a line). The built-in files also carry policy tests and the test-only routes they
+//! use, written against the example registry; those are blanked out when embedded
+//! ([`embeddable`]), so an operator copying a file keeps its `strategy` and deletes
+//! or adapts its routes and tests.
 //!
 //! A set that fails to parse or check is never used: startup fails with the rendered
 //! diagnostics (file:line:col and a caret), and a reload keeps the last good set.
@@ -20,7 +22,9 @@ use crate::policy::{
     parser, CheckedPolicySet, Registry, RegistryEndpoint, RegistryModel, SourceMap,
 };
 
-/// The built-in strategies: (file name, text).
+/// The built-in strategies: (file name, text). Each file also holds `test` blocks and
+/// the test-only routes they use, written against the example registry
+/// (`policies/README.md`); [`embeddable`] drops those when the gateway loads them.
 pub const BUILTIN: &[(&str, &str)] = &[
     (
         "builtin/weighted_round_robin.policy",
@@ -35,8 +39,20 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../policies/builtin/cost_optimized.policy"),
     ),
     (
+        "builtin/quality_first.policy",
+        include_str!("../../policies/builtin/quality_first.policy"),
+    ),
+    (
         "builtin/exp3.policy",
         include_str!("../../policies/builtin/exp3.policy"),
+    ),
+    (
+        "builtin/adaptive.policy",
+        include_str!("../../policies/builtin/adaptive.policy"),
+    ),
+    (
+        "builtin/multi_objective.policy",
+        include_str!("../../policies/builtin/multi_objective.policy"),
     ),
 ];
 
@@ -214,13 +230,41 @@ pub fn read_sources_from(roots: &[PathBuf]) -> Result<SourceMap, LoadError> {
             })
             .unwrap_or(false);
         if !replaced {
-            sources.add(*name, *text);
+            sources.add(*name, embeddable(name, text));
         }
     }
     for (name, text) in user {
         sources.add(name, text);
     }
     Ok(sources)
+}
+
+/// The text of a built-in file as the gateway embeds it: its `route` and `test` items
+/// blanked out (spaces, newlines kept so locations do not move). They exist for the
+/// file's policy tests, which name the example registry's models and endpoints; in the
+/// gateway they would take traffic or fail to check against the operator's registry.
+/// A file that does not parse is returned as is (the full parse reports it).
+pub fn embeddable(name: &str, text: &str) -> String {
+    let Ok((_, file)) = parser::parse_str(name, text) else {
+        return text.to_string();
+    };
+    let mut bytes = text.as_bytes().to_vec();
+    for item in &file.items {
+        let span = match item {
+            Item::Route(r) => r.span,
+            Item::Test(t) => t.span,
+            Item::Strategy(_) => continue,
+        };
+        let (start, end) = (span.start as usize, (span.end as usize).min(bytes.len()));
+        for b in bytes.iter_mut().take(end).skip(start) {
+            if *b != b'\n' {
+                *b = b' ';
+            }
+        }
+    }
+    // Only whole items (ASCII keywords to closing braces) were blanked, but any
+    // multi-byte character inside them became spaces byte by byte: still valid UTF-8.
+    String::from_utf8(bytes).unwrap_or_else(|_| text.to_string())
 }
 
 /// Loads, parses and checks the policy set for `config`.
@@ -297,14 +341,24 @@ mod tests {
     }
 
     #[test]
+    fn embedded_builtins_keep_only_their_strategies() {
+        for (name, text) in BUILTIN {
+            let kept = embeddable(name, text);
+            assert_eq!(kept.lines().count(), text.lines().count(), "{name}");
+            let (_, file) = parser::parse_str(name, &kept).unwrap();
+            assert_eq!(file.items.len(), 1, "{name}");
+            assert!(matches!(file.items[0], Item::Strategy(_)), "{name}");
+        }
+    }
+
+    #[test]
     fn operator_strategy_replaces_the_builtin() {
         let dir = tempfile::tempdir().unwrap();
-        let text = BUILTIN
+        let (name, text) = BUILTIN
             .iter()
             .find(|(n, _)| n.ends_with("least_latency.policy"))
-            .unwrap()
-            .1;
-        std::fs::write(dir.path().join("mine.policy"), text).unwrap();
+            .unwrap();
+        std::fs::write(dir.path().join("mine.policy"), embeddable(name, text)).unwrap();
         std::fs::write(dir.path().join(".mine.policy.swp"), "garbage").unwrap();
         std::fs::write(dir.path().join("notes.txt"), "garbage").unwrap();
         let sources = read_sources(Some(dir.path())).unwrap();

@@ -8,24 +8,38 @@
 //!
 //! Formulas (seed 001, "Egress and Health Monitoring" and "Routing Strategies"):
 //! - latency and TTFT: EWMA with α = 0.3, the first sample taken as is;
-//! - health H(p,t) = α·h + (1−α)·H(p,t−1), α = 0.1, h = 1 on success, 0 on failure;
+//! - health H(p,t) = α·h + (1−α)·H(p,t−1), α = 0.1, with h = 1 on success, 0 on
+//!   failure, and h = 0.5 for a success slower than the endpoint's
+//!   `latency_target_ms` when one is configured ("fractional when degraded"; one
+//!   fixed step keeps H readable: an endpoint that is always slow settles at 0.5, well
+//!   above the circuit breaker's 0.3, while failures still drive it down);
 //! - error rate: EWMA (α = 0.1) of 1 on failure, 0 on success;
 //! - capacity C from rate-limit headers ([`ratelimit`]), back to 1 once the limit
 //!   resets.
+//!
+//! [`StatsStore`] holds one slot per endpoint plus the parts that never change
+//! (prices, quality scores) and builds the [`StatsSnapshot`] a decision reads.
 
 pub mod ratelimit;
+mod store;
+
+pub use store::{EndpointInfo, StatsStore};
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::policy::{EndpointStats, StatsSnapshot};
+use crate::policy::EndpointStats;
+#[cfg(doc)]
+use crate::policy::StatsSnapshot;
 
 /// EWMA weight of latency and TTFT samples (seed 001, least-latency: α = 0.3).
 pub const LATENCY_ALPHA: f64 = 0.3;
 /// EWMA weight of health and error-rate samples (seed 001, health: α = 0.1).
 pub const HEALTH_ALPHA: f64 = 0.1;
+/// Health sample h of a success slower than the endpoint's latency target.
+pub const SLOW_SUCCESS_HEALTH: f64 = 0.5;
 
 /// An `f64` in an `AtomicU64`.
 #[derive(Debug)]
@@ -73,6 +87,10 @@ pub struct EndpointSlot {
     capacity: AtomicF64,
     /// Unix ms when `capacity` stops applying (0: no reset known).
     capacity_until_ms: AtomicU64,
+    /// Offered to strategies (the circuit breaker's switch).
+    available: AtomicBool,
+    /// Successes slower than this (ms) count h = 0.5.
+    latency_target_ms: Option<f64>,
     state: Mutex<BTreeMap<String, BTreeMap<String, f64>>>,
 }
 
@@ -88,6 +106,8 @@ impl Default for EndpointSlot {
             in_flight: AtomicU64::new(0),
             capacity: AtomicF64::new(1.0),
             capacity_until_ms: AtomicU64::new(0),
+            available: AtomicBool::new(true),
+            latency_target_ms: None,
             state: Mutex::new(BTreeMap::new()),
         }
     }
@@ -100,6 +120,30 @@ fn unix_ms(t: SystemTime) -> u64 {
 }
 
 impl EndpointSlot {
+    /// A slot whose successes slower than `latency_target_ms` count as degraded.
+    pub fn with_latency_target(latency_target_ms: Option<f64>) -> EndpointSlot {
+        EndpointSlot {
+            latency_target_ms: latency_target_ms.filter(|t| *t > 0.0),
+            ..EndpointSlot::default()
+        }
+    }
+
+    /// Marks the endpoint (un)available to strategies; unavailable endpoints are left
+    /// out of every candidate list, so the route's fallback chain serves instead.
+    pub fn set_available(&self, available: bool) {
+        self.available.store(available, Ordering::Relaxed);
+    }
+
+    /// Whether strategies are offered the endpoint.
+    pub fn is_available(&self) -> bool {
+        self.available.load(Ordering::Relaxed)
+    }
+
+    /// Outcomes recorded so far (successes and failures).
+    pub fn samples(&self) -> u64 {
+        self.samples.load(Ordering::Relaxed)
+    }
+
     /// One more request is in flight (pair with [`EndpointSlot::leave`]).
     pub fn enter(&self) {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -121,15 +165,27 @@ impl EndpointSlot {
     }
 
     /// Records a finished attempt: `latency` to the last byte, `success` or not.
+    /// Only successes move the latency EWMA (a failure's latency says nothing about
+    /// how fast the endpoint answers).
     pub fn record(&self, latency: Duration, success: bool) {
         let first = self.samples.fetch_add(1, Ordering::Relaxed) == 0;
+        let ms = latency.as_secs_f64() * 1e3;
         if success {
-            self.latency_ms
-                .ewma(latency.as_secs_f64() * 1e3, LATENCY_ALPHA, first);
+            self.latency_ms.ewma(ms, LATENCY_ALPHA, first);
         }
-        let h = if success { 1.0 } else { 0.0 };
-        self.health.ewma(h, HEALTH_ALPHA, false);
-        self.error_rate.ewma(1.0 - h, HEALTH_ALPHA, false);
+        self.health
+            .ewma(self.health_sample(ms, success), HEALTH_ALPHA, false);
+        let failed = if success { 0.0 } else { 1.0 };
+        self.error_rate.ewma(failed, HEALTH_ALPHA, false);
+    }
+
+    /// h for one outcome: 0 failure, 0.5 a success slower than the target, else 1.
+    pub fn health_sample(&self, latency_ms: f64, success: bool) -> f64 {
+        match (success, self.latency_target_ms) {
+            (false, _) => 0.0,
+            (true, Some(t)) if latency_ms > t => SLOW_SUCCESS_HEALTH,
+            (true, _) => 1.0,
+        }
     }
 
     /// Records a time to first token.
@@ -154,7 +210,8 @@ impl EndpointSlot {
             .extend(slots.iter().map(|(k, v)| (k.clone(), *v)));
     }
 
-    /// The statistics as policies see them, at `now`.
+    /// The dynamic statistics as policies see them, at `now` (prices and quality left
+    /// empty: [`StatsStore`] adds them).
     pub fn view(&self, now: SystemTime) -> EndpointStats {
         let until = self.capacity_until_ms.load(Ordering::Relaxed);
         let capacity = if until != 0 && unix_ms(now) >= until {
@@ -163,7 +220,7 @@ impl EndpointSlot {
             self.capacity.get()
         };
         EndpointStats {
-            available: true,
+            available: self.is_available(),
             health: self.health.get(),
             latency_ewma_ms: self.latency_ms.get(),
             ttft_ewma_ms: self.ttft_ms.get(),
@@ -188,43 +245,6 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Statistics of every endpoint, indexed like the routing registry's endpoints.
-#[derive(Debug)]
-pub struct StatsStore {
-    ids: Vec<String>,
-    slots: Vec<EndpointSlot>,
-}
-
-impl StatsStore {
-    /// A store for endpoints named `ids` (registry order), all at their initial values.
-    pub fn new(ids: Vec<String>) -> StatsStore {
-        let slots = ids.iter().map(|_| EndpointSlot::default()).collect();
-        StatsStore { ids, slots }
-    }
-
-    /// The slot of endpoint index `i`.
-    pub fn slot(&self, i: usize) -> Option<&EndpointSlot> {
-        self.slots.get(i)
-    }
-
-    /// The index of endpoint `id`.
-    pub fn index(&self, id: &str) -> Option<usize> {
-        self.ids.iter().position(|x| x == id)
-    }
-
-    /// A snapshot of every endpoint at `now`, as policies read it.
-    pub fn snapshot(&self, now: SystemTime) -> StatsSnapshot {
-        StatsSnapshot {
-            endpoints: self
-                .ids
-                .iter()
-                .zip(&self.slots)
-                .map(|(id, s)| (id.clone(), s.view(now)))
-                .collect(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,6 +266,28 @@ mod tests {
             (v.latency_ewma_ms - 130.0).abs() < 1e-9,
             "failures do not move latency"
         );
+    }
+
+    #[test]
+    fn slow_successes_count_half() {
+        let s = EndpointSlot::with_latency_target(Some(100.0));
+        s.record(Duration::from_millis(50), true);
+        assert_eq!(s.view(SystemTime::now()).health, 1.0);
+        s.record(Duration::from_millis(150), true);
+        let v = s.view(SystemTime::now());
+        assert!((v.health - 0.95).abs() < 1e-12, "{}", v.health);
+        assert_eq!(v.error_rate, 0.0, "slow is not an error");
+        s.record(Duration::from_millis(150), false);
+        assert!((s.view(SystemTime::now()).health - 0.855).abs() < 1e-12);
+        // Always slow settles at 0.5.
+        for _ in 0..400 {
+            s.record(Duration::from_millis(500), true);
+        }
+        assert!((s.view(SystemTime::now()).health - 0.5).abs() < 1e-9);
+        // No target: every success counts 1.
+        let plain = EndpointSlot::default();
+        plain.record(Duration::from_secs(60), true);
+        assert_eq!(plain.view(SystemTime::now()).health, 1.0);
     }
 
     #[test]
