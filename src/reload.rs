@@ -32,7 +32,7 @@ use crate::policy::Registry;
 use crate::routing::policy::{compile, read_sources, registry_from_config, PolicySnapshot};
 
 /// How long the watcher waits for a burst of events to settle.
-pub const DEBOUNCE: Duration = Duration::from_millis(40);
+pub const DEBOUNCE: Duration = Duration::from_millis(25);
 
 /// Reloads by outcome: `ok`, `failed`, `unchanged`.
 pub const RELOADS: &str = "switchyard_policy_reloads_total";

@@ -258,3 +258,54 @@ async fn a_thousand_reloads_do_not_grow_memory() {
     // Forced reloads always swap; the watcher may add its own on top.
     assert!(admin(&s.gw).await["reloads"]["ok"].as_u64() >= Some(1000));
 }
+
+/// A route of `n` rules, each matching one value of a header, all pinned to `endpoint`.
+fn big_policy(n: usize, endpoint: &str) -> String {
+    let mut s = String::from("route big when request.model == \"m\" {\n");
+    for i in 0..n {
+        s.push_str(&format!(
+            "  rule r{i} when has(header(\"x-tenant\")) and header(\"x-tenant\") == \"t{i}\" and request.input_tokens > {i} {{\n    use endpoint \"a/x\"\n  }}\n"
+        ));
+    }
+    s.push_str(&format!("  default use endpoint \"{endpoint}\"\n}}\n"));
+    s
+}
+
+/// Save → new version serving, for a 1,000-rule set, over 50 saves (figures for the
+/// README; no timing assertion). Run in release:
+/// `cargo test --release --test it save_to_serving -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore]
+async fn save_to_serving_latency_1000_rules() {
+    let s = setup(&[]);
+    write_in_place(&s.file, &big_policy(1000, "a/x"));
+    wait_for(&s.gw, "a/x").await;
+    let mut samples = Vec::new();
+    for i in 0..50u32 {
+        let target = if i.is_multiple_of(2) { "b/x" } else { "a/x" };
+        let text = big_policy(1000, target);
+        let saved = Instant::now();
+        write_temp_and_rename(&s.file, &text);
+        // Poll the serving path until the new routing answers.
+        loop {
+            let r = post(
+                &s.gw.url("/v1/chat/completions"),
+                &chat("m", false, r#","max_tokens":1"#),
+            )
+            .await;
+            if r.headers["x-switchyard-endpoint"] == target {
+                break;
+            }
+            assert!(saved.elapsed() < Duration::from_secs(10));
+        }
+        samples.push(saved.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    samples.sort();
+    println!(
+        "save -> serving, 1000 rules, 50 saves: median {:.1} ms, max {:.1} ms, min {:.1} ms",
+        samples[25].as_secs_f64() * 1e3,
+        samples[49].as_secs_f64() * 1e3,
+        samples[0].as_secs_f64() * 1e3
+    );
+}
