@@ -65,6 +65,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
                 "metrics are not enabled in this process",
             )),
         },
+        (&Method::GET, "/admin/endpoints") => crate::admin::endpoints::handle(&gw),
         (&Method::GET, "/admin/policies") => crate::reload::admin_status(&gw),
         (&Method::POST, "/admin/reload") => crate::reload::admin_reload(&gw).await,
         (
@@ -74,6 +75,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
             | "/health"
             | "/ready"
             | "/metrics"
+            | "/admin/endpoints"
             | "/admin/policies"
             | "/admin/reload",
         ) => error_response(&GatewayError::new(

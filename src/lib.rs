@@ -8,6 +8,7 @@
 //!
 //! Modules mirror it one layer each; `config`, `cli`, `server` and `mock` sit beside it.
 
+pub mod admin;
 pub mod api;
 pub mod body;
 pub mod cli;

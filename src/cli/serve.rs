@@ -128,6 +128,10 @@ pub fn run(args: ServeArgs) -> ExitCode {
             }
         };
         spawn_sighup(reloader.clone());
+        tokio::spawn(crate::admin::endpoints::log_every(
+            gw.clone(),
+            crate::admin::endpoints::LOG_EVERY,
+        ));
         let gw_for_shutdown = gw.clone();
         let shutdown = async move {
             crate::server::shutdown_signal().await;

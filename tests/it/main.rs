@@ -6,3 +6,4 @@ mod policy;
 mod proxy;
 mod reload;
 mod shutdown;
+mod strategies;
