@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-10}; conns=${2:-64}; rounds=${ROUNDS:-3}
-bin=target/release/switchyard
+bin=${SWITCHYARD_BIN:-target/release/switchyard}
 [ -x "$bin" ] || cargo build --release
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null; rm -rf "$work"' EXIT

@@ -238,7 +238,7 @@ impl Gateway {
                         let id = &self.registry.endpoints[ep_idx].id;
                         metrics::counter!(m::UPSTREAM_ERRORS, "endpoint" => id.to_string(), "kind" => e.kind.metric_label())
                             .increment(1);
-                        tracing::warn!(endpoint = %id, model = %chat.model, attempt = attempts, error = %e, "attempt failed");
+                        tracing::warn!(policy = %snap.version, endpoint = %id, model = %chat.model, attempt = attempts, error = %e, "attempt failed");
                         let (retryable, client_fault) =
                             (e.kind.retryable(), e.kind.fault() == Fault::Client);
                         last = Some((e, ep_idx));
