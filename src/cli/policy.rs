@@ -38,20 +38,7 @@ pub struct UsageError(pub String);
 /// Loads the config as `serve` does: `--config`, else `./switchyard.yaml`, else the
 /// embedded default.
 pub fn load_config(path: Option<&Path>) -> Result<Config, UsageError> {
-    let path = match path {
-        Some(p) => Some(p.to_path_buf()),
-        None if Path::new("switchyard.yaml").exists() => Some(PathBuf::from("switchyard.yaml")),
-        None => None,
-    };
-    match path {
-        Some(p) => {
-            let text = std::fs::read_to_string(&p)
-                .map_err(|e| UsageError(format!("cannot read config {}: {e}", p.display())))?;
-            config::parse_str(&text, Some(&p))
-                .map_err(|e| UsageError(format!("invalid config {}:\n{e}", p.display())))
-        }
-        None => Ok(config::embedded(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty())).0),
-    }
+    config::locate_and_load(path).map(|(c, _)| c).map_err(UsageError)
 }
 
 /// The `.policy` files named by `paths` (directories searched recursively as the

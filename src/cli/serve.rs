@@ -1,6 +1,5 @@
 //! `switchyard serve`: load config, build the gateway, listen, drain on shutdown.
 
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,34 +7,12 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use super::{runtime, ServeArgs};
-use crate::config::{self, Config};
+use crate::config;
 use crate::gateway::Gateway;
-
-/// Finds and loads the config: `--config`, else `./switchyard.yaml`, else the embedded
-/// default. Returns the config and a line describing its source.
-fn load(args: &ServeArgs) -> Result<(Config, String), String> {
-    let path: Option<PathBuf> = match &args.config {
-        Some(p) => Some(p.clone()),
-        None if Path::new("switchyard.yaml").exists() => Some(PathBuf::from("switchyard.yaml")),
-        None => None,
-    };
-    match path {
-        Some(p) => {
-            let text = std::fs::read_to_string(&p)
-                .map_err(|e| format!("cannot read config {}: {e}", p.display()))?;
-            let c = config::parse_str(&text, Some(&p)).map_err(|e| e.to_string())?;
-            let line = format!("config loaded from {}", p.display());
-            Ok((c, line))
-        }
-        None => Ok(config::embedded(|v| {
-            std::env::var_os(v).is_some_and(|s| !s.is_empty())
-        })),
-    }
-}
 
 /// Runs `switchyard serve`.
 pub fn run(args: ServeArgs) -> ExitCode {
-    let (mut config, source_line) = match load(&args) {
+    let (mut config, source_line) = match config::locate_and_load(args.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");

@@ -26,6 +26,29 @@ use std::path::PathBuf;
 
 use crate::mock::MockOptions;
 
+/// Finds and loads the config as `serve` and every tool do: `path` if given, else
+/// `./switchyard.yaml` if it exists, else the embedded default (providers enabled by
+/// their API-key variables). Returns the config and a line naming its source.
+///
+/// # Errors
+/// A message: the file cannot be read, or every problem found in it.
+pub fn locate_and_load(path: Option<&std::path::Path>) -> Result<(Config, String), String> {
+    let path: Option<PathBuf> = match path {
+        Some(p) => Some(p.to_path_buf()),
+        None if std::path::Path::new("switchyard.yaml").exists() => Some(PathBuf::from("switchyard.yaml")),
+        None => None,
+    };
+    match path {
+        Some(p) => {
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| format!("cannot read config {}: {e}", p.display()))?;
+            let c = parse_str(&text, Some(&p)).map_err(|e| e.to_string())?;
+            Ok((c, format!("config loaded from {}", p.display())))
+        }
+        None => Ok(embedded(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty()))),
+    }
+}
+
 /// The whole, validated gateway configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
