@@ -115,7 +115,12 @@ impl ChatRequest {
                 };
                 let mut err = GatewayError::invalid_field(path, message);
                 if at_root || inner.is_syntax() || inner.is_eof() {
-                    err.param = None;
+                    // serde names a missing field only in its message: "missing field `x`".
+                    err.param = inner
+                        .to_string()
+                        .strip_prefix("missing field `")
+                        .and_then(|r| r.split('`').next())
+                        .map(str::to_string);
                 }
                 return Err(err);
             }
@@ -314,6 +319,7 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("messages[0].role"));
         let e = ChatRequest::parse(br#"{"messages":[]}"#).unwrap_err();
         assert!(e.message.contains("model"), "{}", e.message);
+        assert_eq!(e.param.as_deref(), Some("model"));
         let e = ChatRequest::parse(br#"{"model":"m","messages":[]}"#).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages"));
         let e = ChatRequest::parse(br#"{"model":"m","messages":[{"role":"robot","content":"x"}]}"#)
@@ -328,7 +334,13 @@ mod tests {
 
     #[test]
     fn malformed_json_is_400_without_param() {
-        for body in [&b"{"[..], b"", b"[1,2]", b"null", b"{\"model\":\"m\"} x"] {
+        for body in [
+            &b"{"[..],
+            b"",
+            b"[1,2]",
+            b"null",
+            b"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]} x",
+        ] {
             let e = ChatRequest::parse(body).unwrap_err();
             assert_eq!(e.status(), 400, "{:?}", String::from_utf8_lossy(body));
             assert_eq!(e.param, None, "{:?}", String::from_utf8_lossy(body));

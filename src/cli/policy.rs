@@ -38,7 +38,9 @@ pub struct UsageError(pub String);
 /// Loads the config as `serve` does: `--config`, else `./switchyard.yaml`, else the
 /// embedded default.
 pub fn load_config(path: Option<&Path>) -> Result<Config, UsageError> {
-    config::locate_and_load(path).map(|(c, _)| c).map_err(UsageError)
+    config::locate_and_load(path)
+        .map(|(c, _)| c)
+        .map_err(UsageError)
 }
 
 /// The `.policy` files named by `paths` (directories searched recursively as the

@@ -35,7 +35,9 @@ use crate::mock::MockOptions;
 pub fn locate_and_load(path: Option<&std::path::Path>) -> Result<(Config, String), String> {
     let path: Option<PathBuf> = match path {
         Some(p) => Some(p.to_path_buf()),
-        None if std::path::Path::new("switchyard.yaml").exists() => Some(PathBuf::from("switchyard.yaml")),
+        None if std::path::Path::new("switchyard.yaml").exists() => {
+            Some(PathBuf::from("switchyard.yaml"))
+        }
         None => None,
     };
     match path {
@@ -45,7 +47,9 @@ pub fn locate_and_load(path: Option<&std::path::Path>) -> Result<(Config, String
             let c = parse_str(&text, Some(&p)).map_err(|e| e.to_string())?;
             Ok((c, format!("config loaded from {}", p.display())))
         }
-        None => Ok(embedded(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty()))),
+        None => Ok(embedded(|v| {
+            std::env::var_os(v).is_some_and(|s| !s.is_empty())
+        })),
     }
 }
 

@@ -137,14 +137,29 @@ impl Upstream {
                     model,
                     api_key: self.api_key.as_deref(),
                 };
-                let req = self.adapter.request(&target, chat)?;
-                match tokio::time::timeout(first_byte, client.request(req)).await {
-                    Err(_) => return Err(self.first_byte_timeout()),
-                    Ok(Err(e)) => return Err(self.connect_error(&e)),
-                    Ok(Ok(r)) => r.map(|b| {
-                        b.map_err(|e| Box::new(e) as crate::body::BoxError)
-                            .boxed_unsync()
-                    }),
+                let deadline = tokio::time::Instant::now() + first_byte;
+                let mut tries = 0;
+                loop {
+                    tries += 1;
+                    let req = self.adapter.request(&target, chat)?;
+                    match tokio::time::timeout_at(deadline, client.request(req)).await {
+                        Err(_) => return Err(self.first_byte_timeout()),
+                        // A pooled keep-alive connection the provider had already
+                        // closed fails before any response byte: the provider never
+                        // saw a complete request, so one retry on a fresh connection
+                        // is safe and hides the race from the client.
+                        Ok(Err(e)) if tries == 1 && stale_connection(&e) => {
+                            tracing::debug!(provider = %self.name, error = %e, "stale pooled connection; retrying on a new one");
+                            continue;
+                        }
+                        Ok(Err(e)) => return Err(self.connect_error(&e)),
+                        Ok(Ok(r)) => {
+                            break r.map(|b| {
+                                b.map_err(|e| Box::new(e) as crate::body::BoxError)
+                                    .boxed_unsync()
+                            })
+                        }
+                    }
                 }
             }
         };
@@ -194,6 +209,34 @@ impl Upstream {
         )
         .with_code("upstream_unreachable")
     }
+}
+
+/// Whether `e` is a reused connection that the peer closed (reset, or closed before
+/// the response began), as opposed to a failure to connect or a timeout.
+fn stale_connection(e: &hyper_util::client::legacy::Error) -> bool {
+    if e.is_connect() {
+        return false;
+    }
+    let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = src {
+        if let Some(h) = s.downcast_ref::<hyper::Error>() {
+            if h.is_incomplete_message() || h.is_canceled() {
+                return true;
+            }
+        }
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::ConnectionAborted
+            ) {
+                return true;
+            }
+        }
+        src = s.source();
+    }
+    false
 }
 
 fn http_client(t: &Timeouts) -> HttpClient {

@@ -184,3 +184,40 @@ fn bad_config_reports_every_problem_and_exits_1() {
     );
     assert!(err.contains("server.listen"), "{err}");
 }
+
+/// An upstream whose first connection is closed as soon as the request arrives (like
+/// a keep-alive connection the provider dropped); later connections answer normally.
+fn flaky_first_connection() -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(mut s) = stream else { return };
+            let mut buf = [0u8; 65536];
+            let _ = s.read(&mut buf);
+            if n == 0 {
+                drop(s);
+                continue;
+            }
+            let body = r#"{"id":"x","object":"chat.completion","created":0,"model":"x","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}"#;
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_dropped_connection_is_retried_once_on_a_new_one() {
+    let addr = flaky_first_connection();
+    let gw = serve(&format!(
+        "providers:\n  p: {{ kind: openai-compatible, base_url: http://{addr}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x }} ] }}\n"
+    ));
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "ok");
+}
