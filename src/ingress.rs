@@ -28,16 +28,21 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
     };
     match (req.method(), path) {
         (&Method::POST, "/v1/chat/completions") => {
-            let gauge = gw.in_flight.clone();
-            gauge.increment(1.0);
+            // Counted until the response body ends (streams included), and released
+            // even when the client goes away and the future is dropped.
+            let guard = InFlight::new(gw.in_flight.clone());
             let (parts, body) = req.into_parts();
             let resp = match read_body(&parts.headers, body, gw.config.server.max_body_bytes).await
             {
                 Ok(bytes) => gw.chat(bytes, &parts.headers, started).await,
                 Err(e) => error_response(&e),
             };
-            gauge.decrement(1.0);
-            resp
+            resp.map(|b| {
+                Body::new(Guarded {
+                    inner: b,
+                    _guard: guard,
+                })
+            })
         }
         (&Method::GET, "/v1/models") => json(StatusCode::OK, gw.models_json()),
         (&Method::GET, "/health") => json(StatusCode::OK, &br#"{"status":"ok"}"#[..]),
@@ -115,13 +120,71 @@ async fn read_body(
             return Err(too_large());
         }
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Err(e) => Err(GatewayError::new(
+    let read = tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, limit).collect());
+    match read.await {
+        Err(_) => {
+            let mut e = GatewayError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "the request body did not arrive within {} s",
+                    BODY_TIMEOUT.as_secs()
+                ),
+            )
+            .with_code("request_timeout");
+            e.status_override = Some(408);
+            Err(e)
+        }
+        Ok(Ok(c)) => Ok(c.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Ok(Err(e)) => Err(GatewayError::new(
             ErrorKind::InvalidRequest,
             format!("could not read the request body: {e}"),
         )),
+    }
+}
+
+/// Longest wait for a request body once its headers arrived (slow clients get 408).
+pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Holds one unit of the in-flight gauge; gives it back when dropped.
+struct InFlight(metrics::Gauge);
+
+impl InFlight {
+    fn new(g: metrics::Gauge) -> InFlight {
+        g.increment(1.0);
+        InFlight(g)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
+}
+
+/// A response body that keeps an [`InFlight`] until it ends or is dropped.
+struct Guarded {
+    inner: Body,
+    _guard: InFlight,
+}
+
+impl http_body::Body for Guarded {
+    type Data = bytes::Bytes;
+    type Error = crate::body::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -224,7 +224,13 @@ impl Reloader {
             let Some(me) = me.upgrade() else { return };
             match res {
                 Ok(events) => {
-                    if events.iter().any(|e| e.paths.iter().any(|p| relevant(p))) {
+                    // Reads (open, close-after-read) are access events: the rebuild's own
+                    // reads would otherwise trigger the next rebuild, forever.
+                    let changed = events.iter().any(|e| {
+                        !matches!(e.kind, notify::EventKind::Access(_))
+                            && e.paths.iter().any(|p| relevant(p))
+                    });
+                    if changed {
                         me.request(false);
                     }
                 }

@@ -36,6 +36,9 @@ pub struct SseParser {
     has_data: bool,
     /// A `\r` ended the last consumed line; a following `\n` belongs to it.
     skip_lf: bool,
+    /// Bytes of `buf` already searched for a line end (keeps parsing linear when an
+    /// event arrives in many small reads).
+    scanned: usize,
 }
 
 impl SseParser {
@@ -62,10 +65,19 @@ impl SseParser {
             if self.skip_lf && !self.buf.is_empty() {
                 if self.buf[0] == b'\n' {
                     self.buf.advance(1);
+                    self.scanned = self.scanned.saturating_sub(1);
                 }
                 self.skip_lf = false;
             }
-            let end = self.buf.iter().position(|&b| b == b'\n' || b == b'\r')?;
+            let Some(found) = self.buf[self.scanned..]
+                .iter()
+                .position(|&b| b == b'\n' || b == b'\r')
+            else {
+                self.scanned = self.buf.len();
+                return None;
+            };
+            let end = self.scanned + found;
+            self.scanned = 0;
             let line = self.buf.split_to(end);
             let terminator = self.buf[0];
             self.buf.advance(1);

@@ -20,7 +20,8 @@ use crate::routing::policy::{read_sources_from, registry_from_config};
 /// `switchyard dry-run` flags.
 #[derive(Debug, clap::Args)]
 pub struct DryRunArgs {
-    /// OpenAI chat completion body (JSON); `-` reads standard input.
+    /// The OpenAI chat completion body: a file, `-` for standard input, or the JSON
+    /// itself when it starts with `{` (at most 32 MiB).
     #[arg(long)]
     pub request: String,
     /// Policy directory (default: the config's `policies.dir`).
@@ -79,11 +80,19 @@ pub fn run(a: DryRunArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(2, e.to_string()),
     };
-    let body = if a.request == "-" {
-        let mut b = Vec::new();
-        std::io::stdin().read_to_end(&mut b).map(|_| b)
+    const MAX_REQUEST: u64 = 32 * 1024 * 1024;
+    let mut b = Vec::new();
+    let body = if a.request.trim_start().starts_with('{') {
+        Ok(a.request.clone().into_bytes())
+    } else if a.request == "-" {
+        std::io::stdin()
+            .take(MAX_REQUEST)
+            .read_to_end(&mut b)
+            .map(|_| b)
     } else {
-        std::fs::read(&a.request)
+        std::fs::File::open(&a.request)
+            .and_then(|f| f.take(MAX_REQUEST).read_to_end(&mut b))
+            .map(|_| b)
     };
     let body = match body {
         Ok(b) => b,

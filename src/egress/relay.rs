@@ -166,7 +166,10 @@ impl SseRelay {
         let deadline = Instant::now() + self.idle;
         self.idle_timer.as_mut().reset(deadline);
         if let Err(e) = self.parser.push(data) {
-            self.fail(GatewayError::new(ErrorKind::BadUpstream, e.to_string()));
+            self.fail(
+                GatewayError::new(ErrorKind::BadUpstream, e.to_string())
+                    .with_code("upstream_bad_response"),
+            );
             return;
         }
         while let Some(ev) = self.parser.next_event() {

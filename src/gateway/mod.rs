@@ -336,6 +336,21 @@ impl Gateway {
             };
             return Err(attempt.failed(err));
         }
+        let content_type = parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if chat.is_stream() && !content_type.is_empty() && !content_type.contains("event-stream") {
+            // Not a stream (an HTML error page, or JSON from a provider that ignored
+            // `stream`): fail before the first byte so the fallback chain can act.
+            let e = GatewayError::new(
+                ErrorKind::BadUpstream,
+                format!("provider `{}` answered a streaming request with `{content_type}`, not an event stream", up.name),
+            )
+            .with_code("upstream_bad_response");
+            return Err(attempt.failed(e));
+        }
         let mut resp = if chat.is_stream() {
             let transcoder = up.adapter().stream(StreamContext {
                 logical_model: chat.model.clone(),

@@ -237,6 +237,9 @@ fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
     }
 }
 
+/// Longest source line shown in full under a diagnostic, in characters.
+const MAX_SHOWN_LINE: usize = 160;
+
 fn render_snippet(out: &mut String, sources: &SourceMap, span: Span, label: &str, arrow: &str) {
     let Some(file) = sources.get(span.file) else {
         return;
@@ -248,15 +251,36 @@ fn render_snippet(out: &mut String, sources: &SourceMap, span: Span, label: &str
     let text = file.line_text(a.line);
     let _ = writeln!(out, "{pad}{arrow} {}:{}:{}", file.name, a.line, a.col);
     let _ = writeln!(out, "{pad} |");
-    let _ = writeln!(out, "{line_no} | {}", text.replace('\t', " "));
-    let start_col = a.col as usize;
-    let width = if b.line == a.line && b.col > a.col {
+    let mut start_col = a.col as usize;
+    let mut width = if b.line == a.line && b.col > a.col {
         (b.col - a.col) as usize
     } else if b.line != a.line {
         (text.chars().count() + 1).saturating_sub(start_col).max(1)
     } else {
         1
     };
+    // Very long lines (minified or generated files) are shown as a window around the
+    // caret, so one diagnostic never carries megabytes of source.
+    let chars: Vec<char> = text.chars().collect();
+    let shown: String = if chars.len() > MAX_SHOWN_LINE {
+        let from = start_col
+            .saturating_sub(1)
+            .saturating_sub(MAX_SHOWN_LINE / 3);
+        let to = (from + MAX_SHOWN_LINE).min(chars.len());
+        let mut w: String = chars[from..to].iter().collect();
+        if to < chars.len() {
+            w.push('…');
+        }
+        if from > 0 {
+            w.insert(0, '…');
+            start_col = start_col - from + 1;
+        }
+        width = width.min(to.saturating_sub(from)).max(1);
+        w
+    } else {
+        text.to_string()
+    };
+    let _ = writeln!(out, "{line_no} | {}", shown.replace('\t', " "));
     let mut underline = format!("{pad} | {}{}", " ".repeat(start_col - 1), "^".repeat(width));
     if !label.is_empty() {
         underline.push(' ');
@@ -421,5 +445,27 @@ mod tests {
         let g = Diagnostic::global(codes::SYNTAX, "x").to_json(&m);
         assert!(g["file"].is_null());
         let _ = FileId(0);
+    }
+}
+
+#[cfg(test)]
+mod long_line_tests {
+    use super::*;
+
+    #[test]
+    fn long_lines_are_windowed_around_the_caret() {
+        let mut sources = SourceMap::new();
+        let text = format!("{}BAD{}", "a".repeat(5000), "b".repeat(5000));
+        let f = sources.add("long.policy", text);
+        let d = Diagnostic::error("E0000", Span::new(f, 5000, 5003), "bad token");
+        let out = d.render(&sources);
+        assert!(out.len() < 1000, "{} bytes", out.len());
+        let lines: Vec<&str> = out.lines().collect();
+        let src = lines.iter().find(|l| l.contains("BAD")).unwrap();
+        let caret = lines.iter().find(|l| l.contains("^^^")).unwrap();
+        assert_eq!(
+            src.find("BAD").unwrap(),
+            caret.find('^').unwrap() + '…'.len_utf8() - 1
+        );
     }
 }

@@ -145,7 +145,8 @@ pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayE
         .get(http::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|s| s.trim().parse::<f64>().ok())
-        .map(|s| s.ceil().max(0.0) as u64);
+        .filter(|s| s.is_finite())
+        .map(|s| s.ceil().clamp(0.0, 86_400.0) as u64);
     match status {
         400 | 413 | 422 => {
             GatewayError::new(ErrorKind::InvalidRequest, format!("upstream rejected the request: {detail}"))

@@ -97,7 +97,14 @@ pub fn find(json: &[u8], key: &str) -> Option<Field> {
             return None;
         }
         let key_end = skip_string(json, i)?;
-        let is_key = &json[i + 1..key_end - 1] == key.as_bytes();
+        let raw_key = &json[i + 1..key_end - 1];
+        // A key written with escapes (`"mo\u0064el"`) is the same key to every JSON
+        // reader; compare its decoded text so it is found (and replaced) too.
+        let is_key = if raw_key.contains(&b'\\') {
+            serde_json::from_slice::<String>(&json[i..key_end]).is_ok_and(|k| k == key)
+        } else {
+            raw_key == key.as_bytes()
+        };
         i = skip_ws(json, key_end);
         if json.get(i) != Some(&b':') {
             return None;
@@ -168,6 +175,18 @@ mod tests {
         assert_eq!(v["messages"][0]["model"], "inner");
         assert_eq!(v["tools"][0]["p"]["model"]["type"], "string");
         assert_eq!(out.replace("\"smol\\\"lm\"", "\"gpt-4o\""), j);
+    }
+
+    #[test]
+    fn escaped_keys_are_the_same_key() {
+        let out = set(r#"{"mo\u0064el":"cheap","messages":[]}"#, "up");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["model"], "up");
+        assert_eq!(
+            out.matches("model").count() + out.matches("mo\\u0064el").count(),
+            1,
+            "{out}"
+        );
     }
 
     #[test]

@@ -56,6 +56,33 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ),
 ];
 
+/// Largest policy file read, in bytes (the parser refuses more than 1 MiB anyway).
+pub const MAX_FILE_BYTES: u64 = 2 * 1024 * 1024;
+
+/// Reads one policy file: a regular file of at most [`MAX_FILE_BYTES`], UTF-8.
+///
+/// # Errors
+/// [`LoadError::Io`] naming the file.
+pub fn read_policy_file(path: &Path) -> Result<String, LoadError> {
+    use std::io::Read;
+    let err = |e: String| LoadError::Io(format!("cannot read {}: {e}", path.display()));
+    let meta = std::fs::metadata(path).map_err(|e| err(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(err("not a regular file".into()));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(err(format!(
+            "{} bytes is more than the limit of {MAX_FILE_BYTES}",
+            meta.len()
+        )));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_string(&mut text))
+        .map_err(|e| err(e.to_string()))?;
+    Ok(text)
+}
+
 /// Largest number of policy files read from a directory.
 pub const MAX_FILES: usize = 1_000;
 
@@ -160,7 +187,14 @@ pub fn policy_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
             }
             match entry.file_type() {
                 Ok(t) if t.is_dir() => stack.push(path),
-                Ok(_) if is_policy_file(&path) => out.push(path),
+                // Regular files only (symlinks followed): a FIFO or device named
+                // `x.policy` would block the reader forever.
+                Ok(_)
+                    if is_policy_file(&path)
+                        && std::fs::metadata(&path).is_ok_and(|m| m.is_file()) =>
+                {
+                    out.push(path)
+                }
                 _ => {}
             }
         }
@@ -199,8 +233,7 @@ pub fn read_sources_from(roots: &[PathBuf]) -> Result<SourceMap, LoadError> {
             vec![root.clone()]
         };
         for path in files {
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| LoadError::Io(format!("cannot read {}: {e}", path.display())))?;
+            let text = read_policy_file(&path)?;
             let name = match path.strip_prefix(root) {
                 Ok(rel) if root.is_dir() => rel.display().to_string(),
                 _ => path.display().to_string(),

@@ -221,3 +221,38 @@ async fn a_dropped_connection_is_retried_once_on_a_new_one() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["choices"][0]["message"]["content"], "ok");
 }
+
+/// An upstream that answers every request with a JSON completion, even streaming ones.
+fn json_only_upstream() -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            let mut buf = [0u8; 65536];
+            let _ = s.read(&mut buf);
+            let body = r#"{"id":"x","object":"chat.completion","created":0,"model":"x","choices":[{"index":0,"message":{"role":"assistant","content":"json"},"finish_reason":"stop"}]}"#;
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_json_answer_to_a_stream_request_falls_back() {
+    let odd = json_only_upstream();
+    let good = mock(&[]);
+    let gw = serve(&format!(
+        "providers:\n  odd: {{ kind: openai-compatible, base_url: http://{odd}/v1 }}\n  good: {{ kind: openai-compatible, base_url: http://{}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: odd, model: x, priority: 1 }}, {{ provider: good, model: x, priority: 2 }} ] }}\n",
+        good.addr
+    ));
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.headers["x-switchyard-endpoint"], "good/x");
+    assert_eq!(r.events().last().map(String::as_str), Some("[DONE]"));
+}

@@ -309,3 +309,39 @@ async fn save_to_serving_latency_1000_rules() {
         samples[0].as_secs_f64() * 1e3
     );
 }
+
+#[tokio::test]
+async fn reading_the_files_does_not_trigger_more_reloads() {
+    let s = setup(&[]);
+    wait_for(&s.gw, "a/x").await;
+    write_in_place(&s.file, &route_to("b/x"));
+    wait_for(&s.gw, "b/x").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = admin(&s.gw).await["reloads"].clone();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let after = admin(&s.gw).await["reloads"].clone();
+    assert_eq!(
+        before, after,
+        "reloads kept happening with no change on disk"
+    );
+}
+
+#[tokio::test]
+async fn a_fifo_in_the_policy_directory_is_skipped() {
+    let s = setup(&[]);
+    wait_for(&s.gw, "a/x").await;
+    let fifo = s.file.with_file_name("fifo.policy");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|st| st.success()) {
+        return; // no mkfifo on this system
+    }
+    write_in_place(&s.file, &route_to("b/x"));
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        post(&s.gw.url("/admin/reload"), ""),
+    )
+    .await;
+    let r = r.expect("reload returned");
+    assert_eq!(r.status, 200, "{}", r.text());
+    wait_for(&s.gw, "b/x").await;
+}

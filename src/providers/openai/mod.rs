@@ -156,8 +156,8 @@ impl Adapter for OpenAi {
                 "upstream sent a response that is not a chat completion: {e}"
             ))
         })?;
-        if view.choices.is_none() {
-            return Err(bad("upstream response has no `choices`".into()));
+        if !view.choices.is_some_and(|c| c.get().starts_with('[')) {
+            return Err(bad("upstream response has no `choices` list".into()));
         }
         splice::set_string(body, "model", logical_model)
             .map(Bytes::from)
