@@ -197,7 +197,7 @@ impl Gen<'_> {
         if matches!(c, Ctx::Score | Ctx::On | Ctx::OnPick | Ctx::AggArg | Ctx::Filter) {
             opts.extend(self.names.int_params.iter().cloned());
         }
-        if matches!(c, Ctx::Score | Ctx::On | Ctx::OnPick | Ctx::AggArg) {
+        if matches!(c, Ctx::Score | Ctx::On | Ctx::OnPick) {
             opts.push("count()".into());
         }
         if c == Ctx::On {
@@ -372,7 +372,7 @@ pub fn policy(seed: u64) -> String {
         if g.r.chance(30) {
             lines.push(format!("  fallback \"{}\" -> \"mock\" retries 2 backoff 100ms..2s", g.r.pick(&MODELS[..5])));
         }
-        for k in 0..g.r.below(6) {
+        for k in 0..g.r.below(9) {
             let cond = if g.r.chance(85) { format!(" when {}", g.boolean(Ctx::Request, 3)) } else { String::new() };
             let rp = if g.r.chance(15) { format!(" priority {}", g.r.below(4)) } else { String::new() };
             let mut body = Vec::new();
@@ -413,7 +413,7 @@ pub fn policy(seed: u64) -> String {
 }
 
 fn some_float(r: &mut Rng) -> f64 {
-    *r.pick(&[0.0, -0.0, 0.5, 1.0, 250.0, 1e300, -1.0, f64::INFINITY, f64::NAN, 5e-324, 0.3])
+    *r.pick(&[0.0, -0.0, 0.5, 1.0, 250.0, 1e300, -1.0, f64::INFINITY, f64::NAN, 5e-324, 0.3, f64::NAN, f64::NEG_INFINITY])
 }
 
 /// A random request.
@@ -421,7 +421,7 @@ pub fn request(r: &mut Rng) -> RequestFeatures {
     let mut q = RequestFeatures::for_model(*r.pick(&[MODELS[0], MODELS[1], MODELS[3], MODELS[4], "unknown-model", "gpt-4o"]));
     q.input_tokens = *r.pick(&[0, 1, 50, 100_000, u64::MAX, 1 << 63, 12_345]);
     q.max_tokens = r.chance(50).then(|| *r.pick(&[0, 3, 500, u64::MAX]));
-    q.temperature = r.chance(50).then(|| some_float(r));
+    q.temperature = r.chance(75).then(|| some_float(r));
     q.stream = r.chance(50);
     q.tools = r.chance(50);
     q.messages = r.below(5) as u64;
@@ -486,4 +486,25 @@ pub fn outcome(r: &mut Rng) -> Outcome {
         input_tokens: *r.pick(&[0, 10, u64::MAX]),
         output_tokens: *r.pick(&[0, 7, 1 << 63]),
     }
+}
+
+/// A set whose decisions expose expression values directly: three strategies score
+/// every candidate with a random Int, Float and Bool expression (as 1.0/0.0), and a
+/// random split sends each request to one of them. Rankings are compared bitwise.
+pub fn probe_policy(seed: u64) -> String {
+    let mut r = Rng::new(seed);
+    let mut g = Gen { r: &mut r, names: Names::default() };
+    g.names.float_params = vec!["pf".into()];
+    g.names.int_params = vec!["pi".into()];
+    g.names.states = vec!["w0".into()];
+    let i = g.int(Ctx::Score, 5);
+    let f = g.float(Ctx::Score, 5);
+    let b = g.boolean(Ctx::Score, 4);
+    let head = "(pf = 0.5, pi = 3) {\n  state w0 = 1.0 join mean\n";
+    format!(
+        "strategy s0{head}  score = float({i})\n  pick max\n}}\n\
+         strategy s1{head}  score = {f}\n  pick min\n}}\n\
+         strategy s2{head}  score = if({b}, 1.0, 0.0)\n  pick weighted\n}}\n\
+         route all {{\n  default split by random {{ 33% -> use any via s0 33% -> use any via s1 34% -> use any via s2 }}\n}}\n"
+    )
 }

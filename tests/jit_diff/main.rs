@@ -27,7 +27,8 @@ static INVALID: AtomicU64 = AtomicU64::new(0);
 static SCORED: AtomicU64 = AtomicU64::new(0);
 
 fn one_policy(seed: u64, requests: u64) -> Result<(), TestCaseError> {
-    let text = gen::policy(seed);
+    // Every fourth set is an expression probe (see `gen::probe_policy`).
+    let text = if seed % 4 == 0 { gen::probe_policy(seed) } else { gen::policy(seed) };
     let mut sources = SourceMap::new();
     sources.add("gen.policy", text.clone());
     let set = match parse_and_check(&sources, &Registry::example()) {
