@@ -145,7 +145,8 @@ pub fn run_tests(set: &CheckedPolicySet) -> TestReport {
 
 /// A decision procedure for [`run_tests_with`]: request, stats, seed → decision, or a
 /// message that fails the test (e.g. two engines disagreeing).
-pub type DecideFn<'a> = dyn Fn(&RequestFeatures, &StatsSnapshot, u64) -> Result<Decision, String> + 'a;
+pub type DecideFn<'a> =
+    dyn Fn(&RequestFeatures, &StatsSnapshot, u64) -> Result<Decision, String> + 'a;
 
 /// Runs every test of `set`, deciding with `decide` (an engine of
 /// [`crate::policy::jit::engine`], or both compared). An `Err` from `decide` is a

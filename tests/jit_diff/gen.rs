@@ -31,7 +31,14 @@ impl Rng {
     }
 }
 
-const MODELS: [&str; 6] = ["gpt-4o", "gpt-4o-mini", "gpt-4o-next", "claude-sonnet", "smollm", "mock"];
+const MODELS: [&str; 6] = [
+    "gpt-4o",
+    "gpt-4o-mini",
+    "gpt-4o-next",
+    "claude-sonnet",
+    "smollm",
+    "mock",
+];
 const ENDPOINTS: [&str; 8] = [
     "openai/gpt-4o",
     "azure/gpt-4o",
@@ -42,9 +49,31 @@ const ENDPOINTS: [&str; 8] = [
     "local/smollm",
     "mock/mock-1",
 ];
-const WORDS: [&str; 8] = ["gpt-4o", "search", "code", "chat", "t1", "acme", "", "gpt-4o-mini"];
-const INTS: [&str; 10] = ["0", "1", "-1", "7", "100_000", "9223372036854775807", "3", "-2", "4611686018427387904", "(0 - 9223372036854775807 - 1)"];
-const FLOATS: [&str; 10] = ["0.0", "1.5", "-2.25", "1e300", "0.1", "5%", "1e-300", "3.0", "-0.0", "0.5"];
+const WORDS: [&str; 8] = [
+    "gpt-4o",
+    "search",
+    "code",
+    "chat",
+    "t1",
+    "acme",
+    "",
+    "gpt-4o-mini",
+];
+const INTS: [&str; 10] = [
+    "0",
+    "1",
+    "-1",
+    "7",
+    "100_000",
+    "9223372036854775807",
+    "3",
+    "-2",
+    "4611686018427387904",
+    "(0 - 9223372036854775807 - 1)",
+];
+const FLOATS: [&str; 10] = [
+    "0.0", "1.5", "-2.25", "1e300", "0.1", "5%", "1e-300", "3.0", "-0.0", "0.5",
+];
 
 /// What an expression may read.
 #[derive(Clone, Copy, PartialEq)]
@@ -89,9 +118,22 @@ impl Gen<'_> {
         if !leaf {
             match self.r.below(5) {
                 0 => return format!("not ({})", self.boolean(c, d - 1)),
-                1 => return format!("({} and {})", self.boolean(c, d - 1), self.boolean(c, d - 1)),
+                1 => {
+                    return format!(
+                        "({} and {})",
+                        self.boolean(c, d - 1),
+                        self.boolean(c, d - 1)
+                    )
+                }
                 2 => return format!("({} or {})", self.boolean(c, d - 1), self.boolean(c, d - 1)),
-                3 => return format!("if({}, {}, {})", self.boolean(c, d - 1), self.boolean(c, d - 1), self.boolean(c, d - 1)),
+                3 => {
+                    return format!(
+                        "if({}, {}, {})",
+                        self.boolean(c, d - 1),
+                        self.boolean(c, d - 1),
+                        self.boolean(c, d - 1)
+                    )
+                }
                 _ => {}
             }
         }
@@ -99,9 +141,21 @@ impl Gen<'_> {
         let op = *self.r.pick(&ops);
         let w = *self.r.pick(&WORDS);
         match self.r.below(15) {
-            0 => format!("{} {op} {}", self.int(c, d.saturating_sub(1)), self.int(c, d.saturating_sub(1))),
-            1 | 2 => format!("{} {op} {}", self.float(c, d.saturating_sub(1)), self.float(c, d.saturating_sub(1))),
-            3 => format!("{} {op} {}", self.int(c, d.saturating_sub(1)), self.float(c, d.saturating_sub(1))),
+            0 => format!(
+                "{} {op} {}",
+                self.int(c, d.saturating_sub(1)),
+                self.int(c, d.saturating_sub(1))
+            ),
+            1 | 2 => format!(
+                "{} {op} {}",
+                self.float(c, d.saturating_sub(1)),
+                self.float(c, d.saturating_sub(1))
+            ),
+            3 => format!(
+                "{} {op} {}",
+                self.int(c, d.saturating_sub(1)),
+                self.float(c, d.saturating_sub(1))
+            ),
             4 => {
                 let lv = *self.r.pick(&["low", "normal", "high", "critical"]);
                 format!("request.priority {op} \"{lv}\"")
@@ -119,7 +173,9 @@ impl Gen<'_> {
             6 => {
                 let f = self.str_field(c);
                 let n = self.r.below(4);
-                let items: Vec<String> = (0..n).map(|_| format!("\"{}\"", self.r.pick(&WORDS))).collect();
+                let items: Vec<String> = (0..n)
+                    .map(|_| format!("\"{}\"", self.r.pick(&WORDS)))
+                    .collect();
                 let neg = if self.r.chance(30) { "not in" } else { "in" };
                 format!("{f} {neg} [{}]", items.join(", "))
             }
@@ -140,15 +196,28 @@ impl Gen<'_> {
                     1 => ("ends_with", *self.r.pick(&["o", "mini", "h"])),
                     2 => ("contains", *self.r.pick(&["4", "-", "ea"])),
                     3 => ("glob", *self.r.pick(&["gpt-4*", "*o", "c?de", "*", "?"])),
-                    _ => ("matches", *self.r.pick(&["^gpt", "[0-9]+", "^(chat|code)$", "e$"])),
+                    _ => (
+                        "matches",
+                        *self.r.pick(&["^gpt", "[0-9]+", "^(chat|code)$", "e$"]),
+                    ),
                 };
                 format!("{func}({f}, \"{pat}\")")
             }
             11 => {
-                let o = *self.r.pick(&["request.max_tokens", "request.temperature", "request.api_key", "request.org", "header(\"x-a\")", "metadata(\"tier\")"]);
+                let o = *self.r.pick(&[
+                    "request.max_tokens",
+                    "request.temperature",
+                    "request.api_key",
+                    "request.org",
+                    "header(\"x-a\")",
+                    "metadata(\"tier\")",
+                ]);
                 format!("has({o})")
             }
-            12 => (*self.r.pick(&["request.stream", "request.tools", "true", "false"])).to_string(),
+            12 => (*self
+                .r
+                .pick(&["request.stream", "request.tools", "true", "false"]))
+            .to_string(),
             _ => {
                 let h = *self.r.pick(&["x-a", "x-b"]);
                 format!("(has(header(\"{h}\")) and header(\"{h}\") == \"{w}\")")
@@ -165,7 +234,12 @@ impl Gen<'_> {
             "if(has(request.org), request.org, \"acme\")".to_string(),
         ];
         if Self::endpoint_ok(c) {
-            for f in ["endpoint.id", "endpoint.provider", "endpoint.model", "endpoint.upstream_model"] {
+            for f in [
+                "endpoint.id",
+                "endpoint.provider",
+                "endpoint.model",
+                "endpoint.upstream_model",
+            ] {
                 opts.push(f.to_string());
             }
         }
@@ -180,13 +254,29 @@ impl Gen<'_> {
                 1 => format!("abs({})", self.int(c, d - 1)),
                 2 => format!("min({}, {})", self.int(c, d - 1), self.int(c, d - 1)),
                 3 => format!("max({}, {})", self.int(c, d - 1), self.int(c, d - 1)),
-                4 => format!("clamp({}, {}, {})", self.int(c, d - 1), self.int(c, d - 1), self.int(c, d - 1)),
-                5 => format!("if({}, {}, {})", self.boolean(c, d - 1), self.int(c, d - 1), self.int(c, d - 1)),
+                4 => format!(
+                    "clamp({}, {}, {})",
+                    self.int(c, d - 1),
+                    self.int(c, d - 1),
+                    self.int(c, d - 1)
+                ),
+                5 => format!(
+                    "if({}, {}, {})",
+                    self.boolean(c, d - 1),
+                    self.int(c, d - 1),
+                    self.int(c, d - 1)
+                ),
                 _ => format!("({} {op} {})", self.int(c, d - 1), self.int(c, d - 1)),
             };
         }
         let mut opts: Vec<String> = INTS.iter().map(|s| s.to_string()).collect();
-        for f in ["request.input_tokens", "request.messages", "request.hour", "request.weekday", "if(has(request.max_tokens), request.max_tokens, 17)"] {
+        for f in [
+            "request.input_tokens",
+            "request.messages",
+            "request.hour",
+            "request.weekday",
+            "if(has(request.max_tokens), request.max_tokens, 17)",
+        ] {
             opts.push(f.to_string());
         }
         if Self::endpoint_ok(c) {
@@ -194,7 +284,10 @@ impl Gen<'_> {
                 opts.push(f.to_string());
             }
         }
-        if matches!(c, Ctx::Score | Ctx::On | Ctx::OnPick | Ctx::AggArg | Ctx::Filter) {
+        if matches!(
+            c,
+            Ctx::Score | Ctx::On | Ctx::OnPick | Ctx::AggArg | Ctx::Filter
+        ) {
             opts.extend(self.names.int_params.iter().cloned());
         }
         if matches!(c, Ctx::Score | Ctx::On | Ctx::OnPick) {
@@ -215,9 +308,23 @@ impl Gen<'_> {
                 1 => format!("abs({})", self.float(c, d - 1)),
                 2 => format!("min({}, {})", self.float(c, d - 1), self.int(c, d - 1)),
                 3 => format!("max({}, {})", self.float(c, d - 1), self.float(c, d - 1)),
-                4 => format!("clamp({}, {}, {})", self.float(c, d - 1), self.float(c, d - 1), self.float(c, d - 1)),
-                5 => format!("if({}, {}, {})", self.boolean(c, d - 1), self.float(c, d - 1), self.float(c, d - 1)),
-                6 => format!("{}({})", self.r.pick(&["exp", "ln", "sqrt"]), self.float(c, d - 1)),
+                4 => format!(
+                    "clamp({}, {}, {})",
+                    self.float(c, d - 1),
+                    self.float(c, d - 1),
+                    self.float(c, d - 1)
+                ),
+                5 => format!(
+                    "if({}, {}, {})",
+                    self.boolean(c, d - 1),
+                    self.float(c, d - 1),
+                    self.float(c, d - 1)
+                ),
+                6 => format!(
+                    "{}({})",
+                    self.r.pick(&["exp", "ln", "sqrt"]),
+                    self.float(c, d - 1)
+                ),
                 7 => format!("pow({}, {})", self.float(c, d - 1), self.float(c, d - 1)),
                 8 => format!("float({})", self.int(c, d - 1)),
                 9 => format!("({} {op} {})", self.int(c, d - 1), self.float(c, d - 1)),
@@ -231,11 +338,23 @@ impl Gen<'_> {
         let mut opts: Vec<String> = FLOATS.iter().map(|s| s.to_string()).collect();
         opts.push("if(has(request.temperature), request.temperature, 0.7)".into());
         if Self::endpoint_ok(c) {
-            for f in ["health", "latency_ewma_ms", "ttft_ewma_ms", "capacity", "error_rate", "cost_in", "cost_out", "quality"] {
+            for f in [
+                "health",
+                "latency_ewma_ms",
+                "ttft_ewma_ms",
+                "capacity",
+                "error_rate",
+                "cost_in",
+                "cost_out",
+                "quality",
+            ] {
                 opts.push(format!("endpoint.{f}"));
             }
         }
-        if matches!(c, Ctx::Score | Ctx::On | Ctx::OnPick | Ctx::AggArg | Ctx::Filter) {
+        if matches!(
+            c,
+            Ctx::Score | Ctx::On | Ctx::OnPick | Ctx::AggArg | Ctx::Filter
+        ) {
             opts.extend(self.names.float_params.iter().cloned());
             opts.extend(self.names.states.iter().map(|s| format!("state.{s}")));
         }
@@ -254,18 +373,31 @@ impl Gen<'_> {
     }
 }
 
+/// A generated strategy: text, name, parameters (name, is float).
+type GenStrategy = (String, String, Vec<(String, bool)>);
+
 /// A strategy definition; returns its text, name and parameter names.
-fn strategy(r: &mut Rng, i: usize) -> (String, String, Vec<(String, bool)>) {
+fn strategy(r: &mut Rng, i: usize) -> GenStrategy {
     let name = format!("s{i}");
-    let mut g = Gen { r, names: Names::default() };
+    let mut g = Gen {
+        r,
+        names: Names::default(),
+    };
     let mut params = Vec::new();
     let mut decl = Vec::new();
     for k in 0..g.r.below(3) {
         let is_float = g.r.chance(60);
         let p = format!("p{k}");
-        let lit = if is_float { *g.r.pick(&FLOATS) } else { *g.r.pick(&["0", "1", "7", "-3"]) };
+        let lit = if is_float {
+            *g.r.pick(&FLOATS)
+        } else {
+            *g.r.pick(&["0", "1", "7", "-3"])
+        };
         let lit = lit.trim_start_matches('(');
-        decl.push(format!("{p} = {}", if lit.contains("922") { "1" } else { lit }));
+        decl.push(format!(
+            "{p} = {}",
+            if lit.contains("922") { "1" } else { lit }
+        ));
         if is_float {
             g.names.float_params.push(p.clone());
         } else {
@@ -300,7 +432,10 @@ fn strategy(r: &mut Rng, i: usize) -> (String, String, Vec<(String, bool)>) {
     }
     let score = g.float(Ctx::Score, 3);
     body.push(format!("  score = {score}"));
-    body.push(format!("  pick {}", g.r.pick(&["min", "max", "weighted", "sample"])));
+    body.push(format!(
+        "  pick {}",
+        g.r.pick(&["min", "max", "weighted", "sample"])
+    ));
     if !g.names.states.is_empty() {
         for ev in ["pick", "success", "failure"] {
             if g.r.chance(60) {
@@ -318,7 +453,11 @@ fn strategy(r: &mut Rng, i: usize) -> (String, String, Vec<(String, bool)>) {
             }
         }
     }
-    let text = format!("strategy {name}({}) {{\n{}\n}}\n", decl.join(", "), body.join("\n"));
+    let text = format!(
+        "strategy {name}({}) {{\n{}\n}}\n",
+        decl.join(", "),
+        body.join("\n")
+    );
     (text, name, params)
 }
 
@@ -332,7 +471,7 @@ fn target(r: &mut Rng) -> String {
     }
 }
 
-fn use_action(r: &mut Rng, strategies: &[(String, String, Vec<(String, bool)>)]) -> String {
+fn use_action(r: &mut Rng, strategies: &[GenStrategy]) -> String {
     let t = target(r);
     if strategies.is_empty() || r.chance(25) {
         return format!("use {t}");
@@ -341,7 +480,11 @@ fn use_action(r: &mut Rng, strategies: &[(String, String, Vec<(String, bool)>)])
     let mut args = Vec::new();
     for (p, f) in params {
         if r.chance(50) {
-            let v = if *f { *r.pick(&["0.25", "2.0", "1e9"]) } else { *r.pick(&["2", "0", "-5"]) };
+            let v = if *f {
+                *r.pick(&["0.25", "2.0", "1e9"])
+            } else {
+                *r.pick(&["2", "0", "-5"])
+            };
             args.push(format!("{p} = {v}"));
         }
     }
@@ -358,27 +501,59 @@ pub fn policy(seed: u64) -> String {
     let strategies: Vec<_> = (0..r.below(3)).map(|i| strategy(&mut r, i)).collect();
     let mut out: String = strategies.iter().map(|(t, _, _)| t.as_str()).collect();
     for ri in 0..1 + r.below(3) {
-        let mut g = Gen { r: &mut r, names: Names::default() };
-        let when = if g.r.chance(70) { format!(" when {}", g.boolean(Ctx::Request, 3)) } else { String::new() };
-        let prio = if g.r.chance(20) { format!(" priority {}", g.r.below(3)) } else { String::new() };
+        let mut g = Gen {
+            r: &mut r,
+            names: Names::default(),
+        };
+        let when = if g.r.chance(70) {
+            format!(" when {}", g.boolean(Ctx::Request, 3))
+        } else {
+            String::new()
+        };
+        let prio = if g.r.chance(20) {
+            format!(" priority {}", g.r.below(3))
+        } else {
+            String::new()
+        };
         let mut lines = Vec::new();
         if g.r.chance(30) {
             let c = g.boolean(Ctx::Request, 2);
-            lines.push(format!("  set priority {} when {c}", g.r.pick(&["low", "high", "critical"])));
+            lines.push(format!(
+                "  set priority {} when {c}",
+                g.r.pick(&["low", "high", "critical"])
+            ));
         }
         if g.r.chance(30) {
-            lines.push((*g.r.pick(&["  cache on", "  cache off", "  cache on ttl 5m"])).to_string());
+            lines.push(
+                (*g.r
+                    .pick(&["  cache on", "  cache off", "  cache on ttl 5m"]))
+                .to_string(),
+            );
         }
         if g.r.chance(30) {
-            lines.push(format!("  fallback \"{}\" -> \"mock\" retries 2 backoff 100ms..2s", g.r.pick(&MODELS[..5])));
+            lines.push(format!(
+                "  fallback \"{}\" -> \"mock\" retries 2 backoff 100ms..2s",
+                g.r.pick(&MODELS[..5])
+            ));
         }
         for k in 0..g.r.below(9) {
-            let cond = if g.r.chance(85) { format!(" when {}", g.boolean(Ctx::Request, 3)) } else { String::new() };
-            let rp = if g.r.chance(15) { format!(" priority {}", g.r.below(4)) } else { String::new() };
+            let cond = if g.r.chance(85) {
+                format!(" when {}", g.boolean(Ctx::Request, 3))
+            } else {
+                String::new()
+            };
+            let rp = if g.r.chance(15) {
+                format!(" priority {}", g.r.below(4))
+            } else {
+                String::new()
+            };
             let mut body = Vec::new();
             if g.r.chance(20) {
                 let c = g.boolean(Ctx::Request, 1);
-                body.push(format!("set priority {} when {c}", g.r.pick(&["low", "high"])));
+                body.push(format!(
+                    "set priority {} when {c}",
+                    g.r.pick(&["low", "high"])
+                ));
             }
             if g.r.chance(15) {
                 body.push("cache off".into());
@@ -390,35 +565,72 @@ pub fn policy(seed: u64) -> String {
                 0 => "continue".into(),
                 1 => format!("reject {} \"no\"", g.r.pick(&["429", "403", "503"])),
                 2 | 3 => {
-                    let key = *g.r.pick(&["api_key", "org", "header(\"x-a\")", "metadata(\"tier\")", "random"]);
+                    let key = *g.r.pick(&[
+                        "api_key",
+                        "org",
+                        "header(\"x-a\")",
+                        "metadata(\"tier\")",
+                        "random",
+                    ]);
                     let stable = use_action(g.r, &strategies);
                     let other = use_action(g.r, &strategies);
                     let (a, b) = *g.r.pick(&[(50, 50), (95, 5), (1, 99), (33, 67)]);
                     let arm2 = if g.r.chance(60) {
-                        let guard = Gen { r: g.r, names: Names::default() }.boolean(Ctx::Guard, 2);
+                        let guard = Gen {
+                            r: g.r,
+                            names: Names::default(),
+                        }
+                        .boolean(Ctx::Guard, 2);
                         format!("{b}% -> canary {other} rollback when {guard}")
                     } else {
                         format!("{b}% -> {other}")
                     };
-                    format!("split by {key} seed {} {{ {a}% -> {stable} {arm2} }}", g.r.below(5))
+                    format!(
+                        "split by {key} seed {} {{ {a}% -> {stable} {arm2} }}",
+                        g.r.below(5)
+                    )
                 }
                 _ => use_action(g.r, &strategies),
             });
             lines.push(format!("  rule r{k}{rp}{cond} {{ {} }}", body.join("  ")));
         }
         lines.push(format!("  default {}", use_action(g.r, &strategies)));
-        out.push_str(&format!("route q{ri}{prio}{when} {{\n{}\n}}\n", lines.join("\n")));
+        out.push_str(&format!(
+            "route q{ri}{prio}{when} {{\n{}\n}}\n",
+            lines.join("\n")
+        ));
     }
     out
 }
 
 fn some_float(r: &mut Rng) -> f64 {
-    *r.pick(&[0.0, -0.0, 0.5, 1.0, 250.0, 1e300, -1.0, f64::INFINITY, f64::NAN, 5e-324, 0.3, f64::NAN, f64::NEG_INFINITY])
+    *r.pick(&[
+        0.0,
+        -0.0,
+        0.5,
+        1.0,
+        250.0,
+        1e300,
+        -1.0,
+        f64::INFINITY,
+        f64::NAN,
+        5e-324,
+        0.3,
+        f64::NAN,
+        f64::NEG_INFINITY,
+    ])
 }
 
 /// A random request.
 pub fn request(r: &mut Rng) -> RequestFeatures {
-    let mut q = RequestFeatures::for_model(*r.pick(&[MODELS[0], MODELS[1], MODELS[3], MODELS[4], "unknown-model", "gpt-4o"]));
+    let mut q = RequestFeatures::for_model(*r.pick(&[
+        MODELS[0],
+        MODELS[1],
+        MODELS[3],
+        MODELS[4],
+        "unknown-model",
+        "gpt-4o",
+    ]));
     q.input_tokens = *r.pick(&[0, 1, 50, 100_000, u64::MAX, 1 << 63, 12_345]);
     q.max_tokens = r.chance(50).then(|| *r.pick(&[0, 3, 500, u64::MAX]));
     q.temperature = r.chance(75).then(|| some_float(r));
@@ -431,10 +643,13 @@ pub fn request(r: &mut Rng) -> RequestFeatures {
         }
     }
     if r.chance(40) {
-        q.metadata.insert("tier".into(), (*r.pick(&["batch", "gold", ""])).into());
+        q.metadata
+            .insert("tier".into(), (*r.pick(&["batch", "gold", ""])).into());
     }
     q.api_key = r.chance(60).then(|| format!("key-{}", r.below(1000)));
-    q.org = r.chance(40).then(|| (*r.pick(&["acme", "acme-labs", "other"])).into());
+    q.org = r
+        .chance(40)
+        .then(|| (*r.pick(&["acme", "acme-labs", "other"])).into());
     q.priority = PriorityLevel::ALL[r.below(4)].1;
     q.hour = r.below(24) as u8;
     q.weekday = 1 + r.below(7) as u8;
@@ -493,7 +708,10 @@ pub fn outcome(r: &mut Rng) -> Outcome {
 /// random split sends each request to one of them. Rankings are compared bitwise.
 pub fn probe_policy(seed: u64) -> String {
     let mut r = Rng::new(seed);
-    let mut g = Gen { r: &mut r, names: Names::default() };
+    let mut g = Gen {
+        r: &mut r,
+        names: Names::default(),
+    };
     g.names.float_params = vec!["pf".into()];
     g.names.int_params = vec!["pi".into()];
     g.names.states = vec!["w0".into()];

@@ -261,9 +261,7 @@ pub fn probabilities(pick: PickMode, scores: &[f64]) -> Vec<f64> {
     weights
         .iter()
         .map(|w| match pick {
-            PickMode::Weighted | PickMode::Sample if total > 0.0 && total.is_finite() => {
-                w / total
-            }
+            PickMode::Weighted | PickMode::Sample if total > 0.0 && total.is_finite() => w / total,
             PickMode::Weighted | PickMode::Sample => 1.0 / n,
             _ => 1.0,
         })

@@ -15,7 +15,9 @@
 //! never trap. The only calls are to the C math library ([`Libm`]).
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{types, AbiParam, FuncRef, InstBuilder, MemFlagsData, Signature, UserFuncName, Value};
+use cranelift_codegen::ir::{
+    types, AbiParam, FuncRef, InstBuilder, MemFlagsData, Signature, UserFuncName, Value,
+};
 use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::JITModule;
@@ -85,6 +87,8 @@ pub struct Builder<'m> {
     libm: [Option<FuncId>; 4],
     lens: [u32; 3],
     next: u32,
+    /// Machine code bytes emitted so far.
+    pub code_bytes: usize,
 }
 
 struct Fx<'a, 'b> {
@@ -108,7 +112,11 @@ impl<'m> Builder<'m> {
                 sig.params.push(AbiParam::new(types::F64));
             }
             sig.returns.push(AbiParam::new(types::F64));
-            *slot = Some(module.declare_function(f.symbol(), Linkage::Import, &sig).map_err(cg)?);
+            *slot = Some(
+                module
+                    .declare_function(f.symbol(), Linkage::Import, &sig)
+                    .map_err(cg)?,
+            );
         }
         let ctx = module.make_context();
         Ok(Builder {
@@ -118,6 +126,7 @@ impl<'m> Builder<'m> {
             libm,
             lens,
             next: 0,
+            code_bytes: 0,
         })
     }
 
@@ -141,7 +150,10 @@ impl<'m> Builder<'m> {
         let sig = self.sig(params, ret);
         let name = format!("f{}", self.next);
         self.next += 1;
-        let id = self.module.declare_function(&name, Linkage::Local, &sig).map_err(cg)?;
+        let id = self
+            .module
+            .declare_function(&name, Linkage::Local, &sig)
+            .map_err(cg)?;
         self.ctx.func.signature = sig;
         self.ctx.func.name = UserFuncName::user(0, id.as_u32());
         let mut refs = [None; 4];
@@ -179,6 +191,9 @@ impl<'m> Builder<'m> {
             b.finalize(self.module.target_config());
         }
         let r = self.module.define_function(id, &mut self.ctx).map_err(cg);
+        if let Some(c) = self.ctx.compiled_code() {
+            self.code_bytes += c.code_info().total_size as usize;
+        }
         self.module.clear_context(&mut self.ctx);
         r?;
         Ok(id)
@@ -199,8 +214,14 @@ impl<'m> Builder<'m> {
     }
 
     /// Compiles the selection function over `routes`.
-    pub fn select_fn(&mut self, routes: &[SelRoute], prio_cell: Option<u32>) -> Result<FuncId, CodegenError> {
-        self.define(2, false, |fx, args| fx.select(routes, prio_cell, args.get(1).copied()))
+    pub fn select_fn(
+        &mut self,
+        routes: &[SelRoute],
+        prio_cell: Option<u32>,
+    ) -> Result<FuncId, CodegenError> {
+        self.define(2, false, |fx, args| {
+            fx.select(routes, prio_cell, args.get(1).copied())
+        })
     }
 }
 
@@ -217,7 +238,10 @@ impl Fx<'_, '_> {
                     Vector::Aux => (2, self.lens[2]),
                 };
                 if slot.index >= len {
-                    return Err(CodegenError(format!("cell {} outside a vector of {len}", slot.index)));
+                    return Err(CodegenError(format!(
+                        "cell {} outside a vector of {len}",
+                        slot.index
+                    )));
                 }
                 let off = i32::try_from(slot.index as u64 * 8).map_err(cg)?;
                 let (base, flags) = (self.base[vi], self.load_flags);
@@ -277,7 +301,11 @@ impl Fx<'_, '_> {
                     LTy::I => types::I64,
                     LTy::F => types::F64,
                 };
-                let (then_b, else_b, merge) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
+                let (then_b, else_b, merge) = (
+                    self.b.create_block(),
+                    self.b.create_block(),
+                    self.b.create_block(),
+                );
                 self.b.append_block_param(merge, ty);
                 self.b.ins().brif(c, then_b, &[], else_b, &[]);
                 self.b.switch_to_block(then_b);
@@ -321,13 +349,21 @@ impl Fx<'_, '_> {
             }
             Node::MinI(is_min, x, y) => {
                 let (a, c) = (self.emit(x)?, self.emit(y)?);
-                let cc = if *is_min { IntCC::SignedLessThanOrEqual } else { IntCC::SignedGreaterThanOrEqual };
+                let cc = if *is_min {
+                    IntCC::SignedLessThanOrEqual
+                } else {
+                    IntCC::SignedGreaterThanOrEqual
+                };
                 let k = self.b.ins().icmp(cc, a, c);
                 self.b.ins().select(k, a, c)
             }
             Node::MinF(is_min, x, y) => {
                 let (a, c) = (self.emit(x)?, self.emit(y)?);
-                let cc = if *is_min { FloatCC::LessThanOrEqual } else { FloatCC::GreaterThanOrEqual };
+                let cc = if *is_min {
+                    FloatCC::LessThanOrEqual
+                } else {
+                    FloatCC::GreaterThanOrEqual
+                };
                 let k = self.b.ins().fcmp(cc, a, c);
                 self.b.ins().select(k, a, c)
             }
@@ -368,7 +404,11 @@ impl Fx<'_, '_> {
             return Err(CodegenError(format!("{} not declared", f.symbol())));
         };
         if args.len() != f.arity() {
-            return Err(CodegenError(format!("{} takes {} arguments", f.symbol(), f.arity())));
+            return Err(CodegenError(format!(
+                "{} takes {} arguments",
+                f.symbol(),
+                f.arity()
+            )));
         }
         let call = self.b.ins().call(r, args);
         self.b
@@ -406,7 +446,11 @@ impl Fx<'_, '_> {
                     _ => self.b.ins().smul_overflow(a, c),
                 };
                 // Overflow direction: add/sub follow a's sign; mul follows a^c's.
-                let sign_src = if op == ArithOp::Mul { self.b.ins().bxor(a, c) } else { a };
+                let sign_src = if op == ArithOp::Mul {
+                    self.b.ins().bxor(a, c)
+                } else {
+                    a
+                };
                 let sign = self.b.ins().sshr_imm_s(sign_src, 63);
                 let sat = self.b.ins().bxor(sign, max);
                 self.b.ins().select(of, sat, r)
@@ -448,13 +492,24 @@ impl Fx<'_, '_> {
         Ok(())
     }
 
-    fn select(&mut self, routes: &[SelRoute], prio_cell: Option<u32>, out: Option<Value>) -> Result<(), CodegenError> {
+    fn select(
+        &mut self,
+        routes: &[SelRoute],
+        prio_cell: Option<u32>,
+        out: Option<Value>,
+    ) -> Result<(), CodegenError> {
         let out = out.ok_or_else(|| CodegenError("selection without an output".into()))?;
         let prio = self.b.declare_var(types::I64);
         let cache = self.b.declare_var(types::I64);
         let fallback = self.b.declare_var(types::I64);
         let init = match prio_cell {
-            Some(i) => self.emit(&Node::Load(super::ir::Slot { vector: Vector::Req, index: i }, LTy::I))?,
+            Some(i) => self.emit(&Node::Load(
+                super::ir::Slot {
+                    vector: Vector::Req,
+                    index: i,
+                },
+                LTy::I,
+            ))?,
             None => self.b.ins().iconst(types::I64, 1),
         };
         self.b.def_var(prio, init);
@@ -499,7 +554,11 @@ impl Fx<'_, '_> {
                 }
                 if rule.terminal {
                     let r = self.b.ins().iconst(types::I64, ri as i64);
-                    let (p, c, f) = (self.b.use_var(prio), self.b.use_var(cache), self.b.use_var(fallback));
+                    let (p, c, f) = (
+                        self.b.use_var(prio),
+                        self.b.use_var(cache),
+                        self.b.use_var(fallback),
+                    );
                     store(self, [r, me, p, c, f]);
                 } else {
                     self.b.ins().jump(next_rule, &[]);

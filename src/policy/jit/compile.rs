@@ -60,6 +60,8 @@ pub struct JitCode {
     pub by_args: HashMap<(u32, Vec<u64>), usize>,
     /// Instances.
     pub instances: Vec<StratCode>,
+    /// Machine code bytes of all functions.
+    pub code_bytes: usize,
 }
 
 /// Argument values as a hashable key.
@@ -195,7 +197,11 @@ impl Pending<'_> {
     }
 }
 
-fn sel_prio(lo: &mut Lowerer<'_>, sps: &[CSetPriority], sc: &Scope<'_>) -> Result<Vec<SelSetPrio>, String> {
+fn sel_prio(
+    lo: &mut Lowerer<'_>,
+    sps: &[CSetPriority],
+    sc: &Scope<'_>,
+) -> Result<Vec<SelSetPrio>, String> {
     sps.iter()
         .map(|sp| {
             Ok(SelSetPrio {
@@ -244,7 +250,12 @@ pub fn compile(set: &CheckedPolicySet) -> Result<JitCode, String> {
             };
             let set_prio = sel_prio(&mut lo, &route.set_priority, &sel)?;
             let mut rules = Vec::new();
-            for (ki, rule) in route.rules.iter().chain(std::iter::once(&route.default)).enumerate() {
+            for (ki, rule) in route
+                .rules
+                .iter()
+                .chain(std::iter::once(&route.default))
+                .enumerate()
+            {
                 let ki = ki as u32;
                 rules.push(SelRule {
                     when: match &rule.when {
@@ -256,6 +267,7 @@ pub fn compile(set: &CheckedPolicySet) -> Result<JitCode, String> {
                     fallback: rule.body.fallback.is_some(),
                     terminal: rule.body.terminal.is_some(),
                 });
+                let resume = lo.used();
                 match &rule.body.terminal {
                     Some(CTerminal::Use(u)) => {
                         if let Some(i) = p.instance(&mut lo, u)? {
@@ -278,8 +290,13 @@ pub fn compile(set: &CheckedPolicySet) -> Result<JitCode, String> {
                     }
                     _ => {}
                 }
+                lo.resume(resume);
             }
-            p.select.push(SelRoute { when, set_prio, rules });
+            p.select.push(SelRoute {
+                when,
+                set_prio,
+                rules,
+            });
         }
     }
     // The selection function starts from the request's priority.
@@ -294,9 +311,9 @@ pub fn compile(set: &CheckedPolicySet) -> Result<JitCode, String> {
             ids.push((*shape, b.expr_fn(n).map_err(|e| e.0)?));
         }
         ids.push((Shape::Select, select));
-        Ok::<_, String>(ids)
+        Ok::<_, String>((ids, b.code_bytes))
     })();
-    let ids = match built {
+    let (ids, code_bytes) = match built {
         Ok(ids) => ids,
         Err(e) => {
             discard(module);
@@ -314,5 +331,6 @@ pub fn compile(set: &CheckedPolicySet) -> Result<JitCode, String> {
         sites: p.sites,
         by_args: p.by_args,
         instances: p.instances,
+        code_bytes,
     })
 }

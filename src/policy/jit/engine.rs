@@ -35,7 +35,9 @@ impl FromStr for EngineMode {
             "jit" => Ok(EngineMode::Jit),
             "interp" => Ok(EngineMode::Interp),
             "both" => Ok(EngineMode::Both),
-            _ => Err(format!("unknown engine `{s}`: expected `jit`, `interp` or `both`")),
+            _ => Err(format!(
+                "unknown engine `{s}`: expected `jit`, `interp` or `both`"
+            )),
         }
     }
 }
@@ -93,35 +95,51 @@ pub fn diff(interp: &Decision, jit: &Decision) -> Option<Mismatch> {
         .or_else(|| differ("cache", &a.cache, &b.cache))
         .or_else(|| differ("reject", &a.reject, &b.reject))
         .or_else(|| differ("call", &a.call, &b.call))
-        .or_else(|| differ("state_updates.len", &a.state_updates.len(), &b.state_updates.len()))
         .or_else(|| {
-            a.state_updates.iter().zip(&b.state_updates).enumerate().find_map(|(i, (x, y))| {
-                let f = |n: &str| format!("state_updates[{i}].{n}");
-                differ(&f("endpoint"), &x.endpoint, &y.endpoint)
-                    .or_else(|| differ(&f("strategy"), &x.strategy, &y.strategy))
-                    .or_else(|| differ(&f("event"), &x.event, &y.event))
-                    .or_else(|| {
-                        let kx: Vec<_> = x.slots.keys().collect();
-                        let ky: Vec<_> = y.slots.keys().collect();
-                        differ(&f("slots"), &kx, &ky)
-                    })
-                    .or_else(|| {
-                        x.slots.iter().zip(&y.slots).find_map(|((k, u), (_, v))| {
-                            (!same_f64(*u, *v)).then(|| Mismatch {
-                                field: f(&format!("slots.{k}")),
-                                interp: format!("{u:?} ({:#x})", u.to_bits()),
-                                jit: format!("{v:?} ({:#x})", v.to_bits()),
+            differ(
+                "state_updates.len",
+                &a.state_updates.len(),
+                &b.state_updates.len(),
+            )
+        })
+        .or_else(|| {
+            a.state_updates
+                .iter()
+                .zip(&b.state_updates)
+                .enumerate()
+                .find_map(|(i, (x, y))| {
+                    let f = |n: &str| format!("state_updates[{i}].{n}");
+                    differ(&f("endpoint"), &x.endpoint, &y.endpoint)
+                        .or_else(|| differ(&f("strategy"), &x.strategy, &y.strategy))
+                        .or_else(|| differ(&f("event"), &x.event, &y.event))
+                        .or_else(|| {
+                            let kx: Vec<_> = x.slots.keys().collect();
+                            let ky: Vec<_> = y.slots.keys().collect();
+                            differ(&f("slots"), &kx, &ky)
+                        })
+                        .or_else(|| {
+                            x.slots.iter().zip(&y.slots).find_map(|((k, u), (_, v))| {
+                                (!same_f64(*u, *v)).then(|| Mismatch {
+                                    field: f(&format!("slots.{k}")),
+                                    interp: format!("{u:?} ({:#x})", u.to_bits()),
+                                    jit: format!("{v:?} ({:#x})", v.to_bits()),
+                                })
                             })
                         })
-                    })
-            })
+                })
         })
 }
 
 /// Decides with `mode`. `Both` runs the interpreter and the JIT and returns the
 /// interpreter's decision if they agree, else the first [`Mismatch`]; the other
 /// modes never fail.
-pub fn decide_with(set: &CompiledPolicySet, mode: EngineMode, req: &RequestFeatures, stats: &StatsSnapshot, seed: u64) -> Result<Decision, Mismatch> {
+pub fn decide_with(
+    set: &CompiledPolicySet,
+    mode: EngineMode,
+    req: &RequestFeatures,
+    stats: &StatsSnapshot,
+    seed: u64,
+) -> Result<Decision, Mismatch> {
     match mode {
         EngineMode::Jit => Ok(set.decide_on(Engine::Jit, req, stats, seed)),
         EngineMode::Interp => Ok(set.decide_on(Engine::Interp, req, stats, seed)),

@@ -56,10 +56,7 @@ pub fn run_test(set: &CheckedPolicySet, t: StrTest, s: &str, pat: &str) -> bool 
         StrTest::Suffix => s.ends_with(pat),
         StrTest::Contains => s.contains(pat),
         StrTest::Glob => glob(s, pat),
-        StrTest::Regex(i) => set
-            .regexes
-            .get(i as usize)
-            .is_some_and(|re| re.is_match(s)),
+        StrTest::Regex(i) => set.regexes.get(i as usize).is_some_and(|re| re.is_match(s)),
     }
 }
 
@@ -116,7 +113,11 @@ pub struct Layout {
     aux_ix: HashMap<AuxSlot, u32>,
 }
 
-fn intern_slot<T: Copy + Eq + std::hash::Hash>(v: &mut Vec<T>, ix: &mut HashMap<T, u32>, s: T) -> u32 {
+fn intern_slot<T: Copy + Eq + std::hash::Hash>(
+    v: &mut Vec<T>,
+    ix: &mut HashMap<T, u32>,
+    s: T,
+) -> u32 {
     *ix.entry(s).or_insert_with(|| {
         v.push(s);
         (v.len() - 1) as u32
@@ -141,7 +142,11 @@ impl Layout {
 
     /// Vector lengths in cells: request, endpoint, aux.
     pub fn lens(&self) -> [u32; 3] {
-        [self.req.len() as u32, self.ep.len() as u32, self.aux.len() as u32]
+        [
+            self.req.len() as u32,
+            self.ep.len() as u32,
+            self.aux.len() as u32,
+        ]
     }
 }
 
@@ -162,7 +167,12 @@ impl Strings {
             t.add(set.strings.resolve(Sym(i as u32)));
         }
         for e in set.registry.endpoints() {
-            for s in [&e.endpoint.id, &e.endpoint.provider, &e.endpoint.model, &e.model.name] {
+            for s in [
+                &e.endpoint.id,
+                &e.endpoint.provider,
+                &e.endpoint.model,
+                &e.model.name,
+            ] {
                 t.add(s);
             }
         }
@@ -252,7 +262,13 @@ fn ep_str<'e>(c: &'e EpCtx<'_>, f: EpField) -> Option<&'e str> {
 impl Layout {
     /// Fills the request vector (`out.len()` must be the request length; extra cells
     /// are left alone).
-    pub fn fill_req(&self, set: &CheckedPolicySet, strings: &Strings, r: &RequestFeatures, out: &mut [u64]) {
+    pub fn fill_req(
+        &self,
+        set: &CheckedPolicySet,
+        strings: &Strings,
+        r: &RequestFeatures,
+        out: &mut [u64],
+    ) {
         let mut foreign: Vec<&str> = Vec::new();
         for (cell, slot) in out.iter_mut().zip(&self.req) {
             *cell = match *slot {
@@ -286,7 +302,14 @@ impl Layout {
     }
 
     /// Fills one endpoint vector from an interpreter endpoint context.
-    pub fn fill_ep(&self, set: &CheckedPolicySet, strings: &Strings, r: &RequestFeatures, c: &EpCtx<'_>, out: &mut [u64]) {
+    pub fn fill_ep(
+        &self,
+        set: &CheckedPolicySet,
+        strings: &Strings,
+        r: &RequestFeatures,
+        c: &EpCtx<'_>,
+        out: &mut [u64],
+    ) {
         let (e, s) = (c.reg.endpoint, &c.stats);
         for (cell, slot) in out.iter_mut().zip(&self.ep) {
             *cell = match *slot {
@@ -309,7 +332,11 @@ impl Layout {
                     EpField::Weight => u64::from(e.weight),
                     EpField::Priority => u64::from(e.priority),
                     // Registry strings are all in the table.
-                    _ => u64::from(strings.known(ep_str(c, f).unwrap_or("")).unwrap_or(u32::MAX)),
+                    _ => u64::from(
+                        strings
+                            .known(ep_str(c, f).unwrap_or(""))
+                            .unwrap_or(u32::MAX),
+                    ),
                 },
                 EpSlot::Atom(t, f, pat) => {
                     let v = ep_str(c, f).unwrap_or("");
@@ -323,7 +350,14 @@ impl Layout {
     }
 
     /// Fills the aux vector. `aggs` holds aggregate values by index (missing: 0).
-    pub fn fill_aux(&self, priority: PriorityLevel, count: usize, outcome: Option<&Outcome>, aggs: &[f64], out: &mut [u64]) {
+    pub fn fill_aux(
+        &self,
+        priority: PriorityLevel,
+        count: usize,
+        outcome: Option<&Outcome>,
+        aggs: &[f64],
+        out: &mut [u64],
+    ) {
         let o = outcome.copied().unwrap_or_default();
         for (cell, slot) in out.iter_mut().zip(&self.aux) {
             *cell = match *slot {

@@ -22,6 +22,10 @@ use super::layout::{prio_code, run_test, AuxSlot, EpSlot, Layout, ReqSlot, TestK
 /// Most nodes in one compiled function (after `let` inlining).
 pub const MAX_NODES: usize = 200_000;
 
+/// Deepest expression nesting after `let` inlining (bounds recursion here and in
+/// code generation).
+pub const MAX_DEPTH: usize = 1_000;
+
 /// Why an expression cannot be compiled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LowerError(pub String);
@@ -55,6 +59,7 @@ pub struct Lowerer<'a> {
     /// The layout being built.
     pub layout: &'a mut Layout,
     nodes: usize,
+    depth: usize,
 }
 
 fn b(n: Node) -> Box<Node> {
@@ -78,7 +83,10 @@ fn is_str_field(f: ReqField) -> bool {
 }
 
 fn is_str_ep(f: EpField) -> bool {
-    matches!(f, EpField::Id | EpField::Provider | EpField::UpstreamModel | EpField::Model)
+    matches!(
+        f,
+        EpField::Id | EpField::Provider | EpField::UpstreamModel | EpField::Model
+    )
 }
 
 /// A constant as the interpreter's `V::f()` sees it.
@@ -106,6 +114,7 @@ impl<'a> Lowerer<'a> {
             set,
             layout,
             nodes: 0,
+            depth: 0,
         }
     }
 
@@ -114,10 +123,23 @@ impl<'a> Lowerer<'a> {
         self.nodes = 0;
     }
 
+    /// Nodes used by the current function (to resume it with [`Lowerer::resume`]
+    /// after lowering another function in between).
+    pub fn used(&self) -> usize {
+        self.nodes
+    }
+
+    /// Resumes a function that had used `nodes`.
+    pub fn resume(&mut self, nodes: usize) {
+        self.nodes = nodes;
+    }
+
     fn tick(&mut self) -> Result<(), LowerError> {
         self.nodes += 1;
         if self.nodes > MAX_NODES {
-            return err(format!("a compiled function would exceed {MAX_NODES} nodes"));
+            return err(format!(
+                "a compiled function would exceed {MAX_NODES} nodes"
+            ));
         }
         Ok(())
     }
@@ -137,7 +159,8 @@ impl<'a> Lowerer<'a> {
     }
 
     fn param(&self, i: u32, sc: &Scope<'_>) -> Option<Const> {
-        sc.strategy.and_then(|(_, args)| args.get(i as usize).copied())
+        sc.strategy
+            .and_then(|(_, args)| args.get(i as usize).copied())
     }
 
     fn let_expr<'s>(&self, i: u32, sc: &Scope<'s>) -> Option<&'s TExpr> {
@@ -164,6 +187,18 @@ impl<'a> Lowerer<'a> {
     /// Lowers any expression.
     pub fn expr(&mut self, e: &TExpr, sc: &Scope<'_>) -> Result<Node, LowerError> {
         self.tick()?;
+        if self.depth >= MAX_DEPTH {
+            return err(format!(
+                "an expression nested deeper than {MAX_DEPTH} after inlining `let`s"
+            ));
+        }
+        self.depth += 1;
+        let r = self.expr_inner(e, sc);
+        self.depth -= 1;
+        r
+    }
+
+    fn expr_inner(&mut self, e: &TExpr, sc: &Scope<'_>) -> Result<Node, LowerError> {
         Ok(match &e.kind {
             TExprKind::Const(c) => self.konst(*c),
             TExprKind::Req(ReqField::Priority) => match sc.prio {
@@ -341,8 +376,30 @@ impl<'a> Lowerer<'a> {
         Ok(Node::InI(b(v), ids))
     }
 
-    fn matches(&mut self, t: StrTest, x: &TExpr, pat: Sym, sc: &Scope<'_>) -> Result<Node, LowerError> {
+    fn matches(
+        &mut self,
+        t: StrTest,
+        x: &TExpr,
+        pat: Sym,
+        sc: &Scope<'_>,
+    ) -> Result<Node, LowerError> {
         self.tick()?;
+        if self.depth >= MAX_DEPTH {
+            return err("a string test nested too deep");
+        }
+        self.depth += 1;
+        let r = self.matches_inner(t, x, pat, sc);
+        self.depth -= 1;
+        r
+    }
+
+    fn matches_inner(
+        &mut self,
+        t: StrTest,
+        x: &TExpr,
+        pat: Sym,
+        sc: &Scope<'_>,
+    ) -> Result<Node, LowerError> {
         let key = TestKey::of(t);
         let fold = |l: &Lowerer<'_>, s: &str| {
             Node::Bool(run_test(l.set, t, s, l.set.strings.resolve(pat)))

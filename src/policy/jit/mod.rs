@@ -85,7 +85,11 @@ impl CompiledPolicySet {
             Ok(Err(e)) => (None, Some(e)),
             Err(_) => (None, Some("the code generator panicked".to_string())),
         };
-        CompiledPolicySet { set, code, fallback }
+        CompiledPolicySet {
+            set,
+            code,
+            fallback,
+        }
     }
 
     /// A set that always runs on the interpreter (`--engine interp`).
@@ -111,6 +115,11 @@ impl CompiledPolicySet {
         }
     }
 
+    /// Machine code bytes of the compiled functions (0 on the interpreter).
+    pub fn code_bytes(&self) -> usize {
+        self.code.as_ref().map(|c| c.code_bytes).unwrap_or(0)
+    }
+
     /// Why the set runs on the interpreter (`None` when it is compiled).
     pub fn fallback_reason(&self) -> Option<&str> {
         self.fallback.as_deref()
@@ -123,7 +132,13 @@ impl CompiledPolicySet {
     }
 
     /// Decides on a chosen engine (`Jit` without code runs the interpreter).
-    pub fn decide_on(&self, engine: Engine, req: &RequestFeatures, stats: &StatsSnapshot, seed: u64) -> Decision {
+    pub fn decide_on(
+        &self,
+        engine: Engine,
+        req: &RequestFeatures,
+        stats: &StatsSnapshot,
+        seed: u64,
+    ) -> Decision {
         if let (Engine::Jit, Some(code)) = (engine, &self.code) {
             if let Some(d) = run::JRun::new(&self.set, code, req, stats, seed).decide() {
                 return d;
@@ -134,15 +149,30 @@ impl CompiledPolicySet {
 
     /// Outcome updates ([`interp::on_outcome`]) on a chosen engine.
     #[allow(clippy::too_many_arguments)]
-    pub fn on_outcome_on(&self, engine: Engine, call: &StrategyCall, req: &RequestFeatures, stats: &StatsSnapshot, endpoint: &str, success: bool, outcome: &Outcome) -> Option<StateUpdate> {
-        let event = if success { Event::Success } else { Event::Failure };
+    pub fn on_outcome_on(
+        &self,
+        engine: Engine,
+        call: &StrategyCall,
+        req: &RequestFeatures,
+        stats: &StatsSnapshot,
+        endpoint: &str,
+        success: bool,
+        outcome: &Outcome,
+    ) -> Option<StateUpdate> {
+        let event = if success {
+            Event::Success
+        } else {
+            Event::Failure
+        };
         if let (Engine::Jit, Some(code), Some(si)) = (engine, &self.code, call.strategy) {
             let s = self.set.strategies.get(si as usize)?;
             let key = (si, compile::args_key(&call.args));
             if let Some(inst) = code.by_args.get(&key).and_then(|i| code.instances.get(*i)) {
                 let cands = run::refs(&self.set, &call.candidates);
                 let r = run::JRun::new(&self.set, code, req, stats, 0);
-                if let Some(u) = r.update(inst, s, &call.args, &cands, endpoint, event, Some(outcome)) {
+                if let Some(u) =
+                    r.update(inst, s, &call.args, &cands, endpoint, event, Some(outcome))
+                {
                     return u;
                 }
             }
@@ -155,7 +185,17 @@ impl CompiledPolicySet {
     /// probabilities (`None`: no such strategy). On the JIT this needs a `use` of the
     /// same strategy with the same arguments somewhere in the set; otherwise it runs
     /// the interpreter.
-    pub fn rank_on(&self, engine: Engine, strategy: u32, args: &[Const], candidates: &[String], req: &RequestFeatures, stats: &StatsSnapshot, seed: u64) -> Option<Vec<RankedCandidate>> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn rank_on(
+        &self,
+        engine: Engine,
+        strategy: u32,
+        args: &[Const],
+        candidates: &[String],
+        req: &RequestFeatures,
+        stats: &StatsSnapshot,
+        seed: u64,
+    ) -> Option<Vec<RankedCandidate>> {
         let s = self.set.strategies.get(strategy as usize)?;
         let cands = run::refs(&self.set, candidates);
         let out = |v: Vec<interp::eval::EpCtx<'_>>| {
@@ -173,7 +213,16 @@ impl CompiledPolicySet {
             }
         }
         let mut rng = interp::hash::SplitMix64::new(seed);
-        let r = interp::strategy::rank(&self.set, Some(s), args, req, stats, cands, Some(&mut rng), false);
+        let r = interp::strategy::rank(
+            &self.set,
+            Some(s),
+            args,
+            req,
+            stats,
+            cands,
+            Some(&mut rng),
+            false,
+        );
         Some(out(r.order))
     }
 }

@@ -62,7 +62,9 @@ extern "C" {
 pub fn new_module() -> Result<JITModule, String> {
     let mut flags = cranelift_codegen::settings::builder();
     use cranelift_codegen::settings::Configurable;
-    flags.set("use_colocated_libcalls", "false").map_err(|e| e.to_string())?;
+    flags
+        .set("use_colocated_libcalls", "false")
+        .map_err(|e| e.to_string())?;
     flags.set("is_pic", "false").map_err(|e| e.to_string())?;
     flags.set("opt_level", "speed").map_err(|e| e.to_string())?;
     let isa = cranelift_native::builder()
@@ -110,7 +112,11 @@ impl Native {
     /// Finalizes `module` and takes the addresses of `fns` (in the order given; the
     /// index in this list is the handle callers use). `lens` are the vector lengths
     /// code generation checked every load against.
-    pub fn finalize(mut module: JITModule, fns: &[(Shape, FuncId)], lens: [u32; 3]) -> Result<Native, String> {
+    pub fn finalize(
+        mut module: JITModule,
+        fns: &[(Shape, FuncId)],
+        lens: [u32; 3],
+    ) -> Result<Native, String> {
         if let Err(e) = module.finalize_definitions() {
             // Not finalized: nothing is callable; free what was allocated.
             // SAFETY: no pointer was taken from this module (argument 1).
@@ -133,7 +139,11 @@ impl Native {
     /// a vector is shorter than the layout.
     pub fn call_expr(&self, f: usize, req: &[u64], ep: &[u64], aux: &[u64]) -> Option<u64> {
         let &(shape, ptr) = self.fns.get(f)?;
-        if shape != Shape::Expr || req.len() < self.lens[0] || ep.len() < self.lens[1] || aux.len() < self.lens[2] {
+        if shape != Shape::Expr
+            || req.len() < self.lens[0]
+            || ep.len() < self.lens[1]
+            || aux.len() < self.lens[2]
+        {
             return None;
         }
         // SAFETY: `ptr` is a finalized function of `self.module` with this exact

@@ -15,7 +15,9 @@ use crate::policy::features::{Outcome, RequestFeatures, StatsSnapshot};
 use crate::policy::interp::eval::{reduce, EpCtx};
 use crate::policy::interp::hash::{self, SplitMix64};
 use crate::policy::interp::strategy::{self, builtin_order, choose, contexts, probabilities};
-use crate::policy::interp::{Decision, PlanStep, Rejection, SplitChoice, StateUpdate, StrategyCall};
+use crate::policy::interp::{
+    Decision, PlanStep, Rejection, SplitChoice, StateUpdate, StrategyCall,
+};
 use crate::policy::registry::EndpointRef;
 
 use super::codegen::NONE;
@@ -51,7 +53,13 @@ fn rule_at(route: &CRoute, i: u64) -> Option<&CRule> {
 
 impl<'a> JRun<'a> {
     /// Prepares a decision: fills the request vector.
-    pub fn new(set: &'a CheckedPolicySet, code: &'a JitCode, req: &'a RequestFeatures, stats: &'a StatsSnapshot, seed: u64) -> JRun<'a> {
+    pub fn new(
+        set: &'a CheckedPolicySet,
+        code: &'a JitCode,
+        req: &'a RequestFeatures,
+        stats: &'a StatsSnapshot,
+        seed: u64,
+    ) -> JRun<'a> {
         let mut fv = vec![0u64; code.layout.req.len()];
         code.layout.fill_req(set, &code.strings, req, &mut fv);
         JRun {
@@ -112,9 +120,17 @@ impl<'a> JRun<'a> {
         Some(d)
     }
 
-    fn terminal(&mut self, t: &'a CTerminal, rule: &str, fallback: Option<&CFallback>, site: (u32, u32)) -> Option<Decision> {
+    fn terminal(
+        &mut self,
+        t: &'a CTerminal,
+        rule: &str,
+        fallback: Option<&CFallback>,
+        site: (u32, u32),
+    ) -> Option<Decision> {
         match t {
-            CTerminal::Reject { status, message, .. } => {
+            CTerminal::Reject {
+                status, message, ..
+            } => {
                 let mut d = self.blank();
                 d.reject = Some(Rejection {
                     status: *status,
@@ -143,7 +159,8 @@ impl<'a> JRun<'a> {
                 let Some(a) = s.arms.get(arm) else {
                     return Some(self.blank());
                 };
-                let mut d = self.dispatch(&a.action, fallback, Some((site.0, site.1, arm as u32)))?;
+                let mut d =
+                    self.dispatch(&a.action, fallback, Some((site.0, site.1, arm as u32)))?;
                 d.split = Some(SplitChoice {
                     arm: arm as u32,
                     bucket,
@@ -172,7 +189,9 @@ impl<'a> JRun<'a> {
         let mut v = vec![0u64; n * ctxs.len()];
         if n > 0 {
             for (c, cell) in ctxs.iter().zip(v.chunks_mut(n)) {
-                self.code.layout.fill_ep(self.set, &self.code.strings, self.req, c, cell);
+                self.code
+                    .layout
+                    .fill_ep(self.set, &self.code.strings, self.req, c, cell);
             }
         }
         v
@@ -183,9 +202,17 @@ impl<'a> JRun<'a> {
         v.get(i * n..(i + 1) * n).unwrap_or(&[])
     }
 
-    fn aux(&self, priority: PriorityLevel, count: usize, outcome: Option<&Outcome>, aggs: &[f64]) -> Vec<u64> {
+    fn aux(
+        &self,
+        priority: PriorityLevel,
+        count: usize,
+        outcome: Option<&Outcome>,
+        aggs: &[f64],
+    ) -> Vec<u64> {
         let mut a = vec![0u64; self.code.layout.aux.len()];
-        self.code.layout.fill_aux(priority, count, outcome, aggs, &mut a);
+        self.code
+            .layout
+            .fill_aux(priority, count, outcome, aggs, &mut a);
         a
     }
 
@@ -232,7 +259,14 @@ impl<'a> JRun<'a> {
     }
 
     /// Aggregate values (by index) over the candidates whose vectors are `eps`.
-    fn aggregates(&self, inst: &StratCode, s: &CStrategy, eps: &[u64], n: usize, outcome: Option<&Outcome>) -> Option<Vec<f64>> {
+    fn aggregates(
+        &self,
+        inst: &StratCode,
+        s: &CStrategy,
+        eps: &[u64],
+        n: usize,
+        outcome: Option<&Outcome>,
+    ) -> Option<Vec<f64>> {
         let mut out = vec![0.0; s.aggregates as usize];
         if inst.aggs.is_empty() {
             return Some(out);
@@ -241,7 +275,11 @@ impl<'a> JRun<'a> {
         for (idx, f, func) in &inst.aggs {
             let mut values = Vec::with_capacity(n);
             for i in 0..n {
-                values.push(f64::from_bits(self.call(*func, self.ep_of(eps, i), &aux)?));
+                values.push(f64::from_bits(self.call(
+                    *func,
+                    self.ep_of(eps, i),
+                    &aux,
+                )?));
             }
             if let Some(slot) = out.get_mut(*idx as usize) {
                 *slot = reduce(*f, &values);
@@ -258,7 +296,11 @@ impl<'a> JRun<'a> {
         let aux = self.aux(self.req.priority, ctxs.len(), None, &aggs);
         let mut scores = Vec::with_capacity(ctxs.len());
         for i in 0..ctxs.len() {
-            scores.push(f64::from_bits(self.call(inst.score, self.ep_of(&eps, i), &aux)?));
+            scores.push(f64::from_bits(self.call(
+                inst.score,
+                self.ep_of(&eps, i),
+                &aux,
+            )?));
         }
         let probs = probabilities(s.pick, &scores);
         for (i, c) in ctxs.iter_mut().enumerate() {
@@ -269,7 +311,13 @@ impl<'a> JRun<'a> {
     }
 
     /// The interpreter's `strategy::rank` for a compiled instance.
-    pub fn rank(&mut self, inst: &StratCode, s: &'a CStrategy, args: &'a [Const], cands: &[EndpointRef<'a>]) -> Option<Vec<EpCtx<'a>>> {
+    pub fn rank(
+        &mut self,
+        inst: &StratCode,
+        s: &'a CStrategy,
+        args: &'a [Const],
+        cands: &[EndpointRef<'a>],
+    ) -> Option<Vec<EpCtx<'a>>> {
         let all = contexts(self.set, Some(s), args, self.req, self.stats, cands);
         let eps = self.ep_vectors(&all);
         let aux = self.aux(self.req.priority, 0, None, &[]);
@@ -313,7 +361,16 @@ impl<'a> JRun<'a> {
     /// The interpreter's `strategy::update` for a compiled instance (`Some(None)`: no
     /// block for `event`, or `endpoint` is not a candidate).
     #[allow(clippy::too_many_arguments)]
-    pub fn update(&self, inst: &StratCode, s: &'a CStrategy, args: &'a [Const], cands: &[EndpointRef<'a>], endpoint: &str, event: Event, outcome: Option<&Outcome>) -> Option<Option<StateUpdate>> {
+    pub fn update(
+        &self,
+        inst: &StratCode,
+        s: &'a CStrategy,
+        args: &'a [Const],
+        cands: &[EndpointRef<'a>],
+        endpoint: &str,
+        event: Event,
+        outcome: Option<&Outcome>,
+    ) -> Option<Option<StateUpdate>> {
         let Some((_, assigns)) = inst.updates.iter().find(|(e, _)| *e == event) else {
             return Some(None);
         };
@@ -340,7 +397,12 @@ impl<'a> JRun<'a> {
         }))
     }
 
-    fn dispatch(&mut self, u: &'a CUse, fallback: Option<&CFallback>, site: Option<(u32, u32, u32)>) -> Option<Decision> {
+    fn dispatch(
+        &mut self,
+        u: &'a CUse,
+        fallback: Option<&CFallback>,
+        site: Option<(u32, u32, u32)>,
+    ) -> Option<Decision> {
         let mut d = self.blank();
         d.target = Some(u.target.describe());
         let cands = match self.candidates(&u.target) {
@@ -354,7 +416,11 @@ impl<'a> JRun<'a> {
             }
         };
         let strat = u.strategy.and_then(|i| self.set.strategies.get(i as usize));
-        d.strategy = Some(strat.map(|s| s.name.clone()).unwrap_or_else(|| "priority".to_string()));
+        d.strategy = Some(
+            strat
+                .map(|s| s.name.clone())
+                .unwrap_or_else(|| "priority".to_string()),
+        );
         d.call = Some(StrategyCall {
             strategy: u.strategy,
             args: u.args.clone(),
@@ -368,7 +434,19 @@ impl<'a> JRun<'a> {
         let order = match (strat, inst) {
             (Some(s), Some(inst)) => self.rank(inst, s, &u.args, &cands)?,
             (Some(_), None) => return None,
-            (None, _) => strategy::rank(self.set, None, &u.args, self.req, self.stats, cands.clone(), Some(&mut self.rng), false).order,
+            (None, _) => {
+                strategy::rank(
+                    self.set,
+                    None,
+                    &u.args,
+                    self.req,
+                    self.stats,
+                    cands.clone(),
+                    Some(&mut self.rng),
+                    false,
+                )
+                .order
+            }
         };
         let mut plan: Vec<EndpointRef<'a>> = order.iter().map(|c| c.reg).collect();
         if let (Some(s), Some(inst), Some(first)) = (strat, inst, order.first()) {
@@ -418,5 +496,7 @@ impl<'a> JRun<'a> {
 
 /// Candidate endpoint refs for `ids` (unknown ids skipped), as `on_outcome` does.
 pub fn refs<'a>(set: &'a CheckedPolicySet, ids: &[String]) -> Vec<EndpointRef<'a>> {
-    ids.iter().filter_map(|id| set.registry.endpoint(id)).collect()
+    ids.iter()
+        .filter_map(|id| set.registry.endpoint(id))
+        .collect()
 }

@@ -42,7 +42,11 @@ fn shipped_policies_agree_over_many_requests() {
             req.headers.insert("x-interactive".into(), "1".into());
         }
         req.priority = crate::policy::ast::PriorityLevel::ALL[(i % 4) as usize].1;
-        let s = if i % 2 == 0 { &stats } else { &StatsSnapshot::default() };
+        let s = if i % 2 == 0 {
+            &stats
+        } else {
+            &StatsSnapshot::default()
+        };
         if let Err(m) = decide_with(&c, EngineMode::Both, &req, s, i) {
             panic!("request {i}: {m}");
         }
@@ -99,7 +103,17 @@ fn float_edge_cases_match() {
             "route r when has(request.temperature) and {cond} {{ default use \"gpt-4o\" }}"
         );
         let c = compiled(&text);
-        for t in [0.0, -0.0, 0.5, 1.0, 2.0, f64::INFINITY, f64::NAN, 1e308, 5e-324] {
+        for t in [
+            0.0,
+            -0.0,
+            0.5,
+            1.0,
+            2.0,
+            f64::INFINITY,
+            f64::NAN,
+            1e308,
+            5e-324,
+        ] {
             let mut req = RequestFeatures::for_model("gpt-4o");
             req.temperature = Some(t);
             let a = c.decide_on(Engine::Interp, &req, &StatsSnapshot::default(), 0);
@@ -151,9 +165,15 @@ fn strategies_with_state_and_aggregates_match_scores_and_updates() {
            route s when request.model == "x" { default use any via cost_optimized }"#,
     );
     let mut stats = StatsSnapshot::default();
-    for (i, id) in ["openai/gpt-4o", "azure/gpt-4o", "local/smollm"].iter().enumerate() {
+    for (i, id) in ["openai/gpt-4o", "azure/gpt-4o", "local/smollm"]
+        .iter()
+        .enumerate()
+    {
         let mut e = EndpointStats::default();
-        e.state.entry("exp3".into()).or_default().insert("weight".into(), 0.5 + i as f64);
+        e.state
+            .entry("exp3".into())
+            .or_default()
+            .insert("weight".into(), 0.5 + i as f64);
         e.latency_ewma_ms = 100.0 * i as f64;
         stats.endpoints.insert(id.to_string(), e);
     }
@@ -174,8 +194,24 @@ fn strategies_with_state_and_aggregates_match_scores_and_updates() {
             assert_eq!(u, v);
         }
         let (si, _) = c.checked().strategy("exp3").unwrap();
-        let x = c.rank_on(Engine::Interp, si, &call.args, &call.candidates, &req, &stats, seed);
-        let y = c.rank_on(Engine::Jit, si, &call.args, &call.candidates, &req, &stats, seed);
+        let x = c.rank_on(
+            Engine::Interp,
+            si,
+            &call.args,
+            &call.candidates,
+            &req,
+            &stats,
+            seed,
+        );
+        let y = c.rank_on(
+            Engine::Jit,
+            si,
+            &call.args,
+            &call.candidates,
+            &req,
+            &stats,
+            seed,
+        );
         assert_eq!(format!("{x:?}"), format!("{y:?}"));
     }
 }
@@ -190,7 +226,12 @@ fn modules_are_counted_and_freed_when_the_last_clone_drops() {
     drop(c);
     assert!(live_compiled_modules() >= 1, "a clone still holds the code");
     let req = RequestFeatures::for_model("gpt-4o");
-    assert_eq!(d.decide(&req, &StatsSnapshot::default(), 0).endpoint.as_deref(), Some("openai/gpt-4o"));
+    assert_eq!(
+        d.decide(&req, &StatsSnapshot::default(), 0)
+            .endpoint
+            .as_deref(),
+        Some("openai/gpt-4o")
+    );
     drop(d);
 }
 
