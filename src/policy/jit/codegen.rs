@@ -95,6 +95,7 @@ struct Fx<'a, 'b> {
     b: &'a mut FunctionBuilder<'b>,
     base: [Value; 3],
     prio: Option<Variable>,
+    prio_static: Option<Value>,
     lens: [u32; 3],
     load_flags: MemFlagsData,
     plain_flags: MemFlagsData,
@@ -180,6 +181,7 @@ impl<'m> Builder<'m> {
                 b: &mut b,
                 base,
                 prio: None,
+                prio_static: None,
                 lens: self.lens,
                 load_flags,
                 plain_flags,
@@ -254,9 +256,10 @@ impl Fx<'_, '_> {
                     }
                 }
             }
-            Node::Priority => match self.prio {
-                Some(v) => self.b.use_var(v),
-                None => return Err(CodegenError("priority variable outside selection".into())),
+            Node::Priority => match (self.prio_static, self.prio) {
+                (Some(v), _) => v,
+                (None, Some(v)) => self.b.use_var(v),
+                _ => return Err(CodegenError("priority variable outside selection".into())),
             },
             Node::ToFloat(x) => {
                 let v = self.emit(x)?;
@@ -492,31 +495,28 @@ impl Fx<'_, '_> {
         Ok(())
     }
 
-    fn select(
-        &mut self,
-        routes: &[SelRoute],
-        prio_cell: Option<u32>,
-        out: Option<Value>,
-    ) -> Result<(), CodegenError> {
+    /// The selection walk. Priority, cache source and fallback source are SSA
+    /// variables only where a `set priority` or a `continue` rule can change them at
+    /// run time; otherwise they are the entry value or constants (no block
+    /// parameters, which keeps large rule sets cheap to compile).
+    fn select(&mut self, routes: &[SelRoute], prio_cell: Option<u32>, out: Option<Value>) -> Result<(), CodegenError> {
         let out = out.ok_or_else(|| CodegenError("selection without an output".into()))?;
-        let prio = self.b.declare_var(types::I64);
-        let cache = self.b.declare_var(types::I64);
-        let fallback = self.b.declare_var(types::I64);
         let init = match prio_cell {
-            Some(i) => self.emit(&Node::Load(
-                super::ir::Slot {
-                    vector: Vector::Req,
-                    index: i,
-                },
-                LTy::I,
-            ))?,
+            Some(i) => self.emit(&Node::Load(super::ir::Slot { vector: Vector::Req, index: i }, LTy::I))?,
             None => self.b.ins().iconst(types::I64, 1),
         };
-        self.b.def_var(prio, init);
-        self.prio = Some(prio);
-        let none = self.b.ins().iconst(types::I64, NONE as i64);
-        self.b.def_var(cache, none);
-        self.b.def_var(fallback, none);
+        let dyn_prio = routes
+            .iter()
+            .any(|r| !r.set_prio.is_empty() || r.rules.iter().any(|k| !k.set_prio.is_empty()));
+        let prio = self.b.declare_var(types::I64);
+        if dyn_prio {
+            self.b.def_var(prio, init);
+            self.prio = Some(prio);
+        } else {
+            self.prio_static = Some(init);
+        }
+        let cache = self.b.declare_var(types::I64);
+        let fallback = self.b.declare_var(types::I64);
         let store = |fx: &mut Self, vals: [Value; OUT_CELLS]| {
             for (k, v) in vals.into_iter().enumerate() {
                 let flags = fx.load_flags;
@@ -524,7 +524,13 @@ impl Fx<'_, '_> {
             }
             fx.b.ins().return_(&[]);
         };
+        let cur_prio = |fx: &mut Self| match fx.prio_static {
+            Some(v) => v,
+            None => fx.b.use_var(prio),
+        };
         for (ri, route) in routes.iter().enumerate() {
+            let dyn_cache = route.rules.iter().any(|k| !k.terminal && k.cache);
+            let dyn_fb = route.rules.iter().any(|k| !k.terminal && k.fallback);
             let next_route = self.b.create_block();
             if let Some(w) = &route.when {
                 let c = self.emit(w)?;
@@ -534,8 +540,12 @@ impl Fx<'_, '_> {
             }
             self.set_prio(&route.set_prio, prio)?;
             let none = self.b.ins().iconst(types::I64, NONE as i64);
-            self.b.def_var(cache, none);
-            self.b.def_var(fallback, none);
+            if dyn_cache {
+                self.b.def_var(cache, none);
+            }
+            if dyn_fb {
+                self.b.def_var(fallback, none);
+            }
             for (ki, rule) in route.rules.iter().enumerate() {
                 let next_rule = self.b.create_block();
                 if let Some(w) = &rule.when {
@@ -546,21 +556,28 @@ impl Fx<'_, '_> {
                 }
                 self.set_prio(&rule.set_prio, prio)?;
                 let me = self.b.ins().iconst(types::I64, ki as i64);
-                if rule.cache {
-                    self.b.def_var(cache, me);
-                }
-                if rule.fallback {
-                    self.b.def_var(fallback, me);
-                }
                 if rule.terminal {
                     let r = self.b.ins().iconst(types::I64, ri as i64);
-                    let (p, c, f) = (
-                        self.b.use_var(prio),
-                        self.b.use_var(cache),
-                        self.b.use_var(fallback),
-                    );
+                    let none = self.b.ins().iconst(types::I64, NONE as i64);
+                    let c = match (rule.cache, dyn_cache) {
+                        (true, _) => me,
+                        (false, true) => self.b.use_var(cache),
+                        (false, false) => none,
+                    };
+                    let f = match (rule.fallback, dyn_fb) {
+                        (true, _) => me,
+                        (false, true) => self.b.use_var(fallback),
+                        (false, false) => none,
+                    };
+                    let p = cur_prio(self);
                     store(self, [r, me, p, c, f]);
                 } else {
+                    if rule.cache {
+                        self.b.def_var(cache, me);
+                    }
+                    if rule.fallback {
+                        self.b.def_var(fallback, me);
+                    }
                     self.b.ins().jump(next_rule, &[]);
                 }
                 self.b.switch_to_block(next_rule);
@@ -569,7 +586,7 @@ impl Fx<'_, '_> {
             self.b.switch_to_block(next_route);
         }
         let none = self.b.ins().iconst(types::I64, NONE as i64);
-        let p = self.b.use_var(prio);
+        let p = cur_prio(self);
         store(self, [none, none, p, none, none]);
         Ok(())
     }

@@ -66,7 +66,8 @@ pub fn new_module() -> Result<JITModule, String> {
         .set("use_colocated_libcalls", "false")
         .map_err(|e| e.to_string())?;
     flags.set("is_pic", "false").map_err(|e| e.to_string())?;
-    flags.set("opt_level", "speed").map_err(|e| e.to_string())?;
+    let opt = std::env::var("SWITCHYARD_JIT_OPT").unwrap_or_else(|_| "speed".into());
+    flags.set("opt_level", &opt).map_err(|e| e.to_string())?;
     let isa = cranelift_native::builder()
         .map_err(|e| format!("host machine is not supported: {e}"))?
         .finish(cranelift_codegen::settings::Flags::new(flags))
