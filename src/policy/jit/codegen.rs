@@ -16,7 +16,7 @@
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    types, AbiParam, FuncRef, InstBuilder, MemFlagsData, Signature, UserFuncName, Value,
+    types, AbiParam, Block, FuncRef, InstBuilder, MemFlagsData, Signature, UserFuncName, Value,
 };
 use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -402,6 +402,46 @@ impl Fx<'_, '_> {
         })
     }
 
+    /// Emits `n` (a boolean) as jumps: to `t` when it holds, to `f` otherwise. Leaves
+    /// the current block terminated. `and`/`or`/`not`/`if` become control flow with
+    /// no block parameters, which keeps rule walks small to compile and fast to run.
+    fn branch(&mut self, n: &Node, t: Block, f: Block) -> Result<(), CodegenError> {
+        match n {
+            Node::Bool(true) => {
+                self.b.ins().jump(t, &[]);
+            }
+            Node::Bool(false) => {
+                self.b.ins().jump(f, &[]);
+            }
+            Node::Not(x) => self.branch(x, f, t)?,
+            Node::And(x, y) => {
+                let mid = self.b.create_block();
+                self.branch(x, mid, f)?;
+                self.b.switch_to_block(mid);
+                self.branch(y, t, f)?;
+            }
+            Node::Or(x, y) => {
+                let mid = self.b.create_block();
+                self.branch(x, t, mid)?;
+                self.b.switch_to_block(mid);
+                self.branch(y, t, f)?;
+            }
+            Node::If(LTy::B, c, x, y) => {
+                let (bx, by) = (self.b.create_block(), self.b.create_block());
+                self.branch(c, bx, by)?;
+                self.b.switch_to_block(bx);
+                self.branch(x, t, f)?;
+                self.b.switch_to_block(by);
+                self.branch(y, t, f)?;
+            }
+            _ => {
+                let v = self.emit(n)?;
+                self.b.ins().brif(v, t, &[], f, &[]);
+            }
+        }
+        Ok(())
+    }
+
     fn call(&mut self, f: Libm, args: &[Value]) -> Result<Value, CodegenError> {
         let Some(r) = self.libm[f as usize] else {
             return Err(CodegenError(format!("{} not declared", f.symbol())));
@@ -499,10 +539,21 @@ impl Fx<'_, '_> {
     /// variables only where a `set priority` or a `continue` rule can change them at
     /// run time; otherwise they are the entry value or constants (no block
     /// parameters, which keeps large rule sets cheap to compile).
-    fn select(&mut self, routes: &[SelRoute], prio_cell: Option<u32>, out: Option<Value>) -> Result<(), CodegenError> {
+    fn select(
+        &mut self,
+        routes: &[SelRoute],
+        prio_cell: Option<u32>,
+        out: Option<Value>,
+    ) -> Result<(), CodegenError> {
         let out = out.ok_or_else(|| CodegenError("selection without an output".into()))?;
         let init = match prio_cell {
-            Some(i) => self.emit(&Node::Load(super::ir::Slot { vector: Vector::Req, index: i }, LTy::I))?,
+            Some(i) => self.emit(&Node::Load(
+                super::ir::Slot {
+                    vector: Vector::Req,
+                    index: i,
+                },
+                LTy::I,
+            ))?,
             None => self.b.ins().iconst(types::I64, 1),
         };
         let dyn_prio = routes
@@ -533,9 +584,8 @@ impl Fx<'_, '_> {
             let dyn_fb = route.rules.iter().any(|k| !k.terminal && k.fallback);
             let next_route = self.b.create_block();
             if let Some(w) = &route.when {
-                let c = self.emit(w)?;
                 let body = self.b.create_block();
-                self.b.ins().brif(c, body, &[], next_route, &[]);
+                self.branch(w, body, next_route)?;
                 self.b.switch_to_block(body);
             }
             self.set_prio(&route.set_prio, prio)?;
@@ -549,9 +599,8 @@ impl Fx<'_, '_> {
             for (ki, rule) in route.rules.iter().enumerate() {
                 let next_rule = self.b.create_block();
                 if let Some(w) = &rule.when {
-                    let c = self.emit(w)?;
                     let body = self.b.create_block();
-                    self.b.ins().brif(c, body, &[], next_rule, &[]);
+                    self.branch(w, body, next_rule)?;
                     self.b.switch_to_block(body);
                 }
                 self.set_prio(&rule.set_prio, prio)?;
