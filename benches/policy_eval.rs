@@ -46,6 +46,18 @@ fn rules(n: usize) -> String {
     s
 }
 
+/// A route with `n` rules of one test each (`org == "org-i"`, guarded).
+fn simple_rules(n: usize) -> String {
+    let mut s = String::from("route gen {\n");
+    for i in 0..n {
+        s.push_str(&format!(
+            "  rule r{i} when has(request.org) and request.org == \"org-{i}\" {{ use \"gpt-4o-mini\" }}\n"
+        ));
+    }
+    s.push_str("  default use \"gpt-4o\" via least_latency\n}\n");
+    s
+}
+
 fn sources(n: usize) -> SourceMap {
     let mut src = SourceMap::new();
     src.add("least_latency.policy", LEAST_LATENCY);
@@ -54,8 +66,11 @@ fn sources(n: usize) -> SourceMap {
 }
 
 fn compiled(n: usize) -> CompiledPolicySet {
-    let set =
-        parse_and_check(&sources(n), &Registry::example()).unwrap_or_else(|d| panic!("{d:?}"));
+    compiled_from(&sources(n))
+}
+
+fn compiled_from(src: &SourceMap) -> CompiledPolicySet {
+    let set = parse_and_check(src, &Registry::example()).unwrap_or_else(|d| panic!("{d:?}"));
     let c = CompiledPolicySet::compile(set);
     assert_eq!(c.engine(), Engine::Jit, "{:?}", c.fallback_reason());
     c
@@ -67,6 +82,7 @@ fn request() -> RequestFeatures {
     r.messages = 3;
     r.hour = 13;
     r.headers.insert("x-team".into(), "search".into());
+    r.org = Some("acme".into());
     r
 }
 
@@ -88,6 +104,22 @@ fn decide(c: &mut Criterion) {
         });
         g.finish();
     }
+    let mut src = SourceMap::new();
+    src.add("least_latency.policy", LEAST_LATENCY);
+    src.add("gen.policy", simple_rules(1000));
+    let set = compiled_from(&src);
+    assert_eq!(
+        set.decide_on(Engine::Jit, &req, &stats, 1).rule.as_deref(),
+        Some("default")
+    );
+    let mut g = c.benchmark_group("decide/1000_one_test_rules");
+    g.bench_function(BenchmarkId::from_parameter("jit"), |bch| {
+        bch.iter(|| set.decide_on(Engine::Jit, black_box(&req), &stats, 1))
+    });
+    g.bench_function(BenchmarkId::from_parameter("interp"), |bch| {
+        bch.iter(|| set.decide_on(Engine::Interp, black_box(&req), &stats, 1))
+    });
+    g.finish();
 }
 
 fn compile(c: &mut Criterion) {
@@ -147,6 +179,69 @@ fn memory_report() {
         (after - before) / 20_000.0
     );
     drop(compiled);
+    rss_after_many_sets(10_000);
+}
+
+/// RSS before and after compiling and dropping `n` small sets (the shipped
+/// policies), after a warm-up of 500; also in `examples/jit_rss.rs`.
+fn rss_after_many_sets(n: usize) {
+    let rss_kib = || -> u64 {
+        std::fs::read_to_string("/proc/self/statm")
+            .ok()
+            .and_then(|s| {
+                s.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+            * 4
+    };
+    let mut src = SourceMap::new();
+    for (name, text) in [
+        ("canary.policy", include_str!("../policies/canary.policy")),
+        ("ab.policy", include_str!("../policies/ab.policy")),
+        ("batch.policy", include_str!("../policies/batch.policy")),
+        (
+            "long_context.policy",
+            include_str!("../policies/long_context.policy"),
+        ),
+        ("reject.policy", include_str!("../policies/reject.policy")),
+        (
+            "cost_optimized.policy",
+            include_str!("../policies/builtin/cost_optimized.policy"),
+        ),
+        (
+            "exp3.policy",
+            include_str!("../policies/builtin/exp3.policy"),
+        ),
+        ("least_latency.policy", LEAST_LATENCY),
+        (
+            "wrr.policy",
+            include_str!("../policies/builtin/weighted_round_robin.policy"),
+        ),
+    ] {
+        src.add(name, text);
+    }
+    let reg = Registry::example();
+    let req = request();
+    let stats = StatsSnapshot::default();
+    let t = Instant::now();
+    let mut warm = 0;
+    for i in 0..n {
+        let set = parse_and_check(&src, &reg).unwrap_or_else(|d| panic!("{d:?}"));
+        let c = CompiledPolicySet::compile(set);
+        black_box(c.decide(&req, &stats, i as u64));
+        if i + 1 == 500 {
+            warm = rss_kib();
+        }
+    }
+    let end = rss_kib();
+    println!(
+        "memory: RSS after 500 sets {warm} KiB, after {n} sets {end} KiB (growth {} KiB), live modules {}, {:.2?} total",
+        end as i64 - warm as i64,
+        switchyard::policy::live_compiled_modules(),
+        t.elapsed()
+    );
 }
 
 fn main() {

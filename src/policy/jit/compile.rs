@@ -24,6 +24,10 @@ use super::layout::{prio_code, Layout, ReqSlot, Strings};
 use super::lower::{Lowerer, PrioFrom, Scope};
 use super::native::{discard, new_module, Native, Shape};
 
+/// Sets with more rules than this compile with cranelift's `none` optimization level
+/// (halves compile time; the selection code is already straight jumps).
+pub const OPTIMIZE_UP_TO_RULES: usize = 200;
+
 /// Arm index of a `use` that is not inside a split.
 pub const NO_ARM: u32 = u32::MAX;
 
@@ -302,7 +306,8 @@ pub fn compile(set: &CheckedPolicySet) -> Result<JitCode, String> {
     // The selection function starts from the request's priority.
     let prio_cell = Some(layout.req(ReqSlot::Field(ReqField::Priority)));
     let lens = layout.lens();
-    let mut module = new_module()?;
+    let rules: usize = set.routes.iter().map(|r| r.rules.len() + 1).sum();
+    let mut module = new_module(rules <= OPTIMIZE_UP_TO_RULES)?;
     let built = (|| {
         let mut b = Builder::new(&mut module, lens).map_err(|e| e.0)?;
         let select = b.select_fn(&p.select, prio_cell).map_err(|e| e.0)?;
