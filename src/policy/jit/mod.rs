@@ -17,6 +17,8 @@
 //! If compilation fails for any reason the set still decides, on the interpreter, and
 //! [`CompiledPolicySet::fallback_reason`] says why: it never fails open.
 
+#![warn(missing_docs)]
+
 use std::sync::Arc;
 
 use crate::policy::ast::Event;
