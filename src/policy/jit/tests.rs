@@ -248,3 +248,27 @@ fn interpreted_sets_say_why() {
     assert_eq!("both".parse::<EngineMode>(), Ok(EngineMode::Both));
     assert!("fast".parse::<EngineMode>().is_err());
 }
+
+#[test]
+fn compiled_sets_decide_from_many_threads_and_drop_on_any_of_them() {
+    let c = std::sync::Arc::new(CompiledPolicySet::compile(shipped()));
+    assert_eq!(c.engine(), Engine::Jit);
+    let threads: Vec<_> = (0..2)
+        .map(|t| {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                for i in 0..500u64 {
+                    let mut req = RequestFeatures::for_model("gpt-4o");
+                    req.api_key = Some(format!("key-{t}-{i}"));
+                    req.input_tokens = i * 400;
+                    let r = decide_with(&c, EngineMode::Both, &req, &StatsSnapshot::default(), i);
+                    assert!(r.is_ok(), "{r:?}");
+                }
+            })
+        })
+        .collect();
+    drop(c);
+    for t in threads {
+        assert!(t.join().is_ok());
+    }
+}
