@@ -30,13 +30,15 @@ pub mod checked;
 pub mod fmt;
 pub mod from_request;
 pub mod interp;
+pub mod jit;
 pub mod lint;
 pub mod testing;
 
 pub use check::{check, parse_and_check};
 pub use checked::CheckedPolicySet;
 pub use interp::{decide, explain, on_outcome, Decision, Trace};
-pub use testing::{run_tests, TestReport};
+pub use jit::{engine, live_compiled_modules, CompiledPolicySet, Engine};
+pub use testing::{run_tests, run_tests_with, TestReport};
 
 #[cfg(test)]
 mod tests;

@@ -138,11 +138,23 @@ pub fn field_value(d: &Decision, f: ExpectField) -> String {
     }
 }
 
-/// Runs every test of `set`. Pure and deterministic.
+/// Runs every test of `set` on the interpreter. Pure and deterministic.
 pub fn run_tests(set: &CheckedPolicySet) -> TestReport {
+    run_tests_with(set, &|r, s, seed| Ok(decide(set, r, s, seed)))
+}
+
+/// A decision procedure for [`run_tests_with`]: request, stats, seed → decision, or a
+/// message that fails the test (e.g. two engines disagreeing).
+pub type DecideFn<'a> =
+    dyn Fn(&RequestFeatures, &StatsSnapshot, u64) -> Result<Decision, String> + 'a;
+
+/// Runs every test of `set`, deciding with `decide` (an engine of
+/// [`crate::policy::jit::engine`], or both compared). An `Err` from `decide` is a
+/// failure of that test. Pure and deterministic.
+pub fn run_tests_with(set: &CheckedPolicySet, decide: &DecideFn<'_>) -> TestReport {
     let mut report = TestReport::default();
     for t in &set.tests {
-        let failures = run_one(set, t);
+        let failures = run_one(set, t, decide);
         let passed = failures.is_empty();
         if passed {
             report.passed += 1;
@@ -159,11 +171,15 @@ pub fn run_tests(set: &CheckedPolicySet) -> TestReport {
     report
 }
 
-fn run_one(set: &CheckedPolicySet, t: &CTest) -> Vec<String> {
+fn run_one(set: &CheckedPolicySet, t: &CTest, decide: &DecideFn<'_>) -> Vec<String> {
     let mut failures = Vec::new();
     let at = |e: &CExpect| set.sources.location(e.span);
+    let at_test = set.sources.location(t.span);
     let Some((n, key)) = &t.sample else {
-        let d = decide(set, &t.request, &t.stats, t.seed);
+        let d = match decide(&t.request, &t.stats, t.seed) {
+            Ok(d) => d,
+            Err(e) => return vec![format!("{at_test}: {e}")],
+        };
         for e in &t.expects {
             match &e.kind {
                 CExpectKind::Is(f, want) => {
@@ -211,7 +227,10 @@ fn run_one(set: &CheckedPolicySet, t: &CTest) -> Vec<String> {
             }
             CSplitKey::Random => seed = seed.wrapping_add(i),
         }
-        let d = decide(set, &req, &t.stats, seed);
+        let d = match decide(&req, &t.stats, seed) {
+            Ok(d) => d,
+            Err(e) => return vec![format!("{at_test}: request {i}: {e}")],
+        };
         for (j, e) in t.expects.iter().enumerate() {
             if let CExpectKind::Share(f, v, ..) = &e.kind {
                 if &field_value(&d, *f) == v {

@@ -162,6 +162,26 @@ pub fn log_sum_exp(values: &[f64]) -> f64 {
     m + values.iter().map(|v| (v - m).exp()).sum::<f64>().ln()
 }
 
+/// An aggregate of per-candidate values (shared with the JIT so both reduce in the
+/// same order): `sum` of none is 0, `mean` NaN, `lowest` +inf, `highest` -inf; NaN
+/// values are skipped by `lowest`/`highest`.
+pub fn reduce(f: AggFn, values: &[f64]) -> f64 {
+    match f {
+        AggFn::Sum => values.iter().sum(),
+        AggFn::Mean if values.is_empty() => f64::NAN,
+        AggFn::Mean => values.iter().sum::<f64>() / values.len() as f64,
+        AggFn::Lowest => values
+            .iter()
+            .filter(|v| !v.is_nan())
+            .fold(f64::INFINITY, |m, &v| if v < m { v } else { m }),
+        AggFn::Highest => values
+            .iter()
+            .filter(|v| !v.is_nan())
+            .fold(f64::NEG_INFINITY, |m, &v| if v > m { v } else { m }),
+        AggFn::LogSumExp => log_sum_exp(values),
+    }
+}
+
 /// `*` matches any run of characters, `?` one character; no escapes.
 pub fn glob(text: &str, pat: &str) -> bool {
     let t: Vec<char> = text.chars().collect();
@@ -454,20 +474,7 @@ impl<'a, 's> Evaluator<'a, 's> {
             };
             values.push(ev.number(arg));
         }
-        let v = match f {
-            AggFn::Sum => values.iter().sum(),
-            AggFn::Mean if values.is_empty() => f64::NAN,
-            AggFn::Mean => values.iter().sum::<f64>() / values.len() as f64,
-            AggFn::Lowest => values
-                .iter()
-                .filter(|v| !v.is_nan())
-                .fold(f64::INFINITY, |m, &v| if v < m { v } else { m }),
-            AggFn::Highest => values
-                .iter()
-                .filter(|v| !v.is_nan())
-                .fold(f64::NEG_INFINITY, |m, &v| if v > m { v } else { m }),
-            AggFn::LogSumExp => log_sum_exp(&values),
-        };
+        let v = reduce(f, &values);
         if let Some(strat) = self.strat.as_deref_mut() {
             if strat.aggs.len() <= idx as usize {
                 strat.aggs.resize(idx as usize + 1, None);

@@ -273,28 +273,37 @@ fn score_all<'a>(
             ev.number(&s.score)
         })
         .collect();
+    let probs = probabilities(s.pick, &scores);
+    for (i, c) in cands.iter_mut().enumerate() {
+        c.score = scores[i];
+        c.probability = probs[i];
+    }
+}
+
+/// Pick probabilities from scores (shared with the JIT): for `weighted`/`sample`,
+/// score / Σ scores with non-positive and non-finite scores counting 0 (all zero:
+/// uniform); 1 for `min`/`max`.
+pub fn probabilities(pick: PickMode, scores: &[f64]) -> Vec<f64> {
     let weights: Vec<f64> = scores
         .iter()
         .map(|&x| if x.is_finite() && x > 0.0 { x } else { 0.0 })
         .collect();
     let total: f64 = weights.iter().sum();
-    let n = cands.len().max(1) as f64;
-    for (i, c) in cands.iter_mut().enumerate() {
-        c.score = scores[i];
-        c.probability = match s.pick {
-            PickMode::Weighted | PickMode::Sample if total > 0.0 && total.is_finite() => {
-                weights[i] / total
-            }
+    let n = scores.len().max(1) as f64;
+    weights
+        .iter()
+        .map(|w| match pick {
+            PickMode::Weighted | PickMode::Sample if total > 0.0 && total.is_finite() => w / total,
             PickMode::Weighted | PickMode::Sample => 1.0 / n,
             _ => 1.0,
-        };
-    }
+        })
+        .collect()
 }
 
 /// The index of the pick. Min/max: NaN scores lose; ties go to the earlier candidate.
 /// Weighted/sample: one draw `u` in [0, 1); the first candidate whose cumulative
-/// probability exceeds `u`.
-fn choose(mode: PickMode, cands: &[EpCtx<'_>], rng: Option<&mut SplitMix64>) -> Option<usize> {
+/// probability exceeds `u`. `None` only without candidates. (Public for the JIT.)
+pub fn choose(mode: PickMode, cands: &[EpCtx<'_>], rng: Option<&mut SplitMix64>) -> Option<usize> {
     if cands.is_empty() {
         return None;
     }

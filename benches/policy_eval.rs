@@ -1,0 +1,253 @@
+//! Policy evaluation benchmarks (issue 4): decision time per request for 10, 100 and
+//! 1,000-rule sets on the JIT and the interpreter side by side; parse + check +
+//! compile time of 1,000 rules; compiled code size per rule.
+//!
+//! `cargo bench --bench policy_eval` (release profile). The generated rules are the
+//! worst case for rule walking: the request matches none of them, so every
+//! condition runs, and the default then picks among gpt-4o's endpoints with
+//! `least_latency`.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion};
+
+use switchyard::policy::{
+    parse_and_check, CompiledPolicySet, Engine, Registry, RequestFeatures, SourceMap, StatsSnapshot,
+};
+
+const LEAST_LATENCY: &str = include_str!("../policies/builtin/least_latency.policy");
+
+/// A route with `n` rules mixing numeric tests, string equality, `in` lists, a
+/// priority test and a few shared string atoms.
+fn rules(n: usize) -> String {
+    let mut s = String::from("route gen when request.model in [\"gpt-4o\", \"gpt-4o-mini\"] {\n");
+    for i in 0..n {
+        let atom = match i % 4 {
+            0 => "starts_with(request.model, \"claude\")",
+            1 => "glob(request.task, \"tool*\")",
+            2 => "request.priority == \"critical\"",
+            _ => "request.temperature > 1.5",
+        };
+        let atom = if i % 4 == 3 {
+            format!("(has(request.temperature) and {atom})")
+        } else {
+            atom.to_string()
+        };
+        s.push_str(&format!(
+            "  rule r{i} when (request.input_tokens > {} and request.hour != {} and has(header(\"x-team\")) and header(\"x-team\") == \"team-{i}\") or {atom} or request.messages in [{}, {}] {{ use \"gpt-4o-mini\" }}\n",
+            i * 10,
+            i % 24,
+            1000 + i,
+            2000 + i
+        ));
+    }
+    s.push_str("  default use \"gpt-4o\" via least_latency\n}\n");
+    s
+}
+
+/// A route with `n` rules of one test each (`org == "org-i"`, guarded).
+fn simple_rules(n: usize) -> String {
+    let mut s = String::from("route gen {\n");
+    for i in 0..n {
+        s.push_str(&format!(
+            "  rule r{i} when has(request.org) and request.org == \"org-{i}\" {{ use \"gpt-4o-mini\" }}\n"
+        ));
+    }
+    s.push_str("  default use \"gpt-4o\" via least_latency\n}\n");
+    s
+}
+
+fn sources(n: usize) -> SourceMap {
+    let mut src = SourceMap::new();
+    src.add("least_latency.policy", LEAST_LATENCY);
+    src.add("gen.policy", rules(n));
+    src
+}
+
+fn compiled(n: usize) -> CompiledPolicySet {
+    compiled_from(&sources(n))
+}
+
+fn compiled_from(src: &SourceMap) -> CompiledPolicySet {
+    let set = parse_and_check(src, &Registry::example()).unwrap_or_else(|d| panic!("{d:?}"));
+    let c = CompiledPolicySet::compile(set);
+    assert_eq!(c.engine(), Engine::Jit, "{:?}", c.fallback_reason());
+    c
+}
+
+fn request() -> RequestFeatures {
+    let mut r = RequestFeatures::for_model("gpt-4o");
+    r.input_tokens = 4_000;
+    r.messages = 3;
+    r.hour = 13;
+    r.headers.insert("x-team".into(), "search".into());
+    r.org = Some("acme".into());
+    r
+}
+
+fn decide(c: &mut Criterion) {
+    let req = request();
+    let stats = StatsSnapshot::default();
+    for n in [10usize, 100, 1000] {
+        let set = compiled(n);
+        let a = set.decide_on(Engine::Interp, &req, &stats, 1);
+        let b = set.decide_on(Engine::Jit, &req, &stats, 1);
+        assert_eq!(a, b);
+        assert_eq!(a.rule.as_deref(), Some("default"));
+        let mut g = c.benchmark_group(format!("decide/{n}_rules"));
+        g.bench_function(BenchmarkId::from_parameter("jit"), |bch| {
+            bch.iter(|| set.decide_on(Engine::Jit, black_box(&req), &stats, 1))
+        });
+        g.bench_function(BenchmarkId::from_parameter("interp"), |bch| {
+            bch.iter(|| set.decide_on(Engine::Interp, black_box(&req), &stats, 1))
+        });
+        g.finish();
+    }
+    let mut src = SourceMap::new();
+    src.add("least_latency.policy", LEAST_LATENCY);
+    src.add("gen.policy", simple_rules(1000));
+    let set = compiled_from(&src);
+    assert_eq!(
+        set.decide_on(Engine::Jit, &req, &stats, 1).rule.as_deref(),
+        Some("default")
+    );
+    let mut g = c.benchmark_group("decide/1000_one_test_rules");
+    g.bench_function(BenchmarkId::from_parameter("jit"), |bch| {
+        bch.iter(|| set.decide_on(Engine::Jit, black_box(&req), &stats, 1))
+    });
+    g.bench_function(BenchmarkId::from_parameter("interp"), |bch| {
+        bch.iter(|| set.decide_on(Engine::Interp, black_box(&req), &stats, 1))
+    });
+    g.finish();
+}
+
+fn compile(c: &mut Criterion) {
+    let src = sources(1000);
+    let reg = Registry::example();
+    let mut g = c.benchmark_group("compile/1000_rules");
+    g.sample_size(20).measurement_time(Duration::from_secs(8));
+    g.bench_function("parse_check", |b| {
+        b.iter(|| parse_and_check(black_box(&src), &reg).map(|s| s.routes.len()))
+    });
+    g.bench_function("parse_check_compile", |b| {
+        b.iter(|| {
+            let set = parse_and_check(black_box(&src), &reg).unwrap_or_else(|d| panic!("{d:?}"));
+            CompiledPolicySet::compile(set).engine()
+        })
+    });
+    g.finish();
+}
+
+/// Compiled machine code per rule, and resident memory per rule while 20 compiled
+/// 1,000-rule sets are alive (code, layout, the checked set itself excluded).
+fn memory_report() {
+    let page = 4096.0;
+    let rss = || -> f64 {
+        std::fs::read_to_string("/proc/self/statm")
+            .ok()
+            .and_then(|s| {
+                s.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<f64>().ok())
+            })
+            .unwrap_or(0.0)
+            * page
+    };
+    for n in [10usize, 100, 1000] {
+        let c = compiled(n);
+        println!(
+            "memory: {n:>4} rules: {:>8} bytes of machine code, {:.0} bytes per rule",
+            c.code_bytes(),
+            c.code_bytes() as f64 / n as f64
+        );
+    }
+    let sets: Vec<_> = (0..20)
+        .map(|_| {
+            parse_and_check(&sources(1000), &Registry::example())
+                .unwrap_or_else(|d| panic!("{d:?}"))
+        })
+        .collect();
+    let before = rss();
+    let t = Instant::now();
+    let compiled: Vec<_> = sets.into_iter().map(CompiledPolicySet::compile).collect();
+    let took = t.elapsed();
+    let after = rss();
+    println!(
+        "memory: 20 x 1000-rule sets compiled in {took:.2?}: resident memory +{:.1} MiB, {:.0} bytes per compiled rule (code, layout, tables)",
+        (after - before) / (1 << 20) as f64,
+        (after - before) / 20_000.0
+    );
+    drop(compiled);
+    rss_after_many_sets(10_000);
+}
+
+/// RSS before and after compiling and dropping `n` small sets (the shipped
+/// policies), after a warm-up of 500; also in `examples/jit_rss.rs`.
+fn rss_after_many_sets(n: usize) {
+    let rss_kib = || -> u64 {
+        std::fs::read_to_string("/proc/self/statm")
+            .ok()
+            .and_then(|s| {
+                s.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+            * 4
+    };
+    let mut src = SourceMap::new();
+    for (name, text) in [
+        ("canary.policy", include_str!("../policies/canary.policy")),
+        ("ab.policy", include_str!("../policies/ab.policy")),
+        ("batch.policy", include_str!("../policies/batch.policy")),
+        (
+            "long_context.policy",
+            include_str!("../policies/long_context.policy"),
+        ),
+        ("reject.policy", include_str!("../policies/reject.policy")),
+        (
+            "cost_optimized.policy",
+            include_str!("../policies/builtin/cost_optimized.policy"),
+        ),
+        (
+            "exp3.policy",
+            include_str!("../policies/builtin/exp3.policy"),
+        ),
+        ("least_latency.policy", LEAST_LATENCY),
+        (
+            "wrr.policy",
+            include_str!("../policies/builtin/weighted_round_robin.policy"),
+        ),
+    ] {
+        src.add(name, text);
+    }
+    let reg = Registry::example();
+    let req = request();
+    let stats = StatsSnapshot::default();
+    let t = Instant::now();
+    let mut warm = 0;
+    for i in 0..n {
+        let set = parse_and_check(&src, &reg).unwrap_or_else(|d| panic!("{d:?}"));
+        let c = CompiledPolicySet::compile(set);
+        black_box(c.decide(&req, &stats, i as u64));
+        if i + 1 == 500 {
+            warm = rss_kib();
+        }
+    }
+    let end = rss_kib();
+    println!(
+        "memory: RSS after 500 sets {warm} KiB, after {n} sets {end} KiB (growth {} KiB), live modules {}, {:.2?} total",
+        end as i64 - warm as i64,
+        switchyard::policy::live_compiled_modules(),
+        t.elapsed()
+    );
+}
+
+fn main() {
+    memory_report();
+    let mut c = Criterion::default().configure_from_args();
+    decide(&mut c);
+    compile(&mut c);
+    c.final_summary();
+}

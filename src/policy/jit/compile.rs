@@ -1,0 +1,341 @@
+//! The compile driver: checked set → layout + lowered functions → one finalized
+//! module ([`JitCode`]).
+//!
+//! Compiled per set:
+//! - one selection function (routes, `set priority`, rules; see [`SelRoute`]);
+//! - per canary arm with a `rollback` guard: the guard, per endpoint;
+//! - per distinct (strategy, argument values) used by some `use`: a filter function
+//!   (bit 0: every `require` holds, bit 1: every `prefer` holds), one function per
+//!   aggregate argument, the score, and one function per `on pick/success/failure`
+//!   assignment. Parameters are constants in each instance.
+//!
+//! Host-side (in [`super::run`]): feature vectors, split buckets (FNV-1a / SplitMix64
+//! over strings), candidate lists, state initialization and `join mean`, aggregate
+//! reductions, pick, ordering and the plan.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::policy::ast::Event;
+use crate::policy::checked::*;
+
+use super::codegen::{Builder, SelRoute, SelRule, SelSetPrio};
+use super::ir::{LTy, Node};
+use super::layout::{prio_code, Layout, ReqSlot, Strings};
+use super::lower::{Lowerer, PrioFrom, Scope};
+use super::native::{discard, new_module, Native, Shape};
+
+/// Sets with more rules than this compile with cranelift's `none` optimization level
+/// (halves compile time; the selection code is already straight jumps).
+pub const OPTIMIZE_UP_TO_RULES: usize = 200;
+
+/// Arm index of a `use` that is not inside a split.
+pub const NO_ARM: u32 = u32::MAX;
+
+/// Compiled functions of one strategy instance (handles into [`Native`]).
+#[derive(Debug)]
+pub struct StratCode {
+    /// Strategy index.
+    pub strategy: u32,
+    /// Filter function.
+    pub filter: usize,
+    /// Aggregates: (index, function, argument function).
+    pub aggs: Vec<(u32, AggFn, usize)>,
+    /// Score function.
+    pub score: usize,
+    /// Per event: (slot, function) in assignment order.
+    pub updates: Vec<(Event, Vec<(u32, usize)>)>,
+}
+
+/// A compiled set: code, the layout it reads, and where each use site's code is.
+pub struct JitCode {
+    /// The finalized functions.
+    pub native: Native,
+    /// Vector layout.
+    pub layout: Layout,
+    /// String ids.
+    pub strings: Strings,
+    /// The selection function.
+    pub select: usize,
+    /// Rollback guards by (route, rule, arm).
+    pub guards: HashMap<(u32, u32, u32), usize>,
+    /// Strategy instance by use site (route, rule, arm or [`NO_ARM`]).
+    pub sites: HashMap<(u32, u32, u32), usize>,
+    /// Strategy instance by (strategy, argument bits), for outcome updates.
+    pub by_args: HashMap<(u32, Vec<u64>), usize>,
+    /// Instances.
+    pub instances: Vec<StratCode>,
+    /// Machine code bytes of all functions.
+    pub code_bytes: usize,
+}
+
+/// Argument values as a hashable key.
+pub fn args_key(args: &[Const]) -> Vec<u64> {
+    let mut k = Vec::with_capacity(args.len() * 2);
+    for a in args {
+        let (tag, bits) = match a {
+            Const::Bool(v) => (0, u64::from(*v)),
+            Const::Int(i) => (1, *i as u64),
+            Const::Float(f) => (2, f.to_bits()),
+            Const::Str(s) => (3, u64::from(s.0)),
+            Const::Priority(p) => (4, prio_code(*p)),
+        };
+        k.push(tag);
+        k.push(bits);
+    }
+    k
+}
+
+fn children(e: &TExpr) -> Vec<&TExpr> {
+    match &e.kind {
+        TExprKind::ToFloat(x) | TExprKind::Not(x) | TExprKind::Neg(x) => vec![x],
+        TExprKind::In(x, ..) | TExprKind::Match(_, x, _) | TExprKind::Agg(_, _, x) => vec![x],
+        TExprKind::And(x, y) | TExprKind::Or(x, y) => vec![x, y],
+        TExprKind::Arith(_, x, y) | TExprKind::Cmp(_, x, y) => vec![x, y],
+        TExprKind::If(c, x, y) => vec![c, x, y],
+        TExprKind::Math(_, args) => args.iter().collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn collect_aggs<'e>(e: &'e TExpr, out: &mut BTreeMap<u32, (AggFn, &'e TExpr)>) {
+    if let TExprKind::Agg(f, i, arg) = &e.kind {
+        out.insert(*i, (*f, arg));
+    }
+    for c in children(e) {
+        collect_aggs(c, out);
+    }
+}
+
+struct Pending<'s> {
+    fns: Vec<(Shape, Node)>,
+    select: Vec<SelRoute>,
+    guards: HashMap<(u32, u32, u32), usize>,
+    sites: HashMap<(u32, u32, u32), usize>,
+    by_args: HashMap<(u32, Vec<u64>), usize>,
+    instances: Vec<StratCode>,
+    set: &'s CheckedPolicySet,
+}
+
+impl Pending<'_> {
+    fn push(&mut self, n: Node) -> usize {
+        self.fns.push((Shape::Expr, n));
+        self.fns.len() - 1
+    }
+
+    fn instance(&mut self, lo: &mut Lowerer<'_>, u: &CUse) -> Result<Option<usize>, String> {
+        let Some(si) = u.strategy else {
+            return Ok(None);
+        };
+        let key = (si, args_key(&u.args));
+        if let Some(i) = self.by_args.get(&key) {
+            return Ok(Some(*i));
+        }
+        let s = self
+            .set
+            .strategies
+            .get(si as usize)
+            .ok_or("a use names a missing strategy")?;
+        let sc = Scope {
+            prio: PrioFrom::Req,
+            endpoint: true,
+            strategy: Some((s, &u.args)),
+        };
+        let e = |r: Result<Node, super::lower::LowerError>| r.map_err(|e| e.0);
+        let all = |lo: &mut Lowerer<'_>, v: &[TExpr]| -> Result<Node, String> {
+            let mut acc = Node::Bool(true);
+            for x in v.iter().rev() {
+                lo.start_function();
+                acc = Node::And(Box::new(e(lo.cond(x, &sc))?), Box::new(acc));
+            }
+            Ok(acc)
+        };
+        let req = all(lo, &s.require)?;
+        let pref = all(lo, &s.prefer)?;
+        let bits = |v: i64| Box::new(Node::Int(v));
+        let filter = Node::If(
+            LTy::I,
+            Box::new(req),
+            Box::new(Node::If(LTy::I, Box::new(pref), bits(3), bits(1))),
+            bits(0),
+        );
+        let filter = self.push(filter);
+        let mut found = BTreeMap::new();
+        for (_, l) in &s.lets {
+            collect_aggs(l, &mut found);
+        }
+        collect_aggs(&s.score, &mut found);
+        for (_, assigns) in &s.updates {
+            for (_, x) in assigns {
+                collect_aggs(x, &mut found);
+            }
+        }
+        let mut aggs = Vec::new();
+        for (i, (f, arg)) in found {
+            lo.start_function();
+            let n = e(lo.number(arg, &sc))?;
+            aggs.push((i, f, self.push(n)));
+        }
+        lo.start_function();
+        let score = e(lo.number(&s.score, &sc))?;
+        let score = self.push(score);
+        let mut updates = Vec::new();
+        for (ev, assigns) in &s.updates {
+            let mut v = Vec::new();
+            for (slot, x) in assigns {
+                lo.start_function();
+                let n = e(lo.number(x, &sc))?;
+                v.push((*slot, self.push(n)));
+            }
+            updates.push((*ev, v));
+        }
+        self.instances.push(StratCode {
+            strategy: si,
+            filter,
+            aggs,
+            score,
+            updates,
+        });
+        let i = self.instances.len() - 1;
+        self.by_args.insert(key, i);
+        Ok(Some(i))
+    }
+}
+
+fn sel_prio(
+    lo: &mut Lowerer<'_>,
+    sps: &[CSetPriority],
+    sc: &Scope<'_>,
+) -> Result<Vec<SelSetPrio>, String> {
+    sps.iter()
+        .map(|sp| {
+            Ok(SelSetPrio {
+                when: match &sp.when {
+                    Some(w) => Some(lo.cond(w, sc).map_err(|e| e.0)?),
+                    None => None,
+                },
+                level: prio_code(sp.level) as i64,
+            })
+        })
+        .collect()
+}
+
+/// Compiles `set`; any failure is a message (the caller falls back to the
+/// interpreter).
+pub fn compile(set: &CheckedPolicySet) -> Result<JitCode, String> {
+    let mut layout = Layout::default();
+    let strings = Strings::new(set);
+    let mut p = Pending {
+        fns: Vec::new(),
+        select: Vec::new(),
+        guards: HashMap::new(),
+        sites: HashMap::new(),
+        by_args: HashMap::new(),
+        instances: Vec::new(),
+        set,
+    };
+    {
+        let mut lo = Lowerer::new(set, &mut layout);
+        let sel = Scope {
+            prio: PrioFrom::Var,
+            endpoint: false,
+            strategy: None,
+        };
+        let guard = Scope {
+            prio: PrioFrom::Aux,
+            endpoint: true,
+            strategy: None,
+        };
+        lo.start_function();
+        for (ri, route) in set.routes.iter().enumerate() {
+            let ri = ri as u32;
+            let when = match &route.when {
+                Some(w) => Some(lo.cond(w, &sel).map_err(|e| e.0)?),
+                None => None,
+            };
+            let set_prio = sel_prio(&mut lo, &route.set_priority, &sel)?;
+            let mut rules = Vec::new();
+            for (ki, rule) in route
+                .rules
+                .iter()
+                .chain(std::iter::once(&route.default))
+                .enumerate()
+            {
+                let ki = ki as u32;
+                rules.push(SelRule {
+                    when: match &rule.when {
+                        Some(w) => Some(lo.cond(w, &sel).map_err(|e| e.0)?),
+                        None => None,
+                    },
+                    set_prio: sel_prio(&mut lo, &rule.body.set_priority, &sel)?,
+                    cache: rule.body.cache.is_some(),
+                    fallback: rule.body.fallback.is_some(),
+                    terminal: rule.body.terminal.is_some(),
+                });
+                let resume = lo.used();
+                match &rule.body.terminal {
+                    Some(CTerminal::Use(u)) => {
+                        if let Some(i) = p.instance(&mut lo, u)? {
+                            p.sites.insert((ri, ki, NO_ARM), i);
+                        }
+                    }
+                    Some(CTerminal::Split(s)) => {
+                        for (ai, arm) in s.arms.iter().enumerate() {
+                            let ai = ai as u32;
+                            if let Some(i) = p.instance(&mut lo, &arm.action)? {
+                                p.sites.insert((ri, ki, ai), i);
+                            }
+                            if let Some(g) = &arm.rollback {
+                                lo.start_function();
+                                let n = lo.cond(g, &guard).map_err(|e| e.0)?;
+                                let f = p.push(n);
+                                p.guards.insert((ri, ki, ai), f);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                lo.resume(resume);
+            }
+            p.select.push(SelRoute {
+                when,
+                set_prio,
+                rules,
+            });
+        }
+    }
+    // The selection function starts from the request's priority.
+    let prio_cell = Some(layout.req(ReqSlot::Field(ReqField::Priority)));
+    let lens = layout.lens();
+    let rules: usize = set.routes.iter().map(|r| r.rules.len() + 1).sum();
+    let mut module = new_module(rules <= OPTIMIZE_UP_TO_RULES)?;
+    let built = (|| {
+        let mut b = Builder::new(&mut module, lens).map_err(|e| e.0)?;
+        let select = b.select_fn(&p.select, prio_cell).map_err(|e| e.0)?;
+        let mut ids = Vec::with_capacity(p.fns.len() + 1);
+        for (shape, n) in &p.fns {
+            ids.push((*shape, b.expr_fn(n).map_err(|e| e.0)?));
+        }
+        ids.push((Shape::Select, select));
+        Ok::<_, String>((ids, b.code_bytes))
+    })();
+    let (ids, code_bytes) = match built {
+        Ok(ids) => ids,
+        Err(e) => {
+            discard(module);
+            return Err(e);
+        }
+    };
+    let select = ids.len() - 1;
+    let native = Native::finalize(module, &ids, lens)?;
+    Ok(JitCode {
+        native,
+        layout,
+        strings,
+        select,
+        guards: p.guards,
+        sites: p.sites,
+        by_args: p.by_args,
+        instances: p.instances,
+        code_bytes,
+    })
+}

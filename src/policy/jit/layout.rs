@@ -1,0 +1,376 @@
+//! The flat feature vectors compiled code reads, and how the host fills them.
+//!
+//! Three vectors of `u64` cells, laid out per compiled set as lowering discovers what
+//! the policies read (each distinct item gets one cell, deduplicated):
+//!
+//! | vector | cells | filled |
+//! |--------|-------|--------|
+//! | request ([`ReqSlot`]) | numeric fields, string ids, `has()` bits, string atoms (prefix/suffix/contains/glob/regex of a request string against a constant) | once per decision |
+//! | endpoint ([`EpSlot`]) | numeric fields, string ids, string atoms, state slots, score, probability | once per candidate |
+//! | aux ([`AuxSlot`]) | current priority, `count()`, outcome fields, aggregate values | per call |
+//!
+//! Encoding: integers as `i64` bits, floats as `f64` bits, booleans 0/1, strings as
+//! ids ([`Strings`]), priorities 0 (`low`) ..= 3 (`critical`). Strings never reach
+//! compiled code; regexes and globs run here, on the host, before the call.
+
+use std::collections::HashMap;
+
+use crate::policy::ast::PriorityLevel;
+use crate::policy::checked::*;
+use crate::policy::features::{Outcome, RequestFeatures};
+use crate::policy::interp::eval::{glob, EpCtx};
+
+/// A string test as a hashable key (`StrTest` itself is not `Hash`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TestKey(u8, u32);
+
+impl TestKey {
+    /// The key of `t`.
+    pub fn of(t: StrTest) -> TestKey {
+        match t {
+            StrTest::Prefix => TestKey(0, 0),
+            StrTest::Suffix => TestKey(1, 0),
+            StrTest::Contains => TestKey(2, 0),
+            StrTest::Glob => TestKey(3, 0),
+            StrTest::Regex(i) => TestKey(4, i),
+        }
+    }
+
+    /// The test back.
+    pub fn test(self) -> StrTest {
+        match self.0 {
+            0 => StrTest::Prefix,
+            1 => StrTest::Suffix,
+            2 => StrTest::Contains,
+            3 => StrTest::Glob,
+            _ => StrTest::Regex(self.1),
+        }
+    }
+}
+
+/// Runs string test `t` with pattern `pat` on `s`, exactly as the interpreter does
+/// (an unknown regex index is false).
+pub fn run_test(set: &CheckedPolicySet, t: StrTest, s: &str, pat: &str) -> bool {
+    match t {
+        StrTest::Prefix => s.starts_with(pat),
+        StrTest::Suffix => s.ends_with(pat),
+        StrTest::Contains => s.contains(pat),
+        StrTest::Glob => glob(s, pat),
+        StrTest::Regex(i) => set.regexes.get(i as usize).is_some_and(|re| re.is_match(s)),
+    }
+}
+
+/// One cell of the request vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReqSlot {
+    /// The field's value (strings as ids; absent optionals as 0, 0.0 or "").
+    Field(ReqField),
+    /// Whether an optional field is present.
+    Has(ReqField),
+    /// A string test of a request string field against a constant pattern.
+    Atom(TestKey, ReqField, Sym),
+}
+
+/// One cell of the endpoint vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EpSlot {
+    /// The field's value (strings as ids).
+    Field(EpField),
+    /// A string test of an endpoint string field against a constant pattern.
+    Atom(TestKey, EpField, Sym),
+    /// State slot `i` of the strategy in scope.
+    State(u32),
+    /// The endpoint's score (`on` blocks).
+    Score,
+    /// The endpoint's pick probability (`on` blocks).
+    Probability,
+}
+
+/// One cell of the auxiliary vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AuxSlot {
+    /// The priority as changed by `set priority` so far (rollback guards).
+    Priority,
+    /// `count()`.
+    Count,
+    /// An outcome field.
+    Outcome(OutcomeField),
+    /// Aggregate `i` of the strategy in scope.
+    Agg(u32),
+}
+
+/// Slot lists of the three vectors, each with its index.
+#[derive(Debug, Default)]
+pub struct Layout {
+    /// Request cells in order.
+    pub req: Vec<ReqSlot>,
+    /// Endpoint cells in order.
+    pub ep: Vec<EpSlot>,
+    /// Aux cells in order.
+    pub aux: Vec<AuxSlot>,
+    req_ix: HashMap<ReqSlot, u32>,
+    ep_ix: HashMap<EpSlot, u32>,
+    aux_ix: HashMap<AuxSlot, u32>,
+}
+
+fn intern_slot<T: Copy + Eq + std::hash::Hash>(
+    v: &mut Vec<T>,
+    ix: &mut HashMap<T, u32>,
+    s: T,
+) -> u32 {
+    *ix.entry(s).or_insert_with(|| {
+        v.push(s);
+        (v.len() - 1) as u32
+    })
+}
+
+impl Layout {
+    /// The index of request cell `s`, allocating it.
+    pub fn req(&mut self, s: ReqSlot) -> u32 {
+        intern_slot(&mut self.req, &mut self.req_ix, s)
+    }
+
+    /// The index of endpoint cell `s`, allocating it.
+    pub fn ep(&mut self, s: EpSlot) -> u32 {
+        intern_slot(&mut self.ep, &mut self.ep_ix, s)
+    }
+
+    /// The index of aux cell `s`, allocating it.
+    pub fn aux(&mut self, s: AuxSlot) -> u32 {
+        intern_slot(&mut self.aux, &mut self.aux_ix, s)
+    }
+
+    /// Vector lengths in cells: request, endpoint, aux.
+    pub fn lens(&self) -> [u32; 3] {
+        [
+            self.req.len() as u32,
+            self.ep.len() as u32,
+            self.aux.len() as u32,
+        ]
+    }
+}
+
+/// The string table of a compiled set: the checked set's interned strings (so
+/// `Sym(n)` is id `n`) plus every registry string (endpoint ids, providers, upstream
+/// models, model names). Request strings outside it get per-request ids above it.
+#[derive(Debug, Default)]
+pub struct Strings {
+    map: HashMap<String, u32>,
+    len: u32,
+}
+
+impl Strings {
+    /// The table for `set`.
+    pub fn new(set: &CheckedPolicySet) -> Strings {
+        let mut t = Strings::default();
+        for i in 0..set.strings.len() {
+            t.add(set.strings.resolve(Sym(i as u32)));
+        }
+        for e in set.registry.endpoints() {
+            for s in [
+                &e.endpoint.id,
+                &e.endpoint.provider,
+                &e.endpoint.model,
+                &e.model.name,
+            ] {
+                t.add(s);
+            }
+        }
+        t
+    }
+
+    fn add(&mut self, s: &str) {
+        if !self.map.contains_key(s) {
+            self.map.insert(s.to_string(), self.len);
+            self.len += 1;
+        }
+    }
+
+    /// The id of a string known at compile time.
+    pub fn known(&self, s: &str) -> Option<u32> {
+        self.map.get(s).copied()
+    }
+
+    /// The id of `s` in one request: its table id, or an id above the table shared by
+    /// equal strings of the same request (`foreign` collects them).
+    pub fn id<'r>(&self, s: &'r str, foreign: &mut Vec<&'r str>) -> u64 {
+        if let Some(id) = self.map.get(s) {
+            return u64::from(*id);
+        }
+        let k = match foreign.iter().position(|f| *f == s) {
+            Some(k) => k,
+            None => {
+                foreign.push(s);
+                foreign.len() - 1
+            }
+        };
+        u64::from(self.len) + k as u64
+    }
+}
+
+/// The code of a priority level (its rank, lowest first).
+pub fn prio_code(p: PriorityLevel) -> u64 {
+    match p {
+        PriorityLevel::Low => 0,
+        PriorityLevel::Normal => 1,
+        PriorityLevel::High => 2,
+        PriorityLevel::Critical => 3,
+    }
+}
+
+/// The level of a priority code (codes above 3 are `critical`).
+pub fn prio_level(code: u64) -> PriorityLevel {
+    match code {
+        0 => PriorityLevel::Low,
+        1 => PriorityLevel::Normal,
+        2 => PriorityLevel::High,
+        _ => PriorityLevel::Critical,
+    }
+}
+
+fn sat(v: u64) -> u64 {
+    i64::try_from(v).unwrap_or(i64::MAX) as u64
+}
+
+fn req_str<'r>(set: &CheckedPolicySet, r: &'r RequestFeatures, f: ReqField) -> Option<&'r str> {
+    match f {
+        ReqField::Model => Some(&r.model),
+        ReqField::Task => Some(&r.task),
+        ReqField::ApiKey => Some(r.api_key.as_deref().unwrap_or("")),
+        ReqField::Org => Some(r.org.as_deref().unwrap_or("")),
+        ReqField::Header(s) => Some(r.header(set.strings.resolve(s)).unwrap_or("")),
+        ReqField::Metadata(s) => Some(
+            r.metadata
+                .get(set.strings.resolve(s))
+                .map(String::as_str)
+                .unwrap_or(""),
+        ),
+        _ => None,
+    }
+}
+
+fn ep_str<'e>(c: &'e EpCtx<'_>, f: EpField) -> Option<&'e str> {
+    match f {
+        EpField::Id => Some(&c.reg.endpoint.id),
+        EpField::Provider => Some(&c.reg.endpoint.provider),
+        EpField::UpstreamModel => Some(&c.reg.endpoint.model),
+        EpField::Model => Some(&c.reg.model.name),
+        _ => None,
+    }
+}
+
+impl Layout {
+    /// Fills the request vector (`out.len()` must be the request length; extra cells
+    /// are left alone).
+    pub fn fill_req(
+        &self,
+        set: &CheckedPolicySet,
+        strings: &Strings,
+        r: &RequestFeatures,
+        out: &mut [u64],
+    ) {
+        let mut foreign: Vec<&str> = Vec::new();
+        for (cell, slot) in out.iter_mut().zip(&self.req) {
+            *cell = match *slot {
+                ReqSlot::Field(f) => match f {
+                    ReqField::InputTokens => sat(r.input_tokens),
+                    ReqField::MaxTokens => sat(r.max_tokens.unwrap_or(0)),
+                    ReqField::Temperature => r.temperature.unwrap_or(0.0).to_bits(),
+                    ReqField::Stream => u64::from(r.stream),
+                    ReqField::Tools => u64::from(r.tools),
+                    ReqField::Messages => sat(r.messages),
+                    ReqField::Priority => prio_code(r.priority),
+                    ReqField::Hour => u64::from(r.hour),
+                    ReqField::Weekday => u64::from(r.weekday),
+                    _ => strings.id(req_str(set, r, f).unwrap_or(""), &mut foreign),
+                },
+                ReqSlot::Has(f) => u64::from(match f {
+                    ReqField::MaxTokens => r.max_tokens.is_some(),
+                    ReqField::Temperature => r.temperature.is_some(),
+                    ReqField::ApiKey => r.api_key.is_some(),
+                    ReqField::Org => r.org.is_some(),
+                    ReqField::Header(s) => r.header(set.strings.resolve(s)).is_some(),
+                    ReqField::Metadata(s) => r.metadata.contains_key(set.strings.resolve(s)),
+                    _ => true,
+                }),
+                ReqSlot::Atom(t, f, pat) => {
+                    let s = req_str(set, r, f).unwrap_or("");
+                    u64::from(run_test(set, t.test(), s, set.strings.resolve(pat)))
+                }
+            };
+        }
+    }
+
+    /// Fills one endpoint vector from an interpreter endpoint context.
+    pub fn fill_ep(
+        &self,
+        set: &CheckedPolicySet,
+        strings: &Strings,
+        r: &RequestFeatures,
+        c: &EpCtx<'_>,
+        out: &mut [u64],
+    ) {
+        let (e, s) = (c.reg.endpoint, &c.stats);
+        for (cell, slot) in out.iter_mut().zip(&self.ep) {
+            *cell = match *slot {
+                EpSlot::Field(f) => match f {
+                    EpField::Health => s.health.to_bits(),
+                    EpField::LatencyEwmaMs => s.latency_ewma_ms.to_bits(),
+                    EpField::TtftEwmaMs => s.ttft_ewma_ms.to_bits(),
+                    EpField::Capacity => s.capacity.to_bits(),
+                    EpField::InFlight => sat(s.in_flight),
+                    EpField::ErrorRate => s.error_rate.to_bits(),
+                    EpField::CostIn => s
+                        .cost_in_per_token
+                        .unwrap_or(e.input_per_mtok / 1e6)
+                        .to_bits(),
+                    EpField::CostOut => s
+                        .cost_out_per_token
+                        .unwrap_or(e.output_per_mtok / 1e6)
+                        .to_bits(),
+                    EpField::Quality => s.quality.get(&r.task).copied().unwrap_or(0.0).to_bits(),
+                    EpField::Weight => u64::from(e.weight),
+                    EpField::Priority => u64::from(e.priority),
+                    // Registry strings are all in the table.
+                    _ => u64::from(
+                        strings
+                            .known(ep_str(c, f).unwrap_or(""))
+                            .unwrap_or(u32::MAX),
+                    ),
+                },
+                EpSlot::Atom(t, f, pat) => {
+                    let v = ep_str(c, f).unwrap_or("");
+                    u64::from(run_test(set, t.test(), v, set.strings.resolve(pat)))
+                }
+                EpSlot::State(i) => c.state.get(i as usize).copied().unwrap_or(0.0).to_bits(),
+                EpSlot::Score => c.score.to_bits(),
+                EpSlot::Probability => c.probability.to_bits(),
+            };
+        }
+    }
+
+    /// Fills the aux vector. `aggs` holds aggregate values by index (missing: 0).
+    pub fn fill_aux(
+        &self,
+        priority: PriorityLevel,
+        count: usize,
+        outcome: Option<&Outcome>,
+        aggs: &[f64],
+        out: &mut [u64],
+    ) {
+        let o = outcome.copied().unwrap_or_default();
+        for (cell, slot) in out.iter_mut().zip(&self.aux) {
+            *cell = match *slot {
+                AuxSlot::Priority => prio_code(priority),
+                AuxSlot::Count => count as u64,
+                AuxSlot::Outcome(f) => match f {
+                    OutcomeField::LatencyMs => o.latency_ms.to_bits(),
+                    OutcomeField::TtftMs => o.ttft_ms.to_bits(),
+                    OutcomeField::InputTokens => sat(o.input_tokens),
+                    OutcomeField::OutputTokens => sat(o.output_tokens),
+                },
+                AuxSlot::Agg(i) => aggs.get(i as usize).copied().unwrap_or(0.0).to_bits(),
+            };
+        }
+    }
+}

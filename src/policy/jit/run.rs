@@ -1,0 +1,502 @@
+//! The host side of a JIT decision: fills the vectors, calls compiled code, and does
+//! the string, list and ordering work around it exactly as [`crate::policy::interp`]
+//! does (it reuses the interpreter's candidate contexts, reductions, probabilities
+//! and pick so the two cannot drift apart).
+//!
+//! Every function returns `None` if a compiled call is refused (a layout mismatch,
+//! which code generation rules out); the caller then decides on the interpreter.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use crate::policy::ast::{Event, PickMode, PriorityLevel};
+use crate::policy::checked::*;
+use crate::policy::features::{Outcome, RequestFeatures, StatsSnapshot};
+use crate::policy::interp::eval::{reduce, EpCtx};
+use crate::policy::interp::hash::{self, SplitMix64};
+use crate::policy::interp::strategy::{self, builtin_order, choose, contexts, probabilities};
+use crate::policy::interp::{
+    Decision, PlanStep, Rejection, SplitChoice, StateUpdate, StrategyCall,
+};
+use crate::policy::registry::EndpointRef;
+
+use super::codegen::NONE;
+use super::compile::{JitCode, StratCode, NO_ARM};
+use super::layout::prio_level;
+
+static IMPLICIT_USE: LazyLock<CUse> = LazyLock::new(|| CUse {
+    target: CTarget::RequestedModel,
+    strategy: None,
+    args: Vec::new(),
+    span: Default::default(),
+});
+
+/// One JIT decision in progress.
+pub struct JRun<'a> {
+    set: &'a CheckedPolicySet,
+    code: &'a JitCode,
+    req: &'a RequestFeatures,
+    stats: &'a StatsSnapshot,
+    rng: SplitMix64,
+    priority: PriorityLevel,
+    fv: Vec<u64>,
+}
+
+fn rule_at(route: &CRoute, i: u64) -> Option<&CRule> {
+    let i = usize::try_from(i).ok()?;
+    if i == route.rules.len() {
+        Some(&route.default)
+    } else {
+        route.rules.get(i)
+    }
+}
+
+impl<'a> JRun<'a> {
+    /// Prepares a decision: fills the request vector.
+    pub fn new(
+        set: &'a CheckedPolicySet,
+        code: &'a JitCode,
+        req: &'a RequestFeatures,
+        stats: &'a StatsSnapshot,
+        seed: u64,
+    ) -> JRun<'a> {
+        let mut fv = vec![0u64; code.layout.req.len()];
+        code.layout.fill_req(set, &code.strings, req, &mut fv);
+        JRun {
+            set,
+            code,
+            req,
+            stats,
+            rng: SplitMix64::new(seed),
+            priority: req.priority,
+            fv,
+        }
+    }
+
+    fn blank(&self) -> Decision {
+        Decision {
+            route: None,
+            rule: None,
+            split: None,
+            target: None,
+            strategy: None,
+            endpoint: None,
+            model: None,
+            fallbacks: Vec::new(),
+            retries: 0,
+            backoff_ms: None,
+            priority: self.priority,
+            cache: None,
+            reject: None,
+            state_updates: Vec::new(),
+            call: None,
+        }
+    }
+
+    /// The decision (same result as `interp::decide`).
+    pub fn decide(&mut self) -> Option<Decision> {
+        let out = self.code.native.call_select(self.code.select, &self.fv)?;
+        self.priority = prio_level(out[2]);
+        if out[0] == NONE {
+            return self.dispatch(&IMPLICIT_USE, None, None);
+        }
+        let ri = usize::try_from(out[0]).ok()?;
+        let route = self.set.routes.get(ri)?;
+        let rule = rule_at(route, out[1])?;
+        let cache = match out[3] {
+            NONE => route.cache,
+            k => rule_at(route, k)?.body.cache,
+        };
+        let fallback = match out[4] {
+            NONE => route.fallback.as_ref(),
+            k => rule_at(route, k)?.body.fallback.as_ref(),
+        };
+        let site = (ri as u32, out[1] as u32);
+        let mut d = self.terminal(rule.body.terminal.as_ref()?, &rule.name, fallback, site)?;
+        d.route = Some(route.name.clone());
+        d.rule = Some(rule.name.clone());
+        d.cache = cache;
+        d.priority = self.priority;
+        Some(d)
+    }
+
+    fn terminal(
+        &mut self,
+        t: &'a CTerminal,
+        rule: &str,
+        fallback: Option<&CFallback>,
+        site: (u32, u32),
+    ) -> Option<Decision> {
+        match t {
+            CTerminal::Reject {
+                status, message, ..
+            } => {
+                let mut d = self.blank();
+                d.reject = Some(Rejection {
+                    status: *status,
+                    message: message.clone(),
+                });
+                Some(d)
+            }
+            CTerminal::Use(u) => self.dispatch(u, fallback, Some((site.0, site.1, NO_ARM))),
+            CTerminal::Split(s) => {
+                let (bucket, present) = self.bucket(s, rule);
+                let mut arm = s
+                    .arms
+                    .iter()
+                    .position(|a| bucket < a.upto_bp)
+                    .unwrap_or(s.arms.len().saturating_sub(1));
+                let mut rolled_back = false;
+                if let (Some(a), Some(stable)) = (s.arms.get(arm), s.stable_arm) {
+                    if a.canary && a.rollback.is_some() {
+                        let g = *self.code.guards.get(&(site.0, site.1, arm as u32))?;
+                        if self.rollback_fires(&a.action, g)? {
+                            arm = stable as usize;
+                            rolled_back = true;
+                        }
+                    }
+                }
+                let Some(a) = s.arms.get(arm) else {
+                    return Some(self.blank());
+                };
+                let mut d =
+                    self.dispatch(&a.action, fallback, Some((site.0, site.1, arm as u32)))?;
+                d.split = Some(SplitChoice {
+                    arm: arm as u32,
+                    bucket,
+                    key_present: present,
+                    rolled_back,
+                });
+                Some(d)
+            }
+        }
+    }
+
+    fn bucket(&mut self, s: &CSplit, rule: &str) -> (u32, bool) {
+        let r = self.req;
+        let key: Option<&str> = match &s.key {
+            CSplitKey::Random => return ((self.rng.next_u64() % 10_000) as u32, true),
+            CSplitKey::ApiKey => r.api_key.as_deref(),
+            CSplitKey::Org => r.org.as_deref(),
+            CSplitKey::Header(h) => r.header(h),
+            CSplitKey::Metadata(m) => r.metadata.get(m).map(String::as_str),
+        };
+        (hash::bucket(s.seed, rule, key.unwrap_or("")), key.is_some())
+    }
+
+    fn ep_vectors(&self, ctxs: &[EpCtx<'_>]) -> Vec<u64> {
+        let n = self.code.layout.ep.len();
+        let mut v = vec![0u64; n * ctxs.len()];
+        if n > 0 {
+            for (c, cell) in ctxs.iter().zip(v.chunks_mut(n)) {
+                self.code
+                    .layout
+                    .fill_ep(self.set, &self.code.strings, self.req, c, cell);
+            }
+        }
+        v
+    }
+
+    fn ep_of<'v>(&self, v: &'v [u64], i: usize) -> &'v [u64] {
+        let n = self.code.layout.ep.len();
+        v.get(i * n..(i + 1) * n).unwrap_or(&[])
+    }
+
+    fn aux(
+        &self,
+        priority: PriorityLevel,
+        count: usize,
+        outcome: Option<&Outcome>,
+        aggs: &[f64],
+    ) -> Vec<u64> {
+        let mut a = vec![0u64; self.code.layout.aux.len()];
+        self.code
+            .layout
+            .fill_aux(priority, count, outcome, aggs, &mut a);
+        a
+    }
+
+    fn call(&self, f: usize, ep: &[u64], aux: &[u64]) -> Option<u64> {
+        self.code.native.call_expr(f, &self.fv, ep, aux)
+    }
+
+    fn rollback_fires(&mut self, u: &CUse, guard: usize) -> Option<bool> {
+        let cands = self.candidates(&u.target).unwrap_or_default();
+        let ctxs = contexts(self.set, None, &[], self.req, self.stats, &cands);
+        let eps = self.ep_vectors(&ctxs);
+        let aux = self.aux(self.priority, 0, None, &[]);
+        for i in 0..ctxs.len() {
+            if self.call(guard, self.ep_of(&eps, i), &aux)? != 0 {
+                return Some(true);
+            }
+        }
+        Some(false)
+    }
+
+    fn candidates(&self, t: &CTarget) -> Result<Vec<EndpointRef<'a>>, String> {
+        let reg = &self.set.registry;
+        Ok(match t {
+            CTarget::Model(m) => reg.endpoints().filter(|e| &e.model.name == m).collect(),
+            CTarget::Endpoint(id) => reg.endpoint(id).into_iter().collect(),
+            CTarget::RequestedModel => {
+                let v: Vec<_> = reg
+                    .endpoints()
+                    .filter(|e| e.model.name == self.req.model)
+                    .collect();
+                if reg.model(&self.req.model).is_none() {
+                    return Err(self.req.model.clone());
+                }
+                v
+            }
+            CTarget::Any => reg.endpoints().collect(),
+        })
+    }
+
+    fn available(&self, v: Vec<EndpointRef<'a>>) -> Vec<EndpointRef<'a>> {
+        v.into_iter()
+            .filter(|e| self.stats.get(&e.endpoint.id).available)
+            .collect()
+    }
+
+    /// Aggregate values (by index) over the candidates whose vectors are `eps`.
+    fn aggregates(
+        &self,
+        inst: &StratCode,
+        s: &CStrategy,
+        eps: &[u64],
+        n: usize,
+        outcome: Option<&Outcome>,
+    ) -> Option<Vec<f64>> {
+        let mut out = vec![0.0; s.aggregates as usize];
+        if inst.aggs.is_empty() {
+            return Some(out);
+        }
+        let aux = self.aux(self.req.priority, n, outcome, &[]);
+        for (idx, f, func) in &inst.aggs {
+            let mut values = Vec::with_capacity(n);
+            for i in 0..n {
+                values.push(f64::from_bits(self.call(
+                    *func,
+                    self.ep_of(eps, i),
+                    &aux,
+                )?));
+            }
+            if let Some(slot) = out.get_mut(*idx as usize) {
+                *slot = reduce(*f, &values);
+            }
+        }
+        Some(out)
+    }
+
+    /// Scores every context (aggregates over exactly these), filling `score` and
+    /// `probability` as the interpreter's `score_all` does.
+    fn score_all(&self, inst: &StratCode, s: &CStrategy, ctxs: &mut [EpCtx<'a>]) -> Option<()> {
+        let eps = self.ep_vectors(ctxs);
+        let aggs = self.aggregates(inst, s, &eps, ctxs.len(), None)?;
+        let aux = self.aux(self.req.priority, ctxs.len(), None, &aggs);
+        let mut scores = Vec::with_capacity(ctxs.len());
+        for i in 0..ctxs.len() {
+            scores.push(f64::from_bits(self.call(
+                inst.score,
+                self.ep_of(&eps, i),
+                &aux,
+            )?));
+        }
+        let probs = probabilities(s.pick, &scores);
+        for (i, c) in ctxs.iter_mut().enumerate() {
+            c.score = scores[i];
+            c.probability = probs[i];
+        }
+        Some(())
+    }
+
+    /// The interpreter's `strategy::rank` for a compiled instance.
+    pub fn rank(
+        &mut self,
+        inst: &StratCode,
+        s: &'a CStrategy,
+        args: &'a [Const],
+        cands: &[EndpointRef<'a>],
+    ) -> Option<Vec<EpCtx<'a>>> {
+        let all = contexts(self.set, Some(s), args, self.req, self.stats, cands);
+        let eps = self.ep_vectors(&all);
+        let aux = self.aux(self.req.priority, 0, None, &[]);
+        let mut kept = Vec::new();
+        let mut preferred = Vec::new();
+        for (i, c) in all.into_iter().enumerate() {
+            let bits = self.call(inst.filter, self.ep_of(&eps, i), &aux)?;
+            if bits & 1 == 0 {
+                continue;
+            }
+            preferred.push(bits & 2 != 0);
+            kept.push(c);
+        }
+        if preferred.iter().any(|p| *p) && preferred.iter().any(|p| !*p) {
+            let mut i = 0;
+            kept.retain(|_| {
+                i += 1;
+                preferred[i - 1]
+            });
+        }
+        self.score_all(inst, s, &mut kept)?;
+        let chosen = choose(s.pick, &kept, Some(&mut self.rng));
+        let mut order = Vec::with_capacity(kept.len());
+        let mut rest = Vec::new();
+        for (i, c) in kept.into_iter().enumerate() {
+            if Some(i) == chosen {
+                order.push(c);
+            } else {
+                rest.push(c);
+            }
+        }
+        match s.pick {
+            PickMode::Min => rest.sort_by(|a, b| a.score.total_cmp(&b.score)),
+            PickMode::Max => rest.sort_by(|a, b| b.score.total_cmp(&a.score)),
+            _ => rest.sort_by(|a, b| b.probability.total_cmp(&a.probability)),
+        }
+        order.extend(rest);
+        Some(order)
+    }
+
+    /// The interpreter's `strategy::update` for a compiled instance (`Some(None)`: no
+    /// block for `event`, or `endpoint` is not a candidate).
+    #[allow(clippy::too_many_arguments)]
+    pub fn update(
+        &self,
+        inst: &StratCode,
+        s: &'a CStrategy,
+        args: &'a [Const],
+        cands: &[EndpointRef<'a>],
+        endpoint: &str,
+        event: Event,
+        outcome: Option<&Outcome>,
+    ) -> Option<Option<StateUpdate>> {
+        let Some((_, assigns)) = inst.updates.iter().find(|(e, _)| *e == event) else {
+            return Some(None);
+        };
+        let mut ctxs = contexts(self.set, Some(s), args, self.req, self.stats, cands);
+        self.score_all(inst, s, &mut ctxs)?;
+        let Some(me) = ctxs.iter().position(|c| c.reg.endpoint.id == endpoint) else {
+            return Some(None);
+        };
+        let eps = self.ep_vectors(&ctxs);
+        let aggs = self.aggregates(inst, s, &eps, ctxs.len(), outcome)?;
+        let aux = self.aux(self.req.priority, ctxs.len(), outcome, &aggs);
+        let mut slots = BTreeMap::new();
+        for (slot, f) in assigns {
+            let v = f64::from_bits(self.call(*f, self.ep_of(&eps, me), &aux)?);
+            if let Some(st) = s.states.get(*slot as usize) {
+                slots.insert(st.name.clone(), v);
+            }
+        }
+        Some(Some(StateUpdate {
+            endpoint: endpoint.to_string(),
+            strategy: s.name.clone(),
+            event,
+            slots,
+        }))
+    }
+
+    fn dispatch(
+        &mut self,
+        u: &'a CUse,
+        fallback: Option<&CFallback>,
+        site: Option<(u32, u32, u32)>,
+    ) -> Option<Decision> {
+        let mut d = self.blank();
+        d.target = Some(u.target.describe());
+        let cands = match self.candidates(&u.target) {
+            Ok(c) => self.available(c),
+            Err(model) => {
+                d.reject = Some(Rejection {
+                    status: 404,
+                    message: format!("The model `{model}` does not exist."),
+                });
+                return Some(d);
+            }
+        };
+        let strat = u.strategy.and_then(|i| self.set.strategies.get(i as usize));
+        d.strategy = Some(
+            strat
+                .map(|s| s.name.clone())
+                .unwrap_or_else(|| "priority".to_string()),
+        );
+        d.call = Some(StrategyCall {
+            strategy: u.strategy,
+            args: u.args.clone(),
+            candidates: cands.iter().map(|c| c.endpoint.id.clone()).collect(),
+        });
+        let code = self.code;
+        let inst = match (strat, site) {
+            (Some(_), Some(site)) => Some(code.instances.get(*code.sites.get(&site)?)?),
+            _ => None,
+        };
+        let order = match (strat, inst) {
+            (Some(s), Some(inst)) => self.rank(inst, s, &u.args, &cands)?,
+            (Some(_), None) => return None,
+            (None, _) => {
+                strategy::rank(
+                    self.set,
+                    None,
+                    &u.args,
+                    self.req,
+                    self.stats,
+                    cands.clone(),
+                    Some(&mut self.rng),
+                    false,
+                )
+                .order
+            }
+        };
+        let mut plan: Vec<EndpointRef<'a>> = order.iter().map(|c| c.reg).collect();
+        if let (Some(s), Some(inst), Some(first)) = (strat, inst, order.first()) {
+            let id = first.reg.endpoint.id.clone();
+            if let Some(up) = self.update(inst, s, &u.args, &cands, &id, Event::Pick, None)? {
+                d.state_updates.push(up);
+            }
+        }
+        if let Some(f) = fallback {
+            d.retries = f.retries;
+            if f.backoff_max_ms > 0 {
+                d.backoff_ms = Some((f.backoff_min_ms, f.backoff_max_ms));
+            }
+            for t in &f.chain {
+                let mut more = self.available(self.candidates(t).unwrap_or_default());
+                builtin_order(&mut more);
+                for e in more {
+                    if !plan.iter().any(|p| p.endpoint.id == e.endpoint.id) {
+                        plan.push(e);
+                    }
+                }
+            }
+        }
+        let mut steps = plan.into_iter();
+        match steps.next() {
+            Some(first) => {
+                d.endpoint = Some(first.endpoint.id.clone());
+                d.model = Some(first.model.name.clone());
+                d.fallbacks = steps
+                    .map(|e| PlanStep {
+                        endpoint: e.endpoint.id.clone(),
+                        model: e.model.name.clone(),
+                        provider: e.endpoint.provider.clone(),
+                    })
+                    .collect();
+            }
+            None => {
+                d.reject = Some(Rejection {
+                    status: 503,
+                    message: format!("No endpoint is available for {}.", u.target.describe()),
+                });
+            }
+        }
+        Some(d)
+    }
+}
+
+/// Candidate endpoint refs for `ids` (unknown ids skipped), as `on_outcome` does.
+pub fn refs<'a>(set: &'a CheckedPolicySet, ids: &[String]) -> Vec<EndpointRef<'a>> {
+    ids.iter()
+        .filter_map(|id| set.registry.endpoint(id))
+        .collect()
+}

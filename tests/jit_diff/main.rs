@@ -1,0 +1,174 @@
+//! Differential test: random well-typed policy sets, random requests and endpoint
+//! snapshots; the JIT and the interpreter must give identical decisions, identical
+//! strategy rankings and scores, and identical outcome updates. Floats compare
+//! bitwise, except that all NaNs are equal (`engine::same_f64`).
+//!
+//! Size: `JIT_DIFF_POLICIES` policy sets (default 400) × `JIT_DIFF_REQUESTS` requests
+//! each (default 250) = 100,000 cases by default. Each policy is generated, checked
+//! and compiled once; its requests are decided on both engines.
+
+mod gen;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+use switchyard::policy::engine::{decide_with, same_f64, EngineMode};
+use switchyard::policy::{parse_and_check, CompiledPolicySet, Engine, Registry, SourceMap};
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+static CASES: AtomicU64 = AtomicU64::new(0);
+static POLICIES: AtomicU64 = AtomicU64::new(0);
+static INVALID: AtomicU64 = AtomicU64::new(0);
+static SCORED: AtomicU64 = AtomicU64::new(0);
+
+fn one_policy(seed: u64, requests: u64) -> Result<(), TestCaseError> {
+    // Every fourth set is an expression probe (see `gen::probe_policy`).
+    let text = if seed.is_multiple_of(4) {
+        gen::probe_policy(seed)
+    } else {
+        gen::policy(seed)
+    };
+    let mut sources = SourceMap::new();
+    sources.add("gen.policy", text.clone());
+    let set = match parse_and_check(&sources, &Registry::example()) {
+        Ok(s) => s,
+        Err(d) => {
+            INVALID.fetch_add(1, Ordering::Relaxed);
+            if std::env::var("JIT_DIFF_SHOW_INVALID").is_ok() {
+                eprintln!(
+                    "{}\n{}",
+                    text,
+                    switchyard::policy::diagnostic::render_all(&d, &sources)
+                );
+            }
+            return Ok(());
+        }
+    };
+    POLICIES.fetch_add(1, Ordering::Relaxed);
+    let c = CompiledPolicySet::compile(set);
+    prop_assert_eq!(
+        c.engine(),
+        Engine::Jit,
+        "did not compile: {:?}\n{}",
+        c.fallback_reason(),
+        text
+    );
+    let mut r = gen::Rng::new(seed ^ 0x5eed);
+    for i in 0..requests {
+        let req = gen::request(&mut r);
+        let stats = gen::stats(&mut r);
+        let dseed = r.u64();
+        let d = decide_with(&c, EngineMode::Both, &req, &stats, dseed).map_err(|m| {
+            TestCaseError::fail(format!("request {i}: {m}\n{req:?}\n{stats:?}\n{text}"))
+        })?;
+        CASES.fetch_add(1, Ordering::Relaxed);
+        let Some(call) = d.call.as_ref().filter(|c| c.strategy.is_some()) else {
+            continue;
+        };
+        let si = call.strategy.unwrap_or(0);
+        let a = c.rank_on(
+            Engine::Interp,
+            si,
+            &call.args,
+            &call.candidates,
+            &req,
+            &stats,
+            dseed,
+        );
+        let b = c.rank_on(
+            Engine::Jit,
+            si,
+            &call.args,
+            &call.candidates,
+            &req,
+            &stats,
+            dseed,
+        );
+        let same = match (&a, &b) {
+            (Some(x), Some(y)) => {
+                x.len() == y.len()
+                    && x.iter()
+                        .zip(y)
+                        .all(|(p, q)| p.0 == q.0 && same_f64(p.1, q.1) && same_f64(p.2, q.2))
+            }
+            (None, None) => true,
+            _ => false,
+        };
+        prop_assert!(
+            same,
+            "ranking differs for request {}:\n{:?}\n{:?}\n{}",
+            i,
+            a,
+            b,
+            text
+        );
+        SCORED.fetch_add(1, Ordering::Relaxed);
+        if let Some(ep) = d.endpoint.as_deref() {
+            let out = gen::outcome(&mut r);
+            for ok in [true, false] {
+                let u = c.on_outcome_on(Engine::Interp, call, &req, &stats, ep, ok, &out);
+                let v = c.on_outcome_on(Engine::Jit, call, &req, &stats, ep, ok, &out);
+                let same = match (&u, &v) {
+                    (Some(x), Some(y)) => {
+                        x.endpoint == y.endpoint
+                            && x.slots.len() == y.slots.len()
+                            && x.slots
+                                .iter()
+                                .zip(&y.slots)
+                                .all(|(p, q)| p.0 == q.0 && same_f64(*p.1, *q.1))
+                    }
+                    (None, None) => true,
+                    _ => false,
+                };
+                prop_assert!(
+                    same,
+                    "outcome update differs ({}): {:?} vs {:?}\n{}",
+                    ok,
+                    u,
+                    v,
+                    text
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn jit_and_interpreter_agree_on_random_policies() {
+    let policies = env("JIT_DIFF_POLICIES", 400);
+    let requests = env("JIT_DIFF_REQUESTS", 250);
+    let start = std::time::Instant::now();
+    let mut runner = TestRunner::new(Config {
+        cases: policies as u32,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&any::<u64>(), |seed| one_policy(seed, requests));
+    let (cases, valid, invalid) = (
+        CASES.load(Ordering::Relaxed),
+        POLICIES.load(Ordering::Relaxed),
+        INVALID.load(Ordering::Relaxed),
+    );
+    eprintln!(
+        "jit differential: {cases} decisions compared over {valid} policy sets ({invalid} generated sets rejected by the checker), {} rankings and their outcome updates, in {:.1?}",
+        SCORED.load(Ordering::Relaxed),
+        start.elapsed()
+    );
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    assert!(
+        invalid * 5 <= valid + invalid,
+        "the generator makes too many ill-typed sets: {invalid} of {}",
+        valid + invalid
+    );
+}
