@@ -68,5 +68,7 @@ pub async fn upkeep(handle: PrometheusHandle) {
     loop {
         tick.tick().await;
         handle.run_upkeep();
+        metrics::gauge!(crate::reload::COMPILED_MODULES)
+            .set(crate::policy::jit::live_compiled_modules() as f64);
     }
 }

@@ -38,6 +38,9 @@ pub const DEBOUNCE: Duration = Duration::from_millis(25);
 pub const RELOADS: &str = "switchyard_policy_reloads_total";
 /// Time from trigger to swap (or refusal), seconds.
 pub const RELOAD_DURATION: &str = "switchyard_policy_reload_duration_seconds";
+/// Compiled policy modules alive (the serving set, plus older sets still finishing
+/// requests).
+pub const COMPILED_MODULES: &str = "switchyard_policy_compiled_modules";
 /// 1 for the active policy version (label `version`), 0 for replaced ones.
 pub const VERSION_INFO: &str = "switchyard_policy_version_info";
 
@@ -260,6 +263,10 @@ impl Reloader {
             .clone();
         serde_json::json!({
             "version": snap.version,
+            "engine": snap.compiled.engine(),
+            "interpreter_reason": snap.compiled.fallback_reason(),
+            "code_bytes": snap.compiled.code_bytes(),
+            "live_compiled_modules": crate::policy::jit::live_compiled_modules(),
             "files": snap.files,
             "loaded_at_unix_ms": unix_ms(snap.loaded_at),
             "directory": self.dir.as_ref().map(|d| d.display().to_string()),

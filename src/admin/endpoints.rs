@@ -105,7 +105,7 @@ pub fn selection(
 pub fn report(gw: &Gateway) -> Report {
     let snap = gw.policy.load_full();
     let stats = gw.stats.snapshot(SystemTime::now());
-    let mut sel = selection(&snap.set, &stats);
+    let mut sel = selection(snap.set(), &stats);
     let endpoints = gw
         .registry
         .endpoints

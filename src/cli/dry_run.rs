@@ -14,12 +14,17 @@ use crate::policy::ast::PriorityLevel;
 use crate::policy::diagnostic::render_all;
 use crate::policy::from_request::{features, Caller};
 use crate::policy::interp::{Decision, TraceEvent};
+use crate::policy::jit::engine::{decide_with, EngineMode};
+use crate::policy::jit::CompiledPolicySet;
 use crate::policy::StatsSnapshot;
 use crate::routing::policy::{read_sources_from, registry_from_config};
 
 /// `switchyard dry-run` flags.
 #[derive(Debug, clap::Args)]
 pub struct DryRunArgs {
+    /// Engine: `jit`, `interp`, or `both` (compare; a difference is an error).
+    #[arg(long, default_value = "both")]
+    pub engine: EngineMode,
     /// The OpenAI chat completion body: a file, `-` for standard input, or the JSON
     /// itself when it starts with `{` (at most 32 MiB).
     #[arg(long)]
@@ -155,12 +160,25 @@ pub fn run(a: DryRunArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let (decision, trace) = crate::policy::explain(&set, &feats, &stats, a.seed);
+    // The trace always comes from the interpreter (the reference); the decision comes
+    // from the engine asked for, and `both` refuses to answer if the two disagree.
+    let compiled = CompiledPolicySet::compile(set);
+    let set = compiled.checked();
+    let (interp_decision, trace) = crate::policy::explain(set, &feats, &stats, a.seed);
+    let decision = match decide_with(&compiled, a.engine, &feats, &stats, a.seed) {
+        Ok(d) if a.engine == EngineMode::Interp => {
+            debug_assert_eq!(d, interp_decision);
+            interp_decision
+        }
+        Ok(d) => d,
+        Err(m) => return fail(1, m.to_string()),
+    };
     match a.format {
         Format::Json => {
             let doc = serde_json::json!({
                 "schema": "switchyard.dry-run/1",
                 "policy_version": set.version,
+                "engine": compiled.engine(),
                 "request": feats,
                 "decision": decision,
                 "trace": trace.events,

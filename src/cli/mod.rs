@@ -91,6 +91,9 @@ pub struct FmtArgs {
 pub struct TestArgs {
     /// Policy files or directories (default: the config's `policies.dir`).
     pub paths: Vec<PathBuf>,
+    /// Engine: `jit`, `interp`, or `both` (a disagreement fails the test).
+    #[arg(long, default_value = "both")]
+    pub engine: crate::policy::jit::engine::EngineMode,
     /// Config file whose registry the policies use.
     #[arg(long, short)]
     pub config: Option<PathBuf>,
@@ -217,7 +220,7 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Lint(a) => policy::lint(&a.paths, a.config.as_deref(), a.format, a.deny_warnings),
         Command::Fmt(a) => policy::fmt(&a.paths, a.config.as_deref(), a.check),
-        Command::Test(a) => policy::test(&a.paths, a.config.as_deref(), a.format),
+        Command::Test(a) => policy::test(&a.paths, a.config.as_deref(), a.format, a.engine),
         Command::DryRun(a) => dry_run::run(a),
         Command::Mock(args) => {
             let opts = match args.options() {

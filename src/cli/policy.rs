@@ -202,7 +202,12 @@ pub fn fmt(paths: &[PathBuf], config: Option<&Path>, check: bool) -> ExitCode {
 }
 
 /// `switchyard test`.
-pub fn test(paths: &[PathBuf], config: Option<&Path>, format: Format) -> ExitCode {
+pub fn test(
+    paths: &[PathBuf],
+    config: Option<&Path>,
+    format: Format,
+    engine: crate::policy::jit::engine::EngineMode,
+) -> ExitCode {
     let l = match load(paths, config) {
         Ok(l) => l,
         Err(e) => return usage(e),
@@ -214,7 +219,15 @@ pub fn test(paths: &[PathBuf], config: Option<&Path>, format: Format) -> ExitCod
             return ExitCode::from(1);
         }
     };
-    let report = crate::policy::run_tests(&set);
+    let compiled = crate::policy::jit::CompiledPolicySet::compile(set);
+    if let (
+        Some(why),
+        crate::policy::jit::engine::EngineMode::Jit | crate::policy::jit::engine::EngineMode::Both,
+    ) = (compiled.fallback_reason(), engine)
+    {
+        eprintln!("note: the set runs on the interpreter: {why}");
+    }
+    let report = crate::policy::jit::engine::run_tests(&compiled, engine);
     match format {
         Format::Human => say!("{}", report.render()),
         Format::Json => say!(

@@ -269,12 +269,12 @@ impl Gateway {
     /// Runs the policy for `features` on `snap`, applying `on pick` state updates.
     fn decide(&self, snap: &PolicySnapshot, features: &RequestFeatures) -> Decision {
         let seed = rand::random::<u64>();
-        let stateful = snap.set.strategies.iter().any(|s| !s.states.is_empty());
+        let stateful = snap.set().strategies.iter().any(|s| !s.states.is_empty());
         let _guard = stateful.then(|| self.decision_lock.lock().unwrap_or_else(|p| p.into_inner()));
         let stats = self
             .stats
             .snapshot_for_task(SystemTime::now(), &features.task);
-        let decision = crate::policy::decide(&snap.set, features, &stats, seed);
+        let decision = snap.compiled.decide(features, &stats, seed);
         for u in &decision.state_updates {
             if let Some(slot) = self
                 .stats

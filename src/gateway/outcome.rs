@@ -101,7 +101,8 @@ impl Attempt {
     /// Runs the strategy's `on success` / `on failure` block, if it has one.
     fn strategy_update(&self, success: bool, latency: Duration, ttft: Option<Duration>) {
         let Some(call) = &self.ctx.call else { return };
-        let set = &self.ctx.snapshot.set;
+        let compiled = &self.ctx.snapshot.compiled;
+        let set = compiled.checked();
         let Some(strategy) = call.strategy.and_then(|i| set.strategies.get(i as usize)) else {
             return;
         };
@@ -124,8 +125,16 @@ impl Attempt {
             input_tokens: self.ctx.features.input_tokens,
             output_tokens: 0,
         };
-        let update =
-            crate::policy::on_outcome(set, call, &self.ctx.features, &stats, id, success, &outcome);
+        let engine = compiled.engine();
+        let update = compiled.on_outcome_on(
+            engine,
+            call,
+            &self.ctx.features,
+            &stats,
+            id,
+            success,
+            &outcome,
+        );
         if let (Some(u), Some(slot)) = (update, self.gw.stats.slot(self.ep_idx)) {
             slot.set_state(&u.strategy, &u.slots);
         }

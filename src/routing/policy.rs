@@ -18,6 +18,8 @@ use std::time::SystemTime;
 use crate::config::Config;
 use crate::policy::ast::Item;
 use crate::policy::diagnostic::render_all;
+use crate::policy::jit::engine::{run_tests, EngineMode};
+use crate::policy::jit::CompiledPolicySet;
 use crate::policy::{
     parser, CheckedPolicySet, Registry, RegistryEndpoint, RegistryModel, SourceMap,
 };
@@ -89,14 +91,21 @@ pub const MAX_FILES: usize = 1_000;
 /// A checked policy set ready to serve, with where it came from.
 #[derive(Debug)]
 pub struct PolicySnapshot {
-    /// The checked set (rules, strategies, source map).
-    pub set: CheckedPolicySet,
+    /// The checked set with its native code (or the reason it runs interpreted).
+    pub compiled: CompiledPolicySet,
     /// Content hash of every file (FNV-1a 64, hex): the `x-switchyard-policy` value.
     pub version: String,
     /// Files in the set, built-ins first (`builtin/...` or paths as read).
     pub files: Vec<String>,
     /// When this set was loaded.
     pub loaded_at: SystemTime,
+}
+
+impl PolicySnapshot {
+    /// The checked set (rules, strategies, source map).
+    pub fn set(&self) -> &CheckedPolicySet {
+        self.compiled.checked()
+    }
 }
 
 /// Why a policy set could not be loaded.
@@ -346,7 +355,14 @@ pub fn compile(sources: SourceMap, registry: &Registry) -> Result<PolicySnapshot
             rendered: render_all(&diags, &sources),
             count: diags.len(),
         })?;
-    let report = crate::policy::run_tests(&set);
+    let version = set.version.clone();
+    let compiled = CompiledPolicySet::compile(set);
+    if let Some(why) = compiled.fallback_reason() {
+        tracing::warn!(policy = %version, "policy set runs on the interpreter: {why}");
+    }
+    // The self-check runs the set's own tests on both engines: a disagreement between
+    // the compiled code and the interpreter refuses the set like a failing test.
+    let report = run_tests(&compiled, EngineMode::Both);
     if report.failed > 0 {
         return Err(LoadError::TestsFailed {
             rendered: report.render(),
@@ -354,8 +370,8 @@ pub fn compile(sources: SourceMap, registry: &Registry) -> Result<PolicySnapshot
         });
     }
     Ok(PolicySnapshot {
-        version: set.version.clone(),
-        set,
+        version,
+        compiled,
         files,
         loaded_at: SystemTime::now(),
     })

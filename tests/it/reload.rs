@@ -256,7 +256,11 @@ async fn a_thousand_reloads_do_not_grow_memory() {
     // hundreds of KiB.
     assert!(end < warm + 4096, "RSS grew from {warm} KiB to {end} KiB");
     // Forced reloads always swap; the watcher may add its own on top.
-    assert!(admin(&s.gw).await["reloads"]["ok"].as_u64() >= Some(1000));
+    let st = admin(&s.gw).await;
+    assert!(st["reloads"]["ok"].as_u64() >= Some(1000), "{st}");
+    // Every replaced set freed its native code: only the serving one is alive.
+    assert_eq!(st["engine"], "jit", "{st}");
+    assert_eq!(st["live_compiled_modules"], 1, "{st}");
 }
 
 /// A route of `n` rules, each matching one value of a header, all pinned to `endpoint`.
