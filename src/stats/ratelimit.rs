@@ -19,6 +19,44 @@ pub struct Capacity {
     pub resets_in: Option<Duration>,
 }
 
+/// OpenAI's (limit, remaining, reset) header names, for requests and tokens.
+const OPENAI: [(&str, &str, &str); 2] = [
+    (
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-reset-requests",
+    ),
+    (
+        "x-ratelimit-limit-tokens",
+        "x-ratelimit-remaining-tokens",
+        "x-ratelimit-reset-tokens",
+    ),
+];
+
+/// Anthropic's (limit, remaining, reset) header names.
+const ANTHROPIC: [(&str, &str, &str); 4] = [
+    (
+        "anthropic-ratelimit-requests-limit",
+        "anthropic-ratelimit-requests-remaining",
+        "anthropic-ratelimit-requests-reset",
+    ),
+    (
+        "anthropic-ratelimit-tokens-limit",
+        "anthropic-ratelimit-tokens-remaining",
+        "anthropic-ratelimit-tokens-reset",
+    ),
+    (
+        "anthropic-ratelimit-input-tokens-limit",
+        "anthropic-ratelimit-input-tokens-remaining",
+        "anthropic-ratelimit-input-tokens-reset",
+    ),
+    (
+        "anthropic-ratelimit-output-tokens-limit",
+        "anthropic-ratelimit-output-tokens-remaining",
+        "anthropic-ratelimit-output-tokens-reset",
+    ),
+];
+
 fn num(h: &HeaderMap, name: &str) -> Option<f64> {
     h.get(name)?.to_str().ok()?.trim().parse::<f64>().ok()
 }
@@ -46,22 +84,19 @@ pub fn capacity(headers: &HeaderMap, now: SystemTime) -> Option<Capacity> {
             });
         }
     };
-    for kind in ["requests", "tokens"] {
+    // Header names are spelled out (no formatting): this runs on every response.
+    for (limit, remaining, reset) in OPENAI {
         consider(
-            num(headers, &format!("x-ratelimit-limit-{kind}")),
-            num(headers, &format!("x-ratelimit-remaining-{kind}")),
-            text(headers, &format!("x-ratelimit-reset-{kind}")).and_then(parse_go_duration),
+            num(headers, limit),
+            num(headers, remaining),
+            text(headers, reset).and_then(parse_go_duration),
         );
     }
-    for kind in ["requests", "tokens", "input-tokens", "output-tokens"] {
-        let reset = text(headers, &format!("anthropic-ratelimit-{kind}-reset"))
+    for (limit, remaining, reset) in ANTHROPIC {
+        let reset = text(headers, reset)
             .and_then(parse_rfc3339)
             .map(|t| t.duration_since(now).unwrap_or(Duration::ZERO));
-        consider(
-            num(headers, &format!("anthropic-ratelimit-{kind}-limit")),
-            num(headers, &format!("anthropic-ratelimit-{kind}-remaining")),
-            reset,
-        );
+        consider(num(headers, limit), num(headers, remaining), reset);
     }
     best
 }
