@@ -19,6 +19,21 @@ use crate::gateway::{error_response, Gateway};
 
 /// Handles one HTTP request.
 pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
+    let mut resp = route(&gw, req).await;
+    // Chat responses carry the version their request ran on; every other response
+    // (errors before routing, /v1/models, ...) the version serving now.
+    if !resp.headers().contains_key(POLICY_HEADER) {
+        if let Ok(v) = HeaderValue::from_str(&gw.policy.load().version) {
+            resp.headers_mut().insert(POLICY_HEADER, v);
+        }
+    }
+    resp
+}
+
+/// The response header naming the policy version (content hash) in force.
+pub const POLICY_HEADER: &str = "x-switchyard-policy";
+
+async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
     let started = Instant::now();
     let path = req.uri().path();
     let path = if path.len() > 1 {
@@ -70,9 +85,9 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
                 "metrics are not enabled in this process",
             )),
         },
-        (&Method::GET, "/admin/endpoints") => crate::admin::endpoints::handle(&gw),
-        (&Method::GET, "/admin/policies") => crate::reload::admin_status(&gw),
-        (&Method::POST, "/admin/reload") => crate::reload::admin_reload(&gw).await,
+        (&Method::GET, "/admin/endpoints") => crate::admin::endpoints::handle(gw),
+        (&Method::GET, "/admin/policies") => crate::reload::admin_status(gw),
+        (&Method::POST, "/admin/reload") => crate::reload::admin_reload(gw).await,
         (
             _,
             "/v1/chat/completions"

@@ -56,7 +56,13 @@ async fn client_errors() {
     assert_eq!(v["error"]["code"], "model_not_found");
     let big = chat("m", false, &format!(r#","user":"{}""#, "x".repeat(4096)));
     assert_openai_error(&post(&url, &big).await, 413);
-    assert_openai_error(&get(&url).await, 405);
+    let r = get(&url).await;
+    assert_openai_error(&r, 405);
+    assert_eq!(
+        r.headers["x-switchyard-policy"].len(),
+        16,
+        "every response names the policy version"
+    );
     assert_openai_error(&get(&gw.url("/v2/nothing")).await, 404);
     // Binary garbage.
     let r = request("POST", &url, vec![0xff, 0x00, 0xfe, 0x7b]).await;
