@@ -60,7 +60,9 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
             })
         }
         (&Method::GET, "/v1/models") => json(StatusCode::OK, gw.models_json()),
-        (&Method::GET, "/health") => json(StatusCode::OK, &br#"{"status":"ok"}"#[..]),
+        (&Method::GET | &Method::HEAD, "/health") => {
+            json(StatusCode::OK, &br#"{"status":"ok"}"#[..])
+        }
         (&Method::GET, "/ready") => {
             if gw.is_draining() {
                 json(
@@ -98,10 +100,20 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
             | "/admin/endpoints"
             | "/admin/policies"
             | "/admin/reload",
-        ) => error_response(&GatewayError::new(
-            ErrorKind::MethodNotAllowed,
-            format!("{} is not allowed on {path}", req.method()),
-        )),
+        ) => {
+            let allow = if matches!(path, "/v1/chat/completions" | "/admin/reload") {
+                "POST"
+            } else {
+                "GET"
+            };
+            let mut r = error_response(&GatewayError::new(
+                ErrorKind::MethodNotAllowed,
+                format!("{} is not allowed on {path}; use {allow}", req.method()),
+            ));
+            r.headers_mut()
+                .insert(http::header::ALLOW, HeaderValue::from_static(allow));
+            r
+        }
         _ => error_response(
             &GatewayError::new(
                 ErrorKind::NotFound,

@@ -73,7 +73,10 @@ fn finish_reason(stop_reason: Option<&str>) -> &'static str {
 #[derive(Deserialize)]
 struct MessageResponse {
     id: String,
-    #[serde(default)]
+    /// Always `message` for a Messages API answer.
+    #[serde(rename = "type")]
+    object: String,
+    /// Required: an answer without content blocks is not a message.
     content: Vec<ContentBlock>,
     #[serde(default)]
     stop_reason: Option<String>,
@@ -142,6 +145,12 @@ impl Adapter for Anthropic {
                 "Anthropic sent a response that is not a message: {e}"
             ))
         })?;
+        if msg.object != "message" {
+            return Err(bad_upstream(format!(
+                "Anthropic sent a response of type `{}`, not a message",
+                msg.object
+            )));
+        }
         let mut choice = Choice {
             finish_reason: finish_reason(msg.stop_reason.as_deref()),
             ..Choice::default()

@@ -243,6 +243,10 @@ fn malformed_response_is_502() {
         &b"<html>"[..],
         br#"{"content":[]}"#,
         br#"{"id":"m","content":[{"type":"text"}]}"#,
+        // An OpenAI-shaped answer, or a message without content, is not a message.
+        br#"{"id":"x","object":"chat.completion","choices":[]}"#,
+        br#"{"id":"m","type":"message"}"#,
+        br#"{"id":"m","type":"error","content":[]}"#,
     ] {
         assert_eq!(Anthropic.response(body, "m").unwrap_err().status(), 502);
     }
