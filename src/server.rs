@@ -76,11 +76,19 @@ pub async fn serve<H, F>(
         drain_ms = drain.as_millis() as u64,
         "shutting down: draining in-flight requests"
     );
-    if tokio::time::timeout(drain, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("drain timeout reached; closing remaining connections");
+    let drained = graceful.shutdown();
+    tokio::pin!(drained);
+    if tokio::time::timeout(drain, &mut drained).await.is_err() {
+        // Streams still running get an error event instead of a cut connection; give
+        // the connections a moment to write it.
+        tracing::warn!("drain timeout reached; ending the remaining streams");
+        crate::egress::relay::stop_streams();
+        if tokio::time::timeout(Duration::from_secs(1), &mut drained)
+            .await
+            .is_err()
+        {
+            tracing::warn!("closing the remaining connections");
+        }
     }
 }
 

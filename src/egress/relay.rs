@@ -25,6 +25,19 @@ use crate::error::{ErrorKind, GatewayError};
 use crate::providers::{openai::write_event, StreamStep, StreamTranscoder};
 use crate::sse::SseParser;
 
+/// Process-wide signal that ends every relayed stream (set when the shutdown drain
+/// runs out of time), so clients get an error event rather than a cut connection.
+static STOP: std::sync::OnceLock<tokio::sync::watch::Sender<bool>> = std::sync::OnceLock::new();
+
+fn stop_sender() -> &'static tokio::sync::watch::Sender<bool> {
+    STOP.get_or_init(|| tokio::sync::watch::channel(false).0)
+}
+
+/// Ends every stream being relayed with a `gateway_shutdown` error event.
+pub fn stop_streams() {
+    stop_sender().send_replace(true);
+}
+
 /// Largest non-streaming provider body read, in bytes (64 MiB).
 pub const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
 
@@ -121,6 +134,7 @@ pub struct SseRelay {
     observer: Option<Box<dyn StreamObserver>>,
     done: bool,
     saw_token: bool,
+    stop: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
 impl SseRelay {
@@ -146,6 +160,12 @@ impl SseRelay {
             observer: Some(observer),
             done: false,
             saw_token: false,
+            stop: {
+                let mut rx = stop_sender().subscribe();
+                Box::pin(async move {
+                    let _ = rx.wait_for(|stop| *stop).await;
+                })
+            },
         }
     }
 
@@ -226,7 +246,15 @@ impl HttpBody for SseRelay {
                     Err(e) => this.fail(e),
                 },
                 Poll::Pending => {
-                    if this.deadline.as_mut().poll(cx).is_ready() {
+                    if this.stop.as_mut().poll(cx).is_ready() {
+                        this.fail(
+                            GatewayError::new(
+                                ErrorKind::NoEndpoint,
+                                "the gateway is shutting down; retry the request",
+                            )
+                            .with_code("gateway_shutdown"),
+                        );
+                    } else if this.deadline.as_mut().poll(cx).is_ready() {
                         this.fail(timeout_error(&this.provider, true, this.idle));
                     } else if this.idle_timer.as_mut().poll(cx).is_ready() {
                         this.fail(timeout_error(&this.provider, false, this.idle));

@@ -32,3 +32,25 @@ async fn sigterm_lets_in_flight_streams_finish() {
     assert!(exited.expect("exited after drain").success());
     assert!(std::net::TcpStream::connect(gw.addr).is_err());
 }
+
+#[tokio::test]
+async fn streams_still_running_at_the_drain_deadline_end_with_an_error_event() {
+    // 16 tokens at 4 tokens/s: about 4 s, far past a 300 ms drain.
+    let m = mock(&["--tokens-per-s", "4"]);
+    let gw = serve(&format!(
+        "server: {{ drain_timeout_ms: 300 }}\n{}",
+        config(
+            &[("up", &m)],
+            "",
+            "  m:\n    endpoints:\n      - { provider: up, model: x }\n"
+        )
+    ));
+    let url = gw.url("/v1/chat/completions");
+    let inflight = tokio::spawn(async move { post(&url, &chat("m", true, "")).await });
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    gw.terminate();
+    let r = inflight.await.unwrap();
+    assert_eq!(r.status, 200);
+    let last: serde_json::Value = serde_json::from_str(r.events().last().unwrap()).unwrap();
+    assert_eq!(last["error"]["code"], "gateway_shutdown", "{}", r.text());
+}
