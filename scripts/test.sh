@@ -15,6 +15,8 @@
 # The first run on a machine compiles llama-cpp-python from source (about 5 minutes on
 # 2 cores); pip's wheel cache makes later runs fast. Exits non-zero on any failure.
 set -euo pipefail
+# The build, the end-to-end fixtures and the README all use ./target.
+unset CARGO_TARGET_DIR
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT="$(pwd)"

@@ -195,8 +195,15 @@ impl MockArgs {
 }
 
 fn init_tracing(filter: &str, format: LogFormat) {
+    // cranelift logs every compiled function at `info`; keep that out of the gateway's
+    // logs unless the filter asks for it by name.
+    let filter = if filter.contains("cranelift") {
+        filter.to_string()
+    } else {
+        format!("{filter},cranelift_jit=warn,cranelift_codegen=warn,cranelift_module=warn")
+    };
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,cranelift_jit=warn,cranelift_codegen=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
