@@ -202,8 +202,9 @@ fn init_tracing(filter: &str, format: LogFormat) {
     } else {
         format!("{filter},cranelift_jit=warn,cranelift_codegen=warn,cranelift_module=warn")
     };
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,cranelift_jit=warn,cranelift_codegen=warn"));
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,cranelift_jit=warn,cranelift_codegen=warn")
+    });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
