@@ -95,6 +95,11 @@ pub struct Loaded {
 pub fn load(paths: &[PathBuf], config: Option<&Path>) -> Result<Loaded, UsageError> {
     let cfg = load_config(config)?;
     let roots = roots(paths, cfg.policies.dir.as_deref());
+    if roots.is_empty() {
+        eprintln!(
+            "note: no policy files given and the config has no policies.dir: only the built-in strategies are read (pass paths or --config)"
+        );
+    }
     for r in &roots {
         if !r.exists() {
             return Err(UsageError(format!(

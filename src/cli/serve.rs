@@ -29,6 +29,9 @@ pub fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if config.models.is_empty() {
+        eprintln!("warning: the config defines no models: every chat request will get 404");
+    }
     if args.check {
         println!(
             "config OK: {} provider(s), {} model(s) ({}); policy {} OK: {} file(s)",
