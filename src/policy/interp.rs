@@ -556,41 +556,61 @@ impl<'a> Run<'a> {
             }
         }
         if let Some(f) = fallback {
-            d.retries = f.retries;
-            if f.backoff_max_ms > 0 {
-                d.backoff_ms = Some((f.backoff_min_ms, f.backoff_max_ms));
-            }
-            for t in &f.chain {
-                let mut more = self.available(self.candidates(t).unwrap_or_default());
-                strategy::builtin_order(&mut more);
-                for e in more {
-                    if !plan.iter().any(|p| p.endpoint.id == e.endpoint.id) {
-                        plan.push(e);
-                    }
-                }
-            }
+            apply_fallback(&mut d, &mut plan, f, |t| {
+                self.available(self.candidates(t).unwrap_or_default())
+            });
         }
-        let mut steps = plan.into_iter();
-        match steps.next() {
-            Some(first) => {
-                d.endpoint = Some(first.endpoint.id.clone());
-                d.model = Some(first.model.name.clone());
-                d.fallbacks = steps
-                    .map(|e| PlanStep {
-                        endpoint: e.endpoint.id.clone(),
-                        model: e.model.name.clone(),
-                        provider: e.endpoint.provider.clone(),
-                    })
-                    .collect();
-            }
-            None => {
-                d.reject = Some(Rejection {
-                    status: 503,
-                    message: format!("No endpoint is available for {}.", u.target.describe()),
-                });
-            }
-        }
+        write_plan(&mut d, plan, &u.target);
         d
+    }
+}
+
+/// Applies a fallback's retries and backoff to `d` and appends each chain target's
+/// endpoints (`endpoints_of`, in built-in order) to `plan`, skipping ones already in
+/// it. Shared by the interpreter and the JIT's host side so the plans cannot drift.
+pub fn apply_fallback<'a>(
+    d: &mut Decision,
+    plan: &mut Vec<EndpointRef<'a>>,
+    f: &CFallback,
+    mut endpoints_of: impl FnMut(&CTarget) -> Vec<EndpointRef<'a>>,
+) {
+    d.retries = f.retries;
+    if f.backoff_max_ms > 0 {
+        d.backoff_ms = Some((f.backoff_min_ms, f.backoff_max_ms));
+    }
+    for t in &f.chain {
+        let mut more = endpoints_of(t);
+        strategy::builtin_order(&mut more);
+        for e in more {
+            if !plan.iter().any(|p| p.endpoint.id == e.endpoint.id) {
+                plan.push(e);
+            }
+        }
+    }
+}
+
+/// Writes `plan` into `d`: its first endpoint is the choice, the rest the fallbacks;
+/// an empty plan is a 503 rejection naming `target`.
+pub fn write_plan(d: &mut Decision, plan: Vec<EndpointRef<'_>>, target: &CTarget) {
+    let mut steps = plan.into_iter();
+    match steps.next() {
+        Some(first) => {
+            d.endpoint = Some(first.endpoint.id.clone());
+            d.model = Some(first.model.name.clone());
+            d.fallbacks = steps
+                .map(|e| PlanStep {
+                    endpoint: e.endpoint.id.clone(),
+                    model: e.model.name.clone(),
+                    provider: e.endpoint.provider.clone(),
+                })
+                .collect();
+        }
+        None => {
+            d.reject = Some(Rejection {
+                status: 503,
+                message: format!("No endpoint is available for {}.", target.describe()),
+            });
+        }
     }
 }
 

@@ -14,9 +14,9 @@ use crate::policy::checked::*;
 use crate::policy::features::{Outcome, RequestFeatures, StatsSnapshot};
 use crate::policy::interp::eval::{reduce, EpCtx};
 use crate::policy::interp::hash::{self, SplitMix64};
-use crate::policy::interp::strategy::{self, builtin_order, choose, contexts, probabilities};
+use crate::policy::interp::strategy::{self, choose, contexts, probabilities};
 use crate::policy::interp::{
-    Decision, PlanStep, Rejection, SplitChoice, StateUpdate, StrategyCall,
+    apply_fallback, write_plan, Decision, Rejection, SplitChoice, StateUpdate, StrategyCall,
 };
 use crate::policy::registry::EndpointRef;
 
@@ -456,40 +456,11 @@ impl<'a> JRun<'a> {
             }
         }
         if let Some(f) = fallback {
-            d.retries = f.retries;
-            if f.backoff_max_ms > 0 {
-                d.backoff_ms = Some((f.backoff_min_ms, f.backoff_max_ms));
-            }
-            for t in &f.chain {
-                let mut more = self.available(self.candidates(t).unwrap_or_default());
-                builtin_order(&mut more);
-                for e in more {
-                    if !plan.iter().any(|p| p.endpoint.id == e.endpoint.id) {
-                        plan.push(e);
-                    }
-                }
-            }
+            apply_fallback(&mut d, &mut plan, f, |t| {
+                self.available(self.candidates(t).unwrap_or_default())
+            });
         }
-        let mut steps = plan.into_iter();
-        match steps.next() {
-            Some(first) => {
-                d.endpoint = Some(first.endpoint.id.clone());
-                d.model = Some(first.model.name.clone());
-                d.fallbacks = steps
-                    .map(|e| PlanStep {
-                        endpoint: e.endpoint.id.clone(),
-                        model: e.model.name.clone(),
-                        provider: e.endpoint.provider.clone(),
-                    })
-                    .collect();
-            }
-            None => {
-                d.reject = Some(Rejection {
-                    status: 503,
-                    message: format!("No endpoint is available for {}.", u.target.describe()),
-                });
-            }
-        }
+        write_plan(&mut d, plan, &u.target);
         Some(d)
     }
 }
