@@ -8,6 +8,30 @@ use crate::error::GatewayError;
 use crate::providers::{StreamStep, StreamTranscoder};
 use crate::sse::SseParser;
 
+/// A parsed chat request from JSON.
+pub fn chat(body: &Value) -> crate::api::ChatRequest {
+    crate::api::ChatRequest::parse(body.to_string().as_bytes()).unwrap()
+}
+
+/// The upstream request `adapter` builds for `c`, with its JSON body.
+pub fn build(
+    adapter: &dyn crate::providers::Adapter,
+    target: &crate::providers::Target<'_>,
+    c: &crate::api::ChatRequest,
+) -> (http::Request<crate::body::Body>, Value) {
+    use http_body_util::BodyExt;
+    let req = adapter.request(target, c).unwrap();
+    let (parts, body) = req.into_parts();
+    let bytes = futures_util::FutureExt::now_or_never(body.collect())
+        .unwrap()
+        .unwrap()
+        .to_bytes();
+    (
+        http::Request::from_parts(parts, crate::body::empty()),
+        serde_json::from_slice(&bytes).unwrap(),
+    )
+}
+
 /// A file of `tests/fixtures/provider-wire/`.
 pub fn fixture(name: &str) -> String {
     let path = format!(

@@ -1,11 +1,10 @@
-use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::providers::testing::{assert_well_formed, fixture, replay, Replay};
+use crate::providers::testing::{self, assert_well_formed, fixture, replay, Replay};
 
 fn chat(body: Value) -> ChatRequest {
-    ChatRequest::parse(body.to_string().as_bytes()).unwrap()
+    testing::chat(&body)
 }
 
 fn target() -> Target<'static> {
@@ -16,17 +15,9 @@ fn target() -> Target<'static> {
     }
 }
 
+/// The upstream request and its JSON body.
 fn build(c: &ChatRequest) -> (http::Request<Body>, Value) {
-    let req = Gemini.request(&target(), c).unwrap();
-    let (parts, body) = req.into_parts();
-    let bytes = futures_util::FutureExt::now_or_never(body.collect())
-        .unwrap()
-        .unwrap()
-        .to_bytes();
-    (
-        http::Request::from_parts(parts, crate::body::empty()),
-        serde_json::from_slice(&bytes).unwrap(),
-    )
+    testing::build(&Gemini, &target(), c)
 }
 
 #[test]
