@@ -28,6 +28,54 @@ pub(crate) fn unsupported(param: impl Into<String>, message: impl Into<String>) 
     GatewayError::invalid_field(param, message)
 }
 
+/// OpenAI's `tool_choice`, read once for every adapter (OpenAI API reference, "Create
+/// chat completion", `tool_choice`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OpenAiToolChoice<'a> {
+    /// Absent or null.
+    Unset,
+    /// `"auto"`.
+    Auto,
+    /// `"none"`.
+    None,
+    /// `"required"`.
+    Required,
+    /// `{"type":"function","function":{"name":...}}`.
+    Function(&'a str),
+}
+
+/// Reads `tool_choice` from `chat`.
+///
+/// # Errors
+/// 400 naming `tool_choice` for an unknown string or a function without a name.
+pub(crate) fn openai_tool_choice(
+    chat: &crate::api::ChatRequest,
+) -> Result<OpenAiToolChoice<'_>, GatewayError> {
+    use serde_json::Value;
+    Ok(match chat.extra.get("tool_choice") {
+        None | Some(Value::Null) => OpenAiToolChoice::Unset,
+        Some(Value::String(s)) => match s.as_str() {
+            "auto" => OpenAiToolChoice::Auto,
+            "none" => OpenAiToolChoice::None,
+            "required" => OpenAiToolChoice::Required,
+            other => {
+                return Err(unsupported(
+                    "tool_choice",
+                    format!("`tool_choice` \"{other}\" is not one of auto, none, required"),
+                ))
+            }
+        },
+        Some(v) => OpenAiToolChoice::Function(
+            v.get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    unsupported("tool_choice", "`tool_choice.function.name` is required")
+                })?,
+        ),
+    })
+}
+
 /// Seconds since the Unix epoch, for OpenAI's `created`.
 pub(crate) fn now_secs() -> u64 {
     std::time::SystemTime::now()

@@ -10,7 +10,9 @@ use serde_json::Value;
 
 use crate::api::ChatRequest;
 use crate::error::GatewayError;
-use crate::providers::common::{parts, text_only, tool_calls, unsupported, ImageRef, Part};
+use crate::providers::common::{
+    openai_tool_choice, parts, text_only, tool_calls, unsupported, ImageRef, OpenAiToolChoice, Part,
+};
 
 /// Output cap sent when the client gives none; Anthropic requires `max_tokens`, and
 /// 4096 fits every current Claude model's output limit.
@@ -293,28 +295,11 @@ fn tool_choice(chat: &ChatRequest) -> Result<Option<ToolChoice<'_>>, GatewayErro
         name,
         disable_parallel_tool_use: (no_parallel && kind != "none").then_some(true),
     };
-    Ok(match chat.extra.get("tool_choice") {
-        None | Some(Value::Null) => no_parallel.then(|| choice("auto", None)),
-        Some(Value::String(s)) => Some(match s.as_str() {
-            "auto" => choice("auto", None),
-            "none" => choice("none", None),
-            "required" => choice("any", None),
-            other => {
-                return Err(unsupported(
-                    "tool_choice",
-                    format!("`tool_choice` \"{other}\" is not one of auto, none, required"),
-                ))
-            }
-        }),
-        Some(v) => {
-            let name = v
-                .get("function")
-                .and_then(|f| f.get("name"))
-                .and_then(Value::as_str)
-                .ok_or_else(|| {
-                    unsupported("tool_choice", "`tool_choice.function.name` is required")
-                })?;
-            Some(choice("tool", Some(name)))
-        }
+    Ok(match openai_tool_choice(chat)? {
+        OpenAiToolChoice::Unset => no_parallel.then(|| choice("auto", None)),
+        OpenAiToolChoice::Auto => Some(choice("auto", None)),
+        OpenAiToolChoice::None => Some(choice("none", None)),
+        OpenAiToolChoice::Required => Some(choice("any", None)),
+        OpenAiToolChoice::Function(name) => Some(choice("tool", Some(name))),
     })
 }

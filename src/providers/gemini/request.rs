@@ -14,7 +14,9 @@ use serde_json::Value;
 
 use crate::api::ChatRequest;
 use crate::error::GatewayError;
-use crate::providers::common::{parts, text_only, tool_calls, unsupported, ImageRef, Part};
+use crate::providers::common::{
+    openai_tool_choice, parts, text_only, tool_calls, unsupported, ImageRef, OpenAiToolChoice, Part,
+};
 
 /// Signature Gemini's docs ("Thought signatures") give for function calls replayed
 /// without the original `thoughtSignature` (OpenAI clients never carry it); Gemini 3
@@ -403,28 +405,11 @@ fn tool_config(chat: &ChatRequest) -> Result<Option<ToolConfig<'_>>, GatewayErro
             },
         })
     }
-    Ok(match chat.extra.get("tool_choice") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => match s.as_str() {
-            "auto" => config("AUTO", None),
-            "none" => config("NONE", None),
-            "required" => config("ANY", None),
-            other => {
-                return Err(unsupported(
-                    "tool_choice",
-                    format!("`tool_choice` \"{other}\" is not one of auto, none, required"),
-                ))
-            }
-        },
-        Some(v) => {
-            let name = v
-                .get("function")
-                .and_then(|f| f.get("name"))
-                .and_then(Value::as_str)
-                .ok_or_else(|| {
-                    unsupported("tool_choice", "`tool_choice.function.name` is required")
-                })?;
-            config("ANY", Some(name))
-        }
+    Ok(match openai_tool_choice(chat)? {
+        OpenAiToolChoice::Unset => None,
+        OpenAiToolChoice::Auto => config("AUTO", None),
+        OpenAiToolChoice::None => config("NONE", None),
+        OpenAiToolChoice::Required => config("ANY", None),
+        OpenAiToolChoice::Function(name) => config("ANY", Some(name)),
     })
 }
