@@ -1,11 +1,8 @@
-//! Routing (seed 001, "Routing Engine" and "Model Mapping"): from the logical model a
-//! client asked for to an ordered plan of endpoints to try.
-//!
-//! This is the registry-order router the gateway uses when no policy decides: the
-//! endpoints of the model, lowest `priority` first; among endpoints of equal priority
-//! the first is drawn at random in proportion to `weight` (so traffic splits by weight
-//! with no shared counter or lock on the request path), the rest follow by descending
-//! weight. Endpoints of weight 0 are never used.
+//! Routing (seed 001, "Routing Engine" and "Model Mapping"): the model registry in
+//! request-path form (endpoints by index, models by name) and the policy set that
+//! decides, per request, the ordered plan of endpoints to try ([`policy`]). The
+//! ordering itself, including the built-in `priority` strategy used when no route
+//! takes a request, lives in the policy interpreter and JIT.
 
 pub mod policy;
 
@@ -14,8 +11,6 @@ mod builtin_tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-
-use rand::Rng;
 
 use crate::config::Config;
 use crate::error::{ErrorKind, GatewayError};
@@ -110,52 +105,6 @@ impl Registry {
             .with_code("model_not_found")
         })
     }
-
-    /// The ordered endpoints to try for `model` (see the module docs).
-    ///
-    /// # Errors
-    /// 503 when every endpoint has weight 0.
-    pub fn plan(&self, model: &Model) -> Result<Vec<usize>, GatewayError> {
-        let mut plan: Vec<usize> = model
-            .endpoints
-            .iter()
-            .copied()
-            .filter(|&i| self.endpoints[i].weight > 0)
-            .collect();
-        if plan.is_empty() {
-            return Err(GatewayError::new(
-                ErrorKind::NoEndpoint,
-                format!("no endpoint is available for model `{}`", model.name),
-            )
-            .with_code("no_endpoint"));
-        }
-        let top = self.endpoints[plan[0]].priority;
-        let group = plan
-            .iter()
-            .take_while(|&&i| self.endpoints[i].priority == top)
-            .count();
-        if group > 1 {
-            let total: u64 = plan[..group]
-                .iter()
-                .map(|&i| u64::from(self.endpoints[i].weight))
-                .sum();
-            let mut draw = rand::rng().random_range(0..total);
-            let pick = plan[..group]
-                .iter()
-                .position(|&i| {
-                    let w = u64::from(self.endpoints[i].weight);
-                    if draw < w {
-                        true
-                    } else {
-                        draw -= w;
-                        false
-                    }
-                })
-                .unwrap_or(0);
-            plan[..=pick].rotate_right(1);
-        }
-        Ok(plan)
-    }
 }
 
 #[cfg(test)]
@@ -177,27 +126,6 @@ models:
       - { provider: b, model: light, priority: 1, weight: 1 }
       - { provider: b, model: off, priority: 1, weight: 0 }
 "#;
-
-    #[test]
-    fn priority_first_then_weighted_draw() {
-        let r = registry(YAML);
-        let m = r.model("m").unwrap();
-        let mut heavy_first = 0;
-        for _ in 0..4000 {
-            let plan = r.plan(m).unwrap();
-            let names: Vec<&str> = plan
-                .iter()
-                .map(|&i| r.endpoints[i].upstream_model.as_str())
-                .collect();
-            assert_eq!(names.len(), 3, "weight 0 is excluded");
-            assert_eq!(names[2], "x", "lower priority comes last");
-            if names[0] == "heavy" {
-                heavy_first += 1;
-            }
-        }
-        // Expected 3000 of 4000; 6 sigma is about 165.
-        assert!((2835..=3165).contains(&heavy_first), "{heavy_first}");
-    }
 
     #[test]
     fn unknown_model_is_404() {

@@ -387,3 +387,49 @@ pub fn update<'a>(
         slots,
     })
 }
+
+#[cfg(test)]
+mod weighted_first_tests {
+    use super::*;
+    use crate::policy::registry::{Registry, RegistryEndpoint, RegistryModel};
+
+    fn ep(id: &str, priority: u32, weight: u32) -> RegistryEndpoint {
+        RegistryEndpoint {
+            id: id.into(),
+            provider: "p".into(),
+            model: id.into(),
+            priority,
+            weight,
+            input_per_mtok: 0.0,
+            output_per_mtok: 0.0,
+        }
+    }
+
+    #[test]
+    fn priority_first_then_weighted_draw() {
+        let reg = Registry::new(vec![RegistryModel {
+            name: "m".into(),
+            endpoints: vec![
+                ep("x", 2, 1),
+                ep("heavy", 1, 3),
+                ep("light", 1, 1),
+                ep("off", 1, 0),
+            ],
+        }]);
+        let mut rng = SplitMix64::new(7);
+        let mut heavy_first = 0;
+        for _ in 0..4000 {
+            let mut cands: Vec<EndpointRef<'_>> = reg.endpoints().collect();
+            builtin_order(&mut cands);
+            weighted_first(&mut cands, &mut rng);
+            let ids: Vec<&str> = cands.iter().map(|c| c.endpoint.id.as_str()).collect();
+            assert_ne!(ids[0], "off", "weight 0 is never drawn");
+            assert_eq!(ids[3], "x", "lower priority comes last");
+            if ids[0] == "heavy" {
+                heavy_first += 1;
+            }
+        }
+        // Expected 3000 of 4000; 6 sigma is about 165.
+        assert!((2835..=3165).contains(&heavy_first), "{heavy_first}");
+    }
+}
