@@ -37,7 +37,7 @@ pub mod testing;
 pub use check::{check, parse_and_check};
 pub use checked::CheckedPolicySet;
 pub use interp::{decide, explain, on_outcome, Decision, Trace};
-pub use jit::{engine, live_compiled_modules, CompiledPolicySet, Engine};
+pub use jit::{engine, live_compiled_modules, CompiledPolicySet, Engine, JitOptions};
 pub use testing::{run_tests, run_tests_with, TestReport};
 
 #[cfg(test)]

@@ -495,8 +495,8 @@ fn use_action(r: &mut Rng, strategies: &[GenStrategy]) -> String {
     }
 }
 
-/// A whole policy set as text.
-pub fn policy(seed: u64) -> String {
+/// A whole policy set as text, routes with fewer than `max_rules` rules each.
+pub fn policy(seed: u64, max_rules: usize) -> String {
     let mut r = Rng::new(seed);
     let strategies: Vec<_> = (0..r.below(3)).map(|i| strategy(&mut r, i)).collect();
     let mut out: String = strategies.iter().map(|(t, _, _)| t.as_str()).collect();
@@ -536,7 +536,7 @@ pub fn policy(seed: u64) -> String {
                 g.r.pick(&MODELS[..5])
             ));
         }
-        for k in 0..g.r.below(9) {
+        for k in 0..g.r.below(max_rules) {
             let cond = if g.r.chance(85) {
                 format!(" when {}", g.boolean(Ctx::Request, 3))
             } else {

@@ -15,7 +15,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 use switchyard::policy::engine::{decide_with, same_f64, EngineMode};
-use switchyard::policy::{parse_and_check, CompiledPolicySet, Engine, Registry, SourceMap};
+use switchyard::policy::{
+    parse_and_check, CompiledPolicySet, Engine, JitOptions, Registry, SourceMap,
+};
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -24,24 +26,37 @@ fn env(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-static CASES: AtomicU64 = AtomicU64::new(0);
-static POLICIES: AtomicU64 = AtomicU64::new(0);
-static INVALID: AtomicU64 = AtomicU64::new(0);
-static SCORED: AtomicU64 = AtomicU64::new(0);
+/// What one test run compared.
+#[derive(Default)]
+struct Counters {
+    cases: AtomicU64,
+    policies: AtomicU64,
+    invalid: AtomicU64,
+    scored: AtomicU64,
+}
 
-fn one_policy(seed: u64, requests: u64) -> Result<(), TestCaseError> {
+/// One generated set decided on both engines for `requests` requests. Routes have
+/// up to `max_rules` rules; odd seeds compile with every route rule-indexed
+/// (`index_min_rules: 0`), even seeds with the default options, so both the plain
+/// rule walk and the indexed one are compared with the interpreter.
+fn one_policy(
+    seed: u64,
+    requests: u64,
+    max_rules: usize,
+    n: &Counters,
+) -> Result<(), TestCaseError> {
     // Every fourth set is an expression probe (see `gen::probe_policy`).
     let text = if seed.is_multiple_of(4) {
         gen::probe_policy(seed)
     } else {
-        gen::policy(seed)
+        gen::policy(seed, max_rules)
     };
     let mut sources = SourceMap::new();
     sources.add("gen.policy", text.clone());
     let set = match parse_and_check(&sources, &Registry::example()) {
         Ok(s) => s,
         Err(d) => {
-            INVALID.fetch_add(1, Ordering::Relaxed);
+            n.invalid.fetch_add(1, Ordering::Relaxed);
             if std::env::var("JIT_DIFF_SHOW_INVALID").is_ok() {
                 eprintln!(
                     "{}\n{}",
@@ -52,8 +67,13 @@ fn one_policy(seed: u64, requests: u64) -> Result<(), TestCaseError> {
             return Ok(());
         }
     };
-    POLICIES.fetch_add(1, Ordering::Relaxed);
-    let c = CompiledPolicySet::compile(set);
+    n.policies.fetch_add(1, Ordering::Relaxed);
+    let opts = if seed % 2 == 1 {
+        JitOptions { index_min_rules: 0 }
+    } else {
+        JitOptions::default()
+    };
+    let c = CompiledPolicySet::compile_with(std::sync::Arc::new(set), opts);
     prop_assert_eq!(
         c.engine(),
         Engine::Jit,
@@ -69,7 +89,7 @@ fn one_policy(seed: u64, requests: u64) -> Result<(), TestCaseError> {
         let d = decide_with(&c, EngineMode::Both, &req, &stats, dseed).map_err(|m| {
             TestCaseError::fail(format!("request {i}: {m}\n{req:?}\n{stats:?}\n{text}"))
         })?;
-        CASES.fetch_add(1, Ordering::Relaxed);
+        n.cases.fetch_add(1, Ordering::Relaxed);
         let Some(call) = d.call.as_ref().filter(|c| c.strategy.is_some()) else {
             continue;
         };
@@ -110,7 +130,7 @@ fn one_policy(seed: u64, requests: u64) -> Result<(), TestCaseError> {
             b,
             text
         );
-        SCORED.fetch_add(1, Ordering::Relaxed);
+        n.scored.fetch_add(1, Ordering::Relaxed);
         if let Some(ep) = d.endpoint.as_deref() {
             let out = gen::outcome(&mut r);
             for ok in [true, false] {
@@ -142,25 +162,25 @@ fn one_policy(seed: u64, requests: u64) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-#[test]
-fn jit_and_interpreter_agree_on_random_policies() {
-    let policies = env("JIT_DIFF_POLICIES", 400);
-    let requests = env("JIT_DIFF_REQUESTS", 250);
+fn run(label: &str, policies: u64, requests: u64, max_rules: usize) {
+    let n = Counters::default();
     let start = std::time::Instant::now();
     let mut runner = TestRunner::new(Config {
         cases: policies as u32,
         failure_persistence: None,
         ..Config::default()
     });
-    let result = runner.run(&any::<u64>(), |seed| one_policy(seed, requests));
+    let result = runner.run(&any::<u64>(), |seed| {
+        one_policy(seed, requests, max_rules, &n)
+    });
     let (cases, valid, invalid) = (
-        CASES.load(Ordering::Relaxed),
-        POLICIES.load(Ordering::Relaxed),
-        INVALID.load(Ordering::Relaxed),
+        n.cases.load(Ordering::Relaxed),
+        n.policies.load(Ordering::Relaxed),
+        n.invalid.load(Ordering::Relaxed),
     );
     eprintln!(
-        "jit differential: {cases} decisions compared over {valid} policy sets ({invalid} generated sets rejected by the checker), {} rankings and their outcome updates, in {:.1?}",
-        SCORED.load(Ordering::Relaxed),
+        "jit differential ({label}): {cases} decisions compared over {valid} policy sets ({invalid} generated sets rejected by the checker), {} rankings and their outcome updates, in {:.1?}",
+        n.scored.load(Ordering::Relaxed),
         start.elapsed()
     );
     if let Err(e) = result {
@@ -170,5 +190,27 @@ fn jit_and_interpreter_agree_on_random_policies() {
         invalid * 5 <= valid + invalid,
         "the generator makes too many ill-typed sets: {invalid} of {}",
         valid + invalid
+    );
+}
+
+#[test]
+fn jit_and_interpreter_agree_on_random_policies() {
+    run(
+        "up to 8 rules per route",
+        env("JIT_DIFF_POLICIES", 400),
+        env("JIT_DIFF_REQUESTS", 250),
+        9,
+    );
+}
+
+/// Long routes (up to 150 rules, so several 64-rule mask words) with the rule index
+/// on for odd seeds: skipped groups and skipped rules must not change a decision.
+#[test]
+fn jit_and_interpreter_agree_on_long_indexed_routes() {
+    run(
+        "up to 150 rules per route",
+        env("JIT_DIFF_LONG_POLICIES", 40),
+        env("JIT_DIFF_LONG_REQUESTS", 250),
+        151,
     );
 }

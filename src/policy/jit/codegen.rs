@@ -79,6 +79,18 @@ pub struct SelRoute {
     pub set_prio: Vec<SelSetPrio>,
     /// Rules in evaluation order, then the default.
     pub rules: Vec<SelRule>,
+    /// The route's candidate mask, when it is indexed ([`super::index`]).
+    pub index: Option<SelIndex>,
+}
+
+/// Where an indexed route's candidate mask is and which rules it can rule out.
+#[derive(Debug)]
+pub struct SelIndex {
+    /// First mask cell in the request vector (one word per 64 rules).
+    pub mask_cell: u32,
+    /// Per rule (default included): whether its mask bit can be 0 (keyed rules); the
+    /// others are always candidates and are not tested.
+    pub keyed: Vec<bool>,
 }
 
 /// Builds functions into one module.

@@ -18,7 +18,8 @@ use std::collections::{BTreeMap, HashMap};
 use crate::policy::ast::Event;
 use crate::policy::checked::*;
 
-use super::codegen::{Builder, SelRoute, SelRule, SelSetPrio};
+use super::codegen::{Builder, SelIndex, SelRoute, SelRule, SelSetPrio};
+use super::index::{self, KeyScope, RouteIndex, INDEX_MIN_RULES};
 use super::ir::{LTy, Node};
 use super::layout::{prio_code, Layout, ReqSlot, Strings};
 use super::lower::{Lowerer, PrioFrom, Scope};
@@ -27,6 +28,22 @@ use super::native::{discard, new_module, Native, Shape};
 /// Sets with more rules than this compile with cranelift's `none` optimization level
 /// (halves compile time; the selection code is already straight jumps).
 pub const OPTIMIZE_UP_TO_RULES: usize = 200;
+
+/// Code generation choices (defaults: [`JitOptions::default`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JitOptions {
+    /// Routes with at least this many rules (default included) get a rule index
+    /// ([`super::index`]); `usize::MAX` turns indexing off, 0 indexes every route.
+    pub index_min_rules: usize,
+}
+
+impl Default for JitOptions {
+    fn default() -> JitOptions {
+        JitOptions {
+            index_min_rules: INDEX_MIN_RULES,
+        }
+    }
+}
 
 /// Arm index of a `use` that is not inside a split.
 pub const NO_ARM: u32 = u32::MAX;
@@ -64,6 +81,8 @@ pub struct JitCode {
     pub by_args: HashMap<(u32, Vec<u64>), usize>,
     /// Instances.
     pub instances: Vec<StratCode>,
+    /// Rule indexes of the indexed routes; the host fills their masks per request.
+    pub index: Vec<RouteIndex>,
     /// Machine code bytes of all functions.
     pub code_bytes: usize,
 }
@@ -221,7 +240,7 @@ fn sel_prio(
 
 /// Compiles `set`; any failure is a message (the caller falls back to the
 /// interpreter).
-pub fn compile(set: &CheckedPolicySet) -> Result<JitCode, String> {
+pub fn compile(set: &CheckedPolicySet, opts: JitOptions) -> Result<JitCode, String> {
     let mut layout = Layout::default();
     let strings = Strings::new(set);
     let mut p = Pending {
@@ -300,11 +319,48 @@ pub fn compile(set: &CheckedPolicySet) -> Result<JitCode, String> {
                 when,
                 set_prio,
                 rules,
+                index: None,
             });
         }
     }
     // The selection function starts from the request's priority.
     let prio_cell = Some(layout.req(ReqSlot::Field(ReqField::Priority)));
+    let dyn_prio = p
+        .select
+        .iter()
+        .any(|r| !r.set_prio.is_empty() || r.rules.iter().any(|k| !k.set_prio.is_empty()));
+    let ks = KeyScope {
+        static_priority: if dyn_prio { None } else { prio_cell },
+    };
+    let mut indexes = Vec::new();
+    for (ri, route) in p.select.iter_mut().enumerate() {
+        if route.rules.len() < opts.index_min_rules.max(1) {
+            continue;
+        }
+        let keysets: Vec<_> = route
+            .rules
+            .iter()
+            .map(|k| k.when.as_ref().and_then(|w| index::keys(w, ks)))
+            .collect();
+        if keysets.iter().all(Option::is_none) {
+            continue;
+        }
+        let mut mask_cell = None;
+        for w in 0..index::words(keysets.len()) {
+            let c = layout.req(ReqSlot::Mask(ri as u32, w as u32));
+            if c != *mask_cell.get_or_insert(c) + w as u32 {
+                return Err("rule index mask cells are not consecutive".into());
+            }
+        }
+        let Some(mask_cell) = mask_cell else {
+            continue;
+        };
+        route.index = Some(SelIndex {
+            mask_cell,
+            keyed: keysets.iter().map(Option::is_some).collect(),
+        });
+        indexes.push(RouteIndex::new(&keysets, mask_cell));
+    }
     let lens = layout.lens();
     let rules: usize = set.routes.iter().map(|r| r.rules.len() + 1).sum();
     let mut module = new_module(rules <= OPTIMIZE_UP_TO_RULES)?;
@@ -336,6 +392,7 @@ pub fn compile(set: &CheckedPolicySet) -> Result<JitCode, String> {
         sites: p.sites,
         by_args: p.by_args,
         instances: p.instances,
+        index: indexes,
         code_bytes,
     })
 }

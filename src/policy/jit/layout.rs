@@ -5,7 +5,7 @@
 //!
 //! | vector | cells | filled |
 //! |--------|-------|--------|
-//! | request ([`ReqSlot`]) | numeric fields, string ids, `has()` bits, string atoms (prefix/suffix/contains/glob/regex of a request string against a constant) | once per decision |
+//! | request ([`ReqSlot`]) | numeric fields, string ids, `has()` bits, string atoms (prefix/suffix/contains/glob/regex of a request string against a constant), rule-index masks ([`super::index`]) | once per decision |
 //! | endpoint ([`EpSlot`]) | numeric fields, string ids, string atoms, state slots, score, probability | once per candidate |
 //! | aux ([`AuxSlot`]) | current priority, `count()`, outcome fields, aggregate values | per call |
 //!
@@ -69,6 +69,9 @@ pub enum ReqSlot {
     Has(ReqField),
     /// A string test of a request string field against a constant pattern.
     Atom(TestKey, ReqField, Sym),
+    /// Word `.1` of route `.0`'s candidate mask ([`super::index::RouteIndex`] fills
+    /// it after the other cells).
+    Mask(u32, u32),
 }
 
 /// One cell of the endpoint vector.
@@ -297,6 +300,7 @@ impl Layout {
                     let s = req_str(set, r, f).unwrap_or("");
                     u64::from(run_test(set, t.test(), s, set.strings.resolve(pat)))
                 }
+                ReqSlot::Mask(..) => 0,
             };
         }
     }

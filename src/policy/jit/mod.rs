@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Module map: [`ir`] (the small IR), [`layout`] (feature vectors and how the host
-//! fills them), [`lower`] (checked expressions → IR), [`codegen`] (IR → cranelift,
+//! fills them), [`index`] (rule indexing: which rules a request can match),
+//! [`lower`] (checked expressions → IR), [`codegen`] (IR → cranelift,
 //! safe), [`native`] (the only `unsafe`: module ownership, calls, freeing),
 //! [`compile`] (driver), [`run`] (host side of a decision), [`engine`] (choosing or
 //! comparing engines).
@@ -29,12 +30,14 @@ use crate::policy::interp::{self, Decision, StateUpdate, StrategyCall};
 pub mod codegen;
 pub mod compile;
 pub mod engine;
+pub mod index;
 pub mod ir;
 pub mod layout;
 pub mod lower;
 pub mod native;
 pub mod run;
 
+pub use compile::JitOptions;
 pub use engine::{decide_with, EngineMode, Mismatch};
 pub use native::live_compiled_modules;
 
@@ -81,7 +84,15 @@ impl CompiledPolicySet {
 
     /// [`CompiledPolicySet::compile`] for a shared set.
     pub fn compile_arc(set: Arc<CheckedPolicySet>) -> CompiledPolicySet {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile::compile(&set)));
+        CompiledPolicySet::compile_with(set, JitOptions::default())
+    }
+
+    /// [`CompiledPolicySet::compile`] with explicit code generation options (tests
+    /// use it to index every route).
+    pub fn compile_with(set: Arc<CheckedPolicySet>, opts: JitOptions) -> CompiledPolicySet {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            compile::compile(&set, opts)
+        }));
         let (code, fallback) = match r {
             Ok(Ok(code)) => (Some(Arc::new(code)), None),
             Ok(Err(e)) => (None, Some(e)),

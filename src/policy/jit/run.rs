@@ -62,6 +62,9 @@ impl<'a> JRun<'a> {
     ) -> JRun<'a> {
         let mut fv = vec![0u64; code.layout.req.len()];
         code.layout.fill_req(set, &code.strings, req, &mut fv);
+        for ix in &code.index {
+            ix.fill(&mut fv);
+        }
         JRun {
             set,
             code,

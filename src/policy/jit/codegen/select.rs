@@ -125,8 +125,48 @@ impl Fx<'_, '_> {
             if dyn_fb {
                 self.b.def_var(fallback, none);
             }
+            // Indexed routes: per group of 64 rules, one mask word; a zero word skips
+            // the group, a zero bit skips a keyed rule.
+            let keyed = |ki: usize| {
+                route
+                    .index
+                    .as_ref()
+                    .is_some_and(|x| x.keyed.get(ki).copied().unwrap_or(false))
+            };
+            let mut word: Option<Value> = None;
+            let mut group_end: Option<Block> = None;
             for (ki, rule) in route.rules.iter().enumerate() {
-                let next_rule = self.b.create_block();
+                if let (Some(ix), 0) = (&route.index, ki % 64) {
+                    let group = ki..(ki + 64).min(route.rules.len());
+                    if group.clone().any(keyed) {
+                        let w = self.emit(&Node::Load(
+                            Slot {
+                                vector: Vector::Req,
+                                index: ix.mask_cell + (ki / 64) as u32,
+                            },
+                            LTy::I,
+                        ))?;
+                        let (body, end) = (self.b.create_block(), self.b.create_block());
+                        self.b.ins().brif(w, body, &[], end, &[]);
+                        self.b.switch_to_block(body);
+                        word = Some(w);
+                        group_end = Some(end);
+                    } else {
+                        word = None;
+                        group_end = None;
+                    }
+                }
+                let last_of_group = ki % 64 == 63 || ki + 1 == route.rules.len();
+                let next_rule = match group_end {
+                    Some(end) if last_of_group => end,
+                    _ => self.b.create_block(),
+                };
+                if let (Some(w), true) = (word, keyed(ki)) {
+                    let bit = self.b.ins().band_imm_s(w, (1u64 << (ki % 64)) as i64);
+                    let test = self.b.create_block();
+                    self.b.ins().brif(bit, test, &[], next_rule, &[]);
+                    self.b.switch_to_block(test);
+                }
                 if let Some(w) = &rule.when {
                     let body = self.b.create_block();
                     self.branch(w, body, next_rule)?;
