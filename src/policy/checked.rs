@@ -402,9 +402,18 @@ pub enum CTarget {
 impl CTarget {
     /// The target as policies write it.
     pub fn describe(&self) -> String {
+        // Built by hand, not with `format!`: this runs on every decision.
+        let quoted = |prefix: &str, s: &str| {
+            let mut out = String::with_capacity(prefix.len() + s.len() + 2);
+            out.push_str(prefix);
+            out.push('"');
+            out.push_str(s);
+            out.push('"');
+            out
+        };
         match self {
-            CTarget::Model(m) => format!("\"{m}\""),
-            CTarget::Endpoint(e) => format!("endpoint \"{e}\""),
+            CTarget::Model(m) => quoted("", m),
+            CTarget::Endpoint(e) => quoted("endpoint ", e),
             CTarget::RequestedModel => "model".to_string(),
             CTarget::Any => "any".to_string(),
         }

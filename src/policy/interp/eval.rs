@@ -184,26 +184,31 @@ pub fn reduce(f: AggFn, values: &[f64]) -> f64 {
 
 /// `*` matches any run of characters, `?` one character; no escapes.
 pub fn glob(text: &str, pat: &str) -> bool {
-    let t: Vec<char> = text.chars().collect();
-    let p: Vec<char> = pat.chars().collect();
+    // Two cursors over chars (byte offsets, always on char boundaries) with one
+    // backtrack point at the last `*`; no allocation.
+    let first = |s: &str, i: usize| s.get(i..).and_then(|r| r.chars().next());
     let (mut ti, mut pi) = (0usize, 0usize);
     let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            ti += 1;
-            pi += 1;
-        } else if pi < p.len() && p[pi] == '*' {
+    while let Some(tc) = first(text, ti) {
+        let pc = first(pat, pi);
+        if pc == Some('?') || pc == Some(tc) {
+            ti += tc.len_utf8();
+            pi += pc.map_or(1, char::len_utf8);
+        } else if pc == Some('*') {
             star = Some((pi, ti));
             pi += 1;
         } else if let Some((sp, st)) = star {
+            let Some(c) = first(text, st) else {
+                return false;
+            };
             pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
+            ti = st + c.len_utf8();
+            star = Some((sp, ti));
         } else {
             return false;
         }
     }
-    p[pi..].iter().all(|&c| c == '*')
+    pat.get(pi..).is_some_and(|r| r.bytes().all(|b| b == b'*'))
 }
 
 impl<'a, 's> Evaluator<'a, 's> {
@@ -529,5 +534,40 @@ mod tests {
         assert!(glob("", "*"));
         assert!(!glob("abc", "a?"));
         assert!(glob("aXbXc", "a*b*c"));
+    }
+
+    /// The char-vector formulation of the same matcher (the reference `glob` was
+    /// written as before it stopped allocating).
+    fn glob_by_chars(text: &str, pat: &str) -> bool {
+        let t: Vec<char> = text.chars().collect();
+        let p: Vec<char> = pat.chars().collect();
+        let (mut ti, mut pi) = (0usize, 0usize);
+        let mut star: Option<(usize, usize)> = None;
+        while ti < t.len() {
+            if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+                ti += 1;
+                pi += 1;
+            } else if pi < p.len() && p[pi] == '*' {
+                star = Some((pi, ti));
+                pi += 1;
+            } else if let Some((sp, st)) = star {
+                pi = sp + 1;
+                ti = st + 1;
+                star = Some((sp, st + 1));
+            } else {
+                return false;
+            }
+        }
+        p[pi..].iter().all(|&c| c == '*')
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn glob_agrees_with_the_char_vector_matcher(
+            text in "[ab\u{e9}\u{1f600}?*]{0,8}",
+            pat in "[ab\u{e9}\u{1f600}?*]{0,6}",
+        ) {
+            proptest::prop_assert_eq!(glob(&text, &pat), glob_by_chars(&text, &pat));
+        }
     }
 }

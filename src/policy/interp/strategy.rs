@@ -284,14 +284,12 @@ fn score_all<'a>(
 /// score / Σ scores with non-positive and non-finite scores counting 0 (all zero:
 /// uniform); 1 for `min`/`max`.
 pub fn probabilities(pick: PickMode, scores: &[f64]) -> Vec<f64> {
-    let weights: Vec<f64> = scores
-        .iter()
-        .map(|&x| if x.is_finite() && x > 0.0 { x } else { 0.0 })
-        .collect();
-    let total: f64 = weights.iter().sum();
+    let weight = |x: f64| if x.is_finite() && x > 0.0 { x } else { 0.0 };
+    let total: f64 = scores.iter().map(|&x| weight(x)).sum();
     let n = scores.len().max(1) as f64;
-    weights
+    scores
         .iter()
+        .map(|&x| weight(x))
         .map(|w| match pick {
             PickMode::Weighted | PickMode::Sample if total > 0.0 && total.is_finite() => w / total,
             PickMode::Weighted | PickMode::Sample => 1.0 / n,

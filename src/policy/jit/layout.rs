@@ -158,7 +158,9 @@ impl Layout {
 /// models, model names). Request strings outside it get per-request ids above it.
 #[derive(Debug, Default)]
 pub struct Strings {
-    map: HashMap<String, u32>,
+    // FxHash: looked up for every request string cell; the keys are policy and
+    // registry strings, so no hash flooding concern.
+    map: rustc_hash::FxHashMap<String, u32>,
     len: u32,
 }
 

@@ -261,13 +261,15 @@ impl<'a> JRun<'a> {
             .collect()
     }
 
-    /// Aggregate values (by index) over the candidates whose vectors are `eps`.
+    /// Aggregate values (by index) over `n` candidates: candidate `i`'s vector is
+    /// row `rows[i]` of `eps` (row `i` when `rows` is `None`).
     fn aggregates(
         &self,
         inst: &StratCode,
         s: &CStrategy,
         eps: &[u64],
         n: usize,
+        rows: Option<&[usize]>,
         outcome: Option<&Outcome>,
     ) -> Option<Vec<f64>> {
         let mut out = vec![0.0; s.aggregates as usize];
@@ -278,9 +280,10 @@ impl<'a> JRun<'a> {
         for (idx, f, func) in &inst.aggs {
             let mut values = Vec::with_capacity(n);
             for i in 0..n {
+                let row = rows.map_or(Some(i), |r| r.get(i).copied())?;
                 values.push(f64::from_bits(self.call(
                     *func,
-                    self.ep_of(eps, i),
+                    self.ep_of(eps, row),
                     &aux,
                 )?));
             }
@@ -292,16 +295,26 @@ impl<'a> JRun<'a> {
     }
 
     /// Scores every context (aggregates over exactly these), filling `score` and
-    /// `probability` as the interpreter's `score_all` does.
-    fn score_all(&self, inst: &StratCode, s: &CStrategy, ctxs: &mut [EpCtx<'a>]) -> Option<()> {
-        let eps = self.ep_vectors(ctxs);
-        let aggs = self.aggregates(inst, s, &eps, ctxs.len(), None)?;
-        let aux = self.aux(self.req.priority, ctxs.len(), None, &aggs);
-        let mut scores = Vec::with_capacity(ctxs.len());
-        for i in 0..ctxs.len() {
+    /// `probability` as the interpreter's `score_all` does. Context `i`'s vector is
+    /// row `rows[i]` of `eps` (row `i` when `rows` is `None`); the vectors must have
+    /// been filled before scoring (score 0, probability 1, as `contexts` makes them).
+    fn score_all(
+        &self,
+        inst: &StratCode,
+        s: &CStrategy,
+        ctxs: &mut [EpCtx<'a>],
+        eps: &[u64],
+        rows: Option<&[usize]>,
+    ) -> Option<()> {
+        let n = ctxs.len();
+        let aggs = self.aggregates(inst, s, eps, n, rows, None)?;
+        let aux = self.aux(self.req.priority, n, None, &aggs);
+        let mut scores = Vec::with_capacity(n);
+        for i in 0..n {
+            let row = rows.map_or(Some(i), |r| r.get(i).copied())?;
             scores.push(f64::from_bits(self.call(
                 inst.score,
-                self.ep_of(&eps, i),
+                self.ep_of(eps, row),
                 &aux,
             )?));
         }
@@ -322,43 +335,52 @@ impl<'a> JRun<'a> {
         cands: &[EndpointRef<'a>],
     ) -> Option<Vec<EpCtx<'a>>> {
         let all = contexts(self.set, Some(s), args, self.req, self.stats, cands);
+        // One vector per candidate, reused for scoring the kept ones.
         let eps = self.ep_vectors(&all);
         let aux = self.aux(self.req.priority, 0, None, &[]);
-        let mut kept = Vec::new();
-        let mut preferred = Vec::new();
+        let mut kept = Vec::with_capacity(all.len());
+        let mut rows = Vec::with_capacity(all.len());
+        let (mut any_preferred, mut any_plain) = (false, false);
+        let mut preferred = Vec::with_capacity(all.len());
         for (i, c) in all.into_iter().enumerate() {
             let bits = self.call(inst.filter, self.ep_of(&eps, i), &aux)?;
             if bits & 1 == 0 {
                 continue;
             }
-            preferred.push(bits & 2 != 0);
+            let p = bits & 2 != 0;
+            any_preferred |= p;
+            any_plain |= !p;
+            preferred.push(p);
+            rows.push(i);
             kept.push(c);
         }
-        if preferred.iter().any(|p| *p) && preferred.iter().any(|p| !*p) {
+        if any_preferred && any_plain {
             let mut i = 0;
             kept.retain(|_| {
                 i += 1;
                 preferred[i - 1]
             });
+            let mut i = 0;
+            rows.retain(|_| {
+                i += 1;
+                preferred[i - 1]
+            });
         }
-        self.score_all(inst, s, &mut kept)?;
+        self.score_all(inst, s, &mut kept, &eps, Some(&rows))?;
         let chosen = choose(s.pick, &kept, Some(&mut self.rng));
-        let mut order = Vec::with_capacity(kept.len());
-        let mut rest = Vec::new();
-        for (i, c) in kept.into_iter().enumerate() {
-            if Some(i) == chosen {
-                order.push(c);
-            } else {
-                rest.push(c);
-            }
+        if let Some(c) = chosen.filter(|c| *c > 0) {
+            // The pick first, the rest in their order before the sort below.
+            kept[..=c].rotate_right(1);
         }
+        let rest = kept
+            .get_mut(usize::from(chosen.is_some())..)
+            .unwrap_or_default();
         match s.pick {
             PickMode::Min => rest.sort_by(|a, b| a.score.total_cmp(&b.score)),
             PickMode::Max => rest.sort_by(|a, b| b.score.total_cmp(&a.score)),
             _ => rest.sort_by(|a, b| b.probability.total_cmp(&a.probability)),
         }
-        order.extend(rest);
-        Some(order)
+        Some(kept)
     }
 
     /// The interpreter's `strategy::update` for a compiled instance (`Some(None)`: no
@@ -378,12 +400,13 @@ impl<'a> JRun<'a> {
             return Some(None);
         };
         let mut ctxs = contexts(self.set, Some(s), args, self.req, self.stats, cands);
-        self.score_all(inst, s, &mut ctxs)?;
+        let unscored = self.ep_vectors(&ctxs);
+        self.score_all(inst, s, &mut ctxs, &unscored, None)?;
         let Some(me) = ctxs.iter().position(|c| c.reg.endpoint.id == endpoint) else {
             return Some(None);
         };
         let eps = self.ep_vectors(&ctxs);
-        let aggs = self.aggregates(inst, s, &eps, ctxs.len(), outcome)?;
+        let aggs = self.aggregates(inst, s, &eps, ctxs.len(), None, outcome)?;
         let aux = self.aux(self.req.priority, ctxs.len(), outcome, &aggs);
         let mut slots = BTreeMap::new();
         for (slot, f) in assigns {
@@ -453,8 +476,8 @@ impl<'a> JRun<'a> {
         };
         let mut plan: Vec<EndpointRef<'a>> = order.iter().map(|c| c.reg).collect();
         if let (Some(s), Some(inst), Some(first)) = (strat, inst, order.first()) {
-            let id = first.reg.endpoint.id.clone();
-            if let Some(up) = self.update(inst, s, &u.args, &cands, &id, Event::Pick, None)? {
+            let id: &'a str = &first.reg.endpoint.id;
+            if let Some(up) = self.update(inst, s, &u.args, &cands, id, Event::Pick, None)? {
                 d.state_updates.push(up);
             }
         }
