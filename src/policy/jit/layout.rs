@@ -198,7 +198,7 @@ impl Strings {
 
     /// The id of `s` in one request: its table id, or an id above the table shared by
     /// equal strings of the same request (`foreign` collects them).
-    pub fn id<'r>(&self, s: &'r str, foreign: &mut Vec<&'r str>) -> u64 {
+    pub fn id<'r>(&self, s: &'r str, foreign: &mut Foreign<'r>) -> u64 {
         if let Some(id) = self.map.get(s) {
             return u64::from(*id);
         }
@@ -212,6 +212,10 @@ impl Strings {
         u64::from(self.len) + k as u64
     }
 }
+
+/// Request strings outside the table, in first-seen order (their ids follow the
+/// table's).
+pub type Foreign<'r> = smallvec::SmallVec<[&'r str; 4]>;
 
 /// The code of a priority level (its rank, lowest first).
 pub fn prio_code(p: PriorityLevel) -> u64 {
@@ -274,7 +278,7 @@ impl Layout {
         r: &RequestFeatures,
         out: &mut [u64],
     ) {
-        let mut foreign: Vec<&str> = Vec::new();
+        let mut foreign = Foreign::new();
         for (cell, slot) in out.iter_mut().zip(&self.req) {
             *cell = match *slot {
                 ReqSlot::Field(f) => match f {

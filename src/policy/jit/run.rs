@@ -9,6 +9,8 @@
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
+use smallvec::SmallVec;
+
 use crate::policy::ast::{Event, PickMode, PriorityLevel};
 use crate::policy::checked::*;
 use crate::policy::features::{Outcome, RequestFeatures, StatsSnapshot};
@@ -39,8 +41,14 @@ pub struct JRun<'a> {
     stats: &'a StatsSnapshot,
     rng: SplitMix64,
     priority: PriorityLevel,
-    fv: Vec<u64>,
+    fv: Cells<48>,
 }
+
+/// Vector cells, on the stack up to `N`.
+type Cells<const N: usize> = SmallVec<[u64; N]>;
+
+/// Candidate rows and flags, on the stack up to 8 candidates.
+type Rows<T> = SmallVec<[T; 8]>;
 
 fn rule_at(route: &CRoute, i: u64) -> Option<&CRule> {
     let i = usize::try_from(i).ok()?;
@@ -60,7 +68,7 @@ impl<'a> JRun<'a> {
         stats: &'a StatsSnapshot,
         seed: u64,
     ) -> JRun<'a> {
-        let mut fv = vec![0u64; code.layout.req.len()];
+        let mut fv = Cells::from_elem(0, code.layout.req.len());
         code.layout.fill_req(set, &code.strings, req, &mut fv);
         for ix in &code.index {
             ix.fill(&mut fv);
@@ -187,9 +195,9 @@ impl<'a> JRun<'a> {
         (hash::bucket(s.seed, rule, key.unwrap_or("")), key.is_some())
     }
 
-    fn ep_vectors(&self, ctxs: &[EpCtx<'_>]) -> Vec<u64> {
+    fn ep_vectors(&self, ctxs: &[EpCtx<'_>]) -> Cells<64> {
         let n = self.code.layout.ep.len();
-        let mut v = vec![0u64; n * ctxs.len()];
+        let mut v = Cells::from_elem(0, n * ctxs.len());
         if n > 0 {
             for (c, cell) in ctxs.iter().zip(v.chunks_mut(n)) {
                 self.code
@@ -211,8 +219,8 @@ impl<'a> JRun<'a> {
         count: usize,
         outcome: Option<&Outcome>,
         aggs: &[f64],
-    ) -> Vec<u64> {
-        let mut a = vec![0u64; self.code.layout.aux.len()];
+    ) -> Cells<16> {
+        let mut a = Cells::from_elem(0, self.code.layout.aux.len());
         self.code
             .layout
             .fill_aux(priority, count, outcome, aggs, &mut a);
@@ -278,7 +286,7 @@ impl<'a> JRun<'a> {
         }
         let aux = self.aux(self.req.priority, n, outcome, &[]);
         for (idx, f, func) in &inst.aggs {
-            let mut values = Vec::with_capacity(n);
+            let mut values: Rows<f64> = SmallVec::with_capacity(n);
             for i in 0..n {
                 let row = rows.map_or(Some(i), |r| r.get(i).copied())?;
                 values.push(f64::from_bits(self.call(
@@ -309,7 +317,7 @@ impl<'a> JRun<'a> {
         let n = ctxs.len();
         let aggs = self.aggregates(inst, s, eps, n, rows, None)?;
         let aux = self.aux(self.req.priority, n, None, &aggs);
-        let mut scores = Vec::with_capacity(n);
+        let mut scores: Rows<f64> = SmallVec::with_capacity(n);
         for i in 0..n {
             let row = rows.map_or(Some(i), |r| r.get(i).copied())?;
             scores.push(f64::from_bits(self.call(
@@ -339,9 +347,9 @@ impl<'a> JRun<'a> {
         let eps = self.ep_vectors(&all);
         let aux = self.aux(self.req.priority, 0, None, &[]);
         let mut kept = Vec::with_capacity(all.len());
-        let mut rows = Vec::with_capacity(all.len());
+        let mut rows: Rows<usize> = SmallVec::with_capacity(all.len());
         let (mut any_preferred, mut any_plain) = (false, false);
-        let mut preferred = Vec::with_capacity(all.len());
+        let mut preferred: Rows<bool> = SmallVec::with_capacity(all.len());
         for (i, c) in all.into_iter().enumerate() {
             let bits = self.call(inst.filter, self.ep_of(&eps, i), &aux)?;
             if bits & 1 == 0 {
