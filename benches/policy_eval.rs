@@ -2,10 +2,12 @@
 //! 1,000-rule sets on the JIT and the interpreter side by side; parse + check +
 //! compile time of 1,000 rules; compiled code size per rule.
 //!
-//! `cargo bench --bench policy_eval` (release profile). The generated rules are the
-//! worst case for rule walking: the request matches none of them, so every
-//! condition runs, and the default then picks among gpt-4o's endpoints with
-//! `least_latency`.
+//! `cargo bench --bench policy_eval` (release profile). The request matches none of
+//! the generated rules, and the default then picks among gpt-4o's endpoints with
+//! `least_latency`. The main sets mix equality tests (which the rule index keys on,
+//! see `src/policy/jit/index.rs`) with range tests and string atoms;
+//! `decide/1000_range_rules` has range tests only, so nothing is skipped and every
+//! compiled condition runs.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -52,6 +54,21 @@ fn simple_rules(n: usize) -> String {
     for i in 0..n {
         s.push_str(&format!(
             "  rule r{i} when has(request.org) and request.org == \"org-{i}\" {{ use \"gpt-4o-mini\" }}\n"
+        ));
+    }
+    s.push_str("  default use \"gpt-4o\" via least_latency\n}\n");
+    s
+}
+
+/// A route with `n` rules of range tests only: nothing for the rule index to key
+/// on, so the compiled walk tests every rule (the JIT's worst case).
+fn range_rules(n: usize) -> String {
+    let mut s = String::from("route gen {\n");
+    for i in 0..n {
+        s.push_str(&format!(
+            "  rule r{i} when request.input_tokens > {} or request.hour > {} {{ use \"gpt-4o-mini\" }}\n",
+            5_000 + i * 10,
+            24 + i
         ));
     }
     s.push_str("  default use \"gpt-4o\" via least_latency\n}\n");
@@ -113,6 +130,22 @@ fn decide(c: &mut Criterion) {
         Some("default")
     );
     let mut g = c.benchmark_group("decide/1000_one_test_rules");
+    g.bench_function(BenchmarkId::from_parameter("jit"), |bch| {
+        bch.iter(|| set.decide_on(Engine::Jit, black_box(&req), &stats, 1))
+    });
+    g.bench_function(BenchmarkId::from_parameter("interp"), |bch| {
+        bch.iter(|| set.decide_on(Engine::Interp, black_box(&req), &stats, 1))
+    });
+    g.finish();
+    let mut src = SourceMap::new();
+    src.add("least_latency.policy", LEAST_LATENCY);
+    src.add("gen.policy", range_rules(1000));
+    let set = compiled_from(&src);
+    assert_eq!(
+        set.decide_on(Engine::Jit, &req, &stats, 1).rule.as_deref(),
+        Some("default")
+    );
+    let mut g = c.benchmark_group("decide/1000_range_rules");
     g.bench_function(BenchmarkId::from_parameter("jit"), |bch| {
         bch.iter(|| set.decide_on(Engine::Jit, black_box(&req), &stats, 1))
     });
