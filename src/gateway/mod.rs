@@ -70,7 +70,7 @@ pub struct Gateway {
     pub in_flight: metrics::Gauge,
     endpoint_metrics: Vec<Arc<EndpointMetrics>>,
     endpoint_index: HashMap<String, usize>,
-    /// Serializes decide + `on pick` state updates when strategies keep state, so
+    /// Serializes decisions that apply `on pick` state updates (see `decide`), so
     /// stateful strategies (smooth weighted round-robin) see every earlier pick.
     decision_lock: Mutex<()>,
     /// The hot-reload machinery, once started (for `/admin/policies`).
@@ -267,10 +267,22 @@ impl Gateway {
     }
 
     /// Runs the policy for `features` on `snap`, applying `on pick` state updates.
+    ///
+    /// Decisions run without a lock. Only one that has `on pick` updates to apply
+    /// (smooth weighted round-robin, for one) is discarded and made again under
+    /// `decision_lock` on a fresh statistics snapshot, so every applied update comes
+    /// from a decision that saw all earlier picks, and requests whose strategy keeps no
+    /// pick state never wait for one that does.
     fn decide(&self, snap: &PolicySnapshot, features: &RequestFeatures) -> Decision {
         let seed = rand::random::<u64>();
-        let stateful = snap.set().strategies.iter().any(|s| !s.states.is_empty());
-        let _guard = stateful.then(|| self.decision_lock.lock().unwrap_or_else(|p| p.into_inner()));
+        let stats = self
+            .stats
+            .snapshot_for_task(SystemTime::now(), &features.task);
+        let decision = snap.compiled.decide(features, &stats, seed);
+        if decision.state_updates.is_empty() {
+            return decision;
+        }
+        let _guard = self.decision_lock.lock().unwrap_or_else(|p| p.into_inner());
         let stats = self
             .stats
             .snapshot_for_task(SystemTime::now(), &features.task);

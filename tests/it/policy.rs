@@ -78,6 +78,16 @@ async fn rules_reject_pin_and_balance() {
         }
     }
     assert_eq!(on_a, 30);
+
+    // The same split under concurrency: decisions with `on pick` updates are made
+    // one at a time on fresh state, so 40 concurrent requests still split 30:10.
+    let replies = futures_util::future::join_all((0..40).map(|_| post_h(&url, &body, None))).await;
+    let on_a = replies
+        .iter()
+        .inspect(|r| assert_eq!(r.status, 200))
+        .filter(|r| r.headers["x-switchyard-endpoint"] == "a/x")
+        .count();
+    assert_eq!(on_a, 30);
 }
 
 #[tokio::test]
