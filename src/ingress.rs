@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use http::{HeaderValue, Method, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::Request;
 
@@ -126,9 +126,14 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
 
 /// Reads the body, refusing more than `limit` bytes with 413 (by `Content-Length`
 /// before reading, or while reading when the length is not declared).
+///
+/// A refused body is read and thrown away first, up to [`DRAIN_MAX_BYTES`] and
+/// [`DRAIN_TIMEOUT`], the way nginx discards one: a client that writes its whole body
+/// before reading (most do) then reads the 413 instead of a reset connection. A body
+/// declared larger than `limit` + [`DRAIN_MAX_BYTES`] is refused at once.
 async fn read_body(
     headers: &http::HeaderMap,
-    body: Incoming,
+    mut body: Incoming,
     limit: usize,
 ) -> Result<bytes::Bytes, GatewayError> {
     let too_large = || {
@@ -138,17 +143,42 @@ async fn read_body(
         )
         .with_code("request_too_large")
     };
-    if let Some(len) = headers
+    let declared = headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.parse::<u64>().ok())
-    {
-        if len > limit as u64 {
-            return Err(too_large());
+        .and_then(|s| s.parse::<u64>().ok());
+    if let Some(len) = declared.filter(|len| *len > limit as u64) {
+        if len <= (limit + DRAIN_MAX_BYTES) as u64 {
+            discard(&mut body).await;
         }
+        return Err(too_large());
     }
-    let read = tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, limit).collect());
-    match read.await {
+    let read = async {
+        let mut parts: Vec<bytes::Bytes> = Vec::new();
+        let mut total = 0usize;
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame?.into_data() else {
+                continue;
+            };
+            total += data.len();
+            if total > limit {
+                return Ok(None);
+            }
+            parts.push(data);
+        }
+        Ok::<_, hyper::Error>(Some(match parts.len() {
+            0 => bytes::Bytes::new(),
+            1 => parts.swap_remove(0),
+            _ => {
+                let mut all = bytes::BytesMut::with_capacity(total);
+                for p in &parts {
+                    all.extend_from_slice(p);
+                }
+                all.freeze()
+            }
+        }))
+    };
+    match tokio::time::timeout(BODY_TIMEOUT, read).await {
         Err(_) => {
             let mut e = GatewayError::new(
                 ErrorKind::InvalidRequest,
@@ -161,13 +191,39 @@ async fn read_body(
             e.status_override = Some(408);
             Err(e)
         }
-        Ok(Ok(c)) => Ok(c.to_bytes()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Ok(Ok(Some(b))) => Ok(b),
+        Ok(Ok(None)) => {
+            discard(&mut body).await;
+            Err(too_large())
+        }
         Ok(Err(e)) => Err(GatewayError::new(
             ErrorKind::InvalidRequest,
             format!("could not read the request body: {e}"),
         )),
     }
+}
+
+/// Most bytes of a refused body read and thrown away before the 413 is sent.
+pub const DRAIN_MAX_BYTES: usize = 16 * 1024 * 1024;
+
+/// Longest time spent throwing a refused body away before the 413 is sent.
+pub const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads and drops the rest of `body`, within [`DRAIN_MAX_BYTES`] and
+/// [`DRAIN_TIMEOUT`]; errors end it quietly (the 413 follows either way).
+async fn discard(body: &mut Incoming) {
+    let drain = async {
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Ok(d) = frame.into_data() {
+                seen += d.len();
+                if seen > DRAIN_MAX_BYTES {
+                    return;
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
 }
 
 /// Longest wait for a request body once its headers arrived (slow clients get 408).

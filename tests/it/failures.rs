@@ -262,3 +262,59 @@ async fn a_json_answer_to_a_stream_request_falls_back() {
     assert_eq!(r.headers["x-switchyard-endpoint"], "good/x");
     assert_eq!(r.events().last().map(String::as_str), Some("[DONE]"));
 }
+
+/// Writes `head` and `body` whole before reading anything (as most clients do), then
+/// reads the answer to the end of the connection.
+async fn write_all_then_read(addr: &str, head: String, body: &[u8], chunked: bool) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    if chunked {
+        for c in body.chunks(64 * 1024) {
+            s.write_all(format!("{:x}\r\n", c.len()).as_bytes())
+                .await
+                .unwrap();
+            s.write_all(c).await.unwrap();
+            s.write_all(b"\r\n").await.unwrap();
+        }
+        s.write_all(b"0\r\n\r\n").await.unwrap();
+    } else {
+        s.write_all(body).await.unwrap();
+    }
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn an_oversized_body_written_whole_still_gets_the_413() {
+    let m = mock(&[]);
+    let gw = serve(&format!(
+        "server: {{ max_body_bytes: 2048 }}\n{}",
+        config(
+            &[("up", &m)],
+            "",
+            "  m:\n    endpoints:\n      - { provider: up, model: x }\n"
+        )
+    ));
+    let addr = gw.addr.to_string();
+    // 4 MiB: more than loopback socket buffers hold, so a server that answers without
+    // reading leaves this client failing to write or reading a reset.
+    let body = vec![b'x'; 4 << 20];
+    for chunked in [false, true] {
+        let length = if chunked {
+            "Transfer-Encoding: chunked".to_string()
+        } else {
+            format!("Content-Length: {}", body.len())
+        };
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{length}\r\nConnection: close\r\n\r\n"
+        );
+        let answer = write_all_then_read(&addr, head, &body, chunked).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 413"),
+            "chunked {chunked}: {answer}"
+        );
+        assert!(answer.contains("request_too_large"), "{answer}");
+    }
+}
