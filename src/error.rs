@@ -148,6 +148,16 @@ pub struct GatewayError {
 }
 
 impl GatewayError {
+    /// The `kind` label of `switchyard_upstream_errors_total`: the kind's label, except
+    /// that a provider that could not be reached at all (code `upstream_unreachable`)
+    /// is `unreachable`, apart from the `bad_upstream` answers it received.
+    pub fn metric_kind(&self) -> &'static str {
+        match self.code {
+            Some("upstream_unreachable") => "unreachable",
+            _ => self.kind.metric_label(),
+        }
+    }
+
     /// A new error of `kind` with `message`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         GatewayError {

@@ -236,7 +236,7 @@ impl Gateway {
                     Ok(resp) => return resp,
                     Err(e) => {
                         let id = &self.registry.endpoints[ep_idx].id;
-                        metrics::counter!(m::UPSTREAM_ERRORS, "endpoint" => id.to_string(), "kind" => e.kind.metric_label())
+                        metrics::counter!(m::UPSTREAM_ERRORS, "endpoint" => id.to_string(), "kind" => e.metric_kind())
                             .increment(1);
                         tracing::warn!(policy = %snap.version, endpoint = %id, model = %chat.model, attempt = attempts, error = %e, "attempt failed");
                         let (retryable, client_fault) =

@@ -121,6 +121,12 @@ async fn unreachable_upstream_is_502() {
     let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
     let v = assert_openai_error(&r, 502);
     assert_eq!(v["error"]["code"], "upstream_unreachable");
+    let metrics = get(&gw.url("/metrics")).await.text();
+    assert!(
+        metrics
+            .contains(r#"switchyard_upstream_errors_total{endpoint="dead/x",kind="unreachable"}"#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
