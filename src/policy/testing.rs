@@ -264,10 +264,28 @@ pub(crate) fn check_tests(
     routes: &[CRoute],
     strategies: &[CStrategy],
 ) -> Vec<CTest> {
+    // Names as written, including those of definitions that failed to check: a test
+    // naming one gets no follow-on "no rule is named" error (the definition's own
+    // error already says what is wrong).
+    let mut declared: Vec<(ExpectField, &str)> = Vec::new();
+    for item in files.iter().flat_map(|f| &f.items) {
+        match item {
+            Item::Route(r) => {
+                declared.push((ExpectField::Route, &r.name.name));
+                for ri in &r.items {
+                    if let RouteItem::Rule(rule) = ri {
+                        declared.push((ExpectField::Rule, &rule.name.name));
+                    }
+                }
+            }
+            Item::Strategy(s) => declared.push((ExpectField::Strategy, &s.name.name)),
+            Item::Test(_) => {}
+        }
+    }
     let mut out = Vec::new();
     for item in files.iter().flat_map(|f| &f.items) {
         if let Item::Test(t) = item {
-            if let Some(ct) = check_test(c, t, routes, strategies) {
+            if let Some(ct) = check_test(c, t, routes, strategies, &declared) {
                 out.push(ct);
             }
         }
@@ -284,8 +302,10 @@ fn check_test(
     t: &TestDef,
     routes: &[CRoute],
     strategies: &[CStrategy],
+    declared: &[(ExpectField, &str)],
 ) -> Option<CTest> {
     let before = c.diags.len();
+    let mut skipped = false;
     let mut ct = CTest {
         name: t.name.node.clone(),
         request: RequestFeatures::for_model(""),
@@ -350,7 +370,7 @@ fn check_test(
                 ct.sample = Some((count.node, k));
             }
             TestItem::Expect(e) => {
-                if let Some(k) = expectation(c, e, routes, strategies) {
+                if let Some(k) = expectation(c, e, routes, strategies, declared, &mut skipped) {
                     ct.expects.push(CExpect {
                         kind: k,
                         span: e.span,
@@ -378,14 +398,14 @@ fn check_test(
             "`expect share` needs `sample N by KEY` in the same test",
         );
     }
-    if ct.expects.is_empty() && c.diags.len() == before {
+    if ct.expects.is_empty() && c.diags.len() == before && !skipped {
         bad(
             c,
             t.name.span,
             format!("the test \"{}\" expects nothing", t.name.node),
         );
     }
-    (c.diags.len() == before).then_some(ct)
+    (c.diags.len() == before && !skipped).then_some(ct)
 }
 
 fn request_field(c: &mut Checker<'_>, r: &mut RequestFeatures, a: &ReqAssign) {
@@ -533,6 +553,8 @@ fn expectation(
     e: &Expectation,
     routes: &[CRoute],
     strategies: &[CStrategy],
+    declared: &[(ExpectField, &str)],
+    skipped: &mut bool,
 ) -> Option<CExpectKind> {
     let (what, value) = match &e.kind {
         ExpectKind::Reject(s) => {
@@ -567,6 +589,11 @@ fn expectation(
         ExpectField::Arm => vec![v.to_string()],
     };
     let known = names.iter().any(|n| n == v) || (v == "none" && what != ExpectField::Arm);
+    if !known && declared.contains(&(what, v)) {
+        // Declared but not checked: its definition's error is already reported.
+        *skipped = true;
+        return None;
+    }
     if !known {
         c.diags.push(
             Diagnostic::error(

@@ -107,3 +107,13 @@ fn bad_tests_are_errors() {
     has(&e, "E0801", "t.policy:2:22");
     assert!(e.contains("did you mean `model`?"), "{e}");
 }
+
+#[test]
+fn a_test_naming_a_rule_that_failed_to_check_gets_no_follow_on_error() {
+    let e = errs("route r {\n  rule a when request.stream == 1 { use \"gpt-4o\" }\n  default use model\n}\ntest \"t\" { request { model = \"gpt-4o\" } expect rule \"a\" }");
+    has(&e, "E0301", "t.policy:2:15");
+    assert!(!e.contains("E0801"), "{e}");
+    // A name declared nowhere is still an error.
+    let e = errs("route r {\n  rule a when request.stream == 1 { use \"gpt-4o\" }\n  default use model\n}\ntest \"t\" { request { model = \"gpt-4o\" } expect rule \"b\" }");
+    has(&e, "E0801", "t.policy:5:");
+}
