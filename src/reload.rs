@@ -22,14 +22,24 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use notify::RecursiveMode;
-use notify_debouncer_full::{new_debouncer, DebounceEventResult};
+use notify::{RecommendedWatcher, RecursiveMode};
+use notify_debouncer_full::{new_debouncer, DebounceEventResult, Debouncer, RecommendedCache};
 use serde::Serialize;
 use tokio::sync::Notify;
 
 use crate::gateway::Gateway;
 use crate::policy::Registry;
 use crate::routing::policy::{compile, read_sources, registry_from_config, PolicySnapshot};
+
+/// Keeps the policy watch alive; dropping it stops the watch.
+struct WatchGuard(Arc<Mutex<Option<Debouncer<RecommendedWatcher, RecommendedCache>>>>);
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        g.take();
+    }
+}
 
 /// How long the watcher waits for a burst of events to settle.
 pub const DEBOUNCE: Duration = Duration::from_millis(25);
@@ -216,22 +226,59 @@ impl Reloader {
     /// Starts watching the policy directory; the returned guard stops the watch when
     /// dropped. `None` when there is no directory to watch.
     ///
+    /// The parent directory is watched too (not recursively): a policy directory that
+    /// is deleted and created again (`rm -r policies && cp -r new policies`, a
+    /// checkout) takes its old watch with it, so when it reappears it is watched
+    /// again and the set is rebuilt.
+    ///
     /// # Errors
     /// The watcher's error (for example, too many inotify watches).
     pub fn watch(self: &Arc<Self>) -> Result<Option<impl Drop>, String> {
         let Some(dir) = self.dir.clone() else {
             return Ok(None);
         };
+        // Absolute (symlinks kept), so the parent exists and event paths compare.
+        let dir = std::path::absolute(&dir).unwrap_or(dir);
         let me = Arc::downgrade(self);
-        let mut debouncer = new_debouncer(DEBOUNCE, None, move |res: DebounceEventResult| {
+        let shared: Arc<Mutex<Option<Debouncer<RecommendedWatcher, RecommendedCache>>>> =
+            Arc::new(Mutex::new(None));
+        let handle = Arc::downgrade(&shared);
+        let watched = dir.clone();
+        let debouncer = new_debouncer(DEBOUNCE, None, move |res: DebounceEventResult| {
             let Some(me) = me.upgrade() else { return };
             match res {
                 Ok(events) => {
+                    let reappeared = events.iter().any(|e| {
+                        matches!(
+                            e.kind,
+                            notify::EventKind::Create(_)
+                                | notify::EventKind::Modify(notify::event::ModifyKind::Name(_))
+                        ) && e.paths.contains(&watched)
+                    });
+                    if reappeared {
+                        // Watch again off this thread: `watch` takes the debouncer's
+                        // own lock, which is held while this handler runs.
+                        let (handle, dir) = (handle.clone(), watched.clone());
+                        let me = Arc::clone(&me);
+                        std::thread::spawn(move || {
+                            if let Some(shared) = handle.upgrade() {
+                                let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
+                                if let Some(d) = guard.as_mut() {
+                                    match d.watch(&dir, RecursiveMode::Recursive) {
+                                        Ok(()) => tracing::info!(dir = %dir.display(), "policy directory reappeared; watching it again"),
+                                        Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the policy directory again"),
+                                    }
+                                }
+                            }
+                            me.request(false);
+                        });
+                        return;
+                    }
                     // Reads (open, close-after-read) are access events: the rebuild's own
                     // reads would otherwise trigger the next rebuild, forever.
                     let changed = events.iter().any(|e| {
                         !matches!(e.kind, notify::EventKind::Access(_))
-                            && e.paths.iter().any(|p| relevant(p))
+                            && e.paths.iter().any(|p| p.starts_with(&watched) && relevant(p))
                     });
                     if changed {
                         me.request(false);
@@ -246,11 +293,18 @@ impl Reloader {
             }
         })
         .map_err(|e| format!("cannot start the policy watcher: {e}"))?;
-        debouncer
-            .watch(&dir, RecursiveMode::Recursive)
+        let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
+        let d = guard.insert(debouncer);
+        d.watch(&dir, RecursiveMode::Recursive)
             .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            if let Err(e) = d.watch(parent, RecursiveMode::NonRecursive) {
+                tracing::warn!(dir = %parent.display(), error = %e, "cannot watch the policy directory's parent; a deleted and recreated policy directory needs SIGHUP");
+            }
+        }
+        drop(guard);
         tracing::info!(dir = %dir.display(), "watching policies for changes");
-        Ok(Some(debouncer))
+        Ok(Some(WatchGuard(shared)))
     }
 
     /// The `GET /admin/policies` body.

@@ -349,3 +349,22 @@ async fn a_fifo_in_the_policy_directory_is_skipped() {
     assert_eq!(r.status, 200, "{}", r.text());
     wait_for(&s.gw, "b/x").await;
 }
+
+#[tokio::test]
+async fn a_deleted_and_recreated_policy_directory_is_watched_again() {
+    let s = setup(&[]);
+    wait_for(&s.gw, "a/x").await;
+    let dir = s.file.parent().unwrap().to_path_buf();
+    std::fs::remove_dir_all(&dir).unwrap();
+    // The missing directory is a failed rebuild: the last good set keeps serving.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_for(&s.gw, "a/x").await;
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(&s.file, route_to("b/x")).unwrap();
+    let v = wait_for(&s.gw, "b/x").await;
+    assert_eq!(admin(&s.gw).await["version"], v.as_str());
+    // And the new directory's own watch works: a save in it is picked up.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    write_temp_and_rename(&s.file, &route_to("a/x"));
+    wait_for(&s.gw, "a/x").await;
+}
