@@ -130,7 +130,8 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
 /// A refused body is read and thrown away first, up to [`DRAIN_MAX_BYTES`] and
 /// [`DRAIN_TIMEOUT`], the way nginx discards one: a client that writes its whole body
 /// before reading (most do) then reads the 413 instead of a reset connection. A body
-/// declared larger than `limit` + [`DRAIN_MAX_BYTES`] is refused at once.
+/// declared larger than `limit` + [`DRAIN_MAX_BYTES`], or declared too large with
+/// `Expect: 100-continue` (the client waits before sending it), is refused at once.
 async fn read_body(
     headers: &http::HeaderMap,
     mut body: Incoming,
@@ -148,7 +149,13 @@ async fn read_body(
         .and_then(|v| v.to_str().ok())
         .and_then(|s| s.parse::<u64>().ok());
     if let Some(len) = declared.filter(|len| *len > limit as u64) {
-        if len <= (limit + DRAIN_MAX_BYTES) as u64 {
+        // A client that sent `Expect: 100-continue` has not sent the body and waits
+        // for our word: reading (which makes hyper send `100 Continue`) would only
+        // make it upload what we throw away. Answer at once, as nginx does.
+        let expects_continue = headers
+            .get(http::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        if !expects_continue && len <= (limit + DRAIN_MAX_BYTES) as u64 {
             discard(&mut body).await;
         }
         return Err(too_large());

@@ -324,3 +324,33 @@ async fn an_oversized_body_written_whole_still_gets_the_413() {
         assert!(answer.contains("request_too_large"), "{answer}");
     }
 }
+
+#[tokio::test]
+async fn an_oversized_declared_body_with_expect_100_continue_is_refused_unread() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let m = mock(&[]);
+    let gw = serve(&format!(
+        "server: {{ max_body_bytes: 2048 }}\n{}",
+        config(
+            &[("up", &m)],
+            "",
+            "  m:\n    endpoints:\n      - { provider: up, model: x }\n"
+        )
+    ));
+    // The client asks before sending 4 MiB (curl does for large bodies): the answer is
+    // the 413 at once, not `100 Continue` (which makes it upload the whole body only
+    // for it to be thrown away, or wait for the drain timeout if it sends nothing).
+    let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+        4 << 20
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = [0u8; 512];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(2), s.read(&mut buf))
+        .await
+        .expect("no answer within 2 s")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+}
