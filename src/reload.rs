@@ -264,6 +264,13 @@ impl Reloader {
                             if let Some(shared) = handle.upgrade() {
                                 let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
                                 if let Some(d) = guard.as_mut() {
+                                    // Drop the old watch first: when the path now names
+                                    // another directory (a symlink swapped, a directory
+                                    // renamed away and another renamed in) the old
+                                    // directory's watches stay alive otherwise, and its
+                                    // saves keep triggering rebuilds. Gone already (a
+                                    // deleted directory) is fine.
+                                    let _ = d.unwatch(&dir);
                                     match d.watch(&dir, RecursiveMode::Recursive) {
                                         Ok(()) => tracing::info!(dir = %dir.display(), "policy directory reappeared; watching it again"),
                                         Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the policy directory again"),

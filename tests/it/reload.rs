@@ -368,3 +368,35 @@ async fn a_deleted_and_recreated_policy_directory_is_watched_again() {
     write_temp_and_rename(&s.file, &route_to("a/x"));
     wait_for(&s.gw, "a/x").await;
 }
+
+#[tokio::test]
+async fn a_policy_directory_symlink_swapped_to_a_new_target_stops_watching_the_old_one() {
+    let s = setup(&[]);
+    wait_for(&s.gw, "a/x").await;
+    let dir = s.file.parent().unwrap().to_path_buf();
+    let root = dir.parent().unwrap().to_path_buf();
+    let (r1, r2) = (root.join("r1"), root.join("r2"));
+    std::fs::create_dir(&r1).unwrap();
+    std::fs::create_dir(&r2).unwrap();
+    std::fs::write(r1.join("pin.policy"), route_to("a/x")).unwrap();
+    std::fs::write(r2.join("pin.policy"), route_to("b/x")).unwrap();
+    // `policies` becomes a symlink to r1, then is swapped atomically to r2 (a deploy
+    // tool's `current` link).
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink("r1", &dir).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for(&s.gw, "a/x").await;
+    let tmp = root.join("policies.tmp");
+    std::os::unix::fs::symlink("r2", &tmp).unwrap();
+    std::fs::rename(&tmp, &dir).unwrap();
+    wait_for(&s.gw, "b/x").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = admin(&s.gw).await["reloads"].clone();
+    // A save in the old target is no longer a trigger (its watch went with the swap).
+    std::fs::write(r1.join("pin.policy"), route_to("a/x") + "# edited\n").unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(admin(&s.gw).await["reloads"], before);
+    // The new target's own watch works.
+    std::fs::write(r2.join("pin.policy"), route_to("a/x")).unwrap();
+    wait_for(&s.gw, "a/x").await;
+}
