@@ -109,6 +109,24 @@ fn unix_ms(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
+/// `path` with `.` and `..` resolved lexically (a `..` drops the component before
+/// it; symlinks are not followed, so a symlinked policy directory stays watched by
+/// its own name).
+fn normalized(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
 /// Whether a changed path can matter: not an editor's swap, backup or temp file.
 fn relevant(path: &Path) -> bool {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
@@ -237,8 +255,9 @@ impl Reloader {
         let Some(dir) = self.dir.clone() else {
             return Ok(None);
         };
-        // Absolute (symlinks kept), so the parent exists and event paths compare.
-        let dir = std::path::absolute(&dir).unwrap_or(dir);
+        // Absolute and without `.`/`..` (symlinks kept), so the parent is the real
+        // parent and event paths compare.
+        let dir = normalized(&std::path::absolute(&dir).unwrap_or(dir));
         let me = Arc::downgrade(self);
         let shared: Arc<Mutex<Option<Debouncer<RecommendedWatcher, RecommendedCache>>>> =
             Arc::new(Mutex::new(None));
@@ -394,6 +413,20 @@ pub async fn admin_reload(gw: &Gateway) -> http::Response<crate::body::Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn policy_directories_are_normalized_lexically() {
+        for (given, want) in [
+            ("/srv/app/policies", "/srv/app/policies"),
+            ("/srv/app/policies/", "/srv/app/policies"),
+            ("/srv/app/./policies", "/srv/app/policies"),
+            ("/srv/app/policies/..", "/srv/app"),
+            ("/srv/app/x/../policies", "/srv/app/policies"),
+            ("/..", "/"),
+        ] {
+            assert_eq!(normalized(Path::new(given)), PathBuf::from(want), "{given}");
+        }
+    }
 
     #[test]
     fn editor_droppings_are_ignored() {
