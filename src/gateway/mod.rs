@@ -70,8 +70,9 @@ pub struct Gateway {
     pub in_flight: metrics::Gauge,
     endpoint_metrics: Vec<Arc<EndpointMetrics>>,
     endpoint_index: HashMap<String, usize>,
-    /// Serializes decisions that apply `on pick` state updates (see `decide`), so
-    /// stateful strategies (smooth weighted round-robin) see every earlier pick.
+    /// Serializes every read-modify-write of strategy state: decisions that apply
+    /// `on pick` updates (see `decide`) and `on success` / `on failure` updates
+    /// (`outcome.rs`), so stateful strategies see every earlier pick and outcome.
     decision_lock: Mutex<()>,
     /// The hot-reload machinery, once started (for `/admin/policies`).
     pub reloader: std::sync::OnceLock<std::sync::Weak<crate::reload::Reloader>>,

@@ -115,6 +115,13 @@ impl Attempt {
             return;
         }
         let id = &self.gw.registry.endpoints[self.ep_idx].id;
+        // Read-modify-write of the state: under the decision lock, so concurrent
+        // outcomes (and `on pick` decisions) of the same strategy never lose updates.
+        let _guard = self
+            .gw
+            .decision_lock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let stats = self
             .gw
             .stats

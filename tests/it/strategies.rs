@@ -99,3 +99,22 @@ async fn exp3_learns_to_send_the_majority_to_the_fast_upstream() {
         p("slow/x")
     );
 }
+
+/// An `on success` counter: every outcome's read-modify-write of the state must land,
+/// however many requests finish at once.
+#[tokio::test]
+async fn concurrent_outcome_updates_are_not_lost() {
+    let m = mock(&["--latency-ms", "5"]);
+    let cfg = config(
+        &[("up", &m)],
+        "",
+        "  m:\n    endpoints:\n      - { provider: up, model: x }\n",
+    );
+    let policy = "strategy counted() {\n  state done = 0.0\n  score = 1.0\n  pick max\n  on success {\n    done = state.done + 1\n  }\n}\n\nroute r when request.model == \"m\" {\n  default use \"m\" via counted\n}\n";
+    let gw = serve_with_policies(&cfg, &[("counted.policy", policy)]);
+    let url = gw.url("/v1/chat/completions");
+    send(&url, 240, 24).await;
+    let admin = get(&gw.url("/admin/endpoints")).await.json();
+    let ep = &admin["endpoints"][0];
+    assert_eq!(ep["stats"]["state"]["counted"]["done"], 240.0, "{admin:#}");
+}
