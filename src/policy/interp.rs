@@ -251,13 +251,90 @@ pub fn on_outcome(
     )
 }
 
-/// `use model via priority`: the decision when no route matches.
-static IMPLICIT_USE: std::sync::LazyLock<CUse> = std::sync::LazyLock::new(|| CUse {
+/// `use model via priority`: the decision when no route matches. (Shared with the
+/// JIT's host side, like the helpers below, so the engines cannot drift apart.)
+pub(crate) static IMPLICIT_USE: std::sync::LazyLock<CUse> = std::sync::LazyLock::new(|| CUse {
     target: CTarget::RequestedModel,
     strategy: None,
     args: Vec::new(),
     span: Default::default(),
 });
+
+impl Decision {
+    /// A decision with nothing decided yet, at `priority`.
+    pub(crate) fn blank(priority: PriorityLevel) -> Decision {
+        Decision {
+            route: None,
+            rule: None,
+            split: None,
+            target: None,
+            strategy: None,
+            endpoint: None,
+            model: None,
+            fallbacks: Vec::new(),
+            retries: 0,
+            backoff_ms: None,
+            priority,
+            cache: None,
+            reject: None,
+            state_updates: Vec::new(),
+            call: None,
+        }
+    }
+}
+
+/// The split bucket (0..10 000) of `req` for split `s` of rule `rule`, and whether
+/// the sticky key was present (`random` draws from `rng`).
+pub(crate) fn split_bucket(
+    s: &CSplit,
+    rule: &str,
+    req: &RequestFeatures,
+    rng: &mut SplitMix64,
+) -> (u32, bool) {
+    let key: Option<&str> = match &s.key {
+        CSplitKey::Random => return ((rng.next_u64() % 10_000) as u32, true),
+        CSplitKey::ApiKey => req.api_key.as_deref(),
+        CSplitKey::Org => req.org.as_deref(),
+        CSplitKey::Header(h) => req.header(h),
+        CSplitKey::Metadata(m) => req.metadata.get(m).map(String::as_str),
+    };
+    (hash::bucket(s.seed, rule, key.unwrap_or("")), key.is_some())
+}
+
+/// The registry endpoints of a target; `Err` names a requested model that does not
+/// exist.
+pub(crate) fn candidates<'a>(
+    set: &'a CheckedPolicySet,
+    req: &RequestFeatures,
+    t: &CTarget,
+) -> Result<Vec<EndpointRef<'a>>, String> {
+    let reg = &set.registry;
+    Ok(match t {
+        CTarget::Model(m) => reg.endpoints().filter(|e| &e.model.name == m).collect(),
+        CTarget::Endpoint(id) => reg.endpoint(id).into_iter().collect(),
+        CTarget::RequestedModel => {
+            let v: Vec<_> = reg
+                .endpoints()
+                .filter(|e| e.model.name == req.model)
+                .collect();
+            if reg.model(&req.model).is_none() {
+                return Err(req.model.clone());
+            }
+            v
+        }
+        CTarget::Any => reg.endpoints().collect(),
+    })
+}
+
+/// The endpoints of `v` the runtime offers to strategies.
+pub(crate) fn available<'a>(
+    stats: &StatsSnapshot,
+    v: Vec<EndpointRef<'a>>,
+) -> Vec<EndpointRef<'a>> {
+    v.into_iter()
+        .filter(|e| stats.get(&e.endpoint.id).available)
+        .collect()
+}
 
 struct Run<'a> {
     set: &'a CheckedPolicySet,
@@ -308,26 +385,6 @@ impl<'a> Run<'a> {
             });
         }
         v
-    }
-
-    fn blank(&self) -> Decision {
-        Decision {
-            route: None,
-            rule: None,
-            split: None,
-            target: None,
-            strategy: None,
-            endpoint: None,
-            model: None,
-            fallbacks: Vec::new(),
-            retries: 0,
-            backoff_ms: None,
-            priority: self.priority,
-            cache: None,
-            reject: None,
-            state_updates: Vec::new(),
-            call: None,
-        }
     }
 
     fn decide(&mut self) -> Decision {
@@ -388,7 +445,7 @@ impl<'a> Run<'a> {
             CTerminal::Reject {
                 status, message, ..
             } => {
-                let mut d = self.blank();
+                let mut d = Decision::blank(self.priority);
                 d.reject = Some(Rejection {
                     status: *status,
                     message: message.clone(),
@@ -397,7 +454,7 @@ impl<'a> Run<'a> {
             }
             CTerminal::Use(u) => self.dispatch(u, fallback),
             CTerminal::Split(s) => {
-                let (bucket, present) = self.bucket(s, rule);
+                let (bucket, present) = split_bucket(s, rule, self.req, &mut self.rng);
                 let mut arm = s
                     .arms
                     .iter()
@@ -421,7 +478,7 @@ impl<'a> Run<'a> {
                     }
                 }
                 let Some(a) = s.arms.get(arm) else {
-                    return self.blank();
+                    return Decision::blank(self.priority);
                 };
                 let mut d = self.dispatch(&a.action, fallback);
                 d.split = Some(SplitChoice {
@@ -435,20 +492,8 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn bucket(&mut self, s: &CSplit, rule: &str) -> (u32, bool) {
-        let r = self.req;
-        let key: Option<&str> = match &s.key {
-            CSplitKey::Random => return ((self.rng.next_u64() % 10_000) as u32, true),
-            CSplitKey::ApiKey => r.api_key.as_deref(),
-            CSplitKey::Org => r.org.as_deref(),
-            CSplitKey::Header(h) => r.header(h),
-            CSplitKey::Metadata(m) => r.metadata.get(m).map(String::as_str),
-        };
-        (hash::bucket(s.seed, rule, key.unwrap_or("")), key.is_some())
-    }
-
     fn rollback_fires(&mut self, u: &'a CUse, guard: &TExpr, rule: &str) -> bool {
-        let cands = self.candidates(&u.target).unwrap_or_default();
+        let cands = candidates(self.set, self.req, &u.target).unwrap_or_default();
         let ctxs = strategy::contexts(self.set, None, &[], self.req, self.stats, &cands);
         for c in &ctxs {
             let mut ev = Evaluator {
@@ -476,38 +521,11 @@ impl<'a> Run<'a> {
         false
     }
 
-    /// The registry endpoints of a target; `Err` names a requested model that does not
-    /// exist.
-    fn candidates(&self, t: &CTarget) -> Result<Vec<EndpointRef<'a>>, String> {
-        let reg = &self.set.registry;
-        Ok(match t {
-            CTarget::Model(m) => reg.endpoints().filter(|e| &e.model.name == m).collect(),
-            CTarget::Endpoint(id) => reg.endpoint(id).into_iter().collect(),
-            CTarget::RequestedModel => {
-                let v: Vec<_> = reg
-                    .endpoints()
-                    .filter(|e| e.model.name == self.req.model)
-                    .collect();
-                if reg.model(&self.req.model).is_none() {
-                    return Err(self.req.model.clone());
-                }
-                v
-            }
-            CTarget::Any => reg.endpoints().collect(),
-        })
-    }
-
-    fn available(&self, v: Vec<EndpointRef<'a>>) -> Vec<EndpointRef<'a>> {
-        v.into_iter()
-            .filter(|e| self.stats.get(&e.endpoint.id).available)
-            .collect()
-    }
-
     fn dispatch(&mut self, u: &'a CUse, fallback: Option<&CFallback>) -> Decision {
-        let mut d = self.blank();
+        let mut d = Decision::blank(self.priority);
         d.target = Some(u.target.describe());
-        let cands = match self.candidates(&u.target) {
-            Ok(c) => self.available(c),
+        let cands = match candidates(self.set, self.req, &u.target) {
+            Ok(c) => available(self.stats, c),
             Err(model) => {
                 d.reject = Some(Rejection {
                     status: 404,
@@ -557,7 +575,10 @@ impl<'a> Run<'a> {
         }
         if let Some(f) = fallback {
             apply_fallback(&mut d, &mut plan, f, |t| {
-                self.available(self.candidates(t).unwrap_or_default())
+                available(
+                    self.stats,
+                    candidates(self.set, self.req, t).unwrap_or_default(),
+                )
             });
         }
         write_plan(&mut d, plan, &u.target);

@@ -7,7 +7,6 @@
 //! which code generation rules out); the caller then decides on the interpreter.
 
 use std::collections::BTreeMap;
-use std::sync::LazyLock;
 
 use smallvec::SmallVec;
 
@@ -15,23 +14,17 @@ use crate::policy::ast::{Event, PickMode, PriorityLevel};
 use crate::policy::checked::*;
 use crate::policy::features::{Outcome, RequestFeatures, StatsSnapshot};
 use crate::policy::interp::eval::{reduce, EpCtx};
-use crate::policy::interp::hash::{self, SplitMix64};
+use crate::policy::interp::hash::SplitMix64;
 use crate::policy::interp::strategy::{self, choose, contexts, probabilities};
 use crate::policy::interp::{
-    apply_fallback, write_plan, Decision, Rejection, SplitChoice, StateUpdate, StrategyCall,
+    apply_fallback, available, candidates, split_bucket, write_plan, Decision, Rejection,
+    SplitChoice, StateUpdate, StrategyCall, IMPLICIT_USE,
 };
 use crate::policy::registry::EndpointRef;
 
 use super::codegen::NONE;
 use super::compile::{JitCode, StratCode, NO_ARM};
 use super::layout::prio_level;
-
-static IMPLICIT_USE: LazyLock<CUse> = LazyLock::new(|| CUse {
-    target: CTarget::RequestedModel,
-    strategy: None,
-    args: Vec::new(),
-    span: Default::default(),
-});
 
 /// One JIT decision in progress.
 pub struct JRun<'a> {
@@ -84,26 +77,6 @@ impl<'a> JRun<'a> {
         }
     }
 
-    fn blank(&self) -> Decision {
-        Decision {
-            route: None,
-            rule: None,
-            split: None,
-            target: None,
-            strategy: None,
-            endpoint: None,
-            model: None,
-            fallbacks: Vec::new(),
-            retries: 0,
-            backoff_ms: None,
-            priority: self.priority,
-            cache: None,
-            reject: None,
-            state_updates: Vec::new(),
-            call: None,
-        }
-    }
-
     /// The decision (same result as `interp::decide`).
     pub fn decide(&mut self) -> Option<Decision> {
         let out = self.code.native.call_select(self.code.select, &self.fv)?;
@@ -142,7 +115,7 @@ impl<'a> JRun<'a> {
             CTerminal::Reject {
                 status, message, ..
             } => {
-                let mut d = self.blank();
+                let mut d = Decision::blank(self.priority);
                 d.reject = Some(Rejection {
                     status: *status,
                     message: message.clone(),
@@ -151,7 +124,7 @@ impl<'a> JRun<'a> {
             }
             CTerminal::Use(u) => self.dispatch(u, fallback, Some((site.0, site.1, NO_ARM))),
             CTerminal::Split(s) => {
-                let (bucket, present) = self.bucket(s, rule);
+                let (bucket, present) = split_bucket(s, rule, self.req, &mut self.rng);
                 let mut arm = s
                     .arms
                     .iter()
@@ -168,7 +141,7 @@ impl<'a> JRun<'a> {
                     }
                 }
                 let Some(a) = s.arms.get(arm) else {
-                    return Some(self.blank());
+                    return Some(Decision::blank(self.priority));
                 };
                 let mut d =
                     self.dispatch(&a.action, fallback, Some((site.0, site.1, arm as u32)))?;
@@ -181,18 +154,6 @@ impl<'a> JRun<'a> {
                 Some(d)
             }
         }
-    }
-
-    fn bucket(&mut self, s: &CSplit, rule: &str) -> (u32, bool) {
-        let r = self.req;
-        let key: Option<&str> = match &s.key {
-            CSplitKey::Random => return ((self.rng.next_u64() % 10_000) as u32, true),
-            CSplitKey::ApiKey => r.api_key.as_deref(),
-            CSplitKey::Org => r.org.as_deref(),
-            CSplitKey::Header(h) => r.header(h),
-            CSplitKey::Metadata(m) => r.metadata.get(m).map(String::as_str),
-        };
-        (hash::bucket(s.seed, rule, key.unwrap_or("")), key.is_some())
     }
 
     fn ep_vectors(&self, ctxs: &[EpCtx<'_>]) -> Cells<64> {
@@ -232,7 +193,7 @@ impl<'a> JRun<'a> {
     }
 
     fn rollback_fires(&mut self, u: &CUse, guard: usize) -> Option<bool> {
-        let cands = self.candidates(&u.target).unwrap_or_default();
+        let cands = candidates(self.set, self.req, &u.target).unwrap_or_default();
         let ctxs = contexts(self.set, None, &[], self.req, self.stats, &cands);
         let eps = self.ep_vectors(&ctxs);
         let aux = self.aux(self.priority, 0, None, &[]);
@@ -242,31 +203,6 @@ impl<'a> JRun<'a> {
             }
         }
         Some(false)
-    }
-
-    fn candidates(&self, t: &CTarget) -> Result<Vec<EndpointRef<'a>>, String> {
-        let reg = &self.set.registry;
-        Ok(match t {
-            CTarget::Model(m) => reg.endpoints().filter(|e| &e.model.name == m).collect(),
-            CTarget::Endpoint(id) => reg.endpoint(id).into_iter().collect(),
-            CTarget::RequestedModel => {
-                let v: Vec<_> = reg
-                    .endpoints()
-                    .filter(|e| e.model.name == self.req.model)
-                    .collect();
-                if reg.model(&self.req.model).is_none() {
-                    return Err(self.req.model.clone());
-                }
-                v
-            }
-            CTarget::Any => reg.endpoints().collect(),
-        })
-    }
-
-    fn available(&self, v: Vec<EndpointRef<'a>>) -> Vec<EndpointRef<'a>> {
-        v.into_iter()
-            .filter(|e| self.stats.get(&e.endpoint.id).available)
-            .collect()
     }
 
     /// Aggregate values (by index) over `n` candidates: candidate `i`'s vector is
@@ -437,10 +373,10 @@ impl<'a> JRun<'a> {
         fallback: Option<&CFallback>,
         site: Option<(u32, u32, u32)>,
     ) -> Option<Decision> {
-        let mut d = self.blank();
+        let mut d = Decision::blank(self.priority);
         d.target = Some(u.target.describe());
-        let cands = match self.candidates(&u.target) {
-            Ok(c) => self.available(c),
+        let cands = match candidates(self.set, self.req, &u.target) {
+            Ok(c) => available(self.stats, c),
             Err(model) => {
                 d.reject = Some(Rejection {
                     status: 404,
@@ -491,7 +427,10 @@ impl<'a> JRun<'a> {
         }
         if let Some(f) = fallback {
             apply_fallback(&mut d, &mut plan, f, |t| {
-                self.available(self.candidates(t).unwrap_or_default())
+                available(
+                    self.stats,
+                    candidates(self.set, self.req, t).unwrap_or_default(),
+                )
             });
         }
         write_plan(&mut d, plan, &u.target);
