@@ -197,9 +197,11 @@ fn bad_config_reports_every_problem_and_exits_1() {
     assert!(err.contains("server.listen"), "{err}");
 }
 
-/// An upstream whose first connection is closed as soon as the request arrives (like
-/// a keep-alive connection the provider dropped); later connections answer normally.
-fn flaky_first_connection() -> std::net::SocketAddr {
+/// An upstream that answers every request (streaming ones too) with a JSON completion
+/// saying `content`, one connection per request. With `drop_first`, its first
+/// connection is closed as soon as the request arrives instead (like a keep-alive
+/// connection the provider dropped).
+fn json_upstream(content: &'static str, drop_first: bool) -> std::net::SocketAddr {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -208,11 +210,13 @@ fn flaky_first_connection() -> std::net::SocketAddr {
             let Ok(mut s) = stream else { return };
             let mut buf = [0u8; 65536];
             let _ = s.read(&mut buf);
-            if n == 0 {
+            if drop_first && n == 0 {
                 drop(s);
                 continue;
             }
-            let body = r#"{"id":"x","object":"chat.completion","created":0,"model":"x","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}"#;
+            let body = format!(
+                r#"{{"id":"x","object":"chat.completion","created":0,"model":"x","choices":[{{"index":0,"message":{{"role":"assistant","content":"{content}"}},"finish_reason":"stop"}}]}}"#
+            );
             let _ = write!(
                 s,
                 "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -225,7 +229,7 @@ fn flaky_first_connection() -> std::net::SocketAddr {
 
 #[tokio::test]
 async fn a_dropped_connection_is_retried_once_on_a_new_one() {
-    let addr = flaky_first_connection();
+    let addr = json_upstream("ok", true);
     let gw = serve(&format!(
         "providers:\n  p: {{ kind: openai-compatible, base_url: http://{addr}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x }} ] }}\n"
     ));
@@ -234,30 +238,9 @@ async fn a_dropped_connection_is_retried_once_on_a_new_one() {
     assert_eq!(r.json()["choices"][0]["message"]["content"], "ok");
 }
 
-/// An upstream that answers every request with a JSON completion, even streaming ones.
-fn json_only_upstream() -> std::net::SocketAddr {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { return };
-            let mut buf = [0u8; 65536];
-            let _ = s.read(&mut buf);
-            let body = r#"{"id":"x","object":"chat.completion","created":0,"model":"x","choices":[{"index":0,"message":{"role":"assistant","content":"json"},"finish_reason":"stop"}]}"#;
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    addr
-}
-
 #[tokio::test]
 async fn a_json_answer_to_a_stream_request_falls_back() {
-    let odd = json_only_upstream();
+    let odd = json_upstream("json", false);
     let good = mock(&[]);
     let gw = serve(&format!(
         "providers:\n  odd: {{ kind: openai-compatible, base_url: http://{odd}/v1 }}\n  good: {{ kind: openai-compatible, base_url: http://{}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: odd, model: x, priority: 1 }}, {{ provider: good, model: x, priority: 2 }} ] }}\n",
