@@ -106,53 +106,29 @@ fn request() -> RequestFeatures {
 fn decide(c: &mut Criterion) {
     let req = request();
     let stats = StatsSnapshot::default();
-    for n in [10usize, 100, 1000] {
-        let set = compiled(n);
+    let sets = [
+        ("10_rules", rules(10)),
+        ("100_rules", rules(100)),
+        ("1000_rules", rules(1000)),
+        ("1000_one_test_rules", simple_rules(1000)),
+        ("1000_range_rules", range_rules(1000)),
+    ];
+    for (name, route) in sets {
+        let mut src = SourceMap::new();
+        src.add("least_latency.policy", LEAST_LATENCY);
+        src.add("gen.policy", route);
+        let set = compiled_from(&src);
         let a = set.decide_on(Engine::Interp, &req, &stats, 1);
-        let b = set.decide_on(Engine::Jit, &req, &stats, 1);
-        assert_eq!(a, b);
+        assert_eq!(a, set.decide_on(Engine::Jit, &req, &stats, 1));
         assert_eq!(a.rule.as_deref(), Some("default"));
-        let mut g = c.benchmark_group(format!("decide/{n}_rules"));
-        g.bench_function(BenchmarkId::from_parameter("jit"), |bch| {
-            bch.iter(|| set.decide_on(Engine::Jit, black_box(&req), &stats, 1))
-        });
-        g.bench_function(BenchmarkId::from_parameter("interp"), |bch| {
-            bch.iter(|| set.decide_on(Engine::Interp, black_box(&req), &stats, 1))
-        });
+        let mut g = c.benchmark_group(format!("decide/{name}"));
+        for (id, engine) in [("jit", Engine::Jit), ("interp", Engine::Interp)] {
+            g.bench_function(BenchmarkId::from_parameter(id), |bch| {
+                bch.iter(|| set.decide_on(engine, black_box(&req), &stats, 1))
+            });
+        }
         g.finish();
     }
-    let mut src = SourceMap::new();
-    src.add("least_latency.policy", LEAST_LATENCY);
-    src.add("gen.policy", simple_rules(1000));
-    let set = compiled_from(&src);
-    assert_eq!(
-        set.decide_on(Engine::Jit, &req, &stats, 1).rule.as_deref(),
-        Some("default")
-    );
-    let mut g = c.benchmark_group("decide/1000_one_test_rules");
-    g.bench_function(BenchmarkId::from_parameter("jit"), |bch| {
-        bch.iter(|| set.decide_on(Engine::Jit, black_box(&req), &stats, 1))
-    });
-    g.bench_function(BenchmarkId::from_parameter("interp"), |bch| {
-        bch.iter(|| set.decide_on(Engine::Interp, black_box(&req), &stats, 1))
-    });
-    g.finish();
-    let mut src = SourceMap::new();
-    src.add("least_latency.policy", LEAST_LATENCY);
-    src.add("gen.policy", range_rules(1000));
-    let set = compiled_from(&src);
-    assert_eq!(
-        set.decide_on(Engine::Jit, &req, &stats, 1).rule.as_deref(),
-        Some("default")
-    );
-    let mut g = c.benchmark_group("decide/1000_range_rules");
-    g.bench_function(BenchmarkId::from_parameter("jit"), |bch| {
-        bch.iter(|| set.decide_on(Engine::Jit, black_box(&req), &stats, 1))
-    });
-    g.bench_function(BenchmarkId::from_parameter("interp"), |bch| {
-        bch.iter(|| set.decide_on(Engine::Interp, black_box(&req), &stats, 1))
-    });
-    g.finish();
 }
 
 fn compile(c: &mut Criterion) {
@@ -212,75 +188,13 @@ fn memory_report() {
         (after - before) / 20_000.0
     );
     drop(compiled);
-    rss_after_many_sets(10_000);
-}
-
-/// RSS before and after compiling and dropping `n` small sets (the shipped
-/// policies), after a warm-up of 500; also in `examples/jit_rss.rs`.
-fn rss_after_many_sets(n: usize) {
-    let rss_kib = || -> u64 {
-        std::fs::read_to_string("/proc/self/statm")
-            .ok()
-            .and_then(|s| {
-                s.split_whitespace()
-                    .nth(1)
-                    .and_then(|v| v.parse::<u64>().ok())
-            })
-            .unwrap_or(0)
-            * 4
-    };
-    let mut src = SourceMap::new();
-    for (name, text) in [
-        ("canary.policy", include_str!("../policies/canary.policy")),
-        ("ab.policy", include_str!("../policies/ab.policy")),
-        ("batch.policy", include_str!("../policies/batch.policy")),
-        (
-            "long_context.policy",
-            include_str!("../policies/long_context.policy"),
-        ),
-        ("reject.policy", include_str!("../policies/reject.policy")),
-        (
-            "cost_optimized.policy",
-            include_str!("../policies/builtin/cost_optimized.policy"),
-        ),
-        (
-            "exp3.policy",
-            include_str!("../policies/builtin/exp3.policy"),
-        ),
-        ("least_latency.policy", LEAST_LATENCY),
-        (
-            "wrr.policy",
-            include_str!("../policies/builtin/weighted_round_robin.policy"),
-        ),
-    ] {
-        src.add(name, text);
-    }
-    let reg = Registry::example();
-    let req = request();
-    let stats = StatsSnapshot::default();
-    let t = Instant::now();
-    let mut warm = 0;
-    for i in 0..n {
-        let set = parse_and_check(&src, &reg).unwrap_or_else(|d| panic!("{d:?}"));
-        let c = CompiledPolicySet::compile(set);
-        black_box(c.decide(&req, &stats, i as u64));
-        if i + 1 == 500 {
-            warm = rss_kib();
-        }
-    }
-    let end = rss_kib();
-    println!(
-        "memory: RSS after 500 sets {warm} KiB, after {n} sets {end} KiB (growth {} KiB), live modules {}, {:.2?} total",
-        end as i64 - warm as i64,
-        switchyard::policy::live_compiled_modules(),
-        t.elapsed()
-    );
+    // RSS over 10,000 compile-and-drop cycles: `cargo run --release --example jit_rss`.
 }
 
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this binary
     // without it, in debug, only to check the benchmarks still run: the memory report
-    // (10,000 compile-and-drop cycles) belongs to real benchmark runs only.
+    // (20 compiled 1,000-rule sets) belongs to real benchmark runs only.
     if std::env::args().any(|a| a == "--bench") {
         memory_report();
     }
