@@ -28,6 +28,7 @@ use serde::Serialize;
 use tokio::sync::Notify;
 
 use crate::gateway::Gateway;
+use crate::telemetry::{RELOADS, RELOAD_DURATION, VERSION_INFO};
 use crate::policy::Registry;
 use crate::routing::policy::{compile, read_sources, registry_from_config, PolicySnapshot};
 
@@ -43,16 +44,6 @@ impl Drop for WatchGuard {
 
 /// How long the watcher waits for a burst of events to settle.
 pub const DEBOUNCE: Duration = Duration::from_millis(25);
-
-/// Reloads by outcome: `ok`, `failed`, `unchanged`.
-pub const RELOADS: &str = "switchyard_policy_reloads_total";
-/// Time from trigger to swap (or refusal), seconds.
-pub const RELOAD_DURATION: &str = "switchyard_policy_reload_duration_seconds";
-/// Compiled policy modules alive (the serving set, plus older sets still finishing
-/// requests).
-pub const COMPILED_MODULES: &str = "switchyard_policy_compiled_modules";
-/// 1 for the active policy version (label `version`), 0 for replaced ones.
-pub const VERSION_INFO: &str = "switchyard_policy_version_info";
 
 /// The last reload failure.
 #[derive(Debug, Clone, Serialize)]

@@ -5,8 +5,12 @@
 //! parser keeps the unfinished tail and yields each event once its blank line arrives.
 //! Lines may end in `\n`, `\r\n` or `\r`; several `data:` lines join with `\n`; lines
 //! starting with `:` are comments (keep-alives) and are skipped.
+//!
+//! The writing side is here too: every OpenAI-format event Switchyard emits (translated
+//! chunks, error events, `[DONE]`) goes through [`write_event`] and [`write_done`].
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
+use serde::Serialize;
 
 /// One complete event.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -125,6 +129,21 @@ impl SseParser {
     pub fn has_partial(&self) -> bool {
         self.has_data || !self.buf.iter().all(|b| b.is_ascii_whitespace())
     }
+}
+
+/// Appends one event `data: <json>\n\n` to `out` (the JSON written in place, no
+/// intermediate string).
+pub fn write_event(out: &mut BytesMut, json: &impl Serialize) {
+    out.put_slice(b"data: ");
+    let mut w = out.writer();
+    let _ = serde_json::to_writer(&mut w, json);
+    let out = w.into_inner();
+    out.put_slice(b"\n\n");
+}
+
+/// Appends OpenAI's stream terminator `data: [DONE]\n\n` to `out`.
+pub fn write_done(out: &mut BytesMut) {
+    out.put_slice(b"data: [DONE]\n\n");
 }
 
 #[cfg(test)]

@@ -52,9 +52,9 @@ pub fn run(args: ServeArgs) -> ExitCode {
     };
     let no_watch = args.no_watch;
     rt.block_on(async move {
-        let metrics = crate::metrics::install();
+        let metrics = crate::telemetry::install();
         if let Some(h) = metrics.clone() {
-            tokio::spawn(crate::metrics::upkeep(h));
+            tokio::spawn(crate::telemetry::upkeep(h));
         }
         let listen = config.server.listen;
         let drain = Duration::from_millis(config.server.drain_timeout_ms);

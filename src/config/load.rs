@@ -12,7 +12,7 @@ use super::{
     Config, EndpointConfig, ModelConfig, PoliciesConfig, Pricing, ProviderConfig, ProviderKind,
     QualityConfig, ServerConfig, Timeouts,
 };
-use crate::mock::MockOptions;
+use super::MockOptions;
 use crate::suggest::did_you_mean;
 
 /// One configuration problem: where (a dotted path) and what.

@@ -15,16 +15,17 @@
 
 mod defaults;
 mod load;
+mod mock;
 pub mod quality;
 
 pub use defaults::embedded;
 pub use load::{parse_str, ConfigError, ConfigErrors};
+pub use mock::MockOptions;
 pub use quality::{Leaderboard, QualityConfig};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use crate::mock::MockOptions;
 
 /// Finds and loads the config as `serve` and every tool do: `path` if given, else
 /// `./switchyard.yaml` if it exists, else the embedded default (providers enabled by

@@ -22,8 +22,8 @@ use tokio::time::{Instant, Sleep};
 
 use crate::body::{Body, BoxError};
 use crate::error::{ErrorKind, GatewayError};
-use crate::providers::{openai::write_event, StreamStep, StreamTranscoder};
-use crate::sse::SseParser;
+use crate::providers::{StreamStep, StreamTranscoder};
+use crate::sse::{write_event, SseParser};
 
 /// Process-wide signal that ends every relayed stream (set when the shutdown drain
 /// runs out of time), so clients get an error event rather than a cut connection.

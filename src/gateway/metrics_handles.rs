@@ -1,7 +1,7 @@
 //! Metric handles per endpoint, registered once so the request path only bumps
 //! atomics instead of hashing label sets.
 
-use crate::metrics as m;
+use crate::telemetry as m;
 
 /// The metrics of one endpoint (labels `model`, `endpoint`, and `status` for counters).
 #[derive(Debug)]

@@ -37,7 +37,7 @@ use crate::config::Config;
 use crate::egress::relay::{collect, SseRelay};
 use crate::egress::Upstream;
 use crate::error::{ErrorKind, Fault, GatewayError};
-use crate::metrics as m;
+use crate::telemetry as m;
 use crate::policy::from_request::{features, Caller};
 use crate::policy::{Decision, RequestFeatures};
 use crate::providers::StreamContext;
@@ -118,7 +118,7 @@ impl Gateway {
             .enumerate()
             .map(|(i, e)| (e.id.to_string(), i))
             .collect();
-        let stats = StatsStore::from_config(&config, &registry);
+        let stats = StatsStore::from_config(&config);
         let data: Vec<serde_json::Value> = registry
             .model_order
             .iter()

@@ -9,10 +9,9 @@
 //! Responses are deterministic for a given seed and request: the text is drawn from a
 //! fixed word list by a hash of the seed and the prompt, one word per token.
 
-mod options;
 pub mod server;
 
-pub use options::MockOptions;
+pub use crate::config::MockOptions;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;

@@ -12,7 +12,8 @@
 //!   failure, and h = 0.5 for a success slower than the endpoint's
 //!   `latency_target_ms` when one is configured ("fractional when degraded"; one
 //!   fixed step keeps H readable: an endpoint that is always slow settles at 0.5, well
-//!   above the circuit breaker's 0.3, while failures still drive it down);
+//!   above seed 001's circuit-opening threshold of 0.3, while failures still drive it
+//!   down);
 //! - error rate: EWMA (α = 0.1) of 1 on failure, 0 on success;
 //! - capacity C from rate-limit headers ([`ratelimit`]), back to 1 once the limit
 //!   resets.
@@ -26,7 +27,7 @@ mod store;
 pub use store::{EndpointInfo, StatsStore};
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -87,8 +88,6 @@ pub struct EndpointSlot {
     capacity: AtomicF64,
     /// Unix ms when `capacity` stops applying (0: no reset known).
     capacity_until_ms: AtomicU64,
-    /// Offered to strategies (the circuit breaker's switch).
-    available: AtomicBool,
     /// Successes slower than this (ms) count h = 0.5.
     latency_target_ms: Option<f64>,
     state: Mutex<BTreeMap<String, BTreeMap<String, f64>>>,
@@ -106,7 +105,6 @@ impl Default for EndpointSlot {
             in_flight: AtomicU64::new(0),
             capacity: AtomicF64::new(1.0),
             capacity_until_ms: AtomicU64::new(0),
-            available: AtomicBool::new(true),
             latency_target_ms: None,
             state: Mutex::new(BTreeMap::new()),
         }
@@ -126,17 +124,6 @@ impl EndpointSlot {
             latency_target_ms: latency_target_ms.filter(|t| *t > 0.0),
             ..EndpointSlot::default()
         }
-    }
-
-    /// Marks the endpoint (un)available to strategies; unavailable endpoints are left
-    /// out of every candidate list, so the route's fallback chain serves instead.
-    pub fn set_available(&self, available: bool) {
-        self.available.store(available, Ordering::Relaxed);
-    }
-
-    /// Whether strategies are offered the endpoint.
-    pub fn is_available(&self) -> bool {
-        self.available.load(Ordering::Relaxed)
     }
 
     /// Outcomes recorded so far (successes and failures).
@@ -220,7 +207,8 @@ impl EndpointSlot {
             self.capacity.get()
         };
         EndpointStats {
-            available: self.is_available(),
+            // Every live endpoint is offered; nothing takes one out of rotation yet.
+            available: true,
             health: self.health.get(),
             latency_ewma_ms: self.latency_ms.get(),
             ttft_ewma_ms: self.ttft_ms.get(),

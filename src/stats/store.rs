@@ -71,39 +71,31 @@ impl StatsStore {
         }
     }
 
-    /// A store for the endpoints of `registry` with prices (config `pricing`, USD per
-    /// 1M tokens, stored per token), latency targets (endpoint `latency_target_ms`)
-    /// and quality scores (`quality.leaderboard`: the endpoint's upstream model's row,
-    /// else its logical model's) from `config`.
-    pub fn from_config(config: &Config, registry: &crate::routing::Registry) -> StatsStore {
-        let endpoint_configs: HashMap<&str, &crate::config::EndpointConfig> = config
+    /// A store for every endpoint of `config.models`, in config order (the order of
+    /// the routing registry and the policy registry, so endpoint indices agree), with
+    /// prices (config `pricing`, USD per 1M tokens, stored per token), latency targets
+    /// (endpoint `latency_target_ms`) and quality scores (`quality.leaderboard`: the
+    /// endpoint's upstream model's row, else its logical model's). Endpoints whose
+    /// provider is not configured are skipped, as the registry skips them.
+    pub fn from_config(config: &Config) -> StatsStore {
+        let infos = config
             .models
             .iter()
-            .flat_map(|m| m.endpoints.iter())
-            .map(|e| (e.id.as_str(), e))
-            .collect();
-        let infos = registry
-            .endpoints
-            .iter()
-            .map(|e| {
-                let pricing = config
-                    .providers
-                    .get(e.provider)
-                    .map(|p| p.pricing)
-                    .unwrap_or_default();
-                EndpointInfo {
+            .flat_map(|m| m.endpoints.iter().map(move |e| (m, e)))
+            .filter_map(|(m, e)| {
+                let provider = config.providers.iter().find(|p| p.name == e.provider)?;
+                let pricing = provider.pricing;
+                Some(EndpointInfo {
                     id: e.id.to_string(),
                     cost_in_per_token: Some(pricing.input_per_mtok / 1e6),
                     cost_out_per_token: Some(pricing.output_per_mtok / 1e6),
                     quality: config
                         .quality
-                        .scores_for(&e.upstream_model, &e.model)
+                        .scores_for(&e.model, &m.name)
                         .cloned()
                         .unwrap_or_default(),
-                    latency_target_ms: endpoint_configs
-                        .get(&*e.id)
-                        .and_then(|c| c.latency_target_ms),
-                }
+                    latency_target_ms: e.latency_target_ms,
+                })
             })
             .collect();
         StatsStore::with_endpoints(infos)
@@ -132,19 +124,6 @@ impl StatsStore {
     /// The index of endpoint `id`.
     pub fn index(&self, id: &str) -> Option<usize> {
         self.index.get(id).copied()
-    }
-
-    /// Marks endpoint `i` (un)available: strategies only see available endpoints, and
-    /// with none left the route's fallback chain applies. The circuit breaker's hook.
-    /// Returns false for an unknown index.
-    pub fn set_available(&self, i: usize, available: bool) -> bool {
-        match self.slots.get(i) {
-            Some(s) => {
-                s.set_available(available);
-                true
-            }
-            None => false,
-        }
     }
 
     /// A snapshot of every endpoint at `now` with every quality score (for
@@ -235,16 +214,11 @@ mod tests {
     }
 
     #[test]
-    fn unavailable_endpoints_show_in_the_snapshot() {
+    fn endpoints_are_indexed_in_order_and_offered() {
         let s = store();
         assert_eq!(s.index("b"), Some(1));
-        assert!(s.set_available(1, false));
-        assert!(!s.set_available(7, false));
         let snap = s.snapshot(SystemTime::now());
-        assert!(snap.endpoints["a"].available);
-        assert!(!snap.endpoints["b"].available);
-        s.set_available(1, true);
-        assert!(s.snapshot(SystemTime::now()).endpoints["b"].available);
+        assert!(snap.endpoints["a"].available && snap.endpoints["b"].available);
     }
 
     #[test]
@@ -257,10 +231,7 @@ mod tests {
         .unwrap();
         let yaml = "quality: { leaderboard: lb.yaml }\nproviders: { p: { kind: mock, pricing: { input_per_mtok: 3, output_per_mtok: 15 } } }\nmodels: { m: { endpoints: [ { provider: p, model: x-1, latency_target_ms: 80 }, { provider: p, model: x-2 } ] } }\n";
         let c = crate::config::parse_str(yaml, Some(&dir.path().join("s.yaml"))).unwrap();
-        let reg = crate::routing::Registry::from_config(&c, |n| {
-            c.providers.iter().position(|p| p.name == n)
-        });
-        let s = StatsStore::from_config(&c, &reg);
+        let s = StatsStore::from_config(&c);
         let snap = s.snapshot(SystemTime::now());
         let one = &snap.endpoints["p/x-1"];
         assert_eq!(one.cost_in_per_token, Some(3e-6));

@@ -258,19 +258,7 @@ struct DeltaView<'a> {
     tool_calls: Option<&'a RawValue>,
 }
 
-/// Appends `data: <json>\n\n`.
-pub fn write_event(out: &mut BytesMut, json: &impl Serialize) {
-    out.put_slice(b"data: ");
-    let mut w = out.writer();
-    let _ = serde_json::to_writer(&mut w, json);
-    let out = w.into_inner();
-    out.put_slice(b"\n\n");
-}
-
-/// Appends the stream terminator `data: [DONE]\n\n`.
-pub fn write_done(out: &mut BytesMut) {
-    out.put_slice(b"data: [DONE]\n\n");
-}
+pub use crate::sse::{write_done, write_event};
 
 impl StreamTranscoder for OpenAiStream {
     fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> Result<StreamStep, GatewayError> {

@@ -1,4 +1,6 @@
-//! Prometheus metrics: names, help texts and the recorder.
+//! Telemetry: every metric name Switchyard exports, their help texts, and the
+//! Prometheus recorder. Metric names live only here, so a dashboard can be checked
+//! against one file; the modules that count import the names.
 //!
 //! | metric | type | labels |
 //! |---|---|---|
@@ -7,6 +9,10 @@
 //! | `switchyard_ttft_seconds` | histogram (streams) | `model`, `endpoint` |
 //! | `switchyard_upstream_errors_total` | counter | `endpoint`, `kind` |
 //! | `switchyard_in_flight_requests` | gauge | none |
+//! | `switchyard_policy_reloads_total` | counter | `outcome` (`ok`, `failed`, `unchanged`) |
+//! | `switchyard_policy_reload_duration_seconds` | histogram | none |
+//! | `switchyard_policy_compiled_modules` | gauge | none |
+//! | `switchyard_policy_version_info` | gauge | `version` |
 //!
 //! `endpoint` is `none` when a request failed before an endpoint was chosen; `status`
 //! is the HTTP status, or `stream_error` / `client_gone` for streams that began with
@@ -27,6 +33,15 @@ pub const TTFT: &str = "switchyard_ttft_seconds";
 pub const UPSTREAM_ERRORS: &str = "switchyard_upstream_errors_total";
 /// Requests currently being served.
 pub const IN_FLIGHT: &str = "switchyard_in_flight_requests";
+/// Policy reloads by outcome: `ok`, `failed`, `unchanged`.
+pub const RELOADS: &str = "switchyard_policy_reloads_total";
+/// Time from a reload trigger to the swap (or refusal), seconds.
+pub const RELOAD_DURATION: &str = "switchyard_policy_reload_duration_seconds";
+/// Compiled policy modules alive (the serving set, plus older sets still finishing
+/// requests).
+pub const COMPILED_MODULES: &str = "switchyard_policy_compiled_modules";
+/// 1 for the active policy version (label `version`), 0 for replaced ones.
+pub const VERSION_INFO: &str = "switchyard_policy_version_info";
 
 /// Latency buckets in seconds: 5 ms to 5 minutes.
 const BUCKETS: [f64; 16] = [
@@ -57,6 +72,14 @@ pub fn install() -> Option<PrometheusHandle> {
             );
             metrics::describe_counter!(UPSTREAM_ERRORS, "Upstream failures by endpoint and kind.");
             metrics::describe_gauge!(IN_FLIGHT, "Requests currently being served.");
+            metrics::describe_counter!(RELOADS, "Policy reloads by outcome.");
+            metrics::describe_histogram!(
+                RELOAD_DURATION,
+                metrics::Unit::Seconds,
+                "Time from a reload trigger to the swap or refusal."
+            );
+            metrics::describe_gauge!(COMPILED_MODULES, "Compiled policy modules alive.");
+            metrics::describe_gauge!(VERSION_INFO, "1 for the serving policy version.");
             Some(handle)
         })
         .clone()
@@ -68,7 +91,7 @@ pub async fn upkeep(handle: PrometheusHandle) {
     loop {
         tick.tick().await;
         handle.run_upkeep();
-        metrics::gauge!(crate::reload::COMPILED_MODULES)
+        metrics::gauge!(COMPILED_MODULES)
             .set(crate::policy::jit::live_compiled_modules() as f64);
     }
 }

@@ -1,5 +1,6 @@
-//! Behaviour knobs of the provider emulator, shared by `switchyard mock` flags and the
-//! `mock:` block of a `kind: mock` provider in `switchyard.yaml`.
+//! Behaviour knobs of the provider emulator (the `mock` module), shared by
+//! `switchyard mock` flags and the `mock:` block of a `kind: mock` provider in
+//! `switchyard.yaml`. They live in config so that config depends on nothing above it.
 
 use serde::Deserialize;
 
