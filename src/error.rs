@@ -1,48 +1,109 @@
 //! The one error type of the request path.
 //!
 //! Every layer (ingress, routing, transform, egress) converts its failures into a
-//! [`GatewayError`], and the server turns it into an HTTP response in exactly one place
-//! ([`GatewayError::to_response_body`]). The error knows its HTTP status, the OpenAI
-//! error `type` and `code`, who is at fault and whether a retry on another endpoint is
-//! safe, so that metrics, logs and (later) fallback chains all read the same facts.
+//! [`GatewayError`], and errors become HTTP responses in exactly one place
+//! ([`GatewayError::to_response`]). An error carries, as data, everything later code
+//! decides from (the model is Pingora's `Error { etype, esource, retry }`):
+//! - its [`ErrorKind`], which fixes the OpenAI error `type` and the default status;
+//! - who is at fault ([`Fault`]): the downstream client, the upstream provider, or
+//!   Switchyard itself. Health statistics only count upstream faults against an
+//!   endpoint, and a limit Switchyard enforces itself is never blamed on a provider;
+//! - where a retry is safe ([`Retry`]): nowhere, on another endpoint only, on this
+//!   endpoint or another, or only on a fresh connection after a reused pooled one
+//!   failed. The fallback chain (`gateway::dispatch`) reads only this field;
+//! - a machine-readable [`Code`] (an upstream's own code passes through unchanged,
+//!   so a client that matches `context_length_exceeded` keeps working behind us);
+//! - the cause, kept through [`std::error::Error::source`].
 //!
 //! The JSON shape is OpenAI's: `{"error":{"message","type","param","code"}}`
 //! (OpenAI API reference, "Error codes").
 
 use std::fmt;
+use std::sync::Arc;
 
-/// Who caused an error: used for log levels and metric labels.
+use http::{HeaderValue, Response, StatusCode};
+
+use crate::body::{self, Body};
+
+/// Who caused an error: read by health statistics, log levels and metric labels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
-    /// The downstream client sent something wrong (4xx).
+    /// The downstream client: a bad request, missing credentials, or a limit it
+    /// exceeded at the gateway.
     Client,
-    /// The upstream provider failed or answered badly (502, 504, passed-through 429).
+    /// The upstream provider failed or answered badly.
     Upstream,
-    /// Switchyard itself (configuration or a bug).
+    /// Switchyard itself: configuration, shutdown, or a bug.
     Gateway,
 }
 
-/// The class of a request-path error; fixes the HTTP status and OpenAI error type.
+/// Where the request of a failed attempt may be tried again.
+///
+/// Retrying is only ever safe because a chat completion has no effect beyond its
+/// answer; what varies is whether another try can succeed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Nowhere: the request itself is at fault (any endpoint would refuse it), or
+    /// nothing is left to try.
+    Never,
+    /// On another endpoint of the plan, never this one again: it can only fail the
+    /// same way there (an upstream 404 for its model id, refused credentials).
+    OtherEndpoint,
+    /// On this endpoint again after the backoff, or on another (5xx, timeouts, a
+    /// provider's 429).
+    Any,
+    /// Once on a fresh connection to the same endpoint, because the attempt failed on
+    /// a reused pooled connection before any response byte: the provider never saw a
+    /// complete request. Egress does that retry itself; once it has, the failure is
+    /// reported as an unreachable provider.
+    ReusedConnectionOnly,
+}
+
+impl Retry {
+    /// Whether the same endpoint may be tried again (after the backoff).
+    pub fn same_endpoint(self) -> bool {
+        matches!(self, Retry::Any)
+    }
+
+    /// Whether the next endpoint of the plan may be tried.
+    pub fn other_endpoint(self) -> bool {
+        !matches!(self, Retry::Never)
+    }
+}
+
+/// The class of a request-path error; fixes the default HTTP status, the OpenAI error
+/// type, and the default fault and retry safety.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
     /// 400: malformed JSON or a missing/invalid field.
     InvalidRequest,
-    /// 401: missing or invalid credentials (reserved for the auth layer).
+    /// 400: the prompt does not fit the model's context window (OpenAI code
+    /// `context_length_exceeded`).
+    ContextWindowExceeded,
+    /// 401: missing or invalid credentials.
     Unauthenticated,
-    /// 403: credentials valid but not allowed (reserved for the auth layer).
+    /// 403: credentials valid but not allowed.
     PermissionDenied,
     /// 404: unknown model or path.
     NotFound,
     /// 405: wrong HTTP method for a known path.
     MethodNotAllowed,
+    /// 408: the request (its body) did not arrive in time.
+    RequestTimeout,
     /// 413: request body larger than `server.max_body_bytes`.
     PayloadTooLarge,
-    /// 429: rate limited (by us or, passed through, by the upstream).
+    /// 429 from Switchyard itself (a policy's `reject 429`, later rate limits and
+    /// budgets): the client's fault, never an upstream's.
+    Throttled,
+    /// 429 from the upstream provider, passed through with its `Retry-After`.
     RateLimited,
-    /// 502: the upstream answered with an error or with something we cannot parse.
+    /// 502: the upstream answered with an error or with something we cannot parse, or
+    /// could not be reached.
     BadUpstream,
     /// 503: no endpoint is available for the route.
     NoEndpoint,
+    /// 503: the gateway is shutting down.
+    ShuttingDown,
     /// 504: the upstream did not answer (connect, first byte, idle or total timeout).
     UpstreamTimeout,
     /// 500: a Switchyard bug or misconfiguration.
@@ -50,18 +111,19 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    /// HTTP status code for this kind.
+    /// The default HTTP status of this kind.
     pub fn status(self) -> u16 {
         match self {
-            ErrorKind::InvalidRequest => 400,
+            ErrorKind::InvalidRequest | ErrorKind::ContextWindowExceeded => 400,
             ErrorKind::Unauthenticated => 401,
             ErrorKind::PermissionDenied => 403,
             ErrorKind::NotFound => 404,
             ErrorKind::MethodNotAllowed => 405,
+            ErrorKind::RequestTimeout => 408,
             ErrorKind::PayloadTooLarge => 413,
-            ErrorKind::RateLimited => 429,
+            ErrorKind::Throttled | ErrorKind::RateLimited => 429,
             ErrorKind::BadUpstream => 502,
-            ErrorKind::NoEndpoint => 503,
+            ErrorKind::NoEndpoint | ErrorKind::ShuttingDown => 503,
             ErrorKind::UpstreamTimeout => 504,
             ErrorKind::Internal => 500,
         }
@@ -71,94 +133,194 @@ impl ErrorKind {
     pub fn openai_type(self) -> &'static str {
         match self {
             ErrorKind::InvalidRequest
+            | ErrorKind::ContextWindowExceeded
             | ErrorKind::NotFound
             | ErrorKind::MethodNotAllowed
+            | ErrorKind::RequestTimeout
             | ErrorKind::PayloadTooLarge => "invalid_request_error",
             ErrorKind::Unauthenticated => "authentication_error",
             ErrorKind::PermissionDenied => "permission_error",
-            ErrorKind::RateLimited => "rate_limit_error",
-            ErrorKind::BadUpstream | ErrorKind::NoEndpoint | ErrorKind::UpstreamTimeout => {
-                "api_error"
-            }
+            ErrorKind::Throttled | ErrorKind::RateLimited => "rate_limit_error",
+            ErrorKind::BadUpstream
+            | ErrorKind::NoEndpoint
+            | ErrorKind::ShuttingDown
+            | ErrorKind::UpstreamTimeout => "api_error",
             ErrorKind::Internal => "server_error",
         }
     }
 
-    /// Who is at fault.
+    /// Who is at fault, unless the error says otherwise.
     pub fn fault(self) -> Fault {
         match self {
             ErrorKind::InvalidRequest
+            | ErrorKind::ContextWindowExceeded
             | ErrorKind::Unauthenticated
             | ErrorKind::PermissionDenied
             | ErrorKind::NotFound
             | ErrorKind::MethodNotAllowed
-            | ErrorKind::PayloadTooLarge => Fault::Client,
-            ErrorKind::RateLimited
-            | ErrorKind::BadUpstream
-            | ErrorKind::NoEndpoint
-            | ErrorKind::UpstreamTimeout => Fault::Upstream,
-            ErrorKind::Internal => Fault::Gateway,
+            | ErrorKind::RequestTimeout
+            | ErrorKind::PayloadTooLarge
+            | ErrorKind::Throttled => Fault::Client,
+            ErrorKind::RateLimited | ErrorKind::BadUpstream | ErrorKind::UpstreamTimeout => {
+                Fault::Upstream
+            }
+            ErrorKind::NoEndpoint | ErrorKind::ShuttingDown | ErrorKind::Internal => {
+                Fault::Gateway
+            }
         }
     }
 
-    /// Whether the same request may be retried on another endpoint.
-    pub fn retryable(self) -> bool {
-        matches!(
-            self,
-            ErrorKind::RateLimited
-                | ErrorKind::BadUpstream
-                | ErrorKind::NoEndpoint
-                | ErrorKind::UpstreamTimeout
-        )
+    /// Where a retry is safe, unless the error says otherwise.
+    pub fn retry(self) -> Retry {
+        match self {
+            ErrorKind::RateLimited | ErrorKind::BadUpstream | ErrorKind::UpstreamTimeout => {
+                Retry::Any
+            }
+            _ => Retry::Never,
+        }
     }
 
     /// Short label for the `kind` label of error metrics.
     pub fn metric_label(self) -> &'static str {
         match self {
             ErrorKind::InvalidRequest => "invalid_request",
+            ErrorKind::ContextWindowExceeded => "context_window_exceeded",
             ErrorKind::Unauthenticated => "unauthenticated",
             ErrorKind::PermissionDenied => "permission_denied",
             ErrorKind::NotFound => "not_found",
             ErrorKind::MethodNotAllowed => "method_not_allowed",
+            ErrorKind::RequestTimeout => "request_timeout",
             ErrorKind::PayloadTooLarge => "payload_too_large",
+            ErrorKind::Throttled => "throttled",
             ErrorKind::RateLimited => "rate_limited",
             ErrorKind::BadUpstream => "bad_upstream",
             ErrorKind::NoEndpoint => "no_endpoint",
+            ErrorKind::ShuttingDown => "shutting_down",
             ErrorKind::UpstreamTimeout => "upstream_timeout",
             ErrorKind::Internal => "internal",
         }
     }
 }
 
-/// A request-path error: kind, human message, and the optional OpenAI `param`/`code`.
+/// The machine-readable `code` of an error body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Code {
+    /// The requested logical model is not configured.
+    ModelNotFound,
+    /// No handler for the path.
+    UnknownUrl,
+    /// The body is over `server.max_body_bytes`.
+    RequestTooLarge,
+    /// The body did not arrive in time.
+    RequestTimeout,
+    /// A policy's `reject`.
+    RejectedByPolicy,
+    /// No endpoint could serve the route.
+    NoEndpoint,
+    /// The gateway is shutting down.
+    GatewayShutdown,
+    /// The provider did not answer in time.
+    UpstreamTimeout,
+    /// The provider could not be reached (connect or transport failure).
+    UpstreamUnreachable,
+    /// The provider's answer could not be understood.
+    UpstreamBadResponse,
+    /// The provider's stream broke before its end.
+    UpstreamStreamCut,
+    /// The provider refused Switchyard's credentials (401/403).
+    UpstreamAuthFailed,
+    /// The provider does not know the configured model id (404).
+    UpstreamModelNotFound,
+    /// The provider refused the request as invalid and gave no code of its own.
+    UpstreamInvalidRequest,
+    /// The provider's 429.
+    UpstreamRateLimited,
+    /// The provider says it is overloaded (Anthropic 529).
+    UpstreamOverloaded,
+    /// Any other provider error.
+    UpstreamError,
+    /// The prompt does not fit the context window (OpenAI's code).
+    ContextLengthExceeded,
+    /// The provider's own code, passed through unchanged (bounded in length).
+    Provider(Box<str>),
+}
+
+/// Longest provider `code` or `param` passed through, in bytes.
+pub const MAX_PASSTHROUGH: usize = 128;
+
+impl Code {
+    /// The code as it appears in the error body.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Code::ModelNotFound => "model_not_found",
+            Code::UnknownUrl => "unknown_url",
+            Code::RequestTooLarge => "request_too_large",
+            Code::RequestTimeout => "request_timeout",
+            Code::RejectedByPolicy => "rejected_by_policy",
+            Code::NoEndpoint => "no_endpoint",
+            Code::GatewayShutdown => "gateway_shutdown",
+            Code::UpstreamTimeout => "upstream_timeout",
+            Code::UpstreamUnreachable => "upstream_unreachable",
+            Code::UpstreamBadResponse => "upstream_bad_response",
+            Code::UpstreamStreamCut => "upstream_stream_cut",
+            Code::UpstreamAuthFailed => "upstream_auth_failed",
+            Code::UpstreamModelNotFound => "upstream_model_not_found",
+            Code::UpstreamInvalidRequest => "upstream_invalid_request",
+            Code::UpstreamRateLimited => "upstream_rate_limited",
+            Code::UpstreamOverloaded => "upstream_overloaded",
+            Code::UpstreamError => "upstream_error",
+            Code::ContextLengthExceeded => "context_length_exceeded",
+            Code::Provider(s) => s,
+        }
+    }
+
+    /// A provider's own code: [`Code::ContextLengthExceeded`] for OpenAI's, else
+    /// [`Code::Provider`] cut to [`MAX_PASSTHROUGH`] bytes.
+    pub fn provider(code: &str) -> Code {
+        if code == "context_length_exceeded" {
+            return Code::ContextLengthExceeded;
+        }
+        Code::Provider(bounded(code, MAX_PASSTHROUGH).into())
+    }
+}
+
+/// `s` cut to at most `max` bytes on a character boundary, with `…` when cut: for
+/// values echoed back to a client (a 1 MB model name must not make a 1 MB answer).
+pub fn bounded(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if s.len() <= max {
+        return s.into();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end]).into()
+}
+
+/// A request-path error: kind, message, status, fault, retry safety, OpenAI
+/// `param`/`code`, and its cause.
 #[derive(Debug, Clone)]
 pub struct GatewayError {
-    /// What went wrong; fixes status, type, fault and retryability.
+    /// What went wrong; fixes the OpenAI type and the defaults below.
     pub kind: ErrorKind,
     /// A plain sentence for the client. Never contains secrets.
     pub message: String,
     /// The request field at fault, e.g. `messages[0].role` (OpenAI's `param`).
     pub param: Option<String>,
-    /// A machine-readable code, e.g. `model_not_found` (OpenAI's `code`).
-    pub code: Option<&'static str>,
+    /// A machine-readable code (OpenAI's `code`).
+    pub code: Option<Code>,
     /// Seconds the client should wait before retrying (sent as `Retry-After`).
     pub retry_after_s: Option<u64>,
-    /// A status other than the kind's own (a policy's `reject 451 "..."`).
-    pub status_override: Option<u16>,
+    /// Who is at fault (default: the kind's).
+    pub fault: Fault,
+    /// Where a retry is safe (default: the kind's).
+    pub retry: Retry,
+    status: u16,
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
 }
 
 impl GatewayError {
-    /// The `kind` label of `switchyard_upstream_errors_total`: the kind's label, except
-    /// that a provider that could not be reached at all (code `upstream_unreachable`)
-    /// is `unreachable`, apart from the `bad_upstream` answers it received.
-    pub fn metric_kind(&self) -> &'static str {
-        match self.code {
-            Some("upstream_unreachable") => "unreachable",
-            _ => self.kind.metric_label(),
-        }
-    }
-
-    /// A new error of `kind` with `message`.
+    /// A new error of `kind` with `message` and the kind's status, fault and retry.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         GatewayError {
             kind,
@@ -166,7 +328,10 @@ impl GatewayError {
             param: None,
             code: None,
             retry_after_s: None,
-            status_override: None,
+            fault: kind.fault(),
+            retry: kind.retry(),
+            status: kind.status(),
+            source: None,
         }
     }
 
@@ -177,15 +342,60 @@ impl GatewayError {
         e
     }
 
-    /// Changes the kind (and so the status), keeping message, param and code.
+    /// A policy's `reject STATUS "message"`: the status as written (400..=599), the
+    /// kind the status implies (401 unauthenticated, 429 throttled by the gateway,
+    /// ...), code `rejected_by_policy`, never retried.
+    pub fn rejected(status: u16, message: impl Into<String>) -> Self {
+        let kind = match status {
+            401 => ErrorKind::Unauthenticated,
+            403 => ErrorKind::PermissionDenied,
+            404 => ErrorKind::NotFound,
+            408 => ErrorKind::RequestTimeout,
+            413 => ErrorKind::PayloadTooLarge,
+            429 => ErrorKind::Throttled,
+            503 => ErrorKind::NoEndpoint,
+            500..=599 => ErrorKind::Internal,
+            _ => ErrorKind::InvalidRequest,
+        };
+        let mut e = GatewayError::new(kind, message).with_code(Code::RejectedByPolicy);
+        e.status = if (400..=599).contains(&status) {
+            status
+        } else {
+            kind.status()
+        };
+        e.retry = Retry::Never;
+        e
+    }
+
+    /// The `kind` label of `switchyard_upstream_errors_total`: the kind's label, except
+    /// that a provider that could not be reached at all is `unreachable`, apart from
+    /// the `bad_upstream` answers it sent.
+    pub fn metric_kind(&self) -> &'static str {
+        match self.code {
+            Some(Code::UpstreamUnreachable) => "unreachable",
+            _ => self.kind.metric_label(),
+        }
+    }
+
+    /// Changes the kind and with it the status, fault and retry defaults, keeping
+    /// message, param, code and cause.
     pub fn with_kind(mut self, kind: ErrorKind) -> Self {
         self.kind = kind;
+        self.status = kind.status();
+        self.fault = kind.fault();
+        self.retry = kind.retry();
         self
     }
 
     /// Sets the OpenAI `code`.
-    pub fn with_code(mut self, code: &'static str) -> Self {
+    pub fn with_code(mut self, code: Code) -> Self {
         self.code = Some(code);
+        self
+    }
+
+    /// Sets the OpenAI `param`.
+    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+        self.param = Some(param.into());
         self
     }
 
@@ -195,9 +405,27 @@ impl GatewayError {
         self
     }
 
+    /// Sets where a retry is safe.
+    pub fn with_retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Sets who is at fault.
+    pub fn with_fault(mut self, fault: Fault) -> Self {
+        self.fault = fault;
+        self
+    }
+
+    /// Keeps `cause` as the error's [`source`](std::error::Error::source).
+    pub fn with_source(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Arc::new(cause));
+        self
+    }
+
     /// HTTP status code.
     pub fn status(&self) -> u16 {
-        self.status_override.unwrap_or(self.kind.status())
+        self.status
     }
 
     /// The OpenAI error JSON body: `{"error":{"message","type","param","code"}}`.
@@ -207,7 +435,7 @@ impl GatewayError {
                 "message": self.message,
                 "type": self.kind.openai_type(),
                 "param": self.param,
-                "code": self.code,
+                "code": self.code.as_ref().map(Code::as_str),
             }
         })
     }
@@ -215,6 +443,23 @@ impl GatewayError {
     /// The OpenAI error JSON body as bytes.
     pub fn to_response_body(&self) -> bytes::Bytes {
         bytes::Bytes::from(serde_json::to_vec(&self.to_json()).unwrap_or_default())
+    }
+
+    /// The HTTP response for this error: its status, the OpenAI JSON body, and
+    /// `Retry-After` when known. The only place an error becomes a response.
+    pub fn to_response(&self) -> Response<Body> {
+        let mut r = Response::new(body::full(self.to_response_body()));
+        *r.status_mut() =
+            StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        r.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(s) = self.retry_after_s {
+            r.headers_mut()
+                .insert(http::header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        r
     }
 }
 
@@ -224,7 +469,13 @@ impl fmt::Display for GatewayError {
     }
 }
 
-impl std::error::Error for GatewayError {}
+impl std::error::Error for GatewayError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -247,7 +498,49 @@ mod tests {
         assert_eq!(ErrorKind::BadUpstream.status(), 502);
         assert_eq!(ErrorKind::NoEndpoint.status(), 503);
         assert_eq!(ErrorKind::UpstreamTimeout.status(), 504);
-        assert!(ErrorKind::UpstreamTimeout.retryable());
-        assert!(!ErrorKind::InvalidRequest.retryable());
+        assert!(ErrorKind::UpstreamTimeout.retry().same_endpoint());
+        assert!(!ErrorKind::InvalidRequest.retry().other_endpoint());
+    }
+
+    #[test]
+    fn a_gateway_429_is_the_clients_fault_and_never_retried() {
+        let e = GatewayError::rejected(429, "slow down");
+        assert_eq!(e.status(), 429);
+        assert_eq!(e.kind, ErrorKind::Throttled);
+        assert_eq!(e.fault, Fault::Client);
+        assert_eq!(e.retry, Retry::Never);
+        assert_eq!(e.to_json()["error"]["type"], "rate_limit_error");
+        let up = GatewayError::new(ErrorKind::RateLimited, "upstream");
+        assert_eq!((up.fault, up.retry), (Fault::Upstream, Retry::Any));
+    }
+
+    #[test]
+    fn rejections_keep_their_status() {
+        assert_eq!(GatewayError::rejected(451, "no").status(), 451);
+        assert_eq!(
+            GatewayError::rejected(451, "no").to_json()["error"]["code"],
+            "rejected_by_policy"
+        );
+        assert_eq!(GatewayError::rejected(200, "no").status(), 400);
+    }
+
+    #[test]
+    fn causes_are_kept() {
+        let io = std::io::Error::other("socket closed");
+        let e = GatewayError::new(ErrorKind::BadUpstream, "broke").with_source(io);
+        let src = std::error::Error::source(&e).expect("a source");
+        assert_eq!(src.to_string(), "socket closed");
+    }
+
+    #[test]
+    fn provider_codes_pass_through_bounded() {
+        assert_eq!(
+            Code::provider("context_length_exceeded"),
+            Code::ContextLengthExceeded
+        );
+        assert_eq!(Code::provider("weird_code").as_str(), "weird_code");
+        let long = "x".repeat(10_000);
+        assert!(Code::provider(&long).as_str().len() <= MAX_PASSTHROUGH + 3);
+        assert_eq!(bounded("héllo", 2), "h…");
     }
 }

@@ -108,7 +108,10 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
             };
             let mut r = error_response(&GatewayError::new(
                 ErrorKind::MethodNotAllowed,
-                format!("{} is not allowed on {path}; use {allow}", req.method()),
+                format!(
+                    "{} is not allowed on {path}; use {allow}",
+                    crate::error::bounded(req.method().as_str(), 32)
+                ),
             ));
             r.headers_mut()
                 .insert(http::header::ALLOW, HeaderValue::from_static(allow));
@@ -117,9 +120,13 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
         _ => error_response(
             &GatewayError::new(
                 ErrorKind::NotFound,
-                format!("unknown path {} {path}", req.method()),
+                format!(
+                    "unknown path {} {}",
+                    req.method(),
+                    crate::error::bounded(path, 256)
+                ),
             )
-            .with_code("unknown_url"),
+            .with_code(crate::error::Code::UnknownUrl),
         ),
     }
 }
@@ -142,7 +149,7 @@ async fn read_body(
             ErrorKind::PayloadTooLarge,
             format!("request body is larger than the limit of {limit} bytes"),
         )
-        .with_code("request_too_large")
+        .with_code(crate::error::Code::RequestTooLarge)
     };
     let declared = headers
         .get(http::header::CONTENT_LENGTH)
@@ -187,16 +194,14 @@ async fn read_body(
     };
     match tokio::time::timeout(BODY_TIMEOUT, read).await {
         Err(_) => {
-            let mut e = GatewayError::new(
-                ErrorKind::InvalidRequest,
+            Err(GatewayError::new(
+                ErrorKind::RequestTimeout,
                 format!(
                     "the request body did not arrive within {} s",
                     BODY_TIMEOUT.as_secs()
                 ),
             )
-            .with_code("request_timeout");
-            e.status_override = Some(408);
-            Err(e)
+            .with_code(crate::error::Code::RequestTimeout))
         }
         Ok(Ok(Some(b))) => Ok(b),
         Ok(Ok(None)) => {

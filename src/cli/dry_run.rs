@@ -12,7 +12,7 @@ use super::policy::{load_config, say, Format};
 use crate::api::ChatRequest;
 use crate::policy::ast::PriorityLevel;
 use crate::policy::diagnostic::render_all;
-use crate::policy::from_request::{features, Caller};
+use crate::routing::features::{features, Caller};
 use crate::policy::interp::{Decision, TraceEvent};
 use crate::policy::jit::engine::{decide_with, EngineMode};
 use crate::policy::jit::CompiledPolicySet;

@@ -174,7 +174,7 @@ impl Upstream {
                 self.name, self.timeouts.first_byte_ms
             ),
         )
-        .with_code("upstream_timeout")
+        .with_code(crate::error::Code::UpstreamTimeout)
     }
 
     fn connect_error(&self, e: &hyper_util::client::legacy::Error) -> GatewayError {
@@ -196,7 +196,7 @@ impl Upstream {
                     self.name, self.timeouts.connect_ms
                 ),
             )
-            .with_code("upstream_timeout");
+            .with_code(crate::error::Code::UpstreamTimeout);
         }
         let what = if e.is_connect() {
             "could not connect to"
@@ -207,7 +207,7 @@ impl Upstream {
             ErrorKind::BadUpstream,
             format!("{what} provider `{}`: {cause}", self.name),
         )
-        .with_code("upstream_unreachable")
+        .with_code(crate::error::Code::UpstreamUnreachable)
     }
 }
 

@@ -69,7 +69,7 @@ pub async fn collect(
                     ErrorKind::BadUpstream,
                     format!("provider `{provider}` sent a response larger than {MAX_RESPONSE_BYTES} bytes"),
                 )
-                .with_code("upstream_bad_response"));
+                .with_code(crate::error::Code::UpstreamBadResponse));
             }
             buf.extend_from_slice(&data);
         }
@@ -85,7 +85,7 @@ fn timeout_error(provider: &str, total: bool, idle: Duration) -> GatewayError {
             idle.as_millis()
         )
     };
-    GatewayError::new(ErrorKind::UpstreamTimeout, msg).with_code("upstream_timeout")
+    GatewayError::new(ErrorKind::UpstreamTimeout, msg).with_code(crate::error::Code::UpstreamTimeout)
 }
 
 fn broken(provider: &str, e: &(dyn std::error::Error + 'static)) -> GatewayError {
@@ -99,7 +99,7 @@ fn broken(provider: &str, e: &(dyn std::error::Error + 'static)) -> GatewayError
         ErrorKind::BadUpstream,
         format!("connection to provider `{provider}` broke: {cause}"),
     )
-    .with_code("upstream_stream_cut")
+    .with_code(crate::error::Code::UpstreamStreamCut)
 }
 
 /// How a relayed stream ended.
@@ -188,7 +188,7 @@ impl SseRelay {
         if let Err(e) = self.parser.push(data) {
             self.fail(
                 GatewayError::new(ErrorKind::BadUpstream, e.to_string())
-                    .with_code("upstream_bad_response"),
+                    .with_code(crate::error::Code::UpstreamBadResponse),
             );
             return;
         }
@@ -249,10 +249,10 @@ impl HttpBody for SseRelay {
                     if this.stop.as_mut().poll(cx).is_ready() {
                         this.fail(
                             GatewayError::new(
-                                ErrorKind::NoEndpoint,
+                                ErrorKind::ShuttingDown,
                                 "the gateway is shutting down; retry the request",
                             )
-                            .with_code("gateway_shutdown"),
+                            .with_code(crate::error::Code::GatewayShutdown),
                         );
                     } else if this.deadline.as_mut().poll(cx).is_ready() {
                         this.fail(timeout_error(&this.provider, true, this.idle));

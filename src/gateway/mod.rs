@@ -36,9 +36,9 @@ use crate::body::{self, Body};
 use crate::config::Config;
 use crate::egress::relay::{collect, SseRelay};
 use crate::egress::Upstream;
-use crate::error::{ErrorKind, Fault, GatewayError};
+use crate::error::{ErrorKind, GatewayError};
 use crate::telemetry as m;
-use crate::policy::from_request::{features, Caller};
+use crate::routing::features::{features, Caller};
 use crate::policy::{Decision, RequestFeatures};
 use crate::providers::StreamContext;
 use crate::routing::policy::PolicySnapshot;
@@ -216,7 +216,7 @@ impl Gateway {
                 ErrorKind::NoEndpoint,
                 format!("no endpoint is available for model `{}`", chat.model),
             )
-            .with_code("no_endpoint");
+            .with_code(crate::error::Code::NoEndpoint);
             return self.fail(None, e);
         }
         let ctx = Arc::new(outcome::DecisionContext {
@@ -240,13 +240,12 @@ impl Gateway {
                         metrics::counter!(m::UPSTREAM_ERRORS, "endpoint" => id.to_string(), "kind" => e.metric_kind())
                             .increment(1);
                         tracing::warn!(policy = %snap.version, endpoint = %id, model = %chat.model, attempt = attempts, error = %e, "attempt failed");
-                        let (retryable, client_fault) =
-                            (e.kind.retryable(), e.kind.fault() == Fault::Client);
+                        let retry_safety = e.retry;
                         last = Some((e, ep_idx));
-                        if client_fault {
+                        if !retry_safety.other_endpoint() {
                             break 'plan;
                         }
-                        if !retryable {
+                        if !retry_safety.same_endpoint() {
                             continue 'plan;
                         }
                         if retry < decision.retries {
@@ -361,7 +360,7 @@ impl Gateway {
                 ErrorKind::BadUpstream,
                 format!("provider `{}` answered a streaming request with `{content_type}`, not an event stream", up.name),
             )
-            .with_code("upstream_bad_response");
+            .with_code(crate::error::Code::UpstreamBadResponse);
             return Err(attempt.failed(e));
         }
         let mut resp = if chat.is_stream() {
@@ -441,21 +440,8 @@ fn backoff(setting: Option<(u64, u64)>, retry: u32) -> Option<Duration> {
     Some(Duration::from_millis(ms))
 }
 
-/// The error for a policy `reject STATUS "message"`.
 fn rejection(status: u16, message: &str) -> GatewayError {
-    let kind = match status {
-        401 => ErrorKind::Unauthenticated,
-        403 => ErrorKind::PermissionDenied,
-        404 => ErrorKind::NotFound,
-        413 => ErrorKind::PayloadTooLarge,
-        429 => ErrorKind::RateLimited,
-        503 => ErrorKind::NoEndpoint,
-        500..=599 => ErrorKind::Internal,
-        _ => ErrorKind::InvalidRequest,
-    };
-    let mut e = GatewayError::new(kind, message).with_code("rejected_by_policy");
-    e.status_override = Some(status);
-    e
+    GatewayError::rejected(status, message)
 }
 
 /// The OpenAI-shaped error response for `e`, with `Retry-After` when known.

@@ -63,7 +63,7 @@ impl Attempt {
 
     /// Ends the attempt as failed with `e` (returned for the caller to handle).
     pub fn failed(mut self, e: GatewayError) -> GatewayError {
-        let counts = e.kind.fault() != Fault::Client;
+        let counts = e.fault != Fault::Client;
         self.end(counts.then_some(false), None);
         e
     }

@@ -28,7 +28,6 @@ pub use registry::{Registry, RegistryEndpoint, RegistryModel};
 pub mod check;
 pub mod checked;
 pub mod fmt;
-pub mod from_request;
 pub mod interp;
 pub mod jit;
 pub mod lint;

@@ -20,7 +20,7 @@ use crate::error::{ErrorKind, GatewayError};
 
 /// 502 for a provider answer that does not have the shape its API documents.
 pub(crate) fn bad_upstream(message: impl Into<String>) -> GatewayError {
-    GatewayError::new(ErrorKind::BadUpstream, message).with_code("upstream_bad_response")
+    GatewayError::new(ErrorKind::BadUpstream, message).with_code(crate::error::Code::UpstreamBadResponse)
 }
 
 /// 400 for a request field the provider cannot express.
@@ -565,5 +565,5 @@ pub(crate) fn stream_cut() -> GatewayError {
         ErrorKind::BadUpstream,
         "upstream closed the stream before the answer was complete",
     )
-    .with_code("upstream_stream_cut")
+    .with_code(crate::error::Code::UpstreamStreamCut)
 }

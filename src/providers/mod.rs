@@ -123,20 +123,33 @@ pub fn adapter_for(cfg: &ProviderConfig) -> Option<Box<dyn Adapter>> {
 
 /// Maps an upstream error answer to the client-facing error (shared by adapters).
 ///
-/// Upstream 400/413/422 are the client's request at fault and pass through with the
-/// provider's message; 429 passes through with `Retry-After`; 401/403/404 mean our own
-/// configuration is wrong (key, model id) and become 502; 408 and 5xx become 502.
+/// - 400/413/422: the client's request is at fault. The provider's message, `code`
+///   and `param` pass through unchanged (so OpenAI's `context_length_exceeded`
+///   reaches the client as OpenAI sent it); a prompt over the context window (OpenAI's
+///   code, Anthropic's "prompt is too long", Gemini's "input token count ... exceeds")
+///   is [`ErrorKind::ContextWindowExceeded`]. Never retried.
+/// - 429: the provider's rate limit, with `Retry-After`; retried here or elsewhere.
+/// - 401/403: the provider refused our credentials, 404: it does not know the
+///   configured model id. Both are our configuration, not the client's request: 502,
+///   tried on the next endpoint only (this one can only fail the same way).
+/// - 408 and 5xx: 502, retried here or elsewhere.
 pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayError {
-    use crate::error::ErrorKind;
-    let detail = serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| {
-            let e = v.get("error")?;
+    use crate::error::{bounded, Code, ErrorKind, Fault, Retry, MAX_PASSTHROUGH};
+    let parsed = serde_json::from_slice::<serde_json::Value>(body).ok();
+    let error = parsed.as_ref().and_then(|v| v.get("error"));
+    let field = |name: &str| {
+        error
+            .and_then(|e| e.get(name))
+            .and_then(|c| c.as_str())
+            .filter(|c| !c.is_empty())
+    };
+    let detail = error
+        .and_then(|e| {
             e.get("message")
                 .and_then(|m| m.as_str())
-                .map(str::to_string)
-                .or_else(|| e.as_str().map(str::to_string))
+                .or_else(|| e.as_str())
         })
+        .map(|m| bounded(m, 2_000).into_owned())
         .unwrap_or_else(|| {
             let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
             text.trim().to_string()
@@ -149,22 +162,50 @@ pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayE
         .map(|s| s.ceil().clamp(0.0, 86_400.0) as u64);
     match status {
         400 | 413 | 422 => {
-            GatewayError::new(ErrorKind::InvalidRequest, format!("upstream rejected the request: {detail}"))
-                .with_code("upstream_invalid_request")
+            let code = field("code").map(Code::provider);
+            let lower = detail.to_ascii_lowercase();
+            let too_long = code == Some(Code::ContextLengthExceeded)
+                || lower.contains("prompt is too long")
+                || (lower.contains("input token count") && lower.contains("exceeds"))
+                || lower.contains("maximum context length");
+            let kind = if too_long {
+                ErrorKind::ContextWindowExceeded
+            } else {
+                ErrorKind::InvalidRequest
+            };
+            let mut e = GatewayError::new(kind, format!("upstream rejected the request: {detail}"))
+                .with_code(code.unwrap_or(if too_long {
+                    Code::ContextLengthExceeded
+                } else {
+                    Code::UpstreamInvalidRequest
+                }));
+            if let Some(p) = field("param") {
+                e = e.with_param(bounded(p, MAX_PASSTHROUGH));
+            }
+            e
         }
         429 => GatewayError::new(ErrorKind::RateLimited, format!("upstream rate limit: {detail}"))
-            .with_code("upstream_rate_limited")
+            .with_code(Code::UpstreamRateLimited)
             .with_retry_after(retry_after),
         401 | 403 => GatewayError::new(
             ErrorKind::BadUpstream,
             format!("upstream refused Switchyard's credentials (HTTP {status}); check the provider's api_key_env"),
         )
-        .with_code("upstream_auth_failed"),
+        .with_code(Code::UpstreamAuthFailed)
+        .with_fault(Fault::Gateway)
+        .with_retry(Retry::OtherEndpoint),
+        404 => GatewayError::new(
+            ErrorKind::BadUpstream,
+            format!("upstream does not know the configured model (HTTP 404): {detail}"),
+        )
+        .with_code(Code::UpstreamModelNotFound)
+        .with_fault(Fault::Gateway)
+        .with_retry(Retry::OtherEndpoint),
         _ => GatewayError::new(
             ErrorKind::BadUpstream,
             format!("upstream answered HTTP {status}: {detail}"),
         )
-        .with_code("upstream_error")
+        .with_code(Code::UpstreamError)
         .with_retry_after(retry_after),
     }
 }

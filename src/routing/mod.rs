@@ -4,6 +4,7 @@
 //! ordering itself, including the built-in `priority` strategy used when no route
 //! takes a request, lives in the policy interpreter and JIT.
 
+pub mod features;
 pub mod policy;
 
 #[cfg(test)]
@@ -14,6 +15,9 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::error::{ErrorKind, GatewayError};
+
+/// Longest model name echoed back in an error message, in bytes.
+pub const MAX_ECHOED_NAME: usize = 256;
 
 /// One provider endpoint of a logical model, resolved for the request path.
 #[derive(Debug, Clone)]
@@ -94,15 +98,17 @@ impl Registry {
     /// The model named `name`.
     ///
     /// # Errors
-    /// 404 `model_not_found` naming the model.
+    /// 404 `model_not_found` naming the model (cut to [`MAX_ECHOED_NAME`] bytes: a
+    /// 1 MB name must not make a 1 MB answer).
     pub fn model(&self, name: &str) -> Result<&Model, GatewayError> {
         self.models.get(name).ok_or_else(|| {
+            let shown = crate::error::bounded(name, MAX_ECHOED_NAME);
             GatewayError::invalid_field(
                 "model",
-                format!("The model `{name}` does not exist or you do not have access to it."),
+                format!("The model `{shown}` does not exist or you do not have access to it."),
             )
             .with_kind(ErrorKind::NotFound)
-            .with_code("model_not_found")
+            .with_code(crate::error::Code::ModelNotFound)
         })
     }
 }
@@ -132,6 +138,6 @@ models:
         let r = registry(YAML);
         let e = r.model("nope").unwrap_err();
         assert_eq!(e.status(), 404);
-        assert_eq!(e.code, Some("model_not_found"));
+        assert_eq!(e.code, Some(crate::error::Code::ModelNotFound));
     }
 }

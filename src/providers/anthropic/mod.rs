@@ -194,7 +194,7 @@ impl Adapter for Anthropic {
                     "Anthropic is overloaded (HTTP {status}, {}): {}",
                     b.error.kind, b.error.message
                 );
-                e = e.with_code("upstream_overloaded");
+                e = e.with_code(crate::error::Code::UpstreamOverloaded);
             } else if !b.error.kind.is_empty() && status != 401 && status != 403 {
                 e.message = format!("{} ({})", e.message, b.error.kind);
             }

@@ -262,7 +262,7 @@ impl StreamTranscoder for AnthropicStream {
                         error.kind, error.message
                     ),
                 )
-                .with_code("upstream_error"));
+                .with_code(crate::error::Code::UpstreamError));
             }
             Event::Other => {}
         }

@@ -365,7 +365,7 @@ fn error_bodies() {
     let body = br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
     let e = Anthropic.error(529, &h, body);
     assert_eq!(e.status(), 502);
-    assert!(e.kind.retryable());
+    assert!(e.retry.same_endpoint());
     assert!(e.message.contains("Overloaded"), "{}", e.message);
 
     let body = br#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: must be positive"}}"#;

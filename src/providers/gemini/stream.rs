@@ -234,7 +234,7 @@ impl StreamTranscoder for GeminiStream {
                     e.status, e.message
                 ),
             )
-            .with_code("upstream_error"));
+            .with_code(crate::error::Code::UpstreamError));
         }
         if self.w.id.is_empty() {
             self.w.id = r.response_id.unwrap_or_else(|| random_id("chatcmpl-"));

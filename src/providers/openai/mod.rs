@@ -148,7 +148,7 @@ impl Adapter for OpenAi {
 
     fn response(&self, body: &[u8], logical_model: &str) -> Result<Bytes, GatewayError> {
         let bad = |why: String| {
-            GatewayError::new(ErrorKind::BadUpstream, why).with_code("upstream_bad_response")
+            GatewayError::new(ErrorKind::BadUpstream, why).with_code(crate::error::Code::UpstreamBadResponse)
         };
         // Validate the shape without building a tree, then splice the model name.
         let view: ResponseView<'_> = serde_json::from_slice(body).map_err(|e| {
@@ -275,7 +275,7 @@ impl StreamTranscoder for OpenAiStream {
                 ErrorKind::BadUpstream,
                 format!("upstream sent a stream event that is not a chunk: {e}"),
             )
-            .with_code("upstream_bad_response")
+            .with_code(crate::error::Code::UpstreamBadResponse)
         })?;
         if let Some(err) = chunk.error {
             let v: Value = serde_json::from_str(err.get()).unwrap_or(Value::Null);
@@ -288,7 +288,7 @@ impl StreamTranscoder for OpenAiStream {
                 ErrorKind::BadUpstream,
                 format!("upstream reported an error mid-stream: {msg}"),
             )
-            .with_code("upstream_error"));
+            .with_code(crate::error::Code::UpstreamError));
         }
         let choices = chunk.choices.as_deref().unwrap_or(&[]);
         if chunk.usage.is_some() {
@@ -322,7 +322,7 @@ impl StreamTranscoder for OpenAiStream {
                 ErrorKind::BadUpstream,
                 "upstream stream event is not a JSON object",
             )
-            .with_code("upstream_bad_response")
+            .with_code(crate::error::Code::UpstreamBadResponse)
         })?;
         out.put_slice(b"data: ");
         out.put_slice(&bytes);
@@ -339,7 +339,7 @@ impl StreamTranscoder for OpenAiStream {
                 ErrorKind::BadUpstream,
                 "upstream closed the stream before the answer was complete",
             )
-            .with_code("upstream_stream_cut"))
+            .with_code(crate::error::Code::UpstreamStreamCut))
         }
     }
 

@@ -8,27 +8,91 @@
 //! - headers are lowercased; `x-switchyard-meta-<key>` headers and the body's
 //!   `metadata` object (string values) become request metadata (body wins);
 //! - the caller's identity (API key id, organization) and priority come from the
-//!   ingress layer ([`Caller`]), never from the body;
+//!   request's credentials ([`Caller::from_headers`]), never from the body;
 //! - UTC hour and ISO weekday come from the given time.
 
 use std::collections::BTreeMap;
 
-use super::ast::PriorityLevel;
-use super::features::RequestFeatures;
 use crate::api::ChatRequest;
+use crate::policy::ast::PriorityLevel;
+use crate::policy::RequestFeatures;
 
 /// Prefix of headers that carry request metadata.
 pub const META_HEADER_PREFIX: &str = "x-switchyard-meta-";
 
-/// Who sent the request, as authenticated by ingress.
+/// Who sent the request: what `request.api_key`, `request.org` and the starting
+/// `priority` of a policy read.
+///
+/// Until the admission layer verifies keys, the identity is the one the request
+/// presents ([`Caller::from_headers`]); `dry-run --api-key/--org` sets the same fields.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Caller {
-    /// The API key id (never the key).
+    /// The API key id, never the key itself: see [`key_id`].
     pub api_key: Option<String>,
     /// The organization.
     pub org: Option<String>,
     /// Priority assigned before routing.
     pub priority: PriorityLevel,
+}
+
+/// Longest credential read from a request, in bytes (longer ones are ignored).
+pub const MAX_CREDENTIAL_BYTES: usize = 8 * 1024;
+
+/// Longest organization id read from `OpenAI-Organization`, in bytes.
+pub const MAX_ORG_BYTES: usize = 256;
+
+impl Caller {
+    /// The caller a request presents:
+    /// - the API key is the bearer token of `Authorization: Bearer <key>` (what the
+    ///   OpenAI SDKs send), else `x-api-key` (the Anthropic SDK's header), else
+    ///   `api-key` (Azure OpenAI's); `api_key` is its [`key_id`], so no policy,
+    ///   trace, log or metric ever holds the secret;
+    /// - the organization is the `OpenAI-Organization` header (the OpenAI SDKs send it
+    ///   when `organization` is set).
+    ///
+    /// Neither is verified yet: a client can claim any key or organization. The
+    /// admission layer will replace this with the verified key's id and organization.
+    pub fn from_headers(headers: &http::HeaderMap) -> Caller {
+        let text = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+        };
+        let bearer = text("authorization").and_then(|v| {
+            let (scheme, token) = v.split_once(' ')?;
+            scheme
+                .eq_ignore_ascii_case("bearer")
+                .then(|| token.trim())
+                .filter(|t| !t.is_empty())
+        });
+        let key = bearer
+            .or_else(|| text("x-api-key"))
+            .or_else(|| text("api-key"))
+            .filter(|k| k.len() <= MAX_CREDENTIAL_BYTES);
+        Caller {
+            api_key: key.map(key_id),
+            org: text("openai-organization")
+                .filter(|o| o.len() <= MAX_ORG_BYTES)
+                .map(str::to_string),
+            priority: PriorityLevel::default(),
+        }
+    }
+}
+
+/// The id of API key `key`: `key-` and the first 16 hex digits (64 bits) of the
+/// key's SHA-256. Stable across instances and restarts (a `split by api_key` stays
+/// sticky), and the key cannot be recovered from it.
+pub fn key_id(key: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, key.as_bytes());
+    let mut id = String::with_capacity(20);
+    id.push_str("key-");
+    for b in &digest.as_ref()[..8] {
+        use std::fmt::Write;
+        let _ = write!(id, "{b:02x}");
+    }
+    id
 }
 
 /// Headers never shown to policies (credentials), so no trace or log can print them.
@@ -118,6 +182,33 @@ pub fn task(req: &ChatRequest) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn callers_come_from_their_credentials_never_the_secret() {
+        let mut h = http::HeaderMap::new();
+        h.insert("authorization", "Bearer sk-alpha".parse().unwrap());
+        h.insert("openai-organization", "org-search".parse().unwrap());
+        let c = Caller::from_headers(&h);
+        let id = c.api_key.clone().expect("a key id");
+        assert_eq!(id, key_id("sk-alpha"));
+        assert!(id.starts_with("key-") && id.len() == 20, "{id}");
+        assert!(!id.contains("alpha"));
+        assert_eq!(c.org.as_deref(), Some("org-search"));
+        // The Anthropic SDK's header, and Azure's.
+        let mut h = http::HeaderMap::new();
+        h.insert("x-api-key", "sk-alpha".parse().unwrap());
+        assert_eq!(Caller::from_headers(&h).api_key, Some(id.clone()));
+        let mut h = http::HeaderMap::new();
+        h.insert("api-key", "sk-beta".parse().unwrap());
+        assert_ne!(Caller::from_headers(&h).api_key, Some(id));
+        // No credentials, another scheme, an empty token: no key.
+        assert_eq!(Caller::from_headers(&http::HeaderMap::new()), Caller::default());
+        for v in ["Basic dXNlcg==", "Bearer ", "Bearer"] {
+            let mut h = http::HeaderMap::new();
+            h.insert("authorization", v.parse().unwrap());
+            assert_eq!(Caller::from_headers(&h).api_key, None, "{v}");
+        }
+    }
 
     #[test]
     fn maps_body_headers_and_time() {
