@@ -25,3 +25,15 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
 pub fn empty() -> Body {
     Empty::<Bytes>::new().map_err(|e| match e {}).boxed_unsync()
 }
+
+/// A response with `status` and a JSON body of `bytes` (`content-type:
+/// application/json`).
+pub fn json(status: http::StatusCode, bytes: impl Into<Bytes>) -> http::Response<Body> {
+    let mut r = http::Response::new(full(bytes));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    r
+}

@@ -164,9 +164,7 @@ impl ErrorKind {
             ErrorKind::RateLimited | ErrorKind::BadUpstream | ErrorKind::UpstreamTimeout => {
                 Fault::Upstream
             }
-            ErrorKind::NoEndpoint | ErrorKind::ShuttingDown | ErrorKind::Internal => {
-                Fault::Gateway
-            }
+            ErrorKind::NoEndpoint | ErrorKind::ShuttingDown | ErrorKind::Internal => Fault::Gateway,
         }
     }
 

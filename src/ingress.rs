@@ -2,9 +2,11 @@
 //!
 //! Routes requests by method and path, enforces the body size limit before reading a
 //! byte more than allowed, and hands chat requests to [`Gateway::chat`]. Every error
-//! leaves here in OpenAI's JSON shape. Authentication and rate limits will sit here,
-//! before the body is read.
+//! leaves in OpenAI's JSON shape, and every response names the policy version
+//! (`gateway::stamp`). The admission phase (authentication, rate limits) will run
+//! inside the gateway's chain, on the request context, before routing.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,28 +14,66 @@ use http::{HeaderValue, Method, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::Request;
+use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::body::{self, Body};
-use crate::error::{ErrorKind, GatewayError};
-use crate::gateway::{error_response, Gateway};
+use crate::error::{Code, ErrorKind, GatewayError};
+use crate::gateway::{Gateway, InFlight};
+use crate::reload::Reloader;
+
+/// What the HTTP surface routes to: the gateway, the operator views, and the
+/// process-level state of `/metrics` and `/ready`.
+#[derive(Debug)]
+pub struct Services {
+    /// The chat request path.
+    pub gateway: Arc<Gateway>,
+    /// The hot-reload machinery behind `/admin/policies` and `/admin/reload`.
+    pub reloader: Arc<Reloader>,
+    /// Renders `/metrics`; `None` when another recorder owns the process.
+    pub metrics: Option<PrometheusHandle>,
+    draining: AtomicBool,
+}
+
+impl Services {
+    /// The services of one running gateway.
+    pub fn new(
+        gateway: Arc<Gateway>,
+        reloader: Arc<Reloader>,
+        metrics: Option<PrometheusHandle>,
+    ) -> Services {
+        Services {
+            gateway,
+            reloader,
+            metrics,
+            draining: AtomicBool::new(false),
+        }
+    }
+
+    /// Marks the gateway as draining: `/ready` answers 503 from now on.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether shutdown has begun.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+}
 
 /// Handles one HTTP request.
-pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
-    let mut resp = route(&gw, req).await;
+pub async fn handle(svc: Arc<Services>, req: Request<Incoming>) -> Response<Body> {
+    let mut resp = route(&svc, req).await;
     // Chat responses carry the version their request ran on; every other response
     // (errors before routing, /v1/models, ...) the version serving now.
-    if !resp.headers().contains_key(POLICY_HEADER) {
-        if let Ok(v) = HeaderValue::from_str(&gw.policy.load().version) {
-            resp.headers_mut().insert(POLICY_HEADER, v);
-        }
+    if !resp.headers().contains_key(crate::gateway::POLICY_HEADER) {
+        let gw = &svc.gateway;
+        crate::gateway::stamp(gw, resp.headers_mut(), &gw.policy.load().version, None);
     }
     resp
 }
 
-/// The response header naming the policy version (content hash) in force.
-pub const POLICY_HEADER: &str = "x-switchyard-policy";
-
-async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
+async fn route(svc: &Services, req: Request<Incoming>) -> Response<Body> {
+    let gw = &svc.gateway;
     let started = Instant::now();
     let path = req.uri().path();
     let path = if path.len() > 1 {
@@ -45,12 +85,12 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
         (&Method::POST, "/v1/chat/completions") => {
             // Counted until the response body ends (streams included), and released
             // even when the client goes away and the future is dropped.
-            let guard = InFlight::new(gw.in_flight.clone());
+            let guard = gw.log.in_flight();
             let (parts, body) = req.into_parts();
             let resp = match read_body(&parts.headers, body, gw.config.server.max_body_bytes).await
             {
                 Ok(bytes) => gw.chat(bytes, &parts.headers, started).await,
-                Err(e) => error_response(&e),
+                Err(e) => e.to_response(),
             };
             resp.map(|b| {
                 Body::new(Guarded {
@@ -59,21 +99,21 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
                 })
             })
         }
-        (&Method::GET, "/v1/models") => json(StatusCode::OK, gw.models_json()),
+        (&Method::GET, "/v1/models") => body::json(StatusCode::OK, gw.models_json()),
         (&Method::GET | &Method::HEAD, "/health") => {
-            json(StatusCode::OK, &br#"{"status":"ok"}"#[..])
+            body::json(StatusCode::OK, &br#"{"status":"ok"}"#[..])
         }
         (&Method::GET, "/ready") => {
-            if gw.is_draining() {
-                json(
+            if svc.is_draining() {
+                body::json(
                     StatusCode::SERVICE_UNAVAILABLE,
                     &br#"{"status":"draining"}"#[..],
                 )
             } else {
-                json(StatusCode::OK, &br#"{"status":"ready"}"#[..])
+                body::json(StatusCode::OK, &br#"{"status":"ready"}"#[..])
             }
         }
-        (&Method::GET, "/metrics") => match &gw.metrics {
+        (&Method::GET, "/metrics") => match &svc.metrics {
             Some(h) => {
                 let mut r = Response::new(body::full(h.render()));
                 r.headers_mut().insert(
@@ -82,14 +122,15 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
                 );
                 r
             }
-            None => error_response(&GatewayError::new(
+            None => GatewayError::new(
                 ErrorKind::NotFound,
                 "metrics are not enabled in this process",
-            )),
+            )
+            .to_response(),
         },
         (&Method::GET, "/admin/endpoints") => crate::admin::endpoints::handle(gw),
-        (&Method::GET, "/admin/policies") => crate::reload::admin_status(gw),
-        (&Method::POST, "/admin/reload") => crate::reload::admin_reload(gw).await,
+        (&Method::GET, "/admin/policies") => crate::admin::policies::status(&svc.reloader),
+        (&Method::POST, "/admin/reload") => crate::admin::policies::reload(&svc.reloader).await,
         (
             _,
             "/v1/chat/completions"
@@ -106,28 +147,28 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
             } else {
                 "GET"
             };
-            let mut r = error_response(&GatewayError::new(
+            let mut r = GatewayError::new(
                 ErrorKind::MethodNotAllowed,
                 format!(
                     "{} is not allowed on {path}; use {allow}",
                     crate::error::bounded(req.method().as_str(), 32)
                 ),
-            ));
+            )
+            .to_response();
             r.headers_mut()
                 .insert(http::header::ALLOW, HeaderValue::from_static(allow));
             r
         }
-        _ => error_response(
-            &GatewayError::new(
-                ErrorKind::NotFound,
-                format!(
-                    "unknown path {} {}",
-                    req.method(),
-                    crate::error::bounded(path, 256)
-                ),
-            )
-            .with_code(crate::error::Code::UnknownUrl),
-        ),
+        _ => GatewayError::new(
+            ErrorKind::NotFound,
+            format!(
+                "unknown path {} {}",
+                req.method(),
+                crate::error::bounded(path, 256)
+            ),
+        )
+        .with_code(Code::UnknownUrl)
+        .to_response(),
     }
 }
 
@@ -149,7 +190,7 @@ async fn read_body(
             ErrorKind::PayloadTooLarge,
             format!("request body is larger than the limit of {limit} bytes"),
         )
-        .with_code(crate::error::Code::RequestTooLarge)
+        .with_code(Code::RequestTooLarge)
     };
     let declared = headers
         .get(http::header::CONTENT_LENGTH)
@@ -193,16 +234,14 @@ async fn read_body(
         }))
     };
     match tokio::time::timeout(BODY_TIMEOUT, read).await {
-        Err(_) => {
-            Err(GatewayError::new(
-                ErrorKind::RequestTimeout,
-                format!(
-                    "the request body did not arrive within {} s",
-                    BODY_TIMEOUT.as_secs()
-                ),
-            )
-            .with_code(crate::error::Code::RequestTimeout))
-        }
+        Err(_) => Err(GatewayError::new(
+            ErrorKind::RequestTimeout,
+            format!(
+                "the request body did not arrive within {} s",
+                BODY_TIMEOUT.as_secs()
+            ),
+        )
+        .with_code(Code::RequestTimeout)),
         Ok(Ok(Some(b))) => Ok(b),
         Ok(Ok(None)) => {
             discard(&mut body).await;
@@ -241,22 +280,6 @@ async fn discard(body: &mut Incoming) {
 /// Longest wait for a request body once its headers arrived (slow clients get 408).
 pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Holds one unit of the in-flight gauge; gives it back when dropped.
-struct InFlight(metrics::Gauge);
-
-impl InFlight {
-    fn new(g: metrics::Gauge) -> InFlight {
-        g.increment(1.0);
-        InFlight(g)
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.decrement(1.0);
-    }
-}
-
 /// A response body that keeps an [`InFlight`] until it ends or is dropped.
 struct Guarded {
     inner: Body,
@@ -281,14 +304,4 @@ impl http_body::Body for Guarded {
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
     }
-}
-
-pub(crate) fn json(status: StatusCode, bytes: impl Into<bytes::Bytes>) -> Response<Body> {
-    let mut r = Response::new(body::full(bytes));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
 }

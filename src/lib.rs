@@ -3,13 +3,18 @@
 //! The request path, top to bottom (see `README.md` and `../shared/DESIGN.md`):
 //!
 //! ```text
-//! client ─► ingress ─► gateway::chat ─► routing ─► providers (transform) ─► egress ─► provider
+//! client ─► server ─► ingress ─► gateway (normalize ─► route ─► dispatch ─► respond)
+//!                                   │            │          │
+//!                                routing      policy     providers ─► egress ─► provider
 //! ```
 //!
-//! Modules mirror it one layer each; `config`, `cli`, `server` and `mock` sit beside it.
+//! Modules mirror it one layer each; `app` wires them together; `config`, `cli`,
+//! `admin`, `reload`, `telemetry` and `mock` sit beside it. `policy` is pure (no I/O,
+//! no HTTP): everything above it may import it, it imports none of them.
 
 pub mod admin;
 pub mod api;
+pub mod app;
 pub mod body;
 pub mod cli;
 pub mod config;

@@ -8,11 +8,11 @@
 //!
 //! Pipeline, on any relevant event (debounced), on SIGHUP, or on request:
 //! read every file → content hash (unchanged: stop, unless forced) → parse → check →
-//! self-check (the set's own policy tests) → swap the [`PolicySnapshot`] in the
-//! gateway's `ArcSwap`. Requests load the snapshot once when they start and finish on
+//! self-check (the set's own policy tests) → swap the [`PolicySnapshot`] into the
+//! [`PolicyCell`] the gateway reads. Requests load the snapshot once when they start and finish on
 //! it, so the old set (and later its JIT code) is freed when its last request ends.
 //! A failure changes nothing that serves traffic: it is logged with rendered
-//! diagnostics and shown by `GET /admin/policies`.
+//! diagnostics and shown by `GET /admin/policies` (`admin::policies`).
 //!
 //! At most one rebuild runs at a time: triggers only set a permit on a `Notify`, so a
 //! burst of saves during a rebuild coalesces into exactly one more rebuild.
@@ -27,13 +27,15 @@ use notify_debouncer_full::{new_debouncer, DebounceEventResult, Debouncer, Recom
 use serde::Serialize;
 use tokio::sync::Notify;
 
-use crate::gateway::Gateway;
-use crate::telemetry::{RELOADS, RELOAD_DURATION, VERSION_INFO};
+use crate::config::Config;
 use crate::policy::Registry;
-use crate::routing::policy::{compile, read_sources, registry_from_config, PolicySnapshot};
+use crate::routing::policy::{
+    compile, read_sources, registry_from_config, PolicyCell, PolicySnapshot,
+};
+use crate::telemetry::{RELOADS, RELOAD_DURATION, VERSION_INFO};
 
 /// Keeps the policy watch alive; dropping it stops the watch.
-struct WatchGuard(Arc<Mutex<Option<Debouncer<RecommendedWatcher, RecommendedCache>>>>);
+pub struct WatchGuard(Arc<Mutex<Option<Debouncer<RecommendedWatcher, RecommendedCache>>>>);
 
 impl Drop for WatchGuard {
     fn drop(&mut self) {
@@ -83,7 +85,7 @@ pub enum Outcome {
 /// The reload machinery of one gateway.
 #[derive(Debug)]
 pub struct Reloader {
-    gw: Arc<Gateway>,
+    policy: PolicyCell,
     dir: Option<PathBuf>,
     registry: Registry,
     kick: Notify,
@@ -94,7 +96,8 @@ pub struct Reloader {
     pub status: Mutex<ReloadStatus>,
 }
 
-fn unix_ms(t: SystemTime) -> u64 {
+/// Unix milliseconds of `t` (0 before the epoch).
+pub fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
@@ -135,13 +138,14 @@ fn relevant(path: &Path) -> bool {
 }
 
 impl Reloader {
-    /// A reloader for `gw`, reading `dir` (none: built-ins only).
-    pub fn new(gw: Arc<Gateway>, dir: Option<PathBuf>) -> Arc<Reloader> {
-        let registry = registry_from_config(&gw.config);
-        let version = gw.policy.load().version.clone();
+    /// A reloader that swaps new sets into `policy`, reading `dir` (none: built-ins
+    /// only) and checking against the registry of `config`.
+    pub fn new(policy: PolicyCell, config: &Config, dir: Option<PathBuf>) -> Arc<Reloader> {
+        let registry = registry_from_config(config);
+        let version = policy.load().version.clone();
         metrics::gauge!(VERSION_INFO, "version" => version).set(1.0);
         Arc::new(Reloader {
-            gw,
+            policy,
             dir,
             registry,
             kick: Notify::new(),
@@ -179,7 +183,7 @@ impl Reloader {
         let force = self.force.swap(false, Ordering::SeqCst);
         let dir = self.dir.clone();
         let registry = self.registry.clone();
-        let current = self.gw.policy.load().version.clone();
+        let current = self.policy.load().version.clone();
         let compare = current.clone();
         let built = tokio::task::spawn_blocking(move || {
             let sources = read_sources(dir.as_deref())?;
@@ -211,7 +215,12 @@ impl Reloader {
                 st.last_error = None;
                 tracing::info!(policy = %v, previous = %current, ms = st.last_duration_ms, "policy reloaded");
             }
-            Outcome::Unchanged => st.unchanged += 1,
+            Outcome::Unchanged => {
+                st.unchanged += 1;
+                // The files are the serving set again (a broken save was restored):
+                // the last error no longer describes anything on disk.
+                st.last_error = None;
+            }
             Outcome::Failed(message) => {
                 st.failed += 1;
                 st.last_error = Some(ReloadError {
@@ -226,7 +235,7 @@ impl Reloader {
 
     fn swap(&self, snap: PolicySnapshot, previous: &str) -> Outcome {
         let version = snap.version.clone();
-        self.gw.policy.store(Arc::new(snap));
+        self.policy.store(Arc::new(snap));
         metrics::gauge!(VERSION_INFO, "version" => previous.to_string()).set(0.0);
         metrics::gauge!(VERSION_INFO, "version" => version.clone()).set(1.0);
         Outcome::Swapped(version)
@@ -242,7 +251,7 @@ impl Reloader {
     ///
     /// # Errors
     /// The watcher's error (for example, too many inotify watches).
-    pub fn watch(self: &Arc<Self>) -> Result<Option<impl Drop>, String> {
+    pub fn watch(self: &Arc<Self>) -> Result<Option<WatchGuard>, String> {
         let Some(dir) = self.dir.clone() else {
             return Ok(None);
         };
@@ -324,81 +333,23 @@ impl Reloader {
         Ok(Some(WatchGuard(shared)))
     }
 
-    /// The `GET /admin/policies` body.
-    pub fn status_json(&self) -> serde_json::Value {
-        let snap = self.gw.policy.load();
-        let st = self
-            .status
+    /// The set serving now.
+    pub fn current(&self) -> Arc<PolicySnapshot> {
+        self.policy.load_full()
+    }
+
+    /// The watched policy directory (`None`: built-ins only).
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// Counters and the last error, as of now.
+    pub fn status(&self) -> ReloadStatus {
+        self.status
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        serde_json::json!({
-            "version": snap.version,
-            "engine": snap.compiled.engine(),
-            "interpreter_reason": snap.compiled.fallback_reason(),
-            "code_bytes": snap.compiled.code_bytes(),
-            "live_compiled_modules": crate::policy::jit::live_compiled_modules(),
-            "files": snap.files,
-            "loaded_at_unix_ms": unix_ms(snap.loaded_at),
-            "directory": self.dir.as_ref().map(|d| d.display().to_string()),
-            "reloads": {"ok": st.ok, "failed": st.failed, "unchanged": st.unchanged},
-            "last_reload_ms": st.last_duration_ms,
-            "last_error": st.last_error,
-        })
+            .clone()
     }
-}
-
-fn reloader(gw: &Gateway) -> Result<Arc<Reloader>, Box<http::Response<crate::body::Body>>> {
-    gw.reloader
-        .get()
-        .and_then(std::sync::Weak::upgrade)
-        .ok_or_else(|| {
-            Box::new(crate::gateway::error_response(
-                &crate::error::GatewayError::new(
-                    crate::error::ErrorKind::NotFound,
-                    "policy reloading is not running",
-                ),
-            ))
-        })
-}
-
-/// `GET /admin/policies`: the active version, its files, when it was loaded, reload
-/// counters and the last reload error.
-pub fn admin_status(gw: &Gateway) -> http::Response<crate::body::Body> {
-    match reloader(gw) {
-        Ok(r) => crate::ingress::json(
-            http::StatusCode::OK,
-            serde_json::to_vec(&r.status_json()).unwrap_or_default(),
-        ),
-        Err(resp) => *resp,
-    }
-}
-
-/// `POST /admin/reload`: a forced rebuild now; 200 with the outcome and the serving
-/// version, or 422 with the rendered error (the previous set keeps serving).
-pub async fn admin_reload(gw: &Gateway) -> http::Response<crate::body::Body> {
-    let r = match reloader(gw) {
-        Ok(r) => r,
-        Err(resp) => return *resp,
-    };
-    r.request_sync_force();
-    let outcome = r.rebuild().await;
-    let version = gw.policy.load().version.clone();
-    let (status, body) = match outcome {
-        Outcome::Swapped(_) => (
-            http::StatusCode::OK,
-            serde_json::json!({"outcome": "swapped", "version": version}),
-        ),
-        Outcome::Unchanged => (
-            http::StatusCode::OK,
-            serde_json::json!({"outcome": "unchanged", "version": version}),
-        ),
-        Outcome::Failed(m) => (
-            http::StatusCode::UNPROCESSABLE_ENTITY,
-            serde_json::json!({"outcome": "failed", "error": m, "version": version}),
-        ),
-    };
-    crate::ingress::json(status, serde_json::to_vec(&body).unwrap_or_default())
 }
 
 #[cfg(test)]

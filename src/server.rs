@@ -21,7 +21,9 @@ use tokio::net::TcpListener;
 use crate::body::Body;
 
 /// Serves `handler` on `listener` until `shutdown` completes, then drains in-flight
-/// connections for at most `drain`.
+/// connections for at most `drain`. If the drain runs out of time, `on_drain_timeout`
+/// runs (the gateway ends its live streams with an error event there) and the
+/// connections get one more second to write what it produced.
 ///
 /// Accept errors (for example too many open files) are logged and retried after a short
 /// pause rather than ending the server.
@@ -30,6 +32,7 @@ pub async fn serve<H, F>(
     handler: H,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
+    on_drain_timeout: impl FnOnce(),
 ) where
     H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
@@ -82,7 +85,7 @@ pub async fn serve<H, F>(
         // Streams still running get an error event instead of a cut connection; give
         // the connections a moment to write it.
         tracing::warn!("drain timeout reached; ending the remaining streams");
-        crate::egress::relay::stop_streams();
+        on_drain_timeout();
         if tokio::time::timeout(Duration::from_secs(1), &mut drained)
             .await
             .is_err()

@@ -91,7 +91,6 @@ pub async fn upkeep(handle: PrometheusHandle) {
     loop {
         tick.tick().await;
         handle.run_upkeep();
-        metrics::gauge!(COMPILED_MODULES)
-            .set(crate::policy::jit::live_compiled_modules() as f64);
+        metrics::gauge!(COMPILED_MODULES).set(crate::policy::jit::live_compiled_modules() as f64);
     }
 }

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use http::{HeaderValue, Response, StatusCode};
+use http::{Response, StatusCode};
 use serde::Serialize;
 
 use crate::body::{self, Body};
@@ -133,13 +133,7 @@ pub fn report(gw: &Gateway) -> Report {
 /// The `GET /admin/endpoints` response.
 pub fn handle(gw: &Gateway) -> Response<Body> {
     let bytes = serde_json::to_vec_pretty(&report(gw)).unwrap_or_default();
-    let mut r = Response::new(body::full(bytes));
-    *r.status_mut() = StatusCode::OK;
-    r.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
+    body::json(StatusCode::OK, bytes)
 }
 
 /// One log line per logical model: each endpoint's latency, health, capacity and

@@ -12,11 +12,11 @@ use super::policy::{load_config, say, Format};
 use crate::api::ChatRequest;
 use crate::policy::ast::PriorityLevel;
 use crate::policy::diagnostic::render_all;
-use crate::routing::features::{features, Caller};
 use crate::policy::interp::{Decision, TraceEvent};
 use crate::policy::jit::engine::{decide_with, EngineMode};
 use crate::policy::jit::CompiledPolicySet;
 use crate::policy::StatsSnapshot;
+use crate::routing::features::{features, Caller};
 use crate::routing::policy::{read_sources_from, registry_from_config};
 
 /// `switchyard dry-run` flags.

@@ -1,14 +1,12 @@
-//! `switchyard serve`: load config, build the gateway, listen, drain on shutdown.
+//! `switchyard serve`: load config and policies, start the [`App`], wait for a
+//! signal, drain. The process-level parts only: exit codes, stdout, signals.
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
-
-use tokio::net::TcpListener;
 
 use super::{runtime, ServeArgs};
+use crate::app::{App, AppOptions, StartError};
 use crate::config;
-use crate::gateway::Gateway;
 
 /// Runs `switchyard serve`.
 pub fn run(args: ServeArgs) -> ExitCode {
@@ -50,80 +48,39 @@ pub fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let no_watch = args.no_watch;
+    let opts = AppOptions {
+        watch: !args.no_watch,
+        ..AppOptions::default()
+    };
     rt.block_on(async move {
-        let metrics = crate::telemetry::install();
-        if let Some(h) = metrics.clone() {
-            tokio::spawn(crate::telemetry::upkeep(h));
-        }
-        let listen = config.server.listen;
-        let drain = Duration::from_millis(config.server.drain_timeout_ms);
         let policy_line = format!(
             "policy {} loaded: {}",
             policy.version,
             policy.files.join(", ")
         );
-        let gw = match Gateway::new(config, policy, metrics, |v| {
-            std::env::var(v).ok().filter(|s| !s.is_empty())
-        }) {
-            Ok(g) => Arc::new(g),
-            Err(errors) => {
-                for e in errors {
-                    eprintln!("error: {e}");
-                }
-                return ExitCode::from(1);
-            }
-        };
-        let listener = match TcpListener::bind(listen).await {
-            Ok(l) => l,
+        let (models, providers) = (config.models.len(), config.providers.len());
+        let app = match App::start(config, policy, opts).await {
+            Ok(app) => app,
             Err(e) => {
-                eprintln!("error: cannot listen on {listen}: {e}");
-                return ExitCode::from(2);
+                for line in e.to_string().lines() {
+                    eprintln!("error: {line}");
+                }
+                return ExitCode::from(match e {
+                    StartError::Providers(_) => 1,
+                    StartError::Bind { .. } | StartError::Watch(_) => 2,
+                });
             }
         };
-        let addr = listener.local_addr().unwrap_or(listen);
+        let addr = app.addr();
         tracing::info!("{source_line}");
         tracing::info!("{policy_line}");
-        tracing::info!(
-            models = gw.registry.model_order.len(),
-            providers = gw.upstreams.len(),
-            "switchyard listening on http://{addr}"
-        );
+        tracing::info!(models, providers, "switchyard listening on http://{addr}");
+        // The watch is armed already: a save from here on is seen.
         println!("switchyard listening on {addr}");
-        let policy_dir = crate::routing::policy::policy_dir(&gw.config)
-            .ok()
-            .flatten();
-        let reloader = crate::reload::Reloader::new(gw.clone(), policy_dir);
-        let _ = gw.reloader.set(Arc::downgrade(&reloader));
-        tokio::spawn(reloader.clone().run());
-        let _watch = if no_watch {
-            None
-        } else {
-            match reloader.watch() {
-                Ok(w) => w,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(2);
-                }
-            }
-        };
-        spawn_sighup(reloader.clone());
-        tokio::spawn(crate::admin::endpoints::log_every(
-            gw.clone(),
-            crate::admin::endpoints::LOG_EVERY,
-        ));
-        let gw_for_shutdown = gw.clone();
-        let shutdown = async move {
-            crate::server::shutdown_signal().await;
-            gw_for_shutdown.start_draining();
-        };
-        crate::server::serve(
-            listener,
-            move |req, _peer| crate::ingress::handle(gw.clone(), req),
-            shutdown,
-            drain,
-        )
-        .await;
+        spawn_sighup(app.reloader().clone());
+        crate::server::shutdown_signal().await;
+        app.shutdown();
+        app.wait().await;
         tracing::info!("switchyard stopped");
         ExitCode::SUCCESS
     })

@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 
 use serde_yaml::{Mapping, Value};
 
+use super::MockOptions;
 use super::{
     Config, EndpointConfig, ModelConfig, PoliciesConfig, Pricing, ProviderConfig, ProviderKind,
     QualityConfig, ServerConfig, Timeouts,
 };
-use super::MockOptions;
 use crate::suggest::did_you_mean;
 
 /// One configuration problem: where (a dotted path) and what.

@@ -26,7 +26,6 @@ pub use quality::{Leaderboard, QualityConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-
 /// Finds and loads the config as `serve` and every tool do: `path` if given, else
 /// `./switchyard.yaml` if it exists, else the embedded default (providers enabled by
 /// their API-key variables). Returns the config and a line naming its source.

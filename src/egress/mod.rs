@@ -1,42 +1,54 @@
 //! Egress (seed 001, "Egress and Health Monitoring"): sending a built request to a
 //! provider and enforcing its timeouts.
 //!
-//! Each provider gets one pooled hyper client (keep-alive, TLS through rustls with
-//! session reuse, HTTP/2 when the server offers it by ALPN), so connections are reused
-//! across requests. The `mock` kind skips the network and calls the emulator in
-//! process; everything after the response head is the same for both.
+//! An [`Upstream`] is one configured provider: its adapter (the wire format), its
+//! timeouts, and a [`Transport`] that carries built HTTP requests. The transport is
+//! the seam where the network is: [`http::HttpTransport`] is a pooled hyper client
+//! (keep-alive, TLS through rustls with session reuse, HTTP/2 when the server offers
+//! it by ALPN), and the provider emulator (`kind: mock`) implements the same trait in
+//! process. Circuit breakers and failover wrap transports; nothing in egress knows
+//! which one it has.
 //!
 //! Timeouts (per provider, `timeouts:` in config): `connect_ms` bounds TCP+TLS setup,
 //! `first_byte_ms` bounds the wait for response headers, `idle_ms` bounds silence
 //! between body chunks and `total_ms` bounds the whole exchange; the last two are
 //! enforced while the body is read ([`relay`]).
+//!
+//! Retry safety is data ([`crate::error::Retry`]): a transport reports a failure on a
+//! reused pooled connection before any response byte as
+//! [`Retry::ReusedConnectionOnly`], and [`Upstream::send`] retries exactly that once on
+//! a fresh connection; every other decision is the fallback chain's.
 
+pub mod http;
 pub mod relay;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::Response;
-use http_body_util::BodyExt;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use ::http::{Request, Response};
 
 use crate::api::ChatRequest;
 use crate::body::Body;
 use crate::config::{ProviderConfig, ProviderKind, Timeouts};
-use crate::error::{ErrorKind, GatewayError};
-use crate::mock::MockProvider;
+use crate::error::{Code, ErrorKind, GatewayError, Retry};
 use crate::providers::{adapter_for, Adapter, Target};
 
-type HttpClient = Client<HttpsConnector<HttpConnector>, Body>;
+/// What a transport's `send` returns: the response head (body not yet read), or the
+/// failure with its retry safety.
+pub type SendFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Response<Body>, GatewayError>> + Send + 'a>>;
 
-/// How requests reach a provider.
-#[derive(Debug)]
-enum Transport {
-    Http(Box<HttpClient>),
-    InProcess(Arc<MockProvider>),
+/// Carries one built provider request and resolves when the response head arrives.
+///
+/// Non-2xx answers are responses, not errors (the adapter reads their bodies). An
+/// error names the provider and says where a retry is safe: a failure on a reused
+/// pooled connection before any response byte is [`Retry::ReusedConnectionOnly`].
+/// Deadlines are the caller's: [`Upstream::send`] bounds the wait by `first_byte_ms`.
+pub trait Transport: Send + Sync + std::fmt::Debug {
+    /// Sends `req`.
+    fn send(&self, req: Request<Body>) -> SendFuture<'_>;
 }
 
 /// One configured provider, ready to send requests.
@@ -51,7 +63,7 @@ pub struct Upstream {
     base_url: String,
     api_key: Option<String>,
     adapter: Box<dyn Adapter>,
-    transport: Transport,
+    transport: Arc<dyn Transport>,
 }
 
 /// A response head and body from a provider, before any translation.
@@ -64,14 +76,15 @@ pub struct UpstreamResponse {
 }
 
 impl Upstream {
-    /// Builds the client for `cfg`, reading the API key from its environment variable
-    /// via `env`.
+    /// The provider of `cfg`, sending through `transport`, with the API key read from
+    /// its environment variable via `env`.
     ///
     /// # Errors
     /// A sentence when the provider kind has no adapter yet.
     pub fn new(
         cfg: &ProviderConfig,
         env: impl Fn(&str) -> Option<String>,
+        transport: Arc<dyn Transport>,
     ) -> Result<Upstream, String> {
         let adapter = adapter_for(cfg).ok_or_else(|| {
             format!(
@@ -80,11 +93,6 @@ impl Upstream {
                 cfg.kind.as_str()
             )
         })?;
-        let transport = if cfg.kind == ProviderKind::Mock {
-            Transport::InProcess(Arc::new(MockProvider::new(cfg.mock.clone())))
-        } else {
-            Transport::Http(Box::new(http_client(&cfg.timeouts)))
-        };
         let api_key = cfg.api_key_env.as_deref().and_then(env);
         if let (Some(var), None) = (&cfg.api_key_env, &api_key) {
             tracing::warn!(
@@ -113,57 +121,43 @@ impl Upstream {
     /// `first_byte_ms`). Non-2xx answers are returned as responses, not errors, so the
     /// caller can read the provider's error body.
     ///
+    /// A failure on a reused pooled connection before any response byte (the provider
+    /// had closed it; it never saw a complete request) is retried once on a fresh
+    /// connection, within the same first-byte deadline, and hidden from the client.
+    ///
     /// # Errors
-    /// 502 when the connection fails, 504 when connect or first byte time out.
+    /// The adapter's 400 when the request cannot be expressed for this provider; 502
+    /// when the provider cannot be reached; 504 when connect or first byte time out.
     pub async fn send(
         &self,
         model: &str,
         chat: &ChatRequest,
     ) -> Result<UpstreamResponse, GatewayError> {
         let sent_at = Instant::now();
-        let first_byte = Duration::from_millis(self.timeouts.first_byte_ms);
-        let response = match &self.transport {
-            Transport::InProcess(mock) => {
-                let mut c = chat.clone();
-                c.model = model.to_string();
-                match tokio::time::timeout(first_byte, mock.chat(&c)).await {
-                    Ok(r) => r,
-                    Err(_) => return Err(self.first_byte_timeout()),
-                }
-            }
-            Transport::Http(client) => {
-                let target = Target {
-                    base_url: &self.base_url,
-                    model,
-                    api_key: self.api_key.as_deref(),
-                };
-                let deadline = tokio::time::Instant::now() + first_byte;
-                let mut tries = 0;
-                loop {
-                    tries += 1;
-                    let req = self.adapter.request(&target, chat)?;
-                    match tokio::time::timeout_at(deadline, client.request(req)).await {
-                        Err(_) => return Err(self.first_byte_timeout()),
-                        // A pooled keep-alive connection the provider had already
-                        // closed fails before any response byte: the provider never
-                        // saw a complete request, so one retry on a fresh connection
-                        // is safe and hides the race from the client.
-                        Ok(Err(e)) if tries == 1 && stale_connection(&e) => {
-                            tracing::debug!(provider = %self.name, error = %e, "stale pooled connection; retrying on a new one");
-                            continue;
-                        }
-                        Ok(Err(e)) => return Err(self.connect_error(&e)),
-                        Ok(Ok(r)) => {
-                            break r.map(|b| {
-                                b.map_err(|e| Box::new(e) as crate::body::BoxError)
-                                    .boxed_unsync()
-                            })
-                        }
-                    }
-                }
-            }
+        let target = Target {
+            base_url: &self.base_url,
+            model,
+            api_key: self.api_key.as_deref(),
         };
-        Ok(UpstreamResponse { response, sent_at })
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(self.timeouts.first_byte_ms);
+        let mut fresh_retry_used = false;
+        loop {
+            let req = self.adapter.request(&target, chat)?;
+            match tokio::time::timeout_at(deadline, self.transport.send(req)).await {
+                Err(_) => return Err(self.first_byte_timeout()),
+                Ok(Ok(response)) => return Ok(UpstreamResponse { response, sent_at }),
+                Ok(Err(e)) if e.retry == Retry::ReusedConnectionOnly && !fresh_retry_used => {
+                    tracing::debug!(provider = %self.name, error = %e, "stale pooled connection; retrying on a new one");
+                    fresh_retry_used = true;
+                }
+                // Failed on a fresh connection too: the provider is unreachable.
+                Ok(Err(e)) if e.retry == Retry::ReusedConnectionOnly => {
+                    return Err(e.with_retry(Retry::Any))
+                }
+                Ok(Err(e)) => return Err(e),
+            }
+        }
     }
 
     fn first_byte_timeout(&self) -> GatewayError {
@@ -174,86 +168,6 @@ impl Upstream {
                 self.name, self.timeouts.first_byte_ms
             ),
         )
-        .with_code(crate::error::Code::UpstreamTimeout)
+        .with_code(Code::UpstreamTimeout)
     }
-
-    fn connect_error(&self, e: &hyper_util::client::legacy::Error) -> GatewayError {
-        let mut cause = String::new();
-        let mut src: Option<&dyn std::error::Error> = std::error::Error::source(e);
-        let mut timed_out = false;
-        while let Some(s) = src {
-            if let Some(io) = s.downcast_ref::<std::io::Error>() {
-                timed_out |= io.kind() == std::io::ErrorKind::TimedOut;
-            }
-            cause = s.to_string();
-            src = s.source();
-        }
-        if timed_out {
-            return GatewayError::new(
-                ErrorKind::UpstreamTimeout,
-                format!(
-                    "could not connect to provider `{}` within {} ms",
-                    self.name, self.timeouts.connect_ms
-                ),
-            )
-            .with_code(crate::error::Code::UpstreamTimeout);
-        }
-        let what = if e.is_connect() {
-            "could not connect to"
-        } else {
-            "request failed at"
-        };
-        GatewayError::new(
-            ErrorKind::BadUpstream,
-            format!("{what} provider `{}`: {cause}", self.name),
-        )
-        .with_code(crate::error::Code::UpstreamUnreachable)
-    }
-}
-
-/// Whether `e` is a reused connection that the peer closed (reset, or closed before
-/// the response began), as opposed to a failure to connect or a timeout.
-fn stale_connection(e: &hyper_util::client::legacy::Error) -> bool {
-    if e.is_connect() {
-        return false;
-    }
-    let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
-    while let Some(s) = src {
-        if let Some(h) = s.downcast_ref::<hyper::Error>() {
-            if h.is_incomplete_message() || h.is_canceled() {
-                return true;
-            }
-        }
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            if matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::BrokenPipe
-                    | std::io::ErrorKind::ConnectionAborted
-            ) {
-                return true;
-            }
-        }
-        src = s.source();
-    }
-    false
-}
-
-fn http_client(t: &Timeouts) -> HttpClient {
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(Duration::from_millis(t.connect_ms)));
-    http.set_keepalive(Some(Duration::from_secs(60)));
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_webpki_roots()
-        .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(http);
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(1024)
-        .pool_timer(hyper_util::rt::TokioTimer::new())
-        .build(https)
 }

@@ -25,17 +25,37 @@ use crate::error::{ErrorKind, GatewayError};
 use crate::providers::{StreamStep, StreamTranscoder};
 use crate::sse::{write_event, SseParser};
 
-/// Process-wide signal that ends every relayed stream (set when the shutdown drain
-/// runs out of time), so clients get an error event rather than a cut connection.
-static STOP: std::sync::OnceLock<tokio::sync::watch::Sender<bool>> = std::sync::OnceLock::new();
+/// Ends every stream relayed with it: the shutdown token. When the shutdown drain
+/// runs out of time, the owner calls [`StreamStop::stop`] and each live relay ends
+/// with one `gateway_shutdown` error event instead of a cut connection. Cloning shares
+/// the token.
+#[derive(Debug, Clone)]
+pub struct StreamStop(std::sync::Arc<tokio::sync::watch::Sender<bool>>);
 
-fn stop_sender() -> &'static tokio::sync::watch::Sender<bool> {
-    STOP.get_or_init(|| tokio::sync::watch::channel(false).0)
+impl Default for StreamStop {
+    fn default() -> Self {
+        StreamStop(std::sync::Arc::new(tokio::sync::watch::channel(false).0))
+    }
 }
 
-/// Ends every stream being relayed with a `gateway_shutdown` error event.
-pub fn stop_streams() {
-    stop_sender().send_replace(true);
+impl StreamStop {
+    /// A token no stream has been stopped by yet.
+    pub fn new() -> StreamStop {
+        StreamStop::default()
+    }
+
+    /// Ends every stream relayed with this token, now and from now on.
+    pub fn stop(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// Resolves once [`StreamStop::stop`] has been called.
+    fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.0.subscribe();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    }
 }
 
 /// Largest non-streaming provider body read, in bytes (64 MiB).
@@ -85,7 +105,8 @@ fn timeout_error(provider: &str, total: bool, idle: Duration) -> GatewayError {
             idle.as_millis()
         )
     };
-    GatewayError::new(ErrorKind::UpstreamTimeout, msg).with_code(crate::error::Code::UpstreamTimeout)
+    GatewayError::new(ErrorKind::UpstreamTimeout, msg)
+        .with_code(crate::error::Code::UpstreamTimeout)
 }
 
 fn broken(provider: &str, e: &(dyn std::error::Error + 'static)) -> GatewayError {
@@ -139,7 +160,7 @@ pub struct SseRelay {
 
 impl SseRelay {
     /// Relays `upstream` through `transcoder`, with the provider's `idle` timeout and
-    /// the exchange's `deadline`.
+    /// the exchange's `deadline`, until the end or until `stop` is triggered.
     pub fn new(
         upstream: Body,
         transcoder: Box<dyn StreamTranscoder>,
@@ -147,6 +168,7 @@ impl SseRelay {
         deadline: Instant,
         provider: &str,
         observer: Box<dyn StreamObserver>,
+        stop: &StreamStop,
     ) -> SseRelay {
         SseRelay {
             upstream,
@@ -160,12 +182,7 @@ impl SseRelay {
             observer: Some(observer),
             done: false,
             saw_token: false,
-            stop: {
-                let mut rx = stop_sender().subscribe();
-                Box::pin(async move {
-                    let _ = rx.wait_for(|stop| *stop).await;
-                })
-            },
+            stop: Box::pin(stop.stopped()),
         }
     }
 

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::metrics_handles::EndpointMetrics;
+use super::log::StreamStatus;
 use super::Gateway;
 use crate::egress::relay::{StreamEnd, StreamObserver};
 use crate::error::{Fault, GatewayError};
@@ -117,11 +117,7 @@ impl Attempt {
         let id = &self.gw.registry.endpoints[self.ep_idx].id;
         // Read-modify-write of the state: under the decision lock, so concurrent
         // outcomes (and `on pick` decisions) of the same strategy never lose updates.
-        let _guard = self
-            .gw
-            .decision_lock
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let _guard = self.gw.lock_decisions();
         let stats = self
             .gw
             .stats
@@ -155,19 +151,18 @@ impl Drop for Attempt {
     }
 }
 
-/// Observes a relayed stream: metrics, TTFT, and the attempt's outcome at its end.
+/// Observes a relayed stream: TTFT, the request's metrics, and the attempt's outcome
+/// at its end.
 pub struct StreamLog {
     attempt: Option<Attempt>,
-    metrics: Arc<EndpointMetrics>,
     ttft: Option<Duration>,
 }
 
 impl StreamLog {
-    /// Observer for `attempt` on an endpoint with `metrics`.
-    pub fn new(attempt: Attempt, metrics: Arc<EndpointMetrics>) -> StreamLog {
+    /// Observer for `attempt`.
+    pub fn new(attempt: Attempt) -> StreamLog {
         StreamLog {
             attempt: Some(attempt),
-            metrics,
             ttft: None,
         }
     }
@@ -177,7 +172,7 @@ impl StreamObserver for StreamLog {
     fn first_token(&mut self) {
         if let Some(a) = &self.attempt {
             self.ttft = Some(a.first_token());
-            self.metrics.ttft.record(a.started.elapsed().as_secs_f64());
+            a.gw.log.first_token(a.ep_idx, a.started);
         }
     }
 
@@ -185,22 +180,21 @@ impl StreamObserver for StreamLog {
         let Some(attempt) = self.attempt.take() else {
             return;
         };
-        self.metrics
-            .duration
-            .record(attempt.started.elapsed().as_secs_f64());
-        match end {
+        let (gw, ep, started) = (attempt.gw.clone(), attempt.ep_idx, attempt.started);
+        let status = match end {
             StreamEnd::Completed => {
-                self.metrics.ok.increment(1);
                 attempt.succeeded(self.ttft);
+                StreamStatus::Completed
             }
             StreamEnd::Failed(e) => {
-                self.metrics.stream_error.increment(1);
                 let _ = attempt.failed(e);
+                StreamStatus::Failed
             }
             StreamEnd::ClientGone => {
-                self.metrics.client_gone.increment(1);
                 drop(attempt);
+                StreamStatus::ClientGone
             }
-        }
+        };
+        gw.log.stream_ended(ep, started, status);
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! It serves two purposes with one code path: `switchyard mock` runs it as an HTTP
 //! server ([`server`]) for testing gateways and applications, and the `kind: mock`
-//! provider calls [`MockProvider::chat`] in process, so the embedded default config
-//! answers without any network. Both produce the same `http::Response`.
+//! provider is an egress [`Transport`] in process ([`InProcess`]), so the embedded
+//! default config answers without any network. Both produce the same
+//! `http::Response` from the same request bytes.
 //!
 //! Responses are deterministic for a given seed and request: the text is drawn from a
 //! fixed word list by a hash of the seed and the prompt, one word per token.
@@ -24,6 +25,8 @@ use http_body_util::{BodyExt, StreamBody};
 
 use crate::api::{ChatRequest, Usage};
 use crate::body::{self, Body, BoxError};
+use crate::egress::{SendFuture, Transport};
+use crate::error::{ErrorKind, GatewayError};
 
 const WORDS: [&str; 32] = [
     "the", "gateway", "routes", "each", "request", "to", "a", "healthy", "endpoint", "and",
@@ -48,6 +51,50 @@ struct Window {
     start: Instant,
     requests: u64,
     tokens: u64,
+}
+
+/// The emulator as an egress transport (`kind: mock` providers): the built request's
+/// body is read and answered in process, as `switchyard mock` would answer it over
+/// HTTP.
+#[derive(Debug)]
+pub struct InProcess {
+    provider: MockProvider,
+}
+
+impl InProcess {
+    /// An in-process emulator with `opts`.
+    pub fn new(opts: MockOptions) -> InProcess {
+        InProcess {
+            provider: MockProvider::new(opts),
+        }
+    }
+}
+
+impl Transport for InProcess {
+    fn send(&self, req: http::Request<Body>) -> SendFuture<'_> {
+        Box::pin(async move {
+            if !req.uri().path().ends_with("/chat/completions") {
+                let e = GatewayError::new(
+                    ErrorKind::NotFound,
+                    format!("the mock provider has no {}", req.uri().path()),
+                );
+                return Ok(e.to_response());
+            }
+            let bytes = match req.into_body().collect().await {
+                Ok(c) => c.to_bytes(),
+                Err(e) => {
+                    return Err(GatewayError::new(
+                        ErrorKind::Internal,
+                        format!("could not read the request for the mock provider: {e}"),
+                    ))
+                }
+            };
+            match ChatRequest::parse(&bytes) {
+                Ok(chat) => Ok(self.provider.chat(&chat).await),
+                Err(e) => Ok(e.to_response()),
+            }
+        })
+    }
 }
 
 /// Error cutting a stream on purpose (`cut_after_chunks`).

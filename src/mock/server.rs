@@ -34,6 +34,7 @@ pub async fn run(listen: SocketAddr, opts: MockOptions) -> std::io::Result<()> {
         move |req, _peer| handle(provider.clone(), req),
         crate::server::shutdown_signal(),
         Duration::from_secs(5),
+        || {},
     )
     .await;
     Ok(())
@@ -84,8 +85,7 @@ fn json(status: StatusCode, v: serde_json::Value) -> Response<Body> {
 }
 
 fn error(e: GatewayError) -> Response<Body> {
-    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    json(status, e.to_json())
+    e.to_response()
 }
 
 /// Convenience for tests: an emulator with `opts` on an ephemeral loopback port, served
@@ -102,6 +102,7 @@ pub async fn spawn_local(opts: MockOptions) -> std::io::Result<SocketAddr> {
         move |req, _peer| handle(provider.clone(), req),
         std::future::pending(),
         Duration::from_secs(1),
+        || {},
     ));
     Ok(addr)
 }

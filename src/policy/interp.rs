@@ -53,6 +53,11 @@ pub struct Decision {
     pub model: Option<String>,
     /// The rest of the plan, in order.
     pub fallbacks: Vec<PlanStep>,
+    /// The whole plan as endpoint indices (registry order, see
+    /// [`super::registry::EndpointRef::index`]): the chosen endpoint, then the
+    /// fallbacks. What the gateway dispatches over; the ids above are for people.
+    #[serde(skip)]
+    pub plan: Vec<usize>,
     /// Extra attempts per endpoint on retryable errors.
     pub retries: u32,
     /// Backoff between retries: first wait and cap, milliseconds.
@@ -272,6 +277,7 @@ impl Decision {
             endpoint: None,
             model: None,
             fallbacks: Vec::new(),
+            plan: Vec::new(),
             retries: 0,
             backoff_ms: None,
             priority,
@@ -613,6 +619,7 @@ pub fn apply_fallback<'a>(
 /// Writes `plan` into `d`: its first endpoint is the choice, the rest the fallbacks;
 /// an empty plan is a 503 rejection naming `target`.
 pub fn write_plan(d: &mut Decision, plan: Vec<EndpointRef<'_>>, target: &CTarget) {
+    d.plan = plan.iter().map(|e| e.index).collect();
     let mut steps = plan.into_iter();
     match steps.next() {
         Some(first) => {

@@ -49,6 +49,9 @@ pub struct EndpointRef<'a> {
     pub model: &'a RegistryModel,
     /// The endpoint.
     pub endpoint: &'a RegistryEndpoint,
+    /// Its position among every endpoint of the registry, in config order: the
+    /// endpoint index the gateway's registry, statistics and upstream plan use.
+    pub index: usize,
 }
 
 impl Registry {
@@ -62,14 +65,17 @@ impl Registry {
         self.models.iter().find(|m| m.name == name)
     }
 
-    /// Every endpoint with its model, in config order.
+    /// Every endpoint with its model and index, in config order.
     pub fn endpoints(&self) -> impl Iterator<Item = EndpointRef<'_>> {
-        self.models.iter().flat_map(|m| {
-            m.endpoints.iter().map(move |e| EndpointRef {
-                model: m,
-                endpoint: e,
+        self.models
+            .iter()
+            .flat_map(|m| m.endpoints.iter().map(move |e| (m, e)))
+            .enumerate()
+            .map(|(index, (model, endpoint))| EndpointRef {
+                model,
+                endpoint,
+                index,
             })
-        })
     }
 
     /// The endpoint with id `id` (the first, if a config repeats an id).

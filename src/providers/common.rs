@@ -20,7 +20,8 @@ use crate::error::{ErrorKind, GatewayError};
 
 /// 502 for a provider answer that does not have the shape its API documents.
 pub(crate) fn bad_upstream(message: impl Into<String>) -> GatewayError {
-    GatewayError::new(ErrorKind::BadUpstream, message).with_code(crate::error::Code::UpstreamBadResponse)
+    GatewayError::new(ErrorKind::BadUpstream, message)
+        .with_code(crate::error::Code::UpstreamBadResponse)
 }
 
 /// 400 for a request field the provider cannot express.

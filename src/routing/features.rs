@@ -202,7 +202,10 @@ mod tests {
         h.insert("api-key", "sk-beta".parse().unwrap());
         assert_ne!(Caller::from_headers(&h).api_key, Some(id));
         // No credentials, another scheme, an empty token: no key.
-        assert_eq!(Caller::from_headers(&http::HeaderMap::new()), Caller::default());
+        assert_eq!(
+            Caller::from_headers(&http::HeaderMap::new()),
+            Caller::default()
+        );
         for v in ["Basic dXNlcg==", "Bearer ", "Bearer"] {
             let mut h = http::HeaderMap::new();
             h.insert("authorization", v.parse().unwrap());

@@ -101,6 +101,10 @@ pub struct PolicySnapshot {
     pub loaded_at: SystemTime,
 }
 
+/// The live policy set: one atomic pointer that requests load once and reloads swap
+/// whole, so a request sees the old set or the new one, never a mix.
+pub type PolicyCell = std::sync::Arc<arc_swap::ArcSwap<PolicySnapshot>>;
+
 impl PolicySnapshot {
     /// The checked set (rules, strategies, source map).
     pub fn set(&self) -> &CheckedPolicySet {

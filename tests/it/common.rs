@@ -152,13 +152,25 @@ impl Reply {
 }
 
 pub async fn request(method: &str, url: &str, body: impl Into<Bytes>) -> Reply {
+    request_with(method, url, &[], body).await
+}
+
+/// As [`request`], with extra request headers.
+pub async fn request_with(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Reply {
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let req = http::Request::builder()
+    let mut req = http::Request::builder()
         .method(method)
         .uri(url)
-        .header("content-type", "application/json")
-        .body(Full::new(body.into()))
-        .unwrap();
+        .header("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Full::new(body.into())).unwrap();
     let resp = tokio::time::timeout(Duration::from_secs(30), client.request(req))
         .await
         .expect("response within 30 s")
@@ -191,4 +203,71 @@ pub fn chat(model: &str, stream: bool, extra: &str) -> String {
     format!(
         r#"{{"model":"{model}","stream":{stream},"messages":[{{"role":"user","content":"hello there"}}]{extra}}}"#
     )
+}
+
+/// A gateway started in process (`switchyard::app::App`) on an ephemeral loopback
+/// port, with `config` (YAML) and policy files `(name, text)` in a `policies/`
+/// directory beside it (none: built-ins only). Not watched for changes.
+pub struct InProcess {
+    pub app: switchyard::app::App,
+    pub _dir: tempfile::TempDir,
+}
+
+impl InProcess {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.app.addr(), path)
+    }
+}
+
+pub async fn start_app(config: &str, policies: &[(&str, &str)]) -> InProcess {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from("server: { listen: 127.0.0.1:0 }\n");
+    if !policies.is_empty() {
+        std::fs::create_dir(dir.path().join("policies")).unwrap();
+        for (name, body) in policies {
+            std::fs::write(dir.path().join("policies").join(name), body).unwrap();
+        }
+        text.push_str("policies: { dir: policies }\n");
+    }
+    text.push_str(config);
+    let path = dir.path().join("switchyard.yaml");
+    std::fs::write(&path, &text).unwrap();
+    let config = switchyard::config::parse_str(&text, Some(&path)).expect("valid config");
+    let policy = switchyard::routing::policy::load(&config).expect("valid policies");
+    let opts = switchyard::app::AppOptions {
+        watch: false,
+        ..Default::default()
+    };
+    let app = switchyard::app::App::start(config, policy, opts)
+        .await
+        .expect("app starts");
+    InProcess { app, _dir: dir }
+}
+
+/// An upstream that answers every request with `status` and JSON `body`, one
+/// connection per request, counting the requests it got.
+pub fn scripted_upstream(
+    status: u16,
+    body: &'static str,
+) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = hits.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut buf = [0u8; 65536];
+            let _ = s.read(&mut buf);
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (addr, hits)
 }

@@ -1,5 +1,7 @@
-//! Integration tests: the real binary, on loopback ephemeral ports, in one test binary.
+//! Integration tests: the real binary (and, in `app`, the gateway started in
+//! process), on loopback ephemeral ports, in one test binary.
 
+mod app;
 mod common;
 mod failures;
 mod policy;

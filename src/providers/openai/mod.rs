@@ -148,7 +148,8 @@ impl Adapter for OpenAi {
 
     fn response(&self, body: &[u8], logical_model: &str) -> Result<Bytes, GatewayError> {
         let bad = |why: String| {
-            GatewayError::new(ErrorKind::BadUpstream, why).with_code(crate::error::Code::UpstreamBadResponse)
+            GatewayError::new(ErrorKind::BadUpstream, why)
+                .with_code(crate::error::Code::UpstreamBadResponse)
         };
         // Validate the shape without building a tree, then splice the model name.
         let view: ResponseView<'_> = serde_json::from_slice(body).map_err(|e| {

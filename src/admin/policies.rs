@@ -1,0 +1,59 @@
+//! `GET /admin/policies` and `POST /admin/reload`: the serving policy set, the hot
+//! reload counters and last error, and a forced rebuild on demand.
+
+use http::{Response, StatusCode};
+
+use crate::body::{self, Body};
+use crate::reload::{unix_ms, Outcome, Reloader};
+
+/// The `GET /admin/policies` body: the active version and engine, its files, when it
+/// was loaded, reload counters, the last rebuild's duration (ms) and the last reload
+/// error (cleared by the next successful or unchanged reload).
+pub fn status_json(r: &Reloader) -> serde_json::Value {
+    let snap = r.current();
+    let st = r.status();
+    serde_json::json!({
+        "version": snap.version,
+        "engine": snap.compiled.engine(),
+        "interpreter_reason": snap.compiled.fallback_reason(),
+        "code_bytes": snap.compiled.code_bytes(),
+        "live_compiled_modules": crate::policy::jit::live_compiled_modules(),
+        "files": snap.files,
+        "loaded_at_unix_ms": unix_ms(snap.loaded_at),
+        "directory": r.dir().map(|d| d.display().to_string()),
+        "reloads": {"ok": st.ok, "failed": st.failed, "unchanged": st.unchanged},
+        "last_reload_ms": st.last_duration_ms,
+        "last_error": st.last_error,
+    })
+}
+
+/// `GET /admin/policies`.
+pub fn status(r: &Reloader) -> Response<Body> {
+    body::json(
+        StatusCode::OK,
+        serde_json::to_vec(&status_json(r)).unwrap_or_default(),
+    )
+}
+
+/// `POST /admin/reload`: a forced rebuild now; 200 with the outcome and the serving
+/// version, or 422 with the rendered error (the previous set keeps serving).
+pub async fn reload(r: &Reloader) -> Response<Body> {
+    r.request_sync_force();
+    let outcome = r.rebuild().await;
+    let version = r.current().version.clone();
+    let (status, body) = match outcome {
+        Outcome::Swapped(_) => (
+            StatusCode::OK,
+            serde_json::json!({"outcome": "swapped", "version": version}),
+        ),
+        Outcome::Unchanged => (
+            StatusCode::OK,
+            serde_json::json!({"outcome": "unchanged", "version": version}),
+        ),
+        Outcome::Failed(m) => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            serde_json::json!({"outcome": "failed", "error": m, "version": version}),
+        ),
+    };
+    body::json(status, serde_json::to_vec(&body).unwrap_or_default())
+}

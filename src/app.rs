@@ -1,0 +1,223 @@
+//! The wiring of a running gateway, in one place: config → upstreams (each with its
+//! transport) → registry and statistics → policy cell → reloader (and its watch) →
+//! listener → server; and the shutdown in reverse.
+//!
+//! `switchyard serve` is a thin call into [`App::start`]; integration tests start an
+//! `App` in process on port 0 the same way. Process-level concerns (signals, exit
+//! codes, the `listening` line on stdout) stay in `cli::serve`.
+//!
+//! Order matters in two places. The policy watch is armed before [`App::start`]
+//! returns, so a save made as soon as the caller announces the address is seen. On
+//! shutdown, the listener stops accepting, in-flight requests drain for
+//! `server.drain_timeout_ms`, and then live streams are ended with one error event
+//! each ([`StreamStop`]) before the connections close.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::{Config, ProviderConfig, ProviderKind};
+use crate::egress::http::HttpTransport;
+use crate::egress::relay::StreamStop;
+use crate::egress::{Transport, Upstream};
+use crate::gateway::Gateway;
+use crate::ingress::Services;
+use crate::reload::{Reloader, WatchGuard};
+use crate::routing::policy::{PolicyCell, PolicySnapshot};
+
+/// Reads an environment variable: `None` when unset or empty.
+pub type Env = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// How to start an [`App`].
+pub struct AppOptions {
+    /// Watch the policy directory and reload on change (`serve --no-watch`: false).
+    pub watch: bool,
+    /// Reads the providers' API-key variables (`std::env::var` in `serve`).
+    pub env: Env,
+}
+
+impl Default for AppOptions {
+    fn default() -> Self {
+        AppOptions {
+            watch: true,
+            env: Box::new(|v| std::env::var(v).ok().filter(|s| !s.is_empty())),
+        }
+    }
+}
+
+/// Why an [`App`] did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Providers that cannot be set up, one sentence each (exit code 1: the config).
+    #[error("{}", .0.join("\n"))]
+    Providers(Vec<String>),
+    /// The listen address cannot be bound (exit code 2: the environment).
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The bind error.
+        source: std::io::Error,
+    },
+    /// The policy directory cannot be watched (exit code 2).
+    #[error("{0}")]
+    Watch(String),
+}
+
+/// The upstreams of `config`, one per provider in config order, each with its
+/// transport: the in-process emulator for `kind: mock`, pooled HTTP otherwise.
+///
+/// # Errors
+/// One sentence per provider that cannot be set up (a kind without an adapter).
+pub fn upstreams(
+    config: &Config,
+    env: &(dyn Fn(&str) -> Option<String> + Send + Sync),
+) -> Result<Vec<Upstream>, Vec<String>> {
+    let mut upstreams = Vec::new();
+    let mut errors = Vec::new();
+    for p in &config.providers {
+        match Upstream::new(p, env, transport(p)) {
+            Ok(u) => upstreams.push(u),
+            Err(e) => errors.push(e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(upstreams)
+    } else {
+        Err(errors)
+    }
+}
+
+fn transport(p: &ProviderConfig) -> Arc<dyn Transport> {
+    if p.kind == ProviderKind::Mock {
+        Arc::new(crate::mock::InProcess::new(p.mock.clone()))
+    } else {
+        Arc::new(HttpTransport::new(&p.name, &p.timeouts))
+    }
+}
+
+/// A running gateway: its listener, services and background tasks.
+pub struct App {
+    addr: SocketAddr,
+    services: Arc<Services>,
+    shutdown: watch::Sender<bool>,
+    server: JoinHandle<()>,
+    tasks: Vec<JoinHandle<()>>,
+    _watch: Option<WatchGuard>,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App").field("addr", &self.addr).finish()
+    }
+}
+
+impl App {
+    /// Builds every part for `config` serving `policy`, binds `config.server.listen`
+    /// (port 0 picks a free port), arms the policy watch, and starts serving in the
+    /// background. Call within a tokio runtime.
+    ///
+    /// # Errors
+    /// [`StartError`]: a provider that cannot be set up, the bind, or the watch.
+    pub async fn start(
+        config: Config,
+        policy: PolicySnapshot,
+        opts: AppOptions,
+    ) -> Result<App, StartError> {
+        let upstreams = upstreams(&config, &*opts.env).map_err(StartError::Providers)?;
+        let metrics = crate::telemetry::install();
+        let listen = config.server.listen;
+        let drain = Duration::from_millis(config.server.drain_timeout_ms);
+        let policy_dir = crate::routing::policy::policy_dir(&config).ok().flatten();
+        let cell: PolicyCell = Arc::new(arc_swap::ArcSwap::from_pointee(policy));
+        let reloader = Reloader::new(cell.clone(), &config, policy_dir);
+        let stream_stop = StreamStop::new();
+        let gateway = Arc::new(Gateway::new(config, upstreams, cell, stream_stop.clone()));
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: listen,
+                source,
+            })?;
+        let addr = listener.local_addr().unwrap_or(listen);
+        let watch_guard = if opts.watch {
+            reloader.watch().map_err(StartError::Watch)?
+        } else {
+            None
+        };
+        let mut tasks = vec![tokio::spawn(reloader.clone().run())];
+        if let Some(h) = metrics.clone() {
+            tasks.push(tokio::spawn(crate::telemetry::upkeep(h)));
+        }
+        tasks.push(tokio::spawn(crate::admin::endpoints::log_every(
+            gateway.clone(),
+            crate::admin::endpoints::LOG_EVERY,
+        )));
+        let services = Arc::new(Services::new(gateway, reloader, metrics));
+        let (shutdown, mut shutdown_rx) = watch::channel(false);
+        let svc = services.clone();
+        let on_shutdown = {
+            let svc = services.clone();
+            async move {
+                let _ = shutdown_rx.wait_for(|s| *s).await;
+                svc.start_draining();
+            }
+        };
+        let server = tokio::spawn(crate::server::serve(
+            listener,
+            move |req, _peer| crate::ingress::handle(svc.clone(), req),
+            on_shutdown,
+            drain,
+            move || stream_stop.stop(),
+        ));
+        Ok(App {
+            addr,
+            services,
+            shutdown,
+            server,
+            tasks,
+            _watch: watch_guard,
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The gateway's services (gateway, reloader, metrics).
+    pub fn services(&self) -> &Arc<Services> {
+        &self.services
+    }
+
+    /// The hot-reload machinery (SIGHUP forces a rebuild through it).
+    pub fn reloader(&self) -> &Arc<Reloader> {
+        &self.services.reloader
+    }
+
+    /// Begins the graceful shutdown: `/ready` answers 503, the listener closes, and
+    /// in-flight requests drain (see the module doc).
+    pub fn shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Waits until the server has stopped (after [`App::shutdown`]), then stops the
+    /// background tasks and the policy watch.
+    pub async fn wait(self) {
+        let App {
+            server,
+            tasks,
+            _watch,
+            ..
+        } = self;
+        let _ = server.await;
+        for t in tasks {
+            t.abort();
+        }
+        drop(_watch);
+    }
+}

@@ -1,0 +1,144 @@
+//! The network [`Transport`]: one pooled hyper client per provider.
+//!
+//! Connections are kept alive and reused across requests (up to 1,024 idle per host,
+//! closed after 90 s idle), TLS goes through rustls with the webpki roots and session
+//! reuse, and HTTP/2 is used when the provider offers it by ALPN. Failures are
+//! classified here, once, into errors that say where a retry is safe.
+
+use std::time::Duration;
+
+use http::Request;
+use http_body_util::BodyExt;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use super::{SendFuture, Transport};
+use crate::body::{Body, BoxError};
+use crate::config::Timeouts;
+use crate::error::{Code, ErrorKind, GatewayError, Retry};
+
+type HttpClient = Client<HttpsConnector<HttpConnector>, Body>;
+
+/// A pooled HTTP/1.1 + HTTP/2 client for one provider.
+#[derive(Debug)]
+pub struct HttpTransport {
+    provider: String,
+    connect_ms: u64,
+    client: HttpClient,
+}
+
+impl HttpTransport {
+    /// The client of provider `provider`, with its `connect_ms` timeout.
+    pub fn new(provider: &str, timeouts: &Timeouts) -> HttpTransport {
+        HttpTransport {
+            provider: provider.to_string(),
+            connect_ms: timeouts.connect_ms,
+            client: http_client(timeouts),
+        }
+    }
+
+    /// The error for a failed request: 504 for a connect timeout; for a reused
+    /// connection the provider had closed, [`Retry::ReusedConnectionOnly`]; else 502
+    /// `upstream_unreachable`, retryable.
+    fn error(&self, e: hyper_util::client::legacy::Error) -> GatewayError {
+        let mut cause = String::new();
+        let mut src: Option<&dyn std::error::Error> = std::error::Error::source(&e);
+        let mut timed_out = false;
+        while let Some(s) = src {
+            if let Some(io) = s.downcast_ref::<std::io::Error>() {
+                timed_out |= io.kind() == std::io::ErrorKind::TimedOut;
+            }
+            cause = s.to_string();
+            src = s.source();
+        }
+        if timed_out {
+            return GatewayError::new(
+                ErrorKind::UpstreamTimeout,
+                format!(
+                    "could not connect to provider `{}` within {} ms",
+                    self.provider, self.connect_ms
+                ),
+            )
+            .with_code(Code::UpstreamTimeout)
+            .with_source(e);
+        }
+        let stale = stale_connection(&e);
+        let what = if e.is_connect() {
+            "could not connect to"
+        } else {
+            "request failed at"
+        };
+        let err = GatewayError::new(
+            ErrorKind::BadUpstream,
+            format!("{what} provider `{}`: {cause}", self.provider),
+        )
+        .with_code(Code::UpstreamUnreachable)
+        .with_source(e);
+        if stale {
+            err.with_retry(Retry::ReusedConnectionOnly)
+        } else {
+            err
+        }
+    }
+}
+
+impl Transport for HttpTransport {
+    fn send(&self, req: Request<Body>) -> SendFuture<'_> {
+        let fut = self.client.request(req);
+        Box::pin(async move {
+            match fut.await {
+                Ok(r) => Ok(r.map(|b| b.map_err(|e| Box::new(e) as BoxError).boxed_unsync())),
+                Err(e) => Err(self.error(e)),
+            }
+        })
+    }
+}
+
+/// Whether `e` is a reused connection that the peer closed (reset, or closed before
+/// the response began), as opposed to a failure to connect or a timeout.
+fn stale_connection(e: &hyper_util::client::legacy::Error) -> bool {
+    if e.is_connect() {
+        return false;
+    }
+    let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = src {
+        if let Some(h) = s.downcast_ref::<hyper::Error>() {
+            if h.is_incomplete_message() || h.is_canceled() {
+                return true;
+            }
+        }
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::ConnectionAborted
+            ) {
+                return true;
+            }
+        }
+        src = s.source();
+    }
+    false
+}
+
+fn http_client(t: &Timeouts) -> HttpClient {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(Duration::from_millis(t.connect_ms)));
+    http.set_keepalive(Some(Duration::from_secs(60)));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(1024)
+        .pool_timer(hyper_util::rt::TokioTimer::new())
+        .build(https)
+}

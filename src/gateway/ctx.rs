@@ -1,0 +1,60 @@
+//! The per-request context: what every phase reads and writes about one request.
+//!
+//! One [`RequestCtx`] is made when a chat request arrives and passed by reference
+//! through the phases (the model is Pingora's per-request `CTX`). Phases write what
+//! they decided (the caller, the route and rule, the plan, the endpoint that served,
+//! the attempts made) and the respond and log phases read it, so response headers and
+//! request metrics come from one record instead of being patched in at each exit.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::routing::features::Caller;
+use crate::routing::policy::PolicySnapshot;
+
+/// One request's context.
+#[derive(Debug)]
+pub struct RequestCtx {
+    /// When the request arrived (its headers were read), for latency metrics.
+    pub started: Instant,
+    /// Who sent it (normalize phase; the admission layer will verify it).
+    pub caller: Caller,
+    /// The policy set the request runs on, loaded once: a reload never mixes versions
+    /// within a request.
+    pub snapshot: Arc<PolicySnapshot>,
+    /// Whether the client asked for a stream (normalize phase): a stream's outcome is
+    /// logged when it ends, not when its head is sent.
+    pub stream: bool,
+    /// The route that took the request (route phase; `None`: none matched).
+    pub route: Option<String>,
+    /// The rule (or `default`) that decided (route phase).
+    pub rule: Option<String>,
+    /// Endpoint indices to try, in order (route phase).
+    pub plan: Vec<usize>,
+    /// Attempts made so far, across endpoints and retries (dispatch phase).
+    pub attempts: u32,
+    /// The endpoint of the last attempt: the one that served, or the last to fail.
+    pub endpoint: Option<usize>,
+    /// Whether [`RequestCtx::endpoint`] answered successfully (its response is the
+    /// client's).
+    pub served: bool,
+}
+
+impl RequestCtx {
+    /// A context for a request that arrived at `started`, from `caller`, running on
+    /// `snapshot`.
+    pub fn new(started: Instant, caller: Caller, snapshot: Arc<PolicySnapshot>) -> RequestCtx {
+        RequestCtx {
+            started,
+            caller,
+            snapshot,
+            stream: false,
+            route: None,
+            rule: None,
+            plan: Vec::new(),
+            attempts: 0,
+            endpoint: None,
+            served: false,
+        }
+    }
+}

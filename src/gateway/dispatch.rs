@@ -1,0 +1,214 @@
+//! The dispatch phase: attempts over the plan (seed 000, Algorithm 1), each one an
+//! exchange with one endpoint.
+//!
+//! Each endpoint of the plan gets up to `retries + 1` attempts while its errors allow
+//! a retry on the same endpoint ([`Retry::Any`](crate::error::Retry): connect
+//! failure, timeout, 5xx, the provider's 429), sleeping the backoff between them; an
+//! error that allows only another endpoint (an upstream 404 or refused credentials)
+//! moves on at once; an error that allows no retry (the client's request is at fault)
+//! ends the request. The decision is the error's [`GatewayError::retry`] field alone.
+//! At most [`MAX_ATTEMPTS`] attempts are made per request.
+//!
+//! Only errors before the first byte reaches the client are retried: after that, the
+//! stream ends with an error event (`egress::relay`).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderValue, Response};
+
+use super::ctx::RequestCtx;
+use super::outcome::{Attempt, DecisionContext, StreamLog};
+use super::route::Plan;
+use super::Gateway;
+use crate::api::ChatRequest;
+use crate::body::{self, Body};
+use crate::egress::relay::{collect, SseRelay};
+use crate::error::{Code, ErrorKind, GatewayError};
+use crate::providers::StreamContext;
+use crate::stats::ratelimit;
+
+/// Most attempts for one request, across endpoints and retries.
+pub const MAX_ATTEMPTS: u32 = 8;
+
+/// Tries the plan in `ctx` until one endpoint answers; the last error otherwise.
+///
+/// # Errors
+/// The last attempt's error (or 503 when nothing could be tried).
+pub async fn dispatch(
+    gw: &Arc<Gateway>,
+    ctx: &mut RequestCtx,
+    chat: &ChatRequest,
+    plan: &Plan,
+    decided: Arc<DecisionContext>,
+) -> Result<Response<Body>, GatewayError> {
+    let mut last: Option<GatewayError> = None;
+    'plan: for i in 0..ctx.plan.len() {
+        let ep = ctx.plan[i];
+        for retry in 0..=plan.retries {
+            if ctx.attempts == MAX_ATTEMPTS {
+                break 'plan;
+            }
+            ctx.attempts += 1;
+            ctx.endpoint = Some(ep);
+            let attempt = Attempt::begin(gw, ep, decided.clone(), ctx.started);
+            match exchange(gw, ep, chat, attempt).await {
+                Ok(resp) => {
+                    ctx.served = true;
+                    return Ok(resp);
+                }
+                Err(e) => {
+                    gw.log
+                        .attempt_failed(ep, ctx.attempts, &ctx.snapshot.version, &e);
+                    let retry_safety = e.retry;
+                    last = Some(e);
+                    if !retry_safety.other_endpoint() {
+                        break 'plan;
+                    }
+                    if !retry_safety.same_endpoint() {
+                        continue 'plan;
+                    }
+                    if retry < plan.retries {
+                        if let Some(wait) = backoff(plan.backoff_ms, retry) {
+                            tokio::time::sleep(wait).await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        GatewayError::new(ErrorKind::NoEndpoint, "no endpoint could be tried")
+            .with_code(Code::NoEndpoint)
+    }))
+}
+
+/// Backoff before retry number `retry` (0-based): the first wait doubled per retry,
+/// capped; `None` without a backoff setting.
+fn backoff(setting: Option<(u64, u64)>, retry: u32) -> Option<Duration> {
+    let (first, cap) = setting?;
+    let ms = first.saturating_mul(1u64 << retry.min(20)).min(cap);
+    Some(Duration::from_millis(ms))
+}
+
+/// One attempt on endpoint `ep`: send, read the head, and either translate the whole
+/// answer or hand the client a live relay of the stream.
+async fn exchange(
+    gw: &Arc<Gateway>,
+    ep: usize,
+    chat: &ChatRequest,
+    attempt: Attempt,
+) -> Result<Response<Body>, GatewayError> {
+    let endpoint = &gw.registry.endpoints[ep];
+    let up = &gw.upstreams[endpoint.provider];
+    let sent = match up.send(&endpoint.upstream_model, chat).await {
+        Ok(s) => s,
+        Err(e) => return Err(attempt.failed(e)),
+    };
+    if let Some(c) = ratelimit::capacity(sent.response.headers(), SystemTime::now()) {
+        if let Some(slot) = gw.stats.slot(ep) {
+            slot.record_capacity(c, SystemTime::now());
+        }
+    }
+    let deadline =
+        tokio::time::Instant::from_std(sent.sent_at + Duration::from_millis(up.timeouts.total_ms));
+    let idle = Duration::from_millis(up.timeouts.idle_ms);
+    let (parts, upstream_body) = sent.response.into_parts();
+    if !parts.status.is_success() {
+        let err = match collect(upstream_body, idle, deadline, &up.name).await {
+            Ok(bytes) => up
+                .adapter()
+                .error(parts.status.as_u16(), &parts.headers, &bytes),
+            Err(e) => e,
+        };
+        return Err(attempt.failed(err));
+    }
+    let content_type = parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if chat.is_stream() && !content_type.is_empty() && !content_type.contains("event-stream") {
+        // Not a stream (an HTML error page, or JSON from a provider that ignored
+        // `stream`): fail before the first byte so the fallback chain can act.
+        let e = GatewayError::new(
+            ErrorKind::BadUpstream,
+            format!(
+                "provider `{}` answered a streaming request with `{}`, not an event stream",
+                up.name,
+                crate::error::bounded(content_type, 128)
+            ),
+        )
+        .with_code(Code::UpstreamBadResponse);
+        return Err(attempt.failed(e));
+    }
+    if chat.is_stream() {
+        let transcoder = up.adapter().stream(StreamContext {
+            logical_model: chat.model.clone(),
+            include_usage: chat.wants_usage_chunk(),
+            prompt_tokens_estimate: chat.estimated_input_tokens(),
+        });
+        let relay = SseRelay::new(
+            upstream_body,
+            transcoder,
+            idle,
+            deadline,
+            &up.name,
+            Box::new(StreamLog::new(attempt)),
+            &gw.stream_stop,
+        );
+        let mut r = Response::new(Body::new(relay));
+        let h = r.headers_mut();
+        h.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(
+            http::header::CACHE_CONTROL,
+            HeaderValue::from_static("no-cache"),
+        );
+        return Ok(r);
+    }
+    let translated = match collect(upstream_body, idle, deadline, &up.name).await {
+        Ok(bytes) => up.adapter().response(&bytes, &chat.model),
+        Err(e) => Err(e),
+    };
+    match translated {
+        Ok(out) => {
+            attempt.succeeded(None);
+            let mut r = Response::new(body::full(out));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            Ok(r)
+        }
+        Err(e) => Err(attempt.failed(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_the_cap() {
+        assert_eq!(backoff(None, 0), None);
+        assert_eq!(
+            backoff(Some((100, 2000)), 0),
+            Some(Duration::from_millis(100))
+        );
+        assert_eq!(
+            backoff(Some((100, 2000)), 3),
+            Some(Duration::from_millis(800))
+        );
+        assert_eq!(
+            backoff(Some((100, 2000)), 10),
+            Some(Duration::from_millis(2000))
+        );
+        assert_eq!(
+            backoff(Some((100, 2000)), 60),
+            Some(Duration::from_millis(2000))
+        );
+    }
+}

@@ -1,0 +1,159 @@
+//! The log phase: every per-request metric and the request's closing log line, in one
+//! place.
+//!
+//! Handles are registered once per endpoint when the gateway is built, so the request
+//! path only bumps atomics instead of hashing label sets. A non-streaming request is
+//! logged when its response is ready (`respond`); a stream when it ends (its relay's
+//! observer, `outcome::StreamLog`), because only then is its final status known.
+//! Metric names are in [`crate::telemetry`].
+
+use std::time::Instant;
+
+use crate::error::GatewayError;
+use crate::routing::Registry;
+use crate::telemetry as t;
+
+/// The metric handles of one endpoint (labels `model`, `endpoint`, and `status` for
+/// the request counter).
+#[derive(Debug)]
+struct EndpointMetrics {
+    /// Requests that ended with 200.
+    ok: metrics::Counter,
+    /// Streams that began with 200 and ended with an error event.
+    stream_error: metrics::Counter,
+    /// Streams whose client went away first.
+    client_gone: metrics::Counter,
+    /// Request latency in seconds.
+    duration: metrics::Histogram,
+    /// Time to first token in seconds (streams).
+    ttft: metrics::Histogram,
+}
+
+impl EndpointMetrics {
+    fn new(model: &str, endpoint: &str) -> EndpointMetrics {
+        let counter = |status: &'static str| metrics::counter!(t::REQUESTS, "model" => model.to_string(), "endpoint" => endpoint.to_string(), "status" => status);
+        EndpointMetrics {
+            ok: counter("200"),
+            stream_error: counter("stream_error"),
+            client_gone: counter("client_gone"),
+            duration: metrics::histogram!(t::DURATION, "model" => model.to_string(), "endpoint" => endpoint.to_string()),
+            ttft: metrics::histogram!(t::TTFT, "model" => model.to_string(), "endpoint" => endpoint.to_string()),
+        }
+    }
+}
+
+/// How a stream that began with 200 ended, for its request metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamStatus {
+    /// `[DONE]` was sent.
+    Completed,
+    /// An error event ended it.
+    Failed,
+    /// The client went away first.
+    ClientGone,
+}
+
+/// The request metrics of one gateway.
+#[derive(Debug)]
+pub struct RequestLog {
+    endpoints: Vec<EndpointMetrics>,
+    /// `endpoint` / `model` label values, indexed like the registry.
+    labels: Vec<(String, String)>,
+    in_flight: metrics::Gauge,
+}
+
+impl RequestLog {
+    /// Registers the handles of every endpoint of `registry`.
+    pub fn new(registry: &Registry) -> RequestLog {
+        RequestLog {
+            endpoints: registry
+                .endpoints
+                .iter()
+                .map(|e| EndpointMetrics::new(&e.model, &e.id))
+                .collect(),
+            labels: registry
+                .endpoints
+                .iter()
+                .map(|e| (e.id.to_string(), e.model.to_string()))
+                .collect(),
+            in_flight: metrics::gauge!(t::IN_FLIGHT),
+        }
+    }
+
+    /// One more request in flight until the returned guard is dropped (ingress keeps
+    /// it until the response body ends, streams included).
+    pub fn in_flight(&self) -> InFlight {
+        InFlight::new(self.in_flight.clone())
+    }
+
+    /// A request answered with a whole 200 by endpoint `ep` (non-streaming).
+    pub fn served(&self, ep: usize, started: Instant) {
+        if let Some(m) = self.endpoints.get(ep) {
+            m.ok.increment(1);
+            m.duration.record(started.elapsed().as_secs_f64());
+        }
+    }
+
+    /// A stream on endpoint `ep` relayed its first content.
+    pub fn first_token(&self, ep: usize, started: Instant) {
+        if let Some(m) = self.endpoints.get(ep) {
+            m.ttft.record(started.elapsed().as_secs_f64());
+        }
+    }
+
+    /// A stream on endpoint `ep` ended as `status`.
+    pub fn stream_ended(&self, ep: usize, started: Instant, status: StreamStatus) {
+        let Some(m) = self.endpoints.get(ep) else {
+            return;
+        };
+        m.duration.record(started.elapsed().as_secs_f64());
+        match status {
+            StreamStatus::Completed => m.ok.increment(1),
+            StreamStatus::Failed => m.stream_error.increment(1),
+            StreamStatus::ClientGone => m.client_gone.increment(1),
+        }
+    }
+
+    /// A request that ended with error `e`; `ep` is the last endpoint tried (`None`:
+    /// it failed before one was chosen, labelled `none`).
+    pub fn failed(&self, ep: Option<usize>, e: &GatewayError) {
+        let (endpoint, model) = match ep.and_then(|i| self.labels.get(i)) {
+            Some((id, model)) => (id.clone(), model.clone()),
+            None => ("none".to_string(), "none".to_string()),
+        };
+        let status = e.status();
+        metrics::counter!(t::REQUESTS, "model" => model, "endpoint" => endpoint, "status" => status.to_string())
+            .increment(1);
+        tracing::debug!(status, error = %e, "request failed");
+    }
+
+    /// Attempt number `attempt` on endpoint `ep` failed with `e` (the request may still
+    /// succeed elsewhere).
+    pub fn attempt_failed(&self, ep: usize, attempt: u32, policy: &str, e: &GatewayError) {
+        let id = self
+            .labels
+            .get(ep)
+            .map(|(id, _)| id.as_str())
+            .unwrap_or("none");
+        metrics::counter!(t::UPSTREAM_ERRORS, "endpoint" => id.to_string(), "kind" => e.metric_kind())
+            .increment(1);
+        tracing::warn!(policy = %policy, endpoint = %id, attempt, error = %e, "attempt failed");
+    }
+}
+
+/// Holds one unit of the in-flight gauge; gives it back when dropped.
+#[derive(Debug)]
+pub struct InFlight(metrics::Gauge);
+
+impl InFlight {
+    fn new(g: metrics::Gauge) -> InFlight {
+        g.increment(1.0);
+        InFlight(g)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
+}

@@ -1,0 +1,82 @@
+//! The respond phase: the one place a chat request's response is finished.
+//!
+//! An error becomes its OpenAI-shaped response here ([`GatewayError::to_response`]),
+//! the request is logged (a stream later, when it ends), and every `x-switchyard-*`
+//! header is written by [`stamp`], which ingress also calls for the responses that
+//! never reach the gateway (so they name the policy version serving now).
+//!
+//! | header | value |
+//! |---|---|
+//! | `x-switchyard-policy` | version (content hash) of the policy set the request ran on |
+//! | `x-switchyard-route` | the route that took the request (absent: none matched) |
+//! | `x-switchyard-rule` | the rule that decided, or `default` |
+//! | `x-switchyard-endpoint` | the endpoint that served (successful answers only) |
+//! | `x-switchyard-attempts` | upstream attempts made, across endpoints and retries |
+
+use http::{HeaderMap, HeaderName, HeaderValue, Response};
+
+use super::ctx::RequestCtx;
+use super::Gateway;
+use crate::body::Body;
+use crate::error::GatewayError;
+
+/// `x-switchyard-policy`: the policy version (content hash) a request ran on.
+pub const POLICY_HEADER: HeaderName = HeaderName::from_static("x-switchyard-policy");
+/// `x-switchyard-route`: the route that took the request.
+pub const ROUTE_HEADER: HeaderName = HeaderName::from_static("x-switchyard-route");
+/// `x-switchyard-rule`: the rule that decided.
+pub const RULE_HEADER: HeaderName = HeaderName::from_static("x-switchyard-rule");
+/// `x-switchyard-endpoint`: the endpoint that served.
+pub const ENDPOINT_HEADER: HeaderName = HeaderName::from_static("x-switchyard-endpoint");
+/// `x-switchyard-attempts`: upstream attempts made.
+pub const ATTEMPTS_HEADER: HeaderName = HeaderName::from_static("x-switchyard-attempts");
+
+/// Finishes a chat request's response from what the phases produced.
+pub fn respond(
+    gw: &Gateway,
+    ctx: &RequestCtx,
+    result: Result<Response<Body>, GatewayError>,
+) -> Response<Body> {
+    let mut resp = match result {
+        Ok(resp) => {
+            if let (Some(ep), false) = (ctx.endpoint, ctx.stream) {
+                gw.log.served(ep, ctx.started);
+            }
+            resp
+        }
+        Err(e) => {
+            gw.log.failed(ctx.endpoint, &e);
+            e.to_response()
+        }
+    };
+    stamp(gw, resp.headers_mut(), &ctx.snapshot.version, Some(ctx));
+    resp
+}
+
+/// Writes the `x-switchyard-*` headers: the policy `version` always, and what `ctx`
+/// recorded when the request reached the gateway. Values that cannot be header values
+/// (non-visible ASCII in a configured name) are left out.
+pub fn stamp(gw: &Gateway, h: &mut HeaderMap, version: &str, ctx: Option<&RequestCtx>) {
+    put(h, POLICY_HEADER, version);
+    let Some(ctx) = ctx else { return };
+    if let Some(route) = &ctx.route {
+        put(h, ROUTE_HEADER, route);
+    }
+    if let Some(rule) = &ctx.rule {
+        put(h, RULE_HEADER, rule);
+    }
+    if ctx.served {
+        if let Some(ep) = ctx.endpoint.and_then(|i| gw.registry.endpoints.get(i)) {
+            put(h, ENDPOINT_HEADER, &ep.id);
+        }
+    }
+    if ctx.attempts > 0 {
+        h.insert(ATTEMPTS_HEADER, HeaderValue::from(ctx.attempts));
+    }
+}
+
+fn put(h: &mut HeaderMap, name: HeaderName, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        h.insert(name, v);
+    }
+}

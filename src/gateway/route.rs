@@ -1,0 +1,114 @@
+//! The route phase: the policy decision, turned into a plan of endpoint indices.
+//!
+//! The decision runs on the snapshot the request loaded and on a fresh statistics
+//! snapshot. A `reject` ends the request here; otherwise the plan (the chosen
+//! endpoint, then the fallback chain, without duplicates) goes into the context and
+//! the retry settings into the returned [`Plan`].
+
+use std::time::SystemTime;
+
+use super::ctx::RequestCtx;
+use super::Gateway;
+use crate::api::ChatRequest;
+use crate::error::{Code, ErrorKind, GatewayError};
+use crate::policy::interp::StrategyCall;
+use crate::policy::{Decision, RequestFeatures};
+use crate::routing::policy::PolicySnapshot;
+
+/// How the plan in the context is to be tried.
+#[derive(Debug)]
+pub struct Plan {
+    /// Extra attempts per endpoint on errors that allow a retry on the same endpoint.
+    pub retries: u32,
+    /// Backoff between retries: first wait and cap, ms.
+    pub backoff_ms: Option<(u64, u64)>,
+    /// The strategy invocation behind the choice, for `on success` / `on failure`.
+    pub call: Option<StrategyCall>,
+}
+
+/// Decides `chat` (with `features`) and writes the route, rule and plan into `ctx`.
+///
+/// # Errors
+/// The policy's `reject` (its status); 404 `model_not_found` when no route took the
+/// request and the model is not configured; 503 when no endpoint is available.
+pub fn route(
+    gw: &Gateway,
+    ctx: &mut RequestCtx,
+    chat: &ChatRequest,
+    features: &RequestFeatures,
+) -> Result<Plan, GatewayError> {
+    let Decision {
+        route,
+        rule,
+        reject,
+        plan: chosen,
+        retries,
+        backoff_ms,
+        call,
+        ..
+    } = decide(gw, &ctx.snapshot, features);
+    ctx.route = route;
+    ctx.rule = rule;
+    if let Some(r) = reject {
+        // No route took the request and its model is not in the registry.
+        if ctx.route.is_none() && r.status == 404 {
+            return Err(gw
+                .registry
+                .model(&chat.model)
+                .err()
+                .unwrap_or_else(|| GatewayError::rejected(404, &r.message)));
+        }
+        return Err(GatewayError::rejected(r.status, &r.message));
+    }
+    let mut plan = Vec::with_capacity(chosen.len());
+    for i in chosen {
+        if i < gw.registry.endpoints.len() && !plan.contains(&i) {
+            plan.push(i);
+        }
+    }
+    if plan.is_empty() {
+        return Err(GatewayError::new(
+            ErrorKind::NoEndpoint,
+            format!(
+                "no endpoint is available for model `{}`",
+                crate::error::bounded(&chat.model, crate::routing::MAX_ECHOED_NAME)
+            ),
+        )
+        .with_code(Code::NoEndpoint));
+    }
+    ctx.plan = plan;
+    Ok(Plan {
+        retries,
+        backoff_ms,
+        call,
+    })
+}
+
+/// Runs the policy for `features` on `snap`, applying `on pick` state updates.
+///
+/// Decisions run without a lock. Only one that has `on pick` updates to apply
+/// (smooth weighted round-robin, for one) is discarded and made again under the
+/// gateway's decision lock on a fresh statistics snapshot, so every applied update
+/// comes from a decision that saw all earlier picks, and requests whose strategy keeps
+/// no pick state never wait for one that does.
+fn decide(gw: &Gateway, snap: &PolicySnapshot, features: &RequestFeatures) -> Decision {
+    let seed = rand::random::<u64>();
+    let stats = gw
+        .stats
+        .snapshot_for_task(SystemTime::now(), &features.task);
+    let decision = snap.compiled.decide(features, &stats, seed);
+    if decision.state_updates.is_empty() {
+        return decision;
+    }
+    let _guard = gw.lock_decisions();
+    let stats = gw
+        .stats
+        .snapshot_for_task(SystemTime::now(), &features.task);
+    let decision = snap.compiled.decide(features, &stats, seed);
+    for u in &decision.state_updates {
+        if let Some(slot) = gw.stats.index(&u.endpoint).and_then(|i| gw.stats.slot(i)) {
+            slot.set_state(&u.strategy, &u.slots);
+        }
+    }
+    decision
+}
