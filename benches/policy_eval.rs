@@ -7,7 +7,8 @@
 //! `least_latency`. The main sets mix equality tests (which the rule index keys on,
 //! see `src/policy/jit/index.rs`) with range tests and string atoms;
 //! `decide/1000_range_rules` has range tests only, so nothing is skipped and every
-//! compiled condition runs.
+//! compiled condition runs. `stats_snapshot/8_endpoints` is what the gateway's
+//! statistics snapshot costs per decision (all quality scores, and one task's).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -191,6 +192,35 @@ fn memory_report() {
     // RSS over 10,000 compile-and-drop cycles: `cargo run --release --example jit_rss`.
 }
 
+/// The statistics snapshot a decision reads, for 8 endpoints with three quality
+/// scores each: the full one (`/admin/endpoints`) and the per-task one the request
+/// path builds.
+fn stats_snapshot(c: &mut Criterion) {
+    use std::time::SystemTime;
+    use switchyard::stats::{EndpointInfo, StatsStore};
+    let infos: Vec<EndpointInfo> = (0..8)
+        .map(|i| EndpointInfo {
+            id: format!("provider/model-{i}"),
+            cost_in_per_token: Some(1e-6),
+            cost_out_per_token: Some(4e-6),
+            quality: [("chat", 0.9), ("code", 0.8), ("tool_use", 0.7)]
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect(),
+            latency_target_ms: None,
+        })
+        .collect();
+    let store = StatsStore::with_endpoints(infos);
+    let mut g = c.benchmark_group("stats_snapshot");
+    g.bench_function("8_endpoints_full", |b| {
+        b.iter(|| black_box(store.snapshot(SystemTime::now())))
+    });
+    g.bench_function("8_endpoints_for_task", |b| {
+        b.iter(|| black_box(store.snapshot_for_task(SystemTime::now(), "code")))
+    });
+    g.finish();
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this binary
     // without it, in debug, only to check the benchmarks still run: the memory report
@@ -201,5 +231,6 @@ fn main() {
     let mut c = Criterion::default().configure_from_args();
     decide(&mut c);
     compile(&mut c);
+    stats_snapshot(&mut c);
     c.final_summary();
 }

@@ -69,8 +69,9 @@ impl RequestFeatures {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EndpointStats {
-    /// Whether the runtime offers the endpoint to strategies (the circuit breaker's
-    /// hook). Default true.
+    /// Whether the runtime offers the endpoint to strategies. Default true; the live
+    /// gateway offers every endpoint today, and a `dry-run --stats` file can mark one
+    /// unavailable.
     pub available: bool,
     /// Health H in [0, 1] (EWMA of outcomes, seed 001). Default 1.
     pub health: f64,

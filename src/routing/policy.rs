@@ -144,15 +144,15 @@ pub fn registry_from_config(config: &Config) -> Registry {
             .iter()
             .map(|m| RegistryModel {
                 name: m.name.clone(),
+                // Endpoints of unconfigured providers are left out, as the routing
+                // registry and the statistics leave them out: all three share one
+                // endpoint index space.
                 endpoints: m
                     .endpoints
                     .iter()
-                    .map(|e| {
-                        let pricing = config
-                            .provider(&e.provider)
-                            .map(|p| p.pricing)
-                            .unwrap_or_default();
-                        RegistryEndpoint {
+                    .filter_map(|e| {
+                        let pricing = config.provider(&e.provider)?.pricing;
+                        Some(RegistryEndpoint {
                             id: e.id.clone(),
                             provider: e.provider.clone(),
                             model: e.model.clone(),
@@ -160,7 +160,7 @@ pub fn registry_from_config(config: &Config) -> Registry {
                             weight: e.weight,
                             input_per_mtok: pricing.input_per_mtok,
                             output_per_mtok: pricing.output_per_mtok,
-                        }
+                        })
                     })
                     .collect(),
             })

@@ -244,35 +244,4 @@ mod tests {
         assert_eq!(s.info(0).unwrap().latency_target_ms, Some(80));
         assert_eq!(s.info(1).unwrap().latency_target_ms, None);
     }
-
-    /// Prints what a per-decision snapshot costs (run with `--ignored --nocapture`).
-    #[test]
-    #[ignore]
-    fn snapshot_cost() {
-        let infos: Vec<EndpointInfo> = (0..8)
-            .map(|i| EndpointInfo {
-                id: format!("provider/model-{i}"),
-                cost_in_per_token: Some(1e-6),
-                cost_out_per_token: Some(4e-6),
-                quality: [("chat", 0.9), ("code", 0.8), ("tool_use", 0.7)]
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), *v))
-                    .collect(),
-                latency_target_ms: None,
-            })
-            .collect();
-        let s = StatsStore::with_endpoints(infos);
-        let n = 200_000;
-        for (name, task) in [("full", None), ("for_task", Some("code"))] {
-            let t = std::time::Instant::now();
-            for _ in 0..n {
-                let snap = match task {
-                    None => s.snapshot(SystemTime::now()),
-                    Some(t) => s.snapshot_for_task(SystemTime::now(), t),
-                };
-                std::hint::black_box(snap);
-            }
-            println!("{name}: {:?} per snapshot of 8 endpoints", t.elapsed() / n);
-        }
-    }
 }

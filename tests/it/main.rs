@@ -6,6 +6,7 @@ mod common;
 mod failures;
 mod policy;
 mod proxy;
+mod regression;
 mod reload;
 mod shutdown;
 mod strategies;

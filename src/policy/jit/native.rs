@@ -30,6 +30,7 @@
 //!    functions are pure (they read their arguments, write only `out`), so calling
 //!    them from many threads at once through `&self` is sound; hence the manual
 //!    `Sync`/`Send` for [`Native`] (raw pointers are neither by default).
+#![allow(unsafe_code)] // The crate denies `unsafe`; this module is its one exception.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;

@@ -194,15 +194,32 @@ fn garbage_never_panics() {
     }
 }
 
+/// Syntax errors point at the offending spot (file:line:col and a caret) and say
+/// what was expected in words, never in grammar rule names.
 #[test]
-#[ignore]
-fn show_errors() {
-    for s in [
-        "route r {\n  cache on ttl 5\n}",
-        "route r {\n  rule x when request.model = \"a\" { use model }\n}",
-        "route r { default use model }\nstrategy s { pick best }",
-        "test \"t\" { expect share arm 1 = 5% within }",
+fn syntax_errors_name_the_spot_and_what_was_expected() {
+    for (text, at) in [
+        ("route r {\n  cache on ttl 5\n}", "t.policy:2:"),
+        (
+            "route r {\n  rule x when request.model = \"a\" { use model }\n}",
+            "t.policy:2:",
+        ),
+        (
+            "route r { default use model }\nstrategy s { pick best }",
+            "t.policy:2:",
+        ),
+        (
+            "test \"t\" { expect share arm 1 = 5% within }",
+            "t.policy:1:",
+        ),
     ] {
-        println!("{}", parse_err(s));
+        let err = parse_err(text);
+        assert!(err.contains(at), "{text:?} -> {err}");
+        assert!(err.contains('^'), "no caret: {err}");
+        assert!(err.contains("expected"), "says nothing expected: {err}");
+        assert!(
+            !err.contains("_lit") && !err.contains("EOI"),
+            "rule names: {err}"
+        );
     }
 }
