@@ -31,6 +31,15 @@ pub fn run(args: ServeArgs) -> ExitCode {
         eprintln!("warning: the config defines no models: every chat request will get 404");
     }
     if args.check {
+        // The startup path short of binding: every provider is set up as `serve`
+        // would set it up (a kind without an adapter fails here, not at start).
+        let env = AppOptions::default().env;
+        if let Err(errors) = crate::app::upstreams(&config, &*env) {
+            for e in errors {
+                eprintln!("error: {e}");
+            }
+            return ExitCode::from(1);
+        }
         println!(
             "config OK: {} provider(s), {} model(s) ({}); policy {} OK: {} file(s)",
             config.providers.len(),

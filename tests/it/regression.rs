@@ -116,3 +116,39 @@ async fn an_unknown_model_error_does_not_echo_a_huge_name() {
     assert_eq!(r.json()["error"]["code"], "model_not_found");
     assert_eq!(r.json()["error"]["param"], "model");
 }
+
+/// `serve --check` passed a config that `serve` then refused (a provider kind with no
+/// adapter): `--check` now sets up every provider as startup does.
+#[test]
+fn serve_check_refuses_what_serve_would_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.yaml");
+    std::fs::write(
+        &path,
+        "providers:\n  aws: { kind: bedrock, base_url: https://bedrock-runtime.us-east-1.amazonaws.com }\nmodels:\n  m: { endpoints: [ { provider: aws, model: x } ] }\n",
+    )
+    .unwrap();
+    let run = |check: bool| {
+        let mut args = vec![
+            "serve",
+            "--config",
+            path.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ];
+        if check {
+            args.insert(1, "--check");
+        }
+        Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(&args)
+            .env("SWITCHYARD_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    let checked = run(true);
+    let served = run(false);
+    assert_eq!(served.status.code(), Some(1), "serve refuses it");
+    assert_eq!(checked.status.code(), Some(1), "and so does --check");
+    let err = String::from_utf8_lossy(&checked.stderr);
+    assert!(err.contains("providers.aws"), "{err}");
+}
