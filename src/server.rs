@@ -1,27 +1,77 @@
 //! The HTTP listener shared by `switchyard serve` and `switchyard mock`: accept loop,
-//! HTTP/1.1 and HTTP/2 (h2c) on one port, and graceful shutdown.
+//! HTTP/1.1 and HTTP/2 (h2c) on one port, connection deadlines, and graceful shutdown.
+//!
+//! # A connection's phases
+//! Every phase has a bound, so idle or slow sockets cannot pile up until the process
+//! runs out of file descriptors (`edge_io` explains the mechanism):
+//!
+//! ```text
+//! accept ──first byte──▶ head ──parsed──▶ request in flight ──response done──▶ idle ─┐
+//!   first_byte_timeout   header_timeout   body: ingress BODY_TIMEOUT             idle_timeout
+//!                          ▲               answer: upstream timeouts                  │
+//!                          └──────────────── next request's first byte ◀──────────────┘
+//! ```
+//!
+//! A deadline that passes closes the connection without an answer, as nginx does.
 //!
 //! Shutdown follows Pingora's order: stop accepting, tell every connection to finish
 //! its in-flight requests (HTTP/1 stops keep-alive, HTTP/2 sends GOAWAY), wait for them
 //! up to the drain timeout, then return so the process can exit.
 
+mod edge_io;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use http::Version;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
 use crate::body::Body;
+use crate::config::ServerConfig;
+use edge_io::{Activity, EdgeIo, Tracked};
+
+/// Per-connection limits of the listener (`server:` keys of the config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// From accept to the first byte (`first_byte_timeout_ms`, default 10 s).
+    pub first_byte_timeout: Duration,
+    /// From a request's first byte to its complete head; on HTTP/2 from the preface to
+    /// the first request (`header_timeout_ms`, default 10 s).
+    pub header_timeout: Duration,
+    /// With no request in flight: HTTP/1 keep-alive between requests, HTTP/2 with no
+    /// open stream (`idle_timeout_ms`, default 75 s).
+    pub idle_timeout: Duration,
+}
+
+impl ConnLimits {
+    /// The limits configured in `server`.
+    pub fn from_config(server: &ServerConfig) -> Self {
+        ConnLimits {
+            first_byte_timeout: Duration::from_millis(server.first_byte_timeout_ms),
+            header_timeout: Duration::from_millis(server.header_timeout_ms),
+            idle_timeout: Duration::from_millis(server.idle_timeout_ms),
+        }
+    }
+}
+
+impl Default for ConnLimits {
+    /// The config defaults ([`ServerConfig::default`]).
+    fn default() -> Self {
+        ConnLimits::from_config(&ServerConfig::default())
+    }
+}
 
 /// Serves `handler` on `listener` until `shutdown` completes, then drains in-flight
-/// connections for at most `drain`.
+/// connections for at most `drain`. Every connection is held to `limits`.
 ///
 /// Accept errors (for example too many open files) are logged and retried after a short
 /// pause rather than ending the server.
@@ -30,15 +80,19 @@ pub async fn serve<H, F>(
     handler: H,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
+    limits: ConnLimits,
 ) where
     H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(hyper_util::rt::TokioTimer::new());
+    // The connection deadlines replace hyper's header timer, which would also cut
+    // keep-alive idle at the header timeout (see `edge_io`).
+    builder.http1().header_read_timeout(None);
     builder
         .http2()
-        .timer(hyper_util::rt::TokioTimer::new())
+        .timer(TokioTimer::new())
+        // Pings find dead peers while streams are open; `idle_timeout` ends idle ones.
         .keep_alive_interval(Some(Duration::from_secs(20)));
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
@@ -57,12 +111,15 @@ pub async fn serve<H, F>(
         // Streaming tokens must leave at once, not wait for Nagle's algorithm.
         let _ = stream.set_nodelay(true);
         let handler = handler.clone();
+        let activity = Arc::new(Activity::default());
+        let io = EdgeIo::new(stream, activity.clone(), limits);
         let service = service_fn(move |req: Request<Incoming>| {
+            let guard = activity.start(req.version() == Version::HTTP_2);
             let fut = handler(req, peer);
-            async move { Ok::<_, Infallible>(fut.await) }
+            async move { Ok::<_, Infallible>(fut.await.map(|body| Tracked::new(body, guard))) }
         });
         let conn = builder
-            .serve_connection(TokioIo::new(stream), service)
+            .serve_connection(TokioIo::new(io), service)
             .into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {

@@ -58,6 +58,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         }
         let listen = config.server.listen;
         let drain = Duration::from_millis(config.server.drain_timeout_ms);
+        let limits = crate::server::ConnLimits::from_config(&config.server);
         let policy_line = format!(
             "policy {} loaded: {}",
             policy.version,
@@ -122,6 +123,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
             move |req, _peer| crate::ingress::handle(gw.clone(), req),
             shutdown,
             drain,
+            limits,
         )
         .await;
         tracing::info!("switchyard stopped");

@@ -4,6 +4,7 @@ mod common;
 mod failures;
 mod policy;
 mod proxy;
+mod regression;
 mod reload;
 mod shutdown;
 mod strategies;
