@@ -12,12 +12,16 @@
 //!                          └──────────────── next request's first byte ◀──────────────┘
 //! ```
 //!
-//! A deadline that passes closes the connection without an answer, as nginx does.
+//! A deadline that passes closes the connection without an answer, as nginx does. A
+//! request head hyper cannot parse (400), with a URI over 65,534 bytes (414) or too
+//! large a header section (431) gets an OpenAI error body like every other error
+//! (`canned`).
 //!
 //! Shutdown follows Pingora's order: stop accepting, tell every connection to finish
 //! its in-flight requests (HTTP/1 stops keep-alive, HTTP/2 sends GOAWAY), wait for them
 //! up to the drain timeout, then return so the process can exit.
 
+mod canned;
 mod edge_io;
 
 use std::convert::Infallible;
@@ -26,7 +30,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::Version;
+use http::{HeaderMap, HeaderValue, StatusCode, Version};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
@@ -50,6 +54,9 @@ pub struct ConnLimits {
     /// With no request in flight: HTTP/1 keep-alive between requests, HTTP/2 with no
     /// open stream (`idle_timeout_ms`, default 75 s).
     pub idle_timeout: Duration,
+    /// Largest header section in bytes, counted as name + value + 4 per field, request
+    /// line excluded (`max_header_bytes`, default 64 KiB); larger heads get 431.
+    pub max_header_bytes: usize,
 }
 
 impl ConnLimits {
@@ -59,6 +66,7 @@ impl ConnLimits {
             first_byte_timeout: Duration::from_millis(server.first_byte_timeout_ms),
             header_timeout: Duration::from_millis(server.header_timeout_ms),
             idle_timeout: Duration::from_millis(server.idle_timeout_ms),
+            max_header_bytes: server.max_header_bytes,
         }
     }
 }
@@ -93,7 +101,12 @@ pub async fn serve<H, F>(
         .http2()
         .timer(TokioTimer::new())
         // Pings find dead peers while streams are open; `idle_timeout` ends idle ones.
-        .keep_alive_interval(Some(Duration::from_secs(20)));
+        .keep_alive_interval(Some(Duration::from_secs(20)))
+        // h2 counts 32 bytes per field, `max_header_bytes` 4: with twice the room, the
+        // service's check (and its JSON 431) decides for any sensible field count.
+        .max_header_list_size(
+            u32::try_from(limits.max_header_bytes.saturating_mul(2)).unwrap_or(u32::MAX),
+        );
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -115,8 +128,15 @@ pub async fn serve<H, F>(
         let io = EdgeIo::new(stream, activity.clone(), limits);
         let service = service_fn(move |req: Request<Incoming>| {
             let guard = activity.start(req.version() == Version::HTTP_2);
-            let fut = handler(req, peer);
-            async move { Ok::<_, Infallible>(fut.await.map(|body| Tracked::new(body, guard))) }
+            let fut = (header_bytes(req.headers()) <= limits.max_header_bytes)
+                .then(|| handler(req, peer));
+            async move {
+                let resp = match fut {
+                    Some(fut) => fut.await,
+                    None => headers_too_large(&limits),
+                };
+                Ok::<_, Infallible>(resp.map(|body| Tracked::new(body, guard)))
+            }
         });
         let conn = builder
             .serve_connection(TokioIo::new(io), service)
@@ -147,6 +167,26 @@ pub async fn serve<H, F>(
             tracing::warn!("closing the remaining connections");
         }
     }
+}
+
+/// Size of a header section as `max_header_bytes` counts it: name, value and 4 bytes
+/// (`: ` and CRLF) per field.
+fn header_bytes(headers: &HeaderMap) -> usize {
+    headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum()
+}
+
+/// The 431 for a head over `max_header_bytes` that hyper itself accepted.
+fn headers_too_large(limits: &ConnLimits) -> Response<Body> {
+    let mut resp = Response::new(crate::body::full(canned::error_body(431, limits)));
+    *resp.status_mut() = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
 }
 
 /// Resolves when the process receives SIGTERM or SIGINT (Ctrl-C).

@@ -259,6 +259,7 @@ impl Validator {
                 "first_byte_timeout_ms",
                 "header_timeout_ms",
                 "idle_timeout_ms",
+                "max_header_bytes",
             ],
             path,
         );
@@ -276,6 +277,10 @@ impl Validator {
         }
         if let Some(n) = self.uint(map, "drain_timeout_ms", path, 0, 3_600_000) {
             cfg.drain_timeout_ms = n;
+        }
+        // Above hyper's 400 KiB read buffer the setting would have no effect.
+        if let Some(n) = self.uint(map, "max_header_bytes", path, 1024, 256 * 1024) {
+            cfg.max_header_bytes = n as usize;
         }
         // Connection deadlines cannot be switched off: an unbounded phase is what lets
         // idle sockets exhaust the file descriptors.
@@ -720,6 +725,7 @@ models:
         assert_eq!(c.server.max_body_bytes, 1024);
         assert_eq!(c.server.idle_timeout_ms, 5000);
         assert_eq!(c.server.header_timeout_ms, 10_000);
+        assert_eq!(c.server.max_header_bytes, 64 * 1024);
         assert_eq!(c.policies.dir, Some(PathBuf::from("/etc/sy/./pol")));
         assert!(c.policies.explicit);
         let local = c.provider("local").unwrap();

@@ -105,6 +105,11 @@ pub struct ServerConfig {
     /// `keepalive_timeout`): HTTP/1 keep-alive between requests, HTTP/2 with no open
     /// stream.
     pub idle_timeout_ms: u64,
+    /// Largest request header section in bytes, counted as name + value + 4 per field
+    /// without the request line (`max_header_bytes`, default 64 KiB); larger heads get
+    /// 431. Independently of it, hyper refuses more than 100 fields or a head over
+    /// about 400 KiB (431) and URIs over 65,534 bytes (414).
+    pub max_header_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -117,6 +122,7 @@ impl Default for ServerConfig {
             first_byte_timeout_ms: 10_000,
             header_timeout_ms: 10_000,
             idle_timeout_ms: 75_000,
+            max_header_bytes: 64 * 1024,
         }
     }
 }

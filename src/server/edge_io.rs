@@ -1,5 +1,5 @@
 //! The socket wrapper every accepted connection is served through: connection
-//! deadlines.
+//! deadlines on the read side, JSON for hyper's own error answers on the write side.
 //!
 //! # Why a wrapper and not hyper's timers
 //! hyper-util's `auto::Builder` first sniffs the protocol (`ReadVersion` in
@@ -32,6 +32,18 @@
 //! Per request this costs an `Arc` clone, two counter increments, two clock reads and
 //! at most two timer resets (hyper's header timer, now off, reset once per request
 //! too); no task, channel or allocation.
+//!
+//! # JSON for hyper's canned errors
+//! When hyper cannot parse a request head it writes a fixed head itself (`on_parse_error`
+//! in `proto/h1/conn.rs`, statuses from `Server::on_error` in `proto/h1/role.rs`): `400`,
+//! `414` or `431` with `content-length: 0` and `connection: close`, then closes. The
+//! service never sees that request, so the wrapper recognises the head on the way out
+//! and writes a complete OpenAI error response (see [`super::canned`]) in its place.
+//! It only looks when hyper cannot be writing a service's answer: no request in flight,
+//! none started since hyper last flushed its buffer empty after the previous answer, so
+//! a response body that happens to contain such bytes is never touched. Keep-alive,
+//! pipelining, `Expect: 100-continue` (hyper writes `100 Continue` while a request is
+//! in flight), streaming and HTTP/2 (binary frames never match) pass through unchanged.
 
 use std::future::Future;
 use std::io;
@@ -47,6 +59,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
+use super::canned::{self, Replacement};
 use super::ConnLimits;
 use crate::body::{Body, BoxError};
 
@@ -140,7 +153,8 @@ enum Wait {
     Idle,
 }
 
-/// An accepted TCP stream with the connection deadlines described in the module doc.
+/// An accepted TCP stream with the connection deadlines and the canned-error
+/// substitution described in the module doc.
 pub(super) struct EdgeIo {
     stream: TcpStream,
     activity: Arc<Activity>,
@@ -152,6 +166,9 @@ pub(super) struct EdgeIo {
     sleep: Pin<Box<Sleep>>,
     /// `started` when the wait state was last brought up to date.
     seen: u64,
+    /// `started` when hyper last flushed its buffer empty with nothing in flight.
+    clean: u64,
+    replacement: Option<Replacement>,
 }
 
 impl EdgeIo {
@@ -166,6 +183,8 @@ impl EdgeIo {
             deadline,
             sleep: Box::pin(tokio::time::sleep_until(deadline)),
             seen: 0,
+            clean: 0,
+            replacement: None,
         }
     }
 
@@ -202,6 +221,33 @@ impl EdgeIo {
             _ => "connection idle for idle_timeout_ms",
         };
         io::Error::new(io::ErrorKind::TimedOut, what)
+    }
+
+    /// Whether hyper cannot be writing a service's answer now (see the module doc).
+    fn may_be_canned(&self) -> bool {
+        let (started, busy) = self.activity.load();
+        !busy && started == self.clean
+    }
+
+    /// Writes the pending replacement; reports the canned head's length once done.
+    fn poll_replacement(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let Some(r) = self.replacement.as_mut() else {
+            return Poll::Ready(Ok(0));
+        };
+        while !r.is_done() {
+            let n = match Pin::new(&mut self.stream).poll_write(cx, r.remaining()) {
+                Poll::Ready(Ok(n)) => n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return self.pending_write(cx),
+            };
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            r.advance(n);
+        }
+        let n = r.replaced_len();
+        self.replacement = None;
+        Poll::Ready(Ok(n))
     }
 
     /// A write that cannot proceed: fails once the armed deadline has passed, so a
@@ -271,6 +317,12 @@ impl AsyncWrite for EdgeIo {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if this.replacement.is_none() && this.may_be_canned() {
+            this.replacement = canned::recognise(bufs, &this.limits);
+        }
+        if this.replacement.is_some() {
+            return this.poll_replacement(cx);
+        }
         match Pin::new(&mut this.stream).poll_write_vectored(cx, bufs) {
             Poll::Pending => this.pending_write(cx),
             done => done,
@@ -283,7 +335,10 @@ impl AsyncWrite for EdgeIo {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        // hyper flushes its IO only once its own buffer is written out: with nothing in
+        // flight, every answer so far has left (see `may_be_canned`).
         if !this.sync() {
+            this.clean = this.seen;
             // The connection may have just gone idle: register the deadline now, as
             // hyper may not read again before the client does.
             if this.poll_deadline(cx).is_ready() {

@@ -52,6 +52,24 @@ struct Raw {
     body: Vec<u8>,
 }
 
+impl Raw {
+    fn error(&self) -> serde_json::Value {
+        assert!(
+            self.head
+                .to_ascii_lowercase()
+                .contains("\r\ncontent-type: application/json\r\n"),
+            "{}",
+            self.head
+        );
+        let v: serde_json::Value = serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body))
+        });
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+        assert!(v["error"]["param"].is_null(), "{v}");
+        v["error"].clone()
+    }
+}
+
 /// Reads one response (framed by `content-length`) from `s`, using `pending` for bytes
 /// already read past the previous one.
 fn read_response(s: &mut TcpStream, pending: &mut Vec<u8>) -> Raw {
@@ -87,6 +105,12 @@ fn read_response(s: &mut TcpStream, pending: &mut Vec<u8>) -> Raw {
     let body = pending[head_end..head_end + length].to_vec();
     pending.drain(..head_end + length);
     Raw { status, head, body }
+}
+
+fn exchange(p: &Proc, request: &[u8]) -> Raw {
+    let mut s = connect(p);
+    s.write_all(request).unwrap();
+    read_response(&mut s, &mut Vec::new())
 }
 
 // Bug: a connection that never sends a byte, or only part of a request head or of the
@@ -208,4 +232,105 @@ async fn a_request_in_flight_outlasting_every_deadline_is_not_cut() {
             assert!(r.json()["choices"][0]["message"]["content"].is_string());
         }
     }
+}
+
+// Bug: hyper's own 400 / 414 / 431 answers had empty bodies instead of OpenAI error
+// JSON.
+
+#[test]
+fn a_malformed_request_line_gets_a_json_400() {
+    let gw = serve_edge("");
+    let r = exchange(&gw, b"GET /v1/models HTTP/1.1 junk\r\nHost: x\r\n\r\n");
+    assert_eq!(r.status, 400, "{}", r.head);
+    let e = r.error();
+    assert_eq!(e["code"], "malformed_request");
+    assert!(
+        e["message"].as_str().unwrap().contains("request line"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_100_kb_uri_gets_a_json_414() {
+    let gw = serve_edge("");
+    let uri = format!("/v1/models?q={}", "a".repeat(100 * 1024));
+    let r = exchange(
+        &gw,
+        format!("GET {uri} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(r.status, 414, "{}", r.head);
+    let e = r.error();
+    assert_eq!(e["code"], "uri_too_long");
+    assert!(e["message"].as_str().unwrap().contains("URI"), "{e}");
+}
+
+#[test]
+fn a_100_kb_header_gets_a_json_431() {
+    let gw = serve_edge("");
+    let big = "a".repeat(100 * 1024);
+    let r = exchange(
+        &gw,
+        format!("GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(r.status, 431, "{}", r.head);
+    let e = r.error();
+    assert_eq!(e["code"], "headers_too_large");
+    assert!(
+        e["message"].as_str().unwrap().contains("65536 bytes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn more_than_100_header_fields_get_a_json_431() {
+    // hyper's own limit, answered by hyper rather than by the service.
+    let gw = serve_edge("");
+    let fields: String = (0..101).map(|i| format!("X-F{i}: v\r\n")).collect();
+    let r = exchange(
+        &gw,
+        format!("GET /v1/models HTTP/1.1\r\nHost: x\r\n{fields}\r\n").as_bytes(),
+    );
+    assert_eq!(r.status, 431, "{}", r.head);
+    assert_eq!(r.error()["code"], "headers_too_large");
+}
+
+#[test]
+fn pipelined_requests_before_a_malformed_one_get_their_own_answers() {
+    let gw = serve_edge("");
+    let mut s = connect(&gw);
+    s.write_all(
+        b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\nNOT HTTP\r\n\r\n",
+    )
+    .unwrap();
+    let mut pending = Vec::new();
+    let health = read_response(&mut s, &mut pending);
+    assert_eq!(health.status, 200);
+    assert_eq!(health.body, br#"{"status":"ok"}"#);
+    let models = read_response(&mut s, &mut pending);
+    assert_eq!(models.status, 200);
+    assert!(String::from_utf8_lossy(&models.body).contains("\"m\""));
+    let bad = read_response(&mut s, &mut pending);
+    assert_eq!(bad.status, 400, "{}", bad.head);
+    assert_eq!(bad.error()["code"], "malformed_request");
+    assert!(closed_by_server(&mut s).is_empty());
+}
+
+#[test]
+fn expect_100_continue_still_gets_100_continue() {
+    let gw = serve_edge("");
+    let body = chat("m", false, "");
+    let mut s = connect(&gw);
+    s.write_all(
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut pending = Vec::new();
+    assert_eq!(read_response(&mut s, &mut pending).status, 100);
+    s.write_all(body.as_bytes()).unwrap();
+    let r = read_response(&mut s, &mut pending);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
 }
