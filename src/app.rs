@@ -132,6 +132,7 @@ impl App {
         let metrics = crate::telemetry::install();
         let listen = config.server.listen;
         let drain = Duration::from_millis(config.server.drain_timeout_ms);
+        let limits = crate::server::ConnLimits::from_config(&config.server);
         let policy_dir = crate::routing::policy::policy_dir(&config).ok().flatten();
         let cell: PolicyCell = Arc::new(arc_swap::ArcSwap::from_pointee(policy));
         let reloader = Reloader::new(cell.clone(), &config, policy_dir);
@@ -173,6 +174,7 @@ impl App {
             on_shutdown,
             drain,
             move || stream_stop.stop(),
+            limits,
         ));
         Ok(App {
             addr,

@@ -246,15 +246,23 @@ impl Validator {
 
     fn server(&mut self, value: &Value) -> ServerConfig {
         let path = "server";
-        let mut cfg = ServerConfig {
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            max_body_bytes: 10 * 1024 * 1024,
-            drain_timeout_ms: 30_000,
-        };
+        let mut cfg = ServerConfig::default();
         let Some(map) = self.mapping(value, path) else {
             return cfg;
         };
-        self.unknown_keys(map, &["listen", "max_body_bytes", "drain_timeout_ms"], path);
+        self.unknown_keys(
+            map,
+            &[
+                "listen",
+                "max_body_bytes",
+                "drain_timeout_ms",
+                "first_byte_timeout_ms",
+                "header_timeout_ms",
+                "idle_timeout_ms",
+                "max_header_bytes",
+            ],
+            path,
+        );
         if let Some(listen) = self.string(map, "listen", path) {
             match listen.parse::<SocketAddr>() {
                 Ok(a) => cfg.listen = a,
@@ -269,6 +277,21 @@ impl Validator {
         }
         if let Some(n) = self.uint(map, "drain_timeout_ms", path, 0, 3_600_000) {
             cfg.drain_timeout_ms = n;
+        }
+        // Above hyper's 400 KiB read buffer the setting would have no effect.
+        if let Some(n) = self.uint(map, "max_header_bytes", path, 1024, 256 * 1024) {
+            cfg.max_header_bytes = n as usize;
+        }
+        // Connection deadlines cannot be switched off: an unbounded phase is what lets
+        // idle sockets exhaust the file descriptors.
+        for (key, field) in [
+            ("first_byte_timeout_ms", &mut cfg.first_byte_timeout_ms),
+            ("header_timeout_ms", &mut cfg.header_timeout_ms),
+            ("idle_timeout_ms", &mut cfg.idle_timeout_ms),
+        ] {
+            if let Some(n) = self.uint(map, key, path, 1, 3_600_000) {
+                *field = n;
+            }
         }
         cfg
     }
@@ -676,7 +699,7 @@ mod tests {
     use super::*;
 
     const GOOD: &str = r#"
-server: { listen: 127.0.0.1:9000, max_body_bytes: 1024 }
+server: { listen: 127.0.0.1:9000, max_body_bytes: 1024, idle_timeout_ms: 5000 }
 policies: { dir: ./pol }
 providers:
   local:
@@ -700,6 +723,9 @@ models:
         let c = parse_str(GOOD, Some(Path::new("/etc/sy/switchyard.yaml"))).unwrap();
         assert_eq!(c.server.listen.port(), 9000);
         assert_eq!(c.server.max_body_bytes, 1024);
+        assert_eq!(c.server.idle_timeout_ms, 5000);
+        assert_eq!(c.server.header_timeout_ms, 10_000);
+        assert_eq!(c.server.max_header_bytes, 64 * 1024);
         assert_eq!(c.policies.dir, Some(PathBuf::from("/etc/sy/./pol")));
         assert!(c.policies.explicit);
         let local = c.provider("local").unwrap();
@@ -717,7 +743,7 @@ models:
     #[test]
     fn reports_every_problem_with_its_path() {
         let bad = r#"
-server: { listen: nowhere, max_bodybytes: 3 }
+server: { listen: nowhere, max_bodybytes: 3, header_timeout_ms: 0 }
 providers:
   azure: { kind: azure-openai, base_url: https://x.example }
   local: { kind: openai-compat, base_url: ftp://x }
@@ -733,6 +759,7 @@ models:
         let want = [
             "server.listen: \"nowhere\" is not an address like 127.0.0.1:8080",
             "server.max_bodybytes: unknown key \"max_bodybytes\" (did you mean \"max_body_bytes\"?)",
+            "server.header_timeout_ms: 0 is out of range (expected 1..=3600000)",
             "providers.local.kind: unknown provider kind \"openai-compat\"",
             "providers.local.base_url: \"ftp://x\" must start with http:// or https://",
             "models.gpt-4o.endpoints[1].provider: unknown provider \"azur\" (did you mean \"azure\"?)",

@@ -93,6 +93,38 @@ pub struct ServerConfig {
     /// On SIGTERM/SIGINT, how long in-flight requests and streams may run before the
     /// process exits anyway (`drain_timeout_ms`, default 30 000 ms).
     pub drain_timeout_ms: u64,
+    /// How long a new connection may stay silent before its first byte arrives, in
+    /// milliseconds (`first_byte_timeout_ms`, default 10 000 ms); then it is closed.
+    pub first_byte_timeout_ms: u64,
+    /// How long a request head (request line and headers; for HTTP/2 everything up to
+    /// the first stream) may take from its first byte, in milliseconds
+    /// (`header_timeout_ms`, default 10 000 ms); then the connection is closed.
+    pub header_timeout_ms: u64,
+    /// How long a connection may stay idle with no request in flight before it is
+    /// closed, in milliseconds (`idle_timeout_ms`, default 75 000 ms, nginx's
+    /// `keepalive_timeout`): HTTP/1 keep-alive between requests, HTTP/2 with no open
+    /// stream.
+    pub idle_timeout_ms: u64,
+    /// Largest request header section in bytes, counted as name + value + 4 per field
+    /// without the request line (`max_header_bytes`, default 64 KiB); larger heads get
+    /// 431. Independently of it, hyper refuses more than 100 fields or a head over
+    /// about 400 KiB (431) and URIs over 65,534 bytes (414).
+    pub max_header_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    /// The documented defaults: the values used for every key the file leaves out.
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            max_body_bytes: 10 * 1024 * 1024,
+            drain_timeout_ms: 30_000,
+            first_byte_timeout_ms: 10_000,
+            header_timeout_ms: 10_000,
+            idle_timeout_ms: 75_000,
+            max_header_bytes: 64 * 1024,
+        }
+    }
 }
 
 /// `policies:` section.

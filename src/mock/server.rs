@@ -14,9 +14,20 @@ use super::{MockOptions, MockProvider};
 use crate::api::ChatRequest;
 use crate::body::{self, Body};
 use crate::error::{ErrorKind, GatewayError};
+use crate::server::ConnLimits;
 
 /// Largest request body the emulator reads, in bytes.
 const MAX_BODY: usize = 32 * 1024 * 1024;
+
+/// The emulator's connection limits: the gateway's defaults, but idle connections
+/// are kept 120 s, longer than the gateway's upstream pool keeps them (90 s), so that
+/// the pool, not the emulator, closes them and no request races a closing connection.
+fn limits() -> ConnLimits {
+    ConnLimits {
+        idle_timeout: Duration::from_secs(120),
+        ..ConnLimits::default()
+    }
+}
 
 /// Binds `listen`, prints `switchyard mock listening on ADDR` (the real address, so
 /// tests can bind port 0), and serves until SIGTERM/SIGINT.
@@ -35,6 +46,7 @@ pub async fn run(listen: SocketAddr, opts: MockOptions) -> std::io::Result<()> {
         crate::server::shutdown_signal(),
         Duration::from_secs(5),
         || {},
+        limits(),
     )
     .await;
     Ok(())
@@ -103,6 +115,7 @@ pub async fn spawn_local(opts: MockOptions) -> std::io::Result<SocketAddr> {
         std::future::pending(),
         Duration::from_secs(1),
         || {},
+        limits(),
     ));
     Ok(addr)
 }

@@ -1,8 +1,15 @@
 //! Regression tests, each named after the bug it pins down (found by outside testing).
+//! The HTTP-edge ones use raw TCP, so that exactly the bytes of the report reach the
+//! server.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use crate::common::*;
 
@@ -151,4 +158,330 @@ fn serve_check_refuses_what_serve_would_refuse() {
     assert_eq!(checked.status.code(), Some(1), "and so does --check");
     let err = String::from_utf8_lossy(&checked.stderr);
     assert!(err.contains("providers.aws"), "{err}");
+}
+
+// ---- The HTTP edge: connection deadlines and hyper's own error answers ----
+
+/// Deadlines far beyond the 10 s the tests wait, for the phases a test is not about.
+const LONG_MS: u64 = 30_000;
+
+/// `switchyard serve` with the in-process mock as model `m` and these `server:` keys.
+fn serve_edge(server: &str) -> Proc {
+    serve(&format!(
+        "server: {{ {server} }}\nproviders: {{ p: {{ kind: mock }} }}\nmodels: {{ m: {{ endpoints: [ {{ provider: p, model: mock-1 }} ] }} }}\n"
+    ))
+}
+
+fn connect(p: &Proc) -> TcpStream {
+    let s = TcpStream::connect(p.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// Reads until the server closes; panics if it has not within 10 s. Returns what it
+/// sent.
+fn closed_by_server(s: &mut TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return got,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return got,
+            Err(e) => panic!(
+                "not closed within 10 s ({e}); got {:?}",
+                String::from_utf8_lossy(&got)
+            ),
+        }
+    }
+}
+
+/// A parsed response: status, head text, body.
+struct Raw {
+    status: u16,
+    head: String,
+    body: Vec<u8>,
+}
+
+impl Raw {
+    fn error(&self) -> serde_json::Value {
+        assert!(
+            self.head
+                .to_ascii_lowercase()
+                .contains("\r\ncontent-type: application/json\r\n"),
+            "{}",
+            self.head
+        );
+        let v: serde_json::Value = serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body))
+        });
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+        assert!(v["error"]["param"].is_null(), "{v}");
+        v["error"].clone()
+    }
+}
+
+/// Reads one response (framed by `content-length`) from `s`, using `pending` for bytes
+/// already read past the previous one.
+fn read_response(s: &mut TcpStream, pending: &mut Vec<u8>) -> Raw {
+    let mut buf = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = s.read(&mut buf).expect("response within 10 s");
+        assert!(
+            n > 0,
+            "closed mid-response: {:?}",
+            String::from_utf8_lossy(pending)
+        );
+        pending.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8(pending[..head_end].to_vec()).unwrap();
+    let status = head[9..12].parse().unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().unwrap())
+        })
+        .unwrap_or(0);
+    // A canned error that lost its body would say `content-length: 0`.
+    while pending.len() < head_end + length {
+        let n = s.read(&mut buf).expect("body within 10 s");
+        assert!(n > 0, "closed mid-body: {head}");
+        pending.extend_from_slice(&buf[..n]);
+    }
+    let body = pending[head_end..head_end + length].to_vec();
+    pending.drain(..head_end + length);
+    Raw { status, head, body }
+}
+
+fn exchange(p: &Proc, request: &[u8]) -> Raw {
+    let mut s = connect(p);
+    s.write_all(request).unwrap();
+    read_response(&mut s, &mut Vec::new())
+}
+
+// Bug: a connection that never sends a byte, or only part of a request head or of the
+// HTTP/2 preface, was never closed, so idle sockets could exhaust the descriptors.
+
+#[test]
+fn a_connection_that_sends_nothing_is_closed() {
+    let gw = serve_edge(&format!(
+        "first_byte_timeout_ms: 300, header_timeout_ms: {LONG_MS}, idle_timeout_ms: {LONG_MS}"
+    ));
+    assert!(closed_by_server(&mut connect(&gw)).is_empty());
+}
+
+#[test]
+fn a_partial_http2_preface_is_closed() {
+    let gw = serve_edge(&format!(
+        "first_byte_timeout_ms: {LONG_MS}, header_timeout_ms: 300, idle_timeout_ms: {LONG_MS}"
+    ));
+    let mut s = connect(&gw);
+    s.write_all(b"PRI * HTTP/2.0\r\n").unwrap();
+    assert!(closed_by_server(&mut s).is_empty());
+}
+
+#[test]
+fn a_partial_request_head_is_closed() {
+    let gw = serve_edge(&format!(
+        "first_byte_timeout_ms: {LONG_MS}, header_timeout_ms: 300, idle_timeout_ms: {LONG_MS}"
+    ));
+    let mut s = connect(&gw);
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .unwrap();
+    assert!(closed_by_server(&mut s).is_empty());
+}
+
+#[test]
+fn a_keep_alive_connection_left_idle_is_closed() {
+    let gw = serve_edge(&format!(
+        "first_byte_timeout_ms: {LONG_MS}, header_timeout_ms: {LONG_MS}, idle_timeout_ms: 300"
+    ));
+    let mut s = connect(&gw);
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut s, &mut Vec::new());
+    assert_eq!(r.status, 200);
+    // Kept alive by the answer; closed by the idle deadline.
+    assert!(
+        !r.head.to_ascii_lowercase().contains("connection: close"),
+        "{}",
+        r.head
+    );
+    assert!(closed_by_server(&mut s).is_empty());
+}
+
+#[test]
+fn a_slow_client_within_the_deadlines_is_served() {
+    let gw =
+        serve_edge("first_byte_timeout_ms: 5000, header_timeout_ms: 5000, idle_timeout_ms: 5000");
+    let mut s = connect(&gw);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut pending = Vec::new();
+    for round in 0..2 {
+        for piece in ["GET /hea", "lth HTTP/1.1\r\n", "Host: x\r\n", "\r\n"] {
+            s.write_all(piece.as_bytes()).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let r = read_response(&mut s, &mut pending);
+        assert_eq!(r.status, 200, "round {round}");
+        assert_eq!(r.body, br#"{"status":"ok"}"#);
+        // Idle between the two requests of the keep-alive connection.
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[tokio::test]
+async fn an_http2_connection_is_served_then_closed_once_idle() {
+    let gw = serve_edge(&format!(
+        "first_byte_timeout_ms: {LONG_MS}, header_timeout_ms: {LONG_MS}, idle_timeout_ms: 300"
+    ));
+    let stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    let conn = tokio::spawn(conn);
+    for _ in 0..2 {
+        let req = http::Request::get(gw.url("/health"))
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let resp = send.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.version(), http::Version::HTTP_2);
+        resp.into_body().collect().await.unwrap();
+    }
+    // Whether it ends cleanly or with an error, the server closed it.
+    let _ = tokio::time::timeout(Duration::from_secs(10), conn)
+        .await
+        .expect("idle HTTP/2 connection closed within 10 s");
+}
+
+#[tokio::test]
+async fn a_request_in_flight_outlasting_every_deadline_is_not_cut() {
+    // 16 tokens at 8 tokens/s: about 2 s, far past the 300 ms deadlines.
+    let m = mock(&["--tokens-per-s", "8"]);
+    let gw = serve(&format!(
+        "server: {{ first_byte_timeout_ms: 300, header_timeout_ms: 300, idle_timeout_ms: 300 }}\n{}",
+        config(
+            &[("up", &m)],
+            "",
+            "  m:\n    endpoints:\n      - { provider: up, model: x }\n"
+        )
+    ));
+    let url = gw.url("/v1/chat/completions");
+    for stream in [true, false] {
+        let r = post(&url, &chat("m", stream, "")).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        if stream {
+            assert_eq!(r.events().last().unwrap(), "[DONE]", "{}", r.text());
+        } else {
+            assert!(r.json()["choices"][0]["message"]["content"].is_string());
+        }
+    }
+}
+
+// Bug: hyper's own 400 / 414 / 431 answers had empty bodies instead of OpenAI error
+// JSON.
+
+#[test]
+fn a_malformed_request_line_gets_a_json_400() {
+    let gw = serve_edge("");
+    let r = exchange(&gw, b"GET /v1/models HTTP/1.1 junk\r\nHost: x\r\n\r\n");
+    assert_eq!(r.status, 400, "{}", r.head);
+    let e = r.error();
+    assert_eq!(e["code"], "malformed_request");
+    assert!(
+        e["message"].as_str().unwrap().contains("request line"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_100_kb_uri_gets_a_json_414() {
+    let gw = serve_edge("");
+    let uri = format!("/v1/models?q={}", "a".repeat(100 * 1024));
+    let r = exchange(
+        &gw,
+        format!("GET {uri} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(r.status, 414, "{}", r.head);
+    let e = r.error();
+    assert_eq!(e["code"], "uri_too_long");
+    assert!(e["message"].as_str().unwrap().contains("URI"), "{e}");
+}
+
+#[test]
+fn a_100_kb_header_gets_a_json_431() {
+    let gw = serve_edge("");
+    let big = "a".repeat(100 * 1024);
+    let r = exchange(
+        &gw,
+        format!("GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(r.status, 431, "{}", r.head);
+    let e = r.error();
+    assert_eq!(e["code"], "headers_too_large");
+    assert!(
+        e["message"].as_str().unwrap().contains("65536 bytes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn more_than_100_header_fields_get_a_json_431() {
+    // hyper's own limit, answered by hyper rather than by the service.
+    let gw = serve_edge("");
+    let fields: String = (0..101).map(|i| format!("X-F{i}: v\r\n")).collect();
+    let r = exchange(
+        &gw,
+        format!("GET /v1/models HTTP/1.1\r\nHost: x\r\n{fields}\r\n").as_bytes(),
+    );
+    assert_eq!(r.status, 431, "{}", r.head);
+    assert_eq!(r.error()["code"], "headers_too_large");
+}
+
+#[test]
+fn pipelined_requests_before_a_malformed_one_get_their_own_answers() {
+    let gw = serve_edge("");
+    let mut s = connect(&gw);
+    s.write_all(
+        b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\nNOT HTTP\r\n\r\n",
+    )
+    .unwrap();
+    let mut pending = Vec::new();
+    let health = read_response(&mut s, &mut pending);
+    assert_eq!(health.status, 200);
+    assert_eq!(health.body, br#"{"status":"ok"}"#);
+    let models = read_response(&mut s, &mut pending);
+    assert_eq!(models.status, 200);
+    assert!(String::from_utf8_lossy(&models.body).contains("\"m\""));
+    let bad = read_response(&mut s, &mut pending);
+    assert_eq!(bad.status, 400, "{}", bad.head);
+    assert_eq!(bad.error()["code"], "malformed_request");
+    assert!(closed_by_server(&mut s).is_empty());
+}
+
+#[test]
+fn expect_100_continue_still_gets_100_continue() {
+    let gw = serve_edge("");
+    let body = chat("m", false, "");
+    let mut s = connect(&gw);
+    s.write_all(
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut pending = Vec::new();
+    assert_eq!(read_response(&mut s, &mut pending).status, 100);
+    s.write_all(body.as_bytes()).unwrap();
+    let r = read_response(&mut s, &mut pending);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
 }
