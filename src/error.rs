@@ -307,8 +307,10 @@ pub struct GatewayError {
     pub param: Option<String>,
     /// A machine-readable code (OpenAI's `code`).
     pub code: Option<Code>,
-    /// Seconds the client should wait before retrying (sent as `Retry-After`).
-    pub retry_after_s: Option<u64>,
+    /// How long the client should wait before retrying (sent as `Retry-After` in
+    /// whole seconds, rounded up); an upstream's own wait, which the fallback chain
+    /// honours too.
+    pub retry_after: Option<std::time::Duration>,
     /// Who is at fault (default: the kind's).
     pub fault: Fault,
     /// Where a retry is safe (default: the kind's).
@@ -325,7 +327,7 @@ impl GatewayError {
             message: message.into(),
             param: None,
             code: None,
-            retry_after_s: None,
+            retry_after: None,
             fault: kind.fault(),
             retry: kind.retry(),
             status: kind.status(),
@@ -397,10 +399,16 @@ impl GatewayError {
         self
     }
 
-    /// Sets the `Retry-After` seconds.
-    pub fn with_retry_after(mut self, seconds: Option<u64>) -> Self {
-        self.retry_after_s = seconds;
+    /// Sets the wait before a retry (`Retry-After`).
+    pub fn with_retry_after(mut self, wait: Option<std::time::Duration>) -> Self {
+        self.retry_after = wait;
         self
+    }
+
+    /// The `Retry-After` value: whole seconds, rounded up.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after
+            .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0))
     }
 
     /// Sets where a retry is safe.
@@ -453,7 +461,7 @@ impl GatewayError {
             http::header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        if let Some(s) = self.retry_after_s {
+        if let Some(s) = self.retry_after_secs() {
             r.headers_mut()
                 .insert(http::header::RETRY_AFTER, HeaderValue::from(s));
         }

@@ -260,6 +260,8 @@ impl Validator {
                 "header_timeout_ms",
                 "idle_timeout_ms",
                 "max_header_bytes",
+                "retry_budget_ms",
+                "max_attempts",
             ],
             path,
         );
@@ -277,6 +279,12 @@ impl Validator {
         }
         if let Some(n) = self.uint(map, "drain_timeout_ms", path, 0, 3_600_000) {
             cfg.drain_timeout_ms = n;
+        }
+        if let Some(n) = self.uint(map, "retry_budget_ms", path, 0, 3_600_000) {
+            cfg.retry_budget_ms = n;
+        }
+        if let Some(n) = self.uint(map, "max_attempts", path, 1, 64) {
+            cfg.max_attempts = n as u32;
         }
         // Above hyper's 400 KiB read buffer the setting would have no effect.
         if let Some(n) = self.uint(map, "max_header_bytes", path, 1024, 256 * 1024) {

@@ -110,6 +110,14 @@ pub struct ServerConfig {
     /// 431. Independently of it, hyper refuses more than 100 fields or a head over
     /// about 400 KiB (431) and URIs over 65,534 bytes (414).
     pub max_header_bytes: usize,
+    /// Retry budget of one request, in milliseconds (`retry_budget_ms`, default
+    /// 30 000; seed 004): no attempt starts, and no backoff or `Retry-After` wait is
+    /// taken, past this long after the request arrived. A wait that would end past it
+    /// moves on to the next endpoint instead.
+    pub retry_budget_ms: u64,
+    /// Most upstream attempts for one request, across endpoints and retries
+    /// (`max_attempts`, default 8, 1 to 64).
+    pub max_attempts: u32,
 }
 
 impl Default for ServerConfig {
@@ -123,6 +131,8 @@ impl Default for ServerConfig {
             header_timeout_ms: 10_000,
             idle_timeout_ms: 75_000,
             max_header_bytes: 64 * 1024,
+            retry_budget_ms: 30_000,
+            max_attempts: 8,
         }
     }
 }

@@ -118,7 +118,7 @@ impl Upstream {
     }
 
     /// Sends `chat` for upstream model `model` and waits for the response head (at most
-    /// `first_byte_ms`). Non-2xx answers are returned as responses, not errors, so the
+    /// `first_byte_ms`, and never past `total_ms`). Non-2xx answers are returned as responses, not errors, so the
     /// caller can read the provider's error body.
     ///
     /// A failure on a reused pooled connection before any response byte (the provider
@@ -139,8 +139,9 @@ impl Upstream {
             model,
             api_key: self.api_key.as_deref(),
         };
-        let deadline =
-            tokio::time::Instant::now() + Duration::from_millis(self.timeouts.first_byte_ms);
+        // `total_ms` bounds the whole exchange, the wait for the head included.
+        let head_ms = self.timeouts.first_byte_ms.min(self.timeouts.total_ms);
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(head_ms);
         let mut fresh_retry_used = false;
         loop {
             let req = self.adapter.request(&target, chat)?;
@@ -161,11 +162,16 @@ impl Upstream {
     }
 
     fn first_byte_timeout(&self) -> GatewayError {
+        let (ms, which) = if self.timeouts.total_ms < self.timeouts.first_byte_ms {
+            (self.timeouts.total_ms, "total_ms")
+        } else {
+            (self.timeouts.first_byte_ms, "first_byte_ms")
+        };
         GatewayError::new(
             ErrorKind::UpstreamTimeout,
             format!(
-                "provider `{}` sent no response within {} ms",
-                self.name, self.timeouts.first_byte_ms
+                "provider `{}` sent no response within {ms} ms ({which})",
+                self.name
             ),
         )
         .with_code(Code::UpstreamTimeout)

@@ -2,18 +2,30 @@
 //! exchange with one endpoint.
 //!
 //! Each endpoint of the plan gets up to `retries + 1` attempts while its errors allow
-//! a retry on the same endpoint ([`Retry::Any`](crate::error::Retry): connect
-//! failure, timeout, 5xx, the provider's 429), sleeping the backoff between them; an
-//! error that allows only another endpoint (an upstream 404 or refused credentials)
-//! moves on at once; an error that allows no retry (the client's request is at fault)
-//! ends the request. The decision is the error's [`GatewayError::retry`] field alone.
-//! At most [`MAX_ATTEMPTS`] attempts are made per request.
+//! a retry on the same endpoint ([`Retry::Any`]: connect failure, timeout, 5xx, the
+//! provider's 429), waiting between them the longer of the backoff and the
+//! provider's `Retry-After`; an error that allows only another endpoint (an upstream
+//! 404 or refused credentials) moves on at once; an error that allows no retry (the
+//! client's request is at fault) ends the request. The decision is the error's
+//! [`GatewayError::retry`] field alone. Rotation never returns to an endpoint it
+//! moved past.
+//!
+//! Two bounds hold for the whole request (`server:` in config): at most
+//! `max_attempts` attempts (default 8), and the retry budget `retry_budget_ms`
+//! (default 30 s, seed 004): no attempt starts past it, and a wait that would end past
+//! it moves on to the next endpoint instead of sleeping.
+//!
+//! When every attempt failed the client gets one aggregate error listing each
+//! attempt (endpoint, status, error, duration). Its status: 429 when every attempt
+//! was throttled (with the shortest `Retry-After` any provider gave), 504 when every
+//! attempt timed out, else the last attempt's.
 //!
 //! Only errors before the first byte reaches the client are retried: after that, the
 //! stream ends with an error event (`egress::relay`).
 
+use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use http::{HeaderValue, Response};
 
@@ -24,17 +36,22 @@ use super::Gateway;
 use crate::api::ChatRequest;
 use crate::body::{self, Body};
 use crate::egress::relay::{collect, SseRelay};
-use crate::error::{Code, ErrorKind, GatewayError};
+use crate::error::{Code, ErrorKind, Fault, GatewayError, Retry};
 use crate::providers::StreamContext;
 use crate::stats::ratelimit;
 
-/// Most attempts for one request, across endpoints and retries.
-pub const MAX_ATTEMPTS: u32 = 8;
+/// What one failed attempt was, for the aggregate error.
+struct Failed {
+    endpoint: usize,
+    error: GatewayError,
+    took: Duration,
+}
 
-/// Tries the plan in `ctx` until one endpoint answers; the last error otherwise.
+/// Tries the plan in `ctx` until one endpoint answers; the aggregate error otherwise.
 ///
 /// # Errors
-/// The last attempt's error (or 503 when nothing could be tried).
+/// One attempt failed: its error. Several: the aggregate error (see the module doc).
+/// Nothing could be tried: 503.
 pub async fn dispatch(
     gw: &Arc<Gateway>,
     ctx: &mut RequestCtx,
@@ -42,45 +59,107 @@ pub async fn dispatch(
     plan: &Plan,
     decided: Arc<DecisionContext>,
 ) -> Result<Response<Body>, GatewayError> {
-    let mut last: Option<GatewayError> = None;
+    let max_attempts = gw.config.server.max_attempts;
+    let budget_end = ctx.started + Duration::from_millis(gw.config.server.retry_budget_ms);
+    let mut failed: Vec<Failed> = Vec::new();
     'plan: for i in 0..ctx.plan.len() {
         let ep = ctx.plan[i];
         for retry in 0..=plan.retries {
-            if ctx.attempts == MAX_ATTEMPTS {
+            if ctx.attempts >= max_attempts || (ctx.attempts > 0 && Instant::now() >= budget_end) {
                 break 'plan;
             }
             ctx.attempts += 1;
             ctx.endpoint = Some(ep);
+            let began = Instant::now();
             let attempt = Attempt::begin(gw, ep, decided.clone(), ctx.started);
-            match exchange(gw, ep, chat, attempt).await {
+            let e = match exchange(gw, ep, chat, attempt).await {
                 Ok(resp) => {
                     ctx.served = true;
                     return Ok(resp);
                 }
-                Err(e) => {
-                    gw.log
-                        .attempt_failed(ep, ctx.attempts, &ctx.snapshot.version, &e);
-                    let retry_safety = e.retry;
-                    last = Some(e);
-                    if !retry_safety.other_endpoint() {
-                        break 'plan;
-                    }
-                    if !retry_safety.same_endpoint() {
-                        continue 'plan;
-                    }
-                    if retry < plan.retries {
-                        if let Some(wait) = backoff(plan.backoff_ms, retry) {
-                            tokio::time::sleep(wait).await;
-                        }
-                    }
-                }
+                Err(e) => e,
+            };
+            gw.log
+                .attempt_failed(ep, ctx.attempts, &ctx.snapshot.version, &e);
+            let retry_safety = e.retry;
+            let wait = backoff(plan.backoff_ms, retry)
+                .unwrap_or_default()
+                .max(e.retry_after.unwrap_or_default());
+            failed.push(Failed {
+                endpoint: ep,
+                error: e,
+                took: began.elapsed(),
+            });
+            if !retry_safety.other_endpoint() {
+                break 'plan;
+            }
+            if !retry_safety.same_endpoint() || retry == plan.retries {
+                continue 'plan;
+            }
+            if Instant::now() + wait >= budget_end {
+                // The wait would outlast the budget: the next endpoint instead.
+                continue 'plan;
+            }
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
             }
         }
     }
-    Err(last.unwrap_or_else(|| {
-        GatewayError::new(ErrorKind::NoEndpoint, "no endpoint could be tried")
-            .with_code(Code::NoEndpoint)
-    }))
+    Err(aggregate(gw, failed))
+}
+
+/// The client's error when every attempt in `failed` failed (see the module doc).
+fn aggregate(gw: &Gateway, mut failed: Vec<Failed>) -> GatewayError {
+    let Some(last) = failed.pop() else {
+        return GatewayError::new(ErrorKind::NoEndpoint, "no endpoint could be tried")
+            .with_code(Code::NoEndpoint);
+    };
+    // One attempt, or a refusal of the request itself: that answer is the client's,
+    // as the provider gave it.
+    if failed.is_empty() || last.error.fault == Fault::Client {
+        return last.error;
+    }
+    failed.push(last);
+    let all = |k: ErrorKind| failed.iter().all(|f| f.error.kind == k);
+    let kind = if all(ErrorKind::RateLimited) {
+        Some(ErrorKind::RateLimited)
+    } else if all(ErrorKind::UpstreamTimeout) {
+        Some(ErrorKind::UpstreamTimeout)
+    } else {
+        None
+    };
+    let mut message = format!("all {} attempts failed:", failed.len());
+    for (n, f) in failed.iter().enumerate() {
+        let id = gw
+            .registry
+            .endpoints
+            .get(f.endpoint)
+            .map(|e| &*e.id)
+            .unwrap_or("?");
+        let _ = write!(
+            message,
+            "{} {}. {id}: HTTP {} after {} ms: {}",
+            if n == 0 { "" } else { ";" },
+            n + 1,
+            f.error.status(),
+            f.took.as_millis(),
+            crate::error::bounded(&f.error.message, 300)
+        );
+    }
+    let shortest_wait = failed.iter().filter_map(|f| f.error.retry_after).min();
+    let mut e = match failed.pop() {
+        Some(f) => f.error,
+        None => GatewayError::new(ErrorKind::NoEndpoint, ""),
+    };
+    if let Some(k) = kind {
+        e = e.with_kind(k);
+    }
+    e.message = message;
+    e.retry = Retry::Never;
+    if kind == Some(ErrorKind::RateLimited) {
+        e.retry_after = shortest_wait;
+    }
+    e
 }
 
 /// Backoff before retry number `retry` (0-based): the first wait doubled per retry,

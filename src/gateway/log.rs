@@ -127,9 +127,16 @@ impl RequestLog {
         tracing::debug!(status, error = %e, "request failed");
     }
 
-    /// Attempt number `attempt` on endpoint `ep` failed with `e` (the request may still
-    /// succeed elsewhere).
+    /// Attempt number `attempt` on endpoint `ep` failed with `e` before its response
+    /// began (the request may still succeed elsewhere).
     pub fn attempt_failed(&self, ep: usize, attempt: u32, policy: &str, e: &GatewayError) {
+        let id = self.upstream_error(ep, e);
+        tracing::warn!(policy = %policy, endpoint = %id, attempt, error = %e, "attempt failed");
+    }
+
+    /// Counts `e` against endpoint `ep` in `switchyard_upstream_errors_total`: every
+    /// failed attempt, before or after its first byte. Returns the endpoint id.
+    pub fn upstream_error(&self, ep: usize, e: &GatewayError) -> &str {
         let id = self
             .labels
             .get(ep)
@@ -137,7 +144,7 @@ impl RequestLog {
             .unwrap_or("none");
         metrics::counter!(t::UPSTREAM_ERRORS, "endpoint" => id.to_string(), "kind" => e.metric_kind())
             .increment(1);
-        tracing::warn!(policy = %policy, endpoint = %id, attempt, error = %e, "attempt failed");
+        id
     }
 }
 

@@ -33,7 +33,6 @@ mod respond;
 mod route;
 
 pub use ctx::RequestCtx;
-pub use dispatch::MAX_ATTEMPTS;
 pub use log::{InFlight, RequestLog};
 pub use respond::{
     stamp, ATTEMPTS_HEADER, ENDPOINT_HEADER, POLICY_HEADER, ROUTE_HEADER, RULE_HEADER,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use super::log::StreamStatus;
 use super::Gateway;
 use crate::egress::relay::{StreamEnd, StreamObserver};
-use crate::error::{Fault, GatewayError};
+use crate::error::{ErrorKind, Fault, GatewayError};
 use crate::policy::ast::Event;
 use crate::policy::interp::StrategyCall;
 use crate::policy::{Outcome, RequestFeatures};
@@ -63,7 +63,10 @@ impl Attempt {
 
     /// Ends the attempt as failed with `e` (returned for the caller to handle).
     pub fn failed(mut self, e: GatewayError) -> GatewayError {
-        let counts = e.fault != Fault::Client;
+        // Neither the client's mistakes nor our own shutdown say anything about the
+        // endpoint; everything else (its failures, and our configuration it refused)
+        // counts against its health.
+        let counts = e.fault != Fault::Client && e.kind != ErrorKind::ShuttingDown;
         self.end(counts.then_some(false), None);
         e
     }
@@ -187,6 +190,9 @@ impl StreamObserver for StreamLog {
                 StreamStatus::Completed
             }
             StreamEnd::Failed(e) => {
+                if e.kind != ErrorKind::ShuttingDown {
+                    gw.log.upstream_error(ep, &e);
+                }
                 let _ = attempt.failed(e);
                 StreamStatus::Failed
             }

@@ -128,7 +128,8 @@ pub fn adapter_for(cfg: &ProviderConfig) -> Option<Box<dyn Adapter>> {
 ///   reaches the client as OpenAI sent it); a prompt over the context window (OpenAI's
 ///   code, Anthropic's "prompt is too long", Gemini's "input token count ... exceeds")
 ///   is [`ErrorKind::ContextWindowExceeded`]. Never retried.
-/// - 429: the provider's rate limit, with `Retry-After`; retried here or elsewhere.
+/// - 429: the provider's rate limit, with its wait (`retry-after-ms`, `Retry-After`
+///   seconds or HTTP-date); retried here after that wait, or elsewhere.
 /// - 401/403: the provider refused our credentials, 404: it does not know the
 ///   configured model id. Both are our configuration, not the client's request: 502,
 ///   tried on the next endpoint only (this one can only fail the same way).
@@ -154,12 +155,7 @@ pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayE
             let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
             text.trim().to_string()
         });
-    let retry_after = headers
-        .get(http::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite())
-        .map(|s| s.ceil().clamp(0.0, 86_400.0) as u64);
+    let retry_after = crate::stats::ratelimit::retry_after(headers, std::time::SystemTime::now());
     match status {
         400 | 413 | 422 => {
             let code = field("code").map(Code::provider);

@@ -5,10 +5,43 @@
 //! {requests,tokens}` with resets written as Go durations (`6m0s`, `1.5s`, `20ms`);
 //! Anthropic, "Rate limits", headers `anthropic-ratelimit-{requests,tokens,
 //! input-tokens,output-tokens}-{limit,remaining,reset}` with RFC 3339 resets.
+//!
+//! And how long a provider asks to wait ([`retry_after`]): `retry-after-ms` (OpenAI
+//! and Azure OpenAI send it with 429s), else `Retry-After` as delay-seconds or an
+//! HTTP-date (RFC 9110, section 10.2.3).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
+
+/// Longest wait a provider's `Retry-After` is taken at (longer ones are cut to it).
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// How long the provider asks us to wait before the next request, read at `now`:
+/// `retry-after-ms` (milliseconds, fractions allowed), else `Retry-After` as
+/// delay-seconds (fractions tolerated) or an HTTP-date (a date in the past is 0).
+/// Cut to [`MAX_RETRY_AFTER`]; `None` when absent or unreadable.
+pub fn retry_after(h: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let wait = if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        seconds(ms / 1e3)?
+    } else {
+        let v = text("retry-after")?;
+        match v.parse::<f64>() {
+            Ok(s) => seconds(s)?,
+            Err(_) => {
+                let at = httpdate::parse_http_date(v).ok()?;
+                at.duration_since(now).unwrap_or(Duration::ZERO)
+            }
+        }
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
+}
+
+/// `s` seconds as a duration; `None` for negative or non-finite values.
+fn seconds(s: f64) -> Option<Duration> {
+    (s.is_finite() && s >= 0.0).then(|| Duration::from_secs_f64(s.min(1e9)))
+}
 
 /// Capacity read from one response.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -188,6 +221,34 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn retry_after_reads_all_three_forms() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let with = |pairs: &[(&str, &str)]| retry_after(&headers(pairs), now);
+        assert_eq!(with(&[]), None);
+        assert_eq!(with(&[("retry-after", "2")]), Some(Duration::from_secs(2)));
+        assert_eq!(
+            with(&[("retry-after", "1.5")]),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            with(&[("retry-after-ms", "250"), ("retry-after", "9")]),
+            Some(Duration::from_millis(250)),
+            "the precise header wins"
+        );
+        let date = httpdate::fmt_http_date(now + Duration::from_secs(30));
+        assert_eq!(
+            with(&[("retry-after", &date)]),
+            Some(Duration::from_secs(30))
+        );
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(30));
+        assert_eq!(with(&[("retry-after", &past)]), Some(Duration::ZERO));
+        assert_eq!(with(&[("retry-after", "-3")]), None);
+        assert_eq!(with(&[("retry-after", "soon")]), None);
+        assert_eq!(with(&[("retry-after", "99999999")]), Some(MAX_RETRY_AFTER));
+    }
+
     use super::*;
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {

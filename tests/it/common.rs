@@ -206,7 +206,7 @@ pub fn chat(model: &str, stream: bool, extra: &str) -> String {
 }
 
 /// A gateway started in process (`switchyard::app::App`) on an ephemeral loopback
-/// port, with `config` (YAML) and policy files `(name, text)` in a `policies/`
+/// port (whatever `server.listen` says), with `config` (YAML) and policy files `(name, text)` in a `policies/`
 /// directory beside it (none: built-ins only). Not watched for changes.
 pub struct InProcess {
     pub app: switchyard::app::App,
@@ -221,7 +221,7 @@ impl InProcess {
 
 pub async fn start_app(config: &str, policies: &[(&str, &str)]) -> InProcess {
     let dir = tempfile::tempdir().unwrap();
-    let mut text = String::from("server: { listen: 127.0.0.1:0 }\n");
+    let mut text = String::new();
     if !policies.is_empty() {
         std::fs::create_dir(dir.path().join("policies")).unwrap();
         for (name, body) in policies {
@@ -232,7 +232,8 @@ pub async fn start_app(config: &str, policies: &[(&str, &str)]) -> InProcess {
     text.push_str(config);
     let path = dir.path().join("switchyard.yaml");
     std::fs::write(&path, &text).unwrap();
-    let config = switchyard::config::parse_str(&text, Some(&path)).expect("valid config");
+    let mut config = switchyard::config::parse_str(&text, Some(&path)).expect("valid config");
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
     let policy = switchyard::routing::policy::load(&config).expect("valid policies");
     let opts = switchyard::app::AppOptions {
         watch: false,
@@ -250,6 +251,17 @@ pub fn scripted_upstream(
     status: u16,
     body: &'static str,
 ) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    sequence_upstream(vec![(status, "", body)])
+}
+
+/// One scripted answer: status, extra header lines (`"name: value\r\n"` each), body.
+pub type Scripted = (u16, &'static str, &'static str);
+
+/// An upstream that answers its n-th request with `script[n]` (the last entry again
+/// once the script runs out), one connection per request, counting requests.
+pub fn sequence_upstream(
+    script: Vec<Scripted>,
+) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -261,13 +273,31 @@ pub fn scripted_upstream(
             let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
             let mut buf = [0u8; 65536];
             let _ = s.read(&mut buf);
-            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let n = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let (status, headers, body) = script[n.min(script.len() - 1)];
             let _ = write!(
                 s,
-                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
             );
         }
     });
     (addr, hits)
+}
+
+/// A JSON chat completion saying `ok`.
+pub const COMPLETION: &str = r#"{"id":"x","object":"chat.completion","created":0,"model":"x","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}"#;
+
+/// The value of counter or gauge `name` with all of `labels` in a Prometheus text
+/// rendering, or 0.
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

@@ -8,5 +8,6 @@ mod policy;
 mod proxy;
 mod regression;
 mod reload;
+mod resilience;
 mod shutdown;
 mod strategies;

@@ -381,7 +381,7 @@ fn error_bodies() {
     h.insert("retry-after", http::HeaderValue::from_static("7"));
     let body = br#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#;
     let e = Anthropic.error(429, &h, body);
-    assert_eq!((e.status(), e.retry_after_s), (429, Some(7)));
+    assert_eq!((e.status(), e.retry_after_secs()), (429, Some(7)));
 
     let e = Anthropic.error(401, &HeaderMap::new(), br#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#);
     assert_eq!(e.status(), 502);

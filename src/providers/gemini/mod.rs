@@ -274,8 +274,8 @@ impl Adapter for Gemini {
     fn error(&self, status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayError {
         let mut e = upstream_error(status, headers, body);
         if let Ok(b) = serde_json::from_slice::<ErrorBody>(body) {
-            if e.retry_after_s.is_none() {
-                e.retry_after_s = b.error.retry_delay();
+            if e.retry_after.is_none() {
+                e.retry_after = b.error.retry_delay().map(std::time::Duration::from_secs);
             }
             if !b.error.status.is_empty() && status != 401 && status != 403 {
                 e.message = format!("{} ({})", e.message, b.error.status);

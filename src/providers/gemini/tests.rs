@@ -381,7 +381,7 @@ fn error_bodies() {
     let body = fixture("gemini/google-429-retry-info.json");
     let e = Gemini.error(429, &HeaderMap::new(), body.as_bytes());
     assert_eq!(e.status(), 429);
-    assert_eq!(e.retry_after_s, Some(35));
+    assert_eq!(e.retry_after_secs(), Some(35));
     assert!(
         e.message.contains("You exceeded your current quota"),
         "{}",
@@ -392,7 +392,7 @@ fn error_bodies() {
     let mut h = HeaderMap::new();
     h.insert("retry-after", http::HeaderValue::from_static("3"));
     assert_eq!(
-        Gemini.error(429, &h, body.as_bytes()).retry_after_s,
+        Gemini.error(429, &h, body.as_bytes()).retry_after_secs(),
         Some(3)
     );
 
