@@ -8,9 +8,10 @@
 //! - who is at fault ([`Fault`]): the downstream client, the upstream provider, or
 //!   Switchyard itself. Health statistics only count upstream faults against an
 //!   endpoint, and a limit Switchyard enforces itself is never blamed on a provider;
-//! - where a retry is safe ([`Retry`]): nowhere, on another endpoint only, on this
-//!   endpoint or another, or only on a fresh connection after a reused pooled one
-//!   failed. The fallback chain (`gateway::dispatch`) reads only this field;
+//! - where a retry is safe ([`Retry`]): nowhere, on another endpoint only, or on this
+//!   endpoint or another (the one retry below the fallback chain, of a request not yet
+//!   written on a reused pooled connection, is the connection pool's). The fallback
+//!   chain (`gateway::dispatch`) reads only this field;
 //! - a machine-readable [`Code`] (an upstream's own code passes through unchanged,
 //!   so a client that matches `context_length_exceeded` keeps working behind us);
 //! - the cause, kept through [`std::error::Error::source`].
@@ -40,7 +41,13 @@ pub enum Fault {
 /// Where the request of a failed attempt may be tried again.
 ///
 /// Retrying is only ever safe because a chat completion has no effect beyond its
-/// answer; what varies is whether another try can succeed.
+/// answer; what varies is whether another try can succeed, and what it costs (a
+/// provider bills every request it received). A request that failed on a reused
+/// pooled connection before it was written is re-sent by the connection pool itself
+/// (hyper-util's client does exactly that, once, and only then): such a failure never
+/// reaches the fallback chain, and nothing above the pool re-sends a request behind
+/// the client's back. Every other re-send is an attempt of the fallback chain, counted
+/// in `x-switchyard-attempts` and the metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retry {
     /// Nowhere: the request itself is at fault (any endpoint would refuse it), or
@@ -50,13 +57,8 @@ pub enum Retry {
     /// same way there (an upstream 404 for its model id, refused credentials).
     OtherEndpoint,
     /// On this endpoint again after the backoff, or on another (5xx, timeouts, a
-    /// provider's 429).
+    /// provider's 429, a connection that failed or closed mid-exchange).
     Any,
-    /// Once on a fresh connection to the same endpoint, because the attempt failed on
-    /// a reused pooled connection before any response byte: the provider never saw a
-    /// complete request. Egress does that retry itself; once it has, the failure is
-    /// reported as an unreachable provider.
-    ReusedConnectionOnly,
 }
 
 impl Retry {

@@ -4,6 +4,10 @@
 //! closed after 90 s idle), TLS goes through rustls with the webpki roots and session
 //! reuse, and HTTP/2 is used when the provider offers it by ALPN. Failures are
 //! classified here, once, into errors that say where a retry is safe.
+//!
+//! The pool re-sends a request on its own only when it was not yet written on a
+//! reused connection the provider had closed (hyper-util's `retry_canceled_requests`,
+//! on by default: a fresh connection, or a request already written, is never re-sent).
 
 use std::time::Duration;
 
@@ -17,7 +21,7 @@ use hyper_util::rt::TokioExecutor;
 use super::{SendFuture, Transport};
 use crate::body::{Body, BoxError};
 use crate::config::Timeouts;
-use crate::error::{Code, ErrorKind, GatewayError, Retry};
+use crate::error::{Code, ErrorKind, GatewayError};
 
 type HttpClient = Client<HttpsConnector<HttpConnector>, Body>;
 
@@ -39,9 +43,8 @@ impl HttpTransport {
         }
     }
 
-    /// The error for a failed request: 504 for a connect timeout; for a reused
-    /// connection the provider had closed, [`Retry::ReusedConnectionOnly`]; else 502
-    /// `upstream_unreachable`, retryable.
+    /// The error for a failed request: 504 for a connect timeout, else 502
+    /// `upstream_unreachable` (retryable; the cause kept as the source).
     fn error(&self, e: hyper_util::client::legacy::Error) -> GatewayError {
         let mut cause = String::new();
         let mut src: Option<&dyn std::error::Error> = std::error::Error::source(&e);
@@ -64,23 +67,17 @@ impl HttpTransport {
             .with_code(Code::UpstreamTimeout)
             .with_source(e);
         }
-        let stale = stale_connection(&e);
         let what = if e.is_connect() {
             "could not connect to"
         } else {
             "request failed at"
         };
-        let err = GatewayError::new(
+        GatewayError::new(
             ErrorKind::BadUpstream,
             format!("{what} provider `{}`: {cause}", self.provider),
         )
         .with_code(Code::UpstreamUnreachable)
-        .with_source(e);
-        if stale {
-            err.with_retry(Retry::ReusedConnectionOnly)
-        } else {
-            err
-        }
+        .with_source(e)
     }
 }
 
@@ -94,34 +91,6 @@ impl Transport for HttpTransport {
             }
         })
     }
-}
-
-/// Whether `e` is a reused connection that the peer closed (reset, or closed before
-/// the response began), as opposed to a failure to connect or a timeout.
-fn stale_connection(e: &hyper_util::client::legacy::Error) -> bool {
-    if e.is_connect() {
-        return false;
-    }
-    let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
-    while let Some(s) = src {
-        if let Some(h) = s.downcast_ref::<hyper::Error>() {
-            if h.is_incomplete_message() || h.is_canceled() {
-                return true;
-            }
-        }
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            if matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::BrokenPipe
-                    | std::io::ErrorKind::ConnectionAborted
-            ) {
-                return true;
-            }
-        }
-        src = s.source();
-    }
-    false
 }
 
 fn http_client(t: &Timeouts) -> HttpClient {

@@ -14,10 +14,11 @@
 //! between body chunks and `total_ms` bounds the whole exchange; the last two are
 //! enforced while the body is read ([`relay`]).
 //!
-//! Retry safety is data ([`crate::error::Retry`]): a transport reports a failure on a
-//! reused pooled connection before any response byte as
-//! [`Retry::ReusedConnectionOnly`], and [`Upstream::send`] retries exactly that once on
-//! a fresh connection; every other decision is the fallback chain's.
+//! Egress never re-sends a request on its own: a provider bills every request it
+//! received. The one safe re-send, of a request not yet written on a reused pooled
+//! connection that the provider had closed, is the pool's (hyper-util does it once);
+//! every other failure goes back to the fallback chain with its retry safety
+//! ([`crate::error::Retry`]) and is counted as an attempt.
 
 pub mod http;
 pub mod relay;
@@ -32,7 +33,7 @@ use ::http::{Request, Response};
 use crate::api::ChatRequest;
 use crate::body::Body;
 use crate::config::{ProviderConfig, ProviderKind, Timeouts};
-use crate::error::{Code, ErrorKind, GatewayError, Retry};
+use crate::error::{Code, ErrorKind, GatewayError};
 use crate::providers::{adapter_for, Adapter, Target};
 
 /// What a transport's `send` returns: the response head (body not yet read), or the
@@ -43,9 +44,9 @@ pub type SendFuture<'a> =
 /// Carries one built provider request and resolves when the response head arrives.
 ///
 /// Non-2xx answers are responses, not errors (the adapter reads their bodies). An
-/// error names the provider and says where a retry is safe: a failure on a reused
-/// pooled connection before any response byte is [`Retry::ReusedConnectionOnly`].
-/// Deadlines are the caller's: [`Upstream::send`] bounds the wait by `first_byte_ms`.
+/// error names the provider and says where a retry is safe. A transport never sends
+/// a request twice unless the provider cannot have seen the first. Deadlines are the
+/// caller's: [`Upstream::send`] bounds the wait for the head.
 pub trait Transport: Send + Sync + std::fmt::Debug {
     /// Sends `req`.
     fn send(&self, req: Request<Body>) -> SendFuture<'_>;
@@ -118,16 +119,13 @@ impl Upstream {
     }
 
     /// Sends `chat` for upstream model `model` and waits for the response head (at most
-    /// `first_byte_ms`, and never past `total_ms`). Non-2xx answers are returned as responses, not errors, so the
-    /// caller can read the provider's error body.
-    ///
-    /// A failure on a reused pooled connection before any response byte (the provider
-    /// had closed it; it never saw a complete request) is retried once on a fresh
-    /// connection, within the same first-byte deadline, and hidden from the client.
+    /// `first_byte_ms`, and never past `total_ms`). Non-2xx answers are returned as
+    /// responses, not errors, so the caller can read the provider's error body.
     ///
     /// # Errors
     /// The adapter's 400 when the request cannot be expressed for this provider; 502
-    /// when the provider cannot be reached; 504 when connect or first byte time out.
+    /// when the provider cannot be reached or the connection failed mid-exchange; 504
+    /// when connect or first byte time out.
     pub async fn send(
         &self,
         model: &str,
@@ -141,23 +139,11 @@ impl Upstream {
         };
         // `total_ms` bounds the whole exchange, the wait for the head included.
         let head_ms = self.timeouts.first_byte_ms.min(self.timeouts.total_ms);
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(head_ms);
-        let mut fresh_retry_used = false;
-        loop {
-            let req = self.adapter.request(&target, chat)?;
-            match tokio::time::timeout_at(deadline, self.transport.send(req)).await {
-                Err(_) => return Err(self.first_byte_timeout()),
-                Ok(Ok(response)) => return Ok(UpstreamResponse { response, sent_at }),
-                Ok(Err(e)) if e.retry == Retry::ReusedConnectionOnly && !fresh_retry_used => {
-                    tracing::debug!(provider = %self.name, error = %e, "stale pooled connection; retrying on a new one");
-                    fresh_retry_used = true;
-                }
-                // Failed on a fresh connection too: the provider is unreachable.
-                Ok(Err(e)) if e.retry == Retry::ReusedConnectionOnly => {
-                    return Err(e.with_retry(Retry::Any))
-                }
-                Ok(Err(e)) => return Err(e),
-            }
+        let req = self.adapter.request(&target, chat)?;
+        match tokio::time::timeout(Duration::from_millis(head_ms), self.transport.send(req)).await {
+            Err(_) => Err(self.first_byte_timeout()),
+            Ok(Ok(response)) => Ok(UpstreamResponse { response, sent_at }),
+            Ok(Err(e)) => Err(e),
         }
     }
 

@@ -60,17 +60,19 @@ impl Caller {
                 .map(str::trim)
                 .filter(|v| !v.is_empty())
         };
+        // RFC 9110 section 11.4: the scheme, then one or more spaces or tabs.
         let bearer = text("authorization").and_then(|v| {
-            let (scheme, token) = v.split_once(' ')?;
+            let (scheme, token) = v.split_once([' ', '\t'])?;
             scheme
                 .eq_ignore_ascii_case("bearer")
                 .then(|| token.trim())
                 .filter(|t| !t.is_empty())
         });
+        let usable = |k: &&str| k.len() <= MAX_CREDENTIAL_BYTES;
         let key = bearer
-            .or_else(|| text("x-api-key"))
-            .or_else(|| text("api-key"))
-            .filter(|k| k.len() <= MAX_CREDENTIAL_BYTES);
+            .filter(usable)
+            .or_else(|| text("x-api-key").filter(usable))
+            .or_else(|| text("api-key").filter(usable));
         Caller {
             api_key: key.map(key_id),
             org: text("openai-organization")
@@ -201,6 +203,16 @@ mod tests {
         let mut h = http::HeaderMap::new();
         h.insert("api-key", "sk-beta".parse().unwrap());
         assert_ne!(Caller::from_headers(&h).api_key, Some(id));
+        // A tab after the scheme, as RFC 9110 allows.
+        let mut h = http::HeaderMap::new();
+        h.insert("authorization", "Bearer\tsk-alpha".parse().unwrap());
+        assert_eq!(Caller::from_headers(&h).api_key, Some(key_id("sk-alpha")));
+        // An unusable bearer token does not hide the x-api-key header.
+        let mut h = http::HeaderMap::new();
+        let huge = format!("Bearer {}", "k".repeat(MAX_CREDENTIAL_BYTES + 1));
+        h.insert("authorization", huge.parse().unwrap());
+        h.insert("x-api-key", "sk-alpha".parse().unwrap());
+        assert_eq!(Caller::from_headers(&h).api_key, Some(key_id("sk-alpha")));
         // No credentials, another scheme, an empty token: no key.
         assert_eq!(
             Caller::from_headers(&http::HeaderMap::new()),

@@ -3,8 +3,10 @@
 //! server.
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -484,4 +486,119 @@ fn expect_100_continue_still_gets_100_continue() {
     s.write_all(body.as_bytes()).unwrap();
     let r = read_response(&mut s, &mut pending);
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+}
+
+// ---- Found by attacking the request-path rework ----
+
+/// An upstream that reads each request completely (head and `content-length` body),
+/// counts it, writes `answer` verbatim and closes the connection (one connection per
+/// request, so no connection is ever reused by the gateway's pool).
+fn raw_upstream(answer: &'static [u8]) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let seen = hits.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 65536];
+            // Read the head, then the declared body: the provider saw the whole request.
+            let complete = loop {
+                let Ok(n) = s.read(&mut chunk) else {
+                    break false;
+                };
+                if n == 0 {
+                    break false;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                    continue;
+                };
+                let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                let len = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                if buf.len() >= end + 4 + len {
+                    break true;
+                }
+            };
+            if complete {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+            let _ = s.write_all(answer);
+            // Dropping `s` closes the connection.
+        }
+    });
+    (addr, hits)
+}
+
+fn one_endpoint(addr: SocketAddr) -> String {
+    format!(
+        "providers:\n  p: {{ kind: openai-compatible, base_url: http://{addr}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x }} ] }}\n"
+    )
+}
+
+/// Egress re-sent "stale pooled connection" failures once on a new connection, but
+/// its test never checked that the connection was reused, nor that no response byte
+/// had arrived: a provider that received the whole request on a *fresh* connection
+/// and began its answer (`HTTP/1.1 200 OK\r\ncontent-ty`) got it a second time,
+/// hidden from `x-switchyard-attempts` and the metrics (a paid provider bills both).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fresh_connection_cut_after_response_bytes_is_not_resent() {
+    let (addr, hits) = raw_upstream(b"HTTP/1.1 200 OK\r\ncontent-ty");
+    let gw = serve(&one_endpoint(addr));
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(r.headers["x-switchyard-attempts"], "1");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "one attempt, on a fresh connection, after response bytes: the provider must get the request once"
+    );
+}
+
+/// Same classification bug without any response byte: the provider read the complete
+/// request on a fresh connection and closed it. Nothing was pooled, so this is not
+/// the stale-connection case; the attempt must send the request once (the fallback
+/// chain decides about further attempts, and counts them).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fresh_connection_closed_without_answer_is_sent_once_per_attempt() {
+    let (addr, hits) = raw_upstream(b"");
+    let gw = serve(&one_endpoint(addr));
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(r.headers["x-switchyard-attempts"], "1");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "x-switchyard-attempts says 1 but the provider received the request more often"
+    );
+}
+
+/// README: the upstream's 429 is "passed through with `Retry-After`". RFC 9110 §10.2.3
+/// allows `Retry-After` as an HTTP-date; `providers::upstream_error` only parsed
+/// seconds, so the header was dropped. (Waits are cut to one hour.)
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upstream_429_retry_after_http_date_reaches_the_client() {
+    let body =
+        r#"{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}"#;
+    let answer = format!(
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nretry-after: Tue, 31 Dec 2999 23:59:59 GMT\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let answer: &'static [u8] = Box::leak(answer.into_bytes().into_boxed_slice());
+    let (addr, _hits) = raw_upstream(answer);
+    let gw = serve(&one_endpoint(addr));
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(
+        r.headers.get("retry-after").map(|v| v.to_str().unwrap()),
+        Some("3600"),
+        "the provider's Retry-After (HTTP-date form) was dropped: {:?}",
+        r.headers
+    );
 }

@@ -1,0 +1,290 @@
+//! The circuit breaker of one endpoint (seed 001, "Egress and Health Monitoring").
+//!
+//! ```text
+//!            H < open_below (after min_samples outcomes)
+//!   Closed ─────────────────────────────────────────────► Open (cooldown c)
+//!     ▲                                                     │ c elapsed
+//!     │ probe succeeded                                     ▼
+//!     └──────────────────────────────────────────────── HalfOpen: one probe
+//!                 probe failed: Open again, c doubled up to max_cooldown
+//! ```
+//!
+//! While open, the endpoint is unavailable: strategies do not see it and dispatch
+//! skips it in a plan. Once the cooldown has passed it is half-open: exactly one
+//! request is let through as the probe (the first to ask, even under concurrency);
+//! everyone else still skips it until the probe ends. A probe that ends without an
+//! outcome (its client went away) frees the slot for the next request.
+//!
+//! The state machine takes the time as an argument, so tests drive it with their own
+//! clock; the gateway passes `Instant::now()`.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::config::BreakerConfig;
+
+/// The breaker's state as reported in `/admin/endpoints` and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CircuitState {
+    /// Requests flow.
+    Closed,
+    /// Requests skip the endpoint until the cooldown ends.
+    Open,
+    /// One probe request is allowed (or in flight).
+    HalfOpen,
+}
+
+impl CircuitState {
+    /// `closed`, `open` or `half_open`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CircuitState::Closed => "closed",
+            CircuitState::Open => "open",
+            CircuitState::HalfOpen => "half_open",
+        }
+    }
+
+    /// The value of the `switchyard_circuit_state` gauge: 0 closed, 1 open, 2
+    /// half-open.
+    pub fn gauge(self) -> f64 {
+        match self {
+            CircuitState::Closed => 0.0,
+            CircuitState::Open => 1.0,
+            CircuitState::HalfOpen => 2.0,
+        }
+    }
+}
+
+/// What [`Breaker::admit`] says about one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Closed: send it.
+    Allow,
+    /// Half-open: send it as the probe; its outcome decides.
+    Probe,
+    /// Open (or the probe is out): skip this endpoint; retry after the duration.
+    Reject(Duration),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum State {
+    Closed,
+    Open { until: Instant },
+    HalfOpen { probing: bool },
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: State,
+    /// The cooldown the next opening uses.
+    cooldown: Duration,
+}
+
+/// One endpoint's circuit breaker.
+#[derive(Debug)]
+pub struct Breaker {
+    cfg: BreakerConfig,
+    inner: Mutex<Inner>,
+}
+
+/// What changed in an outcome or admission, for the caller to report.
+pub type Transition = Option<CircuitState>;
+
+impl Breaker {
+    /// A closed breaker with thresholds `cfg`.
+    pub fn new(cfg: BreakerConfig) -> Breaker {
+        Breaker {
+            inner: Mutex::new(Inner {
+                state: State::Closed,
+                cooldown: Duration::from_millis(cfg.cooldown_ms),
+            }),
+            cfg,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The state at `now` (an open breaker whose cooldown has passed is half-open).
+    pub fn state(&self, now: Instant) -> CircuitState {
+        match self.lock().state {
+            State::Closed => CircuitState::Closed,
+            State::Open { until } if now < until => CircuitState::Open,
+            State::Open { .. } | State::HalfOpen { .. } => CircuitState::HalfOpen,
+        }
+    }
+
+    /// Whether strategies are offered the endpoint at `now`: closed, or half-open with
+    /// the probe not yet taken.
+    pub fn available(&self, now: Instant) -> bool {
+        match self.lock().state {
+            State::Closed => true,
+            State::Open { until } => now >= until,
+            State::HalfOpen { probing } => !probing,
+        }
+    }
+
+    /// Time until the next probe may go, at `now` (`None`: closed or half-open).
+    pub fn next_probe_in(&self, now: Instant) -> Option<Duration> {
+        match self.lock().state {
+            State::Open { until } if now < until => Some(until - now),
+            _ => None,
+        }
+    }
+
+    /// The cooldown the next opening will use.
+    pub fn cooldown(&self) -> Duration {
+        self.lock().cooldown
+    }
+
+    /// Asks to send one attempt at `now`; a half-open breaker lets exactly one probe
+    /// through until that probe ends.
+    pub fn admit(&self, now: Instant) -> (Admission, Transition) {
+        let mut g = self.lock();
+        match g.state {
+            State::Closed => (Admission::Allow, None),
+            State::Open { until } if now < until => (Admission::Reject(until - now), None),
+            State::Open { .. } => {
+                g.state = State::HalfOpen { probing: true };
+                (Admission::Probe, Some(CircuitState::HalfOpen))
+            }
+            State::HalfOpen { probing: false } => {
+                g.state = State::HalfOpen { probing: true };
+                (Admission::Probe, None)
+            }
+            State::HalfOpen { probing: true } => (Admission::Reject(Duration::ZERO), None),
+        }
+    }
+
+    /// Records the outcome of an attempt at `now`, with the endpoint's health after
+    /// it (`health`) and its outcome count (`samples`). `probe`: the attempt was the
+    /// half-open probe.
+    pub fn record(
+        &self,
+        success: bool,
+        probe: bool,
+        health: f64,
+        samples: u64,
+        now: Instant,
+    ) -> Transition {
+        let mut g = self.lock();
+        let base = Duration::from_millis(self.cfg.cooldown_ms);
+        let max = Duration::from_millis(self.cfg.max_cooldown_ms.max(self.cfg.cooldown_ms));
+        match (g.state, probe) {
+            (State::HalfOpen { .. }, true) if success => {
+                g.state = State::Closed;
+                g.cooldown = base;
+                Some(CircuitState::Closed)
+            }
+            (State::HalfOpen { .. }, true) => {
+                let cooldown = g.cooldown;
+                g.state = State::Open {
+                    until: now + cooldown,
+                };
+                g.cooldown = (cooldown * 2).min(max);
+                Some(CircuitState::Open)
+            }
+            (State::Closed, _)
+                if !success && health < self.cfg.open_below && samples >= self.cfg.min_samples =>
+            {
+                let cooldown = g.cooldown;
+                g.state = State::Open {
+                    until: now + cooldown,
+                };
+                g.cooldown = (cooldown * 2).min(max);
+                Some(CircuitState::Open)
+            }
+            // Outcomes of requests sent before the breaker opened say nothing new.
+            _ => None,
+        }
+    }
+
+    /// The probe ended without an outcome (its client went away): the next request
+    /// may probe.
+    pub fn probe_abandoned(&self) {
+        let mut g = self.lock();
+        if let State::HalfOpen { probing: true } = g.state {
+            g.state = State::HalfOpen { probing: false };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> BreakerConfig {
+        BreakerConfig {
+            open_below: 0.3,
+            cooldown_ms: 1_000,
+            max_cooldown_ms: 3_000,
+            min_samples: 5,
+            recovery_half_life_ms: 60_000,
+        }
+    }
+
+    #[test]
+    fn opens_below_the_threshold_only_after_enough_samples() {
+        let b = Breaker::new(cfg());
+        let t = Instant::now();
+        assert_eq!(b.record(false, false, 0.1, 4, t), None, "too few samples");
+        assert_eq!(b.record(false, false, 0.35, 9, t), None, "above 0.3");
+        assert_eq!(b.record(true, false, 0.1, 9, t), None, "a success never opens");
+        assert_eq!(b.record(false, false, 0.29, 12, t), Some(CircuitState::Open));
+        assert_eq!(b.state(t), CircuitState::Open);
+        assert!(!b.available(t));
+        assert_eq!(b.admit(t).0, Admission::Reject(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn half_open_lets_exactly_one_probe_through() {
+        let b = Breaker::new(cfg());
+        let t = Instant::now();
+        b.record(false, false, 0.0, 20, t);
+        let later = t + Duration::from_millis(1_000);
+        assert_eq!(b.state(later), CircuitState::HalfOpen);
+        assert!(b.available(later));
+        assert_eq!(
+            b.admit(later),
+            (Admission::Probe, Some(CircuitState::HalfOpen))
+        );
+        for _ in 0..50 {
+            assert_eq!(b.admit(later).0, Admission::Reject(Duration::ZERO));
+        }
+        assert!(!b.available(later), "the probe is out");
+        b.probe_abandoned();
+        assert_eq!(b.admit(later).0, Admission::Probe, "an abandoned probe frees the slot");
+        assert_eq!(
+            b.record(true, true, 0.2, 21, later),
+            Some(CircuitState::Closed)
+        );
+        assert_eq!(b.admit(later).0, Admission::Allow);
+        assert_eq!(b.cooldown(), Duration::from_secs(1), "reset on close");
+    }
+
+    #[test]
+    fn a_failed_probe_doubles_the_cooldown_up_to_the_cap() {
+        let b = Breaker::new(cfg());
+        let mut t = Instant::now();
+        b.record(false, false, 0.0, 20, t);
+        let mut waits = Vec::new();
+        for _ in 0..4 {
+            let wait = b.next_probe_in(t).unwrap();
+            waits.push(wait.as_millis());
+            t += wait;
+            assert_eq!(b.admit(t).0, Admission::Probe);
+            assert_eq!(b.record(false, true, 0.0, 20, t), Some(CircuitState::Open));
+        }
+        assert_eq!(waits, [1_000, 2_000, 3_000, 3_000]);
+    }
+
+    #[test]
+    fn late_outcomes_of_requests_sent_before_opening_change_nothing() {
+        let b = Breaker::new(cfg());
+        let t = Instant::now();
+        b.record(false, false, 0.0, 20, t);
+        assert_eq!(b.record(true, false, 0.5, 21, t), None);
+        assert_eq!(b.state(t), CircuitState::Open);
+    }
+}
