@@ -9,6 +9,7 @@
 //! | `switchyard_ttft_seconds` | histogram (streams) | `model`, `endpoint` |
 //! | `switchyard_upstream_errors_total` | counter | `endpoint`, `kind` |
 //! | `switchyard_in_flight_requests` | gauge | none |
+//! | `switchyard_circuit_state` | gauge (0 closed, 1 open, 2 half-open) | `endpoint` |
 //! | `switchyard_policy_reloads_total` | counter | `outcome` (`ok`, `failed`, `unchanged`) |
 //! | `switchyard_policy_reload_duration_seconds` | histogram | none |
 //! | `switchyard_policy_compiled_modules` | gauge | none |
@@ -33,6 +34,8 @@ pub const TTFT: &str = "switchyard_ttft_seconds";
 pub const UPSTREAM_ERRORS: &str = "switchyard_upstream_errors_total";
 /// Requests currently being served.
 pub const IN_FLIGHT: &str = "switchyard_in_flight_requests";
+/// Each endpoint's circuit (label `endpoint`): 0 closed, 1 open, 2 half-open.
+pub const CIRCUIT_STATE: &str = "switchyard_circuit_state";
 /// Policy reloads by outcome: `ok`, `failed`, `unchanged`.
 pub const RELOADS: &str = "switchyard_policy_reloads_total";
 /// Time from a reload trigger to the swap (or refusal), seconds.
@@ -72,6 +75,10 @@ pub fn install() -> Option<PrometheusHandle> {
             );
             metrics::describe_counter!(UPSTREAM_ERRORS, "Upstream failures by endpoint and kind.");
             metrics::describe_gauge!(IN_FLIGHT, "Requests currently being served.");
+            metrics::describe_gauge!(
+                CIRCUIT_STATE,
+                "Circuit of each endpoint: 0 closed, 1 open, 2 half-open."
+            );
             metrics::describe_counter!(RELOADS, "Policy reloads by outcome.");
             metrics::describe_histogram!(
                 RELOAD_DURATION,

@@ -42,6 +42,19 @@ pub struct EndpointReport {
     pub stats: EndpointStats,
     /// Strategy name → selection probability in [0, 1] (see the module docs).
     pub selection: BTreeMap<String, f64>,
+    /// Its circuit breaker.
+    pub circuit: CircuitReport,
+}
+
+/// An endpoint's circuit breaker in the `/admin/endpoints` report.
+#[derive(Debug, Clone, Serialize)]
+pub struct CircuitReport {
+    /// `closed`, `open` or `half_open`.
+    pub state: &'static str,
+    /// Time until the half-open probe may go, ms (open circuits only).
+    pub next_probe_in_ms: Option<u64>,
+    /// The cooldown the next opening will use, ms.
+    pub cooldown_ms: u64,
 }
 
 /// The whole `/admin/endpoints` body.
@@ -122,11 +135,28 @@ pub fn report(gw: &Gateway) -> Report {
             samples: gw.stats.slot(i).map(|s| s.samples()).unwrap_or(0),
             stats: stats.get(&e.id).into_owned(),
             selection: sel.remove(&*e.id).unwrap_or_default(),
+            circuit: circuit(gw, i),
         })
         .collect();
     Report {
         policy_version: snap.version.clone(),
         endpoints,
+    }
+}
+
+fn circuit(gw: &Gateway, i: usize) -> CircuitReport {
+    let now = std::time::Instant::now();
+    match gw.stats.slot(i).map(|s| s.breaker()) {
+        Some(b) => CircuitReport {
+            state: b.state(now).as_str(),
+            next_probe_in_ms: b.next_probe_in(now).map(|d| d.as_millis() as u64),
+            cooldown_ms: b.cooldown().as_millis() as u64,
+        },
+        None => CircuitReport {
+            state: "closed",
+            next_probe_in_ms: None,
+            cooldown_ms: 0,
+        },
     }
 }
 

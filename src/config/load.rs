@@ -10,8 +10,8 @@ use serde_yaml::{Mapping, Value};
 
 use super::MockOptions;
 use super::{
-    Config, EndpointConfig, ModelConfig, PoliciesConfig, Pricing, ProviderConfig, ProviderKind,
-    QualityConfig, ServerConfig, Timeouts,
+    BreakerConfig, Config, EndpointConfig, ModelConfig, PoliciesConfig, Pricing, ProviderConfig,
+    ProviderKind, QualityConfig, ServerConfig, Timeouts,
 };
 use crate::suggest::did_you_mean;
 
@@ -226,7 +226,14 @@ impl Validator {
         let map = self.mapping(root, "").unwrap_or(&empty);
         self.unknown_keys(
             map,
-            &["server", "policies", "providers", "models", "quality"],
+            &[
+                "server",
+                "policies",
+                "providers",
+                "models",
+                "quality",
+                "breaker",
+            ],
             "",
         );
         let server = self.server(map.get("server").unwrap_or(&Value::Null));
@@ -234,12 +241,14 @@ impl Validator {
         let providers = self.providers(map.get("providers").unwrap_or(&Value::Null));
         let models = self.models(map.get("models").unwrap_or(&Value::Null), &providers);
         let quality = self.quality(map.get("quality").unwrap_or(&Value::Null), base_dir);
+        let breaker = self.breaker(map.get("breaker").unwrap_or(&Value::Null));
         Config {
             server,
             policies,
             providers,
             models,
             quality,
+            breaker,
             source: source.to_string(),
         }
     }
@@ -300,6 +309,50 @@ impl Validator {
             if let Some(n) = self.uint(map, key, path, 1, 3_600_000) {
                 *field = n;
             }
+        }
+        cfg
+    }
+
+    fn breaker(&mut self, value: &Value) -> BreakerConfig {
+        let path = "breaker";
+        let mut cfg = BreakerConfig::default();
+        let Some(map) = self.mapping(value, path) else {
+            return cfg;
+        };
+        self.unknown_keys(
+            map,
+            &[
+                "open_below",
+                "cooldown_ms",
+                "max_cooldown_ms",
+                "min_samples",
+                "recovery_half_life_ms",
+            ],
+            path,
+        );
+        if let Some(v) = self.float(map, "open_below", path, 0.0, 1.0) {
+            cfg.open_below = v;
+        }
+        if let Some(n) = self.uint(map, "cooldown_ms", path, 1, 3_600_000) {
+            cfg.cooldown_ms = n;
+        }
+        if let Some(n) = self.uint(map, "max_cooldown_ms", path, 1, 3_600_000) {
+            cfg.max_cooldown_ms = n;
+        }
+        if cfg.max_cooldown_ms < cfg.cooldown_ms {
+            self.err(
+                join(path, "max_cooldown_ms"),
+                format!(
+                    "{} is below cooldown_ms ({})",
+                    cfg.max_cooldown_ms, cfg.cooldown_ms
+                ),
+            );
+        }
+        if let Some(n) = self.uint(map, "min_samples", path, 1, 1_000_000) {
+            cfg.min_samples = n;
+        }
+        if let Some(n) = self.uint(map, "recovery_half_life_ms", path, 1, 86_400_000) {
+            cfg.recovery_half_life_ms = n;
         }
         cfg
     }

@@ -66,6 +66,9 @@ pub struct Config {
     pub models: Vec<ModelConfig>,
     /// Quality scores for quality-aware strategies (`quality:`, [`quality`]).
     pub quality: QualityConfig,
+    /// Circuit-breaker thresholds and health recovery, for every endpoint
+    /// (`breaker:`).
+    pub breaker: BreakerConfig,
     /// Where this config came from, for the startup log line.
     pub source: String,
 }
@@ -133,6 +136,41 @@ impl Default for ServerConfig {
             max_header_bytes: 64 * 1024,
             retry_budget_ms: 30_000,
             max_attempts: 8,
+        }
+    }
+}
+
+/// `breaker:` section: when an endpoint's circuit opens, how long it stays open, and
+/// how fast an endpoint's health recovers while nothing is sent to it (seed 001,
+/// "Egress and Health Monitoring").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BreakerConfig {
+    /// The circuit opens when a failure leaves health H below this (`open_below`,
+    /// default 0.3, in (0, 1]).
+    pub open_below: f64,
+    /// First cooldown before the half-open probe, in ms (`cooldown_ms`, default
+    /// 30 000); each failed probe doubles it.
+    pub cooldown_ms: u64,
+    /// Longest cooldown, in ms (`max_cooldown_ms`, default 300 000).
+    pub max_cooldown_ms: u64,
+    /// Outcomes an endpoint must have before its circuit can open (`min_samples`,
+    /// default 5).
+    pub min_samples: u64,
+    /// Half-life of an endpoint's missing health while it gets no outcomes, in ms
+    /// (`recovery_half_life_ms`, default 60 000): after that long without outcomes,
+    /// 1 − H is halved, so no strategy can starve an endpoint forever.
+    pub recovery_half_life_ms: u64,
+}
+
+impl Default for BreakerConfig {
+    /// The documented defaults.
+    fn default() -> Self {
+        BreakerConfig {
+            open_below: 0.3,
+            cooldown_ms: 30_000,
+            max_cooldown_ms: 300_000,
+            min_samples: 5,
+            recovery_half_life_ms: 60_000,
         }
     }
 }

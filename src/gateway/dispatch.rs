@@ -15,6 +15,10 @@
 //! (default 30 s, seed 004): no attempt starts past it, and a wait that would end past
 //! it moves on to the next endpoint instead of sleeping.
 //!
+//! An endpoint whose circuit is open (or whose one half-open probe is already out) is
+//! skipped without an attempt (`stats::breaker`); when that leaves nothing to try,
+//! the client gets 503 with `Retry-After` set to the next probe.
+//!
 //! When every attempt failed the client gets one aggregate error listing each
 //! attempt (endpoint, status, error, duration). Its status: 429 when every attempt
 //! was throttled (with the shortest `Retry-After` any provider gave), 504 when every
@@ -38,7 +42,7 @@ use crate::body::{self, Body};
 use crate::egress::relay::{collect, SseRelay};
 use crate::error::{Code, ErrorKind, Fault, GatewayError, Retry};
 use crate::providers::StreamContext;
-use crate::stats::ratelimit;
+use crate::stats::{ratelimit, Admission};
 
 /// What one failed attempt was, for the aggregate error.
 struct Failed {
@@ -62,16 +66,27 @@ pub async fn dispatch(
     let max_attempts = gw.config.server.max_attempts;
     let budget_end = ctx.started + Duration::from_millis(gw.config.server.retry_budget_ms);
     let mut failed: Vec<Failed> = Vec::new();
+    // The shortest wait until a skipped endpoint's circuit lets a probe through.
+    let mut skipped_for: Option<Duration> = None;
     'plan: for i in 0..ctx.plan.len() {
         let ep = ctx.plan[i];
         for retry in 0..=plan.retries {
             if ctx.attempts >= max_attempts || (ctx.attempts > 0 && Instant::now() >= budget_end) {
                 break 'plan;
             }
+            let probe = match admit(gw, ep) {
+                Admission::Allow => false,
+                Admission::Probe => true,
+                Admission::Reject(wait) => {
+                    // Open circuit, or its one probe is out: skip it, uncounted.
+                    skipped_for = Some(skipped_for.map_or(wait, |w: Duration| w.min(wait)));
+                    continue 'plan;
+                }
+            };
             ctx.attempts += 1;
             ctx.endpoint = Some(ep);
             let began = Instant::now();
-            let attempt = Attempt::begin(gw, ep, decided.clone(), ctx.started);
+            let attempt = Attempt::begin(gw, ep, decided.clone(), ctx.started, probe);
             let e = match exchange(gw, ep, chat, attempt).await {
                 Ok(resp) => {
                     ctx.served = true;
@@ -105,7 +120,31 @@ pub async fn dispatch(
             }
         }
     }
+    if failed.is_empty() {
+        if let Some(wait) = skipped_for {
+            return Err(GatewayError::new(
+                ErrorKind::NoEndpoint,
+                "every endpoint of the plan has an open circuit; retry later",
+            )
+            .with_code(Code::NoEndpoint)
+            .with_retry_after(Some(wait.max(Duration::from_secs(1)))));
+        }
+    }
     Err(aggregate(gw, failed))
+}
+
+/// Asks endpoint `ep`'s circuit breaker whether an attempt may go now, reporting a
+/// move to half-open.
+fn admit(gw: &Gateway, ep: usize) -> Admission {
+    let Some(slot) = gw.stats.slot(ep) else {
+        return Admission::Allow;
+    };
+    let breaker = slot.breaker();
+    let (admission, changed) = breaker.admit(Instant::now());
+    if let Some(state) = changed {
+        gw.log.circuit(ep, state, breaker.cooldown());
+    }
+    admission
 }
 
 /// The client's error when every attempt in `failed` failed (see the module doc).

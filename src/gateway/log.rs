@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use crate::error::GatewayError;
 use crate::routing::Registry;
+use crate::stats::CircuitState;
 use crate::telemetry as t;
 
 /// The metric handles of one endpoint (labels `model`, `endpoint`, and `status` for
@@ -60,6 +61,7 @@ pub struct RequestLog {
     /// `endpoint` / `model` label values, indexed like the registry.
     labels: Vec<(String, String)>,
     in_flight: metrics::Gauge,
+    circuits: Vec<metrics::Gauge>,
 }
 
 impl RequestLog {
@@ -77,6 +79,15 @@ impl RequestLog {
                 .map(|e| (e.id.to_string(), e.model.to_string()))
                 .collect(),
             in_flight: metrics::gauge!(t::IN_FLIGHT),
+            circuits: registry
+                .endpoints
+                .iter()
+                .map(|e| {
+                    let g = metrics::gauge!(t::CIRCUIT_STATE, "endpoint" => e.id.to_string());
+                    g.set(0.0);
+                    g
+                })
+                .collect(),
         }
     }
 
@@ -132,6 +143,20 @@ impl RequestLog {
     pub fn attempt_failed(&self, ep: usize, attempt: u32, policy: &str, e: &GatewayError) {
         let id = self.upstream_error(ep, e);
         tracing::warn!(policy = %policy, endpoint = %id, attempt, error = %e, "attempt failed");
+    }
+
+    /// Endpoint `ep`'s circuit moved to `state`; `cooldown` is what its next opening
+    /// will wait.
+    pub fn circuit(&self, ep: usize, state: CircuitState, cooldown: std::time::Duration) {
+        if let Some(g) = self.circuits.get(ep) {
+            g.set(state.gauge());
+        }
+        let id = self
+            .labels
+            .get(ep)
+            .map(|(id, _)| id.as_str())
+            .unwrap_or("none");
+        tracing::warn!(endpoint = %id, state = state.as_str(), next_cooldown_ms = cooldown.as_millis() as u64, "circuit {}", state.as_str());
     }
 
     /// Counts `e` against endpoint `ep` in `switchyard_upstream_errors_total`: every

@@ -38,15 +38,19 @@ pub struct Attempt {
     pub started: Instant,
     sent: Instant,
     ended: bool,
+    /// The attempt is its endpoint's half-open circuit probe.
+    probe: bool,
 }
 
 impl Attempt {
-    /// Starts an attempt on endpoint `ep_idx`: it is in flight from now.
+    /// Starts an attempt on endpoint `ep_idx`: it is in flight from now. `probe`: the
+    /// circuit breaker admitted it as its half-open probe.
     pub fn begin(
         gw: &Arc<Gateway>,
         ep_idx: usize,
         ctx: Arc<DecisionContext>,
         started: Instant,
+        probe: bool,
     ) -> Attempt {
         if let Some(slot) = gw.stats.slot(ep_idx) {
             slot.enter();
@@ -58,6 +62,7 @@ impl Attempt {
             started,
             sent: Instant::now(),
             ended: false,
+            probe,
         }
     }
 
@@ -95,9 +100,26 @@ impl Attempt {
             return;
         };
         slot.leave();
-        let Some(success) = success else { return };
+        let Some(success) = success else {
+            if self.probe {
+                // The probe says nothing: let the next request probe instead.
+                slot.breaker().probe_abandoned();
+            }
+            return;
+        };
         let latency = self.sent.elapsed();
-        slot.record(latency, success);
+        let changed = slot.record_outcome(
+            latency,
+            success,
+            self.probe,
+            SystemTime::now(),
+            Instant::now(),
+        );
+        if let Some(state) = changed {
+            self.gw
+                .log
+                .circuit(self.ep_idx, state, slot.breaker().cooldown());
+        }
         self.strategy_update(success, latency, ttft);
     }
 

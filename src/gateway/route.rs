@@ -58,7 +58,12 @@ pub fn route(
                 .err()
                 .unwrap_or_else(|| GatewayError::rejected(404, &r.message)));
         }
-        return Err(GatewayError::rejected(r.status, &r.message));
+        let mut e = GatewayError::rejected(r.status, &r.message);
+        if r.status == 503 {
+            // Nothing available: when open circuits are why, say when to come back.
+            e.retry_after = next_probe(gw, &chat.model);
+        }
+        return Err(e);
     }
     let mut plan = Vec::with_capacity(chosen.len());
     for i in chosen {
@@ -111,4 +116,16 @@ fn decide(gw: &Gateway, snap: &PolicySnapshot, features: &RequestFeatures) -> De
         }
     }
     decision
+}
+
+/// The soonest an open circuit among `model`'s endpoints lets a probe through
+/// (at least 1 s), if any is open.
+fn next_probe(gw: &Gateway, model: &str) -> Option<std::time::Duration> {
+    let now = std::time::Instant::now();
+    let m = gw.registry.model(model).ok()?;
+    m.endpoints
+        .iter()
+        .filter_map(|&i| gw.stats.slot(i)?.breaker().next_probe_in(now))
+        .min()
+        .map(|d| d.max(std::time::Duration::from_secs(1)))
 }

@@ -70,8 +70,8 @@ impl RequestFeatures {
 #[serde(default, deny_unknown_fields)]
 pub struct EndpointStats {
     /// Whether the runtime offers the endpoint to strategies. Default true; the live
-    /// gateway offers every endpoint today, and a `dry-run --stats` file can mark one
-    /// unavailable.
+    /// gateway takes it out while its circuit breaker is open (or its one half-open
+    /// probe is out), and a `dry-run --stats` file can mark one unavailable.
     pub available: bool,
     /// Health H in [0, 1] (EWMA of outcomes, seed 001). Default 1.
     pub health: f64,

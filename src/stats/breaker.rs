@@ -230,8 +230,15 @@ mod tests {
         let t = Instant::now();
         assert_eq!(b.record(false, false, 0.1, 4, t), None, "too few samples");
         assert_eq!(b.record(false, false, 0.35, 9, t), None, "above 0.3");
-        assert_eq!(b.record(true, false, 0.1, 9, t), None, "a success never opens");
-        assert_eq!(b.record(false, false, 0.29, 12, t), Some(CircuitState::Open));
+        assert_eq!(
+            b.record(true, false, 0.1, 9, t),
+            None,
+            "a success never opens"
+        );
+        assert_eq!(
+            b.record(false, false, 0.29, 12, t),
+            Some(CircuitState::Open)
+        );
         assert_eq!(b.state(t), CircuitState::Open);
         assert!(!b.available(t));
         assert_eq!(b.admit(t).0, Admission::Reject(Duration::from_secs(1)));
@@ -254,7 +261,11 @@ mod tests {
         }
         assert!(!b.available(later), "the probe is out");
         b.probe_abandoned();
-        assert_eq!(b.admit(later).0, Admission::Probe, "an abandoned probe frees the slot");
+        assert_eq!(
+            b.admit(later).0,
+            Admission::Probe,
+            "an abandoned probe frees the slot"
+        );
         assert_eq!(
             b.record(true, true, 0.2, 21, later),
             Some(CircuitState::Closed)

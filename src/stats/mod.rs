@@ -16,20 +16,28 @@
 //!   down);
 //! - error rate: EWMA (α = 0.1) of 1 on failure, 0 on success;
 //! - capacity C from rate-limit headers ([`ratelimit`]), back to 1 once the limit
-//!   resets.
+//!   resets;
+//! - recovery: while an endpoint gets no outcomes, its missing health decays with a
+//!   half-life (`breaker.recovery_half_life_ms`, default 60 s):
+//!   H(t) = 1 − (1 − H)·2^(−Δt / half-life). A strategy that prefers healthy
+//!   endpoints therefore tries a failed one again after a while instead of never;
+//! - the circuit breaker ([`breaker`]) opens on a failure that leaves H below 0.3 and
+//!   lets one probe through after its cooldown; an open endpoint is unavailable.
 //!
 //! [`StatsStore`] holds one slot per endpoint plus the parts that never change
 //! (prices, quality scores) and builds the [`StatsSnapshot`] a decision reads.
 
+pub mod breaker;
 pub mod ratelimit;
 mod store;
 
+pub use breaker::{Admission, Breaker, CircuitState, Transition};
 pub use store::{EndpointInfo, StatsStore};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::policy::EndpointStats;
 #[cfg(doc)]
@@ -91,10 +99,22 @@ pub struct EndpointSlot {
     /// Successes slower than this (ms) count h = 0.5.
     latency_target_ms: Option<f64>,
     state: Mutex<BTreeMap<String, BTreeMap<String, f64>>>,
+    /// Unix ms of the last health update (0: none yet), for recovery.
+    health_at_ms: AtomicU64,
+    recovery_half_life_ms: f64,
+    breaker: Breaker,
 }
 
 impl Default for EndpointSlot {
     fn default() -> Self {
+        EndpointSlot::new(None, crate::config::BreakerConfig::default())
+    }
+}
+
+impl EndpointSlot {
+    /// A slot whose successes slower than `latency_target_ms` count as degraded, with
+    /// circuit-breaker thresholds and health recovery from `breaker`.
+    pub fn new(latency_target_ms: Option<f64>, breaker: crate::config::BreakerConfig) -> Self {
         EndpointSlot {
             latency_ms: AtomicF64::new(0.0),
             ttft_ms: AtomicF64::new(0.0),
@@ -105,10 +125,23 @@ impl Default for EndpointSlot {
             in_flight: AtomicU64::new(0),
             capacity: AtomicF64::new(1.0),
             capacity_until_ms: AtomicU64::new(0),
-            latency_target_ms: None,
+            latency_target_ms: latency_target_ms.filter(|t| *t > 0.0),
             state: Mutex::new(BTreeMap::new()),
+            health_at_ms: AtomicU64::new(0),
+            recovery_half_life_ms: breaker.recovery_half_life_ms as f64,
+            breaker: Breaker::new(breaker),
         }
     }
+}
+
+/// `health` last updated at Unix ms `at_ms` (0: never), as recovered by `now_ms`:
+/// 1 − (1 − H)·2^(−Δt / half-life).
+fn recovered(health: f64, at_ms: u64, now_ms: u64, half_life_ms: f64) -> f64 {
+    if at_ms == 0 || now_ms <= at_ms || half_life_ms <= 0.0 {
+        return health;
+    }
+    let dt = (now_ms - at_ms) as f64;
+    1.0 - (1.0 - health) * (-dt / half_life_ms).exp2()
 }
 
 fn unix_ms(t: SystemTime) -> u64 {
@@ -120,10 +153,22 @@ fn unix_ms(t: SystemTime) -> u64 {
 impl EndpointSlot {
     /// A slot whose successes slower than `latency_target_ms` count as degraded.
     pub fn with_latency_target(latency_target_ms: Option<f64>) -> EndpointSlot {
-        EndpointSlot {
-            latency_target_ms: latency_target_ms.filter(|t| *t > 0.0),
-            ..EndpointSlot::default()
-        }
+        EndpointSlot::new(latency_target_ms, crate::config::BreakerConfig::default())
+    }
+
+    /// The endpoint's circuit breaker.
+    pub fn breaker(&self) -> &Breaker {
+        &self.breaker
+    }
+
+    /// Health at Unix time `now_ms`, with the recovery since the last outcome applied.
+    pub fn health_at(&self, now_ms: u64) -> f64 {
+        recovered(
+            self.health.get(),
+            self.health_at_ms.load(Ordering::Relaxed),
+            now_ms,
+            self.recovery_half_life_ms,
+        )
     }
 
     /// Outcomes recorded so far (successes and failures).
@@ -155,15 +200,40 @@ impl EndpointSlot {
     /// Only successes move the latency EWMA (a failure's latency says nothing about
     /// how fast the endpoint answers).
     pub fn record(&self, latency: Duration, success: bool) {
-        let first = self.samples.fetch_add(1, Ordering::Relaxed) == 0;
+        let _ = self.record_outcome(latency, success, false, SystemTime::now(), Instant::now());
+    }
+
+    /// As [`EndpointSlot::record`], at `now` (`clock` for the breaker), for an attempt
+    /// that was the breaker's half-open probe when `probe`; returns the breaker's
+    /// state change, if any.
+    pub fn record_outcome(
+        &self,
+        latency: Duration,
+        success: bool,
+        probe: bool,
+        now: SystemTime,
+        clock: Instant,
+    ) -> Transition {
+        let samples = self.samples.fetch_add(1, Ordering::Relaxed) + 1;
         let ms = latency.as_secs_f64() * 1e3;
         if success {
-            self.latency_ms.ewma(ms, LATENCY_ALPHA, first);
+            self.latency_ms.ewma(ms, LATENCY_ALPHA, samples == 1);
         }
-        self.health
-            .ewma(self.health_sample(ms, success), HEALTH_ALPHA, false);
+        let now_ms = unix_ms(now);
+        let sample = self.health_sample(ms, success);
+        let last = self.health_at_ms.swap(now_ms, Ordering::Relaxed);
+        let half_life = self.recovery_half_life_ms;
+        let _ = self
+            .health
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+                let base = recovered(f64::from_bits(bits), last, now_ms, half_life);
+                Some((HEALTH_ALPHA * sample + (1.0 - HEALTH_ALPHA) * base).to_bits())
+            });
         let failed = if success { 0.0 } else { 1.0 };
         self.error_rate.ewma(failed, HEALTH_ALPHA, false);
+        self.breaker
+            .record(success, probe, self.health.get(), samples, clock)
     }
 
     /// h for one outcome: 0 failure, 0.5 a success slower than the target, else 1.
@@ -207,9 +277,8 @@ impl EndpointSlot {
             self.capacity.get()
         };
         EndpointStats {
-            // Every live endpoint is offered; nothing takes one out of rotation yet.
-            available: true,
-            health: self.health.get(),
+            available: self.breaker.available(Instant::now()),
+            health: self.health_at(unix_ms(now)),
             latency_ewma_ms: self.latency_ms.get(),
             ttft_ewma_ms: self.ttft_ms.get(),
             capacity,
@@ -236,6 +305,27 @@ impl Drop for InFlight<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn missing_health_halves_every_half_life_without_outcomes() {
+        assert_eq!(recovered(0.2, 0, 10_000, 60_000.0), 0.2, "never updated");
+        assert!((recovered(0.2, 1_000, 61_000, 60_000.0) - 0.6).abs() < 1e-9);
+        assert!((recovered(0.2, 1_000, 121_000, 60_000.0) - 0.8).abs() < 1e-9);
+        assert_eq!(
+            recovered(0.2, 5_000, 4_000, 60_000.0),
+            0.2,
+            "clock went back"
+        );
+        // A slot whose last failure was long ago reads healthy again, so a strategy
+        // that prefers H >= 0.3 tries it again.
+        let s = EndpointSlot::default();
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        for _ in 0..20 {
+            s.record_outcome(Duration::from_millis(5), false, false, t0, Instant::now());
+        }
+        assert!(s.health_at(unix_ms(t0)) < 0.3);
+        assert!(s.health_at(unix_ms(t0 + Duration::from_secs(120))) > 0.7);
+    }
 
     #[test]
     fn ewma_follows_the_formula() {

@@ -53,11 +53,20 @@ impl StatsStore {
         )
     }
 
-    /// A store for `infos` (registry order).
+    /// A store for `infos` (registry order), with the default breaker thresholds.
     pub fn with_endpoints(infos: Vec<EndpointInfo>) -> StatsStore {
+        StatsStore::with_breaker(infos, crate::config::BreakerConfig::default())
+    }
+
+    /// A store for `infos` (registry order) whose circuit breakers and health
+    /// recovery follow `breaker`.
+    pub fn with_breaker(
+        infos: Vec<EndpointInfo>,
+        breaker: crate::config::BreakerConfig,
+    ) -> StatsStore {
         let slots = infos
             .iter()
-            .map(|i| EndpointSlot::with_latency_target(i.latency_target_ms.map(|t| t as f64)))
+            .map(|i| EndpointSlot::new(i.latency_target_ms.map(|t| t as f64), breaker))
             .collect();
         let index = infos
             .iter()
@@ -74,9 +83,10 @@ impl StatsStore {
     /// A store for every endpoint of `config.models`, in config order (the order of
     /// the routing registry and the policy registry, so endpoint indices agree), with
     /// prices (config `pricing`, USD per 1M tokens, stored per token), latency targets
-    /// (endpoint `latency_target_ms`) and quality scores (`quality.leaderboard`: the
-    /// endpoint's upstream model's row, else its logical model's). Endpoints whose
-    /// provider is not configured are skipped, as the registry skips them.
+    /// (endpoint `latency_target_ms`), quality scores (`quality.leaderboard`: the
+    /// endpoint's upstream model's row, else its logical model's) and the `breaker:`
+    /// thresholds. Endpoints whose provider is not configured are skipped, as the
+    /// registry skips them.
     pub fn from_config(config: &Config) -> StatsStore {
         let infos = config
             .models
@@ -98,7 +108,7 @@ impl StatsStore {
                 })
             })
             .collect();
-        StatsStore::with_endpoints(infos)
+        StatsStore::with_breaker(infos, config.breaker)
     }
 
     /// The slot of endpoint index `i`.

@@ -194,3 +194,102 @@ async fn a_stream_failing_after_its_first_byte_counts_as_an_upstream_error() {
     );
     assert!(n >= 1.0, "not counted:\n{m}");
 }
+
+/// Primary `p/x` answers from `primary`; secondary `q/x` is the in-process mock.
+fn breaker_config(primary: std::net::SocketAddr) -> String {
+    format!(
+        "breaker: {{ cooldown_ms: 600, max_cooldown_ms: 60000 }}\nproviders:\n  p: {{ kind: openai-compatible, base_url: http://{primary}/v1 }}\n  q: {{ kind: mock }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x, priority: 1 }}, {{ provider: q, model: x, priority: 2 }} ] }}\n"
+    )
+}
+
+async fn circuit_of(gw: &InProcess, id: &str) -> serde_json::Value {
+    let report = get(&gw.url("/admin/endpoints")).await.json();
+    report["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == id)
+        .unwrap()["circuit"]
+        .clone()
+}
+
+#[tokio::test]
+async fn a_dead_primary_opens_its_circuit_and_gets_exactly_one_probe_under_concurrency() {
+    let (a, hits) = scripted_upstream(503, r#"{"error":{"message":"down"}}"#);
+    let gw = start_app(&breaker_config(a), &[]).await;
+    let url = gw.url("/v1/chat/completions");
+    for _ in 0..100 {
+        let r = post(&url, &chat("m", false, "")).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.headers["x-switchyard-endpoint"], "q/x");
+    }
+    // H = 0.9^n falls below 0.3 at the 12th failure; after that, nothing.
+    let opened_after = hits.load(Ordering::SeqCst);
+    assert_eq!(opened_after, 12, "the dead primary kept being tried");
+    assert_eq!(circuit_of(&gw, "p/x").await["state"], "open");
+    let m = get(&gw.url("/metrics")).await.text();
+    assert_eq!(
+        metric(&m, "switchyard_circuit_state", &[("endpoint", "p/x")]),
+        1.0
+    );
+    // After the cooldown: one probe, however many requests arrive at once.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let all = (0..50).map(|_| {
+        let url = url.clone();
+        tokio::spawn(async move { post(&url, &chat("m", false, "")).await })
+    });
+    for r in futures_util::future::join_all(all).await {
+        let r = r.unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.headers["x-switchyard-endpoint"], "q/x");
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        opened_after + 1,
+        "exactly one probe"
+    );
+    // The probe failed: open again, for twice the cooldown.
+    let c = circuit_of(&gw, "p/x").await;
+    assert_eq!(c["state"], "open", "{c}");
+    assert_eq!(c["cooldown_ms"], 2400, "{c}");
+}
+
+#[tokio::test]
+async fn a_recovered_primary_gets_its_traffic_back_through_the_probe() {
+    let mut script = vec![(503, "", r#"{"error":{"message":"down"}}"#); 12];
+    script.push((200, "", COMPLETION));
+    let (a, hits) = sequence_upstream(script);
+    let gw = start_app(&breaker_config(a), &[]).await;
+    let url = gw.url("/v1/chat/completions");
+    for _ in 0..20 {
+        assert_eq!(post(&url, &chat("m", false, "")).await.status, 200);
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 12);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let probe = post(&url, &chat("m", false, "")).await;
+    assert_eq!(probe.headers["x-switchyard-endpoint"], "p/x", "the probe");
+    assert_eq!(circuit_of(&gw, "p/x").await["state"], "closed");
+    let next = post(&url, &chat("m", false, "")).await;
+    assert_eq!(
+        next.headers["x-switchyard-endpoint"], "p/x",
+        "traffic is back"
+    );
+}
+
+#[tokio::test]
+async fn with_every_circuit_open_the_client_gets_503_with_retry_after() {
+    let (a, _) = scripted_upstream(503, r#"{"error":{"message":"down"}}"#);
+    let gw = start_app(
+        &format!("breaker: {{ cooldown_ms: 20000 }}\nproviders:\n  p: {{ kind: openai-compatible, base_url: http://{a}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x }} ] }}\n"),
+        &[],
+    )
+    .await;
+    let url = gw.url("/v1/chat/completions");
+    for _ in 0..12 {
+        assert_eq!(post(&url, &chat("m", false, "")).await.status, 502);
+    }
+    let r = post(&url, &chat("m", false, "")).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    let wait: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=20).contains(&wait), "{wait}");
+}
