@@ -37,3 +37,19 @@ pub fn json(status: http::StatusCode, bytes: impl Into<Bytes>) -> http::Response
     );
     r
 }
+
+/// A response streaming `body` as server-sent events (`content-type:
+/// text/event-stream`, `cache-control: no-cache`).
+pub fn event_stream(body: Body) -> http::Response<Body> {
+    let mut r = http::Response::new(body);
+    let h = r.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-cache"),
+    );
+    r
+}

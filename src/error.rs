@@ -456,13 +456,8 @@ impl GatewayError {
     /// The HTTP response for this error: its status, the OpenAI JSON body, and
     /// `Retry-After` when known. The only place an error becomes a response.
     pub fn to_response(&self) -> Response<Body> {
-        let mut r = Response::new(body::full(self.to_response_body()));
-        *r.status_mut() =
-            StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        r.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut r = body::json(status, self.to_response_body());
         if let Some(s) = self.retry_after_secs() {
             r.headers_mut()
                 .insert(http::header::RETRY_AFTER, HeaderValue::from(s));

@@ -30,7 +30,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderValue, StatusCode, Version};
+use http::{HeaderMap, StatusCode, Version};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
@@ -184,13 +184,10 @@ fn header_bytes(headers: &HeaderMap) -> usize {
 
 /// The 431 for a head over `max_header_bytes` that hyper itself accepted.
 fn headers_too_large(limits: &ConnLimits) -> Response<Body> {
-    let mut resp = Response::new(crate::body::full(canned::error_body(431, limits)));
-    *resp.status_mut() = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
-    resp.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp
+    crate::body::json(
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        canned::error_body(431, limits),
+    )
 }
 
 /// Resolves when the process receives SIGTERM or SIGINT (Ctrl-C).

@@ -10,20 +10,8 @@ bin=${SWITCHYARD_BIN:-target/release/switchyard}
 [ -x "$bin" ] || cargo build --release
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-mport=$(port); gport=$(port)
-SWITCHYARD_LOG=warn $bin mock --listen 127.0.0.1:$mport >/dev/null &
-cat > "$work/sy.yaml" <<YAML
-server: { listen: 127.0.0.1:$gport }
-providers:
-  up: { kind: openai-compatible, base_url: http://127.0.0.1:$mport/v1 }
-models:
-  bench: { endpoints: [ { provider: up, model: mock-1 } ] }
-YAML
-SWITCHYARD_LOG=warn $bin serve --config "$work/sy.yaml" >/dev/null &
-gpid=$!
+. benches/load/gateway.sh
 sleep 1
-sed "s/MODEL/bench/" benches/load/chat.lua > "$work/chat.lua"
 url="http://127.0.0.1:$gport/v1/chat/completions"
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 wrk -t2 -c"$conns" -d2s -s "$work/chat.lua" "$url" >/dev/null # warm-up

@@ -10,17 +10,8 @@ bin=${SWITCHYARD_BIN:-target/release/switchyard}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null; rm -rf "$work"' EXIT
 
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-mport=$(port); gport=$(port); nport=$(port)
-SWITCHYARD_LOG=warn $bin mock --listen 127.0.0.1:$mport >/dev/null &
-cat > "$work/sy.yaml" <<YAML
-server: { listen: 127.0.0.1:$gport }
-providers:
-  up: { kind: openai-compatible, base_url: http://127.0.0.1:$mport/v1 }
-models:
-  bench: { endpoints: [ { provider: up, model: mock-1 } ] }
-YAML
-SWITCHYARD_LOG=warn $bin serve --config "$work/sy.yaml" >/dev/null &
+. benches/load/gateway.sh
+nport=$(port)
 cat > "$work/nginx.conf" <<NGINX
 worker_processes 1;
 pid $work/nginx.pid;
@@ -42,7 +33,6 @@ http {
 NGINX
 nginx -c "$work/nginx.conf"
 sleep 1
-sed "s/MODEL/bench/" benches/load/chat.lua > "$work/chat.lua"
 run() { wrk -t2 -c"$conns" -d"${secs}s" -s "$work/chat.lua" "$1" | awk '/Requests\/sec/ {print $2}'; }
 echo "# $(date -u +%FT%TZ) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); wrk -t2 -c$conns -d${secs}s, $rounds rounds"
 printf "%-10s %12s %12s %12s\n" round direct nginx switchyard

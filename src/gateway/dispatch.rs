@@ -31,7 +31,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use http::{HeaderValue, Response};
+use http::Response;
 
 use super::ctx::RequestCtx;
 use super::outcome::{Attempt, DecisionContext, StreamLog};
@@ -275,17 +275,7 @@ async fn exchange(
             Box::new(StreamLog::new(attempt)),
             &gw.stream_stop,
         );
-        let mut r = Response::new(Body::new(relay));
-        let h = r.headers_mut();
-        h.insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        h.insert(
-            http::header::CACHE_CONTROL,
-            HeaderValue::from_static("no-cache"),
-        );
-        return Ok(r);
+        return Ok(body::event_stream(Body::new(relay)));
     }
     let translated = match collect(upstream_body, idle, deadline, &up.name).await {
         Ok(bytes) => up.adapter().response(&bytes, &chat.model),
@@ -294,12 +284,7 @@ async fn exchange(
     match translated {
         Ok(out) => {
             attempt.succeeded(None);
-            let mut r = Response::new(body::full(out));
-            r.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            Ok(r)
+            Ok(body::json(http::StatusCode::OK, out))
         }
         Err(e) => Err(attempt.failed(e)),
     }

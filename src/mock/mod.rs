@@ -267,17 +267,7 @@ impl MockProvider {
             s.next += 1;
             Some((Ok(Frame::data(bytes)), s))
         });
-        let mut r = Response::new(StreamBody::new(stream).boxed_unsync());
-        let h = r.headers_mut();
-        h.insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        h.insert(
-            http::header::CACHE_CONTROL,
-            HeaderValue::from_static("no-cache"),
-        );
-        r
+        body::event_stream(StreamBody::new(stream).boxed_unsync())
     }
 
     /// Counts the request against the rate-limit window; `Err` is the 429 to send.

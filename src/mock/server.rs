@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderValue, Method, Response, StatusCode};
+use http::{Method, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::Request;
@@ -87,13 +87,7 @@ pub async fn handle(provider: Arc<MockProvider>, req: Request<Incoming>) -> Resp
 }
 
 fn json(status: StatusCode, v: serde_json::Value) -> Response<Body> {
-    let mut r = Response::new(body::full(serde_json::to_vec(&v).unwrap_or_default()));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
+    body::json(status, serde_json::to_vec(&v).unwrap_or_default())
 }
 
 fn error(e: GatewayError) -> Response<Body> {

@@ -151,11 +151,6 @@ fn unix_ms(t: SystemTime) -> u64 {
 }
 
 impl EndpointSlot {
-    /// A slot whose successes slower than `latency_target_ms` count as degraded.
-    pub fn with_latency_target(latency_target_ms: Option<f64>) -> EndpointSlot {
-        EndpointSlot::new(latency_target_ms, crate::config::BreakerConfig::default())
-    }
-
     /// The endpoint's circuit breaker.
     pub fn breaker(&self) -> &Breaker {
         &self.breaker
@@ -348,7 +343,7 @@ mod tests {
 
     #[test]
     fn slow_successes_count_half() {
-        let s = EndpointSlot::with_latency_target(Some(100.0));
+        let s = EndpointSlot::new(Some(100.0), crate::config::BreakerConfig::default());
         s.record(Duration::from_millis(50), true);
         assert_eq!(s.view(SystemTime::now()).health, 1.0);
         s.record(Duration::from_millis(150), true);
