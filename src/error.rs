@@ -227,6 +227,9 @@ pub enum Code {
     UpstreamBadResponse,
     /// The provider's stream broke before its end.
     UpstreamStreamCut,
+    /// A stream failed after reaching the client, and the endpoint that was to
+    /// continue it began a different answer than the one already sent.
+    UpstreamStreamDiverged,
     /// The provider refused Switchyard's credentials (401/403).
     UpstreamAuthFailed,
     /// The provider does not know the configured model id (404).
@@ -263,6 +266,7 @@ impl Code {
             Code::UpstreamUnreachable => "upstream_unreachable",
             Code::UpstreamBadResponse => "upstream_bad_response",
             Code::UpstreamStreamCut => "upstream_stream_cut",
+            Code::UpstreamStreamDiverged => "upstream_stream_diverged",
             Code::UpstreamAuthFailed => "upstream_auth_failed",
             Code::UpstreamModelNotFound => "upstream_model_not_found",
             Code::UpstreamInvalidRequest => "upstream_invalid_request",

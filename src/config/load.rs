@@ -171,6 +171,20 @@ impl Validator {
         }
     }
 
+    fn boolean(&mut self, map: &Mapping, key: &str, path: &str) -> Option<bool> {
+        match map.get(key) {
+            None | Some(Value::Null) => None,
+            Some(Value::Bool(b)) => Some(*b),
+            Some(other) => {
+                self.err(
+                    join(path, key),
+                    format!("expected true or false, found {}", describe(other)),
+                );
+                None
+            }
+        }
+    }
+
     fn uint(&mut self, map: &Mapping, key: &str, path: &str, min: u64, max: u64) -> Option<u64> {
         match map.get(key) {
             None | Some(Value::Null) => None,
@@ -271,9 +285,13 @@ impl Validator {
                 "max_header_bytes",
                 "retry_budget_ms",
                 "max_attempts",
+                "stream_failover",
             ],
             path,
         );
+        if let Some(b) = self.boolean(map, "stream_failover", path) {
+            cfg.stream_failover = b;
+        }
         if let Some(listen) = self.string(map, "listen", path) {
             match listen.parse::<SocketAddr>() {
                 Ok(a) => cfg.listen = a,
@@ -439,9 +457,11 @@ impl Validator {
                 "timeouts",
                 "pricing",
                 "mock",
+                "prefill",
             ],
             &path,
         );
+        let prefill = self.boolean(map, "prefill", &path);
         let kind_name = self.string(map, "kind", &path);
         let kind = match kind_name.as_deref() {
             None => {
@@ -533,6 +553,7 @@ impl Validator {
             timeouts,
             pricing,
             mock,
+            prefill: prefill.unwrap_or(kind == ProviderKind::Anthropic),
         })
     }
 
@@ -544,7 +565,13 @@ impl Validator {
         };
         self.unknown_keys(
             map,
-            &["connect_ms", "first_byte_ms", "idle_ms", "total_ms"],
+            &[
+                "connect_ms",
+                "first_byte_ms",
+                "first_content_ms",
+                "idle_ms",
+                "total_ms",
+            ],
             &path,
         );
         let max = 24 * 3_600_000;
@@ -553,6 +580,9 @@ impl Validator {
         }
         if let Some(v) = self.uint(map, "first_byte_ms", &path, 1, max) {
             t.first_byte_ms = v;
+        }
+        if let Some(v) = self.uint(map, "first_content_ms", &path, 1, max) {
+            t.first_content_ms = v;
         }
         if let Some(v) = self.uint(map, "idle_ms", &path, 1, max) {
             t.idle_ms = v;

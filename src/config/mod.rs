@@ -121,6 +121,13 @@ pub struct ServerConfig {
     /// Most upstream attempts for one request, across endpoints and retries
     /// (`max_attempts`, default 8, 1 to 64).
     pub max_attempts: u32,
+    /// Continue a stream that fails after reaching the client on the next endpoint
+    /// of its plan (`stream_failover`, default true; seed 000, strategy (b)): with
+    /// the text already sent as an assistant prefill where the provider takes one
+    /// (`providers.<name>.prefill`), else by restarting and passing on only what
+    /// follows the text already sent. When false, such a stream ends with one error
+    /// event.
+    pub stream_failover: bool,
 }
 
 impl Default for ServerConfig {
@@ -136,6 +143,7 @@ impl Default for ServerConfig {
             max_header_bytes: 64 * 1024,
             retry_budget_ms: 30_000,
             max_attempts: 8,
+            stream_failover: true,
         }
     }
 }
@@ -245,6 +253,10 @@ pub struct Timeouts {
     pub connect_ms: u64,
     /// From sending the request to the response headers (default 30 000 ms).
     pub first_byte_ms: u64,
+    /// From sending a streaming request to its first content (text or tool-call
+    /// delta), the stream's commit point (default 60 000 ms). Until then role chunks
+    /// and pings are held and a failure moves to the next attempt unseen.
+    pub first_content_ms: u64,
     /// Longest silence between two body chunks (default 30 000 ms).
     pub idle_ms: u64,
     /// Whole upstream exchange, stream included (default 600 000 ms).
@@ -256,6 +268,7 @@ impl Default for Timeouts {
         Timeouts {
             connect_ms: 2_000,
             first_byte_ms: 30_000,
+            first_content_ms: 60_000,
             idle_ms: 30_000,
             total_ms: 600_000,
         }
@@ -291,6 +304,12 @@ pub struct ProviderConfig {
     pub pricing: Pricing,
     /// Behaviour of the in-process emulator (`kind: mock` only).
     pub mock: MockOptions,
+    /// The provider continues a final assistant message (`prefill`; default true for
+    /// `anthropic`, whose Messages API documents it, false otherwise): a stream that
+    /// broke elsewhere is continued here with the text already sent as that message.
+    /// Without it the request is restarted and only what follows that text is passed
+    /// on.
+    pub prefill: bool,
 }
 
 /// One logical model of the registry.

@@ -61,6 +61,8 @@ pub struct Upstream {
     pub kind: ProviderKind,
     /// Its timeouts.
     pub timeouts: Timeouts,
+    /// It continues a final assistant message (`prefill` in config).
+    pub prefill: bool,
     base_url: String,
     api_key: Option<String>,
     adapter: Box<dyn Adapter>,
@@ -106,6 +108,7 @@ impl Upstream {
             name: cfg.name.clone(),
             kind: cfg.kind,
             timeouts: cfg.timeouts,
+            prefill: cfg.prefill,
             base_url: cfg.base_url.clone(),
             api_key,
             adapter,

@@ -1,15 +1,16 @@
 //! Reading provider bodies under the idle and total timeouts: whole (JSON answers and
 //! error bodies) or as a live SSE relay to the client.
 //!
-//! The relay is a hand-written `http_body::Body`: each upstream frame is parsed,
-//! transcoded and handed to hyper in the same poll, with no task, channel or buffering
-//! in between, so a token reaches the client as soon as it arrives. If the client goes
-//! away, hyper drops the relay and with it the upstream connection, which stops the
-//! provider's generation.
+//! The relay is polled from the client's response body: each upstream frame is
+//! parsed, transcoded and handed to hyper in the same poll, with no task, channel or
+//! buffering in between, so a token reaches the client as soon as it arrives. If the
+//! client goes away, hyper drops the body and with it the relay and the upstream
+//! connection, which stops the provider's generation.
 //!
-//! The client's stream always ends cleanly: with `data: [DONE]` when the provider
-//! finished, or with one OpenAI-shaped error event (`data: {"error":{...}}`) when the
-//! provider failed, stalled past `idle_ms`, overran `total_ms` or closed early.
+//! The relay reports how the provider's stream ended ([`Step`]): finished, or failed
+//! (an error event, a stall past `idle_ms`, `total_ms` overrun, an early close). It
+//! writes no error event itself: its owner either continues the answer on another
+//! endpoint or ends the client's stream with one error event.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,13 +18,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body::Body as HttpBody;
 use tokio::time::{Instant, Sleep};
 
-use crate::body::{Body, BoxError};
+use crate::body::Body;
 use crate::error::{ErrorKind, GatewayError};
-use crate::providers::{StreamStep, StreamTranscoder};
-use crate::sse::{write_event, SseParser};
+use crate::providers::{Sent, StreamStep, StreamTranscoder};
+use crate::sse::SseParser;
 
 /// Ends every stream relayed with it: the shutdown token. When the shutdown drain
 /// runs out of time, the owner calls [`StreamStop::stop`] and each live relay ends
@@ -123,26 +124,32 @@ fn broken(provider: &str, e: &(dyn std::error::Error + 'static)) -> GatewayError
     .with_code(crate::error::Code::UpstreamStreamCut)
 }
 
-/// How a relayed stream ended.
+/// Most bytes of role chunks, pings and other content-free events held before a
+/// stream's commit point (64 KiB); past it the stream is committed anyway.
+pub const MAX_HELD_BYTES: usize = 64 * 1024;
+
+/// One step of a relayed stream after its commit point.
 #[derive(Debug)]
-pub enum StreamEnd {
-    /// The provider finished and `[DONE]` was sent.
-    Completed,
-    /// The provider failed; an error event was sent.
+pub enum Step {
+    /// Transcoded SSE bytes for the client (whole events).
+    Data(Bytes),
+    /// The provider finished; its last bytes (ending in `data: [DONE]`) have been
+    /// yielded.
+    Done,
+    /// The provider failed, stalled past `idle_ms`, overran `total_ms` or closed
+    /// early, or the gateway is shutting down; the bytes before the failure have been
+    /// yielded. Nothing has been written for the failure itself: the owner decides
+    /// between continuing elsewhere and ending with an error event.
     Failed(GatewayError),
-    /// The client went away before the end.
-    ClientGone,
 }
 
-/// Hooks for metrics and endpoint statistics, called from inside the relay.
-pub trait StreamObserver: Send {
-    /// The first content token was relayed.
-    fn first_token(&mut self);
-    /// The stream ended (called exactly once).
-    fn finished(&mut self, end: StreamEnd);
-}
-
-/// The SSE relay body: upstream events in, OpenAI events out.
+/// The SSE relay: upstream events in, OpenAI events out, under the provider's idle
+/// timeout, the exchange's deadline and the shutdown token.
+///
+/// It is the inner step of a streamed exchange: [`SseRelay::poll_commit`] reads
+/// until the first content (holding what came before), then [`SseRelay::poll_step`]
+/// yields the transcoded bytes as they arrive. The owner (the gateway's stream body)
+/// writes the client's final error event, so a failure can be continued elsewhere.
 pub struct SseRelay {
     upstream: Body,
     parser: SseParser,
@@ -152,22 +159,22 @@ pub struct SseRelay {
     idle_timer: Pin<Box<Sleep>>,
     deadline: Pin<Box<Sleep>>,
     provider: String,
-    observer: Option<Box<dyn StreamObserver>>,
-    done: bool,
-    saw_token: bool,
+    finished: bool,
+    failure: Option<GatewayError>,
+    over: bool,
     stop: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
 impl SseRelay {
     /// Relays `upstream` through `transcoder`, with the provider's `idle` timeout and
-    /// the exchange's `deadline`, until the end or until `stop` is triggered.
+    /// the exchange's `deadline`, until the end or until `stop` is triggered;
+    /// `provider` names the provider in errors.
     pub fn new(
         upstream: Body,
         transcoder: Box<dyn StreamTranscoder>,
         idle: Duration,
         deadline: Instant,
         provider: &str,
-        observer: Box<dyn StreamObserver>,
         stop: &StreamStop,
     ) -> SseRelay {
         SseRelay {
@@ -179,24 +186,131 @@ impl SseRelay {
             idle_timer: Box::pin(tokio::time::sleep(idle)),
             deadline: Box::pin(tokio::time::sleep_until(deadline)),
             provider: provider.to_string(),
-            observer: Some(observer),
-            done: false,
-            saw_token: false,
+            finished: false,
+            failure: None,
+            over: false,
             stop: Box::pin(stop.stopped()),
         }
     }
 
-    fn fail(&mut self, e: GatewayError) {
-        tracing::warn!(provider = %self.provider, error = %e, "stream failed after the first byte");
-        write_event(&mut self.out, &e.to_json());
-        self.end(StreamEnd::Failed(e));
+    /// What the stream has sent (or holds for sending) so far.
+    pub fn sent(&self) -> &Sent {
+        self.transcoder.sent()
     }
 
-    fn end(&mut self, end: StreamEnd) {
-        self.done = true;
-        if let Some(mut o) = self.observer.take() {
-            o.finished(end);
+    /// Whether content (text or a tool call) has arrived.
+    pub fn produced_content(&self) -> bool {
+        self.transcoder.produced_content()
+    }
+
+    /// Reads until the commit point: the first content, the end of the answer, or
+    /// [`MAX_HELD_BYTES`] held; everything before it stays held (a role chunk is not
+    /// worth committing to a provider for). `first_content` bounds the wait.
+    ///
+    /// # Errors
+    /// Any failure before the commit point (an error event, a cut, a stall, the
+    /// deadline, `first_content`): the attempt failed, and the client has seen
+    /// nothing of it.
+    pub fn poll_commit(
+        &mut self,
+        cx: &mut Context<'_>,
+        first_content: Pin<&mut Sleep>,
+    ) -> Poll<Result<(), GatewayError>> {
+        let mut first_content = first_content;
+        loop {
+            if let Some(e) = self.failure.take() {
+                self.over = true;
+                return Poll::Ready(Err(e));
+            }
+            if self.finished || self.produced_content() || self.out.len() > MAX_HELD_BYTES {
+                return Poll::Ready(Ok(()));
+            }
+            if first_content.as_mut().poll(cx).is_ready() {
+                self.over = true;
+                return Poll::Ready(Err(GatewayError::new(
+                    ErrorKind::UpstreamTimeout,
+                    format!(
+                        "provider `{}` started a stream but sent no content within its first_content_ms",
+                        self.provider
+                    ),
+                )
+                .with_code(crate::error::Code::UpstreamTimeout)));
+            }
+            if self.poll_upstream(cx).is_pending() {
+                return Poll::Pending;
+            }
         }
+    }
+
+    /// The next step after the commit point (see [`Step`]); `Ready(None)` once the
+    /// stream is over.
+    pub fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Option<Step>> {
+        loop {
+            if !self.out.is_empty() {
+                return Poll::Ready(Some(Step::Data(self.out.split().freeze())));
+            }
+            if self.over {
+                return Poll::Ready(None);
+            }
+            if self.finished {
+                self.over = true;
+                return Poll::Ready(Some(Step::Done));
+            }
+            if let Some(e) = self.failure.take() {
+                self.over = true;
+                return Poll::Ready(Some(Step::Failed(e)));
+            }
+            if self.poll_upstream(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+    }
+
+    fn fail(&mut self, e: GatewayError) {
+        if self.failure.is_none() && !self.finished {
+            self.failure = Some(e);
+        }
+    }
+
+    /// Reads one upstream frame (or notices a timer or the stop): `Ready` when the
+    /// state moved, `Pending` when nothing happened.
+    fn poll_upstream(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.finished || self.failure.is_some() || self.over {
+            return Poll::Ready(());
+        }
+        match Pin::new(&mut self.upstream).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    self.on_data(&data);
+                }
+            }
+            Poll::Ready(Some(Err(e))) => {
+                let e = broken(&self.provider, &*e);
+                self.fail(e);
+            }
+            Poll::Ready(None) => match self.transcoder.end(&mut self.out) {
+                Ok(()) => self.finished = true,
+                Err(e) => self.fail(e),
+            },
+            Poll::Pending => {
+                if self.stop.as_mut().poll(cx).is_ready() {
+                    self.fail(
+                        GatewayError::new(
+                            ErrorKind::ShuttingDown,
+                            "the gateway is shutting down; retry the request",
+                        )
+                        .with_code(crate::error::Code::GatewayShutdown),
+                    );
+                } else if self.deadline.as_mut().poll(cx).is_ready() {
+                    self.fail(timeout_error(&self.provider, true, self.idle));
+                } else if self.idle_timer.as_mut().poll(cx).is_ready() {
+                    self.fail(timeout_error(&self.provider, false, self.idle));
+                } else {
+                    return Poll::Pending;
+                }
+            }
+        }
+        Poll::Ready(())
     }
 
     fn on_data(&mut self, data: &[u8]) {
@@ -210,17 +324,10 @@ impl SseRelay {
             return;
         }
         while let Some(ev) = self.parser.next_event() {
-            let step = self.transcoder.event(&ev, &mut self.out);
-            if !self.saw_token && self.transcoder.produced_content() {
-                self.saw_token = true;
-                if let Some(o) = self.observer.as_mut() {
-                    o.first_token();
-                }
-            }
-            match step {
+            match self.transcoder.event(&ev, &mut self.out) {
                 Ok(StreamStep::Continue) => {}
                 Ok(StreamStep::Done) => {
-                    self.end(StreamEnd::Completed);
+                    self.finished = true;
                     return;
                 }
                 Err(e) => {
@@ -228,74 +335,6 @@ impl SseRelay {
                     return;
                 }
             }
-        }
-    }
-}
-
-impl HttpBody for SseRelay {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.get_mut();
-        loop {
-            if !this.out.is_empty() {
-                return Poll::Ready(Some(Ok(Frame::data(this.out.split().freeze()))));
-            }
-            if this.done {
-                return Poll::Ready(None);
-            }
-            match Pin::new(&mut this.upstream).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => {
-                    if let Ok(data) = frame.into_data() {
-                        this.on_data(&data);
-                    }
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    let e = broken(&this.provider, &*e);
-                    this.fail(e);
-                }
-                Poll::Ready(None) => match this.transcoder.end(&mut this.out) {
-                    Ok(()) => this.end(StreamEnd::Completed),
-                    Err(e) => this.fail(e),
-                },
-                Poll::Pending => {
-                    if this.stop.as_mut().poll(cx).is_ready() {
-                        this.fail(
-                            GatewayError::new(
-                                ErrorKind::ShuttingDown,
-                                "the gateway is shutting down; retry the request",
-                            )
-                            .with_code(crate::error::Code::GatewayShutdown),
-                        );
-                    } else if this.deadline.as_mut().poll(cx).is_ready() {
-                        this.fail(timeout_error(&this.provider, true, this.idle));
-                    } else if this.idle_timer.as_mut().poll(cx).is_ready() {
-                        this.fail(timeout_error(&this.provider, false, this.idle));
-                    } else {
-                        return Poll::Pending;
-                    }
-                }
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.done && self.out.is_empty()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
-    }
-}
-
-impl Drop for SseRelay {
-    fn drop(&mut self) {
-        if let Some(mut o) = self.observer.take() {
-            o.finished(StreamEnd::ClientGone);
         }
     }
 }

@@ -24,8 +24,12 @@
 //! was throttled (with the shortest `Retry-After` any provider gave), 504 when every
 //! attempt timed out, else the last attempt's.
 //!
-//! Only errors before the first byte reaches the client are retried: after that, the
-//! stream ends with an error event (`egress::relay`).
+//! A stream is committed to the client at its first content ([`SseRelay::poll_commit`]):
+//! an error event, cut or stall before it is an attempt failure like any other, so
+//! the client only ever sees the stream of the attempt that got that far. The
+//! attempt loop lives in a [`Cursor`] that the response body keeps: when a committed
+//! stream fails, the body continues the answer on the next endpoint of the plan
+//! (`super::stream`), with the same bounds.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -34,14 +38,17 @@ use std::time::{Duration, Instant, SystemTime};
 use http::Response;
 
 use super::ctx::RequestCtx;
-use super::outcome::{Attempt, DecisionContext, StreamLog};
+use super::outcome::{Attempt, DecisionContext};
 use super::route::Plan;
+use super::stream::ClientStream;
 use super::Gateway;
-use crate::api::ChatRequest;
+use crate::api::{ChatRequest, Message};
 use crate::body::{self, Body};
+use crate::config::ProviderKind;
 use crate::egress::relay::{collect, SseRelay};
+use crate::egress::Upstream;
 use crate::error::{Code, ErrorKind, Fault, GatewayError, Retry};
-use crate::providers::StreamContext;
+use crate::providers::{Resume, Sent, StreamContext};
 use crate::stats::{ratelimit, Admission};
 
 /// What one failed attempt was, for the aggregate error.
@@ -49,6 +56,50 @@ struct Failed {
     endpoint: usize,
     error: GatewayError,
     took: Duration,
+}
+
+/// What a successful attempt produced.
+pub(super) enum Exchanged {
+    /// A whole (non-streaming) answer, translated.
+    Whole(Response<Body>),
+    /// A stream past its commit point.
+    Stream(Leg),
+}
+
+/// One committed stream: its relay and the attempt it belongs to.
+pub(super) struct Leg {
+    /// The relay, holding what arrived up to the commit point.
+    pub relay: SseRelay,
+    /// The attempt, ended when the stream ends.
+    pub attempt: Attempt,
+    /// Its endpoint.
+    pub ep: usize,
+    /// When it was sent.
+    pub began: Instant,
+    /// Time to its first content, if it had any by the commit point.
+    pub ttft: Option<Duration>,
+}
+
+/// The attempt loop over one request's plan, resumable: the response body of a
+/// stream keeps it to continue the answer elsewhere after a mid-stream failure.
+pub(super) struct Cursor {
+    gw: Arc<Gateway>,
+    chat: Arc<ChatRequest>,
+    decided: Arc<DecisionContext>,
+    plan: Vec<usize>,
+    retries: u32,
+    backoff_ms: Option<(u64, u64)>,
+    budget_end: Instant,
+    /// Next plan position to try, and the retries made there so far.
+    pos: usize,
+    retry: u32,
+    /// Attempts made, across endpoints and retries.
+    pub attempts: u32,
+    /// The endpoint of the last attempt.
+    pub endpoint: Option<usize>,
+    failed: Vec<Failed>,
+    /// The shortest wait until a skipped endpoint's circuit lets a probe through.
+    skipped_for: Option<Duration>,
 }
 
 /// Tries the plan in `ctx` until one endpoint answers; the aggregate error otherwise.
@@ -59,78 +110,158 @@ struct Failed {
 pub async fn dispatch(
     gw: &Arc<Gateway>,
     ctx: &mut RequestCtx,
-    chat: &ChatRequest,
+    chat: ChatRequest,
     plan: &Plan,
     decided: Arc<DecisionContext>,
 ) -> Result<Response<Body>, GatewayError> {
-    let max_attempts = gw.config.server.max_attempts;
-    let budget_end = ctx.started + Duration::from_millis(gw.config.server.retry_budget_ms);
-    let mut failed: Vec<Failed> = Vec::new();
-    // The shortest wait until a skipped endpoint's circuit lets a probe through.
-    let mut skipped_for: Option<Duration> = None;
-    'plan: for i in 0..ctx.plan.len() {
-        let ep = ctx.plan[i];
-        for retry in 0..=plan.retries {
-            if ctx.attempts >= max_attempts || (ctx.attempts > 0 && Instant::now() >= budget_end) {
-                break 'plan;
+    let mut cursor = Cursor {
+        gw: gw.clone(),
+        chat: Arc::new(chat),
+        decided,
+        plan: ctx.plan.clone(),
+        retries: plan.retries,
+        backoff_ms: plan.backoff_ms,
+        budget_end: ctx.started + Duration::from_millis(gw.config.server.retry_budget_ms),
+        pos: 0,
+        retry: 0,
+        attempts: 0,
+        endpoint: None,
+        failed: Vec::new(),
+        skipped_for: None,
+    };
+    let result = cursor.run(None).await;
+    ctx.attempts = cursor.attempts;
+    ctx.endpoint = cursor.endpoint;
+    match result {
+        Ok(Exchanged::Whole(resp)) => {
+            ctx.served = true;
+            Ok(resp)
+        }
+        Ok(Exchanged::Stream(leg)) => {
+            ctx.served = true;
+            let body = ClientStream::new(gw.clone(), ctx.started, leg, cursor);
+            Ok(body::event_stream(Body::new(body)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+impl Cursor {
+    /// Runs attempts from the current plan position until one succeeds. `resume`: the
+    /// attempt continues a stream that failed after sending `resume` to the client.
+    ///
+    /// # Errors
+    /// See [`dispatch`].
+    pub(super) async fn run(&mut self, resume: Option<&Sent>) -> Result<Exchanged, GatewayError> {
+        let gw = self.gw.clone();
+        let max_attempts = gw.config.server.max_attempts;
+        while self.pos < self.plan.len() {
+            let ep = self.plan[self.pos];
+            if self.attempts >= max_attempts
+                || (self.attempts > 0 && Instant::now() >= self.budget_end)
+            {
+                break;
             }
-            let probe = match admit(gw, ep) {
+            let probe = match admit(&gw, ep) {
                 Admission::Allow => false,
                 Admission::Probe => true,
                 Admission::Reject(wait) => {
                     // Open circuit, or its one probe is out: skip it, uncounted.
-                    skipped_for = Some(skipped_for.map_or(wait, |w: Duration| w.min(wait)));
-                    continue 'plan;
+                    self.skipped_for = Some(self.skipped_for.map_or(wait, |w| w.min(wait)));
+                    self.advance();
+                    continue;
                 }
             };
-            ctx.attempts += 1;
-            ctx.endpoint = Some(ep);
+            self.attempts += 1;
+            self.endpoint = Some(ep);
             let began = Instant::now();
-            let attempt = Attempt::begin(gw, ep, decided.clone(), ctx.started, probe);
-            let e = match exchange(gw, ep, chat, attempt).await {
-                Ok(resp) => {
-                    ctx.served = true;
-                    return Ok(resp);
-                }
+            let attempt = Attempt::begin(&gw, ep, self.decided.clone(), probe);
+            let track = self.pos + 1 < self.plan.len() && failover_allowed(&gw, &self.chat);
+            let e = match exchange(&gw, ep, &self.chat, attempt, resume, track).await {
+                Ok(x) => return Ok(x),
                 Err(e) => e,
             };
             gw.log
-                .attempt_failed(ep, ctx.attempts, &ctx.snapshot.version, &e);
+                .attempt_failed(ep, self.attempts, &self.decided.snapshot.version, &e);
             let retry_safety = e.retry;
-            let wait = backoff(plan.backoff_ms, retry)
+            let wait = backoff(self.backoff_ms, self.retry)
                 .unwrap_or_default()
                 .max(e.retry_after.unwrap_or_default());
-            failed.push(Failed {
+            self.failed.push(Failed {
                 endpoint: ep,
                 error: e,
                 took: began.elapsed(),
             });
             if !retry_safety.other_endpoint() {
-                break 'plan;
+                self.pos = self.plan.len();
+                break;
             }
-            if !retry_safety.same_endpoint() || retry == plan.retries {
-                continue 'plan;
+            if !retry_safety.same_endpoint() || self.retry >= self.retries {
+                self.advance();
+                continue;
             }
-            if Instant::now() + wait >= budget_end {
+            if Instant::now() + wait >= self.budget_end {
                 // The wait would outlast the budget: the next endpoint instead.
-                continue 'plan;
+                self.advance();
+                continue;
             }
             if !wait.is_zero() {
                 tokio::time::sleep(wait).await;
             }
+            self.retry += 1;
         }
-    }
-    if failed.is_empty() {
-        if let Some(wait) = skipped_for {
-            return Err(GatewayError::new(
-                ErrorKind::NoEndpoint,
-                "every endpoint of the plan has an open circuit; retry later",
-            )
-            .with_code(Code::NoEndpoint)
-            .with_retry_after(Some(wait.max(Duration::from_secs(1)))));
+        if self.failed.is_empty() {
+            if let Some(wait) = self.skipped_for {
+                return Err(GatewayError::new(
+                    ErrorKind::NoEndpoint,
+                    "every endpoint of the plan has an open circuit; retry later",
+                )
+                .with_code(Code::NoEndpoint)
+                .with_retry_after(Some(wait.max(Duration::from_secs(1)))));
+            }
         }
+        Err(aggregate(&gw, std::mem::take(&mut self.failed)))
     }
-    Err(aggregate(gw, failed))
+
+    /// Records that the committed stream of endpoint `ep` failed with `e` after
+    /// `took`, and moves past that endpoint: rotation never returns to it.
+    pub(super) fn failed_mid_stream(&mut self, ep: usize, e: GatewayError, took: Duration) {
+        self.gw
+            .log
+            .attempt_failed(ep, self.attempts, &self.decided.snapshot.version, &e);
+        self.failed.push(Failed {
+            endpoint: ep,
+            error: e,
+            took,
+        });
+        self.advance();
+    }
+
+    /// Whether a failed stream may be continued by this cursor: failover is on,
+    /// the request has one choice, and the plan has endpoints and attempts left.
+    pub(super) fn can_continue(&self) -> bool {
+        failover_allowed(&self.gw, &self.chat)
+            && self.pos + 1 < self.plan.len()
+            && self.attempts < self.gw.config.server.max_attempts
+            && Instant::now() < self.budget_end
+    }
+
+    fn advance(&mut self) {
+        self.pos += 1;
+        self.retry = 0;
+    }
+}
+
+/// Mid-stream failover is on for `chat`: configured, and one choice (`n` > 1
+/// streams interleave choices, which cannot be continued one by one).
+fn failover_allowed(gw: &Gateway, chat: &ChatRequest) -> bool {
+    gw.config.server.stream_failover
+        && chat.is_stream()
+        && chat
+            .extra
+            .get("n")
+            .and_then(serde_json::Value::as_u64)
+            .is_none_or(|n| n <= 1)
 }
 
 /// Asks endpoint `ep`'s circuit breaker whether an attempt may go now, reporting a
@@ -209,17 +340,68 @@ fn backoff(setting: Option<(u64, u64)>, retry: u32) -> Option<Duration> {
     Some(Duration::from_millis(ms))
 }
 
+/// The request that continues, on endpoint `ep`, a stream that failed after sending
+/// `sent`, and how its answer joins the text already sent (see [`Resume`]).
+///
+/// Where the provider takes a prefill, the text sent goes as a final assistant
+/// message (trailing whitespace trimmed for Anthropic, which refuses it, and dropped
+/// from the answer if it comes back), and the output cap shrinks by the pieces sent
+/// (about one token each). Elsewhere the request is sent again unchanged and the new
+/// answer must begin with the text sent.
+fn continuation(up: &Upstream, chat: &ChatRequest, sent: &Sent) -> (Option<ChatRequest>, Resume) {
+    if !up.prefill || sent.text.is_empty() {
+        let resume = Resume {
+            sent: sent.clone(),
+            skip: sent.text.clone(),
+            exact: true,
+        };
+        return (None, resume);
+    }
+    let prefix = if up.kind == ProviderKind::Anthropic {
+        sent.text.trim_end()
+    } else {
+        &sent.text[..]
+    };
+    let mut next = chat.clone();
+    next.raw = bytes::Bytes::new();
+    next.messages.push(Message {
+        role: "assistant".into(),
+        content: serde_json::Value::String(prefix.to_string()),
+        extra: serde_json::Map::new(),
+    });
+    let shrink = |cap: Option<u64>| cap.map(|c| c.saturating_sub(sent.pieces).max(1));
+    next.max_tokens = shrink(next.max_tokens);
+    next.max_completion_tokens = shrink(next.max_completion_tokens);
+    let resume = Resume {
+        sent: sent.clone(),
+        skip: sent.text[prefix.len()..].to_string(),
+        exact: false,
+    };
+    (Some(next), resume)
+}
+
 /// One attempt on endpoint `ep`: send, read the head, and either translate the whole
-/// answer or hand the client a live relay of the stream.
+/// answer or read the stream to its commit point. `resume`: the stream continues
+/// one that already sent this; `track`: keep the text sent, for a later failover.
 async fn exchange(
     gw: &Arc<Gateway>,
     ep: usize,
     chat: &ChatRequest,
     attempt: Attempt,
-) -> Result<Response<Body>, GatewayError> {
+    resume: Option<&Sent>,
+    track: bool,
+) -> Result<Exchanged, GatewayError> {
     let endpoint = &gw.registry.endpoints[ep];
     let up = &gw.upstreams[endpoint.provider];
-    let sent = match up.send(&endpoint.upstream_model, chat).await {
+    let (continued, resume) = match resume {
+        Some(sent) => {
+            let (c, r) = continuation(up, chat, sent);
+            (c, Some(r))
+        }
+        None => (None, None),
+    };
+    let request = continued.as_ref().unwrap_or(chat);
+    let sent = match up.send(&endpoint.upstream_model, request).await {
         Ok(s) => s,
         Err(e) => return Err(attempt.failed(e)),
     };
@@ -228,8 +410,9 @@ async fn exchange(
             slot.record_capacity(c, SystemTime::now());
         }
     }
+    let sent_at = sent.sent_at;
     let deadline =
-        tokio::time::Instant::from_std(sent.sent_at + Duration::from_millis(up.timeouts.total_ms));
+        tokio::time::Instant::from_std(sent_at + Duration::from_millis(up.timeouts.total_ms));
     let idle = Duration::from_millis(up.timeouts.idle_ms);
     let (parts, upstream_body) = sent.response.into_parts();
     if !parts.status.is_success() {
@@ -265,17 +448,34 @@ async fn exchange(
             logical_model: chat.model.clone(),
             include_usage: chat.wants_usage_chunk(),
             prompt_tokens_estimate: chat.estimated_input_tokens(),
+            track: track || resume.is_some(),
+            resume,
         });
-        let relay = SseRelay::new(
+        let mut relay = SseRelay::new(
             upstream_body,
             transcoder,
             idle,
             deadline,
             &up.name,
-            Box::new(StreamLog::new(attempt)),
             &gw.stream_stop,
         );
-        return Ok(body::event_stream(Body::new(relay)));
+        let first_content = tokio::time::sleep_until(deadline.min(tokio::time::Instant::from_std(
+            sent_at + Duration::from_millis(up.timeouts.first_content_ms),
+        )));
+        tokio::pin!(first_content);
+        let committed =
+            std::future::poll_fn(|cx| relay.poll_commit(cx, first_content.as_mut())).await;
+        if let Err(e) = committed {
+            return Err(attempt.failed(e));
+        }
+        let ttft = relay.produced_content().then(|| attempt.first_token());
+        return Ok(Exchanged::Stream(Leg {
+            relay,
+            attempt,
+            ep,
+            began: sent_at,
+            ttft,
+        }));
     }
     let translated = match collect(upstream_body, idle, deadline, &up.name).await {
         Ok(bytes) => up.adapter().response(&bytes, &chat.model),
@@ -284,7 +484,7 @@ async fn exchange(
     match translated {
         Ok(out) => {
             attempt.succeeded(None);
-            Ok(body::json(http::StatusCode::OK, out))
+            Ok(Exchanged::Whole(body::json(http::StatusCode::OK, out)))
         }
         Err(e) => Err(attempt.failed(e)),
     }

@@ -23,6 +23,8 @@
 //! Each request loads the policy snapshot once and finishes on it, so a reload never
 //! mixes versions within a request; the version is sent as `x-switchyard-policy`.
 //! What every attempt did flows back into the endpoint statistics ([`outcome`]).
+//! A streamed answer is a [`stream`] body that keeps the dispatch phase's attempt
+//! loop, so it can continue on another endpoint when a stream breaks mid-answer.
 
 mod ctx;
 mod dispatch;
@@ -31,6 +33,7 @@ mod normalize;
 mod outcome;
 mod respond;
 mod route;
+mod stream;
 
 pub use ctx::RequestCtx;
 pub use log::{InFlight, RequestLog};
@@ -150,7 +153,7 @@ impl Gateway {
             features,
             call: plan.call.take(),
         });
-        dispatch::dispatch(self, ctx, &chat, &plan, decided).await
+        dispatch::dispatch(self, ctx, chat, &plan, decided).await
     }
 
     /// Takes the decision lock (see the field); a poisoned lock is taken anyway, as

@@ -9,9 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::log::StreamStatus;
 use super::Gateway;
-use crate::egress::relay::{StreamEnd, StreamObserver};
 use crate::error::{ErrorKind, Fault, GatewayError};
 use crate::policy::ast::Event;
 use crate::policy::interp::StrategyCall;
@@ -34,8 +32,6 @@ pub struct Attempt {
     gw: Arc<Gateway>,
     ep_idx: usize,
     ctx: Arc<DecisionContext>,
-    /// When the client's request arrived (for request metrics).
-    pub started: Instant,
     sent: Instant,
     ended: bool,
     /// The attempt is its endpoint's half-open circuit probe.
@@ -49,7 +45,6 @@ impl Attempt {
         gw: &Arc<Gateway>,
         ep_idx: usize,
         ctx: Arc<DecisionContext>,
-        started: Instant,
         probe: bool,
     ) -> Attempt {
         if let Some(slot) = gw.stats.slot(ep_idx) {
@@ -59,7 +54,6 @@ impl Attempt {
             gw: gw.clone(),
             ep_idx,
             ctx,
-            started,
             sent: Instant::now(),
             ended: false,
             probe,
@@ -82,7 +76,7 @@ impl Attempt {
     }
 
     /// Records the time to first token of a stream now.
-    fn first_token(&self) -> Duration {
+    pub fn first_token(&self) -> Duration {
         let ttft = self.sent.elapsed();
         if let Some(slot) = self.gw.stats.slot(self.ep_idx) {
             slot.record_ttft(ttft);
@@ -173,56 +167,5 @@ impl Drop for Attempt {
     fn drop(&mut self) {
         // Dropped without an outcome: the client went away.
         self.end(None, None);
-    }
-}
-
-/// Observes a relayed stream: TTFT, the request's metrics, and the attempt's outcome
-/// at its end.
-pub struct StreamLog {
-    attempt: Option<Attempt>,
-    ttft: Option<Duration>,
-}
-
-impl StreamLog {
-    /// Observer for `attempt`.
-    pub fn new(attempt: Attempt) -> StreamLog {
-        StreamLog {
-            attempt: Some(attempt),
-            ttft: None,
-        }
-    }
-}
-
-impl StreamObserver for StreamLog {
-    fn first_token(&mut self) {
-        if let Some(a) = &self.attempt {
-            self.ttft = Some(a.first_token());
-            a.gw.log.first_token(a.ep_idx, a.started);
-        }
-    }
-
-    fn finished(&mut self, end: StreamEnd) {
-        let Some(attempt) = self.attempt.take() else {
-            return;
-        };
-        let (gw, ep, started) = (attempt.gw.clone(), attempt.ep_idx, attempt.started);
-        let status = match end {
-            StreamEnd::Completed => {
-                attempt.succeeded(self.ttft);
-                StreamStatus::Completed
-            }
-            StreamEnd::Failed(e) => {
-                if e.kind != ErrorKind::ShuttingDown {
-                    gw.log.upstream_error(ep, &e);
-                }
-                let _ = attempt.failed(e);
-                StreamStatus::Failed
-            }
-            StreamEnd::ClientGone => {
-                drop(attempt);
-                StreamStatus::ClientGone
-            }
-        };
-        gw.log.stream_ended(ep, started, status);
     }
 }

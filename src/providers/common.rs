@@ -14,9 +14,10 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::openai::write_event;
+use super::{Sent, StreamContext};
 use crate::api::{Message, Usage};
 use crate::body::{self, Body};
-use crate::error::{ErrorKind, GatewayError};
+use crate::error::{Code, ErrorKind, GatewayError};
 
 /// 502 for a provider answer that does not have the shape its API documents.
 pub(crate) fn bad_upstream(message: impl Into<String>) -> GatewayError {
@@ -441,29 +442,155 @@ struct Chunk<'a> {
     usage: Option<Usage>,
 }
 
+/// Keeps what a stream has sent ([`Sent`]) and drops the start of a continuation
+/// that the client already has ([`Resume::skip`]). Shared by every transcoder, so a
+/// stream continued on another provider behaves the same whatever its wire format.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    /// What has been sent.
+    pub sent: Sent,
+    track: bool,
+    /// Text still to be matched and dropped, from this byte offset of `skip`.
+    skip: Option<(String, usize, bool)>,
+    /// Content arrived (before any skipping): the commit point.
+    pub content: bool,
+    resuming: bool,
+}
+
+impl Progress {
+    /// Progress of a stream started with `ctx`.
+    pub fn new(ctx: &StreamContext) -> Progress {
+        let mut p = Progress {
+            track: ctx.track,
+            ..Progress::default()
+        };
+        if let Some(r) = &ctx.resume {
+            p.resuming = true;
+            p.sent = r.sent.clone();
+            p.sent.finished = false;
+            if !r.skip.is_empty() {
+                p.skip = Some((r.skip.clone(), 0, r.exact));
+            }
+        }
+        p
+    }
+
+    /// Whether this stream continues another (it keeps the first one's identity and
+    /// sends no `role` chunk).
+    pub fn resuming(&self) -> bool {
+        self.resuming
+    }
+
+    /// A text piece arrived: returns the part to send (empty while the start of a
+    /// continuation is being dropped) and records it.
+    ///
+    /// # Errors
+    /// [`Code::UpstreamStreamDiverged`] when a restarted answer does not begin with
+    /// the text already sent.
+    pub fn text<'a>(&mut self, text: &'a str) -> Result<&'a str, GatewayError> {
+        if text.is_empty() {
+            return Ok(text);
+        }
+        self.content = true;
+        let mut rest = text;
+        if let Some((want, pos, exact)) = &mut self.skip {
+            let wanted = &want[*pos..];
+            let mut n = wanted
+                .bytes()
+                .zip(rest.bytes())
+                .take_while(|(a, b)| a == b)
+                .count();
+            while !rest.is_char_boundary(n) {
+                n -= 1;
+            }
+            if n == wanted.len() {
+                rest = &rest[n..];
+                self.skip = None;
+            } else if n == rest.len() {
+                *pos += n;
+                return Ok("");
+            } else if *exact {
+                return Err(GatewayError::new(
+                    ErrorKind::BadUpstream,
+                    "the stream broke, and the endpoint that was to continue it began a different answer than the one already sent",
+                )
+                .with_code(Code::UpstreamStreamDiverged)
+                .with_retry(crate::error::Retry::Never));
+            } else {
+                rest = &rest[n..];
+                self.skip = None;
+            }
+        }
+        if !rest.is_empty() {
+            self.sent.pieces += 1;
+            if self.track {
+                self.sent.text.push_str(rest);
+            }
+        }
+        Ok(rest)
+    }
+
+    /// A text piece arrived that needs no skipping or tracking (neither is on): only
+    /// counted, so the pass-through relay need not decode it.
+    pub fn counted(&mut self) -> bool {
+        if self.track || self.skip.is_some() {
+            return false;
+        }
+        self.content = true;
+        self.sent.pieces += 1;
+        true
+    }
+
+    /// A tool-call piece was sent.
+    pub fn tool(&mut self) {
+        self.content = true;
+        self.sent.pieces += 1;
+        self.sent.tool_calls = true;
+    }
+}
+
 /// Writes OpenAI `chat.completion.chunk` events for one streamed answer: same id,
-/// creation time and logical model on each, `role: assistant` on the first.
+/// creation time and logical model on each, `role: assistant` on the first (unless
+/// the stream continues another, see [`Resume`]).
 #[derive(Debug)]
 pub(crate) struct ChunkWriter {
-    /// The completion id (the provider's message id once known).
-    pub id: String,
-    created: u64,
     model: String,
     role_sent: bool,
-    /// Whether any text or tool-call piece has been written.
-    pub content: bool,
+    /// What has been sent, and the continuation's skip.
+    pub progress: Progress,
 }
 
 impl ChunkWriter {
-    /// A writer reporting `model`.
-    pub fn new(model: String) -> Self {
-        ChunkWriter {
-            id: String::new(),
-            created: now_secs(),
-            model,
-            role_sent: false,
-            content: false,
+    /// A writer reporting the logical model of `ctx`.
+    pub fn new(ctx: &StreamContext) -> Self {
+        let mut progress = Progress::new(ctx);
+        let resuming = progress.resuming();
+        if !resuming {
+            progress.sent.created = now_secs();
         }
+        ChunkWriter {
+            model: ctx.logical_model.clone(),
+            role_sent: resuming,
+            progress,
+        }
+    }
+
+    /// Sets the completion id (the provider's message id) unless this stream keeps
+    /// the id of the one it continues.
+    pub fn set_id(&mut self, id: String) {
+        if !self.progress.resuming() {
+            self.progress.sent.id = id;
+        }
+    }
+
+    /// The completion id, empty until set.
+    pub fn id(&self) -> &str {
+        &self.progress.sent.id
+    }
+
+    /// Whether any text or tool-call piece has arrived.
+    pub fn content(&self) -> bool {
+        self.progress.content
     }
 
     fn write(&mut self, out: &mut BytesMut, delta: Delta<'_>, finish: Option<&str>) {
@@ -480,9 +607,9 @@ impl ChunkWriter {
             finish_reason: finish,
         }];
         let chunk = Chunk {
-            id: &self.id,
+            id: &self.progress.sent.id,
             object: "chat.completion.chunk",
-            created: self.created,
+            created: self.progress.sent.created,
             model: &self.model,
             choices: &choices,
             usage: None,
@@ -506,22 +633,28 @@ impl ChunkWriter {
     }
 
     /// A text piece.
-    pub fn text(&mut self, out: &mut BytesMut, text: &str) {
-        self.content = true;
-        self.write(
-            out,
-            Delta {
-                role: None,
-                content: Some(text),
-                tool_calls: None,
-            },
-            None,
-        );
+    ///
+    /// # Errors
+    /// See [`Progress::text`].
+    pub fn text(&mut self, out: &mut BytesMut, text: &str) -> Result<(), GatewayError> {
+        let text = self.progress.text(text)?;
+        if !text.is_empty() {
+            self.write(
+                out,
+                Delta {
+                    role: None,
+                    content: Some(text),
+                    tool_calls: None,
+                },
+                None,
+            );
+        }
+        Ok(())
     }
 
     /// A tool-call piece.
     pub fn tool(&mut self, out: &mut BytesMut, piece: ToolDelta<'_>) {
-        self.content = true;
+        self.progress.tool();
         self.write(
             out,
             Delta {
@@ -535,6 +668,7 @@ impl ChunkWriter {
 
     /// The chunk carrying the finish reason, with an empty delta.
     pub fn finish(&mut self, out: &mut BytesMut, reason: &str) {
+        self.progress.sent.finished = true;
         self.write(
             out,
             Delta {
@@ -549,9 +683,9 @@ impl ChunkWriter {
     /// The final usage chunk (`choices: []`), for clients that asked for it.
     pub fn usage(&self, out: &mut BytesMut, usage: Usage) {
         let chunk = Chunk {
-            id: &self.id,
+            id: &self.progress.sent.id,
             object: "chat.completion.chunk",
-            created: self.created,
+            created: self.progress.sent.created,
             model: &self.model,
             choices: &[],
             usage: Some(usage),

@@ -71,6 +71,49 @@ pub struct StreamContext {
     pub include_usage: bool,
     /// Estimated input tokens, used when the provider reports no usage.
     pub prompt_tokens_estimate: u64,
+    /// Keep the text sent so far ([`StreamTranscoder::sent`]): the stream may have to
+    /// be continued elsewhere if it fails.
+    pub track: bool,
+    /// This stream continues one that failed after reaching the client.
+    pub resume: Option<Resume>,
+}
+
+/// What a stream has sent the client so far: the chunk identity, and (when the
+/// transcoder tracks it) the assistant text, so that a failed stream can be continued
+/// on another endpoint (seed 000, mid-stream failover with prefill).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sent {
+    /// The chunk `id` the client saw.
+    pub id: String,
+    /// The chunk `created` the client saw, Unix seconds.
+    pub created: u64,
+    /// The assistant text sent, concatenated (only with [`StreamContext::track`]).
+    pub text: String,
+    /// Content pieces sent (text or tool-call deltas); about one token each on
+    /// servers that stream token by token.
+    pub pieces: u64,
+    /// A tool-call piece was sent: a continuation could break its JSON arguments.
+    pub tool_calls: bool,
+    /// The finish reason was sent: the answer itself is complete.
+    pub finished: bool,
+}
+
+/// How a stream continues another one that failed after its commit point.
+///
+/// The continuation writes chunks with the failed stream's `id` and `created`, never
+/// repeats the `role` chunk, and drops the start of its answer that the client
+/// already has (`skip`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resume {
+    /// What the failed stream (and any continuation before this one) sent.
+    pub sent: Sent,
+    /// Text the new answer begins with that the client already has: dropped.
+    pub skip: String,
+    /// The new answer must begin with `skip` exactly (a restart from scratch): if it
+    /// does not, the stream fails ([`crate::error::Code::UpstreamStreamDiverged`]).
+    /// When false (whitespace trimmed off a prefill), a matching start is dropped
+    /// and anything else passes.
+    pub exact: bool,
 }
 
 /// What a transcoder saw in an event.
@@ -98,9 +141,12 @@ pub trait StreamTranscoder: Send {
     /// HTTP 502: the upstream closed the stream before finishing the answer.
     fn end(&mut self, out: &mut BytesMut) -> Result<(), GatewayError>;
 
-    /// Whether any content (text or tool call) has been produced yet; the first one
-    /// marks the time to first token.
+    /// Whether any content (text or tool call) has arrived yet; the first one marks
+    /// the time to first token and the stream's commit point.
     fn produced_content(&self) -> bool;
+
+    /// What has been sent so far (see [`Sent`]).
+    fn sent(&self) -> &Sent;
 }
 
 /// The adapter for a provider kind, or `None` when that kind has no adapter yet.

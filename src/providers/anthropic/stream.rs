@@ -126,7 +126,7 @@ pub(super) struct AnthropicStream {
 impl AnthropicStream {
     pub(super) fn new(ctx: StreamContext) -> Self {
         AnthropicStream {
-            w: ChunkWriter::new(ctx.logical_model),
+            w: ChunkWriter::new(&ctx),
             include_usage: ctx.include_usage,
             prompt_estimate: ctx.prompt_tokens_estimate,
             prompt: None,
@@ -172,7 +172,7 @@ impl StreamTranscoder for AnthropicStream {
         })?;
         match ev {
             Event::MessageStart { message } => {
-                self.w.id = message.id;
+                self.w.set_id(message.id);
                 self.usage(&message.usage);
                 self.w.start(out);
             }
@@ -180,7 +180,7 @@ impl StreamTranscoder for AnthropicStream {
                 index,
                 content_block,
             } => match content_block {
-                StartBlock::Text { text } if !text.is_empty() => self.w.text(out, &text),
+                StartBlock::Text { text } if !text.is_empty() => self.w.text(out, &text)?,
                 StartBlock::ToolUse { id, name } => {
                     let call = self.tools.len() as u32;
                     self.tools.push(ToolBlock {
@@ -202,7 +202,7 @@ impl StreamTranscoder for AnthropicStream {
                 _ => {}
             },
             Event::ContentBlockDelta { index, delta } => match delta {
-                BlockDelta::TextDelta { text } if !text.is_empty() => self.w.text(out, &text),
+                BlockDelta::TextDelta { text } if !text.is_empty() => self.w.text(out, &text)?,
                 BlockDelta::InputJsonDelta { partial_json } if !partial_json.is_empty() => {
                     let tool = self.tools.iter_mut().find(|t| t.block == index).ok_or_else(|| {
                         bad_upstream(format!(
@@ -279,6 +279,10 @@ impl StreamTranscoder for AnthropicStream {
     }
 
     fn produced_content(&self) -> bool {
-        self.w.content
+        self.w.content()
+    }
+
+    fn sent(&self) -> &crate::providers::Sent {
+        &self.w.progress.sent
     }
 }

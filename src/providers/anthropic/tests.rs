@@ -247,6 +247,8 @@ fn stream(name: &str, include_usage: bool) -> Replay {
         logical_model: "claude".into(),
         include_usage,
         prompt_tokens_estimate: 3,
+        track: true,
+        resume: None,
     });
     let r = replay(t, &fixture(name), true);
     assert!(r.result.is_ok(), "{name}: {:?}", r.result);
@@ -331,6 +333,8 @@ fn stream_errors() {
         logical_model: "c".into(),
         include_usage: false,
         prompt_tokens_estimate: 0,
+        track: true,
+        resume: None,
     };
     let r = replay(
         Anthropic.stream(ctx()),

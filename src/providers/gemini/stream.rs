@@ -104,7 +104,7 @@ fn slot<'v>(root: &'v mut Value, path: &str) -> Option<&'v mut Value> {
 impl GeminiStream {
     pub(super) fn new(ctx: StreamContext) -> Self {
         GeminiStream {
-            w: ChunkWriter::new(ctx.logical_model),
+            w: ChunkWriter::new(&ctx),
             include_usage: ctx.include_usage,
             prompt_estimate: ctx.prompt_tokens_estimate,
             usage: None,
@@ -236,8 +236,9 @@ impl StreamTranscoder for GeminiStream {
             )
             .with_code(crate::error::Code::UpstreamError));
         }
-        if self.w.id.is_empty() {
-            self.w.id = r.response_id.unwrap_or_else(|| random_id("chatcmpl-"));
+        if self.w.id().is_empty() {
+            self.w
+                .set_id(r.response_id.unwrap_or_else(|| random_id("chatcmpl-")));
         }
         self.w.start(out);
         if let Some(u) = r.usage_metadata.and_then(|u| u.to_openai()) {
@@ -261,7 +262,7 @@ impl StreamTranscoder for GeminiStream {
             if let Some(f) = p.function_call {
                 self.call(f, out)?;
             } else if let Some(t) = p.text.filter(|t| !p.thought && !t.is_empty()) {
-                self.w.text(out, &t);
+                self.w.text(out, &t)?;
             }
         }
         if let Some(reason) = c.finish_reason.as_deref() {
@@ -283,6 +284,10 @@ impl StreamTranscoder for GeminiStream {
     }
 
     fn produced_content(&self) -> bool {
-        self.w.content
+        self.w.content()
+    }
+
+    fn sent(&self) -> &crate::providers::Sent {
+        &self.w.progress.sent
     }
 }

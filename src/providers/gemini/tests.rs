@@ -238,6 +238,8 @@ fn stream(name: &str, include_usage: bool) -> Replay {
         logical_model: "gem".into(),
         include_usage,
         prompt_tokens_estimate: 3,
+        track: true,
+        resume: None,
     });
     let r = replay(t, &fixture(name), false);
     assert!(r.result.is_ok(), "{name}: {:?}", r.result);
@@ -332,6 +334,8 @@ fn stream_errors_and_cuts() {
         logical_model: "g".into(),
         include_usage: false,
         prompt_tokens_estimate: 0,
+        track: true,
+        resume: None,
     };
     let first = fixture("gemini/google-text.chunks.txt")
         .lines()
@@ -363,6 +367,8 @@ fn partial_args_build_nested_values() {
         logical_model: "g".into(),
         include_usage: false,
         prompt_tokens_estimate: 0,
+        track: true,
+        resume: None,
     };
     let lines = [
         r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f","willContinue":true}}]}}]}"#,

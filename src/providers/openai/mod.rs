@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::common::Progress;
 use super::{splice, Adapter, StreamContext, StreamStep, StreamTranscoder, Target};
 use crate::api::{ChatRequest, Message, StreamOptions, Usage};
 use crate::body::{self, Body};
@@ -166,22 +167,35 @@ impl Adapter for OpenAi {
     }
 
     fn stream(&self, ctx: StreamContext) -> Box<dyn StreamTranscoder> {
+        let progress = Progress::new(&ctx);
+        let (id, created) = if progress.resuming() {
+            (
+                Value::String(progress.sent.id.clone()),
+                Value::from(progress.sent.created),
+            )
+        } else {
+            (Value::Null, Value::Null)
+        };
         Box::new(OpenAiStream {
             model: ctx.logical_model,
             include_usage: ctx.include_usage,
             prompt_tokens: ctx.prompt_tokens_estimate,
             finished: false,
-            content: false,
             usage_seen: false,
             deltas: 0,
-            id: Value::Null,
-            created: Value::Null,
+            id,
+            created,
+            progress,
         })
     }
 }
 
 /// Relays OpenAI chunks, rewriting `model` and dropping a usage chunk the client did
 /// not ask for.
+///
+/// A stream that continues another ([`super::Resume`]) is the slow path: each chunk
+/// is parsed whole and rewritten with the first stream's `id` and `created`, without
+/// `role`, and with the start the client already has dropped from its text.
 ///
 /// Some OpenAI-compatible servers (llama-cpp-python among them) ignore
 /// `stream_options.include_usage`. When the client asked for usage and the stream ends
@@ -194,15 +208,84 @@ struct OpenAiStream {
     prompt_tokens: u64,
     /// A chunk with a `finish_reason` has been seen.
     finished: bool,
-    content: bool,
     usage_seen: bool,
     /// Chunks that carried content (text or tool-call pieces).
     deltas: u64,
     id: Value,
     created: Value,
+    progress: Progress,
 }
 
 impl OpenAiStream {
+    /// Records the text and tool-call pieces of a pass-through chunk.
+    fn track(&mut self, delta: &DeltaView<'_>) -> Result<(), GatewayError> {
+        if let Some(t) = delta
+            .content
+            .filter(|t| t.get() != "\"\"" && t.get() != "null")
+        {
+            if !self.progress.counted() {
+                let text: std::borrow::Cow<'_, str> = serde_json::from_str(t.get())
+                    .map_err(|e| bad_chunk(format!("`delta.content` is not a string: {e}")))?;
+                self.progress.text(&text)?;
+            }
+        }
+        if delta.tool_calls.is_some() {
+            self.progress.tool();
+        }
+        Ok(())
+    }
+
+    /// Writes a chunk of a continuation: parsed whole, rewritten (see the type doc);
+    /// dropped when nothing is left in it.
+    fn resumed(&mut self, data: &str, out: &mut BytesMut) -> Result<(), GatewayError> {
+        let mut v: Value = serde_json::from_str(data).map_err(|e| {
+            bad_chunk(format!(
+                "upstream sent a stream event that is not a chunk: {e}"
+            ))
+        })?;
+        let Some(obj) = v.as_object_mut() else {
+            return Err(bad_chunk(
+                "upstream stream event is not a JSON object".into(),
+            ));
+        };
+        obj.insert("id".into(), self.id.clone());
+        obj.insert("created".into(), self.created.clone());
+        obj.insert("model".into(), Value::String(self.model.clone()));
+        let mut keep = obj.get("usage").is_some_and(|u| !u.is_null());
+        if let Some(Value::Array(choices)) = obj.get_mut("choices") {
+            for c in choices.iter_mut() {
+                if c.get("finish_reason").is_some_and(|f| !f.is_null()) {
+                    keep = true;
+                    self.progress.sent.finished = true;
+                }
+                let Some(Value::Object(d)) = c.get_mut("delta") else {
+                    continue;
+                };
+                d.remove("role");
+                match d.remove("content") {
+                    Some(Value::String(t)) => {
+                        let pass = self.progress.text(&t)?;
+                        if !pass.is_empty() {
+                            d.insert("content".into(), Value::String(pass.to_string()));
+                        }
+                    }
+                    Some(other) if !other.is_null() => {
+                        d.insert("content".into(), other);
+                    }
+                    _ => {}
+                }
+                if d.get("tool_calls").is_some_and(|t| !t.is_null()) {
+                    self.progress.tool();
+                }
+                keep |= d.values().any(|v| !v.is_null());
+            }
+        }
+        if keep {
+            write_event(out, &v);
+        }
+        Ok(())
+    }
+
     /// Writes the estimated usage chunk if one is owed, then `[DONE]`.
     fn close(&mut self, out: &mut BytesMut) {
         if self.include_usage && !self.usage_seen {
@@ -261,6 +344,12 @@ struct DeltaView<'a> {
 
 pub use crate::sse::{write_done, write_event};
 
+/// 502 for a stream chunk that is not what OpenAI documents.
+fn bad_chunk(why: String) -> GatewayError {
+    GatewayError::new(ErrorKind::BadUpstream, why)
+        .with_code(crate::error::Code::UpstreamBadResponse)
+}
+
 impl StreamTranscoder for OpenAiStream {
     fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> Result<StreamStep, GatewayError> {
         let data = event.data.trim();
@@ -305,26 +394,36 @@ impl StreamTranscoder for OpenAiStream {
             };
             self.id = parse(chunk.id);
             self.created = parse(chunk.created);
+            if let Value::String(id) = &self.id {
+                self.progress.sent.id = id.clone();
+            }
+            self.progress.sent.created = self.created.as_u64().unwrap_or_default();
         }
         for c in choices {
             if c.finish_reason.is_some() {
                 self.finished = true;
+                self.progress.sent.finished = true;
             }
             if let Some(d) = &c.delta {
-                let text = d.content.is_some_and(|t| t.get() != "\"\"");
+                let text = d
+                    .content
+                    .is_some_and(|t| t.get() != "\"\"" && t.get() != "null");
                 if text || d.tool_calls.is_some() {
-                    self.content = true;
                     self.deltas += 1;
                 }
             }
         }
-        let bytes = splice::set_string(data.as_bytes(), "model", &self.model).ok_or_else(|| {
-            GatewayError::new(
-                ErrorKind::BadUpstream,
-                "upstream stream event is not a JSON object",
-            )
-            .with_code(crate::error::Code::UpstreamBadResponse)
-        })?;
+        if self.progress.resuming() {
+            self.resumed(data, out)?;
+            return Ok(StreamStep::Continue);
+        }
+        for c in choices {
+            if let Some(d) = &c.delta {
+                self.track(d)?;
+            }
+        }
+        let bytes = splice::set_string(data.as_bytes(), "model", &self.model)
+            .ok_or_else(|| bad_chunk("upstream stream event is not a JSON object".into()))?;
         out.put_slice(b"data: ");
         out.put_slice(&bytes);
         out.put_slice(b"\n\n");
@@ -345,7 +444,11 @@ impl StreamTranscoder for OpenAiStream {
     }
 
     fn produced_content(&self) -> bool {
-        self.content
+        self.progress.content
+    }
+
+    fn sent(&self) -> &super::Sent {
+        &self.progress.sent
     }
 }
 

@@ -71,6 +71,8 @@ fn relay(chunks: &str, include_usage: bool, add_done: bool) -> (String, Result<(
         logical_model: "gpt-4o".into(),
         include_usage,
         prompt_tokens_estimate: 11,
+        track: true,
+        resume: None,
     });
     let mut out = BytesMut::new();
     let mut parser = SseParser::new();

@@ -1,0 +1,215 @@
+//! The client's side of a streamed answer: the relay of the committed attempt and,
+//! when that stream fails mid-answer, its continuation on the next endpoint of the
+//! plan (seed 000, failover strategy (b) with prefill).
+//!
+//! The body keeps the dispatch phase's [`Cursor`], so a continuation is one more
+//! attempt of the same request: the same plan, attempt cap, retry budget and circuit
+//! breakers. A continuation goes to the next endpoint, with the text already sent
+//! as an assistant prefill where the provider takes one, else as a restart whose
+//! answer must repeat that text exactly (it is dropped, and only what follows is
+//! passed on). Its chunks keep the first stream's `id` and `created` and carry no
+//! second `role`, so the client reads one continuous answer.
+//!
+//! A stream is not continued when a tool call has started (a continuation could
+//! break its JSON arguments), when the gateway is shutting down, when `n` > 1, or
+//! when `server.stream_failover` is off. Then, or when the continuation fails too,
+//! the client's stream ends with one OpenAI-shaped error event. A stream whose
+//! finish reason had already been sent ends with `[DONE]`: the answer is whole.
+//!
+//! The continuation's usage chunk (when asked for) counts the continuation only.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+
+use super::dispatch::{Cursor, Exchanged, Leg};
+use super::log::StreamStatus;
+use super::Gateway;
+use crate::body::BoxError;
+use crate::egress::relay::Step;
+use crate::error::{ErrorKind, GatewayError};
+use crate::sse::{write_done, write_event};
+
+type Continuing = Pin<Box<dyn Future<Output = (Cursor, Result<Exchanged, GatewayError>)> + Send>>;
+
+enum State {
+    /// Relaying a committed stream.
+    Relaying(Box<Leg>, Box<Cursor>),
+    /// Starting the continuation of a stream that failed.
+    Continuing(Continuing),
+    /// The stream is over.
+    Ended,
+}
+
+/// The response body of a streamed chat completion.
+pub struct ClientStream {
+    gw: Arc<Gateway>,
+    started: Instant,
+    state: State,
+    /// The endpoint whose stream the client is reading (for the request's metrics).
+    ep: usize,
+    /// Bytes to send before anything else (the final error event or `[DONE]`).
+    pending: Option<Bytes>,
+    logged: bool,
+}
+
+impl ClientStream {
+    /// The body for `leg`, a stream past its commit point, with the `cursor` that
+    /// produced it.
+    pub(super) fn new(gw: Arc<Gateway>, started: Instant, leg: Leg, cursor: Cursor) -> Self {
+        if leg.ttft.is_some() {
+            gw.log.first_token(leg.ep, started);
+        }
+        ClientStream {
+            gw,
+            started,
+            ep: leg.ep,
+            state: State::Relaying(Box::new(leg), Box::new(cursor)),
+            pending: None,
+            logged: false,
+        }
+    }
+
+    fn end(&mut self, status: StreamStatus) {
+        self.state = State::Ended;
+        if !self.logged {
+            self.logged = true;
+            self.gw.log.stream_ended(self.ep, self.started, status);
+        }
+    }
+
+    fn end_with_error(&mut self, e: &GatewayError) {
+        tracing::warn!(error = %e, "stream ended with an error event");
+        let mut out = BytesMut::with_capacity(256);
+        write_event(&mut out, &e.to_json());
+        self.pending = Some(out.freeze());
+        self.end(StreamStatus::Failed);
+    }
+
+    /// The committed stream of `leg` failed with `e`: continue it elsewhere or end.
+    fn leg_failed(&mut self, leg: Box<Leg>, mut cursor: Box<Cursor>, e: GatewayError) {
+        let Leg {
+            relay,
+            attempt,
+            ep,
+            began,
+            ttft,
+        } = *leg;
+        let sent = relay.sent().clone();
+        drop(relay);
+        if sent.finished && !sent.tool_calls {
+            // Only the end of the stream was lost; the answer itself is whole.
+            attempt.succeeded(ttft);
+            let mut out = BytesMut::with_capacity(16);
+            write_done(&mut out);
+            self.pending = Some(out.freeze());
+            self.end(StreamStatus::Completed);
+            return;
+        }
+        let e = attempt.failed(e);
+        let continuable =
+            e.kind != ErrorKind::ShuttingDown && !sent.tool_calls && cursor.can_continue();
+        if !continuable {
+            if e.kind != ErrorKind::ShuttingDown {
+                self.gw.log.upstream_error(ep, &e);
+            }
+            self.end_with_error(&e);
+            return;
+        }
+        tracing::info!(error = %e, pieces = sent.pieces, "stream failed mid-answer; continuing on the next endpoint");
+        cursor.failed_mid_stream(ep, e, began.elapsed());
+        self.state = State::Continuing(Box::pin(async move {
+            let mut cursor = *cursor;
+            let result = cursor.run(Some(&sent)).await;
+            (cursor, result)
+        }));
+    }
+}
+
+impl HttpBody for ClientStream {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(b) = this.pending.take() {
+                return Poll::Ready(Some(Ok(Frame::data(b))));
+            }
+            match &mut this.state {
+                State::Ended => return Poll::Ready(None),
+                State::Relaying(leg, _) => match leg.relay.poll_step(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Some(Step::Data(b))) => {
+                        return Poll::Ready(Some(Ok(Frame::data(b))))
+                    }
+                    Poll::Ready(Some(Step::Done)) | Poll::Ready(None) => {
+                        if let State::Relaying(leg, _) =
+                            std::mem::replace(&mut this.state, State::Ended)
+                        {
+                            leg.attempt.succeeded(leg.ttft);
+                        }
+                        this.end(StreamStatus::Completed);
+                    }
+                    Poll::Ready(Some(Step::Failed(e))) => {
+                        if let State::Relaying(leg, cursor) =
+                            std::mem::replace(&mut this.state, State::Ended)
+                        {
+                            this.leg_failed(leg, cursor, e);
+                        }
+                    }
+                },
+                State::Continuing(fut) => match fut.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready((cursor, Ok(Exchanged::Stream(leg)))) => {
+                        this.ep = leg.ep;
+                        this.state = State::Relaying(Box::new(leg), Box::new(cursor));
+                    }
+                    Poll::Ready((_, Ok(Exchanged::Whole(_)))) => {
+                        let e = GatewayError::new(
+                            ErrorKind::Internal,
+                            "the continuation of a stream answered with a whole response",
+                        );
+                        this.end_with_error(&e);
+                    }
+                    Poll::Ready((_, Err(mut e))) => {
+                        e.message = format!(
+                            "the stream broke mid-answer and could not be continued: {}",
+                            e.message
+                        );
+                        this.end_with_error(&e);
+                    }
+                },
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.state, State::Ended) && self.pending.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+impl Drop for ClientStream {
+    fn drop(&mut self) {
+        // Dropped before its end: the client went away. The attempt in flight (if
+        // any) counts as neither success nor failure when it drops.
+        if !self.logged {
+            self.logged = true;
+            self.gw
+                .log
+                .stream_ended(self.ep, self.started, StreamStatus::ClientGone);
+        }
+    }
+}
