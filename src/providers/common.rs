@@ -702,3 +702,64 @@ pub(crate) fn stream_cut() -> GatewayError {
     )
     .with_code(crate::error::Code::UpstreamStreamCut)
 }
+
+#[cfg(test)]
+mod progress_tests {
+    use super::*;
+    use crate::providers::Resume;
+
+    fn resumed(skip: &str, exact: bool) -> Progress {
+        Progress::new(&StreamContext {
+            logical_model: "m".into(),
+            include_usage: false,
+            prompt_tokens_estimate: 0,
+            track: true,
+            resume: Some(Resume {
+                sent: Sent {
+                    id: "c1".into(),
+                    created: 5,
+                    text: "Hello wor".into(),
+                    pieces: 2,
+                    ..Sent::default()
+                },
+                skip: skip.into(),
+                exact,
+            }),
+        })
+    }
+
+    #[test]
+    fn a_restart_drops_the_repeated_text_across_pieces_and_passes_the_rest() {
+        let mut p = resumed("Hello wor", true);
+        assert_eq!(p.text("Hel").unwrap(), "");
+        assert_eq!(p.text("lo").unwrap(), "");
+        assert_eq!(p.text(" world").unwrap(), "ld");
+        assert_eq!(p.text("!").unwrap(), "!");
+        assert_eq!(p.sent.text, "Hello world!");
+        assert_eq!(p.sent.pieces, 4);
+        assert!(p.resuming() && p.content);
+    }
+
+    #[test]
+    fn a_restart_that_differs_fails_as_diverged() {
+        let mut p = resumed("Hello wor", true);
+        assert_eq!(p.text("Hello").unwrap(), "");
+        let e = p.text(" there").unwrap_err();
+        assert_eq!(e.code, Some(Code::UpstreamStreamDiverged));
+    }
+
+    #[test]
+    fn trimmed_prefill_whitespace_is_dropped_when_it_comes_back_and_not_required() {
+        let mut p = resumed(" ", false);
+        assert_eq!(p.text(" next").unwrap(), "next");
+        let mut q = resumed(" ", false);
+        assert_eq!(q.text("next").unwrap(), "next");
+    }
+
+    #[test]
+    fn a_divergence_inside_a_multibyte_character_cuts_on_a_boundary() {
+        let mut p = resumed("é", false);
+        // "é" is C3 A9, "è" is C3 A8: they share the first byte only.
+        assert_eq!(p.text("è!").unwrap(), "è!");
+    }
+}

@@ -3,6 +3,7 @@
 
 mod app;
 mod common;
+mod failover;
 mod failures;
 mod policy;
 mod proxy;
