@@ -63,7 +63,7 @@ pub(super) enum Exchanged {
     /// A whole (non-streaming) answer, translated.
     Whole(Response<Body>),
     /// A stream past its commit point.
-    Stream(Leg),
+    Stream(Box<Leg>),
 }
 
 /// One committed stream: its relay and the attempt it belongs to.
@@ -139,7 +139,7 @@ pub async fn dispatch(
         }
         Ok(Exchanged::Stream(leg)) => {
             ctx.served = true;
-            let body = ClientStream::new(gw.clone(), ctx.started, leg, cursor);
+            let body = ClientStream::new(gw.clone(), ctx.started, leg, Box::new(cursor));
             Ok(body::event_stream(Body::new(body)))
         }
         Err(e) => Err(e),
@@ -469,13 +469,13 @@ async fn exchange(
             return Err(attempt.failed(e));
         }
         let ttft = relay.produced_content().then(|| attempt.first_token());
-        return Ok(Exchanged::Stream(Leg {
+        return Ok(Exchanged::Stream(Box::new(Leg {
             relay,
             attempt,
             ep,
             began: sent_at,
             ttft,
-        }));
+        })));
     }
     let translated = match collect(upstream_body, idle, deadline, &up.name).await {
         Ok(bytes) => up.adapter().response(&bytes, &chat.model),

@@ -61,7 +61,12 @@ pub struct ClientStream {
 impl ClientStream {
     /// The body for `leg`, a stream past its commit point, with the `cursor` that
     /// produced it.
-    pub(super) fn new(gw: Arc<Gateway>, started: Instant, leg: Leg, cursor: Cursor) -> Self {
+    pub(super) fn new(
+        gw: Arc<Gateway>,
+        started: Instant,
+        leg: Box<Leg>,
+        cursor: Box<Cursor>,
+    ) -> Self {
         if leg.ttft.is_some() {
             gw.log.first_token(leg.ep, started);
         }
@@ -69,7 +74,7 @@ impl ClientStream {
             gw,
             started,
             ep: leg.ep,
-            state: State::Relaying(Box::new(leg), Box::new(cursor)),
+            state: State::Relaying(leg, cursor),
             pending: None,
             logged: false,
         }
@@ -171,7 +176,7 @@ impl HttpBody for ClientStream {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready((cursor, Ok(Exchanged::Stream(leg)))) => {
                         this.ep = leg.ep;
-                        this.state = State::Relaying(Box::new(leg), Box::new(cursor));
+                        this.state = State::Relaying(leg, Box::new(cursor));
                     }
                     Poll::Ready((_, Ok(Exchanged::Whole(_)))) => {
                         let e = GatewayError::new(

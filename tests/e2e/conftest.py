@@ -290,8 +290,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if getattr(config, "_switchyard_ttft_written", False):
         terminalreporter.section("time to first token")
         terminalreporter.write(text)
+    failover = LOG_DIR.parent / "e2e-failover.txt"
+    if failover.is_file() and failover.stat().st_mtime >= getattr(config, "_switchyard_started", 0):
+        terminalreporter.section("mid-stream failover")
+        terminalreporter.write(failover.read_text())
 
 
 def pytest_configure(config):
     # A stale report from an earlier run must not be shown as this run's.
     config._switchyard_ttft_written = False
+    config._switchyard_started = time.time()
