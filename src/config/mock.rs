@@ -55,8 +55,9 @@ pub struct MockOptions {
     pub error_shape: ErrorShape,
     /// Continuation mode (default true): a request whose last message is an assistant
     /// message with string content P gets the answer to the conversation without that
-    /// message, minus P when the answer starts with P. False: a trailing assistant
-    /// message is prompt like any other.
+    /// message, minus P when the answer starts with P (`usage.completion_tokens` still
+    /// counts the whole answer). False: a trailing assistant message is prompt like
+    /// any other.
     pub prefill: bool,
     /// Requests allowed per 60 s window; sends OpenAI's `x-ratelimit-*-requests`
     /// headers and answers 429 once spent.

@@ -8,7 +8,13 @@
 //! `http::Response` from the same request bytes.
 //!
 //! Responses are deterministic for a given seed and request: the text is drawn from a
-//! fixed word list by a hash of the seed and the prompt, one word per token.
+//! fixed word list by a hash of the seed and the prompt, one word per token. A trailing
+//! assistant message is an answer prefix to continue ([`prefill`]).
+//!
+//! Faults for resilience tests: random (`fail_rate`) or leading (`fail_first`) failures,
+//! rate-limit 429s, a context window, each with an error body in the shape of OpenAI,
+//! Anthropic or Gemini and a retry delay in seconds, ms or an HTTP date (`errors`);
+//! and streams that are cut, stall, or end in an error event.
 
 mod errors;
 pub mod prefill;
