@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::mock::MockOptions;
+use crate::mock::{ErrorShape, MockOptions, RetryAfterFormat};
 
 /// Switchyard: an LLM gateway where routing is code.
 #[derive(Debug, Parser)]
@@ -137,12 +137,22 @@ pub struct MockArgs {
     /// Probability in [0, 1] of an injected failure.
     #[arg(long, default_value_t = 0.0)]
     pub fail_rate: f64,
+    /// The first N requests fail with `--fail-status`, then `--fail-rate` applies.
+    #[arg(long, default_value_t = 0)]
+    pub fail_first: u64,
     /// HTTP status of injected failures.
     #[arg(long, default_value_t = 500)]
     pub fail_status: u16,
-    /// `Retry-After` seconds on failures.
-    #[arg(long = "retry-after")]
+    /// Retry delay in seconds on failures and 429s (YAML `retry_after_s`).
+    #[arg(long = "retry-after", conflicts_with = "retry_after_ms")]
     pub retry_after_s: Option<u64>,
+    /// Retry delay in milliseconds on failures and 429s.
+    #[arg(long)]
+    pub retry_after_ms: Option<u64>,
+    /// How the retry delay is sent: `seconds` (Retry-After: S), `ms` (retry-after-ms:
+    /// MS) or `date` (Retry-After: HTTP date).
+    #[arg(long, default_value = "seconds")]
+    pub retry_after_format: RetryAfterFormat,
     /// Cut the connection after N stream chunks.
     #[arg(long)]
     pub cut_after_chunks: Option<u32>,
@@ -152,6 +162,20 @@ pub struct MockArgs {
     /// Stall length in ms.
     #[arg(long, default_value_t = 60_000)]
     pub stall_ms: u64,
+    /// After N stream chunks, send an OpenAI error event and end the stream (no
+    /// `[DONE]`).
+    #[arg(long)]
+    pub error_after_chunks: Option<u32>,
+    /// Context window in tokens: longer prompts (estimated) get HTTP 400.
+    #[arg(long)]
+    pub context_window: Option<u64>,
+    /// Shape of injected error bodies: `openai`, `anthropic` or `gemini`.
+    #[arg(long, default_value = "openai")]
+    pub error_shape: ErrorShape,
+    /// Continuation mode: a trailing assistant message is the start of the answer
+    /// (`--prefill false` to treat it as prompt).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub prefill: bool,
     /// Requests per minute before 429 (sends `x-ratelimit-*-requests`).
     #[arg(long)]
     pub ratelimit_requests: Option<u64>,
@@ -179,11 +203,18 @@ impl MockArgs {
             latency_ms: self.latency_ms,
             tokens_per_s: self.tokens_per_s,
             fail_rate: self.fail_rate,
+            fail_first: self.fail_first,
             fail_status: self.fail_status,
             retry_after_s: self.retry_after_s,
+            retry_after_ms: self.retry_after_ms,
+            retry_after_format: self.retry_after_format,
             cut_after_chunks: self.cut_after_chunks,
             stall_after_chunks: self.stall_after_chunks,
             stall_ms: self.stall_ms,
+            error_after_chunks: self.error_after_chunks,
+            context_window: self.context_window,
+            error_shape: self.error_shape,
+            prefill: self.prefill,
             ratelimit_requests: self.ratelimit_requests,
             ratelimit_tokens: self.ratelimit_tokens,
             seed: self.seed,
@@ -253,5 +284,64 @@ pub fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mock_args(flags: &[&str]) -> Result<MockOptions, String> {
+        let argv = ["switchyard", "mock"].iter().chain(flags);
+        match Cli::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .command
+        {
+            Command::Mock(a) => a.options(),
+            _ => unreachable!("parsed `mock`"),
+        }
+    }
+
+    #[test]
+    fn mock_flag_defaults_are_the_yaml_defaults() {
+        assert_eq!(mock_args(&[]).unwrap(), MockOptions::default());
+    }
+
+    #[test]
+    fn mock_fault_flags_set_the_yaml_options() {
+        let o = mock_args(&[
+            "--fail-first",
+            "2",
+            "--retry-after-ms",
+            "250",
+            "--retry-after-format",
+            "date",
+            "--error-after-chunks",
+            "1",
+            "--context-window",
+            "8192",
+            "--error-shape",
+            "anthropic",
+            "--prefill",
+            "false",
+        ])
+        .unwrap();
+        let want = MockOptions {
+            fail_first: 2,
+            retry_after_ms: Some(250),
+            retry_after_format: RetryAfterFormat::Date,
+            error_after_chunks: Some(1),
+            context_window: Some(8192),
+            error_shape: ErrorShape::Anthropic,
+            prefill: false,
+            ..MockOptions::default()
+        };
+        assert_eq!(o, want);
+        let e = mock_args(&["--error-shape", "cohere"]).unwrap_err();
+        assert!(e.contains("error_shape"), "{e}");
+        let e = mock_args(&["--retry-after", "1", "--retry-after-ms", "5"]).unwrap_err();
+        assert!(e.contains("--retry-after-ms"), "{e}");
+        let e = mock_args(&["--context-window", "0"]).unwrap_err();
+        assert!(e.contains("context_window"), "{e}");
     }
 }

@@ -20,7 +20,7 @@ pub mod quality;
 
 pub use defaults::embedded;
 pub use load::{parse_str, ConfigError, ConfigErrors};
-pub use mock::MockOptions;
+pub use mock::{ErrorShape, MockOptions, RetryAfterFormat};
 pub use quality::{Leaderboard, QualityConfig};
 
 use std::net::SocketAddr;

@@ -8,11 +8,19 @@
 //! `http::Response` from the same request bytes.
 //!
 //! Responses are deterministic for a given seed and request: the text is drawn from a
-//! fixed word list by a hash of the seed and the prompt, one word per token.
+//! fixed word list by a hash of the seed and the prompt, one word per token. A trailing
+//! assistant message is an answer prefix to continue ([`prefill`]).
+//!
+//! Faults for resilience tests: random (`fail_rate`) or leading (`fail_first`) failures,
+//! rate-limit 429s, a context window, each with an error body in the shape of OpenAI,
+//! Anthropic or Gemini and a retry delay in seconds, ms or an HTTP date (`errors`);
+//! and streams that are cut, stall, or end in an error event.
 
+mod errors;
+pub mod prefill;
 pub mod server;
 
-pub use crate::config::MockOptions;
+pub use crate::config::{ErrorShape, MockOptions, RetryAfterFormat};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -27,6 +35,7 @@ use crate::api::{ChatRequest, Usage};
 use crate::body::{self, Body, BoxError};
 use crate::egress::{SendFuture, Transport};
 use crate::error::{ErrorKind, GatewayError};
+use errors::Failure;
 
 const WORDS: [&str; 32] = [
     "the", "gateway", "routes", "each", "request", "to", "a", "healthy", "endpoint", "and",
@@ -123,31 +132,48 @@ impl MockProvider {
 
     /// Answers a chat completion request as an OpenAI server would: JSON, or SSE when
     /// `stream` is true, after the configured latency; or an injected failure.
+    ///
+    /// Faults are checked in this order, after `latency_ms`: the context window (400,
+    /// not counted against rate limits), the rate-limit window (429), then `fail_first`
+    /// and `fail_rate` (`fail_status`). Every request counts towards `fail_first`.
     pub async fn chat(&self, req: &ChatRequest) -> Response<Body> {
         let n = self.requests.fetch_add(1, Ordering::Relaxed);
-        let prompt = req.prompt_text();
         let prompt_tokens = req.estimated_input_tokens();
         let natural = u64::from(self.opts.completion_tokens);
         let (completion_tokens, finish) = match req.output_cap() {
             Some(cap) if cap < natural => (cap, "length"),
             _ => (natural, "stop"),
         };
-        let limits = self.admit(prompt_tokens + completion_tokens);
+        let too_long = self.opts.context_window.filter(|&w| prompt_tokens > w);
+        let limits = if too_long.is_some() {
+            Ok(Limits::default())
+        } else {
+            self.admit(prompt_tokens + completion_tokens)
+        };
 
         if self.opts.latency_ms > 0 {
             tokio::time::sleep(Duration::from_millis(self.opts.latency_ms)).await;
+        }
+        if let Some(limit) = too_long {
+            let failure = Failure::ContextLength {
+                tokens: prompt_tokens,
+                limit,
+            };
+            return errors::response(self.opts.error_shape, failure);
         }
         if let Err(resp) = limits {
             return *resp;
         }
         let limits = limits.unwrap_or_default();
-        if self.opts.fail_rate > 0.0 && unit_hash(self.opts.seed, n) < self.opts.fail_rate {
-            let mut resp = self.error_response(self.opts.fail_status);
+        let injected = n < self.opts.fail_first
+            || (self.opts.fail_rate > 0.0 && unit_hash(self.opts.seed, n) < self.opts.fail_rate);
+        if injected {
+            let mut resp = self.error_response(self.opts.fail_status, None);
             add_headers(&mut resp, &limits);
             return resp;
         }
 
-        let words = generate(self.opts.seed, &prompt, completion_tokens as usize);
+        let words = self.answer(req, completion_tokens as usize);
         let id = format!("chatcmpl-mock{n:016x}");
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -158,7 +184,7 @@ impl MockProvider {
             self.stream_response(req, &id, created, &words, finish, usage)
         } else {
             if self.opts.tokens_per_s > 0.0 {
-                let gen = completion_tokens as f64 / self.opts.tokens_per_s;
+                let gen = words.len() as f64 / self.opts.tokens_per_s;
                 tokio::time::sleep(Duration::from_secs_f64(gen)).await;
             }
             let body = serde_json::json!({
@@ -175,15 +201,29 @@ impl MockProvider {
                 "usage": usage,
                 "system_fingerprint": "fp_switchyard_mock",
             });
-            let mut r = Response::new(body::full(serde_json::to_vec(&body).unwrap_or_default()));
-            r.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            r
+            body::json(
+                StatusCode::OK,
+                serde_json::to_vec(&body).unwrap_or_default(),
+            )
         };
         add_headers(&mut resp, &limits);
         resp
+    }
+
+    /// The tokens to send: `len` words drawn from the seed and prompt; in continuation
+    /// mode (see [`prefill`]) drawn from the prompt without the trailing assistant
+    /// message, and only those after its prefix when the answer starts with it.
+    fn answer(&self, req: &ChatRequest, len: usize) -> Vec<String> {
+        let prefix = if self.opts.prefill {
+            prefill::prefix(req)
+        } else {
+            None
+        };
+        let Some(p) = prefix else {
+            return generate(self.opts.seed, &req.prompt_text(), len);
+        };
+        let full = generate(self.opts.seed, &prefill::prompt_without_last(req), len);
+        prefill::continuation(&full, p).unwrap_or(full)
     }
 
     fn stream_response(
@@ -232,6 +272,12 @@ impl MockProvider {
             chunks.push(sse_data(&u));
         }
         chunks.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        if let Some(k) = self.opts.error_after_chunks.map(|k| k as usize) {
+            if k < chunks.len() {
+                chunks.truncate(k);
+                chunks.push(sse_data(&stream_error()));
+            }
+        }
 
         let interval = if self.opts.tokens_per_s > 0.0 {
             Some(Duration::from_secs_f64(1.0 / self.opts.tokens_per_s))
@@ -308,60 +354,29 @@ impl MockProvider {
         };
         drop(w);
         if req_over || tok_over {
-            let mut resp = self.error_response(429);
+            let mut resp = self.error_response(429, Some(reset));
             add_headers(&mut resp, &limits);
-            if self.opts.retry_after_s.is_none() {
-                resp.headers_mut().insert(
-                    http::header::RETRY_AFTER,
-                    HeaderValue::from(reset.as_secs().max(1)),
-                );
-            }
             return Err(Box::new(resp));
         }
         Ok(limits)
     }
 
-    /// A provider-shaped error body for `status` (OpenAI's error JSON).
-    fn error_response(&self, status: u16) -> Response<Body> {
-        let (message, kind, code) = match status {
-            429 => (
-                "Rate limit reached for requests. Please try again later.",
-                "requests",
-                Some("rate_limit_exceeded"),
-            ),
-            400 => (
-                "Invalid request (injected by switchyard mock).",
-                "invalid_request_error",
-                None,
-            ),
-            401 => (
-                "Incorrect API key provided.",
-                "invalid_request_error",
-                Some("invalid_api_key"),
-            ),
-            503 => (
-                "The engine is currently overloaded, please try again later.",
-                "server_error",
-                None,
-            ),
-            _ => (
-                "The server had an error while processing your request. Sorry about that!",
-                "server_error",
-                None,
-            ),
-        };
-        let body = serde_json::json!({
-            "error": {"message": message, "type": kind, "param": null, "code": code}
-        });
-        let mut r = Response::new(body::full(serde_json::to_vec(&body).unwrap_or_default()));
-        *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        r.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        if let Some(s) = self.opts.retry_after_s {
-            r.headers_mut()
-                .insert(http::header::RETRY_AFTER, HeaderValue::from(s));
+    /// An injected failure with `status`: a body in `error_shape`, and the retry
+    /// delay (`retry_after_s` / `retry_after_ms`, else `default_delay`) in
+    /// `retry_after_format`'s header.
+    fn error_response(&self, status: u16, default_delay: Option<Duration>) -> Response<Body> {
+        let mut r = errors::response(self.opts.error_shape, Failure::Status(status));
+        let delay = self
+            .opts
+            .retry_after()
+            .or_else(|| default_delay.map(|d| (d.as_millis() as u64).max(1)));
+        if let Some(ms) = delay {
+            errors::set_retry_after(
+                r.headers_mut(),
+                self.opts.retry_after_format,
+                ms,
+                SystemTime::now(),
+            );
         }
         r
     }
@@ -420,6 +435,15 @@ pub fn format_reset(d: Duration) -> String {
     } else {
         format!("{}m{}s", ms / 60_000, (ms % 60_000) / 1000)
     }
+}
+
+/// The error event of `error_after_chunks`: OpenAI's in-stream error object.
+fn stream_error() -> serde_json::Value {
+    serde_json::json!({"error": {
+        "message": "The server had an error while processing your request. Sorry about that!",
+        "type": "server_error",
+        "code": null,
+    }})
 }
 
 fn sse_data(v: &serde_json::Value) -> Bytes {
