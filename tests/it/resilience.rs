@@ -293,3 +293,90 @@ async fn with_every_circuit_open_the_client_gets_503_with_retry_after() {
     let wait: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
     assert!((1..=20).contains(&wait), "{wait}");
 }
+
+/// `p/x` then `q/x`, both in-process mocks (`p` and `q` their options), with
+/// `retries 2` on the chain.
+fn mock_chain(p: &str, q: &str) -> (String, &'static str) {
+    (
+        format!("providers:\n  p: {{ kind: mock, mock: {p} }}\n  q: {{ kind: mock, mock: {q} }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x, priority: 1 }}, {{ provider: q, model: x, priority: 2 }} ] }}\n"),
+        "route r when request.model == \"m\" {\n  default use endpoint \"p/x\"\n  fallback endpoint \"q/x\" retries 2\n}\n",
+    )
+}
+
+async fn attempts_for(p: &str, q: &str) -> Reply {
+    let (config, policy) = mock_chain(p, q);
+    let gw = start_app(&config, &[("r.policy", policy)]).await;
+    post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await
+}
+
+#[tokio::test]
+async fn a_burst_of_500s_is_retried_on_the_same_endpoint_until_it_succeeds() {
+    let r = attempts_for("{ fail_first: 2, fail_status: 500 }", "{}").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.headers["x-switchyard-endpoint"], "p/x");
+    assert_eq!(r.headers["x-switchyard-attempts"], "3");
+}
+
+#[tokio::test]
+async fn a_400_from_the_provider_is_returned_at_once() {
+    let r = attempts_for("{ fail_first: 5, fail_status: 400 }", "{}").await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.headers["x-switchyard-attempts"], "1");
+}
+
+#[tokio::test]
+async fn a_401_or_404_moves_to_the_next_endpoint_without_retrying_this_one() {
+    for status in [401, 403, 404] {
+        let r = attempts_for(&format!("{{ fail_first: 5, fail_status: {status} }}"), "{}").await;
+        assert_eq!(r.status, 200, "{status}: {}", r.text());
+        assert_eq!(r.headers["x-switchyard-endpoint"], "q/x", "{status}");
+        assert_eq!(
+            r.headers["x-switchyard-attempts"], "2",
+            "{status}: tried once"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_529_overloaded_is_retried_like_a_5xx() {
+    let r = attempts_for(
+        "{ fail_first: 1, fail_status: 529, error_shape: anthropic }",
+        "{}",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.headers["x-switchyard-endpoint"], "p/x");
+    assert_eq!(r.headers["x-switchyard-attempts"], "2");
+}
+
+#[tokio::test]
+async fn a_stream_cut_mid_answer_continues_on_a_mock_that_takes_the_prefill() {
+    let (config, policy) = mock_chain("{ cut_after_chunks: 6 }", "{ seed: 0 }");
+    let config = config.replace("q: { kind: mock,", "q: { kind: mock, prefill: true,");
+    let gw = start_app(&config, &[("r.policy", policy)]).await;
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
+    let whole = {
+        let (config, policy) = mock_chain("{}", "{}");
+        let gw = start_app(&config, &[("r.policy", policy)]).await;
+        post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await
+    };
+    let text = |r: &Reply| {
+        r.events()
+            .iter()
+            .filter(|e| *e != "[DONE]")
+            .filter_map(|e| {
+                let v: serde_json::Value = serde_json::from_str(e).unwrap();
+                v["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .map(str::to_string)
+            })
+            .collect::<String>()
+    };
+    assert_eq!(
+        r.events().last().map(String::as_str),
+        Some("[DONE]"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(text(&r), text(&whole));
+}
