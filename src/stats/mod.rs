@@ -271,8 +271,11 @@ impl EndpointSlot {
         } else {
             self.capacity.get()
         };
+        let at = Instant::now();
         EndpointStats {
-            available: self.breaker.available(Instant::now()),
+            available: self.breaker.available(at),
+            circuit: self.breaker.state(at).into(),
+            context_window: None,
             health: self.health_at(unix_ms(now)),
             latency_ewma_ms: self.latency_ms.get(),
             ttft_ewma_ms: self.ttft_ms.get(),
