@@ -289,6 +289,16 @@ fn test_command_runs_the_resilience_fixture() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{text}");
     assert!(text.contains("3 passed, 0 failed"), "{text}");
+    let o = run(
+        &["fmt", "--check", fixture.to_str().unwrap_or("")],
+        dir.path(),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
 }
 
 #[test]

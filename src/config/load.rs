@@ -887,6 +887,14 @@ models:
     }
 
     #[test]
+    fn lint_assumes_the_real_default_max_attempts() {
+        assert_eq!(
+            ServerConfig::default().max_attempts,
+            crate::policy::lint::DEFAULT_MAX_ATTEMPTS
+        );
+    }
+
+    #[test]
     fn context_window_is_a_positive_token_count() {
         let yaml = "providers: { p: { kind: mock } }\nmodels: { m: { endpoints: [ { provider: p, model: a, context_window: 128000 }, { provider: p, model: b } ] } }\n";
         let c = parse_str(yaml, None).unwrap();
