@@ -326,6 +326,20 @@ mod tests {
     }
 
     #[test]
+    fn the_policy_view_reports_the_circuit() {
+        use crate::policy::Circuit;
+        let s = EndpointSlot::default();
+        let now = SystemTime::now();
+        assert_eq!(s.view(now).circuit, Circuit::Closed);
+        for _ in 0..20 {
+            s.record_outcome(Duration::from_millis(5), false, false, now, Instant::now());
+        }
+        let v = s.view(now);
+        assert_eq!((v.circuit, v.available), (Circuit::Open, false));
+        assert_eq!(v.context_window, None, "the registry's window applies");
+    }
+
+    #[test]
     fn ewma_follows_the_formula() {
         let s = EndpointSlot::default();
         s.record(Duration::from_millis(100), true);
