@@ -269,3 +269,81 @@ fn test_command_exit_codes() {
         "{text}"
     );
 }
+
+#[test]
+fn test_command_runs_the_resilience_fixture() {
+    // endpoint.context_window (from the config and a stats override), endpoint.circuit
+    // in `stats`, and a fallback with `on`, on both engines.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = config();
+    let fixture = root().join("tests/policies/valid/resilience.policy");
+    let o = run(
+        &[
+            "test",
+            "--config",
+            c.to_str().unwrap_or(""),
+            fixture.to_str().unwrap_or(""),
+        ],
+        dir.path(),
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(text.contains("3 passed, 0 failed"), "{text}");
+    let o = run(
+        &["fmt", "--check", fixture.to_str().unwrap_or("")],
+        dir.path(),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
+
+#[test]
+fn lint_caps_fallback_chains_with_the_configs_max_attempts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // No config file (the embedded one serves `mock` only): the default cap of 8, said so.
+    write(
+        dir.path(),
+        "a.policy",
+        "route r {\n  fallback \"mock\" -> any retries 3\n  default use \"mock\"\n}\n",
+    );
+    let o = run(&["lint", "a.policy"], dir.path());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("warning[W0210]")
+            && text.contains("server.max_attempts is 8 (the default: lint ran without a config), so any is never tried"),
+        "{text}"
+    );
+    let policy = "route r {\n  fallback \"b\" -> \"c\" retries 3\n  default use \"a\"\n}\n";
+    write(dir.path(), "a.policy", policy);
+    let models = "models:\n  a: { endpoints: [ { provider: mock, model: a, context_window: 8192 } ] }\n  b: { endpoints: [ { provider: mock, model: b } ] }\n  c: { endpoints: [ { provider: mock, model: c } ] }\n";
+    // The local config's cap.
+    write(
+        dir.path(),
+        "switchyard.yaml",
+        &format!("server: {{ max_attempts: 12 }}\nproviders:\n  mock: {{ kind: mock }}\n{models}"),
+    );
+    let o = run(&["lint", "a.policy"], dir.path());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("0 error(s), 0 warning(s)"), "{text}");
+    write(
+        dir.path(),
+        "switchyard.yaml",
+        &format!("server: {{ max_attempts: 4 }}\nproviders:\n  mock: {{ kind: mock }}\n{models}"),
+    );
+    let o = run(&["lint", "--format", "json", "a.policy"], dir.path());
+    let v = json(&o);
+    let d = &v["diagnostics"][0];
+    assert_eq!(d["code"], "W0210", "{v}");
+    assert_eq!(d["name"], "attempts-exceed-cap", "{v}");
+    assert!(
+        d["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("server.max_attempts is 4, so \"b\" and \"c\" are never tried"),
+        "{v}"
+    );
+}

@@ -246,8 +246,16 @@ fn human(version: &str, d: &Decision, events: &[TraceEvent], explain: bool) -> S
         Some(_) => "off".into(),
         None => "default".into(),
     };
+    let on = d
+        .fallback_on
+        .as_ref()
+        .map(|on| {
+            let items: Vec<String> = on.items().iter().map(|i| i.text()).collect();
+            format!(", fallback on {}", items.join(", "))
+        })
+        .unwrap_or_default();
     s.push_str(&format!(
-        "  priority {}, retries {}, cache {cache}\n",
+        "  priority {}, retries {}{on}, cache {cache}\n",
         d.priority.as_str(),
         d.retries
     ));

@@ -19,7 +19,7 @@ use std::process::ExitCode;
 
 use crate::config::{self, Config};
 use crate::policy::diagnostic::{render_all, Severity};
-use crate::policy::lint::{codes as lint_codes, lint_sources};
+use crate::policy::lint::{codes as lint_codes, lint_sources_with, LintOptions};
 use crate::policy::{Registry, SourceMap};
 use crate::routing::policy::{read_sources_from, registry_from_config};
 
@@ -86,6 +86,9 @@ pub struct Loaded {
     pub registry: Registry,
     /// The policy files.
     pub sources: SourceMap,
+    /// `server.max_attempts` of the config file (`None`: no file, the embedded
+    /// default config).
+    pub max_attempts: Option<u32>,
 }
 
 /// Loads config, registry and policy files.
@@ -109,6 +112,7 @@ pub fn load(paths: &[PathBuf], config: Option<&Path>) -> Result<Loaded, UsageErr
         }
     }
     Ok(Loaded {
+        max_attempts: config::locate(config).map(|_| cfg.server.max_attempts),
         registry: registry_from_config(&cfg),
         sources: read_sources_from(&roots).map_err(|e| UsageError(e.to_string()))?,
     })
@@ -130,7 +134,10 @@ pub fn lint(
         Ok(l) => l,
         Err(e) => return usage(e),
     };
-    let out = lint_sources(&l.sources, &l.registry);
+    let opts = LintOptions {
+        max_attempts: l.max_attempts,
+    };
+    let out = lint_sources_with(&l.sources, &l.registry, &opts);
     let errors = out.diagnostics.iter().filter(|d| d.is_error()).count();
     let warnings = out
         .diagnostics

@@ -15,6 +15,9 @@ use super::{
 };
 use crate::suggest::did_you_mean;
 
+/// Largest accepted `context_window`, in tokens.
+pub const MAX_CONTEXT_WINDOW: u64 = 100_000_000;
+
 /// One configuration problem: where (a dotted path) and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -677,6 +680,7 @@ impl Validator {
                 "weight",
                 "region",
                 "latency_target_ms",
+                "context_window",
             ],
             path,
         );
@@ -724,6 +728,7 @@ impl Validator {
         let weight = self.uint(map, "weight", path, 0, 1_000_000).unwrap_or(1) as u32;
         let region = self.string(map, "region", path);
         let latency_target_ms = self.uint(map, "latency_target_ms", path, 1, 3_600_000);
+        let context_window = self.uint(map, "context_window", path, 1, MAX_CONTEXT_WINDOW);
         let name = self.string(map, "name", path);
         let (provider, upstream_model) = (provider?, upstream_model?);
         provider_kind?;
@@ -762,6 +767,7 @@ impl Validator {
             weight,
             region,
             latency_target_ms,
+            context_window,
         })
     }
 }
@@ -908,6 +914,35 @@ models:
                 .contains("latency_target_ms: 0 is out of range"),
             "{errs}"
         );
+    }
+
+    #[test]
+    fn lint_assumes_the_real_default_max_attempts() {
+        assert_eq!(
+            ServerConfig::default().max_attempts,
+            crate::policy::lint::DEFAULT_MAX_ATTEMPTS
+        );
+    }
+
+    #[test]
+    fn context_window_is_a_positive_token_count() {
+        let yaml = "providers: { p: { kind: mock } }\nmodels: { m: { endpoints: [ { provider: p, model: a, context_window: 128000 }, { provider: p, model: b } ] } }\n";
+        let c = parse_str(yaml, None).unwrap();
+        assert_eq!(c.models[0].endpoints[0].context_window, Some(128_000));
+        assert_eq!(c.models[0].endpoints[1].context_window, None);
+        for (bad, why) in [
+            ("0", "0 is out of range (expected 1..=100000000)"),
+            ("-5", "expected a non-negative integer"),
+            ("\"big\"", "expected a non-negative integer"),
+            ("1.5", "expected a non-negative integer"),
+        ] {
+            let errs = parse_str(&yaml.replace("128000", bad), None).unwrap_err();
+            assert_eq!(
+                errs.errors[0].path, "models.m.endpoints[0].context_window",
+                "{errs}"
+            );
+            assert!(errs.errors[0].message.contains(why), "{bad}: {errs}");
+        }
     }
 
     #[test]

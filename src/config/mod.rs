@@ -26,6 +26,18 @@ pub use quality::{Leaderboard, QualityConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+/// The config file `serve` reads: `path`, else `./switchyard.yaml` if it exists;
+/// `None` means the embedded default.
+pub fn locate(path: Option<&std::path::Path>) -> Option<PathBuf> {
+    match path {
+        Some(p) => Some(p.to_path_buf()),
+        None if std::path::Path::new("switchyard.yaml").exists() => {
+            Some(PathBuf::from("switchyard.yaml"))
+        }
+        None => None,
+    }
+}
+
 /// Finds and loads the config as `serve` and every tool do: `path` if given, else
 /// `./switchyard.yaml` if it exists, else the embedded default (providers enabled by
 /// their API-key variables). Returns the config and a line naming its source.
@@ -33,14 +45,7 @@ use std::path::PathBuf;
 /// # Errors
 /// A message: the file cannot be read, or every problem found in it.
 pub fn locate_and_load(path: Option<&std::path::Path>) -> Result<(Config, String), String> {
-    let path: Option<PathBuf> = match path {
-        Some(p) => Some(p.to_path_buf()),
-        None if std::path::Path::new("switchyard.yaml").exists() => {
-            Some(PathBuf::from("switchyard.yaml"))
-        }
-        None => None,
-    };
-    match path {
+    match locate(path) {
         Some(p) => {
             let text = std::fs::read_to_string(&p)
                 .map_err(|e| format!("cannot read config {}: {e}", p.display()))?;
@@ -342,4 +347,8 @@ pub struct EndpointConfig {
     /// "Health Tracking": fractional h for degraded performance such as elevated
     /// latency). Without it every success counts 1.
     pub latency_target_ms: Option<u64>,
+    /// The upstream model's context window in tokens (`context_window`, optional,
+    /// 1 to 100,000,000): read by policies as `endpoint.context_window` and by the
+    /// gateway's [`crate::routing::Endpoint::fits`]. Unknown when absent.
+    pub context_window: Option<u64>,
 }

@@ -3,7 +3,8 @@
 //! The decision runs on the snapshot the request loaded and on a fresh statistics
 //! snapshot. A `reject` ends the request here; otherwise the plan (the chosen
 //! endpoint, then the fallback chain, without duplicates) goes into the context and
-//! the retry settings into the returned [`Plan`].
+//! the retry settings (retries, backoff, the fallback's `on` statuses) into the
+//! returned [`Plan`].
 
 use std::time::SystemTime;
 
@@ -12,7 +13,7 @@ use super::Gateway;
 use crate::api::ChatRequest;
 use crate::error::{Code, ErrorKind, GatewayError};
 use crate::policy::interp::StrategyCall;
-use crate::policy::{Decision, RequestFeatures};
+use crate::policy::{Decision, FallbackOn, RequestFeatures};
 use crate::routing::policy::PolicySnapshot;
 
 /// How the plan in the context is to be tried.
@@ -22,6 +23,13 @@ pub struct Plan {
     pub retries: u32,
     /// Backoff between retries: first wait and cap, ms.
     pub backoff_ms: Option<(u64, u64)>,
+    /// The policy fallback's `on` statuses (`None`: no `on` clause): an attempt that
+    /// fails with an upstream status for which [`FallbackOn::matches`] is true moves
+    /// on to the next endpoint of the plan even where that status would otherwise be
+    /// returned to the client; other statuses are handled as without it.
+    // Filled here; dispatch starts reading it when the resilience issue wires it in.
+    #[allow(dead_code)]
+    pub fallback_on: Option<FallbackOn>,
     /// The strategy invocation behind the choice, for `on success` / `on failure`.
     pub call: Option<StrategyCall>,
 }
@@ -44,6 +52,7 @@ pub fn route(
         plan: chosen,
         retries,
         backoff_ms,
+        fallback_on,
         call,
         ..
     } = decide(gw, &ctx.snapshot, features);
@@ -85,6 +94,7 @@ pub fn route(
     Ok(Plan {
         retries,
         backoff_ms,
+        fallback_on,
         call,
     })
 }

@@ -328,17 +328,37 @@ pub struct CacheDef {
     pub span: Span,
 }
 
-/// `fallback T -> T ... [retries N] [backoff MIN[..MAX]]`.
+/// `fallback T -> T ... [on STATUS, ...] [retries N] [backoff MIN[..MAX]]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FallbackDef {
     /// Targets tried, in order, after the primary choice.
     pub chain: Vec<Target>,
+    /// `on 409, 5xx`: upstream statuses that move on to the next endpoint.
+    pub on: Option<FallbackOnDef>,
     /// Extra attempts per endpoint on a retryable error.
     pub retries: Option<Spanned<i64>>,
     /// Backoff in milliseconds: first wait, and the cap of the doubling.
     pub backoff: Option<(Spanned<i64>, Option<Spanned<i64>>)>,
     /// The whole statement.
     pub span: Span,
+}
+
+/// The `on` clause of a `fallback`, as written (the checker validates the statuses).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FallbackOnDef {
+    /// The items in source order.
+    pub items: Vec<Spanned<StatusLit>>,
+    /// From `on` to the last item.
+    pub span: Span,
+}
+
+/// One item of an `on` list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusLit {
+    /// A status such as `409`.
+    Code(i64),
+    /// A class such as `5xx`: its leading digit.
+    Class(u8),
 }
 
 // ------------------------------------------------------------------ strategies

@@ -192,11 +192,17 @@ pub enum EpField {
     Weight,
     /// `endpoint.priority`: Int (registry; lower preferred).
     Priority,
+    /// `endpoint.context_window`: Int tokens (statistics override, else registry;
+    /// 0 when unknown).
+    ContextWindow,
+    /// `endpoint.circuit`: Str, `"closed"`, `"half_open"` or `"open"`
+    /// ([`crate::policy::features::Circuit`]).
+    Circuit,
 }
 
 impl EpField {
     /// All `endpoint.NAME` fields with their type.
-    pub const NAMED: [(&'static str, EpField, Ty); 15] = [
+    pub const NAMED: [(&'static str, EpField, Ty); 17] = [
         ("id", EpField::Id, Ty::Str),
         ("provider", EpField::Provider, Ty::Str),
         ("upstream_model", EpField::UpstreamModel, Ty::Str),
@@ -212,6 +218,8 @@ impl EpField {
         ("quality", EpField::Quality, Ty::Float),
         ("weight", EpField::Weight, Ty::Int),
         ("priority", EpField::Priority, Ty::Int),
+        ("context_window", EpField::ContextWindow, Ty::Int),
+        ("circuit", EpField::Circuit, Ty::Str),
     ];
 }
 
@@ -508,6 +516,8 @@ pub struct CFallback {
     pub backoff_min_ms: u64,
     /// Cap of the doubling backoff in milliseconds.
     pub backoff_max_ms: u64,
+    /// `on ...`: upstream statuses that move on to the next endpoint.
+    pub on: Option<crate::policy::status::FallbackOn>,
 }
 
 /// `cache on [ttl D]` / `cache off`.

@@ -91,6 +91,11 @@ pub struct EndpointStats {
     pub cost_out_per_token: Option<f64>,
     /// Quality score in [0, 1] per task category (missing category reads as 0).
     pub quality: BTreeMap<String, f64>,
+    /// Context window in tokens; default from the registry (config `context_window`),
+    /// and 0 when neither says (`endpoint.context_window`).
+    pub context_window: Option<u64>,
+    /// The circuit breaker's state (`endpoint.circuit`). Default `closed`.
+    pub circuit: Circuit,
     /// Strategy state: strategy name → slot name → value. Missing slots start at the
     /// strategy's declared initial value.
     pub state: BTreeMap<String, BTreeMap<String, f64>>,
@@ -109,8 +114,44 @@ impl Default for EndpointStats {
             cost_in_per_token: None,
             cost_out_per_token: None,
             quality: BTreeMap::new(),
+            context_window: None,
+            circuit: Circuit::Closed,
             state: BTreeMap::new(),
         }
+    }
+}
+
+/// An endpoint's circuit-breaker state as policies see it: `endpoint.circuit` is the
+/// string [`Circuit::as_str`] (`"closed"`, `"half_open"` or `"open"`), the same words
+/// as `GET /admin/endpoints`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Circuit {
+    /// Requests flow.
+    #[default]
+    Closed,
+    /// The cooldown is over: one probe request may go (or is out).
+    HalfOpen,
+    /// Requests skip the endpoint until the cooldown ends.
+    Open,
+}
+
+impl Circuit {
+    /// Every state, in the order of [`Circuit::as_str`]'s documentation.
+    pub const ALL: [Circuit; 3] = [Circuit::Closed, Circuit::HalfOpen, Circuit::Open];
+
+    /// `closed`, `half_open` or `open`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Circuit::Closed => "closed",
+            Circuit::HalfOpen => "half_open",
+            Circuit::Open => "open",
+        }
+    }
+
+    /// The state named `s`.
+    pub fn parse(s: &str) -> Option<Circuit> {
+        Circuit::ALL.into_iter().find(|c| c.as_str() == s)
     }
 }
 

@@ -26,6 +26,7 @@ use super::ast::{Event, PriorityLevel};
 use super::checked::*;
 use super::features::{Outcome, RequestFeatures, StatsSnapshot};
 use super::registry::EndpointRef;
+use super::status::FallbackOn;
 
 pub mod eval;
 pub mod hash;
@@ -62,6 +63,11 @@ pub struct Decision {
     pub retries: u32,
     /// Backoff between retries: first wait and cap, milliseconds.
     pub backoff_ms: Option<(u64, u64)>,
+    /// The fallback's `on` statuses: an attempt failing with one of them moves on to
+    /// the next endpoint of the plan even if it would otherwise return to the client
+    /// ([`FallbackOn::matches`]). `None`: no `on` clause.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback_on: Option<FallbackOn>,
     /// The request's final priority.
     pub priority: PriorityLevel,
     /// Cache setting (`None`: the gateway's default).
@@ -280,6 +286,7 @@ impl Decision {
             plan: Vec::new(),
             retries: 0,
             backoff_ms: None,
+            fallback_on: None,
             priority,
             cache: None,
             reject: None,
@@ -592,7 +599,7 @@ impl<'a> Run<'a> {
     }
 }
 
-/// Applies a fallback's retries and backoff to `d` and appends each chain target's
+/// Applies a fallback's retries, backoff and `on` statuses to `d` and appends each chain target's
 /// endpoints (`endpoints_of`, in built-in order) to `plan`, skipping ones already in
 /// it. Shared by the interpreter and the JIT's host side so the plans cannot drift.
 pub fn apply_fallback<'a>(
@@ -602,6 +609,7 @@ pub fn apply_fallback<'a>(
     mut endpoints_of: impl FnMut(&CTarget) -> Vec<EndpointRef<'a>>,
 ) {
     d.retries = f.retries;
+    d.fallback_on = f.on.clone();
     if f.backoff_max_ms > 0 {
         d.backoff_ms = Some((f.backoff_min_ms, f.backoff_max_ms));
     }

@@ -23,7 +23,7 @@ pub use source::{FileId, SourceMap, Span};
 pub mod features;
 pub mod registry;
 
-pub use features::{EndpointStats, Outcome, RequestFeatures, StatsSnapshot};
+pub use features::{Circuit, EndpointStats, Outcome, RequestFeatures, StatsSnapshot};
 pub use registry::{Registry, RegistryEndpoint, RegistryModel};
 pub mod check;
 pub mod checked;
@@ -31,12 +31,14 @@ pub mod fmt;
 pub mod interp;
 pub mod jit;
 pub mod lint;
+pub mod status;
 pub mod testing;
 
 pub use check::{check, parse_and_check};
 pub use checked::CheckedPolicySet;
 pub use interp::{decide, explain, on_outcome, Decision, Trace};
 pub use jit::{engine, live_compiled_modules, CompiledPolicySet, Engine, JitOptions};
+pub use status::{FallbackOn, StatusItem};
 pub use testing::{run_tests, run_tests_with, TestReport};
 
 #[cfg(test)]

@@ -341,6 +341,8 @@ pub fn human_rule_name(rule: Rule) -> &'static str {
         R::cache_on => "`on`",
         R::cache_off => "`off`",
         R::fallback_def => "`fallback`",
+        R::fallback_on => "`on` and a list of HTTP statuses like `409, 5xx`",
+        R::status_class => "a status class like `5xx`",
         R::retries => "`retries N`",
         R::backoff => "`backoff 100ms..2s`",
         R::continue_action => "`continue`",

@@ -40,6 +40,10 @@ pub struct RegistryEndpoint {
     pub input_per_mtok: f64,
     /// USD per 1M output tokens.
     pub output_per_mtok: f64,
+    /// The upstream model's context window in tokens (config `context_window`;
+    /// `None`: unknown, read by policies as 0).
+    #[serde(default)]
+    pub context_window: Option<u64>,
 }
 
 /// An endpoint together with the logical model it serves.
@@ -113,13 +117,14 @@ impl Registry {
                 weight: 1,
                 input_per_mtok: inp,
                 output_per_mtok: out,
+                context_window: None,
             }
         }
         let m = |name: &str, endpoints| RegistryModel {
             name: name.to_string(),
             endpoints,
         };
-        Registry::new(vec![
+        let mut reg = Registry::new(vec![
             m(
                 "gpt-4o",
                 vec![
@@ -178,6 +183,18 @@ impl Registry {
                 "mock",
                 vec![ep("mock/mock-1", "mock", "mock-1", 1, 0.0, 0.0)],
             ),
-        ])
+        ]);
+        // Context windows as in tests/policies/switchyard.yaml; the others unknown.
+        for m in &mut reg.models {
+            for e in &mut m.endpoints {
+                e.context_window = match m.name.as_str() {
+                    "gpt-4o" | "gpt-4o-mini" => Some(128_000),
+                    "claude-sonnet" => Some(200_000),
+                    "smollm" => Some(8_192),
+                    _ => None,
+                };
+            }
+        }
+        reg
     }
 }

@@ -25,7 +25,7 @@ use super::ast::*;
 use super::check::Checker;
 use super::checked::{CRoute, CSplitKey, CStrategy, CheckedPolicySet};
 use super::diagnostic::{codes, Diagnostic};
-use super::features::{EndpointStats, RequestFeatures, StatsSnapshot};
+use super::features::{Circuit, EndpointStats, RequestFeatures, StatsSnapshot};
 use super::interp::{decide, Decision};
 use crate::suggest::did_you_mean;
 
@@ -500,6 +500,24 @@ fn stats_field(c: &mut Checker<'_>, st: &mut EndpointStats, key: &[Ident], v: &L
     };
     let names: Vec<&str> = key.iter().map(|i| i.name.as_str()).collect();
     let span = key.first().map(|k| k.span.to(v.span)).unwrap_or(v.span);
+    if names == ["circuit"] {
+        match &v.kind {
+            LitKind::Str(name) => match Circuit::parse(name) {
+                Some(state) => st.circuit = state,
+                None => bad(
+                    c,
+                    v.span,
+                    "a circuit is \"closed\", \"half_open\" or \"open\"",
+                ),
+            },
+            _ => bad(
+                c,
+                v.span,
+                "a circuit is a string: \"closed\", \"half_open\" or \"open\"",
+            ),
+        }
+        return;
+    }
     let Some(x) = num.or(if let LitKind::Bool(b) = v.kind {
         Some(f64::from(u8::from(b)))
     } else {
@@ -518,6 +536,7 @@ fn stats_field(c: &mut Checker<'_>, st: &mut EndpointStats, key: &[Ident], v: &L
         ["in_flight"] => st.in_flight = x.max(0.0) as u64,
         ["cost_in"] => st.cost_in_per_token = Some(x),
         ["cost_out"] => st.cost_out_per_token = Some(x),
+        ["context_window"] => st.context_window = Some(x.max(0.0) as u64),
         ["quality", cat] => {
             st.quality.insert((*cat).to_string(), x);
         }
@@ -538,11 +557,13 @@ fn stats_field(c: &mut Checker<'_>, st: &mut EndpointStats, key: &[Ident], v: &L
                 "in_flight",
                 "cost_in",
                 "cost_out",
+                "context_window",
+                "circuit",
             ];
             c.diags.push(
                 Diagnostic::error(codes::BAD_TEST, span, format!("`{}` is not an endpoint statistic", names.join(".")))
                     .with_did_you_mean(did_you_mean(names.first().copied().unwrap_or(""), known))
-                    .with_help("statistics are health, latency_ewma_ms, ttft_ewma_ms, capacity, error_rate, in_flight, cost_in, cost_out, available, quality.CATEGORY and state.STRATEGY.SLOT"),
+                    .with_help("statistics are health, latency_ewma_ms, ttft_ewma_ms, capacity, error_rate, in_flight, cost_in, cost_out, context_window, circuit, available, quality.CATEGORY and state.STRATEGY.SLOT"),
             );
         }
     }

@@ -29,6 +29,7 @@ fn registry(eps: &[(&str, u32, f64, f64)]) -> Registry {
                 weight: *weight,
                 input_per_mtok: *i,
                 output_per_mtok: *o,
+                context_window: None,
             })
             .collect(),
     }])

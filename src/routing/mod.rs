@@ -34,6 +34,18 @@ pub struct Endpoint {
     pub priority: u32,
     /// Share among equal-priority endpoints.
     pub weight: u32,
+    /// The upstream model's context window in tokens (config `context_window`);
+    /// `None` when the config does not say.
+    pub context_window: Option<u64>,
+}
+
+impl Endpoint {
+    /// Whether a request of `tokens` tokens (input plus the output it asks for) can
+    /// fit the endpoint's context window: false only when the window is known and
+    /// smaller than `tokens`; true when the window is unknown (the provider decides).
+    pub fn fits(&self, tokens: u64) -> bool {
+        self.context_window.is_none_or(|w| tokens <= w)
+    }
 }
 
 /// A logical model and its endpoints.
@@ -79,6 +91,7 @@ impl Registry {
                     upstream_model: e.model.clone(),
                     priority: e.priority,
                     weight: e.weight,
+                    context_window: e.context_window,
                 });
             }
             let eps = &reg.endpoints;
@@ -93,6 +106,13 @@ impl Registry {
             );
         }
         reg
+    }
+
+    /// Whether the endpoint at `index` can take a request of `tokens` tokens
+    /// ([`Endpoint::fits`]); true for an index outside the registry (nothing is known
+    /// about it, so nothing rules it out).
+    pub fn fits(&self, index: usize, tokens: u64) -> bool {
+        self.endpoints.get(index).is_none_or(|e| e.fits(tokens))
     }
 
     /// The model named `name`.
@@ -132,6 +152,20 @@ models:
       - { provider: b, model: light, priority: 1, weight: 1 }
       - { provider: b, model: off, priority: 1, weight: 0 }
 "#;
+
+    #[test]
+    fn fits_is_false_only_for_a_known_window_that_is_too_small() {
+        let r = registry(
+            "providers: { a: { kind: mock } }\nmodels: { m: { endpoints: [ { provider: a, model: x, context_window: 1000 }, { provider: a, model: y } ] } }\n",
+        );
+        assert_eq!(r.endpoints[0].context_window, Some(1000));
+        assert!(r.fits(0, 999) && r.fits(0, 1000) && !r.fits(0, 1001));
+        assert!(
+            r.fits(1, u64::MAX),
+            "an unknown window never rules an endpoint out"
+        );
+        assert!(r.fits(7, 5), "an unknown endpoint is not ruled out");
+    }
 
     #[test]
     fn unknown_model_is_404() {

@@ -160,6 +160,7 @@ pub fn registry_from_config(config: &Config) -> Registry {
                             weight: e.weight,
                             input_per_mtok: pricing.input_per_mtok,
                             output_per_mtok: pricing.output_per_mtok,
+                            context_window: e.context_window,
                         })
                     })
                     .collect(),

@@ -55,6 +55,16 @@ impl CircuitState {
     }
 }
 
+impl From<CircuitState> for crate::policy::Circuit {
+    fn from(s: CircuitState) -> Self {
+        match s {
+            CircuitState::Closed => crate::policy::Circuit::Closed,
+            CircuitState::Open => crate::policy::Circuit::Open,
+            CircuitState::HalfOpen => crate::policy::Circuit::HalfOpen,
+        }
+    }
+}
+
 /// What [`Breaker::admit`] says about one attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {

@@ -271,8 +271,11 @@ impl EndpointSlot {
         } else {
             self.capacity.get()
         };
+        let at = Instant::now();
         EndpointStats {
-            available: self.breaker.available(Instant::now()),
+            available: self.breaker.available(at),
+            circuit: self.breaker.state(at).into(),
+            context_window: None,
             health: self.health_at(unix_ms(now)),
             latency_ewma_ms: self.latency_ms.get(),
             ttft_ewma_ms: self.ttft_ms.get(),
@@ -320,6 +323,20 @@ mod tests {
         }
         assert!(s.health_at(unix_ms(t0)) < 0.3);
         assert!(s.health_at(unix_ms(t0 + Duration::from_secs(120))) > 0.7);
+    }
+
+    #[test]
+    fn the_policy_view_reports_the_circuit() {
+        use crate::policy::Circuit;
+        let s = EndpointSlot::default();
+        let now = SystemTime::now();
+        assert_eq!(s.view(now).circuit, Circuit::Closed);
+        for _ in 0..20 {
+            s.record_outcome(Duration::from_millis(5), false, false, now, Instant::now());
+        }
+        let v = s.view(now);
+        assert_eq!((v.circuit, v.available), (Circuit::Open, false));
+        assert_eq!(v.context_window, None, "the registry's window applies");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use switchyard::policy::ast::PriorityLevel;
-use switchyard::policy::{EndpointStats, Outcome, RequestFeatures, StatsSnapshot};
+use switchyard::policy::{Circuit, EndpointStats, Outcome, RequestFeatures, StatsSnapshot};
 
 /// SplitMix64: the generator's randomness.
 pub struct Rng(u64);
@@ -136,6 +136,16 @@ impl Gen<'_> {
                 }
                 _ => {}
             }
+        }
+        if Self::endpoint_ok(c) && self.r.chance(8) {
+            // Circuit states only: any other word is a checker error.
+            let st = *self.r.pick(&["closed", "half_open", "open"]);
+            let eq = *self.r.pick(&["==", "!="]);
+            return match self.r.below(3) {
+                0 => format!("endpoint.circuit {eq} \"{st}\""),
+                1 => format!("endpoint.circuit in [\"{st}\"]"),
+                _ => format!("starts_with(endpoint.circuit, \"{}\")", &st[..2]),
+            };
         }
         let ops = ["==", "!=", "<", "<=", ">", ">="];
         let op = *self.r.pick(&ops);
@@ -280,7 +290,12 @@ impl Gen<'_> {
             opts.push(f.to_string());
         }
         if Self::endpoint_ok(c) {
-            for f in ["endpoint.in_flight", "endpoint.weight", "endpoint.priority"] {
+            for f in [
+                "endpoint.in_flight",
+                "endpoint.weight",
+                "endpoint.priority",
+                "endpoint.context_window",
+            ] {
                 opts.push(f.to_string());
             }
         }
@@ -531,8 +546,9 @@ pub fn policy(seed: u64, max_rules: usize) -> String {
             );
         }
         if g.r.chance(30) {
+            let on = *g.r.pick(&["", " on 409, 5xx", " on 400"]);
             lines.push(format!(
-                "  fallback \"{}\" -> \"mock\" retries 2 backoff 100ms..2s",
+                "  fallback \"{}\" -> \"mock\"{on} retries 2 backoff 100ms..2s",
                 g.r.pick(&MODELS[..5])
             ));
         }
@@ -559,7 +575,13 @@ pub fn policy(seed: u64, max_rules: usize) -> String {
                 body.push("cache off".into());
             }
             if g.r.chance(15) {
-                body.push("fallback \"smollm\" retries 1".into());
+                body.push(
+                    (*g.r.pick(&[
+                        "fallback \"smollm\" retries 1",
+                        "fallback \"smollm\" on 4xx retries 1",
+                    ]))
+                    .to_string(),
+                );
             }
             body.push(match g.r.below(6) {
                 0 => "continue".into(),
@@ -674,6 +696,10 @@ pub fn stats(r: &mut Rng) -> StatsSnapshot {
             error_rate: some_float(r),
             cost_in_per_token: r.chance(30).then(|| some_float(r)),
             cost_out_per_token: r.chance(30).then(|| some_float(r)),
+            context_window: r
+                .chance(40)
+                .then(|| *r.pick(&[0, 1, 8_192, 200_000, u64::MAX])),
+            circuit: *r.pick(&Circuit::ALL),
             ..EndpointStats::default()
         };
         if r.chance(50) {

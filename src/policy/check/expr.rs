@@ -3,6 +3,7 @@
 use crate::policy::ast::{BinaryOp, Expr, ExprKind, Ident, LitKind, PriorityLevel, UnaryOp};
 use crate::policy::checked::*;
 use crate::policy::diagnostic::{codes, Diagnostic};
+use crate::policy::features::Circuit;
 use crate::suggest::did_you_mean;
 
 use super::Checker;
@@ -492,6 +493,9 @@ impl Checker<'_> {
     /// Brings two operands to one type: Int+Float → Float; Priority vs string literal →
     /// Priority constant.
     pub(super) fn unify(&mut self, l: TExpr, r: TExpr, e: &Expr) -> Option<(TExpr, TExpr)> {
+        if !(self.circuit_word_ok(&l, &r) && self.circuit_word_ok(&r, &l)) {
+            return None;
+        }
         match (l.ty, r.ty) {
             (a, b) if a == b => Some((l, r)),
             (Ty::Int, Ty::Float) => Some((to_float(l), r)),
@@ -512,6 +516,31 @@ impl Checker<'_> {
                 None
             }
         }
+    }
+
+    /// Whether `lit`, compared with `field`, is fine: a string literal compared with
+    /// `endpoint.circuit` must name a state (a typo would silently never match).
+    fn circuit_word_ok(&mut self, field: &TExpr, lit: &TExpr) -> bool {
+        let (TExprKind::Ep(EpField::Circuit), TExprKind::Const(Const::Str(s))) =
+            (&field.kind, &lit.kind)
+        else {
+            return true;
+        };
+        let text = self.strings.resolve(*s).to_string();
+        if Circuit::parse(&text).is_some() {
+            return true;
+        }
+        let mut d = Diagnostic::error(
+            codes::TYPE_MISMATCH,
+            lit.span,
+            format!("\"{text}\" is not a circuit state"),
+        )
+        .with_did_you_mean(did_you_mean(&text, Circuit::ALL.iter().map(|c| c.as_str())));
+        if d.help.is_none() {
+            d = d.with_help("the states are \"closed\", \"half_open\" and \"open\"");
+        }
+        self.diags.push(d);
+        false
     }
 
     fn priority_const(&mut self, t: TExpr) -> Option<TExpr> {
@@ -591,6 +620,10 @@ impl Checker<'_> {
                 ok = false;
                 continue;
             };
+            if !self.circuit_word_ok(&l, &c) {
+                ok = false;
+                continue;
+            }
             let c = match (l.ty, c.ty) {
                 (Ty::Priority, Ty::Str) => self.priority_const(c),
                 (Ty::Float, Ty::Int) => Some(to_float_const(c)),

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use crate::policy::ast::*;
 use crate::policy::checked::*;
 use crate::policy::diagnostic::{codes, Diagnostic};
+use crate::policy::status::{FallbackOn, StatusItem};
 use crate::suggest::did_you_mean;
 
 use super::expr::Ctx;
@@ -357,12 +358,76 @@ impl<'a> Checker<'a> {
             }
             None => (0, 0),
         };
+        let on = match &f.on {
+            Some(on) => {
+                let checked = self.fallback_on(on);
+                ok &= checked.is_some();
+                checked
+            }
+            None => None,
+        };
         ok.then_some(CFallback {
             chain,
             retries,
             backoff_min_ms: lo,
             backoff_max_ms: hi,
+            on,
         })
+    }
+
+    /// `on 409, 5xx`: each item a status 400..=599 or the class `4xx`/`5xx`, none
+    /// listed twice or inside a class also listed.
+    fn fallback_on(&mut self, on: &FallbackOnDef) -> Option<FallbackOn> {
+        let mut ok = true;
+        let mut items: Vec<(StatusItem, Span)> = Vec::new();
+        for it in &on.items {
+            let item = match it.node {
+                StatusLit::Code(c) if (400..=599).contains(&c) => StatusItem::Code(c as u16),
+                StatusLit::Class(k) if k == 4 || k == 5 => StatusItem::Class(k),
+                bad => {
+                    let what = match bad {
+                        StatusLit::Code(c) => c.to_string(),
+                        StatusLit::Class(k) => format!("{k}xx"),
+                    };
+                    self.diags.push(
+                        Diagnostic::error(
+                            codes::OUT_OF_RANGE,
+                            it.span,
+                            format!("`{what}` is not an error status a fallback can act on"),
+                        )
+                        .with_help(
+                            "list HTTP statuses from 400 to 599, or the classes `4xx` and `5xx`",
+                        ),
+                    );
+                    ok = false;
+                    continue;
+                }
+            };
+            let earlier = items.iter().find(|(e, _)| match (*e, item) {
+                (a, b) if a == b => true,
+                (StatusItem::Class(_), StatusItem::Code(c)) => e.matches(c),
+                (StatusItem::Code(c), StatusItem::Class(_)) => item.matches(c),
+                _ => false,
+            });
+            if let Some(&(e, at)) = earlier {
+                let msg = if e == item {
+                    format!("`{}` is listed twice", item.text())
+                } else if let StatusItem::Class(_) = e {
+                    format!("`{}` is already covered by `{}`", item.text(), e.text())
+                } else {
+                    format!("`{}` covers `{}`, listed earlier", item.text(), e.text())
+                };
+                self.diags.push(
+                    Diagnostic::error(codes::DUPLICATE, it.span, msg)
+                        .with_label(at, "listed here")
+                        .with_help("list each status once; a class covers all of its statuses"),
+                );
+                ok = false;
+                continue;
+            }
+            items.push((item, it.span));
+        }
+        ok.then(|| FallbackOn::new(items.into_iter().map(|(i, _)| i).collect()))
     }
 
     pub(super) fn use_action(

@@ -117,3 +117,55 @@ fn a_test_naming_a_rule_that_failed_to_check_gets_no_follow_on_error() {
     let e = errs("route r {\n  rule a when request.stream == 1 { use \"gpt-4o\" }\n  default use model\n}\ntest \"t\" { request { model = \"gpt-4o\" } expect rule \"b\" }");
     has(&e, "E0801", "t.policy:5:");
 }
+
+#[test]
+fn fallback_on_statuses_out_of_range_and_duplicates() {
+    let e = errs("route r {\n  fallback \"gpt-4o\" on 200, 409, 6xx, 409, 5xx, 503, 600\n  default use model\n}\n");
+    has(&e, "E0503", "t.policy:2:24");
+    assert!(e.contains("`200` is not an error status"), "{e}");
+    has(&e, "E0503", "t.policy:2:34");
+    assert!(e.contains("`6xx` is not an error status"), "{e}");
+    has(&e, "E0201", "t.policy:2:39");
+    assert!(e.contains("`409` is listed twice"), "{e}");
+    has(&e, "E0201", "t.policy:2:49");
+    assert!(e.contains("`503` is already covered by `5xx`"), "{e}");
+    assert!(e.contains("`600` is not an error status"), "{e}");
+    assert!(e.contains("^^^"), "{e}");
+    let e = errs("route r {\n  fallback \"gpt-4o\" on 429, 4xx\n  default use model\n}\n");
+    has(&e, "E0201", "t.policy:2:29");
+    assert!(e.contains("`4xx` covers `429`, listed earlier"), "{e}");
+}
+
+#[test]
+fn fallback_on_reaches_the_decision() {
+    let set = with_builtins(
+        "route r {\n  fallback \"smollm\" on 409, 5xx retries 1\n  default use \"gpt-4o\"\n}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let d = crate::policy::decide(
+        &set,
+        &crate::policy::RequestFeatures::for_model("gpt-4o"),
+        &crate::policy::StatsSnapshot::default(),
+        0,
+    );
+    let on = d.fallback_on.expect("fallback_on in the decision");
+    assert!(on.matches(409) && on.matches(502) && !on.matches(400) && !on.matches(429));
+    assert_eq!(d.retries, 1);
+}
+
+#[test]
+fn endpoint_context_window_is_an_int_and_circuit_a_state() {
+    let ok = "strategy s {\n  require endpoint.context_window >= request.input_tokens and endpoint.circuit in [\"closed\", \"half_open\"]\n  prefer endpoint.circuit != \"open\"\n  score = 1.0\n  pick weighted\n}\nroute r { default use model via s }\n";
+    with_builtins(ok).unwrap_or_else(|e| panic!("{e}"));
+    let e = errs("strategy s {\n  prefer endpoint.circuit == \"half-open\"\n  require endpoint.context_window > 0.5\n  require endpoint.circuit in [\"closed\", \"shut\"]\n  score = 1.0\n  pick weighted\n}\nroute r { default use model via s }\n");
+    has(&e, "E0301", "t.policy:2:30");
+    assert!(e.contains("\"half-open\" is not a circuit state"), "{e}");
+    assert!(e.contains("did you mean `half_open`?"), "{e}");
+    has(&e, "E0301", "t.policy:4:42");
+    assert!(
+        e.contains("the states are \"closed\", \"half_open\" and \"open\""),
+        "{e}"
+    );
+    let e = errs("strategy s {\n  require endpoint.circuit > 1\n  score = 1.0\n  pick weighted\n}\nroute r { default use model via s }\n");
+    has(&e, "E0301", "t.policy:2:11");
+}

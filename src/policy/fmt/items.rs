@@ -198,6 +198,13 @@ impl Printer<'_> {
 
     fn fallback(&self, f: &FallbackDef) -> String {
         let mut s = format!("fallback {}", join(&f.chain, " -> ", |t| self.target(t)));
+        if let Some(on) = &f.on {
+            let items = join(&on.items, ", ", |i| match i.node {
+                StatusLit::Code(c) => c.to_string(),
+                StatusLit::Class(k) => format!("{k}xx"),
+            });
+            s.push_str(&format!(" on {items}"));
+        }
         if let Some(r) = &f.retries {
             s.push_str(&format!(" retries {}", r.node));
         }

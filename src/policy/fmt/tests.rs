@@ -59,3 +59,13 @@ fn semantics_preserved_on_shipped_policies() {
         assert_eq!(a.items, b.items, "{name}");
     }
 }
+
+#[test]
+fn fallback_on_round_trips_in_canonical_form() {
+    let src = "route r {\n  fallback \"gpt-4o\"->endpoint \"local/smollm\"   on 409 ,422,  5xx retries 2 backoff 100ms..2s\n  default use model\n}\n";
+    let want = "route r {\n  fallback \"gpt-4o\" -> endpoint \"local/smollm\" on 409, 422, 5xx retries 2 backoff 100ms..2s\n  default use model\n}\n";
+    assert_eq!(fmt(src), want);
+    assert_eq!(fmt(want), want);
+    let rule = "route r {\n  rule a when request.stream {\n    use \"smollm\"\n    fallback \"gpt-4o\" on 4xx\n  }\n  default use model\n}\n";
+    assert_eq!(fmt(rule), rule);
+}

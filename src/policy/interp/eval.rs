@@ -15,7 +15,7 @@
 use crate::policy::ast::PriorityLevel;
 use crate::policy::checked::*;
 use crate::policy::features::{EndpointStats, Outcome, RequestFeatures};
-use crate::policy::registry::EndpointRef;
+use crate::policy::registry::{EndpointRef, RegistryEndpoint};
 
 use super::Leaf;
 
@@ -182,6 +182,13 @@ pub fn reduce(f: AggFn, values: &[f64]) -> f64 {
     }
 }
 
+/// `endpoint.context_window`: the statistics' override, else the registry's window,
+/// else 0 (unknown), saturated to `i64`. Shared with the JIT's host side.
+pub fn context_window(e: &RegistryEndpoint, s: &EndpointStats) -> i64 {
+    let w = s.context_window.or(e.context_window).unwrap_or(0);
+    i64::try_from(w).unwrap_or(i64::MAX)
+}
+
 /// `*` matches any run of characters, `?` one character; no escapes.
 pub fn glob(text: &str, pat: &str) -> bool {
     // Two cursors over chars (byte offsets, always on char boundaries) with one
@@ -283,6 +290,8 @@ impl<'a, 's> Evaluator<'a, 's> {
             EpField::Quality => V::F(s.quality.get(&self.req.task).copied().unwrap_or(0.0)),
             EpField::Weight => V::I(i64::from(e.weight)),
             EpField::Priority => V::I(i64::from(e.priority)),
+            EpField::ContextWindow => V::I(context_window(e, s)),
+            EpField::Circuit => V::S(s.circuit.as_str()),
         }
     }
 

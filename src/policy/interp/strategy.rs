@@ -400,6 +400,7 @@ mod weighted_first_tests {
             weight,
             input_per_mtok: 0.0,
             output_per_mtok: 0.0,
+            context_window: None,
         }
     }
 

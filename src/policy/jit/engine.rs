@@ -91,6 +91,7 @@ pub fn diff(interp: &Decision, jit: &Decision) -> Option<Mismatch> {
         .or_else(|| differ("fallbacks", &a.fallbacks, &b.fallbacks))
         .or_else(|| differ("retries", &a.retries, &b.retries))
         .or_else(|| differ("backoff_ms", &a.backoff_ms, &b.backoff_ms))
+        .or_else(|| differ("fallback_on", &a.fallback_on, &b.fallback_on))
         .or_else(|| differ("priority", &a.priority, &b.priority))
         .or_else(|| differ("cache", &a.cache, &b.cache))
         .or_else(|| differ("reject", &a.reject, &b.reject))

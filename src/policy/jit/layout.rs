@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use crate::policy::ast::PriorityLevel;
 use crate::policy::checked::*;
 use crate::policy::features::{Outcome, RequestFeatures};
-use crate::policy::interp::eval::{glob, EpCtx};
+use crate::policy::interp::eval::{context_window, glob, EpCtx};
 
 /// A string test as a hashable key (`StrTest` itself is not `Hash`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -181,6 +181,9 @@ impl Strings {
                 t.add(s);
             }
         }
+        for c in crate::policy::features::Circuit::ALL {
+            t.add(c.as_str());
+        }
         t
     }
 
@@ -264,6 +267,7 @@ fn ep_str<'e>(c: &'e EpCtx<'_>, f: EpField) -> Option<&'e str> {
         EpField::Provider => Some(&c.reg.endpoint.provider),
         EpField::UpstreamModel => Some(&c.reg.endpoint.model),
         EpField::Model => Some(&c.reg.model.name),
+        EpField::Circuit => Some(c.stats.circuit.as_str()),
         _ => None,
     }
 }
@@ -341,7 +345,8 @@ impl Layout {
                     EpField::Quality => s.quality.get(&r.task).copied().unwrap_or(0.0).to_bits(),
                     EpField::Weight => u64::from(e.weight),
                     EpField::Priority => u64::from(e.priority),
-                    // Registry strings are all in the table.
+                    EpField::ContextWindow => context_window(e, s) as u64,
+                    // Registry strings and circuit states are all in the table.
                     _ => u64::from(
                         strings
                             .known(ep_str(c, f).unwrap_or(""))

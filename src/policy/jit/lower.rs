@@ -85,7 +85,11 @@ fn is_str_field(f: ReqField) -> bool {
 fn is_str_ep(f: EpField) -> bool {
     matches!(
         f,
-        EpField::Id | EpField::Provider | EpField::UpstreamModel | EpField::Model
+        EpField::Id
+            | EpField::Provider
+            | EpField::UpstreamModel
+            | EpField::Model
+            | EpField::Circuit
     )
 }
 
@@ -238,7 +242,10 @@ impl<'a> Lowerer<'a> {
                     return err("an endpoint field outside an endpoint context");
                 }
                 let t = match f {
-                    EpField::InFlight | EpField::Weight | EpField::Priority => LTy::I,
+                    EpField::InFlight
+                    | EpField::Weight
+                    | EpField::Priority
+                    | EpField::ContextWindow => LTy::I,
                     f if is_str_ep(*f) => LTy::I,
                     _ => LTy::F,
                 };

@@ -272,3 +272,46 @@ fn compiled_sets_decide_from_many_threads_and_drop_on_any_of_them() {
         assert!(t.join().is_ok());
     }
 }
+
+#[test]
+fn context_window_circuit_and_fallback_on_match_the_interpreter() {
+    use crate::policy::features::Circuit;
+    let c = compiled(
+        "strategy s(room = 1000) {\n  require endpoint.context_window == 0 or endpoint.context_window - request.input_tokens >= room\n  prefer endpoint.circuit == \"closed\" or starts_with(endpoint.circuit, \"half\")\n  score = endpoint.context_window / 1000 + if(endpoint.circuit in [\"open\"], 1, 0)\n  pick max\n}\nroute r {\n  fallback \"smollm\" -> \"claude-sonnet\" on 409, 5xx retries 1\n  default use any via s\n}\n",
+    );
+    let ids = [
+        "openai/gpt-4o",
+        "azure/gpt-4o",
+        "anthropic/claude-sonnet",
+        "local/smollm",
+    ];
+    for i in 0..400u64 {
+        let mut stats = StatsSnapshot::default();
+        for (k, id) in ids.iter().enumerate() {
+            let x = i.wrapping_mul(2654435761).rotate_left(k as u32 * 7);
+            stats.endpoints.insert(
+                id.to_string(),
+                EndpointStats {
+                    circuit: Circuit::ALL[(x % 3) as usize],
+                    context_window: match x % 4 {
+                        0 => None,
+                        1 => Some(0),
+                        2 => Some(u64::MAX),
+                        _ => Some(x % 300_000),
+                    },
+                    ..EndpointStats::default()
+                },
+            );
+        }
+        let mut req = RequestFeatures::for_model("gpt-4o");
+        req.input_tokens = (i * 7919) % 250_000;
+        let d = match decide_with(&c, EngineMode::Both, &req, &stats, i) {
+            Ok(d) => d,
+            Err(m) => panic!("request {i}: {m}"),
+        };
+        assert!(d
+            .fallback_on
+            .as_ref()
+            .is_some_and(|on| on.matches(409) && on.matches(503) && !on.matches(400)));
+    }
+}

@@ -20,9 +20,12 @@ use super::source::{SourceMap, Span};
 
 pub mod dnf;
 pub mod domain;
+mod fallbacks;
 mod rules;
 mod targets;
 pub mod witness;
+
+pub use fallbacks::{LintOptions, DEFAULT_MAX_ATTEMPTS};
 
 /// Stable lint warning codes (W02xx).
 pub mod codes {
@@ -40,6 +43,12 @@ pub mod codes {
     pub const UNUSED_TARGET: &str = "W0206";
     /// A split keyed by a value that may be absent.
     pub const SPLIT_KEY_MAY_BE_ABSENT: &str = "W0207";
+    /// A fallback's `on` list names only statuses that move on anyway.
+    pub const FALLBACK_ON_NO_EFFECT: &str = "W0208";
+    /// A fallback's `on` list names a 4xx that blames the request itself.
+    pub const FALLBACK_ON_REQUEST_ERROR: &str = "W0209";
+    /// A fallback chain needs more attempts than `server.max_attempts` allows.
+    pub const ATTEMPTS_EXCEED_CAP: &str = "W0210";
 
     /// Every lint code with its name (for docs and JSON consumers).
     pub const ALL: &[(&str, &str)] = &[
@@ -50,6 +59,9 @@ pub mod codes {
         (SPLIT_NOT_STICKY, "split-not-sticky"),
         (UNUSED_TARGET, "unused-target"),
         (SPLIT_KEY_MAY_BE_ABSENT, "split-key-may-be-absent"),
+        (FALLBACK_ON_NO_EFFECT, "fallback-on-no-effect"),
+        (FALLBACK_ON_REQUEST_ERROR, "fallback-on-request-error"),
+        (ATTEMPTS_EXCEED_CAP, "attempts-exceed-cap"),
     ];
 }
 
@@ -104,11 +116,23 @@ impl AstIndex {
     }
 }
 
-/// Every lint warning for a checked set built from `files`, in source order.
+/// Every lint warning for a checked set built from `files`, in source order, with the
+/// default [`LintOptions`] (no config known).
 pub fn lint(set: &CheckedPolicySet, files: &[PolicyFile]) -> Vec<Diagnostic> {
+    lint_with(set, files, &LintOptions::default())
+}
+
+/// Every lint warning for a checked set built from `files`, in source order, knowing
+/// what `opts` says of the gateway config.
+pub fn lint_with(
+    set: &CheckedPolicySet,
+    files: &[PolicyFile],
+    opts: &LintOptions,
+) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     rules::lint(set, &AstIndex::new(files), &mut out);
     targets::lint(files, &set.registry, &mut out);
+    fallbacks::lint(files, opts, &mut out);
     sort(&mut out);
     out
 }
@@ -127,8 +151,19 @@ pub struct LintOutcome {
     pub set: Option<CheckedPolicySet>,
 }
 
-/// Parses, checks and lints every file of `sources` against `registry`.
+/// Parses, checks and lints every file of `sources` against `registry`, with the
+/// default [`LintOptions`].
 pub fn lint_sources(sources: &SourceMap, registry: &Registry) -> LintOutcome {
+    lint_sources_with(sources, registry, &LintOptions::default())
+}
+
+/// Parses, checks and lints every file of `sources` against `registry`, knowing what
+/// `opts` says of the gateway config.
+pub fn lint_sources_with(
+    sources: &SourceMap,
+    registry: &Registry,
+    opts: &LintOptions,
+) -> LintOutcome {
     let mut files = Vec::new();
     let mut diags = Vec::new();
     for (id, _) in sources.files() {
@@ -146,7 +181,7 @@ pub fn lint_sources(sources: &SourceMap, registry: &Registry) -> LintOutcome {
     }
     match super::check::check(&files, sources, registry) {
         Ok(set) => LintOutcome {
-            diagnostics: lint(&set, &files),
+            diagnostics: lint_with(&set, &files, opts),
             set: Some(set),
         },
         Err(mut d) => {

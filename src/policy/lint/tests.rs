@@ -153,3 +153,91 @@ fn shipped_policies_lint_clean() {
     let text = crate::policy::diagnostic::render_all(&out.diagnostics, &m);
     assert!(out.diagnostics.is_empty(), "{text}");
 }
+
+fn lint_with_cap(text: &str, max_attempts: Option<u32>) -> Vec<Diagnostic> {
+    let mut m = SourceMap::new();
+    m.add("t.policy", text);
+    let out = lint_sources_with(&m, &Registry::example(), &LintOptions { max_attempts });
+    assert!(
+        out.set.is_some(),
+        "expected a valid policy: {:?}",
+        out.diagnostics
+    );
+    out.diagnostics
+}
+
+#[test]
+fn fallback_on_that_changes_nothing_is_flagged() {
+    let d = lint_text(
+        "route r {\n  fallback \"smollm\" on 401, 403, 429, 5xx\n  default use \"gpt-4o\"\n}\n",
+    );
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].code, codes::FALLBACK_ON_NO_EFFECT);
+    assert!(d[0].message.contains("changes nothing"), "{}", d[0].message);
+    // One status that is otherwise returned to the client gives the clause a meaning.
+    assert!(codes_of(
+        "route r {\n  fallback \"smollm\" on 409, 5xx\n  default use \"gpt-4o\"\n}\n"
+    )
+    .is_empty());
+}
+
+#[test]
+fn fallback_on_a_request_error_is_flagged() {
+    let d = lint_text(
+        "route r {\n  fallback \"smollm\" on 400, 422, 413\n  default use \"gpt-4o\"\n}\n",
+    );
+    let codes: Vec<_> = d
+        .iter()
+        .map(|d| (d.code, d.span.map(|s| s.start)))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            (codes::FALLBACK_ON_REQUEST_ERROR, Some(33)),
+            (codes::FALLBACK_ON_REQUEST_ERROR, Some(43))
+        ],
+        "{d:?}"
+    );
+    assert!(
+        d[0].message
+            .starts_with("`400` holds the request itself at fault"),
+        "{}",
+        d[0].message
+    );
+    let d = lint_text("route r {\n  rule a when request.stream {\n    use \"smollm\"\n    fallback \"gpt-4o\" on 4xx\n  }\n  default use model\n}\n");
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert!(
+        d[0].message.contains("`4xx` includes statuses such as 400"),
+        "{}",
+        d[0].message
+    );
+}
+
+#[test]
+fn chain_past_max_attempts_names_the_targets_never_tried() {
+    let text = "route r {\n  fallback \"smollm\" -> \"claude-sonnet\" retries 3\n  default use \"gpt-4o\"\n}\n";
+    let d = lint_text(text);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].code, codes::ATTEMPTS_EXCEED_CAP);
+    assert_eq!(
+        d[0].message,
+        "fallback chain of 3 targets (the rule's choice and 2 fallbacks) with retries 3 needs up to 12 attempts; server.max_attempts is 8 (the default: lint ran without a config), so \"claude-sonnet\" is never tried"
+    );
+    assert_eq!(d[0].span.map(|s| s.start), Some(33));
+    // With the config's cap: 12 fits, 3 hides both fallbacks.
+    assert!(lint_with_cap(text, Some(12)).is_empty());
+    let d = lint_with_cap(text, Some(4));
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert!(
+        d[0].message.ends_with(
+            "server.max_attempts is 4, so \"smollm\" and \"claude-sonnet\" are never tried"
+        ),
+        "{}",
+        d[0].message
+    );
+    // 2 targets x 4 attempts = 8: the last target gets its attempts.
+    assert!(
+        codes_of("route r {\n  fallback \"smollm\" retries 3\n  default use \"gpt-4o\"\n}\n")
+            .is_empty()
+    );
+}

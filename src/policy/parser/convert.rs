@@ -478,6 +478,7 @@ impl Conv {
         let span = self.sp(&p);
         let mut fb = FallbackDef {
             chain: Vec::new(),
+            on: None,
             retries: None,
             backoff: None,
             span,
@@ -485,6 +486,25 @@ impl Conv {
         for q in p.into_inner() {
             match q.as_rule() {
                 Rule::target => fb.chain.push(self.target(q)?),
+                Rule::fallback_on => {
+                    let span = self.sp(&q);
+                    let mut items = Vec::new();
+                    for i in q.into_inner() {
+                        let node = match i.as_rule() {
+                            Rule::status_class => {
+                                let d = i.as_str().as_bytes().first().copied().unwrap_or(b'0');
+                                StatusLit::Class(d.wrapping_sub(b'0'))
+                            }
+                            Rule::int => StatusLit::Code(self.int(i.clone())?.node),
+                            _ => return Err(self.bug(&i)),
+                        };
+                        items.push(Spanned {
+                            node,
+                            span: self.sp(&i),
+                        });
+                    }
+                    fb.on = Some(FallbackOnDef { items, span });
+                }
                 Rule::retries => {
                     let n = q.clone().into_inner().next().ok_or_else(|| self.bug(&q))?;
                     fb.retries = Some(self.int(n)?);

@@ -223,3 +223,46 @@ fn syntax_errors_name_the_spot_and_what_was_expected() {
         );
     }
 }
+
+#[test]
+fn fallback_on_lists_statuses_and_classes_before_retries() {
+    let f = parse_ok(
+        "route r {\n  fallback \"gpt-4o\" -> \"smollm\" on 409, 422,5xx retries 1 backoff 1s\n  default use model\n}\n",
+    );
+    let Item::Route(r) = &f.items[0] else {
+        panic!("not a route")
+    };
+    let RouteItem::Fallback(fb) = &r.items[0] else {
+        panic!("not a fallback")
+    };
+    let on = fb.on.as_ref().expect("an on clause");
+    let items: Vec<StatusLit> = on.items.iter().map(|i| i.node).collect();
+    assert_eq!(
+        items,
+        [
+            StatusLit::Code(409),
+            StatusLit::Code(422),
+            StatusLit::Class(5)
+        ]
+    );
+    assert_eq!((on.span.start, on.span.end), (42, 57));
+    assert_eq!(fb.retries.as_ref().map(|r| r.node), Some(1));
+    // Without `on` nothing changes.
+    let f = parse_ok("route r {\n  fallback \"gpt-4o\" retries 1\n  default use model\n}\n");
+    let Item::Route(r) = &f.items[0] else {
+        panic!("not a route")
+    };
+    assert!(matches!(&r.items[0], RouteItem::Fallback(fb) if fb.on.is_none()));
+}
+
+#[test]
+fn fallback_on_syntax_errors_point_at_the_list() {
+    let e = parse_err("route r {\n  fallback \"gpt-4o\" on retries 1\n  default use model\n}\n");
+    assert!(e.contains("t.policy:2:24"), "{e}");
+    // `on` goes before `retries`.
+    let e =
+        parse_err("route r {\n  fallback \"gpt-4o\" retries 1 on 409\n  default use model\n}\n");
+    assert!(e.contains("t.policy:2:31"), "{e}");
+    let e = parse_err("route r {\n  fallback \"gpt-4o\" on 409,\n  default use model\n}\n");
+    assert!(e.contains("t.policy:3:3"), "{e}");
+}
