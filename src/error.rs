@@ -321,6 +321,9 @@ pub struct GatewayError {
     pub fault: Fault,
     /// Where a retry is safe (default: the kind's).
     pub retry: Retry,
+    /// The provider's HTTP status, when the error is the provider's own answer (a
+    /// route's `fallback ... on` list is matched against it).
+    pub upstream_status: Option<u16>,
     status: u16,
     source: Option<Arc<dyn std::error::Error + Send + Sync>>,
 }
@@ -336,6 +339,7 @@ impl GatewayError {
             retry_after: None,
             fault: kind.fault(),
             retry: kind.retry(),
+            upstream_status: None,
             status: kind.status(),
             source: None,
         }

@@ -44,6 +44,9 @@ pub struct EndpointReport {
     pub selection: BTreeMap<String, f64>,
     /// Its circuit breaker.
     pub circuit: CircuitReport,
+    /// How long its provider's last `Retry-After` still holds, ms (none: no pause);
+    /// the endpoint gets no new requests meanwhile.
+    pub throttled_for_ms: Option<u64>,
 }
 
 /// An endpoint's circuit breaker in the `/admin/endpoints` report.
@@ -136,6 +139,11 @@ pub fn report(gw: &Gateway) -> Report {
             stats: stats.get(&e.id).into_owned(),
             selection: sel.remove(&*e.id).unwrap_or_default(),
             circuit: circuit(gw, i),
+            throttled_for_ms: gw
+                .stats
+                .slot(i)
+                .and_then(|s| s.throttled_for(SystemTime::now()))
+                .map(|d| d.as_millis() as u64),
         })
         .collect();
     Report {

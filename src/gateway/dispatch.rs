@@ -17,7 +17,15 @@
 //!
 //! An endpoint whose circuit is open (or whose one half-open probe is already out) is
 //! skipped without an attempt (`stats::breaker`); when that leaves nothing to try,
-//! the client gets 503 with `Retry-After` set to the next probe.
+//! the client gets 503 with `Retry-After` set to the next probe. An endpoint whose
+//! provider asked for a pause (`Retry-After` on any error) gets no new attempts
+//! until it ends; when only such endpoints are left, the client gets 429 with the
+//! shortest remaining wait.
+//!
+//! A context-window error moves to the next endpoint of the plan whose
+//! `context_window` is known and larger, else returns to the client. A route's
+//! `fallback ... on` statuses move on to the next endpoint even where the status
+//! would return to the client.
 //!
 //! When every attempt failed the client gets one aggregate error listing each
 //! attempt (endpoint, status, error, duration). Its status: 429 when every attempt
@@ -48,6 +56,7 @@ use crate::config::ProviderKind;
 use crate::egress::relay::{collect, SseRelay};
 use crate::egress::Upstream;
 use crate::error::{Code, ErrorKind, Fault, GatewayError, Retry};
+use crate::policy::FallbackOn;
 use crate::providers::{Resume, Sent, StreamContext};
 use crate::stats::{ratelimit, Admission};
 
@@ -89,6 +98,8 @@ pub(super) struct Cursor {
     plan: Vec<usize>,
     retries: u32,
     backoff_ms: Option<(u64, u64)>,
+    /// The route's `fallback ... on` statuses: these move on to the next endpoint.
+    fallback_on: Option<FallbackOn>,
     budget_end: Instant,
     /// Next plan position to try, and the retries made there so far.
     pos: usize,
@@ -100,6 +111,8 @@ pub(super) struct Cursor {
     failed: Vec<Failed>,
     /// The shortest wait until a skipped endpoint's circuit lets a probe through.
     skipped_for: Option<Duration>,
+    /// The shortest wait a skipped endpoint's provider asked for (`Retry-After`).
+    throttled_for: Option<Duration>,
 }
 
 /// Tries the plan in `ctx` until one endpoint answers; the aggregate error otherwise.
@@ -121,6 +134,7 @@ pub async fn dispatch(
         plan: ctx.plan.clone(),
         retries: plan.retries,
         backoff_ms: plan.backoff_ms,
+        fallback_on: plan.fallback_on.clone(),
         budget_end: ctx.started + Duration::from_millis(gw.config.server.retry_budget_ms),
         pos: 0,
         retry: 0,
@@ -128,6 +142,7 @@ pub async fn dispatch(
         endpoint: None,
         failed: Vec::new(),
         skipped_for: None,
+        throttled_for: None,
     };
     let result = cursor.run(None).await;
     ctx.attempts = cursor.attempts;
@@ -162,6 +177,16 @@ impl Cursor {
             {
                 break;
             }
+            // (A retry here has already waited out the endpoint's own pause.)
+            let paused = (self.retry == 0)
+                .then(|| gw.stats.slot(ep)?.throttled_for(SystemTime::now()))
+                .flatten();
+            if let Some(wait) = paused {
+                // Its provider asked for a pause (`Retry-After`): skip it, uncounted.
+                self.throttled_for = Some(self.throttled_for.map_or(wait, |w| w.min(wait)));
+                self.advance();
+                continue;
+            }
             let probe = match admit(&gw, ep) {
                 Admission::Allow => false,
                 Admission::Probe => true,
@@ -183,7 +208,24 @@ impl Cursor {
             };
             gw.log
                 .attempt_failed(ep, self.attempts, &self.decided.snapshot.version, &e);
-            let retry_safety = e.retry;
+            if let Some(wait) = e.retry_after {
+                if let Some(slot) = gw.stats.slot(ep) {
+                    slot.throttle(wait, SystemTime::now());
+                }
+            }
+            let mut retry_safety = e.retry;
+            let listed = e
+                .upstream_status
+                .is_some_and(|s| self.fallback_on.as_ref().is_some_and(|on| on.matches(s)));
+            if listed && !retry_safety.other_endpoint() {
+                // The route lists this status: the next endpoint, not the client.
+                retry_safety = Retry::OtherEndpoint;
+            }
+            let larger = if e.kind == ErrorKind::ContextWindowExceeded && !listed {
+                Some(self.larger_window(ep))
+            } else {
+                None
+            };
             let wait = backoff(self.backoff_ms, self.retry)
                 .unwrap_or_default()
                 .max(e.retry_after.unwrap_or_default());
@@ -192,6 +234,13 @@ impl Cursor {
                 error: e,
                 took: began.elapsed(),
             });
+            if let Some(larger) = larger {
+                // Over this endpoint's context window: on to the next endpoint whose
+                // window is known to be larger, else the provider's error.
+                self.pos = larger.unwrap_or(self.plan.len());
+                self.retry = 0;
+                continue;
+            }
             if !retry_safety.other_endpoint() {
                 self.pos = self.plan.len();
                 break;
@@ -211,6 +260,14 @@ impl Cursor {
             self.retry += 1;
         }
         if self.failed.is_empty() {
+            if let Some(wait) = self.throttled_for {
+                return Err(GatewayError::new(
+                    ErrorKind::RateLimited,
+                    "every endpoint of the plan asked for a pause (Retry-After); retry later",
+                )
+                .with_code(Code::UpstreamRateLimited)
+                .with_retry_after(Some(wait.max(Duration::from_secs(1)))));
+            }
             if let Some(wait) = self.skipped_for {
                 return Err(GatewayError::new(
                     ErrorKind::NoEndpoint,
@@ -244,6 +301,24 @@ impl Cursor {
             && self.pos + 1 < self.plan.len()
             && self.attempts < self.gw.config.server.max_attempts
             && Instant::now() < self.budget_end
+    }
+
+    /// The next plan position after the current one whose endpoint has a known
+    /// context window larger than endpoint `ep`'s (any known one when `ep`'s is
+    /// unknown) and not known to be too small for the request.
+    fn larger_window(&self, ep: usize) -> Option<usize> {
+        let endpoints = &self.gw.registry.endpoints;
+        let floor = endpoints
+            .get(ep)
+            .and_then(|e| e.context_window)
+            .unwrap_or(0);
+        let tokens = self.chat.estimated_input_tokens();
+        (self.pos + 1..self.plan.len()).find(|&p| {
+            endpoints
+                .get(self.plan[p])
+                .and_then(|e| e.context_window)
+                .is_some_and(|w| w > floor && w >= tokens)
+        })
     }
 
     fn advance(&mut self) {
@@ -416,12 +491,13 @@ async fn exchange(
     let idle = Duration::from_millis(up.timeouts.idle_ms);
     let (parts, upstream_body) = sent.response.into_parts();
     if !parts.status.is_success() {
-        let err = match collect(upstream_body, idle, deadline, &up.name).await {
+        let mut err = match collect(upstream_body, idle, deadline, &up.name).await {
             Ok(bytes) => up
                 .adapter()
                 .error(parts.status.as_u16(), &parts.headers, &bytes),
             Err(e) => e,
         };
+        err.upstream_status = Some(parts.status.as_u16());
         return Err(attempt.failed(err));
     }
     let content_type = parts

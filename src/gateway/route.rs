@@ -28,7 +28,6 @@ pub struct Plan {
     /// on to the next endpoint of the plan even where that status would otherwise be
     /// returned to the client; other statuses are handled as without it.
     // Filled here; dispatch starts reading it when the resilience issue wires it in.
-    #[allow(dead_code)]
     pub fallback_on: Option<FallbackOn>,
     /// The strategy invocation behind the choice, for `on success` / `on failure`.
     pub call: Option<StrategyCall>,

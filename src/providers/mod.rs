@@ -169,7 +169,8 @@ pub fn adapter_for(cfg: &ProviderConfig) -> Option<Box<dyn Adapter>> {
 
 /// Maps an upstream error answer to the client-facing error (shared by adapters).
 ///
-/// - 400/413/422: the client's request is at fault. The provider's message, `code`
+/// - 400, 413, 422 and every other 4xx not named below: the client's request is at
+///   fault. The provider's message, `code`
 ///   and `param` pass through unchanged (so OpenAI's `context_length_exceeded`
 ///   reaches the client as OpenAI sent it); a prompt over the context window (OpenAI's
 ///   code, Anthropic's "prompt is too long", Gemini's "input token count ... exceeds")
@@ -203,7 +204,7 @@ pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayE
         });
     let retry_after = crate::stats::ratelimit::retry_after(headers, std::time::SystemTime::now());
     match status {
-        400 | 413 | 422 => {
+        400..=499 if !matches!(status, 401 | 403 | 404 | 408 | 429) => {
             let code = field("code").map(Code::provider);
             let lower = detail.to_ascii_lowercase();
             let too_long = code == Some(Code::ContextLengthExceeded)

@@ -103,6 +103,9 @@ pub struct EndpointSlot {
     health_at_ms: AtomicU64,
     recovery_half_life_ms: f64,
     breaker: Breaker,
+    /// Unix ms until which the provider asked not to be sent requests (its
+    /// `Retry-After`); 0: no such wait.
+    throttled_until_ms: AtomicU64,
 }
 
 impl Default for EndpointSlot {
@@ -130,6 +133,7 @@ impl EndpointSlot {
             health_at_ms: AtomicU64::new(0),
             recovery_half_life_ms: breaker.recovery_half_life_ms as f64,
             breaker: Breaker::new(breaker),
+            throttled_until_ms: AtomicU64::new(0),
         }
     }
 }
@@ -151,6 +155,21 @@ fn unix_ms(t: SystemTime) -> u64 {
 }
 
 impl EndpointSlot {
+    /// The provider asked, at `now`, for `wait` before new requests (`Retry-After` on
+    /// a 429 or 503): the endpoint is unavailable until then. A later, shorter wait
+    /// does not shorten an earlier one.
+    pub fn throttle(&self, wait: Duration, now: SystemTime) {
+        let until = unix_ms(now).saturating_add(wait.as_millis() as u64);
+        self.throttled_until_ms.fetch_max(until, Ordering::Relaxed);
+    }
+
+    /// How long the provider's last `Retry-After` still holds at `now`, if it does.
+    pub fn throttled_for(&self, now: SystemTime) -> Option<Duration> {
+        let until = self.throttled_until_ms.load(Ordering::Relaxed);
+        let now = unix_ms(now);
+        (until > now).then(|| Duration::from_millis(until - now))
+    }
+
     /// The endpoint's circuit breaker.
     pub fn breaker(&self) -> &Breaker {
         &self.breaker
@@ -273,7 +292,7 @@ impl EndpointSlot {
         };
         let at = Instant::now();
         EndpointStats {
-            available: self.breaker.available(at),
+            available: self.breaker.available(at) && self.throttled_for(now).is_none(),
             circuit: self.breaker.state(at).into(),
             context_window: None,
             health: self.health_at(unix_ms(now)),

@@ -380,3 +380,83 @@ async fn a_stream_cut_mid_answer_continues_on_a_mock_that_takes_the_prefill() {
     );
     assert_eq!(text(&r), text(&whole));
 }
+
+/// A prompt of about 150 tokens (Switchyard estimates 4 bytes a token).
+fn long_prompt_chat() -> String {
+    let words = "lorem ipsum ".repeat(50);
+    format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{words}"}}]}}"#)
+}
+
+fn windows_config(q_window: &str) -> String {
+    format!(
+        "providers:\n  p: {{ kind: mock, mock: {{ context_window: 50 }} }}\n  q: {{ kind: mock }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x, priority: 1, context_window: 50 }}, {{ provider: q, model: x, priority: 2{q_window} }} ] }}\n"
+    )
+}
+
+const CHAIN_NO_RETRIES: &str =
+    "route r when request.model == \"m\" {\n  default use endpoint \"p/x\"\n  fallback endpoint \"q/x\"\n}\n";
+
+#[tokio::test]
+async fn a_context_window_error_moves_to_the_endpoint_with_a_larger_window() {
+    let gw = start_app(
+        &windows_config(", context_window: 128000"),
+        &[("r.policy", CHAIN_NO_RETRIES)],
+    )
+    .await;
+    let r = post(&gw.url("/v1/chat/completions"), &long_prompt_chat()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.headers["x-switchyard-endpoint"], "q/x");
+    assert_eq!(r.headers["x-switchyard-attempts"], "2");
+}
+
+#[tokio::test]
+async fn a_context_window_error_with_no_larger_window_known_returns_to_the_client() {
+    let gw = start_app(&windows_config(""), &[("r.policy", CHAIN_NO_RETRIES)]).await;
+    let r = post(&gw.url("/v1/chat/completions"), &long_prompt_chat()).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "context_length_exceeded");
+    assert_eq!(r.headers["x-switchyard-attempts"], "1");
+}
+
+#[tokio::test]
+async fn fallback_on_moves_a_listed_client_error_status_to_the_next_endpoint() {
+    let (config, _) = mock_chain("{ fail_first: 5, fail_status: 422 }", "{}");
+    let policy = "route r when request.model == \"m\" {\n  default use endpoint \"p/x\"\n  fallback endpoint \"q/x\" on 422\n}\n";
+    let gw = start_app(&config, &[("r.policy", policy)]).await;
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.headers["x-switchyard-endpoint"], "q/x");
+    // Unlisted, the same status goes back to the client.
+    let (config, _) = mock_chain("{ fail_first: 5, fail_status: 422 }", "{}");
+    let gw = start_app(&config, &[("r.policy", CHAIN_NO_RETRIES)]).await;
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+}
+
+#[tokio::test]
+async fn an_endpoint_that_said_retry_after_gets_no_new_requests_until_then() {
+    let (config, _) = mock_chain(
+        "{ fail_first: 1, fail_status: 429, retry_after_s: 30 }",
+        "{}",
+    );
+    let gw = start_app(&config, &[("r.policy", CHAIN_NO_RETRIES)]).await;
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.headers["x-switchyard-endpoint"], "q/x");
+    assert_eq!(r.headers["x-switchyard-attempts"], "2");
+    // The primary would answer now, but it asked for 30 s: not tried.
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
+    assert_eq!(r.headers["x-switchyard-endpoint"], "q/x");
+    assert_eq!(r.headers["x-switchyard-attempts"], "1");
+    let report = get(&gw.url("/admin/endpoints")).await.json();
+    let p = report["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == "p/x")
+        .unwrap()
+        .clone();
+    let left = p["throttled_for_ms"].as_u64().expect("throttled_for_ms");
+    assert!(left > 20_000 && left <= 30_000, "{left}");
+    assert_eq!(p["stats"]["available"], false);
+}
