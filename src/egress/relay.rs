@@ -51,7 +51,7 @@ impl StreamStop {
     }
 
     /// Resolves once [`StreamStop::stop`] has been called.
-    fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+    pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut rx = self.0.subscribe();
         async move {
             let _ = rx.wait_for(|stop| *stop).await;

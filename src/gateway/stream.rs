@@ -36,12 +36,14 @@ use crate::error::{ErrorKind, GatewayError};
 use crate::sse::{write_done, write_event};
 
 type Continuing = Pin<Box<dyn Future<Output = (Cursor, Result<Exchanged, GatewayError>)> + Send>>;
+type Stopped = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 enum State {
     /// Relaying a committed stream.
     Relaying(Box<Leg>, Box<Cursor>),
-    /// Starting the continuation of a stream that failed.
-    Continuing(Continuing),
+    /// Starting the continuation of a stream that failed; the shutdown token ends
+    /// the wait.
+    Continuing(Continuing, Stopped),
     /// The stream is over.
     Ended,
 }
@@ -128,11 +130,13 @@ impl ClientStream {
         }
         tracing::info!(error = %e, pieces = sent.pieces, "stream failed mid-answer; continuing on the next endpoint");
         cursor.failed_mid_stream(ep, e, began.elapsed());
-        self.state = State::Continuing(Box::pin(async move {
+        let continuing = Box::pin(async move {
             let mut cursor = *cursor;
             let result = cursor.run(Some(&sent)).await;
             (cursor, result)
-        }));
+        });
+        let stopped = Box::pin(self.gw.stream_stop.stopped());
+        self.state = State::Continuing(continuing, stopped);
     }
 }
 
@@ -172,8 +176,18 @@ impl HttpBody for ClientStream {
                         }
                     }
                 },
-                State::Continuing(fut) => match fut.as_mut().poll(cx) {
-                    Poll::Pending => return Poll::Pending,
+                State::Continuing(fut, stopped) => match fut.as_mut().poll(cx) {
+                    Poll::Pending => {
+                        if stopped.as_mut().poll(cx).is_pending() {
+                            return Poll::Pending;
+                        }
+                        let e = GatewayError::new(
+                            ErrorKind::ShuttingDown,
+                            "the gateway is shutting down; retry the request",
+                        )
+                        .with_code(crate::error::Code::GatewayShutdown);
+                        this.end_with_error(&e);
+                    }
                     Poll::Ready((cursor, Ok(Exchanged::Stream(leg)))) => {
                         this.ep = leg.ep;
                         this.state = State::Relaying(leg, Box::new(cursor));

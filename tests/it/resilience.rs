@@ -460,3 +460,40 @@ async fn an_endpoint_that_said_retry_after_gets_no_new_requests_until_then() {
     assert!(left > 20_000 && left <= 30_000, "{left}");
     assert_eq!(p["stats"]["available"], false);
 }
+
+#[tokio::test]
+async fn a_canary_rolled_back_on_its_health_guard_gets_traffic_again_once_it_recovers() {
+    let config = "breaker: { recovery_half_life_ms: 100, min_samples: 1000 }\nproviders:\n  c: { kind: mock, mock: { fail_first: 3 } }\n  s: { kind: mock }\nmodels:\n  m: { endpoints: [ { provider: c, model: x }, { provider: s, model: x } ] }\n";
+    let policy = r#"
+route r when request.model == "m" {
+  default split by random {
+    50% -> canary use endpoint "c/x" rollback when endpoint.health < 0.8
+    50% -> use endpoint "s/x"
+  }
+  fallback endpoint "s/x"
+}
+"#;
+    let gw = start_app(config, &[("r.policy", policy)]).await;
+    let served_by_canary = |n: usize| {
+        let url = gw.url("/v1/chat/completions");
+        async move {
+            let mut c = 0;
+            for _ in 0..n {
+                let r = post(&url, &chat("m", false, "")).await;
+                assert_eq!(r.status, 200, "{}", r.text());
+                if r.headers["x-switchyard-endpoint"] == "c/x" {
+                    c += 1;
+                }
+            }
+            c
+        }
+    };
+    // The canary's first 3 answers fail (each falls back to s/x): its health drops
+    // below the guard and the split rolls back to the stable arm.
+    served_by_canary(40).await;
+    // Unused, its missing health recovers (half-life 100 ms) past the guard, and the
+    // canary (healthy by now) gets its share again.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let later = served_by_canary(40).await;
+    assert!(later >= 8, "canary served {later} of 40 after recovering");
+}
