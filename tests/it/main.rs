@@ -2,6 +2,7 @@
 //! process), on loopback ephemeral ports, in one test binary.
 
 mod app;
+mod attack;
 mod common;
 mod failover;
 mod failures;
@@ -12,3 +13,4 @@ mod reload;
 mod resilience;
 mod shutdown;
 mod strategies;
+
