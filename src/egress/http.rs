@@ -21,7 +21,7 @@ use hyper_util::rt::TokioExecutor;
 use super::{SendFuture, Transport};
 use crate::body::{Body, BoxError};
 use crate::config::Timeouts;
-use crate::error::{Code, ErrorKind, GatewayError};
+use crate::error::{Code, ErrorKind, GatewayError, Retry};
 
 type HttpClient = Client<HttpsConnector<HttpConnector>, Body>;
 
@@ -67,16 +67,20 @@ impl HttpTransport {
             .with_code(Code::UpstreamTimeout)
             .with_source(e);
         }
-        let what = if e.is_connect() {
-            "could not connect to"
+        let (what, retry) = if e.is_connect() {
+            ("could not connect to", Retry::Any)
         } else {
-            "request failed at"
+            // The connection broke after the request went out: the provider may have
+            // received it (and bill it), so it is not sent there again; the next
+            // endpoint may take it.
+            ("request failed at", Retry::OtherEndpoint)
         };
         GatewayError::new(
             ErrorKind::BadUpstream,
             format!("{what} provider `{}`: {cause}", self.provider),
         )
         .with_code(Code::UpstreamUnreachable)
+        .with_retry(retry)
         .with_source(e)
     }
 }

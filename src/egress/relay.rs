@@ -266,6 +266,36 @@ impl SseRelay {
         }
     }
 
+    /// The provider finished. A restart that has not repeated all the text already
+    /// sent did not give the same answer: what it wrote instead (its finish chunk
+    /// and `[DONE]`) is dropped, and the stream fails as diverged.
+    fn finish(&mut self) {
+        if self.transcoder.sent().unmatched > 0 {
+            self.out.clear();
+            self.fail(
+                GatewayError::new(
+                    ErrorKind::BadUpstream,
+                    "the stream broke, and the endpoint that was to continue it finished its answer before repeating the text already sent",
+                )
+                .with_code(crate::error::Code::UpstreamStreamDiverged)
+                .with_retry(crate::error::Retry::OtherEndpoint),
+            );
+            return;
+        }
+        self.finished = true;
+    }
+
+    /// After a failure that came once the finish reason had been sent: what the
+    /// provider left unsaid (the usage chunk owed to the client, `[DONE]`), as the
+    /// transcoder writes it for a clean end.
+    pub fn close_after_finish(&mut self) -> Bytes {
+        let mut out = BytesMut::new();
+        if self.transcoder.end(&mut out).is_err() {
+            crate::sse::write_done(&mut out);
+        }
+        out.freeze()
+    }
+
     fn fail(&mut self, e: GatewayError) {
         if self.failure.is_none() && !self.finished {
             self.failure = Some(e);
@@ -289,7 +319,7 @@ impl SseRelay {
                 self.fail(e);
             }
             Poll::Ready(None) => match self.transcoder.end(&mut self.out) {
-                Ok(()) => self.finished = true,
+                Ok(()) => self.finish(),
                 Err(e) => self.fail(e),
             },
             Poll::Pending => {
@@ -327,7 +357,7 @@ impl SseRelay {
             match self.transcoder.event(&ev, &mut self.out) {
                 Ok(StreamStep::Continue) => {}
                 Ok(StreamStep::Done) => {
-                    self.finished = true;
+                    self.finish();
                     return;
                 }
                 Err(e) => {

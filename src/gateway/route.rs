@@ -68,8 +68,22 @@ pub fn route(
         }
         let mut e = GatewayError::rejected(r.status, &r.message);
         if r.status == 503 {
-            // Nothing available: when open circuits are why, say when to come back.
-            e.retry_after = next_probe(gw, &chat.model);
+            // Nothing available: when open circuits or providers' pauses are why,
+            // say when to come back; pauses alone are the providers' 429.
+            let probe = next_probe(gw, &chat.model);
+            let paused = next_unpause(gw, &chat.model);
+            if let (Some(wait), None) = (paused, probe) {
+                return Err(GatewayError::new(
+                    ErrorKind::RateLimited,
+                    "every endpoint of the model asked for a pause (Retry-After); retry later",
+                )
+                .with_code(Code::UpstreamRateLimited)
+                .with_retry_after(Some(wait)));
+            }
+            e.retry_after = match (probe, paused) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
         return Err(e);
     }
@@ -125,6 +139,18 @@ fn decide(gw: &Gateway, snap: &PolicySnapshot, features: &RequestFeatures) -> De
         }
     }
     decision
+}
+
+/// The soonest a provider's pause (`Retry-After`) among `model`'s endpoints ends (at
+/// least 1 s), if any is paused.
+fn next_unpause(gw: &Gateway, model: &str) -> Option<std::time::Duration> {
+    let now = SystemTime::now();
+    let m = gw.registry.model(model).ok()?;
+    m.endpoints
+        .iter()
+        .filter_map(|&i| gw.stats.slot(i)?.throttled_for(now))
+        .min()
+        .map(|d| d.max(std::time::Duration::from_secs(1)))
 }
 
 /// The soonest an open circuit among `model`'s endpoints lets a probe through

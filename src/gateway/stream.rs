@@ -14,7 +14,8 @@
 //! break its JSON arguments), when the gateway is shutting down, when `n` > 1, or
 //! when `server.stream_failover` is off. Then, or when the continuation fails too,
 //! the client's stream ends with one OpenAI-shaped error event. A stream whose
-//! finish reason had already been sent ends with `[DONE]`: the answer is whole.
+//! finish reason had already been sent ends as a clean close would (the usage chunk
+//! if one is owed, then `[DONE]`): the answer, text or tool calls, is whole.
 //!
 //! The continuation's usage chunk (when asked for) counts the continuation only.
 
@@ -33,7 +34,7 @@ use super::Gateway;
 use crate::body::BoxError;
 use crate::egress::relay::Step;
 use crate::error::{ErrorKind, GatewayError};
-use crate::sse::{write_done, write_event};
+use crate::sse::write_event;
 
 type Continuing = Pin<Box<dyn Future<Output = (Cursor, Result<Exchanged, GatewayError>)> + Send>>;
 type Stopped = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -107,17 +108,18 @@ impl ClientStream {
             began,
             ttft,
         } = *leg;
+        let mut relay = relay;
         let sent = relay.sent().clone();
-        drop(relay);
-        if sent.finished && !sent.tool_calls {
-            // Only the end of the stream was lost; the answer itself is whole.
+        if sent.finished {
+            // Only the end of the stream was lost; the answer itself (text or tool
+            // calls) is whole: end it as a clean close would.
+            self.pending = Some(relay.close_after_finish());
+            drop(relay);
             attempt.succeeded(ttft);
-            let mut out = BytesMut::with_capacity(16);
-            write_done(&mut out);
-            self.pending = Some(out.freeze());
             self.end(StreamStatus::Completed);
             return;
         }
+        drop(relay);
         let e = attempt.failed(e);
         let continuable =
             e.kind != ErrorKind::ShuttingDown && !sent.tool_calls && cursor.can_continue();

@@ -468,8 +468,12 @@ impl Progress {
             p.resuming = true;
             p.sent = r.sent.clone();
             p.sent.finished = false;
+            p.sent.unmatched = 0;
             if !r.skip.is_empty() {
                 p.skip = Some((r.skip.clone(), 0, r.exact));
+                if r.exact {
+                    p.sent.unmatched = r.skip.len();
+                }
             }
         }
         p
@@ -506,8 +510,12 @@ impl Progress {
             if n == wanted.len() {
                 rest = &rest[n..];
                 self.skip = None;
+                self.sent.unmatched = 0;
             } else if n == rest.len() {
                 *pos += n;
+                if *exact {
+                    self.sent.unmatched = want.len() - *pos;
+                }
                 return Ok("");
             } else if *exact {
                 return Err(GatewayError::new(
@@ -515,7 +523,7 @@ impl Progress {
                     "the stream broke, and the endpoint that was to continue it began a different answer than the one already sent",
                 )
                 .with_code(Code::UpstreamStreamDiverged)
-                .with_retry(crate::error::Retry::Never));
+                .with_retry(crate::error::Retry::OtherEndpoint));
             } else {
                 rest = &rest[n..];
                 self.skip = None;

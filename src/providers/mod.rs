@@ -96,6 +96,9 @@ pub struct Sent {
     pub tool_calls: bool,
     /// The finish reason was sent: the answer itself is complete.
     pub finished: bool,
+    /// Bytes of a restart's [`Resume::skip`] not yet matched: a restart that
+    /// finishes with some left did not repeat the text already sent.
+    pub unmatched: usize,
 }
 
 /// How a stream continues another one that failed after its commit point.

@@ -1,6 +1,7 @@
 //! Attack tests against mid-stream failover, Retry-After throttling and
-//! context-window routing. Tests marked `// BUG:` fail on purpose: they show a
-//! defect (expected vs actual in the comment). The others held up.
+//! context-window routing, by an outside review. Tests marked `// Regression:` failed
+//! when written (the comment says what was wrong) and pass since the fix; the others
+//! held up from the start.
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -114,7 +115,8 @@ fn finish_chunk(reason: &str) -> String {
 }
 
 const DONE: &str = "data: [DONE]\n\n";
-const ERROR_EVENT: &str = "data: {\"error\":{\"message\":\"backend died\",\"type\":\"server_error\"}}\n\n";
+const ERROR_EVENT: &str =
+    "data: {\"error\":{\"message\":\"backend died\",\"type\":\"server_error\"}}\n\n";
 
 fn openai_sse(pieces: &[&str], finish: bool) -> String {
     let mut s = role_chunk();
@@ -202,7 +204,7 @@ async fn uninterrupted(mock: &str) -> String {
 // Findings
 // ---------------------------------------------------------------------------
 
-// BUG: a tool-call answer whose finish chunk (`finish_reason: "tool_calls"`) was
+// Regression: a tool-call answer whose finish chunk (`finish_reason: "tool_calls"`) was
 // already sent is complete, but when the provider then fails (an error event or a
 // stall instead of `[DONE]`) `ClientStream::leg_failed` only treats
 // `sent.finished && !sent.tool_calls` as whole. Expected: the stream ends with
@@ -227,10 +229,15 @@ async fn attack_finished_tool_call_then_error_event_ends_with_done() {
         "no error event after a complete tool-call answer: {}",
         r.text()
     );
-    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{}", r.text());
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("[DONE]"),
+        "{}",
+        r.text()
+    );
 }
 
-// BUG: with `stream_options.include_usage`, a stream whose finish chunk arrived but
+// Regression: with `stream_options.include_usage`, a stream whose finish chunk arrived but
 // whose provider then failed before its usage chunk and `[DONE]` ends with `[DONE]`
 // alone (`leg_failed` writes only `[DONE]`). Expected: the usage chunk the client
 // asked for (estimated, as `OpenAiStream::close` does when the provider omits it),
@@ -253,13 +260,15 @@ async fn attack_error_after_finish_with_include_usage_still_sends_a_usage_chunk(
     assert_eq!(r.status, 200);
     assert_eq!(clean_text(&r), "Hello world");
     assert!(
-        r.events().iter().any(|e| e.contains("\"usage\"") && e.contains("completion_tokens")),
+        r.events()
+            .iter()
+            .any(|e| e.contains("\"usage\"") && e.contains("completion_tokens")),
         "usage chunk asked for: {}",
         r.text()
     );
 }
 
-// BUG: a restart (no prefill) must repeat the text already sent exactly
+// Regression: a restart (no prefill) must repeat the text already sent exactly
 // (`Resume.exact`); `Progress::text` only checks the pieces that arrive. A restart
 // that finishes *before* it has repeated all of the sent text is accepted: the
 // client reads "Hello world" + finish + [DONE] although the continuing model's
@@ -367,13 +376,21 @@ async fn attack_plan_exhausted_mid_stream_ends_with_exactly_one_error_event() {
     let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
     let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
     let events = r.events();
-    assert_eq!(events.iter().filter(|e| e.contains("\"error\"")).count(), 1, "{}", r.text());
+    assert_eq!(
+        events.iter().filter(|e| e.contains("\"error\"")).count(),
+        1,
+        "{}",
+        r.text()
+    );
     assert!(events.last().unwrap().contains("\"error\""), "{}", r.text());
     assert!(!r.text().contains("[DONE]"));
     let mut text = String::new();
     for e in &events {
         let v: serde_json::Value = serde_json::from_str(e).unwrap();
-        if let Some(t) = v["choices"].get(0).and_then(|c| c["delta"]["content"].as_str()) {
+        if let Some(t) = v["choices"]
+            .get(0)
+            .and_then(|c| c["delta"]["content"].as_str())
+        {
             text.push_str(t);
         }
     }
@@ -391,7 +408,12 @@ async fn attack_max_attempts_reached_mid_stream_is_one_error_event() {
     let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
     let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
     let events = r.events();
-    assert_eq!(events.iter().filter(|e| e.contains("\"error\"")).count(), 1, "{}", r.text());
+    assert_eq!(
+        events.iter().filter(|e| e.contains("\"error\"")).count(),
+        1,
+        "{}",
+        r.text()
+    );
     assert_eq!(seen_b.lock().unwrap().len(), 0);
 }
 
@@ -408,7 +430,7 @@ async fn attack_stall_mid_stream_continues_on_the_next_endpoint() {
     assert_eq!(clean_text(&r), "one two three");
 }
 
-// BUG: when the only endpoint of a model is paused by its provider's Retry-After,
+// Regression: when the only endpoint of a model is paused by its provider's Retry-After,
 // the routing phase (strategies see a throttled endpoint as unavailable) rejects
 // the request before dispatch with 503 `rejected_by_policy` "No endpoint is
 // available for model." and no Retry-After header (`route.rs` `next_probe` only
@@ -418,7 +440,11 @@ async fn attack_stall_mid_stream_continues_on_the_next_endpoint() {
 #[tokio::test]
 async fn attack_only_endpoint_throttled_is_429_with_retry_after_not_a_hang() {
     let (a, hits) = sequence_upstream(vec![
-        (429, "retry-after: 20\r\n", r#"{"error":{"message":"slow down"}}"#),
+        (
+            429,
+            "retry-after: 20\r\n",
+            r#"{"error":{"message":"slow down"}}"#,
+        ),
         (200, "", COMPLETION),
     ]);
     let gw = start_app(
@@ -430,7 +456,14 @@ async fn attack_only_endpoint_throttled_is_429_with_retry_after_not_a_hang() {
     let r1 = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
     let r2 = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
     assert!(t.elapsed() < Duration::from_secs(25), "{:?}", t.elapsed());
-    assert_eq!(r2.status, 429, "{} / {} / {:?}", r1.status, r2.text(), r2.headers);
+    assert_eq!(
+        r2.status,
+        429,
+        "{} / {} / {:?}",
+        r1.status,
+        r2.text(),
+        r2.headers
+    );
     let ra: u64 = r2.headers["retry-after"].to_str().unwrap().parse().unwrap();
     assert!((1..=20).contains(&ra), "{ra}");
     assert!(hits.load(std::sync::atomic::Ordering::SeqCst) <= 2);
@@ -509,7 +542,11 @@ async fn attack_client_gone_during_continuation_leaks_no_in_flight() {
     let mut settled = None;
     for _ in 0..40 {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let now = metric(&get(&gw.url("/metrics")).await.text(), "switchyard_in_flight_requests", &[]);
+        let now = metric(
+            &get(&gw.url("/metrics")).await.text(),
+            "switchyard_in_flight_requests",
+            &[],
+        );
         if now <= base {
             settled = Some(left.elapsed());
             break;
@@ -518,8 +555,14 @@ async fn attack_client_gone_during_continuation_leaks_no_in_flight() {
     eprintln!("in-flight settled after {settled:?}");
     let m = get(&gw.url("/metrics")).await.text();
     let m = m.replace(
-        &format!("switchyard_in_flight_requests {}", metric(&m, "switchyard_in_flight_requests", &[])),
-        &format!("switchyard_in_flight_requests {}", metric(&m, "switchyard_in_flight_requests", &[]) - base),
+        &format!(
+            "switchyard_in_flight_requests {}",
+            metric(&m, "switchyard_in_flight_requests", &[])
+        ),
+        &format!(
+            "switchyard_in_flight_requests {}",
+            metric(&m, "switchyard_in_flight_requests", &[]) - base
+        ),
     );
     let lines: Vec<&str> = m.lines().filter(|l| l.contains("in_flight")).collect();
     // (The gauge is process-wide: other tests of this binary move it, so it is
@@ -542,7 +585,10 @@ async fn attack_many_role_only_chunks_before_content_are_bounded() {
     body.push_str(DONE);
     let (a, _) = sse_upstream(vec![body]);
     let gw = start_app(
-        &format!("providers:\n  p: {}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x }} ] }}\n", oa(a, "")),
+        &format!(
+            "providers:\n  p: {}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x }} ] }}\n",
+            oa(a, "")
+        ),
         &[],
     )
     .await;
@@ -630,9 +676,18 @@ async fn attack_n2_stream_cut_is_not_continued_and_ends_with_one_error() {
     let (b, seen_b) = sse_upstream(vec![openai_sse(&["x"], true)]);
     let (cfg, policy) = chain3(&oa(a, ""), &oa(b, ""), None, "");
     let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
-    let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, r#","n":2"#)).await;
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        &chat("m", true, r#","n":2"#),
+    )
+    .await;
     let events = r.events();
-    assert_eq!(events.iter().filter(|e| e.contains("\"error\"")).count(), 1, "{}", r.text());
+    assert_eq!(
+        events.iter().filter(|e| e.contains("\"error\"")).count(),
+        1,
+        "{}",
+        r.text()
+    );
     assert!(events.last().unwrap().contains("\"error\""));
     assert_eq!(seen_b.lock().unwrap().len(), 0);
 }

@@ -228,22 +228,26 @@ fn json_upstream(content: &'static str, drop_first: bool) -> std::net::SocketAdd
 }
 
 /// A connection the provider closed after reading the request is an attempt failure
-/// like any other: re-sent only by the fallback chain's retries, and counted.
+/// that is never re-sent to that provider (it may have received and billed it): the
+/// next endpoint serves, and the attempt is counted.
 #[tokio::test]
-async fn a_dropped_connection_is_retried_only_as_a_counted_attempt() {
+async fn a_dropped_connection_moves_to_the_next_endpoint_without_a_resend() {
     let addr = json_upstream("ok", true);
     let gw = serve_with_policies(
         &format!(
-            "providers:\n  p: {{ kind: openai-compatible, base_url: http://{addr}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x }} ] }}\n"
+            "providers:\n  p: {{ kind: openai-compatible, base_url: http://{addr}/v1 }}\n  q: {{ kind: mock }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x }}, {{ provider: q, model: x }} ] }}\n"
         ),
         &[(
             "r.policy",
-            "route r when request.model == \"m\" {\n  default use endpoint \"p/x\"\n  fallback endpoint \"p/x\" retries 1\n}\n",
+            "route r when request.model == \"m\" {\n  default use endpoint \"p/x\"\n  fallback endpoint \"q/x\" retries 1\n}\n",
         )],
     );
     let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.json()["choices"][0]["message"]["content"], "ok");
+    assert_eq!(
+        r.headers["x-switchyard-endpoint"], "q/x",
+        "not re-sent to p"
+    );
     assert_eq!(r.headers["x-switchyard-attempts"], "2");
 }
 

@@ -13,4 +13,3 @@ mod reload;
 mod resilience;
 mod shutdown;
 mod strategies;
-
