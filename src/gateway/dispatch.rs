@@ -209,8 +209,11 @@ impl Cursor {
             gw.log
                 .attempt_failed(ep, self.attempts, &self.decided.snapshot.version, &e);
             if let Some(wait) = e.retry_after {
+                // A pause lasts at most the breaker's longest cooldown: one answer
+                // cannot take an endpoint out for the full hour a header may ask.
+                let cap = Duration::from_millis(gw.config.breaker.max_cooldown_ms);
                 if let Some(slot) = gw.stats.slot(ep) {
-                    slot.throttle(wait, SystemTime::now());
+                    slot.throttle(wait.min(cap), SystemTime::now());
                 }
             }
             let mut retry_safety = e.retry;

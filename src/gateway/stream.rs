@@ -11,7 +11,8 @@
 //! second `role`, so the client reads one continuous answer.
 //!
 //! A stream is not continued when a tool call has started (a continuation could
-//! break its JSON arguments), when the gateway is shutting down, when `n` > 1, or
+//! break its JSON arguments), when its text outgrew
+//! [`crate::providers::MAX_TRACKED_BYTES`], when the gateway is shutting down, when `n` > 1, or
 //! when `server.stream_failover` is off. Then, or when the continuation fails too,
 //! the client's stream ends with one OpenAI-shaped error event. A stream whose
 //! finish reason had already been sent ends as a clean close would (the usage chunk
@@ -121,8 +122,10 @@ impl ClientStream {
         }
         drop(relay);
         let e = attempt.failed(e);
-        let continuable =
-            e.kind != ErrorKind::ShuttingDown && !sent.tool_calls && cursor.can_continue();
+        let continuable = e.kind != ErrorKind::ShuttingDown
+            && !sent.tool_calls
+            && !sent.untracked
+            && cursor.can_continue();
         if !continuable {
             if e.kind != ErrorKind::ShuttingDown {
                 self.gw.log.upstream_error(ep, &e);

@@ -532,7 +532,13 @@ impl Progress {
         if !rest.is_empty() {
             self.sent.pieces += 1;
             if self.track {
-                self.sent.text.push_str(rest);
+                if self.sent.text.len() + rest.len() > super::MAX_TRACKED_BYTES {
+                    self.track = false;
+                    self.sent.untracked = true;
+                    self.sent.text = String::new();
+                } else {
+                    self.sent.text.push_str(rest);
+                }
             }
         }
         Ok(rest)
@@ -746,6 +752,25 @@ mod progress_tests {
         assert_eq!(p.sent.text, "Hello world!");
         assert_eq!(p.sent.pieces, 4);
         assert!(p.resuming() && p.content);
+    }
+
+    #[test]
+    fn text_past_the_tracking_bound_is_dropped_and_the_stream_marked_untracked() {
+        let mut p = Progress::new(&StreamContext {
+            logical_model: "m".into(),
+            include_usage: false,
+            prompt_tokens_estimate: 0,
+            track: true,
+            resume: None,
+        });
+        let piece = "x".repeat(1024);
+        for _ in 0..(crate::providers::MAX_TRACKED_BYTES / 1024) {
+            assert_eq!(p.text(&piece).unwrap(), piece);
+        }
+        assert!(!p.sent.untracked);
+        assert_eq!(p.text("y").unwrap(), "y", "still relayed");
+        assert!(p.sent.untracked);
+        assert!(p.sent.text.is_empty(), "memory given back");
     }
 
     #[test]

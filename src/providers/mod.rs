@@ -78,6 +78,10 @@ pub struct StreamContext {
     pub resume: Option<Resume>,
 }
 
+/// Most assistant text kept per stream for a continuation, in bytes (256 KiB, about
+/// 64 000 tokens); a longer answer that breaks ends with an error event.
+pub const MAX_TRACKED_BYTES: usize = 256 * 1024;
+
 /// What a stream has sent the client so far: the chunk identity, and (when the
 /// transcoder tracks it) the assistant text, so that a failed stream can be continued
 /// on another endpoint (seed 000, mid-stream failover with prefill).
@@ -96,6 +100,9 @@ pub struct Sent {
     pub tool_calls: bool,
     /// The finish reason was sent: the answer itself is complete.
     pub finished: bool,
+    /// The text outgrew [`MAX_TRACKED_BYTES`] and is no longer kept: the stream can
+    /// no longer be continued elsewhere.
+    pub untracked: bool,
     /// Bytes of a restart's [`Resume::skip`] not yet matched: a restart that
     /// finishes with some left did not repeat the text already sent.
     pub unmatched: usize,
