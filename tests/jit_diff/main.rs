@@ -6,6 +6,9 @@
 //! Size: `JIT_DIFF_POLICIES` policy sets (default 400) × `JIT_DIFF_REQUESTS` requests
 //! each (default 250) = 100,000 cases by default. Each policy is generated, checked
 //! and compiled once; its requests are decided on both engines.
+//!
+//! Replay: `JIT_DIFF_SEED=<seed>` runs only the policy set of that seed (the
+//! "minimal failing input" a failure prints), deterministically.
 
 mod gen;
 
@@ -164,6 +167,21 @@ fn one_policy(
 
 fn run(label: &str, policies: u64, requests: u64, max_rules: usize) {
     let n = Counters::default();
+    // `JIT_DIFF_SEED=<u64>` replays one policy set (the seed a failure reports as
+    // "minimal failing input") instead of random ones.
+    if let Some(seed) = std::env::var("JIT_DIFF_SEED")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        if let Err(e) = one_policy(seed, requests, max_rules, &n) {
+            panic!("seed {seed}: {e}");
+        }
+        eprintln!(
+            "jit differential ({label}): seed {seed}, {} decisions compared",
+            n.cases.load(Ordering::Relaxed)
+        );
+        return;
+    }
     let start = std::time::Instant::now();
     let mut runner = TestRunner::new(Config {
         cases: policies as u32,

@@ -212,11 +212,7 @@ pub fn rank<'a>(
             rest.push(c);
         }
     }
-    match s.pick {
-        PickMode::Min => rest.sort_by(|a, b| a.score.total_cmp(&b.score)),
-        PickMode::Max => rest.sort_by(|a, b| b.score.total_cmp(&a.score)),
-        _ => rest.sort_by(|a, b| b.probability.total_cmp(&a.probability)),
-    }
+    order_rest(s.pick, &mut rest);
     order.extend(rest);
     if explain {
         for c in &order {
@@ -296,6 +292,32 @@ pub fn probabilities(pick: PickMode, scores: &[f64]) -> Vec<f64> {
             _ => 1.0,
         })
         .collect()
+}
+
+/// Orders the candidates after the pick (shared with the JIT). Min/max: by score, NaN
+/// scores last; weighted/sample: by probability, highest first. Equal keys keep
+/// candidate order, and 0.0 equals -0.0, as in `choose`.
+///
+/// Not `f64::total_cmp`: it orders NaNs by their sign bit, which IEEE 754 leaves
+/// unspecified and which the engines need not agree on (cranelift rewrites
+/// `-a * -b` to `a * b`, so a NaN product can come out with the other sign). Under
+/// `pick min` a negative NaN then sorted before every number, against "NaN scores
+/// lose".
+pub fn order_rest(mode: PickMode, rest: &mut [EpCtx<'_>]) {
+    use std::cmp::Ordering;
+    fn nan_last(a: f64, b: f64) -> Ordering {
+        match (a.is_nan(), b.is_nan()) {
+            (true, true) => Ordering::Equal,
+            (true, false) => Ordering::Greater,
+            (false, true) => Ordering::Less,
+            (false, false) => a.partial_cmp(&b).unwrap_or(Ordering::Equal),
+        }
+    }
+    match mode {
+        PickMode::Min => rest.sort_by(|a, b| nan_last(a.score, b.score)),
+        PickMode::Max => rest.sort_by(|a, b| nan_last(-a.score, -b.score)),
+        _ => rest.sort_by(|a, b| nan_last(-a.probability, -b.probability)),
+    }
 }
 
 /// The index of the pick. Min/max: NaN scores lose; ties go to the earlier candidate.

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use smallvec::SmallVec;
 
-use crate::policy::ast::{Event, PickMode, PriorityLevel};
+use crate::policy::ast::{Event, PriorityLevel};
 use crate::policy::checked::*;
 use crate::policy::features::{Outcome, RequestFeatures, StatsSnapshot};
 use crate::policy::interp::eval::{reduce, EpCtx};
@@ -319,11 +319,7 @@ impl<'a> JRun<'a> {
         let rest = kept
             .get_mut(usize::from(chosen.is_some())..)
             .unwrap_or_default();
-        match s.pick {
-            PickMode::Min => rest.sort_by(|a, b| a.score.total_cmp(&b.score)),
-            PickMode::Max => rest.sort_by(|a, b| b.score.total_cmp(&a.score)),
-            _ => rest.sort_by(|a, b| b.probability.total_cmp(&a.probability)),
-        }
+        strategy::order_rest(s.pick, rest);
         Some(kept)
     }
 

@@ -315,3 +315,63 @@ fn context_window_circuit_and_fallback_on_match_the_interpreter() {
             .is_some_and(|on| on.matches(409) && on.matches(503) && !on.matches(400)));
     }
 }
+
+/// jit_diff seed 12757515039241277360: `-(a) * -(b)` with `b` a NaN (0 × −inf) gave a
+/// NaN of one sign in the interpreter and of the other in the JIT (cranelift rewrites
+/// it to `a * b`). The plans were sorted with `f64::total_cmp`, which orders NaNs by
+/// sign, so under `pick min` the JIT ranked the NaN endpoint first after the pick and
+/// the interpreter last. NaN scores rank last on both, for `min` and `max`, and
+/// 0.0 ties -0.0 (registry order), as in the pick.
+#[test]
+fn nan_score_sign_bit_does_not_move_an_endpoint_up_the_plan() {
+    let order = |pick: &str, score: &str, stats: &StatsSnapshot| {
+        let c = compiled(&format!(
+            "strategy s {{\n  score = {score}\n  pick {pick}\n}}\nroute r {{\n  default use any via s\n}}\n"
+        ));
+        let req = RequestFeatures::for_model("gpt-4o");
+        let d = decide_with(&c, EngineMode::Both, &req, stats, 7).unwrap_or_else(|m| panic!("{m}"));
+        let mut ids = vec![d.endpoint.unwrap_or_default()];
+        ids.extend(d.fallbacks.into_iter().map(|s| s.endpoint));
+        ids
+    };
+    // openai/gpt-4o, the first in registry order, scores NaN.
+    let mut stats = StatsSnapshot::default();
+    stats.endpoints.insert(
+        "openai/gpt-4o".into(),
+        EndpointStats {
+            ttft_ewma_ms: f64::NEG_INFINITY,
+            ..EndpointStats::default()
+        },
+    );
+    let nan = "-(endpoint.health) * -(endpoint.latency_ewma_ms * endpoint.ttft_ewma_ms)";
+    for pick in ["min", "max"] {
+        let ids = order(pick, nan, &stats);
+        assert!(ids.len() > 2, "{ids:?}");
+        assert_eq!(
+            ids.last().map(String::as_str),
+            Some("openai/gpt-4o"),
+            "pick {pick}: {ids:?}"
+        );
+        let ids = order(pick, &format!("0.0 - ({nan})"), &stats);
+        assert_eq!(
+            ids.last().map(String::as_str),
+            Some("openai/gpt-4o"),
+            "pick {pick}: {ids:?}"
+        );
+    }
+    // -0.0 ties 0.0: the plan keeps registry order (here after a pick of 0.0).
+    let mut stats = StatsSnapshot::default();
+    for (id, h) in [("azure/gpt-4o", 0.0), ("anthropic/claude-sonnet", -0.0)] {
+        stats.endpoints.insert(
+            id.into(),
+            EndpointStats {
+                health: h,
+                ..EndpointStats::default()
+            },
+        );
+    }
+    let ids = order("min", "endpoint.health", &stats);
+    let azure = ids.iter().position(|i| i == "azure/gpt-4o");
+    let claude = ids.iter().position(|i| i == "anthropic/claude-sonnet");
+    assert!(azure < claude, "{ids:?}");
+}
