@@ -2,6 +2,7 @@
 //! process), on loopback ephemeral ports, in one test binary.
 
 mod app;
+mod auth;
 mod common;
 mod failover;
 mod failures;
