@@ -241,7 +241,7 @@ impl Authenticator {
 
     fn verify_key(&self, secret: &str) -> Result<Principal, String> {
         let from_file;
-        let entry = match self.inline.find(secret) {
+        let found = match self.inline.find(secret) {
             Some(e) => e,
             None => {
                 from_file = self.file.as_ref().map(|f| f.get());
@@ -251,6 +251,7 @@ impl Authenticator {
                     .ok_or("unknown API key")?
             }
         };
+        let entry = &found.entry;
         if entry.revoked {
             return Err(format!("key {} is revoked", entry.id));
         }
@@ -265,7 +266,7 @@ impl Authenticator {
                 .map(|p| p.iter().cloned().collect()),
             scopes: Vec::new(),
             metadata: entry.metadata.clone(),
-            limits: entry.limits.clone().map(Arc::new),
+            limits: found.limits.clone(),
             method: Method::ApiKey,
         })
     }
