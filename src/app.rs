@@ -25,7 +25,7 @@ use crate::egress::http::HttpTransport;
 use crate::egress::relay::StreamStop;
 use crate::egress::{Transport, Upstream};
 use crate::gateway::Gateway;
-use crate::ingress::Services;
+use crate::ingress::{Services, Surface};
 use crate::reload::{Reloader, WatchGuard};
 use crate::routing::policy::{PolicyCell, PolicySnapshot};
 
@@ -66,6 +66,10 @@ pub enum StartError {
     /// The policy directory cannot be watched (exit code 2).
     #[error("{0}")]
     Watch(String),
+    /// Authentication cannot be set up: a key or JWKS file, an unset secret
+    /// variable (exit code 1).
+    #[error("{0}")]
+    Auth(String),
 }
 
 /// The upstreams of `config`, one per provider in config order, each with its
@@ -103,6 +107,7 @@ fn transport(p: &ProviderConfig) -> Arc<dyn Transport> {
 /// A running gateway: its listener, services and background tasks.
 pub struct App {
     addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
     services: Arc<Services>,
     shutdown: watch::Sender<bool>,
     server: JoinHandle<()>,
@@ -129,6 +134,18 @@ impl App {
         opts: AppOptions,
     ) -> Result<App, StartError> {
         let upstreams = upstreams(&config, &*opts.env).map_err(StartError::Providers)?;
+        let auth =
+            crate::auth::Authenticator::new(&config.auth, &*opts.env).map_err(StartError::Auth)?;
+        let admin = crate::auth::AdminGuard::new(&config.admin);
+        if admin.is_open() {
+            tracing::warn!(
+                "no admin keys are configured: /admin/* answers anyone who can reach it (see `admin:` in the README)"
+            );
+        }
+        if auth.mode() == crate::config::AuthMode::None {
+            tracing::info!("auth.mode is none: client credentials are not verified");
+        }
+        let admin_listen = config.admin.listen;
         let metrics = crate::telemetry::install();
         let listen = config.server.listen;
         let drain = Duration::from_millis(config.server.drain_timeout_ms);
@@ -137,7 +154,13 @@ impl App {
         let cell: PolicyCell = Arc::new(arc_swap::ArcSwap::from_pointee(policy));
         let reloader = Reloader::new(cell.clone(), &config, policy_dir);
         let stream_stop = StreamStop::new();
-        let gateway = Arc::new(Gateway::new(config, upstreams, cell, stream_stop.clone()));
+        let gateway = Arc::new(Gateway::new(
+            config,
+            upstreams,
+            cell,
+            stream_stop.clone(),
+            auth,
+        ));
         let listener = TcpListener::bind(listen)
             .await
             .map_err(|source| StartError::Bind {
@@ -145,6 +168,18 @@ impl App {
                 source,
             })?;
         let addr = listener.local_addr().unwrap_or(listen);
+        let admin_listener = match admin_listen {
+            None => None,
+            Some(a) => Some(
+                TcpListener::bind(a)
+                    .await
+                    .map_err(|source| StartError::Bind { addr: a, source })?,
+            ),
+        };
+        let admin_addr = admin_listener.as_ref().map(|l| {
+            l.local_addr()
+                .unwrap_or_else(|_| admin_listen.unwrap_or(listen))
+        });
         let watch_guard = if opts.watch {
             reloader.watch().map_err(StartError::Watch)?
         } else {
@@ -158,7 +193,7 @@ impl App {
             gateway.clone(),
             crate::admin::endpoints::LOG_EVERY,
         )));
-        let services = Arc::new(Services::new(gateway, reloader, metrics));
+        let services = Arc::new(Services::new(gateway, reloader, metrics, admin));
         let (shutdown, mut shutdown_rx) = watch::channel(false);
         let svc = services.clone();
         let on_shutdown = {
@@ -168,9 +203,28 @@ impl App {
                 svc.start_draining();
             }
         };
+        let surface = if admin_listener.is_some() {
+            Surface::Public
+        } else {
+            Surface::All
+        };
+        if let Some(l) = admin_listener {
+            let svc = services.clone();
+            let mut rx = shutdown.subscribe();
+            tasks.push(tokio::spawn(crate::server::serve(
+                l,
+                move |req, peer| crate::ingress::handle(svc.clone(), req, peer, Surface::Admin),
+                async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                },
+                drain,
+                || {},
+                limits,
+            )));
+        }
         let server = tokio::spawn(crate::server::serve(
             listener,
-            move |req, _peer| crate::ingress::handle(svc.clone(), req),
+            move |req, peer| crate::ingress::handle(svc.clone(), req, peer, surface),
             on_shutdown,
             drain,
             move || stream_stop.stop(),
@@ -178,6 +232,7 @@ impl App {
         ));
         Ok(App {
             addr,
+            admin_addr,
             services,
             shutdown,
             server,
@@ -189,6 +244,11 @@ impl App {
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The bound address of the `admin.listen` listener, if configured.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
     }
 
     /// The gateway's services (gateway, reloader, metrics).

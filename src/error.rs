@@ -244,6 +244,12 @@ pub enum Code {
     UpstreamError,
     /// The prompt does not fit the context window (OpenAI's code).
     ContextLengthExceeded,
+    /// Missing or invalid credentials (OpenAI's code), whatever was wrong.
+    InvalidApiKey,
+    /// The caller's credential may not use the requested model.
+    ModelNotAllowed,
+    /// None of the providers serving the model are allowed for the caller.
+    ProviderNotAllowed,
     /// The provider's own code, passed through unchanged (bounded in length).
     Provider(Box<str>),
 }
@@ -274,6 +280,9 @@ impl Code {
             Code::UpstreamOverloaded => "upstream_overloaded",
             Code::UpstreamError => "upstream_error",
             Code::ContextLengthExceeded => "context_length_exceeded",
+            Code::InvalidApiKey => "invalid_api_key",
+            Code::ModelNotAllowed => "model_not_allowed",
+            Code::ProviderNotAllowed => "provider_not_allowed",
             Code::Provider(s) => s,
         }
     }
@@ -461,14 +470,21 @@ impl GatewayError {
         bytes::Bytes::from(serde_json::to_vec(&self.to_json()).unwrap_or_default())
     }
 
-    /// The HTTP response for this error: its status, the OpenAI JSON body, and
-    /// `Retry-After` when known. The only place an error becomes a response.
+    /// The HTTP response for this error: its status, the OpenAI JSON body,
+    /// `Retry-After` when known, and `WWW-Authenticate: Bearer` on a 401 (RFC 6750).
+    /// The only place an error becomes a response.
     pub fn to_response(&self) -> Response<Body> {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut r = body::json(status, self.to_response_body());
         if let Some(s) = self.retry_after_secs() {
             r.headers_mut()
                 .insert(http::header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        if self.status == 401 {
+            r.headers_mut().insert(
+                http::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer"),
+            );
         }
         r
     }

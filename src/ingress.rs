@@ -3,8 +3,10 @@
 //! Routes requests by method and path, enforces the body size limit before reading a
 //! byte more than allowed, and hands chat requests to [`Gateway::chat`]. Every error
 //! leaves in OpenAI's JSON shape, and every response names the policy version
-//! (`gateway::stamp`). The admission phase (authentication, rate limits) will run
-//! inside the gateway's chain, on the request context, before routing.
+//! (`gateway::stamp`). Client authentication runs inside the gateway's chain (its
+//! admit phase); the operator endpoints (`/admin/*`, `/metrics`) are guarded here by
+//! [`AdminGuard`], and with `admin.listen` they are served only on their own
+//! listener ([`Surface`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use hyper::body::Incoming;
 use hyper::Request;
 use metrics_exporter_prometheus::PrometheusHandle;
 
+use crate::auth::AdminGuard;
 use crate::body::{self, Body};
 use crate::error::{Code, ErrorKind, GatewayError};
 use crate::gateway::{Gateway, InFlight};
@@ -31,7 +34,33 @@ pub struct Services {
     pub reloader: Arc<Reloader>,
     /// Renders `/metrics`; `None` when another recorder owns the process.
     pub metrics: Option<PrometheusHandle>,
+    /// Who may call `/admin/*` and `/metrics`.
+    pub admin: AdminGuard,
     draining: AtomicBool,
+}
+
+/// Which paths a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    /// Everything (no `admin.listen`).
+    All,
+    /// The client API, `/health` and `/ready`; `/admin/*` and `/metrics` are 404.
+    Public,
+    /// `/admin/*`, `/metrics`, `/health` and `/ready` only (the `admin.listen`
+    /// listener).
+    Admin,
+}
+
+impl Surface {
+    fn serves(self, path: &str) -> bool {
+        let operator = path == "/metrics" || path.starts_with("/admin/");
+        let both = matches!(path, "/health" | "/ready");
+        match self {
+            Surface::All => true,
+            Surface::Public => !operator,
+            Surface::Admin => operator || both,
+        }
+    }
 }
 
 impl Services {
@@ -40,11 +69,13 @@ impl Services {
         gateway: Arc<Gateway>,
         reloader: Arc<Reloader>,
         metrics: Option<PrometheusHandle>,
+        admin: AdminGuard,
     ) -> Services {
         Services {
             gateway,
             reloader,
             metrics,
+            admin,
             draining: AtomicBool::new(false),
         }
     }
@@ -60,9 +91,14 @@ impl Services {
     }
 }
 
-/// Handles one HTTP request.
-pub async fn handle(svc: Arc<Services>, req: Request<Incoming>) -> Response<Body> {
-    let mut resp = route(&svc, req).await;
+/// Handles one HTTP request from `peer` on a listener serving `surface`.
+pub async fn handle(
+    svc: Arc<Services>,
+    req: Request<Incoming>,
+    peer: std::net::SocketAddr,
+    surface: Surface,
+) -> Response<Body> {
+    let mut resp = route(&svc, req, peer, surface).await;
     // Chat responses carry the version their request ran on; every other response
     // (errors before routing, /v1/models, ...) the version serving now.
     if !resp.headers().contains_key(crate::gateway::POLICY_HEADER) {
@@ -72,7 +108,12 @@ pub async fn handle(svc: Arc<Services>, req: Request<Incoming>) -> Response<Body
     resp
 }
 
-async fn route(svc: &Services, req: Request<Incoming>) -> Response<Body> {
+async fn route(
+    svc: &Services,
+    req: Request<Incoming>,
+    peer: std::net::SocketAddr,
+    surface: Surface,
+) -> Response<Body> {
     let gw = &svc.gateway;
     let started = Instant::now();
     let path = req.uri().path();
@@ -81,6 +122,18 @@ async fn route(svc: &Services, req: Request<Incoming>) -> Response<Body> {
     } else {
         path
     };
+    if !surface.serves(path) {
+        return unknown_path(req.method(), path);
+    }
+    if path.starts_with("/admin/") {
+        if let Err(e) = svc.admin.check_admin(req.headers()) {
+            return e.to_response();
+        }
+    } else if path == "/metrics" {
+        if let Err(e) = svc.admin.check_metrics(peer.ip(), req.headers()) {
+            return e.to_response();
+        }
+    }
     match (req.method(), path) {
         (&Method::POST, "/v1/chat/completions") => {
             // Counted until the response body ends (streams included), and released
@@ -159,17 +212,17 @@ async fn route(svc: &Services, req: Request<Incoming>) -> Response<Body> {
                 .insert(http::header::ALLOW, HeaderValue::from_static(allow));
             r
         }
-        _ => GatewayError::new(
-            ErrorKind::NotFound,
-            format!(
-                "unknown path {} {}",
-                req.method(),
-                crate::error::bounded(path, 256)
-            ),
-        )
-        .with_code(Code::UnknownUrl)
-        .to_response(),
+        _ => unknown_path(req.method(), path),
     }
+}
+
+fn unknown_path(method: &Method, path: &str) -> Response<Body> {
+    GatewayError::new(
+        ErrorKind::NotFound,
+        format!("unknown path {method} {}", crate::error::bounded(path, 256)),
+    )
+    .with_code(Code::UnknownUrl)
+    .to_response()
 }
 
 /// Reads the body, refusing more than `limit` bytes with 413 (by `Content-Length`

@@ -3,9 +3,9 @@
 //! The request path, top to bottom (see `README.md` and `../shared/DESIGN.md`):
 //!
 //! ```text
-//! client ─► server ─► ingress ─► gateway (normalize ─► route ─► dispatch ─► respond)
-//!                                   │            │          │
-//!                                routing      policy     providers ─► egress ─► provider
+//! client ─► server ─► ingress ─► gateway (normalize ─► admit ─► route ─► dispatch ─► respond)
+//!                                   │          │         │          │
+//!                                routing      auth     policy     providers ─► egress ─► provider
 //! ```
 //!
 //! Modules mirror it one layer each; `app` wires them together; `config`, `cli`,
@@ -15,6 +15,7 @@
 pub mod admin;
 pub mod api;
 pub mod app;
+pub mod auth;
 pub mod body;
 pub mod cli;
 pub mod config;

@@ -9,9 +9,21 @@ use crate::reload::{unix_ms, Outcome, Reloader};
 /// The `GET /admin/policies` body: the active version and engine, its files, when it
 /// was loaded, reload counters, the last rebuild's duration (ms) and the last reload
 /// error (cleared by the next successful or unchanged reload).
+///
+/// No absolute host path is shown: the directory appears by its own name, and in
+/// the last error its full path is replaced by that name (files are named relative
+/// to it already).
 pub fn status_json(r: &Reloader) -> serde_json::Value {
     let snap = r.current();
-    let st = r.status();
+    let mut st = r.status();
+    let dir_name = r.dir().map(|d| {
+        d.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "policies".into())
+    });
+    if let (Some(dir), Some(name), Some(e)) = (r.dir(), &dir_name, st.last_error.as_mut()) {
+        e.message = e.message.replace(&*dir.display().to_string(), name);
+    }
     serde_json::json!({
         "version": snap.version,
         "engine": snap.compiled.engine(),
@@ -20,7 +32,7 @@ pub fn status_json(r: &Reloader) -> serde_json::Value {
         "live_compiled_modules": crate::policy::jit::live_compiled_modules(),
         "files": snap.files,
         "loaded_at_unix_ms": unix_ms(snap.loaded_at),
-        "directory": r.dir().map(|d| d.display().to_string()),
+        "directory": dir_name,
         "reloads": {"ok": st.ok, "failed": st.failed, "unchanged": st.unchanged},
         "last_reload_ms": st.last_duration_ms,
         "last_error": st.last_error,

@@ -1,10 +1,11 @@
-//! Command line: `switchyard serve`, `mock`, and the policy tools `lint`, `fmt`,
-//! `dry-run`, `test`.
+//! Command line: `switchyard serve`, `mock`, the policy tools `lint`, `fmt`,
+//! `dry-run`, `test`, and `keys` (API key files).
 //!
 //! Flags are parsed by clap, then turned into typed settings; every command returns an
 //! exit code (0 success, 1 invalid input such as a bad config, 2 usage or I/O errors).
 
 mod dry_run;
+pub mod keys;
 pub mod policy;
 mod serve;
 
@@ -54,6 +55,9 @@ pub enum Command {
     DryRun(dry_run::DryRunArgs),
     /// Run the policy test cases.
     Test(TestArgs),
+    /// Manage an API key file (`auth.key_file`).
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
 }
 
 /// `switchyard lint` flags.
@@ -261,6 +265,7 @@ pub fn main() -> ExitCode {
         Command::Fmt(a) => policy::fmt(&a.paths, a.config.as_deref(), a.check),
         Command::Test(a) => policy::test(&a.paths, a.config.as_deref(), a.format, a.engine),
         Command::DryRun(a) => dry_run::run(a),
+        Command::Keys(k) => keys::run(k),
         Command::Mock(args) => {
             let opts = match args.options() {
                 Ok(o) => o,

@@ -75,7 +75,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
                     eprintln!("error: {line}");
                 }
                 return ExitCode::from(match e {
-                    StartError::Providers(_) => 1,
+                    StartError::Providers(_) | StartError::Auth(_) => 1,
                     StartError::Bind { .. } | StartError::Watch(_) => 2,
                 });
             }
@@ -84,6 +84,9 @@ pub fn run(args: ServeArgs) -> ExitCode {
         tracing::info!("{source_line}");
         tracing::info!("{policy_line}");
         tracing::info!(models, providers, "switchyard listening on http://{addr}");
+        if let Some(a) = app.admin_addr() {
+            tracing::info!("admin endpoints (/admin/*, /metrics) listening on http://{a}");
+        }
         // The watch is armed already: a save from here on is seen.
         println!("switchyard listening on {addr}");
         spawn_sighup(app.reloader().clone());

@@ -250,6 +250,8 @@ impl Validator {
                 "models",
                 "quality",
                 "breaker",
+                "auth",
+                "admin",
             ],
             "",
         );
@@ -259,6 +261,16 @@ impl Validator {
         let models = self.models(map.get("models").unwrap_or(&Value::Null), &providers);
         let quality = self.quality(map.get("quality").unwrap_or(&Value::Null), base_dir);
         let breaker = self.breaker(map.get("breaker").unwrap_or(&Value::Null));
+        let auth = super::auth::auth(
+            map.get("auth").unwrap_or(&Value::Null),
+            base_dir,
+            &mut self.errors,
+        );
+        let admin = super::auth::admin(
+            map.get("admin").unwrap_or(&Value::Null),
+            base_dir,
+            &mut self.errors,
+        );
         Config {
             server,
             policies,
@@ -266,6 +278,8 @@ impl Validator {
             models,
             quality,
             breaker,
+            auth,
+            admin,
             source: source.to_string(),
         }
     }

@@ -13,11 +13,13 @@
 //! The model registry (`models:`) follows seed 001, "Model Mapping": a logical model
 //! name maps to one or more provider endpoints with a priority and a weight.
 
+pub mod auth;
 mod defaults;
 mod load;
 mod mock;
 pub mod quality;
 
+pub use auth::{AdminConfig, AuthConfig, AuthMode, KeyEntry};
 pub use defaults::embedded;
 pub use load::{parse_str, ConfigError, ConfigErrors};
 pub use mock::{ErrorShape, MockOptions, RetryAfterFormat};
@@ -74,6 +76,10 @@ pub struct Config {
     /// Circuit-breaker thresholds and health recovery, for every endpoint
     /// (`breaker:`).
     pub breaker: BreakerConfig,
+    /// Client authentication (`auth:`, [`auth`]).
+    pub auth: AuthConfig,
+    /// Operator endpoint access (`admin:`, [`auth`]).
+    pub admin: AdminConfig,
     /// Where this config came from, for the startup log line.
     pub source: String,
 }

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::auth::Principal;
 use crate::routing::features::Caller;
 use crate::routing::policy::PolicySnapshot;
 
@@ -17,8 +18,11 @@ use crate::routing::policy::PolicySnapshot;
 pub struct RequestCtx {
     /// When the request arrived (its headers were read), for latency metrics.
     pub started: Instant,
-    /// Who sent it (normalize phase; the admission layer will verify it).
+    /// Who sent it, as policies see it (admit phase: from [`RequestCtx::principal`]).
     pub caller: Caller,
+    /// Who sent it, as authentication established it (admit phase): its scope,
+    /// metadata and opaque `limits` for admission.
+    pub principal: Principal,
     /// The policy set the request runs on, loaded once: a reload never mixes versions
     /// within a request.
     pub snapshot: Arc<PolicySnapshot>,
@@ -47,6 +51,7 @@ impl RequestCtx {
         RequestCtx {
             started,
             caller,
+            principal: Principal::default(),
             snapshot,
             stream: false,
             route: None,

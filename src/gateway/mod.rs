@@ -13,10 +13,12 @@
 //! Each phase is a module, and [`Gateway::chat`] reads top to bottom as the chain.
 //! Any phase may end the request with an error; the error carries its status, fault
 //! and retry safety, and [`respond`] turns it into the response. Phases with no job
-//! yet are not stubbed, only named here with where they go:
-//! - **admit** (between normalize and route): authentication, rate limits, spend
-//!   budgets and the priority queue write the verified caller and may refuse the
-//!   request; today the caller is what the request presents.
+//! yet are not stubbed, only named here with where they go.
+//! - **admit** ([`admit`]): authentication runs first, before the body is parsed
+//!   (an unauthenticated client gets 401, never a 400 about its body), then the
+//!   model is checked against the caller's scope once normalize has parsed it; the
+//!   provider scope filters the plan in [`route`]. Rate limits, spend budgets and
+//!   the priority queue join this phase.
 //! - **cache** (between route and dispatch): a lookup that can answer at once and a
 //!   store when the exchange completes.
 //!
@@ -26,6 +28,7 @@
 //! A streamed answer is a [`stream`] body that keeps the dispatch phase's attempt
 //! loop, so it can continue on another endpoint when a stream breaks mid-answer.
 
+mod admit;
 mod ctx;
 mod dispatch;
 mod log;
@@ -73,6 +76,8 @@ pub struct Gateway {
     pub stats: StatsStore,
     /// Per-request metrics (the log phase).
     pub log: RequestLog,
+    /// Checks client credentials (`auth:`).
+    pub auth: crate::auth::Authenticator,
     /// Ends every live stream with an error event when the shutdown drain runs out.
     pub stream_stop: StreamStop,
     /// Serializes every read-modify-write of strategy state: decisions that apply
@@ -84,12 +89,14 @@ pub struct Gateway {
 
 impl Gateway {
     /// The gateway for `config`, sending through `upstreams` (one per provider, in
-    /// config order), serving the policy set in `policy`.
+    /// config order), serving the policy set in `policy`, checking credentials with
+    /// `auth`.
     pub fn new(
         config: Config,
         upstreams: Vec<Upstream>,
         policy: PolicyCell,
         stream_stop: StreamStop,
+        auth: crate::auth::Authenticator,
     ) -> Gateway {
         let registry = Registry::from_config(&config, |name| {
             config.providers.iter().position(|p| p.name == name)
@@ -114,6 +121,7 @@ impl Gateway {
             policy,
             stats,
             stream_stop,
+            auth,
             decision_lock: Mutex::new(()),
             models_json,
         }
@@ -132,20 +140,22 @@ impl Gateway {
         headers: &HeaderMap,
         started: Instant,
     ) -> Response<Body> {
-        let caller = Caller::from_headers(headers);
-        let mut ctx = RequestCtx::new(started, caller, self.policy.load_full());
+        let mut ctx = RequestCtx::new(started, Caller::default(), self.policy.load_full());
         let result = self.phases(&mut ctx, body, headers).await;
         respond::respond(self, &ctx, result)
     }
 
-    /// normalize → (admit) → route → (cache) → dispatch.
+    /// admit (authenticate) → normalize → admit (model scope) → route → (cache) →
+    /// dispatch.
     async fn phases(
         self: &Arc<Self>,
         ctx: &mut RequestCtx,
         body: Bytes,
         headers: &HeaderMap,
     ) -> Result<Response<Body>, GatewayError> {
+        admit::authenticate(self, ctx, headers)?;
         let chat = normalize::parse(ctx, body)?;
+        admit::check_model(ctx, &chat)?;
         let features = normalize::request_features(ctx, &chat, headers);
         let mut plan = route::route(self, ctx, &chat, &features)?;
         let decided = Arc::new(outcome::DecisionContext {

@@ -36,7 +36,8 @@ pub struct Plan {
 /// Decides `chat` (with `features`) and writes the route, rule and plan into `ctx`.
 ///
 /// # Errors
-/// The policy's `reject` (its status); 404 `model_not_found` when no route took the
+/// The policy's `reject` (its status); 403 when the caller may use none of the
+/// plan's providers; 404 `model_not_found` when no route took the
 /// request and the model is not configured; 503 when no endpoint is available.
 pub fn route(
     gw: &Gateway,
@@ -93,6 +94,7 @@ pub fn route(
             plan.push(i);
         }
     }
+    restrict(gw, ctx, &mut plan, &chat.model)?;
     if plan.is_empty() {
         return Err(GatewayError::new(
             ErrorKind::NoEndpoint,
@@ -110,6 +112,39 @@ pub fn route(
         fallback_on,
         call,
     })
+}
+
+/// Removes the endpoints of providers the caller may not use from `plan`.
+///
+/// # Errors
+/// 403 `provider_not_allowed` when that leaves nothing of a non-empty plan.
+fn restrict(
+    gw: &Gateway,
+    ctx: &RequestCtx,
+    plan: &mut Vec<usize>,
+    model: &str,
+) -> Result<(), GatewayError> {
+    if ctx.principal.providers.is_none() || plan.is_empty() {
+        return Ok(());
+    }
+    plan.retain(|&i| {
+        gw.registry
+            .endpoints
+            .get(i)
+            .and_then(|e| gw.config.providers.get(e.provider))
+            .is_some_and(|p| ctx.principal.allows_provider(&p.name))
+    });
+    if plan.is_empty() {
+        return Err(GatewayError::new(
+            ErrorKind::PermissionDenied,
+            format!(
+                "this credential may not use any provider that serves model `{}`",
+                crate::error::bounded(model, crate::routing::MAX_ECHOED_NAME)
+            ),
+        )
+        .with_code(Code::ProviderNotAllowed));
+    }
+    Ok(())
 }
 
 /// Runs the policy for `features` on `snap`, applying `on pick` state updates.

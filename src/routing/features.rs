@@ -23,8 +23,8 @@ pub const META_HEADER_PREFIX: &str = "x-switchyard-meta-";
 /// Who sent the request: what `request.api_key`, `request.org` and the starting
 /// `priority` of a policy read.
 ///
-/// Until the admission layer verifies keys, the identity is the one the request
-/// presents ([`Caller::from_headers`]); `dry-run --api-key/--org` sets the same fields.
+/// The admit phase sets it from the authenticated principal; `dry-run
+/// --api-key/--org` sets the same fields.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Caller {
     /// The API key id, never the key itself: see [`key_id`].
@@ -35,66 +35,33 @@ pub struct Caller {
     pub priority: PriorityLevel,
 }
 
-/// Longest credential read from a request, in bytes (longer ones are ignored).
-pub const MAX_CREDENTIAL_BYTES: usize = 8 * 1024;
-
-/// Longest organization id read from `OpenAI-Organization`, in bytes.
-pub const MAX_ORG_BYTES: usize = 256;
+pub use crate::auth::{key_id, MAX_CREDENTIAL_BYTES, MAX_ORG_BYTES};
 
 impl Caller {
-    /// The caller a request presents:
-    /// - the API key is the bearer token of `Authorization: Bearer <key>` (what the
-    ///   OpenAI SDKs send), else `x-api-key` (the Anthropic SDK's header), else
-    ///   `api-key` (Azure OpenAI's); `api_key` is its [`key_id`], so no policy,
-    ///   trace, log or metric ever holds the secret;
-    /// - the organization is the `OpenAI-Organization` header (the OpenAI SDKs send it
-    ///   when `organization` is set).
+    /// The caller a request presents, unverified (what `auth.mode: none` uses):
+    /// - the API key is the credential of [`crate::auth::credential`] (`Authorization:
+    ///   Bearer`, else `x-api-key`, else `api-key`); `api_key` is its [`key_id`], so
+    ///   no policy, trace, log or metric ever holds the secret;
+    /// - the organization is the `OpenAI-Organization` header.
     ///
-    /// Neither is verified yet: a client can claim any key or organization. The
-    /// admission layer will replace this with the verified key's id and organization.
+    /// With authentication on, the admit phase replaces this with the verified
+    /// principal ([`Caller::from_principal`]).
     pub fn from_headers(headers: &http::HeaderMap) -> Caller {
-        let text = |name: &str| {
-            headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::trim)
-                .filter(|v| !v.is_empty())
-        };
-        // RFC 9110 section 11.4: the scheme, then one or more spaces or tabs.
-        let bearer = text("authorization").and_then(|v| {
-            let (scheme, token) = v.split_once([' ', '\t'])?;
-            scheme
-                .eq_ignore_ascii_case("bearer")
-                .then(|| token.trim())
-                .filter(|t| !t.is_empty())
-        });
-        let usable = |k: &&str| k.len() <= MAX_CREDENTIAL_BYTES;
-        let key = bearer
-            .filter(usable)
-            .or_else(|| text("x-api-key").filter(usable))
-            .or_else(|| text("api-key").filter(usable));
         Caller {
-            api_key: key.map(key_id),
-            org: text("openai-organization")
-                .filter(|o| o.len() <= MAX_ORG_BYTES)
-                .map(str::to_string),
+            api_key: crate::auth::credential(headers).map(key_id),
+            org: crate::auth::claimed_org(headers).map(str::to_string),
             priority: PriorityLevel::default(),
         }
     }
-}
 
-/// The id of API key `key`: `key-` and the first 16 hex digits (64 bits) of the
-/// key's SHA-256. Stable across instances and restarts (a `split by api_key` stays
-/// sticky), and the key cannot be recovered from it.
-pub fn key_id(key: &str) -> String {
-    let digest = ring::digest::digest(&ring::digest::SHA256, key.as_bytes());
-    let mut id = String::with_capacity(20);
-    id.push_str("key-");
-    for b in &digest.as_ref()[..8] {
-        use std::fmt::Write;
-        let _ = write!(id, "{b:02x}");
+    /// The caller a verified (or, in `mode: none`, presented) principal is.
+    pub fn from_principal(p: &crate::auth::Principal) -> Caller {
+        Caller {
+            api_key: p.key_id.clone(),
+            org: p.org.clone(),
+            priority: p.priority,
+        }
     }
-    id
 }
 
 /// Headers never shown to policies (credentials), so no trace or log can print them.

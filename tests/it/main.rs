@@ -3,6 +3,7 @@
 
 mod app;
 mod attack;
+mod auth;
 mod common;
 mod failover;
 mod failures;

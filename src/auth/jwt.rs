@@ -1,0 +1,216 @@
+//! JWT bearer tokens (OAuth2 access tokens included), checked with `jsonwebtoken`.
+//!
+//! 1. The header is read; its `alg` picks the key *family*, never the other way
+//!    round: HS256 only ever verifies with the configured HS256 secret, RS256 only
+//!    with an RSA key of the JWKS, ES256 only with a P-256 key. So a token signed
+//!    with HS256 using an RSA public key as the secret (algorithm confusion) meets
+//!    the HS256 secret or nothing. `alg: none` is no algorithm `jsonwebtoken`
+//!    knows: such a header does not parse. Any other algorithm is refused.
+//! 2. RS256 and ES256 need a `kid` naming a key of the JWKS file (re-read when it
+//!    changes, [`super::file`]); a JWK whose own `alg` differs is never used.
+//! 3. The signature, `exp` (required), `nbf` (when present), `iss` and `aud` (when
+//!    configured) are checked with `leeway_s` seconds of clock leeway.
+//! 4. The key id is the `key_id_claim` (default `sub`), the organization the
+//!    `org_claim` (default `org`); scopes come from `scope` (space-separated,
+//!    RFC 8693) or `scp` (an array, as Okta and Azure AD send them). With
+//!    `auth.jwt.scopes` configured, the caller may use the union of the models and
+//!    providers its scopes grant (a scope not in the map grants nothing); without
+//!    it, every model and provider.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet, KeyAlgorithm};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+
+use super::file::Reloading;
+use super::{Method, Principal};
+use crate::config::auth::JwtConfig;
+
+/// The public keys of a JWKS file, by `kid`.
+pub struct Jwks {
+    keys: HashMap<String, (Algorithm, DecodingKey)>,
+}
+
+impl Jwks {
+    /// Reads a JWKS file (`{"keys": [...]}`); keys without a `kid`, or of a type
+    /// other than RSA or EC P-256, are skipped.
+    ///
+    /// # Errors
+    /// The file cannot be read or is not a JWKS.
+    pub fn read(path: &Path) -> Result<Jwks, Vec<String>> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| vec![format!("cannot read JWKS file {}: {e}", path.display())])?;
+        let set: JwkSet = serde_json::from_str(&text)
+            .map_err(|e| vec![format!("{} is not a JWKS: {e}", path.display())])?;
+        let mut keys = HashMap::new();
+        for jwk in &set.keys {
+            let Some(kid) = jwk.common.key_id.clone() else {
+                continue;
+            };
+            let alg = match &jwk.algorithm {
+                AlgorithmParameters::RSA(_) => Algorithm::RS256,
+                AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => {
+                    Algorithm::ES256
+                }
+                _ => continue,
+            };
+            let declared_ok = match jwk.common.key_algorithm {
+                None => true,
+                Some(KeyAlgorithm::RS256) => alg == Algorithm::RS256,
+                Some(KeyAlgorithm::ES256) => alg == Algorithm::ES256,
+                Some(_) => false,
+            };
+            if !declared_ok {
+                continue;
+            }
+            if let Ok(key) = DecodingKey::from_jwk(jwk) {
+                keys.insert(kid, (alg, key));
+            }
+        }
+        Ok(Jwks { keys })
+    }
+}
+
+/// Checks JWTs against one `auth.jwt` config.
+pub struct JwtVerifier {
+    cfg: JwtConfig,
+    hs256: Option<DecodingKey>,
+    jwks: Option<Reloading<Jwks>>,
+}
+
+impl std::fmt::Debug for JwtVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JwtVerifier")
+            .field("hs256", &self.hs256.is_some())
+            .field("jwks", &self.jwks)
+            .finish()
+    }
+}
+
+/// Whether `token` looks like a JWT (three base64url segments, a JSON header):
+/// how `keys_or_jwt` tells tokens from API keys, whose alphabet has no dot.
+pub fn looks_like_jwt(token: &str) -> bool {
+    token.starts_with("eyJ") && token.split('.').count() == 3
+}
+
+impl JwtVerifier {
+    /// The verifier for `cfg`, reading the HS256 secret from `env` and the JWKS file.
+    ///
+    /// # Errors
+    /// A sentence: the secret's variable is unset, or the JWKS file is bad.
+    pub fn new(cfg: &JwtConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let hs256 = match &cfg.hs256_secret_env {
+            None => None,
+            Some(var) => {
+                let secret = env(var).ok_or_else(|| {
+                    format!("auth.jwt.hs256_secret_env: environment variable {var} is not set")
+                })?;
+                Some(DecodingKey::from_secret(secret.as_bytes()))
+            }
+        };
+        let jwks = match &cfg.jwks_file {
+            None => None,
+            Some(p) => Some(
+                Reloading::new(p.clone(), Jwks::read)
+                    .map_err(|e| format!("auth.jwt.jwks_file: {}", e.join("; ")))?,
+            ),
+        };
+        Ok(JwtVerifier {
+            cfg: cfg.clone(),
+            hs256,
+            jwks,
+        })
+    }
+
+    /// The principal of a valid `token`; `Err` with the reason (for the debug log
+    /// only: the client always gets the same 401).
+    pub fn verify(&self, token: &str) -> Result<Principal, String> {
+        let header = jsonwebtoken::decode_header(token).map_err(|e| e.to_string())?;
+        let jwks;
+        let key = match header.alg {
+            Algorithm::HS256 => self.hs256.as_ref().ok_or("HS256 is not configured")?,
+            Algorithm::RS256 | Algorithm::ES256 => {
+                let kid = header.kid.as_deref().ok_or("the token has no kid")?;
+                jwks = self.jwks.as_ref().ok_or("no JWKS is configured")?.get();
+                match jwks.keys.get(kid) {
+                    Some((alg, key)) if *alg == header.alg => key,
+                    _ => return Err(format!("no {:?} key with kid {kid:?}", header.alg)),
+                }
+            }
+            other => return Err(format!("algorithm {other:?} is not accepted")),
+        };
+        let mut v = Validation::new(header.alg);
+        v.algorithms = vec![header.alg];
+        v.leeway = self.cfg.leeway_s;
+        v.validate_nbf = true;
+        match &self.cfg.issuer {
+            Some(iss) => v.set_issuer(&[iss]),
+            None => v.iss = None,
+        }
+        match &self.cfg.audience {
+            Some(aud) => v.set_audience(&[aud]),
+            None => v.validate_aud = false,
+        }
+        let data =
+            jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(token, key, &v)
+                .map_err(|e| e.to_string())?;
+        Ok(self.principal(&data.claims))
+    }
+
+    fn principal(&self, claims: &serde_json::Map<String, serde_json::Value>) -> Principal {
+        let text = |name: &str| {
+            claims
+                .get(name)
+                .and_then(|v| v.as_str())
+                .filter(|s| !s.is_empty() && s.len() <= 256)
+                .map(str::to_string)
+        };
+        let mut scopes: Vec<String> = match (claims.get("scope"), claims.get("scp")) {
+            (Some(serde_json::Value::String(s)), _) => {
+                s.split_whitespace().map(str::to_string).collect()
+            }
+            (_, Some(serde_json::Value::Array(a))) => a
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect(),
+            (_, Some(serde_json::Value::String(s))) => {
+                s.split_whitespace().map(str::to_string).collect()
+            }
+            _ => Vec::new(),
+        };
+        scopes.truncate(64);
+        let (models, providers) = if self.cfg.scopes.is_empty() {
+            (None, None)
+        } else {
+            let mut models: Option<BTreeSet<String>> = Some(BTreeSet::new());
+            let mut providers: Option<BTreeSet<String>> = Some(BTreeSet::new());
+            for grant in scopes.iter().filter_map(|s| self.cfg.scopes.get(s)) {
+                union(&mut models, grant.models.as_deref());
+                union(&mut providers, grant.providers.as_deref());
+            }
+            (models, providers)
+        };
+        Principal {
+            key_id: text(&self.cfg.key_id_claim),
+            org: text(&self.cfg.org_claim),
+            method: Method::Jwt,
+            models,
+            providers,
+            scopes,
+            ..Principal::default()
+        }
+    }
+}
+
+/// Adds a grant's list to an allowed set; `None` (everything) absorbs.
+fn union(set: &mut Option<BTreeSet<String>>, grant: Option<&[String]>) {
+    match grant {
+        None => *set = None,
+        Some(items) => {
+            if let Some(s) = set {
+                s.extend(items.iter().cloned());
+            }
+        }
+    }
+}
