@@ -15,6 +15,9 @@ use super::{
 };
 use crate::suggest::did_you_mean;
 
+#[path = "load_limits.rs"]
+mod load_limits;
+
 /// Largest accepted `context_window`, in tokens.
 pub const MAX_CONTEXT_WINDOW: u64 = 100_000_000;
 
@@ -250,6 +253,9 @@ impl Validator {
                 "models",
                 "quality",
                 "breaker",
+                "limits",
+                "budgets",
+                "state",
             ],
             "",
         );
@@ -259,6 +265,9 @@ impl Validator {
         let models = self.models(map.get("models").unwrap_or(&Value::Null), &providers);
         let quality = self.quality(map.get("quality").unwrap_or(&Value::Null), base_dir);
         let breaker = self.breaker(map.get("breaker").unwrap_or(&Value::Null));
+        let limits = self.limits(map.get("limits").unwrap_or(&Value::Null));
+        let budgets = self.budgets(map.get("budgets").unwrap_or(&Value::Null));
+        let state = self.state(map.get("state").unwrap_or(&Value::Null));
         Config {
             server,
             policies,
@@ -266,6 +275,9 @@ impl Validator {
             models,
             quality,
             breaker,
+            limits,
+            budgets,
+            state,
             source: source.to_string(),
         }
     }

@@ -14,11 +14,13 @@
 //! name maps to one or more provider endpoints with a priority and a weight.
 
 mod defaults;
+pub mod limits;
 mod load;
 mod mock;
 pub mod quality;
 
 pub use defaults::embedded;
+pub use limits::{Budget, BudgetsConfig, LimitsConfig, OnError, RateLimit, StateConfig};
 pub use load::{parse_str, ConfigError, ConfigErrors};
 pub use mock::{ErrorShape, MockOptions, RetryAfterFormat};
 pub use quality::{Leaderboard, QualityConfig};
@@ -74,6 +76,12 @@ pub struct Config {
     /// Circuit-breaker thresholds and health recovery, for every endpoint
     /// (`breaker:`).
     pub breaker: BreakerConfig,
+    /// Rate limits per key, org and globally (`limits:`).
+    pub limits: LimitsConfig,
+    /// Spend budgets in USD per key and org (`budgets:`).
+    pub budgets: BudgetsConfig,
+    /// Where limit and spend state lives (`state:`).
+    pub state: StateConfig,
     /// Where this config came from, for the startup log line.
     pub source: String,
 }

@@ -38,6 +38,9 @@ pub struct RequestCtx {
     /// Whether [`RequestCtx::endpoint`] answered successfully (its response is the
     /// client's).
     pub served: bool,
+    /// The request's claim on the rate limits and budgets (admit phase); settle it
+    /// with the actual usage when the answer ends ([`crate::limits::Permit::settle`]).
+    pub permit: Option<Arc<crate::limits::Permit>>,
 }
 
 impl RequestCtx {
@@ -55,6 +58,7 @@ impl RequestCtx {
             attempts: 0,
             endpoint: None,
             served: false,
+            permit: None,
         }
     }
 }

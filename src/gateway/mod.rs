@@ -28,6 +28,7 @@
 
 mod ctx;
 mod dispatch;
+mod limit;
 mod log;
 mod normalize;
 mod outcome;
@@ -75,6 +76,8 @@ pub struct Gateway {
     pub log: RequestLog,
     /// Ends every live stream with an error event when the shutdown drain runs out.
     pub stream_stop: StreamStop,
+    /// Rate limits and spend budgets (the admit phase's `limit` step).
+    pub limits: crate::limits::Limiter,
     /// Serializes every read-modify-write of strategy state: decisions that apply
     /// `on pick` updates (`route`) and `on success` / `on failure` updates
     /// (`outcome`), so stateful strategies see every earlier pick and outcome.
@@ -108,6 +111,7 @@ impl Gateway {
         );
         Gateway {
             log: RequestLog::new(&registry),
+            limits: crate::limits::Limiter::new(&config, &registry),
             config,
             upstreams,
             registry,
@@ -147,6 +151,7 @@ impl Gateway {
     ) -> Result<Response<Body>, GatewayError> {
         let chat = normalize::parse(ctx, body)?;
         let features = normalize::request_features(ctx, &chat, headers);
+        limit::admit(self, ctx, &chat).await?;
         let mut plan = route::route(self, ctx, &chat, &features)?;
         let decided = Arc::new(outcome::DecisionContext {
             snapshot: ctx.snapshot.clone(),

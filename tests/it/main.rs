@@ -5,6 +5,7 @@ mod app;
 mod common;
 mod failover;
 mod failures;
+mod limits;
 mod policy;
 mod proxy;
 mod regression;
