@@ -48,6 +48,9 @@ fi
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 command -v make >/dev/null 2>&1 || need_apt+=(make)
+# The shared rate-limit state test (tests/it/limits.rs) starts its own redis-server on a
+# free loopback port.
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 if ((${#need_apt[@]})); then
     echo "installing missing packages: ${need_apt[*]}"
     if [ "$(id -u)" -ne 0 ]; then
@@ -58,7 +61,7 @@ if ((${#need_apt[@]})); then
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need_apt[@]}"
 else
-    echo "all present: cargo, $PYTHON (with venv), cc, c++, make"
+    echo "all present: cargo, $PYTHON (with venv), cc, c++, make, redis-server"
 fi
 cargo --version
 "$PYTHON" --version

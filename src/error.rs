@@ -250,6 +250,12 @@ pub enum Code {
     ModelNotAllowed,
     /// None of the providers serving the model are allowed for the caller.
     ProviderNotAllowed,
+    /// A gateway rate limit (`limits:`) has no room for the request.
+    RateLimitExceeded,
+    /// A spend budget (`budgets:`) is used up for the period.
+    BudgetExceeded,
+    /// The shared limiter state (Redis) cannot be reached and the limit fails closed.
+    RateLimiterUnavailable,
     /// The provider's own code, passed through unchanged (bounded in length).
     Provider(Box<str>),
 }
@@ -283,6 +289,9 @@ impl Code {
             Code::InvalidApiKey => "invalid_api_key",
             Code::ModelNotAllowed => "model_not_allowed",
             Code::ProviderNotAllowed => "provider_not_allowed",
+            Code::RateLimitExceeded => "rate_limit_exceeded",
+            Code::BudgetExceeded => "budget_exceeded",
+            Code::RateLimiterUnavailable => "rate_limiter_unavailable",
             Code::Provider(s) => s,
         }
     }
@@ -310,6 +319,15 @@ pub fn bounded(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
     format!("{}…", &s[..end]).into()
 }
 
+/// The rarely set parts of a [`GatewayError`].
+#[derive(Debug, Clone, Default)]
+struct Extra {
+    /// The cause.
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    /// Extra response headers (e.g. the `x-ratelimit-*` of a gateway 429).
+    headers: http::HeaderMap,
+}
+
 /// A request-path error: kind, message, status, fault, retry safety, OpenAI
 /// `param`/`code`, and its cause.
 #[derive(Debug, Clone)]
@@ -334,7 +352,9 @@ pub struct GatewayError {
     /// route's `fallback ... on` list is matched against it).
     pub upstream_status: Option<u16>,
     status: u16,
-    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    /// The rarely set parts, boxed to keep the error (and every `Result` of the
+    /// request path) small.
+    extra: Option<Box<Extra>>,
 }
 
 impl GatewayError {
@@ -350,7 +370,7 @@ impl GatewayError {
             retry: kind.retry(),
             upstream_status: None,
             status: kind.status(),
-            source: None,
+            extra: None,
         }
     }
 
@@ -430,6 +450,29 @@ impl GatewayError {
             .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0))
     }
 
+    /// Adds the response headers of `extra` (later values replace earlier ones).
+    pub fn with_headers(mut self, extra: http::HeaderMap) -> Self {
+        let h = &mut self.extra.get_or_insert_with(Default::default).headers;
+        for (name, value) in &extra {
+            h.insert(name.clone(), value.clone());
+        }
+        self
+    }
+
+    /// The extra response headers (see [`GatewayError::with_headers`]).
+    pub fn headers(&self) -> Option<&http::HeaderMap> {
+        self.extra.as_ref().map(|e| &e.headers)
+    }
+
+    /// Sets the HTTP status, keeping everything else (a status the kind does not
+    /// imply, e.g. 503 for an unreachable limiter).
+    pub fn with_status(mut self, status: u16) -> Self {
+        if (400..=599).contains(&status) {
+            self.status = status;
+        }
+        self
+    }
+
     /// Sets where a retry is safe.
     pub fn with_retry(mut self, retry: Retry) -> Self {
         self.retry = retry;
@@ -444,7 +487,7 @@ impl GatewayError {
 
     /// Keeps `cause` as the error's [`source`](std::error::Error::source).
     pub fn with_source(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
-        self.source = Some(Arc::new(cause));
+        self.extra.get_or_insert_with(Default::default).source = Some(Arc::new(cause));
         self
     }
 
@@ -476,6 +519,11 @@ impl GatewayError {
     pub fn to_response(&self) -> Response<Body> {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut r = body::json(status, self.to_response_body());
+        if let Some(extra) = self.headers() {
+            for (name, value) in extra.iter() {
+                r.headers_mut().insert(name.clone(), value.clone());
+            }
+        }
         if let Some(s) = self.retry_after_secs() {
             r.headers_mut()
                 .insert(http::header::RETRY_AFTER, HeaderValue::from(s));
@@ -498,8 +546,9 @@ impl fmt::Display for GatewayError {
 
 impl std::error::Error for GatewayError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
-            .as_deref()
+        self.extra
+            .as_ref()
+            .and_then(|e| e.source.as_deref())
             .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }

@@ -23,6 +23,7 @@ pub mod egress;
 pub mod error;
 pub mod gateway;
 pub mod ingress;
+pub mod limits;
 pub mod mock;
 pub mod policy;
 pub mod providers;

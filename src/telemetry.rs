@@ -14,6 +14,8 @@
 //! | `switchyard_policy_reload_duration_seconds` | histogram | none |
 //! | `switchyard_policy_compiled_modules` | gauge | none |
 //! | `switchyard_policy_version_info` | gauge | `version` |
+//! | `switchyard_spend_usd_total` | gauge (only rises) | `key`, `org`, `model` |
+//! | `switchyard_limit_backend_errors_total` | counter | none |
 //!
 //! `endpoint` is `none` when a request failed before an endpoint was chosen; `status`
 //! is the HTTP status, or `stream_error` / `client_gone` for streams that began with
@@ -45,6 +47,12 @@ pub const RELOAD_DURATION: &str = "switchyard_policy_reload_duration_seconds";
 pub const COMPILED_MODULES: &str = "switchyard_policy_compiled_modules";
 /// 1 for the active policy version (label `version`), 0 for replaced ones.
 pub const VERSION_INFO: &str = "switchyard_policy_version_info";
+
+/// Spend in USD from actual usage and provider prices, by API key id, org and model
+/// (`none` when absent). A gauge because the value is fractional; it only rises.
+pub const SPEND: &str = "switchyard_spend_usd_total";
+/// Failed or timed-out calls to the shared limiter state (Redis).
+pub const LIMIT_BACKEND_ERRORS: &str = "switchyard_limit_backend_errors_total";
 
 /// Latency buckets in seconds: 5 ms to 5 minutes.
 const BUCKETS: [f64; 16] = [
@@ -87,6 +95,11 @@ pub fn install() -> Option<PrometheusHandle> {
             );
             metrics::describe_gauge!(COMPILED_MODULES, "Compiled policy modules alive.");
             metrics::describe_gauge!(VERSION_INFO, "1 for the serving policy version.");
+            metrics::describe_gauge!(SPEND, "Spend in USD by API key id, org and model.");
+            metrics::describe_counter!(
+                LIMIT_BACKEND_ERRORS,
+                "Failed or timed-out calls to the rate-limit state (Redis)."
+            );
             Some(handle)
         })
         .clone()

@@ -15,6 +15,9 @@ use super::{
 };
 use crate::suggest::did_you_mean;
 
+#[path = "load_limits.rs"]
+mod load_limits;
+
 /// Largest accepted `context_window`, in tokens.
 pub const MAX_CONTEXT_WINDOW: u64 = 100_000_000;
 
@@ -252,6 +255,9 @@ impl Validator {
                 "breaker",
                 "auth",
                 "admin",
+                "limits",
+                "budgets",
+                "state",
             ],
             "",
         );
@@ -271,6 +277,9 @@ impl Validator {
             base_dir,
             &mut self.errors,
         );
+        let limits = self.limits(map.get("limits").unwrap_or(&Value::Null));
+        let budgets = self.budgets(map.get("budgets").unwrap_or(&Value::Null));
+        let state = self.state(map.get("state").unwrap_or(&Value::Null));
         Config {
             server,
             policies,
@@ -280,6 +289,9 @@ impl Validator {
             breaker,
             auth,
             admin,
+            limits,
+            budgets,
+            state,
             source: source.to_string(),
         }
     }

@@ -15,12 +15,14 @@
 
 pub mod auth;
 mod defaults;
+pub mod limits;
 mod load;
 mod mock;
 pub mod quality;
 
 pub use auth::{AdminConfig, AuthConfig, AuthMode, KeyEntry};
 pub use defaults::embedded;
+pub use limits::{Budget, BudgetsConfig, LimitsConfig, OnError, RateLimit, StateConfig};
 pub use load::{parse_str, ConfigError, ConfigErrors};
 pub use mock::{ErrorShape, MockOptions, RetryAfterFormat};
 pub use quality::{Leaderboard, QualityConfig};
@@ -80,6 +82,12 @@ pub struct Config {
     pub auth: AuthConfig,
     /// Operator endpoint access (`admin:`, [`auth`]).
     pub admin: AdminConfig,
+    /// Rate limits per key, org and globally (`limits:`).
+    pub limits: LimitsConfig,
+    /// Spend budgets in USD per key and org (`budgets:`).
+    pub budgets: BudgetsConfig,
+    /// Where limit and spend state lives (`state:`).
+    pub state: StateConfig,
     /// Where this config came from, for the startup log line.
     pub source: String,
 }

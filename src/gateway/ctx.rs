@@ -42,6 +42,9 @@ pub struct RequestCtx {
     /// Whether [`RequestCtx::endpoint`] answered successfully (its response is the
     /// client's).
     pub served: bool,
+    /// The request's claim on the rate limits and budgets (admit phase); settle it
+    /// with the actual usage when the answer ends ([`crate::limits::Permit::settle`]).
+    pub permit: Option<Arc<crate::limits::Permit>>,
 }
 
 impl RequestCtx {
@@ -60,6 +63,7 @@ impl RequestCtx {
             attempts: 0,
             endpoint: None,
             served: false,
+            permit: None,
         }
     }
 }

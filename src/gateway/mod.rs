@@ -31,6 +31,7 @@
 mod admit;
 mod ctx;
 mod dispatch;
+mod limit;
 mod log;
 mod normalize;
 mod outcome;
@@ -80,6 +81,8 @@ pub struct Gateway {
     pub auth: crate::auth::Authenticator,
     /// Ends every live stream with an error event when the shutdown drain runs out.
     pub stream_stop: StreamStop,
+    /// Rate limits and spend budgets (the admit phase's `limit` step).
+    pub limits: crate::limits::Limiter,
     /// Serializes every read-modify-write of strategy state: decisions that apply
     /// `on pick` updates (`route`) and `on success` / `on failure` updates
     /// (`outcome`), so stateful strategies see every earlier pick and outcome.
@@ -115,6 +118,7 @@ impl Gateway {
         );
         Gateway {
             log: RequestLog::new(&registry),
+            limits: crate::limits::Limiter::new(&config, &registry),
             config,
             upstreams,
             registry,
@@ -157,6 +161,7 @@ impl Gateway {
         let chat = normalize::parse(ctx, body)?;
         admit::check_model(ctx, &chat)?;
         let features = normalize::request_features(ctx, &chat, headers);
+        limit::admit(self, ctx, &chat).await?;
         let mut plan = route::route(self, ctx, &chat, &features)?;
         let decided = Arc::new(outcome::DecisionContext {
             snapshot: ctx.snapshot.clone(),

@@ -42,6 +42,8 @@ pub fn respond(
             if let (Some(ep), false) = (ctx.endpoint, ctx.stream) {
                 gw.log.served(ep, ctx.started);
             }
+            let mut resp = resp;
+            super::limit::settle_whole(ctx, &mut resp);
             resp
         }
         Err(e) => {

@@ -1,0 +1,187 @@
+//! Validation of `limits:`, `budgets:` and `state:` (a child of `load`, sharing its
+//! validator).
+
+use serde_yaml::{Mapping, Value};
+
+use super::super::limits::{Budget, BudgetsConfig, LimitsConfig, OnError, RateLimit, StateConfig};
+use super::{join, Validator};
+
+/// Largest rate or burst accepted, in units per minute (10^12).
+const MAX_RATE: u64 = 1_000_000_000_000;
+
+impl Validator {
+    fn rate_limit(&mut self, value: &Value, path: &str) -> RateLimit {
+        let mut r = RateLimit::default();
+        let Some(map) = self.mapping(value, path) else {
+            return r;
+        };
+        self.unknown_keys(
+            map,
+            &[
+                "requests_per_min",
+                "tokens_per_min",
+                "burst_requests",
+                "burst_tokens",
+            ],
+            path,
+        );
+        r.requests_per_min = self.uint(map, "requests_per_min", path, 0, MAX_RATE);
+        r.tokens_per_min = self.uint(map, "tokens_per_min", path, 0, MAX_RATE);
+        r.burst_requests = self.uint(map, "burst_requests", path, 1, MAX_RATE);
+        r.burst_tokens = self.uint(map, "burst_tokens", path, 1, MAX_RATE);
+        r
+    }
+
+    fn named<T>(
+        &mut self,
+        map: &Mapping,
+        key: &str,
+        path: &str,
+        mut each: impl FnMut(&mut Self, &Value, &str) -> T,
+    ) -> std::collections::BTreeMap<String, T> {
+        let mut out = std::collections::BTreeMap::new();
+        let path = join(path, key);
+        let Some(m) = self.mapping(map.get(key).unwrap_or(&Value::Null), &path) else {
+            return out;
+        };
+        for (k, v) in m {
+            match k.as_str() {
+                Some(name) => {
+                    let p = join(&path, name);
+                    let item = each(self, v, &p);
+                    out.insert(name.to_string(), item);
+                }
+                None => self.err(&path, "keys must be strings"),
+            }
+        }
+        out
+    }
+
+    pub(super) fn limits(&mut self, value: &Value) -> LimitsConfig {
+        let path = "limits";
+        let mut cfg = LimitsConfig::default();
+        let Some(map) = self.mapping(value, path) else {
+            return cfg;
+        };
+        self.unknown_keys(
+            map,
+            &[
+                "global",
+                "per_key",
+                "per_org",
+                "keys",
+                "orgs",
+                "default_output_tokens",
+            ],
+            path,
+        );
+        let null = Value::Null;
+        cfg.global = self.rate_limit(map.get("global").unwrap_or(&null), "limits.global");
+        cfg.per_key = self.rate_limit(map.get("per_key").unwrap_or(&null), "limits.per_key");
+        cfg.per_org = self.rate_limit(map.get("per_org").unwrap_or(&null), "limits.per_org");
+        cfg.keys = self.named(map, "keys", path, |v, val, p| v.rate_limit(val, p));
+        cfg.orgs = self.named(map, "orgs", path, |v, val, p| v.rate_limit(val, p));
+        if let Some(n) = self.uint(map, "default_output_tokens", path, 0, 10_000_000) {
+            cfg.default_output_tokens = n;
+        }
+        cfg
+    }
+
+    fn budget(&mut self, value: &Value, path: &str) -> Budget {
+        let mut b = Budget::default();
+        let Some(map) = self.mapping(value, path) else {
+            return b;
+        };
+        self.unknown_keys(map, &["usd_per_day", "usd_per_month"], path);
+        b.usd_per_day = self.float(map, "usd_per_day", path, 0.0, 1e12);
+        b.usd_per_month = self.float(map, "usd_per_month", path, 0.0, 1e12);
+        b
+    }
+
+    pub(super) fn budgets(&mut self, value: &Value) -> BudgetsConfig {
+        let path = "budgets";
+        let mut cfg = BudgetsConfig::default();
+        let Some(map) = self.mapping(value, path) else {
+            return cfg;
+        };
+        self.unknown_keys(map, &["per_key", "per_org", "keys", "orgs"], path);
+        let null = Value::Null;
+        cfg.per_key = self.budget(map.get("per_key").unwrap_or(&null), "budgets.per_key");
+        cfg.per_org = self.budget(map.get("per_org").unwrap_or(&null), "budgets.per_org");
+        cfg.keys = self.named(map, "keys", path, |v, val, p| v.budget(val, p));
+        cfg.orgs = self.named(map, "orgs", path, |v, val, p| v.budget(val, p));
+        cfg
+    }
+
+    pub(super) fn state(&mut self, value: &Value) -> StateConfig {
+        let path = "state";
+        let mut cfg = StateConfig::default();
+        let Some(map) = self.mapping(value, path) else {
+            return cfg;
+        };
+        self.unknown_keys(map, &["redis", "timeout_ms", "on_error"], path);
+        if let Some(url) = self.string(map, "redis", path) {
+            if url.starts_with("redis://") || url.starts_with("rediss://") {
+                cfg.redis = Some(url);
+            } else {
+                self.err(
+                    join(path, "redis"),
+                    format!("\"{url}\" is not a URL like redis://127.0.0.1:6379"),
+                );
+            }
+        }
+        if let Some(n) = self.uint(map, "timeout_ms", path, 1, 60_000) {
+            cfg.timeout_ms = n;
+        }
+        match self.string(map, "on_error", path).as_deref() {
+            None => {}
+            Some("open") => cfg.on_error = OnError::Open,
+            Some("closed") => cfg.on_error = OnError::Closed,
+            Some(other) => self.err(
+                join(path, "on_error"),
+                format!("\"{other}\" is not one of: open, closed"),
+            ),
+        }
+        cfg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{parse_str, OnError};
+
+    const BASE: &str = "providers: { p: { kind: mock } }\nmodels: { m: { endpoints: [ { provider: p, model: x } ] } }\n";
+
+    #[test]
+    fn limits_budgets_and_state_parse() {
+        let yaml = format!(
+            "{BASE}limits:\n  global: {{ requests_per_min: 600, tokens_per_min: 100000 }}\n  per_key: {{ requests_per_min: 60, burst_requests: 10 }}\n  keys: {{ key-1: {{ requests_per_min: 6 }} }}\nbudgets:\n  per_org: {{ usd_per_day: 5.5 }}\nstate: {{ redis: 'redis://127.0.0.1:6379', timeout_ms: 20, on_error: closed }}\n"
+        );
+        let c = parse_str(&yaml, None).unwrap();
+        assert_eq!(c.limits.global.requests_per_min, Some(600));
+        assert_eq!(c.limits.per_key.burst_requests, Some(10));
+        assert_eq!(c.limits.keys["key-1"].requests_per_min, Some(6));
+        assert_eq!(c.budgets.per_org.usd_per_day, Some(5.5));
+        assert_eq!(c.state.timeout_ms, 20);
+        assert_eq!(c.state.on_error, OnError::Closed);
+    }
+
+    #[test]
+    fn every_bad_key_is_reported() {
+        let yaml = format!(
+            "{BASE}limits:\n  global: {{ request_per_min: 1 }}\n  per_key: {{ tokens_per_min: -1 }}\nstate: {{ redis: 'http://x', on_error: maybe }}\n"
+        );
+        let errs = parse_str(&yaml, None).unwrap_err();
+        let paths: Vec<_> = errs.errors.iter().map(|e| e.path.as_str()).collect();
+        assert!(
+            paths.contains(&"limits.global.request_per_min"),
+            "{paths:?}"
+        );
+        assert!(
+            paths.contains(&"limits.per_key.tokens_per_min"),
+            "{paths:?}"
+        );
+        assert!(paths.contains(&"state.redis"), "{paths:?}");
+        assert!(paths.contains(&"state.on_error"), "{paths:?}");
+    }
+}

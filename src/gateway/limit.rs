@@ -1,0 +1,102 @@
+//! The rate-limit and budget step of the admit phase (see [`crate::limits`]).
+//!
+//! Runs after normalize (the caller and the parsed request are known) and before
+//! route: a refused request never reaches a policy or an upstream. Its 429 is the
+//! client's (`Fault::Client`, kind `Throttled`), so no endpoint's statistics count it.
+//! The admitted request's [`Permit`] is kept in `ctx.permit`; a whole (non-stream)
+//! answer settles it in the respond phase ([`settle_whole`]), a stream where it ends.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::FutureExt as _;
+use http::Response;
+use http_body_util::BodyExt as _;
+
+use super::ctx::RequestCtx;
+use super::Gateway;
+use crate::api::{ChatRequest, Usage};
+use crate::body::{self, Body};
+use crate::error::GatewayError;
+
+/// The token cost counted at admission: estimated input tokens plus the output cap
+/// (`max_completion_tokens`, else `max_tokens`, else `limits.default_output_tokens`).
+pub fn cost(gw: &Gateway, chat: &ChatRequest) -> u64 {
+    chat.estimated_input_tokens().saturating_add(
+        chat.output_cap()
+            .unwrap_or(gw.config.limits.default_output_tokens),
+    )
+}
+
+/// Admits the request against every limit and budget, or refuses it.
+///
+/// # Errors
+/// 429 `rate_limit_exceeded` / `budget_exceeded`, 503 `rate_limiter_unavailable`.
+pub async fn admit(
+    gw: &Gateway,
+    ctx: &mut RequestCtx,
+    chat: &ChatRequest,
+) -> Result<(), GatewayError> {
+    let permit = gw.limits.admit(&ctx.caller, cost(gw, chat)).await?;
+    ctx.permit = Some(Arc::new(permit));
+    Ok(())
+}
+
+/// For a whole (non-stream) answer: settles `ctx.permit` with the body's `usage` and
+/// adds the permit's `x-ratelimit-*` headers. The body is one ready frame (dispatch
+/// builds it in memory), taken and put back without waiting.
+pub fn settle_whole(ctx: &RequestCtx, resp: &mut Response<Body>) {
+    let Some(permit) = &ctx.permit else { return };
+    for (name, value) in permit.headers() {
+        resp.headers_mut().insert(name.clone(), value.clone());
+    }
+    if ctx.stream || !ctx.served {
+        return;
+    }
+    let mut taken = std::mem::replace(resp.body_mut(), body::empty());
+    let Some(Some(Ok(frame))) = taken.frame().now_or_never() else {
+        // Not ready at once (never for dispatch's whole answers): leave it unsettled.
+        *resp.body_mut() = taken;
+        return;
+    };
+    let data = match frame.into_data() {
+        Ok(data) => data,
+        Err(frame) => {
+            *resp.body_mut() = prepend(frame, taken);
+            return;
+        }
+    };
+    if let Some(usage) = usage_of(&data) {
+        permit.settle(ctx.endpoint, &usage);
+    }
+    *resp.body_mut() = if http_body::Body::is_end_stream(&taken) {
+        body::full(data)
+    } else {
+        prepend(http_body::Frame::data(data), taken)
+    };
+}
+
+fn prepend(first: http_body::Frame<Bytes>, rest: Body) -> Body {
+    use futures_util::StreamExt as _;
+    let head = futures_util::stream::once(std::future::ready(Ok(first)));
+    http_body_util::StreamBody::new(head.chain(http_body_util::BodyStream::new(rest)))
+        .boxed_unsync()
+}
+
+/// The `usage` of an OpenAI chat completion body.
+fn usage_of(data: &[u8]) -> Option<Usage> {
+    #[derive(serde::Deserialize)]
+    struct Counts {
+        #[serde(default)]
+        prompt_tokens: u64,
+        #[serde(default)]
+        completion_tokens: u64,
+    }
+    #[derive(serde::Deserialize)]
+    struct Completion {
+        usage: Option<Counts>,
+    }
+    let c: Completion = serde_json::from_slice(data).ok()?;
+    c.usage
+        .map(|u| Usage::new(u.prompt_tokens, u.completion_tokens))
+}

@@ -1,0 +1,116 @@
+//! Spend budgets: UTC periods and the in-memory spend ledger.
+
+use std::collections::HashMap;
+
+/// The UTC day (days since 1970-01-01) and month (`year * 12 + month - 1`) of
+/// `unix_secs`.
+pub fn periods(unix_secs: u64) -> (u64, u64) {
+    let day = unix_secs / 86_400;
+    let (y, m, _) = civil(day);
+    (day, y * 12 + (m - 1))
+}
+
+/// The period suffixes of Redis spend keys: `d<yyyymmdd>` and `m<yyyymm>`.
+pub fn period_names(unix_secs: u64) -> (String, String) {
+    let (y, m, d) = civil(unix_secs / 86_400);
+    (format!("d{y:04}{m:02}{d:02}"), format!("m{y:04}{m:02}"))
+}
+
+/// (year, month 1..=12, day 1..=31) of day `days` since 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`, for days on or after the epoch).
+fn civil(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    (y, m, d)
+}
+
+/// One scope's spend in the current day and month, USD.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Spend {
+    day: u64,
+    day_usd: f64,
+    month: u64,
+    month_usd: f64,
+}
+
+impl Spend {
+    /// (spent today, spent this month) in USD as of `unix_secs`.
+    pub fn at(&self, unix_secs: u64) -> (f64, f64) {
+        let (day, month) = periods(unix_secs);
+        (
+            if self.day == day { self.day_usd } else { 0.0 },
+            if self.month == month {
+                self.month_usd
+            } else {
+                0.0
+            },
+        )
+    }
+
+    /// Adds `usd` at `unix_secs`, starting a new day or month when the period changed.
+    pub fn add(&mut self, usd: f64, unix_secs: u64) {
+        let (day, month) = periods(unix_secs);
+        let (d, m) = self.at(unix_secs);
+        *self = Spend {
+            day,
+            day_usd: d + usd,
+            month,
+            month_usd: m + usd,
+        };
+    }
+}
+
+/// Spend per scope (`k:<key id>`, `o:<org>`), in memory.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    scopes: HashMap<String, Spend>,
+}
+
+impl Ledger {
+    /// (today, this month) of `scope` in USD.
+    pub fn spent(&self, scope: &str, unix_secs: u64) -> (f64, f64) {
+        self.scopes
+            .get(scope)
+            .map_or((0.0, 0.0), |s| s.at(unix_secs))
+    }
+
+    /// Adds `usd` to `scope`.
+    pub fn add(&mut self, scope: &str, usd: f64, unix_secs: u64) {
+        self.scopes
+            .entry(scope.to_string())
+            .or_default()
+            .add(usd, unix_secs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn periods_follow_the_utc_calendar() {
+        // 2024-02-29T12:00:00Z
+        assert_eq!(
+            period_names(1_709_208_000),
+            ("d20240229".into(), "m202402".into())
+        );
+        assert_eq!(period_names(0), ("d19700101".into(), "m197001".into()));
+        let mut s = Spend::default();
+        s.add(1.5, 1_709_208_000);
+        assert_eq!(s.at(1_709_208_000 + 3600), (1.5, 1.5));
+        // Next day (March 1st): a new day and a new month.
+        assert_eq!(s.at(1_709_208_000 + 86_400), (0.0, 0.0));
+        // A new day of the same month keeps the month's spend.
+        let mut t = Spend::default();
+        t.add(1.0, 1_709_208_000 - 86_400);
+        t.add(2.0, 1_709_208_000);
+        assert_eq!(t.at(1_709_208_000), (2.0, 3.0));
+    }
+}

@@ -1,0 +1,719 @@
+//! Rate limits and spend budgets: the admission checks of `limits:` and `budgets:`.
+//!
+//! A request needs room in up to six token buckets ([`bucket::Bucket`]): requests
+//! and tokens, at each of three levels: global, its API key id, its organization.
+//! Its token cost is its estimated input tokens plus its output cap (`max_tokens` /
+//! `max_completion_tokens`, else `limits.default_output_tokens`). Admission:
+//! 1. every budget of the key and the org (`budgets:`) must have spend left for the
+//!    UTC day and month, else 429 `budget_exceeded`;
+//! 2. every bucket must hold the request's cost; if one does not, nothing is taken
+//!    and the answer is 429 `rate_limit_exceeded` with `Retry-After` = the longest
+//!    wait among the buckets without room (all need room at once);
+//! 3. otherwise every bucket is charged, in the same critical section (in memory one
+//!    lock over all buckets: the global bucket is touched by every request anyway; in
+//!    Redis one Lua script), so no level is charged unless all admit.
+//!
+//! The [`Permit`] then travels with the request; [`Permit::settle`] reconciles the
+//! token buckets with the actual usage (refund or charge the difference) and adds the
+//! spend in USD, from the serving provider's prices, to the budgets and to
+//! `switchyard_spend_usd_total`. A permit never settled keeps its estimate charged
+//! and records no spend.
+//!
+//! State lives in memory, or in Redis with `state.redis` ([`redis`]); while Redis
+//! cannot be reached within `state.timeout_ms`, `state.on_error` decides: `open`
+//! falls back to this instance's in-memory state, `closed` refuses with 503. Requests
+//! of priority `critical` bypass the rate limits (not the budgets).
+
+pub mod bucket;
+pub mod budget;
+pub mod redis;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Instant, SystemTime};
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::api::Usage;
+use crate::config::{Budget, Config, OnError, Pricing, RateLimit};
+use crate::error::{Code, ErrorKind, Fault, GatewayError};
+use crate::policy::ast::PriorityLevel;
+use crate::routing::features::Caller;
+use crate::routing::Registry;
+use crate::telemetry as t;
+use bucket::Bucket;
+
+/// Forget full buckets (they equal new ones) after this many new buckets, so
+/// unbounded key ids cannot grow the map without end.
+const SWEEP_EVERY: u32 = 4096;
+
+/// How long Redis is skipped after a failure, ms (each request during that time
+/// takes the `on_error` path at once instead of waiting for the deadline).
+const REDIS_BACKOFF_MS: u64 = 1000;
+
+/// What a bucket counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Requests (cost 1).
+    Requests,
+    /// Tokens (estimated input + output cap).
+    Tokens,
+}
+
+/// One bucket a request needs room in.
+#[derive(Debug, Clone)]
+pub struct Need {
+    /// `g::rpm`, `k:<key id>:tpm`, `o:<org>:rpm`, ...: the bucket's name.
+    pub key: String,
+    /// What it counts.
+    pub kind: Kind,
+    /// Refill per minute, units.
+    pub per_min: u64,
+    /// Capacity, units.
+    pub capacity: u64,
+    /// This request's cost, units.
+    pub cost: u64,
+}
+
+/// A bucket's state after an admission decision, for the `x-ratelimit-*` headers.
+#[derive(Debug, Clone, Copy)]
+pub struct View {
+    /// What it counts.
+    pub kind: Kind,
+    /// Capacity, units.
+    pub capacity: u64,
+    /// Units left.
+    pub remaining: u64,
+    /// Milliseconds until full again.
+    pub reset_ms: u64,
+}
+
+/// A budget a request's spend counts against.
+#[derive(Debug, Clone)]
+struct BudgetScope {
+    /// `k:<key id>` or `o:<org>`.
+    scope: String,
+    budget: Budget,
+}
+
+/// Which state admitted a permit (it is settled there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Local,
+    Redis,
+}
+
+/// The outcome of one check over all buckets.
+#[derive(Debug)]
+pub(crate) enum Checked {
+    /// Every bucket had room and was charged.
+    Admitted(Vec<View>),
+    /// Bucket `blame` had no room: wait `wait_ms` (`None`: never).
+    Refused {
+        wait_ms: Option<u64>,
+        blame: usize,
+        views: Vec<View>,
+    },
+    /// Budget `index` is used up (`spent` USD).
+    OverBudget { index: usize, spent: f64 },
+}
+
+#[derive(Debug, Default)]
+struct Local {
+    buckets: HashMap<String, Bucket>,
+    ledger: budget::Ledger,
+    new_buckets: u32,
+}
+
+/// The price and model of one registry endpoint.
+#[derive(Debug, Clone)]
+struct Price {
+    model: Arc<str>,
+    pricing: Pricing,
+}
+
+#[derive(Debug)]
+struct Inner {
+    limits: crate::config::LimitsConfig,
+    budgets: crate::config::BudgetsConfig,
+    any_limit: bool,
+    any_budget: bool,
+    on_error: OnError,
+    epoch: Instant,
+    local: Mutex<Local>,
+    redis: Option<redis::RedisBackend>,
+    /// Monotonic ms until which Redis is not tried (after a failure).
+    redis_down_until: AtomicU64,
+    prices: Vec<Price>,
+    backend_errors: metrics::Counter,
+}
+
+/// The limiter of one gateway: cheap to clone (one shared state).
+#[derive(Debug, Clone)]
+pub struct Limiter {
+    inner: Arc<Inner>,
+}
+
+impl Limiter {
+    /// The limiter of `config`, pricing spend by the endpoints of `registry` (USD per
+    /// 1M tokens of each endpoint's provider).
+    pub fn new(config: &Config, registry: &Registry) -> Limiter {
+        let prices = registry
+            .endpoints
+            .iter()
+            .map(|e| Price {
+                model: e.model.clone(),
+                pricing: config
+                    .providers
+                    .get(e.provider)
+                    .map(|p| p.pricing)
+                    .unwrap_or_default(),
+            })
+            .collect();
+        let redis = config
+            .state
+            .redis
+            .as_deref()
+            .and_then(|url| redis::RedisBackend::new(url, config.state.timeout_ms));
+        Limiter {
+            inner: Arc::new(Inner {
+                any_limit: config.limits.any(),
+                any_budget: config.budgets.any(),
+                limits: config.limits.clone(),
+                budgets: config.budgets.clone(),
+                on_error: config.state.on_error,
+                epoch: Instant::now(),
+                local: Mutex::new(Local::default()),
+                redis,
+                redis_down_until: AtomicU64::new(0),
+                prices,
+                backend_errors: metrics::counter!(t::LIMIT_BACKEND_ERRORS),
+            }),
+        }
+    }
+
+    /// Milliseconds on the limiter's monotonic clock.
+    pub fn now_ms(&self) -> u64 {
+        u64::try_from(self.inner.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Local> {
+        self.inner.local.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The buckets a request of `tokens` tokens from `caller` needs room in.
+    pub fn needs(&self, caller: &Caller, tokens: u64) -> Vec<Need> {
+        let l = &self.inner.limits;
+        let mut out = Vec::new();
+        if !self.inner.any_limit || caller.priority == PriorityLevel::Critical {
+            return out;
+        }
+        let mut level = |prefix: &str, id: &str, r: RateLimit| {
+            if let Some(rpm) = r.requests_per_min {
+                out.push(Need {
+                    key: format!("{prefix}:{id}:rpm"),
+                    kind: Kind::Requests,
+                    per_min: rpm,
+                    capacity: r.burst_requests.unwrap_or(rpm),
+                    cost: 1,
+                });
+            }
+            if let Some(tpm) = r.tokens_per_min {
+                out.push(Need {
+                    key: format!("{prefix}:{id}:tpm"),
+                    kind: Kind::Tokens,
+                    per_min: tpm,
+                    capacity: r.burst_tokens.unwrap_or(tpm),
+                    cost: tokens,
+                });
+            }
+        };
+        level("g", "", l.global);
+        if let Some(id) = &caller.api_key {
+            let r = l.keys.get(id).map_or(l.per_key, |o| o.over(l.per_key));
+            level("k", id, r);
+        }
+        if let Some(org) = &caller.org {
+            let r = l.orgs.get(org).map_or(l.per_org, |o| o.over(l.per_org));
+            level("o", org, r);
+        }
+        out
+    }
+
+    fn budget_scopes(&self, caller: &Caller) -> Vec<BudgetScope> {
+        let b = &self.inner.budgets;
+        let mut out = Vec::new();
+        if !self.inner.any_budget {
+            return out;
+        }
+        if let Some(id) = &caller.api_key {
+            let budget = b.keys.get(id).map_or(b.per_key, |o| o.over(b.per_key));
+            if !budget.is_empty() {
+                out.push(BudgetScope {
+                    scope: format!("k:{id}"),
+                    budget,
+                });
+            }
+        }
+        if let Some(org) = &caller.org {
+            let budget = b.orgs.get(org).map_or(b.per_org, |o| o.over(b.per_org));
+            if !budget.is_empty() {
+                out.push(BudgetScope {
+                    scope: format!("o:{org}"),
+                    budget,
+                });
+            }
+        }
+        out
+    }
+
+    /// The in-memory check of `needs` and `scopes` at `now_ms` / `unix_secs`.
+    fn check_local(
+        &self,
+        needs: &[Need],
+        scopes: &[BudgetScope],
+        now_ms: u64,
+        unix_secs: u64,
+    ) -> Checked {
+        let mut local = self.lock();
+        for (index, s) in scopes.iter().enumerate() {
+            let (day, month) = local.ledger.spent(&s.scope, unix_secs);
+            let over = |spent: f64, limit: Option<f64>| limit.is_some_and(|l| spent >= l);
+            if over(day, s.budget.usd_per_day) || over(month, s.budget.usd_per_month) {
+                let spent = if over(day, s.budget.usd_per_day) {
+                    day
+                } else {
+                    month
+                };
+                return Checked::OverBudget { index, spent };
+            }
+        }
+        let mut refused: Option<(Option<u64>, usize)> = None;
+        for (i, n) in needs.iter().enumerate() {
+            let b = match local.buckets.get_mut(&n.key) {
+                Some(b) => b,
+                None => {
+                    local.new_buckets += 1;
+                    if local.new_buckets >= SWEEP_EVERY {
+                        local.new_buckets = 0;
+                        local.buckets.retain(|_, b| !b.is_full(now_ms));
+                    }
+                    local
+                        .buckets
+                        .entry(n.key.clone())
+                        .or_insert_with(|| Bucket::full(n.per_min, n.capacity, now_ms))
+                }
+            };
+            match b.wait_ms(n.cost, now_ms) {
+                Some(0) => {}
+                wait => {
+                    let longer = match (refused, wait) {
+                        (None, _) | (Some((Some(_), _)), None) => true,
+                        (Some((Some(a), _)), Some(w)) => w > a,
+                        (Some((None, _)), _) => false,
+                    };
+                    if longer {
+                        refused = Some((wait, i));
+                    }
+                }
+            }
+        }
+        let admitted = refused.is_none();
+        let views = needs
+            .iter()
+            .filter_map(|n| {
+                let b = local.buckets.get_mut(&n.key)?;
+                if admitted {
+                    b.try_take(n.cost, now_ms);
+                }
+                Some(View {
+                    kind: n.kind,
+                    capacity: b.capacity(),
+                    remaining: b.remaining(now_ms),
+                    reset_ms: b.full_in_ms(now_ms),
+                })
+            })
+            .collect();
+        match refused {
+            None => Checked::Admitted(views),
+            Some((wait_ms, blame)) => Checked::Refused {
+                wait_ms,
+                blame,
+                views,
+            },
+        }
+    }
+
+    /// Admits or refuses a request from `caller` of `tokens` tokens (estimated input
+    /// plus output cap) on the in-memory state, at `now_ms` (this limiter's monotonic
+    /// clock, [`Limiter::now_ms`]) and `unix_secs` (for the budget periods).
+    ///
+    /// # Errors
+    /// 429 `rate_limit_exceeded` or `budget_exceeded` (see the module doc).
+    pub fn admit_local_at(
+        &self,
+        caller: &Caller,
+        tokens: u64,
+        now_ms: u64,
+        unix_secs: u64,
+    ) -> Result<Permit, GatewayError> {
+        let needs = self.needs(caller, tokens);
+        let scopes = self.budget_scopes(caller);
+        let checked = self.check_local(&needs, &scopes, now_ms, unix_secs);
+        self.permit(
+            caller,
+            tokens,
+            needs,
+            scopes,
+            checked,
+            Backend::Local,
+            unix_secs,
+        )
+    }
+
+    /// Admits or refuses a request from `caller` of `tokens` tokens, on Redis when
+    /// configured (one round trip), else in memory.
+    ///
+    /// # Errors
+    /// 429 `rate_limit_exceeded` or `budget_exceeded`; 503 `rate_limiter_unavailable`
+    /// when Redis cannot be reached and `state.on_error` is `closed`.
+    pub async fn admit(&self, caller: &Caller, tokens: u64) -> Result<Permit, GatewayError> {
+        let unix_secs = unix_now();
+        let needs = self.needs(caller, tokens);
+        let scopes = self.budget_scopes(caller);
+        if needs.is_empty() && scopes.is_empty() {
+            let checked = Checked::Admitted(Vec::new());
+            return self.permit(
+                caller,
+                tokens,
+                needs,
+                scopes,
+                checked,
+                Backend::Local,
+                unix_secs,
+            );
+        }
+        let now_ms = self.now_ms();
+        if let Some(r) = &self.inner.redis {
+            if self.inner.redis_down_until.load(Ordering::Relaxed) <= now_ms {
+                match r.admit(&needs, &scopes_for_redis(&scopes), unix_secs).await {
+                    Ok(checked) => {
+                        return self.permit(
+                            caller,
+                            tokens,
+                            needs,
+                            scopes,
+                            checked,
+                            Backend::Redis,
+                            unix_secs,
+                        )
+                    }
+                    Err(e) => self.redis_failed("admit", &e),
+                }
+            }
+            if self.inner.on_error == OnError::Closed {
+                return Err(GatewayError::new(
+                    ErrorKind::Internal,
+                    "The rate limiter is unavailable; try again shortly.",
+                )
+                .with_status(503)
+                .with_code(Code::RateLimiterUnavailable)
+                .with_fault(Fault::Gateway)
+                .with_retry_after(Some(std::time::Duration::from_secs(1))));
+            }
+        }
+        let checked = self.check_local(&needs, &scopes, now_ms, unix_secs);
+        self.permit(
+            caller,
+            tokens,
+            needs,
+            scopes,
+            checked,
+            Backend::Local,
+            unix_secs,
+        )
+    }
+
+    fn redis_failed(&self, op: &str, e: &redis::BackendError) {
+        self.inner.backend_errors.increment(1);
+        self.inner
+            .redis_down_until
+            .store(self.now_ms() + REDIS_BACKOFF_MS, Ordering::Relaxed);
+        tracing::warn!(op, error = %e, on_error = ?self.inner.on_error, "rate-limit state (Redis) unavailable");
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn permit(
+        &self,
+        caller: &Caller,
+        tokens: u64,
+        needs: Vec<Need>,
+        scopes: Vec<BudgetScope>,
+        checked: Checked,
+        backend: Backend,
+        unix_secs: u64,
+    ) -> Result<Permit, GatewayError> {
+        match checked {
+            Checked::Admitted(views) => {
+                let budget_remaining = self.remaining_budget(&scopes, backend, unix_secs);
+                let token_needs = needs
+                    .into_iter()
+                    .filter(|n| n.kind == Kind::Tokens)
+                    .collect();
+                Ok(Permit {
+                    limiter: self.clone(),
+                    token_needs,
+                    charged_tokens: tokens,
+                    backend,
+                    key: caller.api_key.clone(),
+                    org: caller.org.clone(),
+                    scopes,
+                    budget_remaining,
+                    headers: rate_headers(&views),
+                    settled: AtomicBool::new(false),
+                })
+            }
+            Checked::Refused {
+                wait_ms,
+                blame,
+                views,
+            } => {
+                let n = &needs[blame];
+                let what = match n.kind {
+                    Kind::Requests => "requests",
+                    Kind::Tokens => "tokens",
+                };
+                let level = level_name(&n.key);
+                let message = match wait_ms {
+                    Some(w) => format!(
+                        "Rate limit reached for {level} {what}: limit {} per minute; this request needs {} and may be retried in {} ms.",
+                        n.per_min, n.cost, w
+                    ),
+                    None => format!(
+                        "This request needs {} {what}, more than the {level} limit allows at once ({}).",
+                        n.cost, n.capacity
+                    ),
+                };
+                let mut e = GatewayError::new(ErrorKind::Throttled, message)
+                    .with_code(Code::RateLimitExceeded)
+                    .with_headers(rate_headers(&views));
+                if let Some(w) = wait_ms {
+                    e = e.with_retry_after(Some(std::time::Duration::from_millis(w.max(1))));
+                }
+                Err(e)
+            }
+            Checked::OverBudget { index, spent } => {
+                let s = &scopes[index];
+                let (who, id) = s.scope.split_once(':').unwrap_or(("k", &s.scope));
+                let who = if who == "k" {
+                    "API key"
+                } else {
+                    "organization"
+                };
+                let _ = id;
+                let mut limits = String::new();
+                if let Some(d) = s.budget.usd_per_day {
+                    let _ = write!(limits, " {d} USD per day");
+                }
+                if let Some(m) = s.budget.usd_per_month {
+                    let _ = write!(limits, " {m} USD per month");
+                }
+                Err(GatewayError::new(
+                    ErrorKind::Throttled,
+                    format!(
+                        "The spend budget of this {who} is used up ({spent:.4} USD spent; budget:{limits})."
+                    ),
+                )
+                .with_code(Code::BudgetExceeded))
+            }
+        }
+    }
+
+    fn remaining_budget(
+        &self,
+        scopes: &[BudgetScope],
+        backend: Backend,
+        unix_secs: u64,
+    ) -> Option<f64> {
+        if scopes.is_empty() || backend == Backend::Redis {
+            // (Redis: the admission script checked the spend; the exact remainder is
+            // not returned, to keep the reply small.)
+            return None;
+        }
+        let local = self.lock();
+        let mut best: Option<f64> = None;
+        for s in scopes {
+            let (d, m) = local.ledger.spent(&s.scope, unix_secs);
+            for left in [
+                s.budget.usd_per_day.map(|l| l - d),
+                s.budget.usd_per_month.map(|l| l - m),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                best = Some(best.map_or(left, |b: f64| b.min(left)));
+            }
+        }
+        best.map(|b| b.max(0.0))
+    }
+}
+
+fn scopes_for_redis(scopes: &[BudgetScope]) -> Vec<(String, Budget)> {
+    scopes.iter().map(|s| (s.scope.clone(), s.budget)).collect()
+}
+
+/// `global`, `API key`, `organization` from a bucket name.
+fn level_name(key: &str) -> &'static str {
+    match key.as_bytes().first() {
+        Some(b'k') => "API key",
+        Some(b'o') => "organization",
+        _ => "global",
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// OpenAI's duration format of `x-ratelimit-reset-*`: `20ms`, `1s`, `6m0s`, `1h2m3s`.
+pub fn reset_text(ms: u64) -> String {
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let s = ms.div_ceil(1000);
+    match (s / 3600, (s / 60) % 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m{s}s"),
+        (h, m, s) => format!("{h}h{m}m{s}s"),
+    }
+}
+
+/// The `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` headers: for each
+/// kind, the bucket with the fewest units left.
+fn rate_headers(views: &[View]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (kind, suffix) in [(Kind::Requests, "requests"), (Kind::Tokens, "tokens")] {
+        let Some(v) = views
+            .iter()
+            .filter(|v| v.kind == kind)
+            .min_by_key(|v| v.remaining)
+        else {
+            continue;
+        };
+        let mut put = |name: &str, value: String| {
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::try_from(format!("x-ratelimit-{name}-{suffix}")),
+                HeaderValue::try_from(value),
+            ) {
+                h.insert(n, v);
+            }
+        };
+        put("limit", v.capacity.to_string());
+        put("remaining", v.remaining.to_string());
+        put("reset", reset_text(v.reset_ms));
+    }
+    h
+}
+
+/// An admitted request's claim on the limits, settled when its answer ends.
+#[derive(Debug)]
+pub struct Permit {
+    limiter: Limiter,
+    token_needs: Vec<Need>,
+    charged_tokens: u64,
+    backend: Backend,
+    key: Option<String>,
+    org: Option<String>,
+    scopes: Vec<BudgetScope>,
+    /// The least budget left (USD) among the caller's budgets at admission; `None`:
+    /// no budget applies (or the state is in Redis).
+    pub budget_remaining: Option<f64>,
+    headers: HeaderMap,
+    settled: AtomicBool,
+}
+
+impl Permit {
+    /// The `x-ratelimit-*` headers as of admission (for the successful response).
+    pub fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
+    /// Tokens charged at admission (estimated input + output cap).
+    pub fn charged_tokens(&self) -> u64 {
+        self.charged_tokens
+    }
+
+    /// Reconciles the permit with the answer's actual `usage` on registry endpoint
+    /// `endpoint` (the one that served): token buckets get the difference to the
+    /// charged estimate refunded or charged, and the spend in USD (the endpoint's
+    /// provider prices per 1M tokens) is added to the budgets and to
+    /// `switchyard_spend_usd_total`. Only the first call counts; never blocks (the
+    /// Redis update runs in the background, with its deadline).
+    pub fn settle(&self, endpoint: Option<usize>, usage: &Usage) {
+        self.settle_at(endpoint, usage, self.limiter.now_ms(), unix_now());
+    }
+
+    /// [`Permit::settle`] at `now_ms` (the limiter's monotonic clock) and `unix_secs`
+    /// (the budget period the spend counts in).
+    pub fn settle_at(&self, endpoint: Option<usize>, usage: &Usage, now_ms: u64, unix_secs: u64) {
+        if self.settled.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let inner = &self.limiter.inner;
+        let price = endpoint.and_then(|e| inner.prices.get(e));
+        let usd = price.map_or(0.0, |p| {
+            (usage.prompt_tokens as f64 * p.pricing.input_per_mtok
+                + usage.completion_tokens as f64 * p.pricing.output_per_mtok)
+                / 1e6
+        });
+        if let Some(p) = price {
+            metrics::gauge!(t::SPEND,
+                "key" => self.key.clone().unwrap_or_else(|| "none".into()),
+                "org" => self.org.clone().unwrap_or_else(|| "none".into()),
+                "model" => p.model.to_string())
+            .increment(usd);
+        }
+        let actual = usage
+            .total_tokens
+            .max(usage.prompt_tokens + usage.completion_tokens);
+        let delta = i128::from(self.charged_tokens) - i128::from(actual);
+        if self.backend == Backend::Redis {
+            if let (Some(r), Ok(rt)) = (&inner.redis, tokio::runtime::Handle::try_current()) {
+                let r = r.clone();
+                let limiter = self.limiter.clone();
+                let needs = self.token_needs.clone();
+                let scopes = scopes_for_redis(&self.scopes);
+                rt.spawn(async move {
+                    if let Err(e) = r.settle(&needs, delta, &scopes, usd, unix_secs).await {
+                        limiter.redis_failed("settle", &e);
+                    }
+                });
+            }
+            return;
+        }
+        let mut local = self.limiter.lock();
+        for n in &self.token_needs {
+            if let Some(b) = local.buckets.get_mut(&n.key) {
+                let units = u64::try_from(delta.unsigned_abs()).unwrap_or(u64::MAX);
+                if delta > 0 {
+                    b.refund(units, now_ms);
+                } else {
+                    b.charge(units, now_ms);
+                }
+            }
+        }
+        if usd > 0.0 {
+            for s in &self.scopes {
+                local.ledger.add(&s.scope, usd, unix_secs);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

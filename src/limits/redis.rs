@@ -1,0 +1,337 @@
+//! Limit buckets and spend in Redis, shared by every instance that points at it.
+//!
+//! One admission is one round trip: a Lua script ([`ADMIT`], sent with EVALSHA and
+//! loaded on `NOSCRIPT` by the `redis` crate's `Script`) reads every budget's spend,
+//! refills every bucket from Redis's own clock (`TIME`, so instances need no clock
+//! agreement), and charges all buckets only if all have room. Settling is a second
+//! script, sent in the background when the answer ends.
+//!
+//! Keys: `sy:{sy}:rl:<level>:<id>:<rpm|tpm>` (a hash of level `l` in 1/60,000
+//! units and last update `t` in ms, expiring once it would be full again) and
+//! `sy:{sy}:spend:<k|o>:<id>:<dYYYYMMDD|mYYYYMM>` (a float of USD, expiring after its
+//! period). Every key carries the one hash tag `{sy}`, so a script that touches the
+//! global, key and org buckets of a request is valid on Redis Cluster (all its keys
+//! are in one slot). The trade-off: all limiter traffic goes to the shard owning that
+//! slot. Splitting the tag per key would spread the load but make the global bucket
+//! a separate, non-atomic call.
+//!
+//! Every call is bounded by `state.timeout_ms` (`tokio::time::timeout` over getting
+//! the connection and running the script). The connection is the crate's
+//! `ConnectionManager`: one multiplexed connection shared by all requests (pipelined,
+//! no pool to size), reconnecting by itself after Redis comes back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Script;
+
+use super::{Checked, Need, View};
+use crate::config::Budget;
+
+/// Key prefix with the hash tag shared by all limiter keys.
+pub const PREFIX: &str = "sy:{sy}:";
+
+/// The admission script. KEYS: spend keys (ARGV[1] of them), then bucket keys.
+/// ARGV: the spend key count, each spend key's limit, then per bucket `per_min`,
+/// capacity and cost (units). Returns `{1, 0, 0, levels.., full_ms..}` (admitted),
+/// `{0, wait_ms or -1, blame, levels.., full_ms..}` (no room), `{2, index, spent}`
+/// (over budget).
+pub const ADMIT: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local nb = tonumber(ARGV[1])
+for i = 1, nb do
+  local spent = tonumber(redis.call('GET', KEYS[i]) or '0') or 0
+  if spent >= tonumber(ARGV[1 + i]) then return {2, i - 1, tostring(spent)} end
+end
+local base = 1 + nb
+local nk = #KEYS - nb
+local levels, rates, caps, costs = {}, {}, {}, {}
+local wait, blame = 0, 0
+for j = 1, nk do
+  local k = KEYS[nb + j]
+  local rate = tonumber(ARGV[base + 3 * j - 2])
+  local cap = tonumber(ARGV[base + 3 * j - 1]) * 60000
+  local cost = tonumber(ARGV[base + 3 * j]) * 60000
+  local h = redis.call('HMGET', k, 'l', 't')
+  local level, last = tonumber(h[1]), tonumber(h[2])
+  if level == nil or last == nil then level, last = cap, now end
+  if now > last and level < cap then level = math.min(cap, level + (now - last) * rate) end
+  levels[j], rates[j], caps[j], costs[j] = level, rate, cap, cost
+  if level < cost then
+    local w = -1
+    if cost <= cap and rate > 0 then w = math.ceil((cost - level) / rate) end
+    if wait == 0 or (wait > 0 and (w < 0 or w > wait)) then wait, blame = w, j - 1 end
+  end
+end
+local ok = wait == 0
+local out = {ok and 1 or 0, wait, blame}
+for j = 1, nk do
+  if ok then levels[j] = levels[j] - costs[j] end
+  local full = 0
+  if levels[j] < caps[j] then
+    if rates[j] > 0 then full = math.ceil((caps[j] - levels[j]) / rates[j]) else full = 86400000 end
+  end
+  if ok then
+    redis.call('HSET', KEYS[nb + j], 'l', levels[j], 't', now)
+    redis.call('PEXPIRE', KEYS[nb + j], full + 1000)
+  end
+  out[3 + j] = math.floor(levels[j] / 60000)
+  out[3 + nk + j] = full
+end
+return out
+"#;
+
+/// The settle script. KEYS: bucket keys (ARGV[1] of them), then spend keys.
+/// ARGV: the bucket count, per bucket `per_min`, capacity and the units to give back
+/// (negative: to charge); then the USD to add, then each spend key's TTL in seconds.
+pub const SETTLE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local nk = tonumber(ARGV[1])
+for j = 1, nk do
+  local rate = tonumber(ARGV[3 * j - 1])
+  local cap = tonumber(ARGV[3 * j]) * 60000
+  local delta = tonumber(ARGV[3 * j + 1]) * 60000
+  local h = redis.call('HMGET', KEYS[j], 'l', 't')
+  local level, last = tonumber(h[1]), tonumber(h[2])
+  if level == nil or last == nil then level, last = cap, now end
+  if now > last and level < cap then level = math.min(cap, level + (now - last) * rate) end
+  level = math.min(cap, level + delta)
+  local full = 86400000
+  if rate > 0 then full = math.max(0, math.ceil((cap - level) / rate)) end
+  redis.call('HSET', KEYS[j], 'l', level, 't', now)
+  redis.call('PEXPIRE', KEYS[j], full + 1000)
+end
+local usd = ARGV[3 * nk + 2]
+for i = nk + 1, #KEYS do
+  redis.call('INCRBYFLOAT', KEYS[i], usd)
+  redis.call('EXPIRE', KEYS[i], tonumber(ARGV[3 * nk + 2 + i - nk]))
+end
+return 1
+"#;
+
+/// Why a Redis call failed.
+#[derive(Debug)]
+pub enum BackendError {
+    /// The deadline (`state.timeout_ms`) passed.
+    Timeout,
+    /// Redis answered with an error, or the connection failed.
+    Redis(redis::RedisError),
+    /// The script's answer had an unexpected shape.
+    Reply,
+}
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackendError::Timeout => write!(f, "no answer within the deadline"),
+            BackendError::Redis(e) => write!(f, "{e}"),
+            BackendError::Reply => write!(f, "unexpected script reply"),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    client: redis::Client,
+    conn: tokio::sync::OnceCell<ConnectionManager>,
+    timeout: Duration,
+    admit: Script,
+    settle: Script,
+}
+
+/// The Redis state of one limiter (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct RedisBackend {
+    shared: Arc<Shared>,
+}
+
+impl RedisBackend {
+    /// A backend for `url` with a deadline of `timeout_ms` per call; `None` if the URL
+    /// does not parse (config validation checked its scheme). Connects on first use.
+    pub fn new(url: &str, timeout_ms: u64) -> Option<RedisBackend> {
+        let client = match redis::Client::open(url) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "state.redis is not a usable Redis URL; limits stay in memory");
+                return None;
+            }
+        };
+        Some(RedisBackend {
+            shared: Arc::new(Shared {
+                client,
+                conn: tokio::sync::OnceCell::new(),
+                timeout: Duration::from_millis(timeout_ms),
+                admit: Script::new(ADMIT),
+                settle: Script::new(SETTLE),
+            }),
+        })
+    }
+
+    async fn conn(&self) -> Result<ConnectionManager, BackendError> {
+        let s = &self.shared;
+        s.conn
+            .get_or_try_init(|| async {
+                let cfg = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(s.timeout))
+                    .set_response_timeout(Some(s.timeout))
+                    .set_number_of_retries(1);
+                ConnectionManager::new_with_config(s.client.clone(), cfg)
+                    .await
+                    .map_err(BackendError::Redis)
+            })
+            .await
+            .cloned()
+    }
+
+    /// One admission check over `needs` and the budgets `scopes` (`(scope, budget)`)
+    /// at `unix_secs`, within the deadline.
+    pub(super) async fn admit(
+        &self,
+        needs: &[Need],
+        scopes: &[(String, Budget)],
+        unix_secs: u64,
+    ) -> Result<Checked, BackendError> {
+        let (day, month) = super::budget::period_names(unix_secs);
+        let mut inv = self.shared.admit.prepare_invoke();
+        let mut limits = Vec::new();
+        for (scope, b) in scopes {
+            if let Some(d) = b.usd_per_day {
+                inv.key(format!("{PREFIX}spend:{scope}:{day}"));
+                limits.push(d);
+            }
+            if let Some(m) = b.usd_per_month {
+                inv.key(format!("{PREFIX}spend:{scope}:{month}"));
+                limits.push(m);
+            }
+        }
+        inv.arg(limits.len());
+        for l in &limits {
+            inv.arg(l.to_string());
+        }
+        for n in needs {
+            inv.key(format!("{PREFIX}rl:{}", n.key));
+            inv.arg(n.per_min).arg(n.capacity).arg(n.cost);
+        }
+        let call = async {
+            let mut conn = self.conn().await?;
+            inv.invoke_async::<redis::Value>(&mut conn)
+                .await
+                .map_err(BackendError::Redis)
+        };
+        let reply = tokio::time::timeout(self.shared.timeout, call)
+            .await
+            .map_err(|_| BackendError::Timeout)??;
+        parse_admit(reply, needs, scopes, &limits)
+    }
+
+    /// Settles one permit: `delta` units back to each token bucket of `needs`
+    /// (negative: charged), `usd` added to the spend of `scopes`.
+    pub(super) async fn settle(
+        &self,
+        needs: &[Need],
+        delta: i128,
+        scopes: &[(String, Budget)],
+        usd: f64,
+        unix_secs: u64,
+    ) -> Result<(), BackendError> {
+        let (day, month) = super::budget::period_names(unix_secs);
+        let mut inv = self.shared.settle.prepare_invoke();
+        inv.arg(needs.len());
+        let delta = i64::try_from(delta).unwrap_or(if delta > 0 { i64::MAX } else { i64::MIN });
+        for n in needs {
+            inv.key(format!("{PREFIX}rl:{}", n.key));
+            inv.arg(n.per_min).arg(n.capacity).arg(delta);
+        }
+        inv.arg(usd.to_string());
+        if usd > 0.0 {
+            for (scope, b) in scopes {
+                if b.usd_per_day.is_some() {
+                    inv.key(format!("{PREFIX}spend:{scope}:{day}"));
+                    inv.arg(2 * 86_400);
+                }
+                if b.usd_per_month.is_some() {
+                    inv.key(format!("{PREFIX}spend:{scope}:{month}"));
+                    inv.arg(32 * 86_400);
+                }
+            }
+        }
+        let call = async {
+            let mut conn = self.conn().await?;
+            inv.invoke_async::<redis::Value>(&mut conn)
+                .await
+                .map_err(BackendError::Redis)
+        };
+        tokio::time::timeout(self.shared.timeout, call)
+            .await
+            .map_err(|_| BackendError::Timeout)??;
+        Ok(())
+    }
+}
+
+fn int(v: &redis::Value) -> Option<i64> {
+    match v {
+        redis::Value::Int(i) => Some(*i),
+        _ => None,
+    }
+}
+
+fn parse_admit(
+    reply: redis::Value,
+    needs: &[Need],
+    scopes: &[(String, Budget)],
+    limits: &[f64],
+) -> Result<Checked, BackendError> {
+    let redis::Value::Array(items) = reply else {
+        return Err(BackendError::Reply);
+    };
+    let code = items.first().and_then(int).ok_or(BackendError::Reply)?;
+    if code == 2 {
+        let i = items.get(1).and_then(int).ok_or(BackendError::Reply)?;
+        let spent = match items.get(2) {
+            Some(redis::Value::BulkString(b)) => {
+                String::from_utf8_lossy(b).parse::<f64>().unwrap_or(0.0)
+            }
+            _ => 0.0,
+        };
+        // Map the spend-key index back to its scope (each scope has one or two keys).
+        let mut k = 0i64;
+        let mut index = 0;
+        for (si, (_, b)) in scopes.iter().enumerate() {
+            let n = i64::from(b.usd_per_day.is_some()) + i64::from(b.usd_per_month.is_some());
+            if i < k + n {
+                index = si;
+                break;
+            }
+            k += n;
+        }
+        let _ = limits;
+        return Ok(Checked::OverBudget { index, spent });
+    }
+    let n = needs.len();
+    if items.len() != 3 + 2 * n {
+        return Err(BackendError::Reply);
+    }
+    let views = needs
+        .iter()
+        .enumerate()
+        .map(|(j, need)| View {
+            kind: need.kind,
+            capacity: need.capacity,
+            remaining: u64::try_from(int(&items[3 + j]).unwrap_or(0).max(0)).unwrap_or(0),
+            reset_ms: u64::try_from(int(&items[3 + n + j]).unwrap_or(0).max(0)).unwrap_or(0),
+        })
+        .collect();
+    if code == 1 {
+        return Ok(Checked::Admitted(views));
+    }
+    let wait = items.get(1).and_then(int).ok_or(BackendError::Reply)?;
+    let blame = usize::try_from(items.get(2).and_then(int).unwrap_or(0)).unwrap_or(0);
+    Ok(Checked::Refused {
+        wait_ms: u64::try_from(wait).ok(),
+        blame: blame.min(n.saturating_sub(1)),
+        views,
+    })
+}

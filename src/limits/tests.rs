@@ -1,0 +1,111 @@
+use super::*;
+use crate::config::parse_str;
+
+fn limiter(extra: &str) -> Limiter {
+    let yaml = format!(
+        "providers: {{ p: {{ kind: mock, pricing: {{ input_per_mtok: 1000000, output_per_mtok: 1000000 }} }} }}\nmodels: {{ m: {{ endpoints: [ {{ provider: p, model: x }} ] }} }}\n{extra}"
+    );
+    let config = parse_str(&yaml, None).unwrap();
+    let registry = Registry::from_config(&config, |_| Some(0));
+    Limiter::new(&config, &registry)
+}
+
+fn caller(key: &str, org: Option<&str>) -> Caller {
+    Caller {
+        api_key: Some(key.into()),
+        org: org.map(str::to_string),
+        ..Caller::default()
+    }
+}
+
+#[test]
+fn no_level_is_charged_unless_all_admit() {
+    let l = limiter("limits:\n  global: { requests_per_min: 60, burst_requests: 3 }\n  per_key: { requests_per_min: 60, burst_requests: 1 }\n");
+    assert!(l.admit_local_at(&caller("a", None), 1, 0, 0).is_ok());
+    // Key a is out of room: its refusal must not take from the global bucket.
+    for _ in 0..5 {
+        let e = l.admit_local_at(&caller("a", None), 1, 0, 0).unwrap_err();
+        assert_eq!(e.status(), 429);
+        assert_eq!(e.code, Some(Code::RateLimitExceeded));
+        assert_eq!(e.retry_after_secs(), Some(1));
+    }
+    assert!(l.admit_local_at(&caller("b", None), 1, 0, 0).is_ok());
+    assert!(l.admit_local_at(&caller("c", None), 1, 0, 0).is_ok());
+    // Now the global bucket (3) is empty.
+    let e = l.admit_local_at(&caller("d", None), 1, 0, 0).unwrap_err();
+    assert!(e.message.contains("global"), "{}", e.message);
+    // One second later one request fits again.
+    assert!(l.admit_local_at(&caller("d", None), 1, 1000, 0).is_ok());
+}
+
+#[test]
+fn key_overrides_merge_over_the_default() {
+    let l = limiter("limits:\n  per_key: { requests_per_min: 60, tokens_per_min: 100 }\n  keys: { vip: { requests_per_min: 600 } }\n");
+    let needs = l.needs(&caller("vip", None), 10);
+    assert_eq!(needs.len(), 2);
+    assert_eq!(needs[0].per_min, 600);
+    assert_eq!(needs[1].per_min, 100);
+}
+
+#[test]
+fn settle_refunds_unused_tokens_and_charges_overuse() {
+    let l = limiter("limits:\n  per_key: { tokens_per_min: 100 }\n");
+    let p = l.admit_local_at(&caller("a", None), 100, 0, 0).unwrap();
+    assert_eq!(p.headers()["x-ratelimit-remaining-tokens"], "0");
+    p.settle_at(Some(0), &Usage::new(10, 20), 0, 0);
+    // 70 back: a request of 70 fits at once, 71 does not.
+    assert!(l.admit_local_at(&caller("a", None), 71, 0, 0).is_err());
+    let p = l.admit_local_at(&caller("a", None), 70, 0, 0).unwrap();
+    // Used 100 more than charged: debt of 100 tokens (one minute to repay).
+    p.settle_at(Some(0), &Usage::new(100, 70), 0, 0);
+    let e = l.admit_local_at(&caller("a", None), 1, 0, 0).unwrap_err();
+    assert_eq!(e.retry_after_secs(), Some(61));
+}
+
+#[test]
+fn budgets_refuse_once_spent() {
+    // 1 USD per token: any usage spends the day's budget of 5 USD.
+    let l = limiter(
+        "budgets:\n  per_key: { usd_per_day: 5 }\n  orgs: { acme: { usd_per_month: 100 } }\n",
+    );
+    let p = l
+        .admit_local_at(&caller("a", Some("acme")), 1, 0, 0)
+        .unwrap();
+    assert_eq!(p.budget_remaining, Some(5.0));
+    p.settle_at(Some(0), &Usage::new(2, 2), 0, 0);
+    let p = l
+        .admit_local_at(&caller("a", Some("acme")), 1, 0, 0)
+        .unwrap();
+    assert_eq!(p.budget_remaining, Some(1.0));
+    p.settle_at(Some(0), &Usage::new(1, 0), 0, 0);
+    let e = l
+        .admit_local_at(&caller("a", Some("acme")), 1, 0, 0)
+        .unwrap_err();
+    assert_eq!(e.code, Some(Code::BudgetExceeded));
+    assert!(e.message.contains("API key"), "{}", e.message);
+    // The next UTC day starts over; another key of the org still has the org's.
+    assert!(l
+        .admit_local_at(&caller("a", Some("acme")), 1, 0, 86_400)
+        .is_ok());
+    assert!(l
+        .admit_local_at(&caller("b", Some("acme")), 1, 0, 0)
+        .is_ok());
+}
+
+#[test]
+fn critical_priority_bypasses_rate_limits() {
+    let l = limiter("limits:\n  global: { requests_per_min: 0, burst_requests: 1 }\n");
+    let mut c = caller("a", None);
+    assert!(l.admit_local_at(&c, 1, 0, 0).is_ok());
+    assert!(l.admit_local_at(&c, 1, 0, 0).is_err());
+    c.priority = PriorityLevel::Critical;
+    assert!(l.admit_local_at(&c, 1, 0, 0).is_ok());
+}
+
+#[test]
+fn reset_text_is_openais_format() {
+    assert_eq!(reset_text(20), "20ms");
+    assert_eq!(reset_text(1000), "1s");
+    assert_eq!(reset_text(360_000), "6m0s");
+    assert_eq!(reset_text(3_723_000), "1h2m3s");
+}

@@ -1,0 +1,190 @@
+//! Rate limits and budgets (`limits:`, `budgets:`, `state:`) through the gateway.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{chat, request_with, start_app};
+
+const MOCK: &str = "providers:\n  p: { kind: mock, pricing: { input_per_mtok: 1000, output_per_mtok: 1000 } }\nmodels:\n  m: { endpoints: [ { provider: p, model: x } ] }\n";
+
+async fn send(url: &str, key: &str) -> crate::common::Reply {
+    let auth = format!("Bearer {key}");
+    request_with(
+        "POST",
+        url,
+        &[("authorization", auth.as_str())],
+        chat("m", false, r#","max_tokens":8"#),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_key_over_its_limit_gets_429_with_retry_after_and_ratelimit_headers() {
+    let app = start_app(
+        &format!("{MOCK}limits:\n  per_key: {{ requests_per_min: 6, burst_requests: 2, tokens_per_min: 100000 }}\n"),
+        &[],
+    )
+    .await;
+    let url = app.url("/v1/chat/completions");
+    let ok = send(&url, "sk-a").await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    assert_eq!(ok.headers["x-ratelimit-limit-requests"], "2");
+    assert_eq!(ok.headers["x-ratelimit-remaining-requests"], "1");
+    assert!(ok.headers.contains_key("x-ratelimit-remaining-tokens"));
+    assert_eq!(send(&url, "sk-a").await.status, 200);
+    let refused = send(&url, "sk-a").await;
+    assert_eq!(refused.status, 429);
+    let v = refused.json();
+    assert_eq!(v["error"]["code"], "rate_limit_exceeded");
+    assert_eq!(v["error"]["type"], "rate_limit_error");
+    // 6 per minute: one more request in 10 s.
+    let wait: u64 = refused.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((9..=10).contains(&wait), "Retry-After {wait}");
+    assert_eq!(refused.headers["x-ratelimit-remaining-requests"], "0");
+    assert_eq!(refused.headers["x-ratelimit-limit-requests"], "2");
+    assert!(refused.headers["x-ratelimit-reset-requests"]
+        .to_str()
+        .unwrap()
+        .ends_with('s'));
+    // Never an upstream attempt, never blamed on the endpoint.
+    assert!(!refused.headers.contains_key("x-switchyard-attempts"));
+    // Another key has its own bucket.
+    assert_eq!(send(&url, "sk-b").await.status, 200);
+}
+
+#[tokio::test]
+async fn the_global_limit_binds_across_keys() {
+    let app = start_app(
+        &format!("{MOCK}limits:\n  global: {{ requests_per_min: 1, burst_requests: 3 }}\n  per_key: {{ requests_per_min: 60 }}\n"),
+        &[],
+    )
+    .await;
+    let url = app.url("/v1/chat/completions");
+    for key in ["sk-1", "sk-2", "sk-3"] {
+        assert_eq!(send(&url, key).await.status, 200);
+    }
+    let r = send(&url, "sk-4").await;
+    assert_eq!(r.status, 429);
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("global"));
+}
+
+#[tokio::test]
+async fn a_spent_budget_refuses_with_budget_exceeded() {
+    // 1000 USD per 1M tokens: one request of some 20 tokens spends about 0.02 USD.
+    let app = start_app(
+        &format!("{MOCK}budgets:\n  per_key: {{ usd_per_day: 0.001 }}\n"),
+        &[],
+    )
+    .await;
+    let url = app.url("/v1/chat/completions");
+    assert_eq!(send(&url, "sk-a").await.status, 200);
+    let r = send(&url, "sk-a").await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["error"]["code"], "budget_exceeded");
+    assert!(v["error"]["message"].as_str().unwrap().contains("budget"));
+    assert_eq!(send(&url, "sk-b").await.status, 200);
+}
+
+/// A `redis-server` on a free loopback port, killed on drop.
+struct Redis {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_redis() -> Redis {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("redis-server is required for this test and could not be started ({e}); install it (Debian: apt-get install redis-server; scripts/test.sh does)")
+        });
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "redis-server did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Redis { child, port }
+}
+
+#[tokio::test]
+async fn two_instances_sharing_redis_enforce_one_limit_and_fall_back_when_it_dies() {
+    let mut redis = start_redis();
+    let limits = "limits:\n  per_key: { requests_per_min: 1, burst_requests: 5 }\n";
+    let state = |on_error: &str| {
+        format!(
+            "state: {{ redis: 'redis://127.0.0.1:{}', timeout_ms: 50, on_error: {on_error} }}\n",
+            redis.port
+        )
+    };
+    let open = start_app(&format!("{MOCK}{limits}{}", state("open")), &[]).await;
+    let closed = start_app(&format!("{MOCK}{limits}{}", state("closed")), &[]).await;
+    let urls = [
+        open.url("/v1/chat/completions"),
+        closed.url("/v1/chat/completions"),
+    ];
+    let mut admitted = 0;
+    for i in 0..12 {
+        let r = send(&urls[i % 2], "sk-shared").await;
+        match r.status {
+            200 => admitted += 1,
+            429 => assert_eq!(r.json()["error"]["code"], "rate_limit_exceeded"),
+            s => panic!("status {s}: {}", r.text()),
+        }
+    }
+    assert_eq!(
+        admitted, 5,
+        "two instances together admit one limit's worth"
+    );
+
+    // Redis goes away: `open` falls back to its own buckets, `closed` refuses with
+    // 503, each within a few deadlines, never hanging.
+    let _ = redis.child.kill();
+    let _ = redis.child.wait();
+    let started = Instant::now();
+    let r = send(&urls[0], "sk-shared").await;
+    assert_eq!(
+        r.status,
+        200,
+        "open falls back to in-memory buckets: {}",
+        r.text()
+    );
+    let r = send(&urls[1], "sk-shared").await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "rate_limiter_unavailable");
+    assert!(
+        started.elapsed() < Duration::from_millis(1000),
+        "fallback took {:?}",
+        started.elapsed()
+    );
+    let metrics = crate::common::get(&open.url("/metrics")).await.text();
+    assert!(
+        crate::common::metric(&metrics, "switchyard_limit_backend_errors_total", &[]) >= 1.0,
+        "backend errors are counted"
+    );
+}
