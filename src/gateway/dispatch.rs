@@ -154,7 +154,11 @@ pub async fn dispatch(
         }
         Ok(Exchanged::Stream(leg)) => {
             ctx.served = true;
-            let body = ClientStream::new(gw.clone(), ctx.started, leg, Box::new(cursor));
+            let prompt_tokens = cursor.chat.estimated_input_tokens();
+            let mut body = ClientStream::new(gw.clone(), ctx.started, leg, Box::new(cursor));
+            if let Some(permit) = ctx.permit.clone() {
+                body = body.settling(permit, prompt_tokens);
+            }
             Ok(body::event_stream(Body::new(body)))
         }
         Err(e) => Err(e),

@@ -32,9 +32,11 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 use super::dispatch::{Cursor, Exchanged, Leg};
 use super::log::StreamStatus;
 use super::Gateway;
+use crate::api::Usage;
 use crate::body::BoxError;
 use crate::egress::relay::Step;
 use crate::error::{ErrorKind, GatewayError};
+use crate::limits::Permit;
 use crate::sse::write_event;
 
 type Continuing = Pin<Box<dyn Future<Output = (Cursor, Result<Exchanged, GatewayError>)> + Send>>;
@@ -60,6 +62,11 @@ pub struct ClientStream {
     /// Bytes to send before anything else (the final error event or `[DONE]`).
     pending: Option<Bytes>,
     logged: bool,
+    /// The request's rate-limit permit, settled when the stream ends, with the
+    /// estimated prompt tokens.
+    permit: Option<(Arc<Permit>, u64)>,
+    /// Content pieces sent so far (about one token each): the settled output.
+    pieces: u64,
 }
 
 impl ClientStream {
@@ -81,11 +88,27 @@ impl ClientStream {
             state: State::Relaying(leg, cursor),
             pending: None,
             logged: false,
+            permit: None,
+            pieces: 0,
+        }
+    }
+
+    /// Settles `permit` when the stream ends: `prompt_tokens` (estimated) in, the
+    /// content pieces sent (about a token each) out.
+    pub(super) fn settling(mut self, permit: Arc<Permit>, prompt_tokens: u64) -> Self {
+        self.permit = Some((permit, prompt_tokens));
+        self
+    }
+
+    fn settle(&mut self) {
+        if let Some((permit, prompt)) = self.permit.take() {
+            permit.settle(Some(self.ep), &Usage::new(prompt, self.pieces));
         }
     }
 
     fn end(&mut self, status: StreamStatus) {
         self.state = State::Ended;
+        self.settle();
         if !self.logged {
             self.logged = true;
             self.gw.log.stream_ended(self.ep, self.started, status);
@@ -111,6 +134,7 @@ impl ClientStream {
         } = *leg;
         let mut relay = relay;
         let sent = relay.sent().clone();
+        self.pieces = sent.pieces;
         if sent.finished {
             // Only the end of the stream was lost; the answer itself (text or tool
             // calls) is whole: end it as a clean close would.
@@ -169,6 +193,7 @@ impl HttpBody for ClientStream {
                         if let State::Relaying(leg, _) =
                             std::mem::replace(&mut this.state, State::Ended)
                         {
+                            this.pieces = leg.relay.sent().pieces;
                             leg.attempt.succeeded(leg.ttft);
                         }
                         this.end(StreamStatus::Completed);
@@ -229,6 +254,10 @@ impl Drop for ClientStream {
     fn drop(&mut self) {
         // Dropped before its end: the client went away. The attempt in flight (if
         // any) counts as neither success nor failure when it drops.
+        if let State::Relaying(leg, _) = &self.state {
+            self.pieces = leg.relay.sent().pieces;
+        }
+        self.settle();
         if !self.logged {
             self.logged = true;
             self.gw

@@ -194,6 +194,12 @@ impl Limiter {
         }
     }
 
+    /// Whether any rate limit or budget is configured; without one, requests carry
+    /// no permit and nothing is counted or settled (no work on the request path).
+    pub fn enabled(&self) -> bool {
+        self.inner.any_limit || self.inner.any_budget
+    }
+
     /// Milliseconds on the limiter's monotonic clock.
     pub fn now_ms(&self) -> u64 {
         u64::try_from(self.inner.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)

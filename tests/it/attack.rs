@@ -55,7 +55,7 @@ fn sse_upstream(script: Vec<String>) -> (SocketAddr, Arc<Mutex<Vec<serde_json::V
                                 break;
                             }
                             Some((i, len, ms)) => {
-                                let _ = s.write_all(rest[..i].as_bytes());
+                                let _ = s.write_all(&rest.as_bytes()[..i]);
                                 let _ = s.flush();
                                 std::thread::sleep(Duration::from_millis(ms));
                                 rest = &rest[i + len..];
