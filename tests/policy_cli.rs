@@ -302,6 +302,59 @@ fn test_command_runs_the_resilience_fixture() {
 }
 
 #[test]
+fn test_command_runs_the_scopes_fixture_and_dry_run_takes_scopes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = config();
+    let c = c.to_str().unwrap_or("");
+    let fixture = root().join("tests/policies/valid/scopes.policy");
+    let fixture = fixture.to_str().unwrap_or("");
+    let o = run(&["test", "--config", c, fixture], dir.path());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(text.contains("3 passed, 0 failed"), "{text}");
+    let o = run(&["fmt", "--check", fixture], dir.path());
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let o = run(&["lint", "--config", c, fixture], dir.path());
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // dry-run: `--scope` is repeatable and splits on spaces like a `scope` claim.
+    let req = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}"#;
+    let decide = |scopes: &[&str]| {
+        let mut args = vec!["dry-run", "--config", c, "--policies", fixture];
+        args.extend(["--request", req, "--format", "json"]);
+        for s in scopes {
+            args.extend(["--scope", s]);
+        }
+        let o = run(&args, dir.path());
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v = json(&o);
+        (
+            v["decision"]["route"].clone(),
+            v["decision"]["rule"].clone(),
+        )
+    };
+    assert_eq!(decide(&["beta"]).0, "beta");
+    assert_eq!(decide(&["pro beta"]).1, "pro");
+    assert_eq!(decide(&["pro", "beta"]).1, "pro");
+    assert_eq!(decide(&["pro"]).0, serde_json::Value::Null);
+    assert_eq!(decide(&[]).0, serde_json::Value::Null);
+}
+
+#[test]
 fn lint_caps_fallback_chains_with_the_configs_max_attempts() {
     let dir = tempfile::tempdir().expect("tempdir");
     // No config file (the embedded one serves `mock` only): the default cap of 8, said so.

@@ -50,6 +50,10 @@ pub struct DryRunArgs {
     /// The caller's organization.
     #[arg(long)]
     pub org: Option<String>,
+    /// An OAuth2 scope of the caller's token, for `scope("name")` (repeatable; a
+    /// value may hold several, space-separated, like a JWT's `scope` claim).
+    #[arg(long = "scope", value_name = "NAME")]
+    pub scopes: Vec<String>,
     /// Priority before routing: low, normal, high or critical.
     #[arg(long, default_value = "normal")]
     pub priority: String,
@@ -150,6 +154,9 @@ pub fn run(a: DryRunArgs) -> ExitCode {
         api_key: a.api_key.clone(),
         org: a.org.clone(),
         priority,
+        scopes: crate::policy::features::normalize_scopes(
+            a.scopes.iter().flat_map(|s| s.split_whitespace()),
+        ),
     };
     let pairs = headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
     let feats = features(&req, pairs, &caller, now);

@@ -105,7 +105,7 @@ pub enum Const {
     Priority(PriorityLevel),
 }
 
-/// Request fields (`request.*`, `header()`, `metadata()`).
+/// Request fields (`request.*`, `header()`, `metadata()`, `scope()`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReqField {
     /// `request.model`: Str.
@@ -138,6 +138,8 @@ pub enum ReqField {
     Header(Sym),
     /// `metadata("key")`: optional Str.
     Metadata(Sym),
+    /// `scope("name")`: Bool, whether the caller's credential carries the scope.
+    Scope(Sym),
 }
 
 impl ReqField {

@@ -34,6 +34,10 @@ pub struct RequestFeatures {
     pub api_key: Option<String>,
     /// The caller's organization (`request.org`, optional).
     pub org: Option<String>,
+    /// OAuth2 scopes of the caller's credential, sorted and deduplicated (`scope("name")`;
+    /// empty for API keys and unverified callers). See [`RequestFeatures::set_scopes`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
     /// Priority before the policy runs (`request.priority`, default `normal`).
     pub priority: PriorityLevel,
     /// UTC hour, 0 to 23 (`request.hour`).
@@ -63,6 +67,32 @@ impl RequestFeatures {
             .or_else(|| self.headers.get(&name.to_ascii_lowercase()))
             .map(String::as_str)
     }
+
+    /// Whether the caller's credential carries scope `name` (exact, case-sensitive,
+    /// as OAuth2 scope tokens are). Does not rely on `scopes` being sorted, so a
+    /// hand-built or deserialized list answers the same.
+    pub fn has_scope(&self, name: &str) -> bool {
+        self.scopes.iter().any(|s| s == name)
+    }
+
+    /// Sets `scopes` from any list of scope tokens: empty tokens dropped, sorted,
+    /// deduplicated.
+    pub fn set_scopes<S: Into<String>>(&mut self, scopes: impl IntoIterator<Item = S>) {
+        self.scopes = normalize_scopes(scopes);
+    }
+}
+
+/// Scope tokens as [`RequestFeatures::scopes`] keeps them: empty tokens dropped,
+/// sorted, deduplicated.
+pub fn normalize_scopes<S: Into<String>>(scopes: impl IntoIterator<Item = S>) -> Vec<String> {
+    let mut v: Vec<String> = scopes
+        .into_iter()
+        .map(Into::into)
+        .filter(|s| !s.is_empty())
+        .collect();
+    v.sort();
+    v.dedup();
+    v
 }
 
 /// Statistics of one endpoint at decision time.

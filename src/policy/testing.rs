@@ -457,6 +457,8 @@ fn request_field(c: &mut Checker<'_>, r: &mut RequestFeatures, a: &ReqAssign) {
             "hour" => r.hour = uint(c).unwrap_or(0).min(23) as u8,
             "weekday" => r.weekday = uint(c).unwrap_or(1).clamp(1, 7) as u8,
             "stream" => r.stream = boolean(c).unwrap_or(false),
+            // Written like a JWT's `scope` claim: space-separated tokens.
+            "scopes" => r.set_scopes(str_val(c).unwrap_or_default().split_whitespace()),
             "tools" => r.tools = boolean(c).unwrap_or(false),
             "temperature" => {
                 r.temperature = match v.kind {
@@ -477,6 +479,7 @@ fn request_field(c: &mut Checker<'_>, r: &mut RequestFeatures, a: &ReqAssign) {
                 let names: Vec<&str> = super::checked::ReqField::NAMED
                     .iter()
                     .map(|(n, ..)| *n)
+                    .chain(["scopes"])
                     .collect();
                 c.diags.push(
                     Diagnostic::error(

@@ -20,11 +20,11 @@ use crate::policy::RequestFeatures;
 /// Prefix of headers that carry request metadata.
 pub const META_HEADER_PREFIX: &str = "x-switchyard-meta-";
 
-/// Who sent the request: what `request.api_key`, `request.org` and the starting
-/// `priority` of a policy read.
+/// Who sent the request: what `request.api_key`, `request.org`, `scope("...")` and
+/// the starting `priority` of a policy read.
 ///
 /// The admit phase sets it from the authenticated principal; `dry-run
-/// --api-key/--org` sets the same fields.
+/// --api-key/--org/--scope` sets the same fields.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Caller {
     /// The API key id, never the key itself: see [`key_id`].
@@ -33,6 +33,9 @@ pub struct Caller {
     pub org: Option<String>,
     /// Priority assigned before routing.
     pub priority: PriorityLevel,
+    /// OAuth2 scopes of the credential, sorted and deduplicated (empty for API keys
+    /// and unverified callers: a scope is only believed once its token is verified).
+    pub scopes: Vec<String>,
 }
 
 pub use crate::auth::{key_id, MAX_CREDENTIAL_BYTES, MAX_ORG_BYTES};
@@ -51,6 +54,7 @@ impl Caller {
             api_key: crate::auth::credential(headers).map(key_id),
             org: crate::auth::claimed_org(headers).map(str::to_string),
             priority: PriorityLevel::default(),
+            scopes: Vec::new(),
         }
     }
 
@@ -60,6 +64,7 @@ impl Caller {
             api_key: p.key_id.clone(),
             org: p.org.clone(),
             priority: p.priority,
+            scopes: crate::policy::features::normalize_scopes(p.scopes.iter().cloned()),
         }
     }
 }
@@ -122,6 +127,7 @@ pub fn features<'h>(
         api_key: caller.api_key.clone(),
         org: caller.org.clone(),
         priority: caller.priority,
+        scopes: caller.scopes.clone(),
         hour,
         weekday,
         task: task(req),

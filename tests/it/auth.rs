@@ -21,7 +21,9 @@ const RSA_JWK: &str = include_str!("../fixtures/test_rsa_jwk.json");
 async fn start(config: &str, files: &[(&str, &str)]) -> InProcess {
     let dir = tempfile::tempdir().unwrap();
     for (name, text) in files {
-        std::fs::write(dir.path().join(name), text).unwrap();
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
     }
     let path = dir.path().join("switchyard.yaml");
     std::fs::write(&path, config).unwrap();
@@ -369,6 +371,66 @@ async fn jwt_scopes_grant_models_and_providers() {
     // A scope not in the map grants nothing.
     let r = with(json!({"scope": "unknown:scope"}), "m").await;
     assert_eq!(r.status, 403, "{}", r.text());
+}
+
+#[tokio::test]
+async fn jwt_scopes_are_what_scope_in_a_policy_sees() {
+    // No `auth.jwt.scopes` map, so every token may use every model: only the policy
+    // looks at the scopes.
+    let config = format!(
+        "policies: {{ dir: policies }}\nauth:\n  mode: keys_or_jwt\n  keys: [ {{ id: key-all, hash: '{}' }} ]\n  jwt:\n    jwks_file: jwks.json\n    issuer: https://idp.test\n    audience: switchyard\n{MOCKS}",
+        hash_secret("sy-all")
+    );
+    let policy = "route r when scope(\"beta\") { default use endpoint \"b/y\" }\nroute rest when not scope(\"beta\") { default use endpoint \"a/x\" }\n";
+    let gw = start(
+        &config,
+        &[
+            ("jwks.json", &jwks(&[rsa_jwk("rsa-1")])),
+            ("policies/scopes.policy", policy),
+        ],
+    )
+    .await;
+    let endpoint = |auth: String| {
+        let gw = &gw;
+        async move {
+            let r = call(gw, "n", &[("authorization", &auth)]).await;
+            assert_eq!(r.status, 200, "{}", r.text());
+            (
+                r.headers["x-switchyard-route"]
+                    .to_str()
+                    .unwrap()
+                    .to_string(),
+                r.headers["x-switchyard-endpoint"]
+                    .to_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        }
+    };
+    let token = |scope: serde_json::Value| bearer(&rs256("rsa-1", &claims(scope)));
+    let beta = ("r".to_string(), "b/y".to_string());
+    let rest = ("rest".to_string(), "a/x".to_string());
+    assert_eq!(endpoint(token(json!({"scope": "pro beta"}))).await, beta);
+    assert_eq!(
+        endpoint(token(json!({"scope": null, "scp": ["beta"]}))).await,
+        beta
+    );
+    // Without the scope (another scope, none at all, a prefix of it) it goes elsewhere.
+    assert_eq!(endpoint(token(json!({"scope": "pro"}))).await, rest);
+    assert_eq!(endpoint(token(json!({"scope": null}))).await, rest);
+    assert_eq!(
+        endpoint(token(json!({"scope": "bet beta:read"}))).await,
+        rest
+    );
+    // An API key carries no scopes; nor does a header claiming one.
+    assert_eq!(endpoint(bearer("sy-all")).await, rest);
+    let r = call(
+        &gw,
+        "n",
+        &[("authorization", &bearer("sy-all")), ("scope", "beta")],
+    )
+    .await;
+    assert_eq!(r.headers["x-switchyard-endpoint"], "a/x");
 }
 
 #[tokio::test]

@@ -49,6 +49,9 @@ const ENDPOINTS: [&str; 8] = [
     "local/smollm",
     "mock/mock-1",
 ];
+/// Scope names policies test; requests carry some of them plus `"other"`.
+const SCOPES: [&str; 5] = ["pro", "beta", "chat:write", "admin", "a"];
+
 const WORDS: [&str; 8] = [
     "gpt-4o",
     "search",
@@ -150,7 +153,7 @@ impl Gen<'_> {
         let ops = ["==", "!=", "<", "<=", ">", ">="];
         let op = *self.r.pick(&ops);
         let w = *self.r.pick(&WORDS);
-        match self.r.below(15) {
+        match self.r.below(16) {
             0 => format!(
                 "{} {op} {}",
                 self.int(c, d.saturating_sub(1)),
@@ -228,6 +231,7 @@ impl Gen<'_> {
                 .r
                 .pick(&["request.stream", "request.tools", "true", "false"]))
             .to_string(),
+            13 => format!("scope(\"{}\")", self.r.pick(&SCOPES)),
             _ => {
                 let h = *self.r.pick(&["x-a", "x-b"]);
                 format!("(has(header(\"{h}\")) and header(\"{h}\") == \"{w}\")")
@@ -672,6 +676,20 @@ pub fn request(r: &mut Rng) -> RequestFeatures {
     q.org = r
         .chance(40)
         .then(|| (*r.pick(&["acme", "acme-labs", "other"])).into());
+    let mut scopes: Vec<String> = SCOPES
+        .iter()
+        .chain(&["other"])
+        .filter(|_| r.chance(35))
+        .map(|s| s.to_string())
+        .collect();
+    if r.chance(20) {
+        // Unsorted, with a duplicate: a hand-built list answers the same.
+        scopes.reverse();
+        scopes.extend(scopes.first().cloned());
+        q.scopes = scopes;
+    } else {
+        q.set_scopes(scopes);
+    }
     q.priority = PriorityLevel::ALL[r.below(4)].1;
     q.hour = r.below(24) as u8;
     q.weekday = 1 + r.below(7) as u8;

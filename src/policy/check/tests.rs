@@ -169,3 +169,42 @@ fn endpoint_context_window_is_an_int_and_circuit_a_state() {
     let e = errs("strategy s {\n  require endpoint.circuit > 1\n  score = 1.0\n  pick weighted\n}\nroute r { default use model via s }\n");
     has(&e, "E0301", "t.policy:2:11");
 }
+
+#[test]
+fn scope_takes_one_nonempty_literal_scope_name() {
+    // Good uses: alone, negated, combined, in `set priority` and a split rule.
+    let set = with_builtins(concat!(
+        "route r when scope(\"beta\") or not scope(\"chat:write\") {\n",
+        "  set priority high when scope(\"pro\") and request.stream\n",
+        "  rule a when scope(\"pro\") and has(request.org) { use \"smollm\" }\n",
+        "  default use model\n",
+        "}",
+    ))
+    .unwrap();
+    assert!(set.strings.lookup("chat:write").is_some());
+    // A non-literal, an empty name, a name with a space, wrong arity, a non-Bool use.
+    let e = errs(concat!(
+        "route r when scope(request.model) {\n",
+        "  rule a when scope(\"\") { use \"smollm\" }\n",
+        "  rule b when scope(\"pro beta\") { use \"smollm\" }\n",
+        "  rule c when scope() { use \"smollm\" }\n",
+        "  rule d when scope(\"pro\") == \"yes\" { use \"smollm\" }\n",
+        "  default use model\n",
+        "}",
+    ));
+    has(&e, "E0304", "t.policy:1:20");
+    assert!(
+        e.contains("the argument of `scope` must be a string literal"),
+        "{e}"
+    );
+    has(&e, "E0104", "t.policy:2:21");
+    assert!(e.contains("the scope name is empty"), "{e}");
+    assert!(e.contains("t.policy:3:21"), "{e}");
+    assert!(e.contains("a scope name cannot contain spaces"), "{e}");
+    has(&e, "E0302", "t.policy:4:15");
+    has(&e, "E0301", "t.policy:5:15");
+    // Always present: `has()` does not apply, and a typo suggests the function.
+    let e = errs("route r when has(scope(\"x\")) or scop(\"x\") { default use model }");
+    has(&e, "E0301", "t.policy:1:18");
+    assert!(e.contains("did you mean `scope`?"), "{e}");
+}

@@ -253,6 +253,7 @@ impl<'a, 's> Evaluator<'a, 's> {
                     .map(String::as_str)
                     .unwrap_or(""),
             ),
+            ReqField::Scope(s) => V::B(r.has_scope(self.set.strings.resolve(s))),
         }
     }
 

@@ -122,3 +122,30 @@ fn no_available_endpoint_is_a_503() {
     let d = decide(&set, &RequestFeatures::for_model("smollm"), &stats, 0);
     assert_eq!(d.reject.map(|r| r.status), Some(503));
 }
+
+#[test]
+fn scope_is_true_only_for_a_scope_the_caller_carries() {
+    let set = with_builtins(concat!(
+        "route r when request.model == \"gpt-4o\" {\n",
+        "  rule beta when scope(\"beta\") and not scope(\"banned\") { use \"smollm\" }\n",
+        "  default use model\n",
+        "}",
+    ))
+    .unwrap();
+    let stats = StatsSnapshot::default();
+    let rule = |scopes: &[&str]| {
+        let mut req = RequestFeatures::for_model("gpt-4o");
+        req.set_scopes(scopes.iter().copied());
+        decide(&set, &req, &stats, 0).rule
+    };
+    assert_eq!(rule(&["pro", "beta"]).as_deref(), Some("beta"));
+    assert_eq!(rule(&["beta", "beta"]).as_deref(), Some("beta"));
+    assert_eq!(rule(&[]).as_deref(), Some("default"));
+    // Exact and case-sensitive, like OAuth2 scope tokens.
+    assert_eq!(rule(&["Beta", "beta:read"]).as_deref(), Some("default"));
+    assert_eq!(rule(&["beta", "banned"]).as_deref(), Some("default"));
+    // An unsorted hand-built list answers the same.
+    let mut req = RequestFeatures::for_model("gpt-4o");
+    req.scopes = vec!["zeta".into(), "beta".into()];
+    assert_eq!(decide(&set, &req, &stats, 0).rule.as_deref(), Some("beta"));
+}

@@ -5,7 +5,7 @@
 //!
 //! | vector | cells | filled |
 //! |--------|-------|--------|
-//! | request ([`ReqSlot`]) | numeric fields, string ids, `has()` bits, string atoms (prefix/suffix/contains/glob/regex of a request string against a constant), rule-index masks ([`super::index`]) | once per decision |
+//! | request ([`ReqSlot`]) | numeric fields, string ids, `has()` bits, `scope()` bits, string atoms (prefix/suffix/contains/glob/regex of a request string against a constant), rule-index masks ([`super::index`]) | once per decision |
 //! | endpoint ([`EpSlot`]) | numeric fields, string ids, string atoms, state slots, score, probability | once per candidate |
 //! | aux ([`AuxSlot`]) | current priority, `count()`, outcome fields, aggregate values | per call |
 //!
@@ -295,6 +295,9 @@ impl Layout {
                     ReqField::Priority => prio_code(r.priority),
                     ReqField::Hour => u64::from(r.hour),
                     ReqField::Weekday => u64::from(r.weekday),
+                    // One cell per distinct scope literal, answered here once per
+                    // decision, so compiled code only loads a boolean.
+                    ReqField::Scope(s) => u64::from(r.has_scope(set.strings.resolve(s))),
                     _ => strings.id(req_str(set, r, f).unwrap_or(""), &mut foreign),
                 },
                 ReqSlot::Has(f) => u64::from(match f {

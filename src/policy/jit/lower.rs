@@ -218,7 +218,7 @@ impl<'a> Lowerer<'a> {
             },
             TExprKind::Req(f) => {
                 let t = match f {
-                    ReqField::Stream | ReqField::Tools => LTy::B,
+                    ReqField::Stream | ReqField::Tools | ReqField::Scope(_) => LTy::B,
                     ReqField::Temperature => LTy::F,
                     _ => LTy::I,
                 };

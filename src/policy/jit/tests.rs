@@ -375,3 +375,40 @@ fn nan_score_sign_bit_does_not_move_an_endpoint_up_the_plan() {
     let claude = ids.iter().position(|i| i == "anthropic/claude-sonnet");
     assert!(azure < claude, "{ids:?}");
 }
+
+#[test]
+fn scopes_match_the_interpreter_with_and_without_the_rule_index() {
+    // 40 rules keyed on scopes: past INDEX_MIN_RULES, so the rule index keys them.
+    let mut text = String::from(
+        "route r when request.model == \"gpt-4o\" {\n  set priority high when scope(\"vip\")\n",
+    );
+    for k in 0..40 {
+        let cond = match k % 4 {
+            0 => format!("scope(\"s{k}\")"),
+            1 => format!("not scope(\"s{k}\") and scope(\"s{}\")", k - 1),
+            2 => format!("scope(\"s{k}\") == request.stream"),
+            _ => format!("if(scope(\"s{k}\"), request.priority == \"high\", false)"),
+        };
+        text.push_str(&format!("  rule r{k} when {cond} {{ use \"smollm\" }}\n"));
+    }
+    text.push_str("  default use model\n}\nroute other when scope(\"other\") { default use \"claude-sonnet\" }\n");
+    let c = compiled(&text);
+    let names: Vec<String> = (0..40)
+        .map(|k| format!("s{k}"))
+        .chain(["vip".into(), "other".into(), "unused".into()])
+        .collect();
+    for i in 0..600u64 {
+        let mut req = RequestFeatures::for_model(if i % 5 == 0 { "x" } else { "gpt-4o" });
+        req.stream = i % 3 == 0;
+        let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut scopes = Vec::new();
+        for _ in 0..(i % 4) {
+            scopes.push(names[(x % names.len() as u64) as usize].clone());
+            x = x.rotate_left(17).wrapping_mul(31);
+        }
+        req.set_scopes(scopes);
+        if let Err(m) = decide_with(&c, EngineMode::Both, &req, &StatsSnapshot::default(), i) {
+            panic!("request {i} {:?}: {m}", req.scopes);
+        }
+    }
+}

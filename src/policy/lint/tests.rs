@@ -241,3 +241,22 @@ fn chain_past_max_attempts_names_the_targets_never_tried() {
             .is_empty()
     );
 }
+
+#[test]
+fn scopes_are_boolean_facts_with_witnesses() {
+    let d = lint_text(
+        "route r {\n  rule a when scope(\"pro\") { use \"gpt-4o\" }\n  rule b when scope(\"beta\") { use \"smollm\" }\n  default use model\n}\n",
+    );
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].code, codes::OVERLAP);
+    let help = d[0].help.clone().unwrap_or_default();
+    assert!(help.contains("scopes = \"beta pro\""), "{help}");
+    let d = lint_text(
+        "route r {\n  rule a when scope(\"pro\") and not scope(\"pro\") { use \"gpt-4o\" }\n  rule b when scope(\"pro\") and not scope(\"beta\") { use \"smollm\" }\n  rule c when scope(\"beta\") { use \"smollm\" }\n  default use model\n}\n",
+    );
+    assert_eq!(
+        d.iter().map(|d| d.code).collect::<Vec<_>>(),
+        vec![codes::CONSTANT_CONDITION],
+        "{d:?}"
+    );
+}

@@ -16,6 +16,11 @@ pub fn from_cube(set: &CheckedPolicySet, cube: &Cube) -> (RequestFeatures, Strin
         if !c.can_be_present() {
             continue; // absent: the default request has no value
         }
+        if let ReqField::Scope(_) = c.field {
+            // All scopes go in one `scopes = "a b"` assignment, written after the loop.
+            assign(set, &mut r, c);
+            continue;
+        }
         let name = |f: ReqField| match f {
             ReqField::Header(s) => format!("header({:?})", set.strings.resolve(s)),
             ReqField::Metadata(s) => format!("metadata({:?})", set.strings.resolve(s)),
@@ -27,6 +32,9 @@ pub fn from_cube(set: &CheckedPolicySet, cube: &Cube) -> (RequestFeatures, Strin
         };
         let shown = assign(set, &mut r, c);
         parts.push(format!("{} = {shown}", name(c.field)));
+    }
+    if !r.scopes.is_empty() {
+        parts.push(format!("scopes = {:?}", r.scopes.join(" ")));
     }
     (r, format!("request {{ {} }}", parts.join(", ")))
 }
@@ -101,6 +109,18 @@ fn assign(set: &CheckedPolicySet, r: &mut RequestFeatures, c: &FieldC) -> String
                 r.stream = b;
             } else {
                 r.tools = b;
+            }
+            return b.to_string();
+        }
+        ReqField::Scope(s) => {
+            let b = matches!(
+                first(|x| matches!(x, SVal::Bool(_))),
+                Some(SVal::Bool(true))
+            );
+            if b {
+                let mut v = std::mem::take(&mut r.scopes);
+                v.push(set.strings.resolve(s).to_string());
+                r.set_scopes(v);
             }
             return b.to_string();
         }

@@ -1,4 +1,4 @@
-//! Built-in function calls: `has`, `header`, `metadata`, string tests, math,
+//! Built-in function calls: `has`, `header`, `metadata`, `scope`, string tests, math,
 //! `if`, `count` and the candidate aggregates.
 
 use crate::policy::ast::{Expr, ExprKind, Ident, LitKind};
@@ -13,6 +13,7 @@ pub const FUNCTIONS: &[&str] = &[
     "has",
     "header",
     "metadata",
+    "scope",
     "starts_with",
     "ends_with",
     "contains",
@@ -87,6 +88,19 @@ impl Checker<'_> {
                 }
                 let (f, ty) = self.optional_source(n, &args[0])?;
                 self.read_req(f, ty, e, scope)
+            }
+            "scope" => {
+                if !self.arity(name, args, 1, e) {
+                    return None;
+                }
+                let sym = self.scope_name(&args[0])?;
+                if scope.ctx == Ctx::Const {
+                    return self.context_error(
+                        e,
+                        "a state's initial value can only use parameters and constants",
+                    );
+                }
+                Some(texpr(TExprKind::Req(ReqField::Scope(sym)), Ty::Bool, e))
             }
             "has" => {
                 if !self.arity(name, args, 1, e) {
@@ -338,6 +352,29 @@ impl Checker<'_> {
             let sym = self.strings.intern(&key);
             Some((ReqField::Metadata(sym), Ty::Str))
         }
+    }
+
+    /// The interned scope name of `scope("name")`: a non-empty string literal without
+    /// whitespace (an OAuth2 scope token; a token's `scope` claim separates them by
+    /// spaces, so a name with a space could never match).
+    fn scope_name(&mut self, arg: &Expr) -> Option<Sym> {
+        let name = self.literal_string(arg, "the argument of `scope`")?;
+        let problem = if name.is_empty() {
+            Some("the scope name is empty")
+        } else if name.chars().any(char::is_whitespace) {
+            Some("a scope name cannot contain spaces")
+        } else {
+            None
+        };
+        if let Some(msg) = problem {
+            self.diags.push(
+                Diagnostic::error(codes::BAD_LITERAL, arg.span, msg).with_help(
+                    "name one scope of the caller's token, like `scope(\"chat:write\")`",
+                ),
+            );
+            return None;
+        }
+        Some(self.strings.intern(&name))
     }
 
     fn regex(&mut self, pat: &str, arg: &Expr) -> Option<u32> {
