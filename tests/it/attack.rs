@@ -3,132 +3,11 @@
 //! when written (the comment says what was wrong) and pass since the fix; the others
 //! held up from the start.
 
-use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::*;
-
-/// In an [`sse_upstream`] script: flush, then wait 100 ms.
-const PAUSE: &str = "<pause>";
-/// In an [`sse_upstream`] script: flush, then wait 3 s (past a short idle_ms).
-const STALL: &str = "<stall>";
-
-/// An upstream answering its n-th request with the SSE body `script[n]` (the last
-/// entry again once the script runs out), keeping each request body.
-fn sse_upstream(script: Vec<String>) -> (SocketAddr, Arc<Mutex<Vec<serde_json::Value>>>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let bodies = seen.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { return };
-            let script = script.clone();
-            let bodies = bodies.clone();
-            std::thread::spawn(move || {
-                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-                let body = read_request_body(&mut s);
-                let n = {
-                    let mut b = bodies.lock().unwrap();
-                    b.push(serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null));
-                    b.len() - 1
-                };
-                let answer = script[n.min(script.len() - 1)].clone();
-                let _ = write!(
-                    s,
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
-                );
-                for part in answer.split_inclusive(|_| false) {
-                    let mut rest = part;
-                    loop {
-                        let p = rest.find(PAUSE).map(|i| (i, PAUSE.len(), 100));
-                        let st = rest.find(STALL).map(|i| (i, STALL.len(), 3000));
-                        let next = match (p, st) {
-                            (Some(a), Some(b)) => Some(if a.0 < b.0 { a } else { b }),
-                            (a, b) => a.or(b),
-                        };
-                        match next {
-                            None => {
-                                let _ = s.write_all(rest.as_bytes());
-                                break;
-                            }
-                            Some((i, len, ms)) => {
-                                let _ = s.write_all(&rest.as_bytes()[..i]);
-                                let _ = s.flush();
-                                std::thread::sleep(Duration::from_millis(ms));
-                                rest = &rest[i + len..];
-                            }
-                        }
-                    }
-                }
-            });
-        }
-    });
-    (addr, seen)
-}
-
-fn read_request_body(s: &mut std::net::TcpStream) -> Vec<u8> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        let Ok(n) = s.read(&mut chunk) else {
-            return Vec::new();
-        };
-        if n == 0 {
-            return Vec::new();
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .unwrap_or(0);
-            while buf.len() < end + 4 + len {
-                let Ok(n) = s.read(&mut chunk) else { break };
-                if n == 0 {
-                    break;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            return buf[end + 4..].to_vec();
-        }
-    }
-}
-
-fn role_chunk() -> String {
-    "data: {\"id\":\"up\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n".to_string()
-}
-
-fn text_chunk(p: &str) -> String {
-    format!(
-        "data: {{\"id\":\"up\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"x\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{}}},\"finish_reason\":null}}]}}\n\n",
-        serde_json::to_string(p).unwrap()
-    )
-}
-
-fn finish_chunk(reason: &str) -> String {
-    format!("data: {{\"id\":\"up\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"x\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"{reason}\"}}]}}\n\n")
-}
-
-const DONE: &str = "data: [DONE]\n\n";
-const ERROR_EVENT: &str =
-    "data: {\"error\":{\"message\":\"backend died\",\"type\":\"server_error\"}}\n\n";
-
-fn openai_sse(pieces: &[&str], finish: bool) -> String {
-    let mut s = role_chunk();
-    for p in pieces {
-        s.push_str(&text_chunk(p));
-    }
-    if finish {
-        s.push_str(&finish_chunk("stop"));
-        s.push_str(DONE);
-    }
-    s
-}
+use crate::sse_script::*;
 
 fn oa(addr: SocketAddr, extra: &str) -> String {
     format!("{{ kind: openai-compatible, base_url: http://{addr}/v1{extra} }}")
@@ -154,50 +33,11 @@ fn chain3(p: &str, q: &str, r: Option<&str>, server: &str) -> (String, String) {
     (cfg, policy)
 }
 
-/// Checks the stream is one clean OpenAI stream; returns its text.
-fn clean_text(r: &Reply) -> String {
-    let events = r.events();
-    assert_eq!(
-        events.last().map(String::as_str),
-        Some("[DONE]"),
-        "{}",
-        r.text()
-    );
-    assert_eq!(
-        events.iter().filter(|e| *e == "[DONE]").count(),
-        1,
-        "one [DONE]: {}",
-        r.text()
-    );
-    let mut text = String::new();
-    let mut roles = 0;
-    let mut ids = std::collections::BTreeSet::new();
-    for e in &events[..events.len() - 1] {
-        let v: serde_json::Value = serde_json::from_str(e).unwrap();
-        assert!(v.get("error").is_none(), "error event in {}", r.text());
-        ids.insert(v["id"].to_string());
-        if let Some(d) = v["choices"].get(0).map(|c| &c["delta"]) {
-            if d.get("role").is_some() {
-                roles += 1;
-            }
-            if let Some(t) = d["content"].as_str() {
-                text.push_str(t);
-            }
-        }
-    }
-    assert_eq!(roles, 1, "one role chunk: {}", r.text());
-    assert_eq!(ids.len(), 1, "one chunk id: {}", r.text());
-    text
-}
-
-async fn uninterrupted(mock: &str) -> String {
-    let gw = start_app(
-        &format!("providers:\n  q: {{ kind: mock, mock: {mock} }}\nmodels:\n  m: {{ endpoints: [ {{ provider: q, model: x }} ] }}\n"),
-        &[],
-    )
-    .await;
-    let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
-    clean_text(&r)
+/// [`clean_text`], checking too that `[DONE]` came exactly once.
+fn clean_text_once(r: &Reply) -> String {
+    let done = r.events().iter().filter(|e| *e == "[DONE]").count();
+    assert_eq!(done, 1, "one [DONE]: {}", r.text());
+    clean_text(r)
 }
 
 // ---------------------------------------------------------------------------
@@ -258,7 +98,7 @@ async fn attack_error_after_finish_with_include_usage_still_sends_a_usage_chunk(
     )
     .await;
     assert_eq!(r.status, 200);
-    assert_eq!(clean_text(&r), "Hello world");
+    assert_eq!(clean_text_once(&r), "Hello world");
     assert!(
         r.events()
             .iter()
@@ -310,7 +150,7 @@ async fn attack_three_endpoint_chain_with_two_cuts_reads_as_one_answer() {
     let gw = start_app(&cfg, &[]).await;
     let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
     assert_eq!(r.status, 200);
-    assert_eq!(clean_text(&r), uninterrupted("{}").await);
+    assert_eq!(clean_text_once(&r), uninterrupted("{}").await);
 }
 
 #[tokio::test]
@@ -325,7 +165,7 @@ async fn attack_three_endpoint_chain_with_prefill_cut_twice() {
     let gw = start_app(&cfg, &[]).await;
     let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
     assert_eq!(r.status, 200);
-    assert_eq!(clean_text(&r), uninterrupted("{}").await);
+    assert_eq!(clean_text_once(&r), uninterrupted("{}").await);
 }
 
 #[tokio::test]
@@ -343,7 +183,7 @@ async fn attack_multibyte_restart_chunked_differently_is_clean() {
     )
     .await;
     assert_eq!(r.status, 200);
-    assert_eq!(clean_text(&r), "hél🎉 wörld");
+    assert_eq!(clean_text_once(&r), "hél🎉 wörld");
 }
 
 #[tokio::test]
@@ -362,7 +202,7 @@ async fn attack_cut_in_the_middle_of_the_skipped_text_goes_to_the_third_endpoint
     let gw = start_app(&cfg, &[]).await;
     let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
     assert_eq!(r.status, 200);
-    assert_eq!(clean_text(&r), "one two three four");
+    assert_eq!(clean_text_once(&r), "one two three four");
 }
 
 #[tokio::test]
@@ -427,7 +267,7 @@ async fn attack_stall_mid_stream_continues_on_the_next_endpoint() {
     let (cfg, policy) = chain3(&oa(a, ", timeouts: { idle_ms: 500 }"), &oa(b, ""), None, "");
     let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
     let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
-    assert_eq!(clean_text(&r), "one two three");
+    assert_eq!(clean_text_once(&r), "one two three");
 }
 
 // Regression: when the only endpoint of a model is paused by its provider's Retry-After,
@@ -626,7 +466,7 @@ async fn attack_gemini_restart_as_the_fallback_is_clean() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(clean_text(&r), "one two three.");
+    assert_eq!(clean_text_once(&r), "one two three.");
 }
 
 #[tokio::test]
@@ -664,7 +504,7 @@ async fn attack_anthropic_restart_as_the_fallback_is_clean() {
     let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
     let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(clean_text(&r), "Hello world.");
+    assert_eq!(clean_text_once(&r), "Hello world.");
 }
 
 #[tokio::test]

@@ -3,99 +3,10 @@
 //! (restart with the repeated text dropped, or prefill), and the client reads one
 //! continuous stream ending in `[DONE]` or one error event.
 
-use std::io::{Read, Write};
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::*;
-
-/// In an [`sse_upstream`] script: send what came before, then wait 100 ms.
-const PAUSE: &str = "<pause>";
-
-/// An upstream answering its n-th request with the SSE body `script[n]` (the last
-/// entry again once the script runs out), one connection per request, keeping each
-/// request body it received.
-fn sse_upstream(script: Vec<String>) -> (SocketAddr, Arc<Mutex<Vec<serde_json::Value>>>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let bodies = seen.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { return };
-            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-            let body = read_request_body(&mut s);
-            let n = {
-                let mut b = bodies.lock().unwrap();
-                b.push(serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null));
-                b.len() - 1
-            };
-            let answer = &script[n.min(script.len() - 1)];
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
-            );
-            for (i, part) in answer.split(PAUSE).enumerate() {
-                if i > 0 {
-                    let _ = s.flush();
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                let _ = s.write_all(part.as_bytes());
-            }
-        }
-    });
-    (addr, seen)
-}
-
-/// Reads one HTTP/1.1 request with a `content-length` body; returns the body.
-fn read_request_body(s: &mut std::net::TcpStream) -> Vec<u8> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        let Ok(n) = s.read(&mut chunk) else {
-            return Vec::new();
-        };
-        if n == 0 {
-            return Vec::new();
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .unwrap_or(0);
-            while buf.len() < end + 4 + len {
-                let Ok(n) = s.read(&mut chunk) else { break };
-                if n == 0 {
-                    break;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            return buf[end + 4..].to_vec();
-        }
-    }
-}
-
-/// OpenAI chunks: the role chunk, one chunk per piece of `text`, and (when `finish`)
-/// the finish chunk and `[DONE]`.
-fn openai_sse(pieces: &[&str], finish: bool) -> String {
-    let mut s = String::from(
-        "data: {\"id\":\"up\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",
-    );
-    for p in pieces {
-        s.push_str(&format!(
-            "data: {{\"id\":\"up\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"x\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{}}},\"finish_reason\":null}}]}}\n\n",
-            serde_json::to_string(p).unwrap()
-        ));
-    }
-    if finish {
-        s.push_str("data: {\"id\":\"up\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
-    }
-    s
-}
+use crate::sse_script::*;
 
 /// Primary `p/x` (`p` as given), then secondary `q/x` (`q` as given), tried in that
 /// order; `server` goes into the `server:` block.
@@ -111,48 +22,6 @@ route r when request.model == "m" {
   fallback endpoint "q/x"
 }
 "#;
-
-/// The text of an OpenAI SSE reply, checking on the way that it is one clean
-/// stream: one role chunk, one chunk id, `[DONE]` last and no error event.
-fn clean_text(r: &Reply) -> String {
-    let events = r.events();
-    assert_eq!(
-        events.last().map(String::as_str),
-        Some("[DONE]"),
-        "{}",
-        r.text()
-    );
-    let mut text = String::new();
-    let mut roles = 0;
-    let mut ids = std::collections::BTreeSet::new();
-    for e in &events[..events.len() - 1] {
-        let v: serde_json::Value = serde_json::from_str(e).unwrap();
-        assert!(v.get("error").is_none(), "error event in {}", r.text());
-        ids.insert(v["id"].to_string());
-        if let Some(d) = v["choices"].get(0).map(|c| &c["delta"]) {
-            if d.get("role").is_some() {
-                roles += 1;
-            }
-            if let Some(t) = d["content"].as_str() {
-                text.push_str(t);
-            }
-        }
-    }
-    assert_eq!(roles, 1, "one role chunk: {}", r.text());
-    assert_eq!(ids.len(), 1, "one chunk id: {}", r.text());
-    text
-}
-
-/// The uninterrupted answer of a healthy mock with `mock` options, streamed.
-async fn uninterrupted(mock: &str) -> String {
-    let gw = start_app(
-        &format!("providers:\n  q: {{ kind: mock, mock: {mock} }}\nmodels:\n  m: {{ endpoints: [ {{ provider: q, model: x }} ] }}\n"),
-        &[],
-    )
-    .await;
-    let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
-    clean_text(&r)
-}
 
 #[tokio::test]
 async fn an_error_event_before_the_first_content_falls_back_unseen() {

@@ -14,4 +14,5 @@ mod regression;
 mod reload;
 mod resilience;
 mod shutdown;
+mod sse_script;
 mod strategies;
