@@ -282,6 +282,24 @@ pub struct Usage {
     pub completion_tokens: u64,
     /// Sum of both.
     pub total_tokens: u64,
+    /// Breakdown of `prompt_tokens` (OpenAI's `usage.prompt_tokens_details`), when the
+    /// provider reported one; omitted otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// `usage.prompt_tokens_details`: parts of `prompt_tokens`, in tokens.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct PromptTokensDetails {
+    /// Input tokens read from the provider's prompt cache (OpenAI's `cached_tokens`;
+    /// Anthropic's `cache_read_input_tokens`).
+    #[serde(default)]
+    pub cached_tokens: u64,
+    /// Input tokens written to the provider's prompt cache (Anthropic's
+    /// `cache_creation_input_tokens`, under LiteLLM's name); omitted when the provider
+    /// reports none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_creation_tokens: Option<u64>,
 }
 
 impl Usage {
@@ -291,6 +309,7 @@ impl Usage {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
+            prompt_tokens_details: None,
         }
     }
 }

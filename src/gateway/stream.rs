@@ -148,6 +148,7 @@ impl ClientStream {
         let e = attempt.failed(e);
         let continuable = e.kind != ErrorKind::ShuttingDown
             && !sent.tool_calls
+            && !sent.reasoning
             && !sent.untracked
             && cursor.can_continue();
         if !continuable {

@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::openai::write_event;
+use super::reasoning::ThinkingBlock;
 use super::{Sent, StreamContext};
 use crate::api::{Message, Usage};
 use crate::body::{self, Body};
@@ -343,6 +344,10 @@ pub(crate) struct Choice {
     pub tool_calls: Vec<(String, String, String)>,
     /// OpenAI finish reason (`stop`, `length`, `tool_calls`, `content_filter`).
     pub finish_reason: &'static str,
+    /// Reasoning text, `None` when the model showed none (see [`super::reasoning`]).
+    pub reasoning_content: Option<String>,
+    /// Reasoning blocks with their signatures, for replay (see [`super::reasoning`]).
+    pub thinking_blocks: Vec<ThinkingBlock<'static>>,
 }
 
 /// Serializes an OpenAI `chat.completion` object.
@@ -368,6 +373,12 @@ pub(crate) fn completion(id: &str, model: &str, choices: &[Choice], usage: Usage
                         })
                     })
                     .collect();
+            }
+            if let Some(r) = &c.reasoning_content {
+                msg["reasoning_content"] = Value::from(r.as_str());
+            }
+            if !c.thinking_blocks.is_empty() {
+                msg["thinking_blocks"] = serde_json::to_value(&c.thinking_blocks).unwrap_or_default();
             }
             serde_json::json!({
                 "index": i,
@@ -413,7 +424,7 @@ pub(crate) struct FunctionDelta<'a> {
     pub arguments: &'a str,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct Delta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     role: Option<&'static str>,
@@ -421,6 +432,10 @@ struct Delta<'a> {
     content: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_calls: Option<[ToolDelta<'a>; 1]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking_blocks: Option<[&'a ThinkingBlock<'a>; 1]>,
 }
 
 #[derive(Serialize)]
@@ -561,6 +576,14 @@ impl Progress {
         self.sent.pieces += 1;
         self.sent.tool_calls = true;
     }
+
+    /// A reasoning piece was sent (text or a whole block): content for the commit
+    /// point, and the end of any continuation elsewhere ([`Sent::reasoning`]).
+    pub fn reasoning(&mut self) {
+        self.content = true;
+        self.sent.pieces += 1;
+        self.sent.reasoning = true;
+    }
 }
 
 /// Writes OpenAI `chat.completion.chunk` events for one streamed answer: same id,
@@ -637,9 +660,8 @@ impl ChunkWriter {
             self.write(
                 out,
                 Delta {
-                    role: None,
                     content: Some(""),
-                    tool_calls: None,
+                    ..Delta::default()
                 },
                 None,
             );
@@ -656,9 +678,8 @@ impl ChunkWriter {
             self.write(
                 out,
                 Delta {
-                    role: None,
                     content: Some(text),
-                    tool_calls: None,
+                    ..Delta::default()
                 },
                 None,
             );
@@ -672,9 +693,38 @@ impl ChunkWriter {
         self.write(
             out,
             Delta {
-                role: None,
-                content: None,
                 tool_calls: Some([piece]),
+                ..Delta::default()
+            },
+            None,
+        );
+    }
+
+    /// A piece of reasoning text (`delta.reasoning_content`); not part of the text
+    /// tracked for a continuation.
+    pub fn reasoning(&mut self, out: &mut BytesMut, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        self.progress.reasoning();
+        self.write(
+            out,
+            Delta {
+                reasoning_content: Some(text),
+                ..Delta::default()
+            },
+            None,
+        );
+    }
+
+    /// A whole reasoning block with its signature (`delta.thinking_blocks`, one entry).
+    pub fn thinking_block(&mut self, out: &mut BytesMut, block: &ThinkingBlock<'_>) {
+        self.progress.reasoning();
+        self.write(
+            out,
+            Delta {
+                thinking_blocks: Some([block]),
+                ..Delta::default()
             },
             None,
         );
@@ -685,11 +735,7 @@ impl ChunkWriter {
         self.progress.sent.finished = true;
         self.write(
             out,
-            Delta {
-                role: None,
-                content: None,
-                tool_calls: None,
-            },
+            Delta::default(),
             Some(reason),
         );
     }

@@ -10,6 +10,7 @@ pub mod anthropic;
 mod common;
 pub mod gemini;
 pub mod openai;
+mod reasoning;
 pub mod splice;
 #[cfg(test)]
 mod testing;
@@ -98,6 +99,9 @@ pub struct Sent {
     pub pieces: u64,
     /// A tool-call piece was sent: a continuation could break its JSON arguments.
     pub tool_calls: bool,
+    /// Reasoning was sent (`reasoning_content` or `thinking_blocks`): a continuation
+    /// would restart or lose it, so the stream is not continued.
+    pub reasoning: bool,
     /// The finish reason was sent: the answer itself is complete.
     pub finished: bool,
     /// The text outgrew [`MAX_TRACKED_BYTES`] and is no longer kept: the stream can

@@ -8,10 +8,11 @@
 //! request is translated in [`request`], the streamed answer in [`stream`]; the whole
 //! answer and error bodies here.
 
+mod content;
 mod request;
 mod stream;
 
-pub use request::DEFAULT_MAX_TOKENS;
+pub use request::{DEFAULT_MAX_TOKENS, MIN_THINKING_BUDGET};
 
 use bytes::Bytes;
 use http::HeaderMap;
@@ -20,7 +21,8 @@ use serde_json::Value;
 
 use super::common::{bad_upstream, completion, post_json, Choice};
 use super::{upstream_error, Adapter, StreamContext, StreamTranscoder, Target};
-use crate::api::{ChatRequest, Usage};
+use super::reasoning::ThinkingBlock;
+use crate::api::{ChatRequest, PromptTokensDetails, Usage};
 use crate::body::Body;
 use crate::error::GatewayError;
 
@@ -47,15 +49,45 @@ pub(super) struct AnthropicUsage {
 }
 
 impl AnthropicUsage {
-    /// All input tokens, cached or not (OpenAI's `prompt_tokens` includes cached ones),
-    /// or `None` when the event carried no input count.
-    fn prompt(&self) -> Option<u64> {
-        let input = self.input_tokens?;
-        Some(
-            input
-                + self.cache_creation_input_tokens.unwrap_or(0)
-                + self.cache_read_input_tokens.unwrap_or(0),
-        )
+    /// Takes the counts of a later event (`message_delta`) that are present and not
+    /// zero. Anthropic's `message_delta` usage is cumulative, but some servers send
+    /// `input_tokens: 0` (or leave it out) there: that must not erase the real count
+    /// from `message_start`.
+    fn update(&mut self, later: &AnthropicUsage) {
+        let keep = |old: &mut Option<u64>, new: Option<u64>| {
+            if let Some(n) = new.filter(|&n| n > 0) {
+                *old = Some(n);
+            }
+        };
+        keep(&mut self.input_tokens, later.input_tokens);
+        keep(&mut self.output_tokens, later.output_tokens);
+        keep(
+            &mut self.cache_creation_input_tokens,
+            later.cache_creation_input_tokens,
+        );
+        keep(&mut self.cache_read_input_tokens, later.cache_read_input_tokens);
+    }
+
+    /// OpenAI usage: `prompt_tokens` is every input token, cache reads and writes
+    /// included (OpenAI counts cached tokens in `prompt_tokens`; LiteLLM adds both
+    /// the same way). `prompt_tokens_details.cached_tokens` is the cache read and
+    /// `cache_creation_tokens` the cache write, present when Anthropic reported cache
+    /// counts. `None` when no input count arrived.
+    fn to_openai(self) -> Option<Usage> {
+        let read = self.cache_read_input_tokens;
+        let creation = self.cache_creation_input_tokens;
+        if self.input_tokens.is_none() && read.is_none() && creation.is_none() {
+            return None;
+        }
+        let prompt = self.input_tokens.unwrap_or(0) + read.unwrap_or(0) + creation.unwrap_or(0);
+        let mut usage = Usage::new(prompt, self.output_tokens.unwrap_or(0));
+        if read.is_some() || creation.is_some() {
+            usage.prompt_tokens_details = Some(PromptTokensDetails {
+                cached_tokens: read.unwrap_or(0),
+                cache_creation_tokens: creation,
+            });
+        }
+        Some(usage)
     }
 }
 
@@ -104,7 +136,15 @@ enum ContentBlock {
         #[serde(default)]
         input: Value,
     },
-    /// Thinking, redacted thinking, server tool blocks: not part of OpenAI's message.
+    Thinking {
+        thinking: String,
+        #[serde(default)]
+        signature: String,
+    },
+    RedactedThinking {
+        data: String,
+    },
+    /// Server tool blocks and block types added later: not part of OpenAI's message.
     #[serde(other)]
     Other,
 }
@@ -168,14 +208,34 @@ impl Adapter for Anthropic {
                     };
                     choice.tool_calls.push((id, name, args));
                 }
+                ContentBlock::Thinking {
+                    thinking,
+                    signature,
+                } => {
+                    choice
+                        .reasoning_content
+                        .get_or_insert_with(String::new)
+                        .push_str(&thinking);
+                    choice.thinking_blocks.push(ThinkingBlock::Thinking {
+                        thinking: thinking.into(),
+                        signature: signature.into(),
+                    });
+                }
+                ContentBlock::RedactedThinking { data } => {
+                    choice
+                        .thinking_blocks
+                        .push(ThinkingBlock::RedactedThinking { data: data.into() });
+                }
                 ContentBlock::Other => {}
             }
         }
         if choice.finish_reason == "content_filter" {
             choice.refusal = msg.stop_details.and_then(|d| d.explanation);
         }
-        let output = msg.usage.output_tokens.unwrap_or(0);
-        let usage = Usage::new(msg.usage.prompt().unwrap_or(0), output);
+        let usage = msg
+            .usage
+            .to_openai()
+            .unwrap_or_else(|| Usage::new(0, msg.usage.output_tokens.unwrap_or(0)));
         Ok(completion(&msg.id, logical_model, &[choice], usage))
     }
 
@@ -183,20 +243,36 @@ impl Adapter for Anthropic {
         Box::new(stream::AnthropicStream::new(ctx))
     }
 
-    /// Maps an error answer like [`upstream_error`], reading Anthropic's body
-    /// `{"type":"error","error":{"type","message"}}`. HTTP 529 (`overloaded_error`)
-    /// becomes a retryable 502.
+    /// Maps an error answer like [`upstream_error`] (status, retry class, wait),
+    /// reading Anthropic's body `{"type":"error","error":{"type","message"}}`:
+    ///
+    /// - a client error (4xx but 401/403/404/429): Anthropic's `message` reaches the
+    ///   client, and its error `type` (`invalid_request_error`, `request_too_large`,
+    ///   ...) becomes the error `code`, unless it is a prompt over the context window
+    ///   (`context_length_exceeded`).
+    /// - 5xx, and HTTP 529 `overloaded_error` (a retryable 502 with code
+    ///   `upstream_overloaded`): the body is never relayed (it may hold anything, a
+    ///   traceback included); the message names the status and Anthropic's error
+    ///   type only.
     fn error(&self, status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayError {
+        use crate::error::{bounded, Code};
         let mut e = upstream_error(status, headers, body);
-        if let Ok(b) = serde_json::from_slice::<ErrorBody>(body) {
-            if status == 529 || b.error.kind == "overloaded_error" {
-                e.message = format!(
-                    "Anthropic is overloaded (HTTP {status}, {}): {}",
-                    b.error.kind, b.error.message
-                );
-                e = e.with_code(crate::error::Code::UpstreamOverloaded);
-            } else if !b.error.kind.is_empty() && status != 401 && status != 403 {
-                e.message = format!("{} ({})", e.message, b.error.kind);
+        let parsed = serde_json::from_slice::<ErrorBody>(body).ok();
+        let kind = parsed
+            .as_ref()
+            .map(|b| bounded(&b.error.kind, 64).into_owned())
+            .filter(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
+        if status >= 500 || kind.as_deref() == Some("overloaded_error") {
+            let named = kind.as_deref().map(|k| format!(" ({k})")).unwrap_or_default();
+            e.message = if status == 529 || kind.as_deref() == Some("overloaded_error") {
+                e = e.with_code(Code::UpstreamOverloaded);
+                format!("Anthropic is overloaded (HTTP {status}{named}); retry later")
+            } else {
+                format!("Anthropic answered HTTP {status}{named}")
+            };
+        } else if let Some(kind) = kind.filter(|_| e.status() == 400) {
+            if e.code != Some(Code::ContextLengthExceeded) {
+                e = e.with_code(Code::provider(&kind));
             }
         }
         e

@@ -1,22 +1,57 @@
 //! OpenAI Chat Completions request → Anthropic Messages request body.
 //!
 //! Source: Anthropic API reference, "Messages" (request body: `system`, `messages`,
-//! content blocks `text`/`image`/`tool_use`/`tool_result`, `tools`, `tool_choice`,
-//! `max_tokens`, `stop_sequences`) and "Vision" (image sources `base64` and `url`).
+//! `tools`, `tool_choice`, `max_tokens`, `stop_sequences`, `temperature` 0 to 1,
+//! `top_p`, `top_k`, `metadata.user_id`, `thinking`), "Extended thinking"
+//! (`budget_tokens` at least 1024 and below `max_tokens`; thinking blocks replayed
+//! first in the assistant turn) and "Prompt caching". Content blocks are built in
+//! [`super::content`]. What each OpenAI field becomes is tabled in docs/providers.md.
 
 use serde::Serialize;
-use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::content::{blocks, message_marker, Allow, Block, Markers};
 use crate::api::ChatRequest;
 use crate::error::GatewayError;
-use crate::providers::common::{
-    openai_tool_choice, parts, text_only, tool_calls, unsupported, ImageRef, OpenAiToolChoice, Part,
-};
+use crate::providers::common::{openai_tool_choice, tool_calls, unsupported, OpenAiToolChoice};
+use crate::providers::reasoning::{self, Effort, ThinkingBlock};
 
 /// Output cap sent when the client gives none; Anthropic requires `max_tokens`, and
-/// 4096 fits every current Claude model's output limit.
+/// 4096 fits every current Claude model's output limit. With extended thinking the
+/// default is the thinking budget plus this.
 pub const DEFAULT_MAX_TOKENS: u64 = 4096;
+
+/// Smallest thinking budget Anthropic takes, in tokens ("Extended thinking").
+pub const MIN_THINKING_BUDGET: u64 = 1024;
+
+/// Thinking budget, in tokens, for each OpenAI `reasoning_effort` (`none` turns
+/// thinking off): minimal 1024 (Anthropic's minimum), low 2048, medium 8192, high
+/// 16384.
+pub(super) fn effort_budget(effort: Effort) -> Option<u64> {
+    match effort {
+        Effort::None => None,
+        Effort::Minimal => Some(MIN_THINKING_BUDGET),
+        Effort::Low => Some(2048),
+        Effort::Medium => Some(8192),
+        Effort::High => Some(16384),
+    }
+}
+
+/// OpenAI fields Anthropic has no equivalent for and that do not change what a
+/// correct answer looks like: dropped, with a debug log line naming them.
+const DROPPED: [&str; 11] = [
+    "frequency_penalty",
+    "presence_penalty",
+    "seed",
+    "logit_bias",
+    "store",
+    "metadata",
+    "service_tier",
+    "prediction",
+    "verbosity",
+    "prompt_cache_key",
+    "safety_identifier",
+];
 
 /// The Messages request body, borrowing from the client's request.
 #[derive(Serialize)]
@@ -30,6 +65,8 @@ pub(super) struct Outgoing<'a> {
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     top_p: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_k: Option<&'a Value>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     stop_sequences: Vec<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -40,11 +77,25 @@ pub(super) struct Outgoing<'a> {
     tool_choice: Option<ToolChoice<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     metadata: Option<Metadata<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<Thinking<'a>>,
 }
 
 #[derive(Serialize)]
 struct Metadata<'a> {
     user_id: &'a str,
+}
+
+/// `thinking`: the client's own object, or one built from `reasoning_effort`.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Thinking<'a> {
+    Client(&'a Value),
+    Budget {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        budget_tokens: u64,
+    },
 }
 
 /// One turn: `user` or `assistant` with its content blocks.
@@ -55,43 +106,13 @@ struct Turn<'a> {
 }
 
 #[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum Block<'a> {
-    Text {
-        text: &'a str,
-    },
-    /// A tool result's text, built from parts, so owned.
-    #[serde(rename = "text")]
-    OwnedText {
-        text: String,
-    },
-    Image {
-        source: Source<'a>,
-    },
-    ToolUse {
-        id: &'a str,
-        name: &'a str,
-        input: &'a RawValue,
-    },
-    ToolResult {
-        tool_use_id: &'a str,
-        content: Vec<Block<'a>>,
-    },
-}
-
-#[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum Source<'a> {
-    Base64 { media_type: &'a str, data: &'a str },
-    Url { url: &'a str },
-}
-
-#[derive(Serialize)]
 struct Tool<'a> {
     name: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     description: Option<&'a str>,
     input_schema: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<&'a Value>,
 }
 
 #[derive(Serialize)]
@@ -110,21 +131,6 @@ fn empty_schema() -> &'static Value {
     EMPTY.get_or_init(|| serde_json::json!({"type": "object", "properties": {}}))
 }
 
-fn block<'a>(p: Part<'a>) -> Block<'a> {
-    match p {
-        Part::Text(text) => Block::Text { text },
-        Part::Image(ImageRef::Inline { mime, data }) => Block::Image {
-            source: Source::Base64 {
-                media_type: mime,
-                data,
-            },
-        },
-        Part::Image(ImageRef::Url(url)) => Block::Image {
-            source: Source::Url { url },
-        },
-    }
-}
-
 /// Appends `blocks` as a `role` turn, merging into the previous turn of the same role
 /// (Anthropic takes alternating turns; consecutive tool results share one user turn).
 fn push<'a>(turns: &mut Vec<Turn<'a>>, role: &'static str, blocks: Vec<Block<'a>>) {
@@ -140,57 +146,71 @@ fn push<'a>(turns: &mut Vec<Turn<'a>>, role: &'static str, blocks: Vec<Block<'a>
     }
 }
 
+fn field_error(param: String, why: &str) -> GatewayError {
+    let message = format!("`{param}` {why}");
+    unsupported(param, message)
+}
+
 /// Translates `chat` for upstream model `model`.
+///
+/// Messages left without content (empty or whitespace-only text, no tool calls) are
+/// left out; a trailing assistant turn (a prefill) loses its trailing whitespace,
+/// which Anthropic rejects there.
 ///
 /// # Errors
 /// 400 naming the field for what Anthropic cannot express: `n` > 1, legacy `function`
-/// messages, audio or file parts, images outside user turns, malformed tool calls.
+/// messages and `functions`, audio or file parts, images outside user and tool
+/// messages, image media types Anthropic cannot take, malformed tool calls or
+/// thinking blocks, bad cache markers, `temperature` above 1, `response_format` JSON
+/// modes, `logprobs`, audio output, web search, a thinking budget under 1024 or not
+/// below the output cap, and a conversation with no content at all.
 pub(super) fn build<'a>(
     chat: &'a ChatRequest,
     model: &'a str,
 ) -> Result<Outgoing<'a>, GatewayError> {
+    refuse_unsupported(chat)?;
+    let mut markers = Markers::default();
     let mut system = Vec::new();
     let mut turns: Vec<Turn<'a>> = Vec::with_capacity(chat.messages.len());
     for (i, m) in chat.messages.iter().enumerate() {
         match m.role.as_str() {
             "system" | "developer" => {
-                for p in parts(&m.content, i)? {
-                    match p {
-                        Part::Text(text) => system.push(Block::Text { text }),
-                        Part::Image(_) => {
-                            return Err(unsupported(
-                                format!("messages[{i}].content"),
-                                "Anthropic takes only text in system messages",
-                            ))
-                        }
-                    }
-                }
+                let mut b = blocks(&m.content, i, Allow::Text, &mut markers)?;
+                message_marker(m, i, &mut b, &mut markers)?;
+                system.extend(b);
             }
             "user" => {
-                let blocks = parts(&m.content, i)?.into_iter().map(block).collect();
-                push(&mut turns, "user", blocks);
+                let mut b = blocks(&m.content, i, Allow::TextAndImages, &mut markers)?;
+                message_marker(m, i, &mut b, &mut markers)?;
+                push(&mut turns, "user", b);
             }
             "assistant" => {
-                let mut blocks: Vec<Block<'a>> = Vec::new();
-                for p in parts(&m.content, i)? {
-                    match p {
-                        Part::Text(text) => blocks.push(Block::Text { text }),
-                        Part::Image(_) => {
-                            return Err(unsupported(
-                                format!("messages[{i}].content"),
-                                "Anthropic takes images only in user messages",
-                            ))
+                let mut b: Vec<Block<'a>> = reasoning::thinking_blocks(m, i)?
+                    .into_iter()
+                    .map(|t| match t {
+                        ThinkingBlock::Thinking {
+                            thinking,
+                            signature,
+                        } => Block::Thinking {
+                            thinking,
+                            signature,
+                        },
+                        ThinkingBlock::RedactedThinking { data } => {
+                            Block::RedactedThinking { data }
                         }
-                    }
-                }
+                    })
+                    .collect();
+                b.extend(blocks(&m.content, i, Allow::Text, &mut markers)?);
                 for c in tool_calls(m, i)? {
-                    blocks.push(Block::ToolUse {
+                    b.push(Block::ToolUse {
                         id: c.id,
                         name: c.name,
                         input: c.arguments,
+                        cache_control: None,
                     });
                 }
-                push(&mut turns, "assistant", blocks);
+                message_marker(m, i, &mut b, &mut markers)?;
+                push(&mut turns, "assistant", b);
             }
             "tool" => {
                 let id = m
@@ -198,26 +218,30 @@ pub(super) fn build<'a>(
                     .get("tool_call_id")
                     .and_then(Value::as_str)
                     .ok_or_else(|| {
-                        unsupported(
+                        field_error(
                             format!("messages[{i}].tool_call_id"),
-                            format!("`messages[{i}].tool_call_id` is required for role \"tool\""),
+                            "is required for role \"tool\"",
                         )
                     })?;
-                let text = text_only(&m.content, i)?;
-                let content = if text.is_empty() {
-                    Vec::new()
-                } else {
-                    vec![match text {
-                        std::borrow::Cow::Borrowed(text) => Block::Text { text },
-                        std::borrow::Cow::Owned(text) => Block::OwnedText { text },
-                    }]
-                };
+                let mut content = blocks(&m.content, i, Allow::TextAndImages, &mut markers)?;
+                // A marker on a part of a tool message marks the whole result.
+                let mut mark = content
+                    .iter_mut()
+                    .filter_map(Block::marker)
+                    .filter_map(Option::take)
+                    .last();
+                if mark.is_none() {
+                    if let Some(v) = m.extra.get("cache_control").filter(|v| !v.is_null()) {
+                        mark = markers.check(Some(v), || format!("messages[{i}].cache_control"))?;
+                    }
+                }
                 push(
                     &mut turns,
                     "user",
                     vec![Block::ToolResult {
                         tool_use_id: id,
                         content,
+                        cache_control: mark,
                     }],
                 );
             }
@@ -225,21 +249,17 @@ pub(super) fn build<'a>(
                 return Err(unsupported(
                     format!("messages[{i}].role"),
                     format!(
-                    "role \"{other}\" is not supported by Anthropic; use tools and role \"tool\""
-                ),
+                        "role \"{other}\" is not supported by Anthropic; use tools and role \"tool\""
+                    ),
                 ))
             }
         }
     }
-    if let Some(n) = chat
-        .extra
-        .get("n")
-        .and_then(Value::as_u64)
-        .filter(|&n| n > 1)
-    {
-        return Err(unsupported(
-            "n",
-            format!("Anthropic returns one choice; `n` is {n}"),
+    trim_prefill(&mut turns);
+    if turns.is_empty() {
+        return Err(field_error(
+            "messages".into(),
+            "has no content Anthropic can take: empty and whitespace-only text is left out, and nothing else is left",
         ));
     }
     let stop_sequences = match chat.extra.get("stop") {
@@ -247,6 +267,163 @@ pub(super) fn build<'a>(
         Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
         _ => Vec::new(),
     };
+    let (thinking, max_tokens) = thinking(chat)?;
+    Ok(Outgoing {
+        model,
+        max_tokens,
+        system,
+        messages: turns,
+        temperature: chat.temperature,
+        top_p: chat.extra.get("top_p").filter(|v| v.is_number()),
+        top_k: chat.extra.get("top_k").filter(|v| v.is_number()),
+        stop_sequences,
+        stream: chat.stream.filter(|&s| s),
+        tools: tools(chat, &mut markers)?,
+        tool_choice: tool_choice(chat)?,
+        metadata: chat
+            .extra
+            .get("user")
+            .and_then(Value::as_str)
+            .map(|user_id| Metadata { user_id }),
+        thinking,
+    })
+}
+
+/// A final assistant turn is a prefill: Anthropic rejects trailing whitespace there.
+fn trim_prefill(turns: &mut Vec<Turn<'_>>) {
+    let Some(last) = turns.last_mut().filter(|t| t.role == "assistant") else {
+        return;
+    };
+    if let Some(Block::Text { text, .. }) = last.content.last_mut() {
+        *text = text.trim_end();
+        if text.is_empty() {
+            last.content.pop();
+        }
+    }
+    if last.content.is_empty() {
+        turns.pop();
+    }
+}
+
+/// 400 for request fields Anthropic cannot honour; a debug note for those dropped.
+fn refuse_unsupported(chat: &ChatRequest) -> Result<(), GatewayError> {
+    if let Some(n) = chat.extra.get("n").and_then(Value::as_u64).filter(|&n| n > 1) {
+        return Err(unsupported("n", format!("Anthropic returns one choice; `n` is {n}")));
+    }
+    if let Some(t) = chat.temperature.filter(|&t| t > 1.0) {
+        return Err(unsupported(
+            "temperature",
+            format!("`temperature` is {t}; Anthropic takes 0 to 1"),
+        ));
+    }
+    let set = |name: &str| chat.extra.get(name).filter(|v| !v.is_null());
+    if let Some(kind) = set("response_format")
+        .and_then(|f| f.get("type"))
+        .and_then(Value::as_str)
+        .filter(|k| *k != "text")
+    {
+        return Err(unsupported(
+            "response_format",
+            format!("Anthropic has no `response_format` \"{}\"; ask for JSON with a tool and `tool_choice`", crate::error::bounded(kind, 64)),
+        ));
+    }
+    if set("logprobs").and_then(Value::as_bool) == Some(true) {
+        return Err(unsupported("logprobs", "Anthropic does not return log probabilities"));
+    }
+    if set("top_logprobs").is_some() {
+        return Err(unsupported("top_logprobs", "Anthropic does not return log probabilities"));
+    }
+    if set("audio").is_some()
+        || set("modalities")
+            .and_then(Value::as_array)
+            .is_some_and(|m| m.iter().any(|x| x != "text"))
+    {
+        let field = if set("audio").is_some() { "audio" } else { "modalities" };
+        return Err(unsupported(field, "Anthropic answers in text only"));
+    }
+    for field in ["web_search_options", "functions", "function_call"] {
+        if set(field).is_some() {
+            return Err(unsupported(
+                field,
+                format!("`{field}` is not supported for Anthropic; use `tools`"),
+            ));
+        }
+    }
+    for field in DROPPED {
+        if set(field).is_some() {
+            tracing::debug!(field, "dropped: Anthropic has no equivalent of this field");
+        }
+    }
+    Ok(())
+}
+
+/// `thinking` and `max_tokens`: the client's `thinking` passes through (an
+/// `enabled` one checked), else `reasoning_effort` becomes a budget
+/// ([`effort_budget`]); `reasoning_effort` beside `thinking` is ignored. With a
+/// budget, the output cap (which Anthropic, like OpenAI, counts reasoning in) must
+/// exceed it; without a client cap it is the budget plus [`DEFAULT_MAX_TOKENS`].
+fn thinking(chat: &ChatRequest) -> Result<(Option<Thinking<'_>>, u64), GatewayError> {
+    let mut budget = None;
+    let thinking = match chat.extra.get("thinking").filter(|v| !v.is_null()) {
+        Some(t) => {
+            match t.get("type").and_then(Value::as_str) {
+                Some("enabled") => {
+                    let b = t
+                        .get("budget_tokens")
+                        .and_then(Value::as_u64)
+                        .filter(|&b| b >= MIN_THINKING_BUDGET)
+                        .ok_or_else(|| {
+                            field_error(
+                                "thinking.budget_tokens".into(),
+                                "is required with type \"enabled\" and must be an integer of at least 1024",
+                            )
+                        })?;
+                    budget = Some(b);
+                }
+                Some(_) => {}
+                None => {
+                    return Err(field_error(
+                        "thinking.type".into(),
+                        "is required (\"enabled\" with `budget_tokens`, or \"disabled\")",
+                    ))
+                }
+            }
+            if reasoning::effort(chat)?.is_some() {
+                tracing::debug!("reasoning_effort ignored: the request sets `thinking`");
+            }
+            Some(Thinking::Client(t))
+        }
+        None => {
+            budget = reasoning::effort(chat)?.and_then(effort_budget);
+            budget.map(|budget_tokens| Thinking::Budget {
+                kind: "enabled",
+                budget_tokens,
+            })
+        }
+    };
+    let max_tokens = match (budget, chat.output_cap()) {
+        (None, cap) => cap.unwrap_or(DEFAULT_MAX_TOKENS),
+        (Some(b), None) => b + DEFAULT_MAX_TOKENS,
+        (Some(b), Some(cap)) if cap > b => cap,
+        (Some(b), Some(cap)) => {
+            let name = if chat.max_completion_tokens.is_some() {
+                "max_completion_tokens"
+            } else {
+                "max_tokens"
+            };
+            return Err(field_error(
+                name.into(),
+                &format!(
+                    "is {cap}, but Anthropic counts the thinking budget of {b} tokens in it; set it above {b}"
+                ),
+            ));
+        }
+    };
+    Ok((thinking, max_tokens))
+}
+
+/// OpenAI function tools → Anthropic tools; a tool's `cache_control` is kept.
+fn tools<'a>(chat: &'a ChatRequest, markers: &mut Markers) -> Result<Vec<Tool<'a>>, GatewayError> {
     let mut tools = Vec::new();
     for (i, t) in chat.tools.iter().flatten().enumerate() {
         let f = t
@@ -262,25 +439,12 @@ pub(super) fn build<'a>(
             name,
             description: f.get("description").and_then(Value::as_str),
             input_schema: f.get("parameters").unwrap_or_else(|| empty_schema()),
+            cache_control: markers.check(t.get("cache_control"), || {
+                format!("tools[{i}].cache_control")
+            })?,
         });
     }
-    Ok(Outgoing {
-        model,
-        max_tokens: chat.output_cap().unwrap_or(DEFAULT_MAX_TOKENS),
-        system,
-        messages: turns,
-        temperature: chat.temperature,
-        top_p: chat.extra.get("top_p").filter(|v| v.is_number()),
-        stop_sequences,
-        stream: chat.stream.filter(|&s| s),
-        tools,
-        tool_choice: tool_choice(chat)?,
-        metadata: chat
-            .extra
-            .get("user")
-            .and_then(Value::as_str)
-            .map(|user_id| Metadata { user_id }),
-    })
+    Ok(tools)
 }
 
 /// OpenAI `tool_choice` (+ `parallel_tool_calls: false`) → Anthropic `tool_choice`.

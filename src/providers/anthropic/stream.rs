@@ -2,9 +2,15 @@
 //!
 //! Source: Anthropic API reference, "Streaming Messages": `message_start`, then per
 //! content block `content_block_start` / `content_block_delta` (`text_delta`,
-//! `input_json_delta`) / `content_block_stop`, then `message_delta` (stop reason and
-//! cumulative usage) and `message_stop`; `ping` keep-alives and `error` events may come
-//! anywhere, and new event types may be added (they are ignored).
+//! `input_json_delta`, `thinking_delta`, `signature_delta`) / `content_block_stop`,
+//! then `message_delta` (stop reason and cumulative usage) and `message_stop`; `ping`
+//! keep-alives and `error` events may come anywhere, and new event types may be added
+//! (they are ignored).
+//!
+//! Thinking text goes out as `delta.reasoning_content` as it arrives; when a thinking
+//! block closes, the whole block with its signature goes out once as a
+//! `delta.thinking_blocks` entry (a redacted block as soon as it starts), for the
+//! client to send back (see [`crate::providers::reasoning`]).
 
 use std::borrow::Cow;
 
@@ -13,6 +19,7 @@ use serde::Deserialize;
 
 use super::{finish_reason, AnthropicUsage, ErrorDetail};
 use crate::api::Usage;
+use crate::providers::reasoning::ThinkingBlock;
 use crate::error::{ErrorKind, GatewayError};
 use crate::providers::common::{bad_upstream, stream_cut, ChunkWriter, FunctionDelta, ToolDelta};
 use crate::providers::openai::write_done;
@@ -72,7 +79,17 @@ enum StartBlock<'a> {
         #[serde(borrow)]
         name: Cow<'a, str>,
     },
-    /// Thinking and server-tool blocks: not relayed.
+    Thinking {
+        #[serde(borrow, default)]
+        thinking: Cow<'a, str>,
+        #[serde(borrow, default)]
+        signature: Cow<'a, str>,
+    },
+    RedactedThinking {
+        #[serde(borrow)]
+        data: Cow<'a, str>,
+    },
+    /// Server-tool blocks and block types added later: not relayed.
     #[serde(other)]
     Other,
 }
@@ -88,7 +105,15 @@ enum BlockDelta<'a> {
         #[serde(borrow)]
         partial_json: Cow<'a, str>,
     },
-    /// Thinking, signature and citation deltas: not relayed.
+    ThinkingDelta {
+        #[serde(borrow)]
+        thinking: Cow<'a, str>,
+    },
+    SignatureDelta {
+        #[serde(borrow)]
+        signature: Cow<'a, str>,
+    },
+    /// Citation deltas and delta types added later: not relayed.
     #[serde(other)]
     Other,
 }
@@ -109,16 +134,24 @@ struct ToolBlock {
     args: bool,
 }
 
+/// A `thinking` content block being streamed: its text and signature so far.
+struct Thinking {
+    /// Anthropic's content block index.
+    block: u64,
+    text: String,
+    signature: String,
+}
+
 /// The transcoder for one Anthropic stream.
 pub(super) struct AnthropicStream {
     w: ChunkWriter,
     include_usage: bool,
     prompt_estimate: u64,
-    /// Input tokens (cache included), from `message_start`, updated by `message_delta`.
-    prompt: Option<u64>,
-    /// Output tokens so far (Anthropic reports the cumulative count).
-    output: u64,
+    /// Token counts from `message_start`, updated by `message_delta` (see
+    /// [`AnthropicUsage::update`]).
+    usage: AnthropicUsage,
     tools: Vec<ToolBlock>,
+    thinking: Option<Thinking>,
     /// The finish reason, once its chunk has been written.
     finish: Option<&'static str>,
 }
@@ -129,19 +162,10 @@ impl AnthropicStream {
             w: ChunkWriter::new(&ctx),
             include_usage: ctx.include_usage,
             prompt_estimate: ctx.prompt_tokens_estimate,
-            prompt: None,
-            output: 0,
+            usage: AnthropicUsage::default(),
             tools: Vec::new(),
+            thinking: None,
             finish: None,
-        }
-    }
-
-    fn usage(&mut self, u: &AnthropicUsage) {
-        if let Some(p) = u.prompt() {
-            self.prompt = Some(p);
-        }
-        if let Some(o) = u.output_tokens {
-            self.output = o;
         }
     }
 
@@ -152,10 +176,26 @@ impl AnthropicStream {
             self.w.finish(out, "stop");
         }
         if self.include_usage {
-            let prompt = self.prompt.unwrap_or(self.prompt_estimate);
-            self.w.usage(out, Usage::new(prompt, self.output));
+            let usage = self.usage.to_openai().unwrap_or_else(|| {
+                Usage::new(self.prompt_estimate, self.usage.output_tokens.unwrap_or(0))
+            });
+            self.w.usage(out, usage);
         }
         write_done(out);
+    }
+}
+
+impl AnthropicStream {
+    /// The thinking block open at content block `index`.
+    ///
+    /// # Errors
+    /// 502 when no thinking block is open there.
+    fn thinking_block(&mut self, index: u64) -> Result<&mut Thinking, GatewayError> {
+        self.thinking.as_mut().filter(|t| t.block == index).ok_or_else(|| {
+            bad_upstream(format!(
+                "Anthropic sent a thinking delta for content block {index}, which is not a thinking block"
+            ))
+        })
     }
 }
 
@@ -173,7 +213,7 @@ impl StreamTranscoder for AnthropicStream {
         match ev {
             Event::MessageStart { message } => {
                 self.w.set_id(message.id);
-                self.usage(&message.usage);
+                self.usage = message.usage;
                 self.w.start(out);
             }
             Event::ContentBlockStart {
@@ -199,6 +239,21 @@ impl StreamTranscoder for AnthropicStream {
                     };
                     self.w.tool(out, piece);
                 }
+                StartBlock::Thinking {
+                    thinking,
+                    signature,
+                } => {
+                    self.w.reasoning(out, &thinking);
+                    self.thinking = Some(Thinking {
+                        block: index,
+                        text: thinking.into_owned(),
+                        signature: signature.into_owned(),
+                    });
+                }
+                StartBlock::RedactedThinking { data } => {
+                    self.w
+                        .thinking_block(out, &ThinkingBlock::RedactedThinking { data });
+                }
                 _ => {}
             },
             Event::ContentBlockDelta { index, delta } => match delta {
@@ -221,9 +276,24 @@ impl StreamTranscoder for AnthropicStream {
                     };
                     self.w.tool(out, piece);
                 }
+                BlockDelta::ThinkingDelta { thinking } => {
+                    let block = self.thinking_block(index)?;
+                    block.text.push_str(&thinking);
+                    self.w.reasoning(out, &thinking);
+                }
+                BlockDelta::SignatureDelta { signature } => {
+                    self.thinking_block(index)?.signature.push_str(&signature);
+                }
                 _ => {}
             },
             Event::ContentBlockStop { index } => {
+                if let Some(t) = self.thinking.take_if(|t| t.block == index) {
+                    let block = ThinkingBlock::Thinking {
+                        thinking: t.text.into(),
+                        signature: t.signature.into(),
+                    };
+                    self.w.thinking_block(out, &block);
+                }
                 // A tool called without arguments streams no input; OpenAI clients
                 // expect a JSON object string.
                 if let Some(t) = self.tools.iter_mut().find(|t| t.block == index && !t.args) {
@@ -241,7 +311,7 @@ impl StreamTranscoder for AnthropicStream {
                 }
             }
             Event::MessageDelta { delta, usage } => {
-                self.usage(&usage);
+                self.usage.update(&usage);
                 if self.finish.is_none() {
                     if let Some(reason) = delta.stop_reason.as_deref() {
                         let reason = finish_reason(Some(reason));
@@ -255,14 +325,21 @@ impl StreamTranscoder for AnthropicStream {
                 return Ok(StreamStep::Done);
             }
             Event::Error { error } => {
+                use crate::error::{bounded, Code};
+                let code = if error.kind == "overloaded_error" {
+                    Code::UpstreamOverloaded
+                } else {
+                    Code::UpstreamError
+                };
                 return Err(GatewayError::new(
                     ErrorKind::BadUpstream,
                     format!(
                         "Anthropic reported an error mid-stream ({}): {}",
-                        error.kind, error.message
+                        bounded(&error.kind, 64),
+                        bounded(&error.message, 500)
                     ),
                 )
-                .with_code(crate::error::Code::UpstreamError));
+                .with_code(code));
             }
             Event::Other => {}
         }

@@ -1,0 +1,172 @@
+//! Reasoning ("thinking") in Switchyard's canonical, OpenAI-shaped messages.
+//!
+//! OpenAI's Chat Completions API has no field for a model's visible reasoning, so
+//! Switchyard uses the shape OpenAI-compatible servers and clients already read
+//! (DeepSeek's API, vLLM and LiteLLM):
+//!
+//! - `reasoning_content` (string) on the assistant `message` and on stream `delta`s:
+//!   the reasoning text, for display.
+//! - `thinking_blocks` (array) on the assistant `message` and on stream `delta`s: the
+//!   provider's reasoning blocks with their signatures, exactly as the provider sent
+//!   them, as LiteLLM carries Anthropic's: `{"type":"thinking","thinking":..,
+//!   "signature":..}` and `{"type":"redacted_thinking","data":..}`. A client that
+//!   sends them back on the assistant message of a replayed conversation gets them
+//!   replayed to the provider byte for byte (Anthropic requires this for tool use with
+//!   extended thinking). In a stream each block arrives whole, once, in the delta that
+//!   closes it.
+
+use std::borrow::Cow;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::common::unsupported;
+use crate::api::Message;
+use crate::error::GatewayError;
+
+/// One reasoning block with what is needed to replay it (see the module doc).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum ThinkingBlock<'a> {
+    /// Reasoning text and the provider's signature over it.
+    Thinking {
+        /// The reasoning text.
+        thinking: Cow<'a, str>,
+        /// The provider's opaque signature (empty when the provider sent none).
+        signature: Cow<'a, str>,
+    },
+    /// Reasoning the provider encrypted; `data` is opaque.
+    RedactedThinking {
+        /// The encrypted reasoning.
+        data: Cow<'a, str>,
+    },
+}
+
+/// The `thinking_blocks` of assistant message `i` (empty when it has none), borrowed.
+///
+/// # Errors
+/// 400 naming the field when `thinking_blocks` is not an array, or an entry has an
+/// unknown `type` or lacks its string fields (`thinking` and `signature`, or `data`).
+pub(crate) fn thinking_blocks(
+    m: &Message,
+    i: usize,
+) -> Result<Vec<ThinkingBlock<'_>>, GatewayError> {
+    let Some(blocks) = m.extra.get("thinking_blocks").filter(|v| !v.is_null()) else {
+        return Ok(Vec::new());
+    };
+    let blocks = blocks.as_array().ok_or_else(|| {
+        unsupported(
+            format!("messages[{i}].thinking_blocks"),
+            format!("`messages[{i}].thinking_blocks` must be an array"),
+        )
+    })?;
+    let mut out = Vec::with_capacity(blocks.len());
+    for (k, b) in blocks.iter().enumerate() {
+        let text = |name: &str| {
+            b.get(name).and_then(Value::as_str).ok_or_else(|| {
+                let param = format!("messages[{i}].thinking_blocks[{k}].{name}");
+                let message = format!("`{param}` is required and must be a string");
+                unsupported(param, message)
+            })
+        };
+        out.push(match b.get("type").and_then(Value::as_str) {
+            Some("thinking") => ThinkingBlock::Thinking {
+                thinking: Cow::Borrowed(text("thinking")?),
+                signature: Cow::Borrowed(text("signature")?),
+            },
+            Some("redacted_thinking") => ThinkingBlock::RedactedThinking {
+                data: Cow::Borrowed(text("data")?),
+            },
+            _ => {
+                let param = format!("messages[{i}].thinking_blocks[{k}].type");
+                let message =
+                    format!("`{param}` must be \"thinking\" or \"redacted_thinking\"");
+                return Err(unsupported(param, message));
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// OpenAI's `reasoning_effort` (OpenAI API reference, "Create chat completion").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Effort {
+    /// `"none"`: no reasoning.
+    None,
+    /// `"minimal"`.
+    Minimal,
+    /// `"low"`.
+    Low,
+    /// `"medium"`.
+    Medium,
+    /// `"high"`.
+    High,
+}
+
+/// Reads `reasoning_effort` from the request (`None` when absent or null).
+///
+/// # Errors
+/// 400 naming `reasoning_effort` for anything but none, minimal, low, medium, high.
+pub(crate) fn effort(chat: &crate::api::ChatRequest) -> Result<Option<Effort>, GatewayError> {
+    let v = match chat.extra.get("reasoning_effort") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v) => v,
+    };
+    Ok(Some(match v.as_str() {
+        Some("none") => Effort::None,
+        Some("minimal") => Effort::Minimal,
+        Some("low") => Effort::Low,
+        Some("medium") => Effort::Medium,
+        Some("high") => Effort::High,
+        _ => {
+            return Err(unsupported(
+                "reasoning_effort",
+                "`reasoning_effort` must be one of none, minimal, low, medium, high",
+            ))
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::testing::chat;
+    use serde_json::json;
+
+    #[test]
+    fn thinking_blocks_are_read_borrowed_and_checked() {
+        let c = chat(&json!({"model": "m", "messages": [
+            {"role": "assistant", "content": "x", "thinking_blocks": [
+                {"type": "thinking", "thinking": "a\nb", "signature": "c2ln"},
+                {"type": "redacted_thinking", "data": "ZW5j"}
+            ]},
+            {"role": "assistant", "content": "x", "thinking_blocks": [{"type": "thinking", "thinking": "t"}]},
+            {"role": "assistant", "content": "x", "thinking_blocks": [{"type": "other"}]}
+        ]}));
+        let b = thinking_blocks(&c.messages[0], 0).unwrap();
+        assert_eq!(
+            serde_json::to_value(&b).unwrap(),
+            json!([
+                {"type": "thinking", "thinking": "a\nb", "signature": "c2ln"},
+                {"type": "redacted_thinking", "data": "ZW5j"}
+            ])
+        );
+        let e = thinking_blocks(&c.messages[1], 1).unwrap_err();
+        assert_eq!(
+            e.param.as_deref(),
+            Some("messages[1].thinking_blocks[0].signature")
+        );
+        let e = thinking_blocks(&c.messages[2], 2).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[2].thinking_blocks[0].type"));
+    }
+
+    #[test]
+    fn reasoning_effort_values() {
+        let with = |v: Value| chat(&json!({"model": "m", "reasoning_effort": v, "messages": [{"role": "user", "content": "hi"}]}));
+        assert_eq!(effort(&with(json!("low"))).unwrap(), Some(Effort::Low));
+        assert_eq!(effort(&with(json!("minimal"))).unwrap(), Some(Effort::Minimal));
+        assert_eq!(effort(&with(Value::Null)).unwrap(), None);
+        let e = effort(&with(json!("max"))).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("reasoning_effort"));
+    }
+}
