@@ -378,7 +378,8 @@ pub(crate) fn completion(id: &str, model: &str, choices: &[Choice], usage: Usage
                 msg["reasoning_content"] = Value::from(r.as_str());
             }
             if !c.thinking_blocks.is_empty() {
-                msg["thinking_blocks"] = serde_json::to_value(&c.thinking_blocks).unwrap_or_default();
+                msg["thinking_blocks"] =
+                    serde_json::to_value(&c.thinking_blocks).unwrap_or_default();
             }
             serde_json::json!({
                 "index": i,
@@ -733,11 +734,7 @@ impl ChunkWriter {
     /// The chunk carrying the finish reason, with an empty delta.
     pub fn finish(&mut self, out: &mut BytesMut, reason: &str) {
         self.progress.sent.finished = true;
-        self.write(
-            out,
-            Delta::default(),
-            Some(reason),
-        );
+        self.write(out, Delta::default(), Some(reason));
     }
 
     /// The final usage chunk (`choices: []`), for clients that asked for it.

@@ -79,8 +79,7 @@ pub(crate) fn thinking_blocks(
             },
             _ => {
                 let param = format!("messages[{i}].thinking_blocks[{k}].type");
-                let message =
-                    format!("`{param}` must be \"thinking\" or \"redacted_thinking\"");
+                let message = format!("`{param}` must be \"thinking\" or \"redacted_thinking\"");
                 return Err(unsupported(param, message));
             }
         });
@@ -157,14 +156,24 @@ mod tests {
             Some("messages[1].thinking_blocks[0].signature")
         );
         let e = thinking_blocks(&c.messages[2], 2).unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("messages[2].thinking_blocks[0].type"));
+        assert_eq!(
+            e.param.as_deref(),
+            Some("messages[2].thinking_blocks[0].type")
+        );
     }
 
     #[test]
     fn reasoning_effort_values() {
-        let with = |v: Value| chat(&json!({"model": "m", "reasoning_effort": v, "messages": [{"role": "user", "content": "hi"}]}));
+        let with = |v: Value| {
+            chat(
+                &json!({"model": "m", "reasoning_effort": v, "messages": [{"role": "user", "content": "hi"}]}),
+            )
+        };
         assert_eq!(effort(&with(json!("low"))).unwrap(), Some(Effort::Low));
-        assert_eq!(effort(&with(json!("minimal"))).unwrap(), Some(Effort::Minimal));
+        assert_eq!(
+            effort(&with(json!("minimal"))).unwrap(),
+            Some(Effort::Minimal)
+        );
         assert_eq!(effort(&with(Value::Null)).unwrap(), None);
         let e = effort(&with(json!("max"))).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("reasoning_effort"));

@@ -110,12 +110,18 @@ impl Markers {
             unsupported(p, message)
         };
         if v.get("type").and_then(Value::as_str) != Some("ephemeral") {
-            return Err(bad("must be {\"type\":\"ephemeral\"} (with an optional \"ttl\" of \"5m\" or \"1h\")"));
+            return Err(bad(
+                "must be {\"type\":\"ephemeral\"} (with an optional \"ttl\" of \"5m\" or \"1h\")",
+            ));
         }
         match v.get("ttl") {
             None | Some(Value::Null) => {}
             Some(t) if t == "5m" || t == "1h" => {}
-            Some(_) => return Err(bad("has a `ttl` Anthropic does not take; use \"5m\" or \"1h\"")),
+            Some(_) => {
+                return Err(bad(
+                    "has a `ttl` Anthropic does not take; use \"5m\" or \"1h\"",
+                ))
+            }
         }
         self.count += 1;
         if self.count > MAX_CACHE_MARKERS {

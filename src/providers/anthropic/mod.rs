@@ -20,8 +20,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::common::{bad_upstream, completion, post_json, Choice};
-use super::{upstream_error, Adapter, StreamContext, StreamTranscoder, Target};
 use super::reasoning::ThinkingBlock;
+use super::{upstream_error, Adapter, StreamContext, StreamTranscoder, Target};
 use crate::api::{ChatRequest, PromptTokensDetails, Usage};
 use crate::body::Body;
 use crate::error::GatewayError;
@@ -65,7 +65,10 @@ impl AnthropicUsage {
             &mut self.cache_creation_input_tokens,
             later.cache_creation_input_tokens,
         );
-        keep(&mut self.cache_read_input_tokens, later.cache_read_input_tokens);
+        keep(
+            &mut self.cache_read_input_tokens,
+            later.cache_read_input_tokens,
+        );
     }
 
     /// OpenAI usage: `prompt_tokens` is every input token, cache reads and writes
@@ -263,12 +266,15 @@ impl Adapter for Anthropic {
             .map(|b| bounded(&b.error.kind, 64).into_owned())
             .filter(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
         if status >= 500 || kind.as_deref() == Some("overloaded_error") {
-            let named = kind.as_deref().map(|k| format!(" ({k})")).unwrap_or_default();
+            let named = kind
+                .as_deref()
+                .map(|k| format!(", {k}"))
+                .unwrap_or_default();
             e.message = if status == 529 || kind.as_deref() == Some("overloaded_error") {
                 e = e.with_code(Code::UpstreamOverloaded);
                 format!("Anthropic is overloaded (HTTP {status}{named}); retry later")
             } else {
-                format!("Anthropic answered HTTP {status}{named}")
+                format!("Anthropic answered an error (HTTP {status}{named})")
             };
         } else if let Some(kind) = kind.filter(|_| e.status() == 400) {
             if e.code != Some(Code::ContextLengthExceeded) {
@@ -279,5 +285,7 @@ impl Adapter for Anthropic {
     }
 }
 
+#[cfg(test)]
+mod fidelity_tests;
 #[cfg(test)]
 mod tests;

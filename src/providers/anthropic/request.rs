@@ -245,14 +245,12 @@ pub(super) fn build<'a>(
                     }],
                 );
             }
-            other => {
-                return Err(unsupported(
-                    format!("messages[{i}].role"),
-                    format!(
-                        "role \"{other}\" is not supported by Anthropic; use tools and role \"tool\""
-                    ),
-                ))
-            }
+            other => return Err(unsupported(
+                format!("messages[{i}].role"),
+                format!(
+                    "role \"{other}\" is not supported by Anthropic; use tools and role \"tool\""
+                ),
+            )),
         }
     }
     trim_prefill(&mut turns);
@@ -307,8 +305,16 @@ fn trim_prefill(turns: &mut Vec<Turn<'_>>) {
 
 /// 400 for request fields Anthropic cannot honour; a debug note for those dropped.
 fn refuse_unsupported(chat: &ChatRequest) -> Result<(), GatewayError> {
-    if let Some(n) = chat.extra.get("n").and_then(Value::as_u64).filter(|&n| n > 1) {
-        return Err(unsupported("n", format!("Anthropic returns one choice; `n` is {n}")));
+    if let Some(n) = chat
+        .extra
+        .get("n")
+        .and_then(Value::as_u64)
+        .filter(|&n| n > 1)
+    {
+        return Err(unsupported(
+            "n",
+            format!("Anthropic returns one choice; `n` is {n}"),
+        ));
     }
     if let Some(t) = chat.temperature.filter(|&t| t > 1.0) {
         return Err(unsupported(
@@ -328,17 +334,27 @@ fn refuse_unsupported(chat: &ChatRequest) -> Result<(), GatewayError> {
         ));
     }
     if set("logprobs").and_then(Value::as_bool) == Some(true) {
-        return Err(unsupported("logprobs", "Anthropic does not return log probabilities"));
+        return Err(unsupported(
+            "logprobs",
+            "Anthropic does not return log probabilities",
+        ));
     }
     if set("top_logprobs").is_some() {
-        return Err(unsupported("top_logprobs", "Anthropic does not return log probabilities"));
+        return Err(unsupported(
+            "top_logprobs",
+            "Anthropic does not return log probabilities",
+        ));
     }
     if set("audio").is_some()
         || set("modalities")
             .and_then(Value::as_array)
             .is_some_and(|m| m.iter().any(|x| x != "text"))
     {
-        let field = if set("audio").is_some() { "audio" } else { "modalities" };
+        let field = if set("audio").is_some() {
+            "audio"
+        } else {
+            "modalities"
+        };
         return Err(unsupported(field, "Anthropic answers in text only"));
     }
     for field in ["web_search_options", "functions", "function_call"] {

@@ -19,10 +19,10 @@ use serde::Deserialize;
 
 use super::{finish_reason, AnthropicUsage, ErrorDetail};
 use crate::api::Usage;
-use crate::providers::reasoning::ThinkingBlock;
 use crate::error::{ErrorKind, GatewayError};
 use crate::providers::common::{bad_upstream, stream_cut, ChunkWriter, FunctionDelta, ToolDelta};
 use crate::providers::openai::write_done;
+use crate::providers::reasoning::ThinkingBlock;
 use crate::providers::{StreamContext, StreamStep, StreamTranscoder};
 use crate::sse::SseEvent;
 

@@ -180,7 +180,8 @@ fn recorded_text_response() {
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
     assert_eq!(
         v["usage"],
-        json!({"prompt_tokens": 12, "completion_tokens": 29, "total_tokens": 41})
+        json!({"prompt_tokens": 12, "completion_tokens": 29, "total_tokens": 41,
+               "prompt_tokens_details": {"cached_tokens": 0, "cache_creation_tokens": 0}})
     );
 }
 
@@ -280,7 +281,8 @@ fn recorded_text_stream() {
         if include_usage {
             assert_eq!(
                 r.usage_chunks()[0]["usage"],
-                json!({"prompt_tokens": 12, "completion_tokens": 30, "total_tokens": 42})
+                json!({"prompt_tokens": 12, "completion_tokens": 30, "total_tokens": 42,
+                       "prompt_tokens_details": {"cached_tokens": 0, "cache_creation_tokens": 0}})
             );
             assert_eq!(r.usage_chunks()[0]["choices"], json!([]));
         }
@@ -370,7 +372,7 @@ fn error_bodies() {
     let e = Anthropic.error(529, &h, body);
     assert_eq!(e.status(), 502);
     assert!(e.retry.same_endpoint());
-    assert!(e.message.contains("Overloaded"), "{}", e.message);
+    assert!(e.message.contains("overloaded"), "{}", e.message);
 
     let body = br#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: must be positive"}}"#;
     let e = Anthropic.error(400, &h, body);
