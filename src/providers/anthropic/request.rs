@@ -245,12 +245,14 @@ pub(super) fn build<'a>(
                     }],
                 );
             }
-            other => return Err(unsupported(
-                format!("messages[{i}].role"),
-                format!(
+            other => {
+                return Err(unsupported(
+                    format!("messages[{i}].role"),
+                    format!(
                     "role \"{other}\" is not supported by Anthropic; use tools and role \"tool\""
                 ),
-            )),
+                ))
+            }
         }
     }
     trim_prefill(&mut turns);
