@@ -200,6 +200,12 @@ pub(super) fn build<'a>(
                         }
                     })
                     .collect();
+                if b.is_empty() && m.extra.contains_key("reasoning_content") {
+                    tracing::debug!(
+                        index = i,
+                        "reasoning_content dropped: Anthropic replays reasoning only from signed thinking_blocks"
+                    );
+                }
                 b.extend(blocks(&m.content, i, Allow::Text, &mut markers)?);
                 for c in tool_calls(m, i)? {
                     b.push(Block::ToolUse {
