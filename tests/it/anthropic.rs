@@ -56,7 +56,10 @@ async fn a_zero_input_count_in_message_delta_does_not_reach_the_client_as_prompt
         .collect();
     let usage = &chunks.last().unwrap()["usage"];
     assert_eq!(
-        (usage["prompt_tokens"].as_u64(), usage["total_tokens"].as_u64()),
+        (
+            usage["prompt_tokens"].as_u64(),
+            usage["total_tokens"].as_u64()
+        ),
         (Some(25), Some(40)),
         "{usage}"
     );

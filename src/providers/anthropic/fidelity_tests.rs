@@ -608,3 +608,27 @@ fn fields_anthropic_cannot_honour_are_400_and_others_dropped() {
         assert!(b.get(dropped).is_none(), "{dropped}");
     }
 }
+
+#[test]
+fn tool_results_take_images_and_bare_reasoning_text_is_not_replayed() {
+    let b = body(json!({"model": "m", "messages": [
+        {"role": "user", "content": "Screenshot?"},
+        {"role": "assistant", "content": null, "reasoning_content": "I will call it.",
+         "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "shot", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "t1", "content": [
+            {"type": "text", "text": "here"},
+            {"type": "image_url", "image_url": {"url": "data:image/PNG;base64,iVBO"}}
+        ]}
+    ]}));
+    assert_eq!(
+        b["messages"][1]["content"],
+        json!([{"type": "tool_use", "id": "t1", "name": "shot", "input": {}}])
+    );
+    assert_eq!(
+        b["messages"][2]["content"],
+        json!([{"type": "tool_result", "tool_use_id": "t1", "content": [
+            {"type": "text", "text": "here"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}}
+        ]}])
+    );
+}
