@@ -342,12 +342,13 @@ pub(crate) struct Choice {
     pub refusal: Option<String>,
     /// Tool calls: id, function name, arguments as a JSON string.
     pub tool_calls: Vec<(String, String, String)>,
-    /// OpenAI finish reason (`stop`, `length`, `tool_calls`, `content_filter`).
-    pub finish_reason: &'static str,
-    /// Reasoning text, `None` when the model showed none (see [`super::reasoning`]).
+    /// The model's reasoning (thought summaries), OpenAI-compatible servers'
+    /// `message.reasoning_content`; `None` when there was none.
     pub reasoning_content: Option<String>,
     /// Reasoning blocks with their signatures, for replay (see [`super::reasoning`]).
     pub thinking_blocks: Vec<ThinkingBlock<'static>>,
+    /// OpenAI finish reason (`stop`, `length`, `tool_calls`, `content_filter`).
+    pub finish_reason: &'static str,
 }
 
 /// Serializes an OpenAI `chat.completion` object.
@@ -361,6 +362,9 @@ pub(crate) fn completion(id: &str, model: &str, choices: &[Choice], usage: Usage
                 "content": c.content,
                 "refusal": c.refusal,
             });
+            if let Some(r) = &c.reasoning_content {
+                msg["reasoning_content"] = Value::String(r.clone());
+            }
             if !c.tool_calls.is_empty() {
                 msg["tool_calls"] = c
                     .tool_calls
@@ -373,9 +377,6 @@ pub(crate) fn completion(id: &str, model: &str, choices: &[Choice], usage: Usage
                         })
                     })
                     .collect();
-            }
-            if let Some(r) = &c.reasoning_content {
-                msg["reasoning_content"] = Value::from(r.as_str());
             }
             if !c.thinking_blocks.is_empty() {
                 msg["thinking_blocks"] =
@@ -432,9 +433,9 @@ struct Delta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tool_calls: Option<[ToolDelta<'a>; 1]>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     reasoning_content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<[ToolDelta<'a>; 1]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     thinking_blocks: Option<[&'a ThinkingBlock<'a>; 1]>,
 }
