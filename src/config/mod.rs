@@ -15,6 +15,7 @@
 
 pub mod auth;
 mod defaults;
+pub mod headers;
 pub mod limits;
 mod load;
 mod mock;
@@ -329,6 +330,9 @@ pub struct ProviderConfig {
     /// Without it the request is restarted and only what follows that text is passed
     /// on.
     pub prefill: bool,
+    /// Client headers forwarded to this provider besides the built-in rule
+    /// (`forward_headers`, see [`crate::egress::forward`]).
+    pub forward_headers: Vec<headers::Listed>,
 }
 
 /// One logical model of the registry.

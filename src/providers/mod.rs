@@ -106,6 +106,9 @@ pub struct Sent {
     /// Bytes of a restart's [`Resume::skip`] not yet matched: a restart that
     /// finishes with some left did not repeat the text already sent.
     pub unmatched: usize,
+    /// The usage the provider reported in the stream, if it did (what the gateway
+    /// settles rate limits and spend with, instead of an estimate).
+    pub usage: Option<crate::api::Usage>,
 }
 
 /// How a stream continues another one that failed after its commit point.
@@ -190,7 +193,12 @@ pub fn adapter_for(cfg: &ProviderConfig) -> Option<Box<dyn Adapter>> {
 /// - 401/403: the provider refused our credentials, 404: it does not know the
 ///   configured model id. Both are our configuration, not the client's request: 502,
 ///   tried on the next endpoint only (this one can only fail the same way).
-/// - 408 and 5xx: 502, retried here or elsewhere.
+/// - 408 and 5xx: 502, retried here or elsewhere. The body is never relayed: it can
+///   hold anything (one provider's held a Python traceback). The client reads
+///   "upstream answered HTTP {status}", plus the provider's `error.message` only when
+///   the body is a JSON error object, cut to [`MAX_5XX_MESSAGE`] bytes, on one line,
+///   and only when it does not look like a stack trace. The egress layer adds the
+///   provider's name.
 pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayError {
     use crate::error::{bounded, Code, ErrorKind, Fault, Retry, MAX_PASSTHROUGH};
     let parsed = serde_json::from_slice::<serde_json::Value>(body).ok();
@@ -254,11 +262,51 @@ pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayE
         .with_code(Code::UpstreamModelNotFound)
         .with_fault(Fault::Gateway)
         .with_retry(Retry::OtherEndpoint),
-        _ => GatewayError::new(
-            ErrorKind::BadUpstream,
-            format!("upstream answered HTTP {status}: {detail}"),
-        )
+        _ => GatewayError::new(ErrorKind::BadUpstream, {
+            let safe = error
+                .and_then(|e| e.get("message"))
+                .and_then(|m| m.as_str())
+                .and_then(safe_message);
+            match safe {
+                Some(m) => format!("upstream answered HTTP {status}: {m}"),
+                None => format!("upstream answered HTTP {status}"),
+            }
+        })
         .with_code(Code::UpstreamError)
         .with_retry_after(retry_after),
     }
+}
+
+/// Longest upstream `error.message` of a 5xx answer shown to the client, in bytes.
+pub const MAX_5XX_MESSAGE: usize = 200;
+
+/// `message` fit to show the client from a 5xx body: one line of at most
+/// [`MAX_5XX_MESSAGE`] bytes with control characters removed; `None` when it is
+/// empty or looks like a stack trace or file path dump.
+fn safe_message(message: &str) -> Option<String> {
+    let lower = message.to_ascii_lowercase();
+    let trace = [
+        "traceback",
+        "stack trace",
+        "exception in",
+        "  file \"",
+        ".py\", line",
+        "\n    at ",
+        "panicked at",
+    ];
+    if trace.iter().any(|t| lower.contains(t)) {
+        return None;
+    }
+    let line: String = message
+        .split(['\n', '\r'])
+        .next()
+        .unwrap_or("")
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
+    let line = line.trim();
+    if line.is_empty() {
+        return None;
+    }
+    Some(crate::error::bounded(line, MAX_5XX_MESSAGE).into_owned())
 }
