@@ -488,10 +488,12 @@ impl Validator {
                 "mock",
                 "prefill",
                 "forward_headers",
+                "stream_usage",
             ],
             &path,
         );
         let prefill = self.boolean(map, "prefill", &path);
+        let stream_usage = self.boolean(map, "stream_usage", &path);
         let mut forward_headers = Vec::new();
         match map.get("forward_headers") {
             None | Some(Value::Null) => {}
@@ -606,6 +608,7 @@ impl Validator {
             mock,
             prefill: prefill.unwrap_or(kind == ProviderKind::Anthropic),
             forward_headers,
+            stream_usage: stream_usage.unwrap_or(true),
         })
     }
 

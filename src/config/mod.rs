@@ -333,6 +333,11 @@ pub struct ProviderConfig {
     /// Client headers forwarded to this provider besides the built-in rule
     /// (`forward_headers`, see [`crate::egress::forward`]).
     pub forward_headers: Vec<headers::Listed>,
+    /// OpenAI-format kinds: ask for usage on every stream
+    /// (`stream_options.include_usage`; `stream_usage`, default true). Off for a
+    /// server that rejects `stream_options`; its streams are then settled with an
+    /// estimate unless the client asked for usage.
+    pub stream_usage: bool,
 }
 
 /// One logical model of the registry.

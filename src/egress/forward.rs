@@ -24,7 +24,7 @@
 //! A header the adapter already set (its key, `anthropic-version`, ...) is never
 //! replaced. Everything else the client sent stays at the gateway.
 
-use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::header::{HeaderMap, HeaderValue};
 
 use crate::config::headers::{never_forwarded, Listed};
 use crate::config::ProviderKind;
@@ -111,6 +111,8 @@ pub fn apply(client: &HeaderMap, kind: ProviderKind, listed: &[Listed], upstream
 
 #[cfg(test)]
 mod tests {
+    use http::header::HeaderName;
+
     use super::*;
 
     /// The headers the OpenAI Python SDK (1.x) sends on a chat completion, plus

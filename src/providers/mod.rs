@@ -165,14 +165,17 @@ pub trait StreamTranscoder: Send {
 /// The adapter for a provider kind, or `None` when that kind has no adapter yet.
 pub fn adapter_for(cfg: &ProviderConfig) -> Option<Box<dyn Adapter>> {
     match cfg.kind {
-        ProviderKind::OpenAi | ProviderKind::OpenAiCompatible | ProviderKind::Mock => {
-            Some(Box::new(openai::OpenAi::standard()))
-        }
-        ProviderKind::AzureOpenAi => Some(Box::new(openai::OpenAi::azure(
-            cfg.api_version
-                .clone()
-                .unwrap_or_else(|| "2024-10-21".to_string()),
-        ))),
+        ProviderKind::OpenAi | ProviderKind::OpenAiCompatible | ProviderKind::Mock => Some(
+            Box::new(openai::OpenAi::standard().with_stream_usage(cfg.stream_usage)),
+        ),
+        ProviderKind::AzureOpenAi => Some(Box::new(
+            openai::OpenAi::azure(
+                cfg.api_version
+                    .clone()
+                    .unwrap_or_else(|| "2024-10-21".to_string()),
+            )
+            .with_stream_usage(cfg.stream_usage),
+        )),
         ProviderKind::Anthropic => Some(Box::new(anthropic::Anthropic)),
         ProviderKind::Gemini => Some(Box::new(gemini::Gemini)),
         // Bedrock needs AWS SigV4 request signing, which Switchyard does not do yet.
@@ -309,4 +312,42 @@ fn safe_message(message: &str) -> Option<String> {
         return None;
     }
     Some(crate::error::bounded(line, MAX_5XX_MESSAGE).into_owned())
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::*;
+
+    #[test]
+    fn an_upstream_5xx_body_is_never_relayed_verbatim() {
+        let h = HeaderMap::new();
+        let trace = b"Traceback (most recent call last):\n  File \"/srv/app.py\", line 12, in handler\nKeyError: 'OPENAI_KEY=sk-live-123'";
+        let e = upstream_error(500, &h, trace);
+        assert_eq!(e.message, "upstream answered HTTP 500");
+        assert_eq!(e.status(), 502);
+        let json =
+            br#"{"error":{"message":"Traceback (most recent call last):\n  File \"x.py\""}}"#;
+        assert_eq!(
+            upstream_error(503, &h, json).message,
+            "upstream answered HTTP 503"
+        );
+        let json =
+            br#"{"error":{"message":"The server is overloaded.\nline two","type":"server_error"}}"#;
+        assert_eq!(
+            upstream_error(503, &h, json).message,
+            "upstream answered HTTP 503: The server is overloaded."
+        );
+        let long = format!(r#"{{"error":{{"message":"{}"}}}}"#, "x".repeat(5000));
+        assert!(upstream_error(500, &h, long.as_bytes()).message.len() < MAX_5XX_MESSAGE + 40);
+    }
+
+    #[test]
+    fn a_client_error_keeps_the_providers_code_and_param() {
+        let body = br#"{"error":{"message":"This model's maximum context length is 8192 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
+        let e = upstream_error(400, &HeaderMap::new(), body);
+        assert_eq!(e.status(), 400);
+        let v = e.to_json();
+        assert_eq!(v["error"]["code"], "context_length_exceeded");
+        assert_eq!(v["error"]["param"], "messages");
+    }
 }

@@ -7,6 +7,7 @@ mod auth;
 mod common;
 mod failover;
 mod failures;
+mod fidelity;
 mod limits;
 mod policy;
 mod proxy;

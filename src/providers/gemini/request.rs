@@ -474,6 +474,7 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
             }
         }
     }
+    check_fields(chat)?;
     let n = chat.extra.get("n").and_then(Value::as_u64);
     if chat.is_stream() && n.is_some_and(|n| n > 1) {
         return Err(unsupported(
@@ -558,4 +559,56 @@ fn tool_config(chat: &ChatRequest) -> Result<Option<ToolConfig<'_>>, GatewayErro
         OpenAiToolChoice::Required => config("ANY", None),
         OpenAiToolChoice::Function(name) => config("ANY", Some(name)),
     })
+}
+
+/// Request fields this adapter translates (besides the typed ones).
+const TRANSLATED: [&str; 10] = [
+    "tool_choice",
+    "n",
+    "stop",
+    "top_p",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "response_format",
+    "reasoning_effort",
+    "stream_options",
+];
+
+/// Refuses the OpenAI fields whose absence the client would notice (it asked for
+/// output Gemini is not sent a request for), and logs (debug) the fields dropped:
+/// `docs/providers.md` lists both.
+///
+/// # Errors
+/// 400 naming `logprobs` (true), `top_logprobs`, `audio`, or `modalities` with
+/// anything but `"text"`.
+fn check_fields(chat: &ChatRequest) -> Result<(), GatewayError> {
+    let mut dropped: Vec<&str> = Vec::new();
+    for (k, v) in &chat.extra {
+        if v.is_null() || TRANSLATED.contains(&k.as_str()) {
+            continue;
+        }
+        let refused = match k.as_str() {
+            "logprobs" => v.as_bool() == Some(true),
+            "top_logprobs" | "audio" => true,
+            "modalities" => v
+                .as_array()
+                .is_some_and(|m| m.iter().any(|x| x.as_str() != Some("text"))),
+            _ => false,
+        };
+        if refused {
+            return Err(unsupported(
+                k.as_str(),
+                format!("`{k}` is not supported by Switchyard's Gemini adapter"),
+            ));
+        }
+        dropped.push(k);
+    }
+    if !dropped.is_empty() {
+        tracing::debug!(
+            fields = %dropped.join(","),
+            "request fields Gemini has no equivalent for were dropped"
+        );
+    }
+    Ok(())
 }

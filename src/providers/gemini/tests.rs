@@ -636,3 +636,25 @@ fn resource_exhausted_mid_stream_is_a_rate_limit() {
     assert_eq!(e.status(), 429);
     assert_eq!(e.retry_after, Some(std::time::Duration::from_secs(7)));
 }
+
+#[test]
+fn output_gemini_is_not_asked_for_is_refused_naming_the_field() {
+    for (field, value) in [
+        ("logprobs", json!(true)),
+        ("top_logprobs", json!(2)),
+        ("audio", json!({"voice": "x"})),
+        ("modalities", json!(["text", "audio"])),
+    ] {
+        let mut body = json!({"model": "g", "messages": [{"role": "user", "content": "hi"}]});
+        body[field] = value;
+        let e = Gemini.request(&target(), &chat(body)).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some(field));
+        assert_eq!(e.status(), 400);
+    }
+    // Dropped, not refused: no Gemini equivalent and nothing the client waits for.
+    let c = chat(
+        json!({"model": "g", "messages": [{"role": "user", "content": "hi"}], "logprobs": false, "user": "u1", "parallel_tool_calls": false, "store": false}),
+    );
+    let (_, body) = build(&c);
+    assert!(body.get("user").is_none());
+}

@@ -34,6 +34,8 @@ use crate::sse::SseEvent;
 pub struct OpenAi {
     /// `Some(api_version)` for Azure OpenAI's URL and header shape.
     azure_api_version: Option<String>,
+    /// Ask for usage on every stream (`providers.<name>.stream_usage`).
+    stream_usage: bool,
 }
 
 impl OpenAi {
@@ -41,7 +43,14 @@ impl OpenAi {
     pub fn standard() -> Self {
         OpenAi {
             azure_api_version: None,
+            stream_usage: true,
         }
+    }
+
+    /// The same adapter, asking for usage on every stream or not (default: asking).
+    pub fn with_stream_usage(mut self, on: bool) -> Self {
+        self.stream_usage = on;
+        self
     }
 
     /// Azure shape: `POST {base}/openai/deployments/{deployment}/chat/completions
@@ -49,6 +58,7 @@ impl OpenAi {
     pub fn azure(api_version: String) -> Self {
         OpenAi {
             azure_api_version: Some(api_version),
+            stream_usage: true,
         }
     }
 }
@@ -187,7 +197,7 @@ impl Adapter for OpenAi {
         chat: &ChatRequest,
     ) -> Result<http::Request<Body>, GatewayError> {
         // Ask for usage on every stream the client did not ask it for.
-        let ask_usage = chat.is_stream() && !chat.wants_usage_chunk();
+        let ask_usage = self.stream_usage && chat.is_stream() && !chat.wants_usage_chunk();
         let strip = if chat.raw.is_empty() {
             chat.messages.iter().any(|m| {
                 m.extra.contains_key("cache_control")
