@@ -36,14 +36,22 @@ fn main() {
         api_key: Some("sk-x"),
     };
     let streamed = ChatRequest::parse_bytes(body(true)).unwrap();
-    c.bench_function("request: stream, model spliced only (stream_usage off)", |b| {
-        b.iter(|| black_box(plain.request(&target, black_box(&streamed)).unwrap()))
-    });
-    c.bench_function("request: stream, model spliced + include_usage inserted", |b| {
-        b.iter(|| black_box(adapter.request(&target, black_box(&streamed)).unwrap()))
-    });
+    c.bench_function(
+        "request: stream, model spliced only (stream_usage off)",
+        |b| b.iter(|| black_box(plain.request(&target, black_box(&streamed)).unwrap())),
+    );
+    c.bench_function(
+        "request: stream, model spliced + include_usage inserted",
+        |b| b.iter(|| black_box(adapter.request(&target, black_box(&streamed)).unwrap())),
+    );
     c.bench_function("chunk: model spliced", |b| {
-        b.iter(|| black_box(splice::set_string(black_box(CHUNK.as_bytes()), "model", "gpt-4o")))
+        b.iter(|| {
+            black_box(splice::set_string(
+                black_box(CHUNK.as_bytes()),
+                "model",
+                "gpt-4o",
+            ))
+        })
     });
     c.bench_function("chunk: model spliced + usage member dropped", |b| {
         b.iter(|| {
@@ -75,17 +83,23 @@ fn main() {
         ("x-stainless-read-timeout", "600"),
         ("x-stainless-timeout", "600"),
         ("content-length", "900"),
-        ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        (
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ),
     ] {
         client.append(HeaderName::from_static(k), HeaderValue::from_static(v));
     }
-    c.bench_function("headers: candidates + apply (OpenAI SDK's set, kind openai)", |b| {
-        b.iter(|| {
-            let kept = forward::candidates(black_box(&client));
-            let mut up = HeaderMap::new();
-            forward::apply(&kept, ProviderKind::OpenAi, &[], &mut up);
-            black_box(up)
-        })
-    });
+    c.bench_function(
+        "headers: candidates + apply (OpenAI SDK's set, kind openai)",
+        |b| {
+            b.iter(|| {
+                let kept = forward::candidates(black_box(&client));
+                let mut up = HeaderMap::new();
+                forward::apply(&kept, ProviderKind::OpenAi, &[], &mut up);
+                black_box(up)
+            })
+        },
+    );
     c.final_summary();
 }

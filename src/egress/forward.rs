@@ -37,12 +37,9 @@ pub const USER_AGENT: &str = concat!("switchyard/", env!("CARGO_PKG_VERSION"));
 /// shared with the client's request, not copied.
 pub fn candidates(client: &HeaderMap) -> HeaderMap {
     let mut out = HeaderMap::with_capacity(client.keys_len());
-    for name in client.keys() {
-        if never_forwarded(name.as_str()) {
-            continue;
-        }
-        for v in client.get_all(name) {
-            out.append(name.clone(), v.clone());
+    for (name, value) in client {
+        if !never_forwarded(name.as_str()) {
+            out.append(name.clone(), value.clone());
         }
     }
     // `Connection` is dropped above; keep the names it marks hop-by-hop out too.
@@ -81,18 +78,22 @@ pub fn apply(client: &HeaderMap, kind: ProviderKind, listed: &[Listed], upstream
             .flat_map(|v| v.split(','))
             .any(|t| t.trim().eq_ignore_ascii_case(name))
     };
-    for name in client.keys() {
-        let n = name.as_str();
-        if name == http::header::USER_AGENT
-            || !forwarded(n, kind, listed)
-            || upstream.contains_key(name)
-            || hop(n)
-        {
-            continue;
+    // Names copied so far: their further values follow (the adapter's own
+    // headers, present before, are never added to).
+    let mut copied: Vec<&http::header::HeaderName> = Vec::new();
+    for (name, value) in client {
+        if !copied.contains(&name) {
+            let n = name.as_str();
+            if name == http::header::USER_AGENT
+                || !forwarded(n, kind, listed)
+                || upstream.contains_key(name)
+                || hop(n)
+            {
+                continue;
+            }
+            copied.push(name);
         }
-        for v in client.get_all(name) {
-            upstream.append(name.clone(), v.clone());
-        }
+        upstream.append(name.clone(), value.clone());
     }
     if !upstream.contains_key(http::header::USER_AGENT) {
         let ua = match client
@@ -251,6 +252,27 @@ mod tests {
         apply(&sdk_headers(), ProviderKind::OpenAi, &[], &mut a);
         apply(&c, ProviderKind::OpenAi, &[], &mut b);
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn every_value_of_a_repeated_header_goes_and_adapter_headers_are_not_added_to() {
+        let mut client = HeaderMap::new();
+        client.append("tracestate", HeaderValue::from_static("a=1"));
+        client.append("tracestate", HeaderValue::from_static("b=2"));
+        client.append("anthropic-beta", HeaderValue::from_static("client-beta"));
+        let mut up = HeaderMap::new();
+        up.insert("anthropic-beta", HeaderValue::from_static("adapter-beta"));
+        let listed = [Listed::parse("anthropic-beta").unwrap()];
+        apply(
+            &candidates(&client),
+            ProviderKind::Anthropic,
+            &listed,
+            &mut up,
+        );
+        let values: Vec<_> = up.get_all("tracestate").iter().collect();
+        assert_eq!(values, ["a=1", "b=2"]);
+        let beta: Vec<_> = up.get_all("anthropic-beta").iter().collect();
+        assert_eq!(beta, ["adapter-beta"]);
     }
 
     #[test]

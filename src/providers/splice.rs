@@ -167,13 +167,13 @@ pub fn set_string_dropping(json: &[u8], key: &str, value: &str, drop: &str) -> O
 /// `json` with `member` (`"key":value`, JSON text) added as the first top-level
 /// member. `None` if `json` is not an object.
 pub fn insert_member(json: &[u8], member: &str) -> Option<Vec<u8>> {
-    let (after_brace, empty) = match find(json, "")? {
-        Field::Missing { after_brace, empty } => (after_brace, empty),
-        Field::Found(_) => {
-            let start = skip_ws(json, 0);
-            (start + 1, false)
-        }
-    };
+    let start = skip_ws(json, 0);
+    if json.get(start) != Some(&b'{') {
+        return None;
+    }
+    let after_brace = start + 1;
+    // Only the first member is looked at: the rest of the object is not walked.
+    let empty = json.get(skip_ws(json, after_brace)) == Some(&b'}');
     let mut out = Vec::with_capacity(json.len() + member.len() + 1);
     out.extend_from_slice(&json[..after_brace]);
     out.extend_from_slice(member.as_bytes());

@@ -219,7 +219,11 @@ impl Adapter for OpenAi {
             None
         } else if !ask_usage {
             splice::set_string(&chat.raw, "model", target.model)
-        } else if chat.stream_options.is_none() {
+        } else if chat.stream_options.is_none()
+            // `"stream_options": null` parses as none but is in the bytes (the name
+            // inside a message only costs the serializing path).
+            && !contains(&chat.raw, b"stream_options\"")
+        {
             splice::set_string(&chat.raw, "model", target.model).and_then(|j| {
                 splice::insert_member(&j, r#""stream_options":{"include_usage":true}"#)
             })

@@ -206,6 +206,28 @@ fn streams_always_ask_for_usage_and_other_bytes_stay_as_sent() {
         sent(&c)["stream_options"],
         serde_json::json!({"include_usage": true, "x": 1})
     );
+    // `stream_options: null` is replaced, not duplicated.
+    let raw = r#"{"model":"m","stream":true,"stream_options":null,"messages":[{"role":"user","content":"hi"}]}"#;
+    let c = ChatRequest::parse_bytes(bytes::Bytes::from_static(raw.as_bytes())).unwrap();
+    let text = {
+        use http_body_util::BodyExt;
+        let t = Target {
+            base_url: "http://h/v1",
+            model: "up",
+            api_key: None,
+        };
+        let req = OpenAi::standard().request(&t, &c).unwrap();
+        futures_util::FutureExt::now_or_never(req.into_body().collect())
+            .unwrap()
+            .unwrap()
+            .to_bytes()
+    };
+    let text = String::from_utf8(text.to_vec()).unwrap();
+    assert_eq!(text.matches("stream_options").count(), 1, "{text}");
+    assert!(
+        text.contains(r#""stream_options":{"include_usage":true}"#),
+        "{text}"
+    );
     // Not a stream: nothing added.
     let c = ChatRequest::parse_bytes(bytes::Bytes::from_static(
         br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#,
