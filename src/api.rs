@@ -45,6 +45,11 @@ pub struct ChatRequest {
     /// it (`raw = Bytes::new()`) so adapters serialize the typed fields instead.
     #[serde(skip)]
     pub raw: bytes::Bytes,
+    /// The client's request headers that may reach a provider (credentials,
+    /// hop-by-hop and framing headers already left out); which of them go to which
+    /// provider is [`crate::egress::forward`]'s rule.
+    #[serde(skip)]
+    pub headers: http::HeaderMap,
 }
 
 /// `stream_options`.
@@ -286,13 +291,18 @@ pub struct Usage {
     /// provider reported one; omitted otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens_details: Option<PromptTokensDetails>,
+    /// `completion_tokens_details`: of the output tokens, those spent on reasoning
+    /// (absent when the provider reports none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
 }
 
-/// `usage.prompt_tokens_details`: parts of `prompt_tokens`, in tokens.
+/// `usage.prompt_tokens_details`: parts of `prompt_tokens`, in tokens (OpenAI API
+/// reference, "The chat completion object", `usage`).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, Default, PartialEq, Eq)]
 pub struct PromptTokensDetails {
     /// Input tokens read from the provider's prompt cache (OpenAI's `cached_tokens`;
-    /// Anthropic's `cache_read_input_tokens`).
+    /// Anthropic's `cache_read_input_tokens`; Gemini's `cachedContentTokenCount`).
     #[serde(default)]
     pub cached_tokens: u64,
     /// Input tokens written to the provider's prompt cache (Anthropic's
@@ -300,6 +310,14 @@ pub struct PromptTokensDetails {
     /// reports none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_creation_tokens: Option<u64>,
+}
+
+/// OpenAI's `usage.completion_tokens_details`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct CompletionTokensDetails {
+    /// Output tokens spent on reasoning (included in `completion_tokens`).
+    #[serde(default)]
+    pub reasoning_tokens: u64,
 }
 
 impl Usage {
@@ -310,7 +328,29 @@ impl Usage {
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
             prompt_tokens_details: None,
+            completion_tokens_details: None,
         }
+    }
+
+    /// The same usage with `prompt_tokens_details.cached_tokens` set (when `cached`
+    /// is `Some`).
+    pub fn with_cached(mut self, cached: Option<u64>) -> Usage {
+        if let Some(cached_tokens) = cached {
+            self.prompt_tokens_details = Some(PromptTokensDetails {
+                cached_tokens,
+                ..PromptTokensDetails::default()
+            });
+        }
+        self
+    }
+
+    /// The same usage with `completion_tokens_details.reasoning_tokens` set (when
+    /// `reasoning` is `Some`).
+    pub fn with_reasoning(mut self, reasoning: Option<u64>) -> Usage {
+        if let Some(reasoning_tokens) = reasoning {
+            self.completion_tokens_details = Some(CompletionTokensDetails { reasoning_tokens });
+        }
+        self
     }
 }
 

@@ -487,10 +487,34 @@ impl Validator {
                 "pricing",
                 "mock",
                 "prefill",
+                "forward_headers",
+                "stream_usage",
             ],
             &path,
         );
         let prefill = self.boolean(map, "prefill", &path);
+        let stream_usage = self.boolean(map, "stream_usage", &path);
+        let mut forward_headers = Vec::new();
+        match map.get("forward_headers") {
+            None | Some(Value::Null) => {}
+            Some(Value::Sequence(seq)) => {
+                for (i, entry) in seq.iter().enumerate() {
+                    let at = format!("{}[{i}]", join(&path, "forward_headers"));
+                    match entry.as_str().map(super::headers::Listed::parse) {
+                        Some(Ok(l)) => forward_headers.push(l),
+                        Some(Err(e)) => self.err(at, e),
+                        None => self.err(
+                            at,
+                            format!("expected a header name, found {}", describe(entry)),
+                        ),
+                    }
+                }
+            }
+            Some(other) => self.err(
+                join(&path, "forward_headers"),
+                format!("expected a list of header names, found {}", describe(other)),
+            ),
+        }
         let kind_name = self.string(map, "kind", &path);
         let kind = match kind_name.as_deref() {
             None => {
@@ -583,6 +607,8 @@ impl Validator {
             pricing,
             mock,
             prefill: prefill.unwrap_or(kind == ProviderKind::Anthropic),
+            forward_headers,
+            stream_usage: stream_usage.unwrap_or(true),
         })
     }
 

@@ -15,6 +15,7 @@
 
 pub mod auth;
 mod defaults;
+pub mod headers;
 pub mod limits;
 mod load;
 mod mock;
@@ -329,6 +330,14 @@ pub struct ProviderConfig {
     /// Without it the request is restarted and only what follows that text is passed
     /// on.
     pub prefill: bool,
+    /// Client headers forwarded to this provider besides the built-in rule
+    /// (`forward_headers`, see [`crate::egress::forward`]).
+    pub forward_headers: Vec<headers::Listed>,
+    /// OpenAI-format kinds: ask for usage on every stream
+    /// (`stream_options.include_usage`; `stream_usage`, default true). Off for a
+    /// server that rejects `stream_options`; its streams are then settled with an
+    /// estimate unless the client asked for usage.
+    pub stream_usage: bool,
 }
 
 /// One logical model of the registry.

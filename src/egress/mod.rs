@@ -20,6 +20,7 @@
 //! every other failure goes back to the fallback chain with its retry safety
 //! ([`crate::error::Retry`]) and is counted as an attempt.
 
+pub mod forward;
 pub mod http;
 pub mod relay;
 
@@ -65,6 +66,7 @@ pub struct Upstream {
     pub prefill: bool,
     base_url: String,
     api_key: Option<String>,
+    forward_headers: Vec<crate::config::headers::Listed>,
     adapter: Box<dyn Adapter>,
     transport: Arc<dyn Transport>,
 }
@@ -111,6 +113,7 @@ impl Upstream {
             prefill: cfg.prefill,
             base_url: cfg.base_url.clone(),
             api_key,
+            forward_headers: cfg.forward_headers.clone(),
             adapter,
             transport,
         })
@@ -142,7 +145,13 @@ impl Upstream {
         };
         // `total_ms` bounds the whole exchange, the wait for the head included.
         let head_ms = self.timeouts.first_byte_ms.min(self.timeouts.total_ms);
-        let req = self.adapter.request(&target, chat)?;
+        let mut req = self.adapter.request(&target, chat)?;
+        forward::apply(
+            &chat.headers,
+            self.kind,
+            &self.forward_headers,
+            req.headers_mut(),
+        );
         match tokio::time::timeout(Duration::from_millis(head_ms), self.transport.send(req)).await {
             Err(_) => Err(self.first_byte_timeout()),
             Ok(Ok(response)) => Ok(UpstreamResponse { response, sent_at }),

@@ -505,6 +505,11 @@ async fn exchange(
             Err(e) => e,
         };
         err.upstream_status = Some(parts.status.as_u16());
+        if parts.status.is_server_error() {
+            // The adapter's message is gateway-made (never the upstream body): name
+            // the provider so the client knows which one failed.
+            err.message = format!("provider `{}`: {}", up.name, err.message);
+        }
         return Err(attempt.failed(err));
     }
     let content_type = parts

@@ -158,7 +158,8 @@ impl Gateway {
         headers: &HeaderMap,
     ) -> Result<Response<Body>, GatewayError> {
         admit::authenticate(self, ctx, headers)?;
-        let chat = normalize::parse(ctx, body)?;
+        let mut chat = normalize::parse(ctx, body)?;
+        chat.headers = crate::egress::forward::candidates(headers);
         admit::check_model(ctx, &chat)?;
         let features = normalize::request_features(ctx, &chat, headers);
         limit::admit(self, ctx, &chat).await?;

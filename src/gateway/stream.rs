@@ -67,6 +67,12 @@ pub struct ClientStream {
     permit: Option<(Arc<Permit>, u64)>,
     /// Content pieces sent so far (about one token each): the settled output.
     pieces: u64,
+    /// The usage the provider reported for a stream that completed without a
+    /// continuation: settled instead of the estimate.
+    reported: Option<Usage>,
+    /// The stream was continued on another endpoint: no single provider count
+    /// covers it, so the estimate is settled.
+    continued: bool,
 }
 
 impl ClientStream {
@@ -90,11 +96,15 @@ impl ClientStream {
             logged: false,
             permit: None,
             pieces: 0,
+            reported: None,
+            continued: false,
         }
     }
 
-    /// Settles `permit` when the stream ends: `prompt_tokens` (estimated) in, the
-    /// content pieces sent (about a token each) out.
+    /// Settles `permit` when the stream ends: the provider's reported usage when it
+    /// sent one (OpenAI-format upstreams are always asked for it), else
+    /// `prompt_tokens` (estimated) in and the content pieces sent (about a token
+    /// each) out.
     pub(super) fn settling(mut self, permit: Arc<Permit>, prompt_tokens: u64) -> Self {
         self.permit = Some((permit, prompt_tokens));
         self
@@ -102,7 +112,11 @@ impl ClientStream {
 
     fn settle(&mut self) {
         if let Some((permit, prompt)) = self.permit.take() {
-            permit.settle(Some(self.ep), &Usage::new(prompt, self.pieces));
+            let usage = match self.reported.filter(|_| !self.continued) {
+                Some(u) => u,
+                None => Usage::new(prompt, self.pieces),
+            };
+            permit.settle(Some(self.ep), &usage);
         }
     }
 
@@ -135,6 +149,7 @@ impl ClientStream {
         let mut relay = relay;
         let sent = relay.sent().clone();
         self.pieces = sent.pieces;
+        self.continued = true;
         if sent.finished {
             // Only the end of the stream was lost; the answer itself (text or tool
             // calls) is whole: end it as a clean close would.
@@ -195,6 +210,7 @@ impl HttpBody for ClientStream {
                             std::mem::replace(&mut this.state, State::Ended)
                         {
                             this.pieces = leg.relay.sent().pieces;
+                            this.reported = leg.relay.sent().usage;
                             leg.attempt.succeeded(leg.ttft);
                         }
                         this.end(StreamStatus::Completed);

@@ -342,6 +342,9 @@ pub(crate) struct Choice {
     pub refusal: Option<String>,
     /// Tool calls: id, function name, arguments as a JSON string.
     pub tool_calls: Vec<(String, String, String)>,
+    /// Gemini's `thoughtSignature` of tool call `k` (same index as `tool_calls`; may
+    /// be shorter), written as the call's `extra_content.google.thought_signature`.
+    pub thought_signatures: Vec<Option<String>>,
     /// The model's reasoning (thought summaries), OpenAI-compatible servers'
     /// `message.reasoning_content`; `None` when there was none.
     pub reasoning_content: Option<String>,
@@ -369,12 +372,19 @@ pub(crate) fn completion(id: &str, model: &str, choices: &[Choice], usage: Usage
                 msg["tool_calls"] = c
                     .tool_calls
                     .iter()
-                    .map(|(id, name, args)| {
-                        serde_json::json!({
+                    .enumerate()
+                    .map(|(k, (id, name, args))| {
+                        let mut call = serde_json::json!({
                             "id": id,
                             "type": "function",
                             "function": {"name": name, "arguments": args},
-                        })
+                        });
+                        if let Some(Some(sig)) = c.thought_signatures.get(k) {
+                            call["extra_content"] = serde_json::json!({
+                                "google": {"thought_signature": sig}
+                            });
+                        }
+                        call
                     })
                     .collect();
             }
@@ -426,6 +436,29 @@ pub(crate) struct FunctionDelta<'a> {
     pub arguments: &'a str,
 }
 
+/// Where a tool call carries Gemini's thought signature for OpenAI clients:
+/// `extra_content.google.thought_signature`, the field Google's own
+/// OpenAI-compatible endpoint uses ("OpenAI compatibility", thought signatures).
+#[derive(Serialize)]
+struct ExtraContent<'a> {
+    google: GoogleExtra<'a>,
+}
+
+#[derive(Serialize)]
+struct GoogleExtra<'a> {
+    thought_signature: &'a str,
+}
+
+/// One `delta.tool_calls[]` element: the piece, plus the signature on a call's
+/// first piece.
+#[derive(Serialize)]
+struct ToolOut<'a> {
+    #[serde(flatten)]
+    piece: ToolDelta<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    extra_content: Option<ExtraContent<'a>>,
+}
+
 #[derive(Serialize, Default)]
 struct Delta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -435,7 +468,7 @@ struct Delta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     reasoning_content: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tool_calls: Option<[ToolDelta<'a>; 1]>,
+    tool_calls: Option<[ToolOut<'a>; 1]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     thinking_blocks: Option<[&'a ThinkingBlock<'a>; 1]>,
 }
@@ -689,21 +722,10 @@ impl ChunkWriter {
         Ok(())
     }
 
-    /// A tool-call piece.
-    pub fn tool(&mut self, out: &mut BytesMut, piece: ToolDelta<'_>) {
-        self.progress.tool();
-        self.write(
-            out,
-            Delta {
-                tool_calls: Some([piece]),
-                ..Delta::default()
-            },
-            None,
-        );
-    }
-
-    /// A piece of reasoning text (`delta.reasoning_content`); not part of the text
-    /// tracked for a continuation.
+    /// A reasoning piece (`delta.reasoning_content`, as DeepSeek, vLLM and LiteLLM
+    /// stream it). It is the commit point like text, but is not part of the answer
+    /// text a continuation repeats or prefills; a stream that has sent reasoning is
+    /// marked so (see [`Progress::reasoning`]).
     pub fn reasoning(&mut self, out: &mut BytesMut, text: &str) {
         if text.is_empty() {
             return;
@@ -726,6 +748,37 @@ impl ChunkWriter {
             out,
             Delta {
                 thinking_blocks: Some([block]),
+                ..Delta::default()
+            },
+            None,
+        );
+    }
+
+    /// A tool-call piece.
+    pub fn tool(&mut self, out: &mut BytesMut, piece: ToolDelta<'_>) {
+        self.tool_signed(out, piece, None);
+    }
+
+    /// A tool-call piece carrying Gemini's thought signature (see [`ExtraContent`]).
+    pub fn tool_signed(
+        &mut self,
+        out: &mut BytesMut,
+        piece: ToolDelta<'_>,
+        thought_signature: Option<&str>,
+    ) {
+        self.progress.tool();
+        let extra_content = thought_signature.map(|s| ExtraContent {
+            google: GoogleExtra {
+                thought_signature: s,
+            },
+        });
+        self.write(
+            out,
+            Delta {
+                tool_calls: Some([ToolOut {
+                    piece,
+                    extra_content,
+                }]),
                 ..Delta::default()
             },
             None,

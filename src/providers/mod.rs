@@ -110,6 +110,9 @@ pub struct Sent {
     /// Bytes of a restart's [`Resume::skip`] not yet matched: a restart that
     /// finishes with some left did not repeat the text already sent.
     pub unmatched: usize,
+    /// The usage the provider reported in the stream, if it did (what the gateway
+    /// settles rate limits and spend with, instead of an estimate).
+    pub usage: Option<crate::api::Usage>,
 }
 
 /// How a stream continues another one that failed after its commit point.
@@ -166,14 +169,17 @@ pub trait StreamTranscoder: Send {
 /// The adapter for a provider kind, or `None` when that kind has no adapter yet.
 pub fn adapter_for(cfg: &ProviderConfig) -> Option<Box<dyn Adapter>> {
     match cfg.kind {
-        ProviderKind::OpenAi | ProviderKind::OpenAiCompatible | ProviderKind::Mock => {
-            Some(Box::new(openai::OpenAi::standard()))
-        }
-        ProviderKind::AzureOpenAi => Some(Box::new(openai::OpenAi::azure(
-            cfg.api_version
-                .clone()
-                .unwrap_or_else(|| "2024-10-21".to_string()),
-        ))),
+        ProviderKind::OpenAi | ProviderKind::OpenAiCompatible | ProviderKind::Mock => Some(
+            Box::new(openai::OpenAi::standard().with_stream_usage(cfg.stream_usage)),
+        ),
+        ProviderKind::AzureOpenAi => Some(Box::new(
+            openai::OpenAi::azure(
+                cfg.api_version
+                    .clone()
+                    .unwrap_or_else(|| "2024-10-21".to_string()),
+            )
+            .with_stream_usage(cfg.stream_usage),
+        )),
         ProviderKind::Anthropic => Some(Box::new(anthropic::Anthropic)),
         ProviderKind::Gemini => Some(Box::new(gemini::Gemini)),
         // Bedrock needs AWS SigV4 request signing, which Switchyard does not do yet.
@@ -194,7 +200,12 @@ pub fn adapter_for(cfg: &ProviderConfig) -> Option<Box<dyn Adapter>> {
 /// - 401/403: the provider refused our credentials, 404: it does not know the
 ///   configured model id. Both are our configuration, not the client's request: 502,
 ///   tried on the next endpoint only (this one can only fail the same way).
-/// - 408 and 5xx: 502, retried here or elsewhere.
+/// - 408 and 5xx: 502, retried here or elsewhere. The body is never relayed: it can
+///   hold anything (one provider's held a Python traceback). The client reads
+///   "upstream answered HTTP {status}", plus the provider's `error.message` only when
+///   the body is a JSON error object, cut to [`MAX_5XX_MESSAGE`] bytes, on one line,
+///   and only when it does not look like a stack trace. The egress layer adds the
+///   provider's name.
 pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayError {
     use crate::error::{bounded, Code, ErrorKind, Fault, Retry, MAX_PASSTHROUGH};
     let parsed = serde_json::from_slice::<serde_json::Value>(body).ok();
@@ -258,11 +269,89 @@ pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayE
         .with_code(Code::UpstreamModelNotFound)
         .with_fault(Fault::Gateway)
         .with_retry(Retry::OtherEndpoint),
-        _ => GatewayError::new(
-            ErrorKind::BadUpstream,
-            format!("upstream answered HTTP {status}: {detail}"),
-        )
+        _ => GatewayError::new(ErrorKind::BadUpstream, {
+            let safe = error
+                .and_then(|e| e.get("message"))
+                .and_then(|m| m.as_str())
+                .and_then(safe_message);
+            match safe {
+                Some(m) => format!("upstream answered HTTP {status}: {m}"),
+                None => format!("upstream answered HTTP {status}"),
+            }
+        })
         .with_code(Code::UpstreamError)
         .with_retry_after(retry_after),
+    }
+}
+
+/// Longest upstream `error.message` of a 5xx answer shown to the client, in bytes.
+pub const MAX_5XX_MESSAGE: usize = 200;
+
+/// `message` fit to show the client from a 5xx body: one line of at most
+/// [`MAX_5XX_MESSAGE`] bytes with control characters removed; `None` when it is
+/// empty or looks like a stack trace or file path dump.
+fn safe_message(message: &str) -> Option<String> {
+    let lower = message.to_ascii_lowercase();
+    let trace = [
+        "traceback",
+        "stack trace",
+        "exception in",
+        "  file \"",
+        ".py\", line",
+        "\n    at ",
+        "panicked at",
+    ];
+    if trace.iter().any(|t| lower.contains(t)) {
+        return None;
+    }
+    let line: String = message
+        .split(['\n', '\r'])
+        .next()
+        .unwrap_or("")
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
+    let line = line.trim();
+    if line.is_empty() {
+        return None;
+    }
+    Some(crate::error::bounded(line, MAX_5XX_MESSAGE).into_owned())
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::*;
+
+    #[test]
+    fn an_upstream_5xx_body_is_never_relayed_verbatim() {
+        let h = HeaderMap::new();
+        let trace = b"Traceback (most recent call last):\n  File \"/srv/app.py\", line 12, in handler\nKeyError: 'OPENAI_KEY=sk-live-123'";
+        let e = upstream_error(500, &h, trace);
+        assert_eq!(e.message, "upstream answered HTTP 500");
+        assert_eq!(e.status(), 502);
+        let json =
+            br#"{"error":{"message":"Traceback (most recent call last):\n  File \"x.py\""}}"#;
+        assert_eq!(
+            upstream_error(503, &h, json).message,
+            "upstream answered HTTP 503"
+        );
+        let json =
+            br#"{"error":{"message":"The server is overloaded.\nline two","type":"server_error"}}"#;
+        assert_eq!(
+            upstream_error(503, &h, json).message,
+            "upstream answered HTTP 503: The server is overloaded."
+        );
+        let long = format!(r#"{{"error":{{"message":"{}"}}}}"#, "x".repeat(5000));
+        assert!(upstream_error(500, &h, long.as_bytes()).message.len() < MAX_5XX_MESSAGE + 40);
+    }
+
+    #[test]
+    fn a_client_error_keeps_the_providers_code_and_param() {
+        let body = br#"{"error":{"message":"This model's maximum context length is 8192 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
+        let e = upstream_error(400, &HeaderMap::new(), body);
+        assert_eq!(e.status(), 400);
+        let v = e.to_json();
+        assert_eq!(v["error"]["code"], "context_length_exceeded");
+        assert_eq!(v["error"]["param"], "messages");
     }
 }

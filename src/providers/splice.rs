@@ -81,18 +81,31 @@ pub enum Field {
 
 /// Finds top-level `key` in the JSON object `json`. `None` if `json` is not an object.
 pub fn find(json: &[u8], key: &str) -> Option<Field> {
+    locate(json, key).map(|(f, _)| f)
+}
+
+/// As [`find`], with the byte range of the whole member (key, colon, value, and
+/// the comma that separates it from the next member or, for the last, from the
+/// previous one) when the key is found.
+fn locate(json: &[u8], key: &str) -> Option<(Field, Option<Range<usize>>)> {
     let start = skip_ws(json, 0);
     if json.get(start) != Some(&b'{') {
         return None;
     }
     let mut i = skip_ws(json, start + 1);
     if json.get(i) == Some(&b'}') {
-        return Some(Field::Missing {
-            after_brace: start + 1,
-            empty: true,
-        });
+        return Some((
+            Field::Missing {
+                after_brace: start + 1,
+                empty: true,
+            },
+            None,
+        ));
     }
+    // End of the previous member's value (for removing a last member's comma).
+    let mut prev_end: Option<usize> = None;
     loop {
+        let key_start = i;
         if json.get(i) != Some(&b'"') {
             return None;
         }
@@ -112,20 +125,63 @@ pub fn find(json: &[u8], key: &str) -> Option<Field> {
         let v = skip_ws(json, i + 1);
         let v_end = skip_value(json, v)?;
         if is_key {
-            return Some(Field::Found(v..v_end));
+            let after = skip_ws(json, v_end);
+            let member = match (json.get(after), prev_end) {
+                (Some(b','), _) => key_start..skip_ws(json, after + 1),
+                (_, Some(p)) => p..v_end,
+                (_, None) => key_start..v_end,
+            };
+            return Some((Field::Found(v..v_end), Some(member)));
         }
         i = skip_ws(json, v_end);
+        prev_end = Some(v_end);
         match json.get(i) {
             Some(b',') => i = skip_ws(json, i + 1),
             Some(b'}') => {
-                return Some(Field::Missing {
-                    after_brace: start + 1,
-                    empty: false,
-                })
+                return Some((
+                    Field::Missing {
+                        after_brace: start + 1,
+                        empty: false,
+                    },
+                    None,
+                ))
             }
             _ => return None,
         }
     }
+}
+
+/// `json` with top-level `key` set to the string `value` (as [`set_string`]) and
+/// top-level member `drop` removed if present, in one copy. `None` if `json` is not
+/// an object.
+pub fn set_string_dropping(json: &[u8], key: &str, value: &str, drop: &str) -> Option<Vec<u8>> {
+    let (_, Some(member)) = locate(json, drop)? else {
+        return set_string(json, key, value);
+    };
+    let mut rest = Vec::with_capacity(json.len() - member.len());
+    rest.extend_from_slice(&json[..member.start]);
+    rest.extend_from_slice(&json[member.end..]);
+    set_string(&rest, key, value)
+}
+
+/// `json` with `member` (`"key":value`, JSON text) added as the first top-level
+/// member. `None` if `json` is not an object.
+pub fn insert_member(json: &[u8], member: &str) -> Option<Vec<u8>> {
+    let start = skip_ws(json, 0);
+    if json.get(start) != Some(&b'{') {
+        return None;
+    }
+    let after_brace = start + 1;
+    // Only the first member is looked at: the rest of the object is not walked.
+    let empty = json.get(skip_ws(json, after_brace)) == Some(&b'}');
+    let mut out = Vec::with_capacity(json.len() + member.len() + 1);
+    out.extend_from_slice(&json[..after_brace]);
+    out.extend_from_slice(member.as_bytes());
+    if !empty {
+        out.push(b',');
+    }
+    out.extend_from_slice(&json[after_brace..]);
+    Some(out)
 }
 
 /// Appends `s` as a JSON string literal (quotes and escapes) to `out`.
@@ -161,6 +217,42 @@ pub fn set_string(json: &[u8], key: &str, value: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_member_is_dropped_wherever_it_sits_and_the_rest_kept() {
+        let cases = [
+            (
+                r#"{"usage":null,"model":"a","x":1}"#,
+                r#"{"model":"b","x":1}"#,
+            ),
+            (
+                r#"{"model":"a", "usage" : {"p":1} ,"x":1}"#,
+                r#"{"model":"b", "x":1}"#,
+            ),
+            (
+                r#"{"model":"a","x":1,"usage":null}"#,
+                r#"{"model":"b","x":1}"#,
+            ),
+            (r#"{"usage":null}"#, r#"{"model":"b"}"#),
+            (
+                r#"{"model":"a","x":{"usage":1}}"#,
+                r#"{"model":"b","x":{"usage":1}}"#,
+            ),
+        ];
+        for (input, want) in cases {
+            let out = set_string_dropping(input.as_bytes(), "model", "b", "usage").unwrap();
+            assert_eq!(String::from_utf8(out).unwrap(), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn a_member_is_inserted_first() {
+        let out = insert_member(br#" {"a":1}"#, r#""s":{"k":true}"#).unwrap();
+        assert_eq!(out, br#" {"s":{"k":true},"a":1}"#);
+        let out = insert_member(b"{}", r#""s":1"#).unwrap();
+        assert_eq!(out, br#"{"s":1}"#);
+        assert!(insert_member(b"[1]", r#""s":1"#).is_none());
+    }
 
     fn set(json: &str, v: &str) -> String {
         String::from_utf8(set_string(json.as_bytes(), "model", v).unwrap()).unwrap()

@@ -8,6 +8,7 @@ mod auth;
 mod common;
 mod failover;
 mod failures;
+mod fidelity;
 mod limits;
 mod policy;
 mod proxy;

@@ -10,6 +10,7 @@
 //! The OpenAI request is translated in [`request`], the stream in [`stream`].
 
 mod request;
+mod schema;
 mod stream;
 
 pub use request::SKIP_SIGNATURE;
@@ -73,6 +74,10 @@ struct ResponsePart {
     thought: bool,
     #[serde(default)]
     function_call: Option<FunctionCall>,
+    /// Opaque signature of the model's thought context ("Thought signatures"): on a
+    /// `functionCall` part it must come back unchanged when the call is replayed.
+    #[serde(default)]
+    thought_signature: Option<String>,
 }
 
 /// A `functionCall` part; in streams with argument streaming, a call arrives as a
@@ -116,8 +121,9 @@ struct PromptFeedback {
     block_reason: Option<String>,
 }
 
-/// Token counts in tokens. `candidatesTokenCount` excludes thinking, which Gemini
-/// bills as output and reports as `thoughtsTokenCount`.
+/// Token counts in tokens (`UsageMetadata`). `candidatesTokenCount` excludes
+/// thinking, which Gemini bills as output and reports as `thoughtsTokenCount`;
+/// `promptTokenCount` includes `cachedContentTokenCount`.
 #[derive(Deserialize, Default, Clone, Copy)]
 #[serde(rename_all = "camelCase")]
 struct UsageMetadata {
@@ -127,16 +133,29 @@ struct UsageMetadata {
     candidates_token_count: Option<u64>,
     #[serde(default)]
     thoughts_token_count: Option<u64>,
+    #[serde(default)]
+    cached_content_token_count: Option<u64>,
+    #[serde(default)]
+    tool_use_prompt_token_count: Option<u64>,
 }
 
 impl UsageMetadata {
-    /// OpenAI usage: completion tokens include thinking tokens (as OpenAI counts
-    /// reasoning tokens), so the total matches Gemini's `totalTokenCount`.
+    /// OpenAI usage, counted as Gemini bills:
+    /// - `prompt_tokens` = `promptTokenCount` + `toolUsePromptTokenCount` (both input);
+    /// - `completion_tokens` = `candidatesTokenCount` + `thoughtsTokenCount` (thinking
+    ///   is billed as output, and OpenAI counts reasoning inside completion tokens),
+    ///   so `total_tokens` equals Gemini's `totalTokenCount`;
+    /// - `completion_tokens_details.reasoning_tokens` = `thoughtsTokenCount`;
+    /// - `prompt_tokens_details.cached_tokens` = `cachedContentTokenCount`.
     fn to_openai(self) -> Option<Usage> {
-        let prompt = self.prompt_token_count?;
+        let prompt = self.prompt_token_count? + self.tool_use_prompt_token_count.unwrap_or(0);
         let output =
             self.candidates_token_count.unwrap_or(0) + self.thoughts_token_count.unwrap_or(0);
-        Some(Usage::new(prompt, output))
+        Some(
+            Usage::new(prompt, output)
+                .with_cached(self.cached_content_token_count)
+                .with_reasoning(self.thoughts_token_count),
+        )
     }
 }
 
@@ -193,15 +212,21 @@ fn finish_reason(reason: &str, tool_calls: bool) -> &'static str {
 /// The OpenAI message of one candidate.
 fn choice(c: Candidate) -> Choice {
     let mut out = Choice::default();
+    let append = |to: &mut Option<String>, t: String| match to {
+        Some(c) => c.push_str(&t),
+        None => *to = Some(t),
+    };
     for p in c.content.map(|c| c.parts).unwrap_or_default() {
         if let Some(f) = p.function_call {
             let args = f.args.map_or_else(|| "{}".to_string(), |a| a.to_string());
             let id = f.id.unwrap_or_else(|| random_id("call_"));
             out.tool_calls.push((id, f.name.unwrap_or_default(), args));
-        } else if let Some(t) = p.text.filter(|t| !p.thought && !t.is_empty()) {
-            match &mut out.content {
-                Some(c) => c.push_str(&t),
-                None => out.content = Some(t),
+            out.thought_signatures.push(p.thought_signature);
+        } else if let Some(t) = p.text.filter(|t| !t.is_empty()) {
+            if p.thought {
+                append(&mut out.reasoning_content, t);
+            } else {
+                append(&mut out.content, t);
             }
         }
     }

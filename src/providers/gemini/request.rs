@@ -19,9 +19,32 @@ use crate::providers::common::{
 };
 
 /// Signature Gemini's docs ("Thought signatures") give for function calls replayed
-/// without the original `thoughtSignature` (OpenAI clients never carry it); Gemini 3
-/// models reject replayed calls that have none.
+/// without the original `thoughtSignature`; Gemini 3 models reject replayed calls
+/// that have none. Used only when the client's tool call carries no signature (see
+/// [`replayed_signature`]).
 pub const SKIP_SIGNATURE: &str = "skip_thought_signature_validator";
+
+/// The marker LiteLLM puts between a tool call id and Gemini's signature
+/// (`call_x__thought__<signature>`); read on replay so conversations begun through
+/// LiteLLM keep their signatures.
+const ID_SIGNATURE_MARKER: &str = "__thought__";
+
+/// The `thoughtSignature` a replayed tool call carries: its
+/// `extra_content.google.thought_signature` (what Switchyard and Google's
+/// OpenAI-compatible endpoint write), else a signature appended to its id after
+/// `__thought__`.
+fn replayed_signature<'a>(call: Option<&'a Value>, id: &'a str) -> Option<&'a str> {
+    call.and_then(|c| c.get("extra_content"))
+        .and_then(|e| e.get("google"))
+        .and_then(|g| g.get("thought_signature"))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            id.split_once(ID_SIGNATURE_MARKER)
+                .map(|(_, s)| s)
+                .filter(|s| !s.is_empty())
+        })
+}
 
 /// The request body, borrowing from the client's request. The model goes in the URL.
 #[derive(Serialize)]
@@ -60,7 +83,7 @@ struct GPart<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     function_response: Option<FunctionResponse<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    thought_signature: Option<&'static str>,
+    thought_signature: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -120,7 +143,7 @@ struct FunctionDeclaration<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     description: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    parameters_json_schema: Option<&'a Value>,
+    parameters_json_schema: Option<Cow<'a, Value>>,
 }
 
 #[derive(Serialize)]
@@ -160,6 +183,48 @@ struct GenerationConfig<'a> {
     response_mime_type: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     response_json_schema: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking_config: Option<ThinkingConfig>,
+}
+
+/// `generationConfig.thinkingConfig` (Gemini API reference, `ThinkingConfig`).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ThinkingConfig {
+    thinking_budget: u32,
+    include_thoughts: bool,
+}
+
+/// OpenAI `reasoning_effort` → Gemini `thinkingBudget` in tokens, the budgets
+/// Google's OpenAI-compatible endpoint documents ("OpenAI compatibility",
+/// thinking): `none` 0 (thinking off), `low` 1,024, `medium` 8,192, `high` 24,576;
+/// `minimal` (newer OpenAI models) 512, between none and low. Thought summaries are
+/// asked for (`includeThoughts`) whenever thinking is on, and come back as
+/// `reasoning_content`.
+///
+/// # Errors
+/// 400 naming `reasoning_effort` for any other value.
+fn thinking_config(chat: &ChatRequest) -> Result<Option<ThinkingConfig>, GatewayError> {
+    let Some(v) = chat.extra.get("reasoning_effort").filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let budget = match v.as_str() {
+        Some("none") => 0,
+        Some("minimal") => 512,
+        Some("low") => 1024,
+        Some("medium") => 8192,
+        Some("high") => 24576,
+        _ => {
+            return Err(unsupported(
+                "reasoning_effort",
+                format!("`reasoning_effort` {v} is not one of none, minimal, low, medium, high"),
+            ))
+        }
+    };
+    Ok(Some(ThinkingConfig {
+        thinking_budget: budget,
+        include_thoughts: budget > 0,
+    }))
 }
 
 impl GenerationConfig<'_> {
@@ -173,6 +238,7 @@ impl GenerationConfig<'_> {
             && self.presence_penalty.is_none()
             && self.frequency_penalty.is_none()
             && self.response_mime_type.is_none()
+            && self.thinking_config.is_none()
     }
 }
 
@@ -196,27 +262,98 @@ fn mime_from_url(url: &str) -> Option<&'static str> {
     })
 }
 
-fn part(p: Part<'_>) -> GPart<'_> {
-    match p {
-        Part::Text(text) => GPart {
-            text: Some(text),
-            ..GPart::default()
-        },
-        Part::Image(ImageRef::Inline { mime, data }) => GPart {
-            inline_data: Some(Blob {
-                mime_type: mime,
-                data,
-            }),
-            ..GPart::default()
-        },
-        Part::Image(ImageRef::Url(url)) => GPart {
-            file_data: Some(FileData {
-                mime_type: mime_from_url(url),
-                file_uri: url,
-            }),
-            ..GPart::default()
-        },
+/// Media types Gemini takes as an image part (Gemini API, "Image understanding":
+/// PNG, JPEG, WEBP, HEIC, HEIF) plus PDF ("Document understanding"), with the
+/// common aliases clients send normalised (`image/jpg` and `image/pjpeg` are
+/// `image/jpeg`, `image/x-png` is `image/png`; case is ignored). `None`: Gemini
+/// does not take it (GIF, SVG, BMP, TIFF, ...).
+fn gemini_mime(mime: &str) -> Option<&'static str> {
+    const TAKEN: [(&str, &str); 9] = [
+        ("image/jpeg", "image/jpeg"),
+        ("image/jpg", "image/jpeg"),
+        ("image/pjpeg", "image/jpeg"),
+        ("image/png", "image/png"),
+        ("image/x-png", "image/png"),
+        ("image/webp", "image/webp"),
+        ("image/heic", "image/heic"),
+        ("image/heif", "image/heif"),
+        ("application/pdf", "application/pdf"),
+    ];
+    let mime = mime.trim();
+    TAKEN
+        .iter()
+        .find(|(alias, _)| alias.eq_ignore_ascii_case(mime))
+        .map(|(_, m)| *m)
+}
+
+/// 400 naming content part `j` of message `i` for an image Gemini cannot take.
+fn refused_image(i: usize, j: usize, mime: &str) -> GatewayError {
+    let param = format!("messages[{i}].content[{j}].image_url.url");
+    let message = format!(
+        "`{param}` has media type \"{}\", which Gemini does not accept; use image/png, image/jpeg, image/webp, image/heic, image/heif or application/pdf",
+        crate::error::bounded(mime, 64)
+    );
+    unsupported(param, message)
+}
+
+/// The Gemini parts of message `i`'s content, images checked and their media types
+/// normalised ([`gemini_mime`]).
+///
+/// # Errors
+/// What [`parts`] refuses, and 400 naming the part for an image whose media type
+/// Gemini does not take (before any upstream call).
+fn gemini_parts(content: &Value, i: usize) -> Result<Vec<GPart<'_>>, GatewayError> {
+    let read = parts(content, i)?;
+    let mut out = Vec::with_capacity(read.len());
+    // Index of the image among the client's parts, found only when one is refused.
+    let position = |nth: usize| {
+        content
+            .as_array()
+            .and_then(|items| {
+                items
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.get("type").and_then(Value::as_str) == Some("image_url"))
+                    .nth(nth)
+                    .map(|(j, _)| j)
+            })
+            .unwrap_or(0)
+    };
+    let mut images = 0;
+    for p in read {
+        out.push(match p {
+            Part::Text(text) => GPart {
+                text: Some(text),
+                ..GPart::default()
+            },
+            Part::Image(ImageRef::Inline { mime, data }) => {
+                let mime_type =
+                    gemini_mime(mime).ok_or_else(|| refused_image(i, position(images), mime))?;
+                images += 1;
+                GPart {
+                    inline_data: Some(Blob { mime_type, data }),
+                    ..GPart::default()
+                }
+            }
+            Part::Image(ImageRef::Url(url)) => {
+                let mime_type = match mime_from_url(url) {
+                    Some(m) if gemini_mime(m).is_none() => {
+                        return Err(refused_image(i, position(images), m))
+                    }
+                    m => m,
+                };
+                images += 1;
+                GPart {
+                    file_data: Some(FileData {
+                        mime_type,
+                        file_uri: url,
+                    }),
+                    ..GPart::default()
+                }
+            }
+        });
     }
+    Ok(out)
 }
 
 /// Appends a `role` turn, merging into the previous turn of the same role.
@@ -280,19 +417,24 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
                 }
             }
             "user" => {
-                let p = parts(&m.content, i)?.into_iter().map(part).collect();
+                let p = gemini_parts(&m.content, i)?;
                 push(&mut turns, "user", p);
             }
             "assistant" => {
-                let mut p: Vec<GPart<'_>> = parts(&m.content, i)?.into_iter().map(part).collect();
+                // `reasoning_content` of a replayed turn is not sent back: Gemini
+                // takes the model's thought context from the signatures only.
+                let mut p: Vec<GPart<'_>> = gemini_parts(&m.content, i)?;
+                let raw = m.extra.get("tool_calls").and_then(Value::as_array);
                 for (j, c) in tool_calls(m, i)?.into_iter().enumerate() {
                     calls.push((c.id, c.name));
+                    let signature = replayed_signature(raw.and_then(|r| r.get(j)), c.id);
                     p.push(GPart {
                         function_call: Some(FunctionCall {
                             name: c.name,
                             args: c.arguments,
                         }),
-                        thought_signature: (j == 0).then_some(SKIP_SIGNATURE),
+                        // Gemini checks the signature of the first call of a turn.
+                        thought_signature: signature.or_else(|| (j == 0).then_some(SKIP_SIGNATURE)),
                         ..GPart::default()
                     });
                 }
@@ -332,6 +474,7 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
             }
         }
     }
+    check_fields(chat)?;
     let n = chat.extra.get("n").and_then(Value::as_u64);
     if chat.is_stream() && n.is_some_and(|n| n > 1) {
         return Err(unsupported(
@@ -353,7 +496,10 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
         tools.push(FunctionDeclaration {
             name,
             description: f.get("description").and_then(Value::as_str),
-            parameters_json_schema: f.get("parameters"),
+            parameters_json_schema: f
+                .get("parameters")
+                .map(|p| super::schema::lower(p, i))
+                .transpose()?,
         });
     }
     let format = chat.extra.get("response_format");
@@ -391,6 +537,7 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
             response_json_schema: format
                 .and_then(|f| f.get("json_schema"))
                 .and_then(|s| s.get("schema")),
+            thinking_config: thinking_config(chat)?,
         },
     })
 }
@@ -412,4 +559,56 @@ fn tool_config(chat: &ChatRequest) -> Result<Option<ToolConfig<'_>>, GatewayErro
         OpenAiToolChoice::Required => config("ANY", None),
         OpenAiToolChoice::Function(name) => config("ANY", Some(name)),
     })
+}
+
+/// Request fields this adapter translates (besides the typed ones).
+const TRANSLATED: [&str; 10] = [
+    "tool_choice",
+    "n",
+    "stop",
+    "top_p",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "response_format",
+    "reasoning_effort",
+    "stream_options",
+];
+
+/// Refuses the OpenAI fields whose absence the client would notice (it asked for
+/// output Gemini is not sent a request for), and logs (debug) the fields dropped:
+/// `docs/providers.md` lists both.
+///
+/// # Errors
+/// 400 naming `logprobs` (true), `top_logprobs`, `audio`, or `modalities` with
+/// anything but `"text"`.
+fn check_fields(chat: &ChatRequest) -> Result<(), GatewayError> {
+    let mut dropped: Vec<&str> = Vec::new();
+    for (k, v) in &chat.extra {
+        if v.is_null() || TRANSLATED.contains(&k.as_str()) {
+            continue;
+        }
+        let refused = match k.as_str() {
+            "logprobs" => v.as_bool() == Some(true),
+            "top_logprobs" | "audio" => true,
+            "modalities" => v
+                .as_array()
+                .is_some_and(|m| m.iter().any(|x| x.as_str() != Some("text"))),
+            _ => false,
+        };
+        if refused {
+            return Err(unsupported(
+                k.as_str(),
+                format!("`{k}` is not supported by Switchyard's Gemini adapter"),
+            ));
+        }
+        dropped.push(k);
+    }
+    if !dropped.is_empty() {
+        tracing::debug!(
+            fields = %dropped.join(","),
+            "request fields Gemini has no equivalent for were dropped"
+        );
+    }
+    Ok(())
 }

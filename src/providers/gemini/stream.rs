@@ -162,7 +162,14 @@ impl GeminiStream {
         Ok(())
     }
 
-    fn call(&mut self, f: FunctionCall, out: &mut BytesMut) -> Result<(), GatewayError> {
+    /// One `functionCall` part; `signature` is the part's `thoughtSignature`, sent
+    /// on the call's first piece.
+    fn call(
+        &mut self,
+        f: FunctionCall,
+        signature: Option<&str>,
+        out: &mut BytesMut,
+    ) -> Result<(), GatewayError> {
         if let Some(name) = f.name.as_deref() {
             self.flush(out);
             let index = self.calls;
@@ -183,7 +190,7 @@ impl GeminiStream {
                     arguments: &args,
                 },
             };
-            self.w.tool(out, piece);
+            self.w.tool_signed(out, piece, signature);
             if complete {
                 return Ok(());
             }
@@ -227,14 +234,20 @@ impl StreamTranscoder for GeminiStream {
             bad_upstream(format!("Gemini sent a stream event that is not valid: {e}"))
         })?;
         if let Some(e) = r.error {
-            return Err(GatewayError::new(
-                ErrorKind::BadUpstream,
-                format!(
-                    "Gemini reported an error mid-stream ({}): {}",
-                    e.status, e.message
-                ),
-            )
-            .with_code(crate::error::Code::UpstreamError));
+            let message = format!(
+                "Gemini reported an error mid-stream ({}): {}",
+                e.status,
+                crate::error::bounded(&e.message, 500)
+            );
+            // RESOURCE_EXHAUSTED is Gemini's rate limit (HTTP 429 outside a stream).
+            return Err(if e.status == "RESOURCE_EXHAUSTED" {
+                GatewayError::new(ErrorKind::RateLimited, message)
+                    .with_code(crate::error::Code::UpstreamRateLimited)
+                    .with_retry_after(e.retry_delay().map(std::time::Duration::from_secs))
+            } else {
+                GatewayError::new(ErrorKind::BadUpstream, message)
+                    .with_code(crate::error::Code::UpstreamError)
+            });
         }
         if self.w.id().is_empty() {
             self.w
@@ -243,6 +256,7 @@ impl StreamTranscoder for GeminiStream {
         self.w.start(out);
         if let Some(u) = r.usage_metadata.and_then(|u| u.to_openai()) {
             self.usage = Some(u);
+            self.w.progress.sent.usage = Some(u);
         }
         if self.finish.is_some() {
             return Ok(StreamStep::Continue);
@@ -260,9 +274,13 @@ impl StreamTranscoder for GeminiStream {
         };
         for p in c.content.map(|c| c.parts).unwrap_or_default() {
             if let Some(f) = p.function_call {
-                self.call(f, out)?;
-            } else if let Some(t) = p.text.filter(|t| !p.thought && !t.is_empty()) {
-                self.w.text(out, &t)?;
+                self.call(f, p.thought_signature.as_deref(), out)?;
+            } else if let Some(t) = p.text.filter(|t| !t.is_empty()) {
+                if p.thought {
+                    self.w.reasoning(out, &t);
+                } else {
+                    self.w.text(out, &t)?;
+                }
             }
         }
         if let Some(reason) = c.finish_reason.as_deref() {

@@ -183,7 +183,8 @@ fn recorded_text_response() {
     // 28 answer + 244 thinking tokens; the total matches totalTokenCount.
     assert_eq!(
         v["usage"],
-        json!({"prompt_tokens": 9, "completion_tokens": 272, "total_tokens": 281})
+        json!({"prompt_tokens": 9, "completion_tokens": 272, "total_tokens": 281,
+               "completion_tokens_details": {"reasoning_tokens": 244}})
     );
 }
 
@@ -230,6 +231,16 @@ fn finish_reasons_and_blocked_prompts() {
         br#"{"candidates":[{"content":{"parts":"x"}}]}"#,
     ] {
         assert_eq!(Gemini.response(bad, "g").unwrap_err().status(), 502);
+    }
+}
+
+fn ctx(include_usage: bool) -> StreamContext {
+    StreamContext {
+        logical_model: "gem".into(),
+        include_usage,
+        prompt_tokens_estimate: 3,
+        track: true,
+        resume: None,
     }
 }
 
@@ -310,8 +321,18 @@ fn recorded_streamed_arguments() {
     assert_eq!(r.finish_reasons(), ["tool_calls"]);
 
     let r = stream("gemini/google-stream-no-args-tool-call.chunks.txt", true);
-    // The thought summary is not relayed as content.
+    // The thought summary is relayed as reasoning_content, not as content.
     assert_eq!(r.text(), "");
+    let reasoning: String = r
+        .chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["reasoning_content"].as_str())
+        .collect();
+    assert!(
+        reasoning
+            .ends_with("then proceeding with \"B\" and \"C\" in parallel as instructed.\n\n\n"),
+        "{reasoning}"
+    );
     let calls: Vec<_> = r.tool_calls().into_iter().map(|c| (c.1, c.2)).collect();
     assert_eq!(
         calls,
@@ -324,7 +345,8 @@ fn recorded_streamed_arguments() {
     );
     assert_eq!(
         r.usage_chunks()[0]["usage"],
-        json!({"prompt_tokens": 249, "completion_tokens": 241, "total_tokens": 490})
+        json!({"prompt_tokens": 249, "completion_tokens": 241, "total_tokens": 490,
+               "completion_tokens_details": {"reasoning_tokens": 183}})
     );
 }
 
@@ -413,4 +435,226 @@ fn error_bodies() {
             .status(),
         502
     );
+}
+
+/// The signature Gemini put on a recorded `functionCall` part.
+fn recorded_signature(name: &str) -> String {
+    let text = fixture(name);
+    let at = text.find("\"thoughtSignature\"").unwrap();
+    let rest = &text[at + "\"thoughtSignature\"".len()..];
+    let start = rest.find('"').unwrap() + 1;
+    let end = start + rest[start..].find('"').unwrap();
+    rest[start..end].to_string()
+}
+
+/// The model turn Gemini is sent when the client replays `assistant` (an OpenAI
+/// assistant message) followed by its tool result.
+fn replayed_model_turn(assistant: &Value) -> Value {
+    let call_id = assistant["tool_calls"][0]["id"].clone();
+    let c = chat(json!({
+        "model": "gem",
+        "messages": [
+            {"role": "user", "content": "Weather in San Francisco?"},
+            assistant,
+            {"role": "tool", "tool_call_id": call_id, "content": "{\"temp\":18}"}
+        ]
+    }));
+    let (_, body) = build(&c);
+    body["contents"][1].clone()
+}
+
+#[test]
+fn a_thought_signature_survives_a_tool_call_round_trip_unchanged() {
+    let sig = recorded_signature("gemini/google-tool-call.json");
+    let v = respond("gemini/google-tool-call.json");
+    let call = &v["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["extra_content"]["google"]["thought_signature"], sig);
+    // The client sends the assistant message back as it received it.
+    let turn = replayed_model_turn(&v["choices"][0]["message"]);
+    assert_eq!(turn["role"], "model");
+    assert_eq!(turn["parts"][0]["thoughtSignature"], sig);
+    assert_eq!(turn["parts"][0]["functionCall"]["name"], "weather");
+}
+
+#[test]
+fn a_streamed_thought_signature_survives_a_tool_call_round_trip_unchanged() {
+    let sig = recorded_signature("gemini/google-tool-call.chunks.txt");
+    let r = stream("gemini/google-tool-call.chunks.txt", false);
+    let first = r
+        .chunks
+        .iter()
+        .find(|c| c["choices"][0]["delta"]["tool_calls"][0]["id"].is_string())
+        .unwrap();
+    let piece = &first["choices"][0]["delta"]["tool_calls"][0];
+    assert_eq!(piece["extra_content"]["google"]["thought_signature"], sig);
+    let (id, name, args) = r.tool_calls().remove(0);
+    // What an SDK accumulating the deltas sends back.
+    let assistant = json!({"role": "assistant", "content": null, "tool_calls": [{
+        "id": id, "type": "function", "function": {"name": name, "arguments": args},
+        "extra_content": piece["extra_content"]
+    }]});
+    let turn = replayed_model_turn(&assistant);
+    assert_eq!(turn["parts"][0]["thoughtSignature"], sig);
+}
+
+#[test]
+fn replayed_calls_without_a_signature_get_the_documented_sentinel_and_litellm_ids_are_read() {
+    let turn = replayed_model_turn(&json!({"role": "assistant", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "a", "arguments": "{}"}},
+        {"id": "c2__thought__U2ln", "type": "function", "function": {"name": "b", "arguments": "{}"}}
+    ]}));
+    assert_eq!(turn["parts"][0]["thoughtSignature"], SKIP_SIGNATURE);
+    assert_eq!(turn["parts"][1]["thoughtSignature"], "U2ln");
+}
+
+#[test]
+fn thoughts_and_cached_tokens_map_to_reasoning_content_and_usage_details() {
+    let body = json!({
+        "candidates": [{"content": {"role": "model", "parts": [
+            {"text": "Let me think.", "thought": true},
+            {"text": "Paris."}
+        ]}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 1200, "cachedContentTokenCount": 1024,
+            "candidatesTokenCount": 2, "thoughtsTokenCount": 40, "totalTokenCount": 1242}
+    });
+    let out = Gemini.response(body.to_string().as_bytes(), "gem").unwrap();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    let m = &v["choices"][0]["message"];
+    assert_eq!(m["content"], "Paris.");
+    assert_eq!(m["reasoning_content"], "Let me think.");
+    assert_eq!(
+        v["usage"],
+        json!({"prompt_tokens": 1200, "completion_tokens": 42, "total_tokens": 1242,
+               "prompt_tokens_details": {"cached_tokens": 1024},
+               "completion_tokens_details": {"reasoning_tokens": 40}})
+    );
+    // The same in a stream.
+    let r = replay(Gemini.stream(ctx(true)), &body.to_string(), false);
+    assert_eq!(r.text(), "Paris.");
+    assert_eq!(
+        r.chunks[1]["choices"][0]["delta"]["reasoning_content"],
+        "Let me think."
+    );
+    assert_eq!(r.usage_chunks()[0]["usage"], v["usage"]);
+}
+
+#[test]
+fn reasoning_effort_maps_to_a_thinking_budget() {
+    for (effort, budget, thoughts) in [
+        ("none", 0, false),
+        ("minimal", 512, true),
+        ("low", 1024, true),
+        ("medium", 8192, true),
+        ("high", 24576, true),
+    ] {
+        let c = chat(
+            json!({"model": "g", "messages": [{"role": "user", "content": "hi"}], "reasoning_effort": effort}),
+        );
+        let (_, body) = build(&c);
+        assert_eq!(
+            body["generationConfig"]["thinkingConfig"],
+            json!({"thinkingBudget": budget, "includeThoughts": thoughts}),
+            "{effort}"
+        );
+    }
+    let c = chat(
+        json!({"model": "g", "messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "max"}),
+    );
+    let e = Gemini.request(&target(), &c).unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("reasoning_effort"));
+}
+
+#[test]
+fn image_media_types_are_normalised_and_unsupported_ones_refused_naming_the_part() {
+    let c = chat(
+        json!({"model": "g", "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/jpg;base64,/9j/"}},
+            {"type": "image_url", "image_url": {"url": "data:IMAGE/PNG;base64,iVBO"}}
+        ]}]}),
+    );
+    let (_, body) = build(&c);
+    assert_eq!(
+        body["contents"][0]["parts"][0]["inlineData"]["mimeType"],
+        "image/jpeg"
+    );
+    assert_eq!(
+        body["contents"][0]["parts"][1]["inlineData"]["mimeType"],
+        "image/png"
+    );
+    let c = chat(json!({"model": "g", "messages": [
+        {"role": "user", "content": "first"},
+        {"role": "user", "content": [
+            {"type": "text", "text": ""},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}},
+            {"type": "image_url", "image_url": {"url": "data:image/gif;base64,R0lG"}}
+        ]}
+    ]}));
+    let e = Gemini.request(&target(), &c).unwrap_err();
+    assert_eq!(e.status(), 400);
+    assert_eq!(
+        e.param.as_deref(),
+        Some("messages[1].content[2].image_url.url")
+    );
+    assert!(e.message.contains("image/gif"), "{}", e.message);
+    let c = chat(
+        json!({"model": "g", "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "https://example.com/a.gif"}}
+        ]}]}),
+    );
+    let e = Gemini.request(&target(), &c).unwrap_err();
+    assert_eq!(
+        e.param.as_deref(),
+        Some("messages[0].content[0].image_url.url")
+    );
+}
+
+#[test]
+fn tool_schemas_are_lowered_to_what_gemini_takes() {
+    let c = chat(
+        json!({"model": "g", "messages": [{"role": "user", "content": "hi"}], "tools": [
+            {"type": "function", "function": {"name": "ok", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": false}}},
+            {"type": "function", "function": {"name": "lowered", "parameters": {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "properties": {"u": {"type": ["integer", "null"], "const": 3}}}}}
+        ]}),
+    );
+    let (_, body) = build(&c);
+    let decls = &body["tools"][0]["functionDeclarations"];
+    assert_eq!(
+        decls[0]["parametersJsonSchema"],
+        json!({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": false})
+    );
+    assert_eq!(
+        decls[1]["parametersJsonSchema"],
+        json!({"type": "object", "properties": {"u": {"anyOf": [{"type": "integer", "enum": [3]}, {"type": "null"}]}}})
+    );
+}
+
+#[test]
+fn resource_exhausted_mid_stream_is_a_rate_limit() {
+    let lines = "{\"error\":{\"code\":429,\"message\":\"Quota exceeded\",\"status\":\"RESOURCE_EXHAUSTED\",\"details\":[{\"@type\":\"type.googleapis.com/google.rpc.RetryInfo\",\"retryDelay\":\"7s\"}]}}";
+    let r = replay(Gemini.stream(ctx(false)), lines, false);
+    let e = r.result.unwrap_err();
+    assert_eq!(e.status(), 429);
+    assert_eq!(e.retry_after, Some(std::time::Duration::from_secs(7)));
+}
+
+#[test]
+fn output_gemini_is_not_asked_for_is_refused_naming_the_field() {
+    for (field, value) in [
+        ("logprobs", json!(true)),
+        ("top_logprobs", json!(2)),
+        ("audio", json!({"voice": "x"})),
+        ("modalities", json!(["text", "audio"])),
+    ] {
+        let mut body = json!({"model": "g", "messages": [{"role": "user", "content": "hi"}]});
+        body[field] = value;
+        let e = Gemini.request(&target(), &chat(body)).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some(field));
+        assert_eq!(e.status(), 400);
+    }
+    // Dropped, not refused: no Gemini equivalent and nothing the client waits for.
+    let c = chat(
+        json!({"model": "g", "messages": [{"role": "user", "content": "hi"}], "logprobs": false, "user": "u1", "parallel_tool_calls": false, "store": false}),
+    );
+    let (_, body) = build(&c);
+    assert!(body.get("user").is_none());
 }

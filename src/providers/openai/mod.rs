@@ -8,6 +8,13 @@
 //!
 //! The body goes upstream as the client sent it, with `model` replaced by the
 //! endpoint's model; answers come back with `model` replaced by the logical name.
+//! Two more changes, each only when needed:
+//! - a stream always asks for usage (`stream_options.include_usage: true`), so the
+//!   gateway settles rate limits and spend with the provider's count, not an
+//!   estimate; when the client did not ask, the usage chunk and the `usage: null`
+//!   member of every chunk are removed on the way back;
+//! - Anthropic's prompt-caching `cache_control` markers (on messages, content parts
+//!   and tools) are removed: OpenAI-format providers reject unknown members there.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http::{HeaderValue, Method};
@@ -27,6 +34,8 @@ use crate::sse::SseEvent;
 pub struct OpenAi {
     /// `Some(api_version)` for Azure OpenAI's URL and header shape.
     azure_api_version: Option<String>,
+    /// Ask for usage on every stream (`providers.<name>.stream_usage`).
+    stream_usage: bool,
 }
 
 impl OpenAi {
@@ -34,7 +43,14 @@ impl OpenAi {
     pub fn standard() -> Self {
         OpenAi {
             azure_api_version: None,
+            stream_usage: true,
         }
+    }
+
+    /// The same adapter, asking for usage on every stream or not (default: asking).
+    pub fn with_stream_usage(mut self, on: bool) -> Self {
+        self.stream_usage = on;
+        self
     }
 
     /// Azure shape: `POST {base}/openai/deployments/{deployment}/chat/completions
@@ -42,6 +58,7 @@ impl OpenAi {
     pub fn azure(api_version: String) -> Self {
         OpenAi {
             azure_api_version: Some(api_version),
+            stream_usage: true,
         }
     }
 }
@@ -67,18 +84,100 @@ struct Outgoing<'a> {
     extra: &'a Map<String, Value>,
 }
 
+/// Whether `hay` contains `needle` (a short ASCII needle).
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    let Some(&first) = needle.first() else {
+        return true;
+    };
+    let mut i = 0;
+    while let Some(p) = hay[i..].iter().position(|&b| b == first) {
+        let at = i + p;
+        if hay[at..].starts_with(needle) {
+            return true;
+        }
+        i = at + 1;
+    }
+    false
+}
+
+/// Removes `cache_control` from an object, and from the objects of its `content`
+/// array (content parts) or `function` member (tools). Returns whether any was
+/// removed.
+fn strip_cache_control(obj: &mut Map<String, Value>) -> bool {
+    let mut hit = obj.remove("cache_control").is_some();
+    if let Some(Value::Array(parts)) = obj.get_mut("content") {
+        for p in parts {
+            if let Value::Object(p) = p {
+                hit |= p.remove("cache_control").is_some();
+            }
+        }
+    }
+    if let Some(Value::Object(f)) = obj.get_mut("function") {
+        hit |= f.remove("cache_control").is_some();
+    }
+    hit
+}
+
 impl OpenAi {
-    /// Serializes the typed request with `model` replaced (used when `raw` is unset).
-    fn serialize(&self, target: &Target<'_>, chat: &ChatRequest) -> Result<Vec<u8>, GatewayError> {
+    /// Serializes the typed request with `model` replaced, asking for stream usage
+    /// when `ask_usage`, and without `cache_control` markers when `strip` (used when
+    /// the raw body cannot be spliced).
+    fn serialize(
+        &self,
+        target: &Target<'_>,
+        chat: &ChatRequest,
+        ask_usage: bool,
+        strip: bool,
+    ) -> Result<Vec<u8>, GatewayError> {
+        let stream_options = ask_usage.then(|| StreamOptions {
+            include_usage: Some(true),
+            extra: chat
+                .stream_options
+                .as_ref()
+                .map(|o| o.extra.clone())
+                .unwrap_or_default(),
+        });
+        let (messages, tools) = if strip {
+            let mut messages = chat.messages.clone();
+            let mut dropped = 0;
+            for m in &mut messages {
+                dropped += usize::from(strip_cache_control(&mut m.extra));
+                if let Value::Array(parts) = &mut m.content {
+                    for p in parts {
+                        if let Value::Object(p) = p {
+                            dropped += usize::from(p.remove("cache_control").is_some());
+                        }
+                    }
+                }
+            }
+            let mut tools = chat.tools.clone();
+            for t in tools.iter_mut().flatten() {
+                if let Value::Object(t) = t {
+                    dropped += usize::from(strip_cache_control(t));
+                }
+            }
+            if dropped > 0 {
+                tracing::debug!(
+                    markers = dropped,
+                    "cache_control markers removed: OpenAI-format providers do not take them"
+                );
+            }
+            (Some(messages), Some(tools))
+        } else {
+            (None, None)
+        };
         let out = Outgoing {
             model: target.model,
-            messages: &chat.messages,
+            messages: messages.as_deref().unwrap_or(&chat.messages),
             stream: chat.stream,
-            stream_options: chat.stream_options.as_ref(),
+            stream_options: stream_options.as_ref().or(chat.stream_options.as_ref()),
             max_tokens: chat.max_tokens,
             max_completion_tokens: chat.max_completion_tokens,
             temperature: chat.temperature,
-            tools: chat.tools.as_deref(),
+            tools: match &tools {
+                Some(t) => t.as_deref(),
+                None => chat.tools.as_deref(),
+            },
             extra: &chat.extra,
         };
         let json = serde_json::to_vec(&out).map_err(|e| {
@@ -97,14 +196,43 @@ impl Adapter for OpenAi {
         target: &Target<'_>,
         chat: &ChatRequest,
     ) -> Result<http::Request<Body>, GatewayError> {
-        let spliced = if chat.raw.is_empty() {
-            None
+        // Ask for usage on every stream the client did not ask it for.
+        let ask_usage = self.stream_usage && chat.is_stream() && !chat.wants_usage_chunk();
+        let strip = if chat.raw.is_empty() {
+            chat.messages.iter().any(|m| {
+                m.extra.contains_key("cache_control")
+                    || m.content
+                        .as_array()
+                        .is_some_and(|parts| parts.iter().any(|p| p.get("cache_control").is_some()))
+            }) || chat.tools.iter().flatten().any(|t| {
+                t.get("cache_control").is_some()
+                    || t.get("function")
+                        .and_then(|f| f.get("cache_control"))
+                        .is_some()
+            })
         } else {
+            contains(&chat.raw, b"cache_control\"")
+        };
+        // The splice path: the client's bytes with `model` replaced, and the usage
+        // request added when the client sent no `stream_options` at all.
+        let spliced = if chat.raw.is_empty() || strip {
+            None
+        } else if !ask_usage {
             splice::set_string(&chat.raw, "model", target.model)
+        } else if chat.stream_options.is_none()
+            // `"stream_options": null` parses as none but is in the bytes (the name
+            // inside a message only costs the serializing path).
+            && !contains(&chat.raw, b"stream_options\"")
+        {
+            splice::set_string(&chat.raw, "model", target.model).and_then(|j| {
+                splice::insert_member(&j, r#""stream_options":{"include_usage":true}"#)
+            })
+        } else {
+            None
         };
         let json = match spliced {
             Some(j) => j,
-            None => self.serialize(target, chat)?,
+            None => self.serialize(target, chat, ask_usage, strip)?,
         };
         let uri = match &self.azure_api_version {
             None => format!("{}/chat/completions", target.base_url),
@@ -251,6 +379,9 @@ impl OpenAiStream {
         obj.insert("id".into(), self.id.clone());
         obj.insert("created".into(), self.created.clone());
         obj.insert("model".into(), Value::String(self.model.clone()));
+        if !self.include_usage {
+            obj.remove("usage");
+        }
         let mut keep = obj.get("usage").is_some_and(|u| !u.is_null());
         if let Some(Value::Array(choices)) = obj.get_mut("choices") {
             for c in choices.iter_mut() {
@@ -344,6 +475,38 @@ struct DeltaView<'a> {
 
 pub use crate::sse::{write_done, write_event};
 
+/// The counts of an upstream `usage` object (missing counts are 0, the total is
+/// recomputed; cached and reasoning details kept when present).
+fn reported_usage(raw: &RawValue) -> Option<Usage> {
+    #[derive(Deserialize)]
+    struct Cached {
+        #[serde(default)]
+        cached_tokens: Option<u64>,
+    }
+    #[derive(Deserialize)]
+    struct Reasoning {
+        #[serde(default)]
+        reasoning_tokens: Option<u64>,
+    }
+    #[derive(Deserialize)]
+    struct Counts {
+        #[serde(default)]
+        prompt_tokens: u64,
+        #[serde(default)]
+        completion_tokens: u64,
+        #[serde(default)]
+        prompt_tokens_details: Option<Cached>,
+        #[serde(default)]
+        completion_tokens_details: Option<Reasoning>,
+    }
+    let c: Counts = serde_json::from_str(raw.get()).ok()?;
+    Some(
+        Usage::new(c.prompt_tokens, c.completion_tokens)
+            .with_cached(c.prompt_tokens_details.and_then(|d| d.cached_tokens))
+            .with_reasoning(c.completion_tokens_details.and_then(|d| d.reasoning_tokens)),
+    )
+}
+
 /// 502 for a stream chunk that is not what OpenAI documents.
 fn bad_chunk(why: String) -> GatewayError {
     GatewayError::new(ErrorKind::BadUpstream, why)
@@ -381,8 +544,9 @@ impl StreamTranscoder for OpenAiStream {
             .with_code(crate::error::Code::UpstreamError));
         }
         let choices = chunk.choices.as_deref().unwrap_or(&[]);
-        if chunk.usage.is_some() {
+        if let Some(u) = chunk.usage {
             self.usage_seen = true;
+            self.progress.sent.usage = reported_usage(u);
             if choices.is_empty() && !self.include_usage {
                 return Ok(StreamStep::Continue);
             }
@@ -422,8 +586,15 @@ impl StreamTranscoder for OpenAiStream {
                 self.track(d)?;
             }
         }
-        let bytes = splice::set_string(data.as_bytes(), "model", &self.model)
-            .ok_or_else(|| bad_chunk("upstream stream event is not a JSON object".into()))?;
+        // The client did not ask for usage (it was asked for on its behalf): every
+        // chunk's `usage` member (null, or a count on the last content chunk of
+        // some servers) is removed.
+        let bytes = if self.include_usage {
+            splice::set_string(data.as_bytes(), "model", &self.model)
+        } else {
+            splice::set_string_dropping(data.as_bytes(), "model", &self.model, "usage")
+        }
+        .ok_or_else(|| bad_chunk("upstream stream event is not a JSON object".into()))?;
         out.put_slice(b"data: ");
         out.put_slice(&bytes);
         out.put_slice(b"\n\n");

@@ -163,3 +163,135 @@ fn provider_usage_chunk_passes_through_when_asked() {
     let (out, _) = relay(&chunks, false, true);
     assert!(!out.contains("\"prompt_tokens\""));
 }
+
+/// The JSON body `OpenAi::standard()` sends upstream for `c`.
+fn sent(c: &ChatRequest) -> Value {
+    sent_by(&OpenAi::standard(), c)
+}
+
+fn sent_by(adapter: &OpenAi, c: &ChatRequest) -> Value {
+    use http_body_util::BodyExt;
+    let t = Target {
+        base_url: "http://h/v1",
+        model: "up",
+        api_key: None,
+    };
+    let req = adapter.request(&t, c).unwrap();
+    let bytes = futures_util::FutureExt::now_or_never(req.into_body().collect())
+        .unwrap()
+        .unwrap()
+        .to_bytes();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+#[test]
+fn streams_always_ask_for_usage_and_other_bytes_stay_as_sent() {
+    // No stream_options: spliced in, the rest byte for byte.
+    let raw = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],"seed":3}"#;
+    let c = ChatRequest::parse_bytes(bytes::Bytes::from_static(raw.as_bytes())).unwrap();
+    let v = sent(&c);
+    assert_eq!(
+        v["stream_options"],
+        serde_json::json!({"include_usage": true})
+    );
+    assert_eq!(v["model"], "up");
+    assert_eq!(v["seed"], 3);
+    // Unless the provider is configured not to (`stream_usage: false`).
+    let off = sent_by(&OpenAi::standard().with_stream_usage(false), &c);
+    assert!(off.get("stream_options").is_none());
+    // stream_options without include_usage: serialized, its other options kept.
+    let raw = r#"{"model":"m","stream":true,"stream_options":{"include_usage":false,"x":1},"messages":[{"role":"user","content":"hi"}]}"#;
+    let c = ChatRequest::parse_bytes(bytes::Bytes::from_static(raw.as_bytes())).unwrap();
+    assert_eq!(
+        sent(&c)["stream_options"],
+        serde_json::json!({"include_usage": true, "x": 1})
+    );
+    // `stream_options: null` is replaced, not duplicated.
+    let raw = r#"{"model":"m","stream":true,"stream_options":null,"messages":[{"role":"user","content":"hi"}]}"#;
+    let c = ChatRequest::parse_bytes(bytes::Bytes::from_static(raw.as_bytes())).unwrap();
+    let text = {
+        use http_body_util::BodyExt;
+        let t = Target {
+            base_url: "http://h/v1",
+            model: "up",
+            api_key: None,
+        };
+        let req = OpenAi::standard().request(&t, &c).unwrap();
+        futures_util::FutureExt::now_or_never(req.into_body().collect())
+            .unwrap()
+            .unwrap()
+            .to_bytes()
+    };
+    let text = String::from_utf8(text.to_vec()).unwrap();
+    assert_eq!(text.matches("stream_options").count(), 1, "{text}");
+    assert!(
+        text.contains(r#""stream_options":{"include_usage":true}"#),
+        "{text}"
+    );
+    // Not a stream: nothing added.
+    let c = ChatRequest::parse_bytes(bytes::Bytes::from_static(
+        br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#,
+    ))
+    .unwrap();
+    assert!(sent(&c).get("stream_options").is_none());
+}
+
+#[test]
+fn usage_asked_for_the_gateway_is_stripped_from_every_chunk_and_recorded() {
+    let chunks = fixture("openai/openai-text.chunks.txt");
+    let mut t = OpenAi::standard().stream(StreamContext {
+        logical_model: "gpt-4o".into(),
+        include_usage: false,
+        prompt_tokens_estimate: 11,
+        track: false,
+        resume: None,
+    });
+    let mut out = BytesMut::new();
+    let mut parser = SseParser::new();
+    for line in chunks.lines().filter(|l| !l.is_empty()) {
+        parser.push(format!("data: {line}\n\n").as_bytes()).unwrap();
+    }
+    parser.push(b"data: [DONE]\n\n").unwrap();
+    while let Some(ev) = parser.next_event() {
+        if t.event(&ev, &mut out).unwrap() == StreamStep::Done {
+            break;
+        }
+    }
+    let text = String::from_utf8(out.to_vec()).unwrap();
+    assert!(!text.contains("\"usage\""), "no usage member left");
+    assert!(text.contains("\"obfuscation\""), "other members untouched");
+    let reported = t.sent().usage.expect("the provider's usage is kept");
+    assert_eq!(reported.prompt_tokens, 16);
+    assert_eq!(reported.completion_tokens, 300);
+    assert_eq!(
+        reported.prompt_tokens_details.map(|d| d.cached_tokens),
+        Some(0)
+    );
+}
+
+#[test]
+fn cache_control_markers_are_removed_for_openai_format_providers() {
+    let raw = r#"{"model":"m","messages":[
+        {"role":"system","content":[{"type":"text","text":"long","cache_control":{"type":"ephemeral","ttl":"1h"}}]},
+        {"role":"user","content":"the words cache_control stay in text","cache_control":{"type":"ephemeral"}}],
+        "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}},"cache_control":{"type":"ephemeral"}}]}"#;
+    let c = ChatRequest::parse_bytes(bytes::Bytes::from(raw.to_string())).unwrap();
+    let v = sent(&c);
+    assert_eq!(
+        v["messages"][0]["content"][0],
+        serde_json::json!({"type": "text", "text": "long"})
+    );
+    assert!(v["messages"][1].get("cache_control").is_none());
+    assert_eq!(
+        v["messages"][1]["content"],
+        "the words cache_control stay in text"
+    );
+    assert!(v["tools"][0].get("cache_control").is_none());
+    assert_eq!(v["tools"][0]["function"]["name"], "f");
+    assert_eq!(v["model"], "up");
+    // The typed path (raw cleared by a layer that changed the request) too.
+    let mut c = c;
+    c.raw = bytes::Bytes::new();
+    let v2 = sent(&c);
+    assert_eq!(v, v2);
+}

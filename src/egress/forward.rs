@@ -1,0 +1,297 @@
+//! Which of the client's request headers reach the provider.
+//!
+//! The rule, applied to every upstream request after the adapter built it:
+//! 1. Never forwarded, whatever the config says: the client's credentials
+//!    (`Authorization`, `Proxy-Authorization`, `x-api-key`, `api-key`,
+//!    `x-goog-api-key`, `Cookie`), hop-by-hop headers (RFC 9110 §7.6.1:
+//!    `Connection` and the names it lists, `Keep-Alive`, `Proxy-Connection`, `TE`,
+//!    `Trailer`, `Transfer-Encoding`, `Upgrade`), the headers that describe the
+//!    body or the connection and are set for the upstream request itself (`Host`,
+//!    `Content-Length`, `Content-Type`, `Content-Encoding`, `Accept`,
+//!    `Accept-Encoding`, `Expect`), and Switchyard's own `x-switchyard-*`.
+//! 2. Always forwarded: W3C Trace Context `traceparent` and `tracestate`, so a
+//!    trace continues through the gateway.
+//! 3. `User-Agent`: the client's, with ` switchyard/VERSION` appended
+//!    (`switchyard/VERSION` alone when the client sent none).
+//! 4. Only to providers of kind `openai`: `OpenAI-Organization`, `OpenAI-Project`
+//!    (they select the billing org and project of *OpenAI* accounts, meaningless
+//!    and possibly misread elsewhere) and the OpenAI SDKs' `x-stainless-*`
+//!    telemetry (SDK language, version, OS, retry count: OpenAI reads them; other
+//!    providers have no use for them, so they are not spread further by default).
+//! 5. The names the operator lists in `providers.<name>.forward_headers`
+//!    (case-insensitive; a trailing `*` matches a prefix, e.g. `x-stainless-*`).
+//!
+//! A header the adapter already set (its key, `anthropic-version`, ...) is never
+//! replaced. Everything else the client sent stays at the gateway.
+
+use http::header::{HeaderMap, HeaderValue};
+
+use crate::config::headers::{never_forwarded, Listed};
+use crate::config::ProviderKind;
+
+/// The `User-Agent` suffix Switchyard adds.
+pub const USER_AGENT: &str = concat!("switchyard/", env!("CARGO_PKG_VERSION"));
+
+/// The client headers that any provider might be sent (everything but what step 1
+/// of the rule excludes), kept with the request for [`apply`]. The values are
+/// shared with the client's request, not copied.
+pub fn candidates(client: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(client.keys_len());
+    for (name, value) in client {
+        if !never_forwarded(name.as_str()) {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    // `Connection` is dropped above; keep the names it marks hop-by-hop out too.
+    for v in client.get_all(http::header::CONNECTION) {
+        for t in v.to_str().unwrap_or("").split(',') {
+            out.remove(t.trim());
+        }
+    }
+    out
+}
+
+/// Whether the rule forwards `name` (lowercase) to a provider of `kind` with
+/// `listed` headers; `User-Agent` is handled apart.
+fn forwarded(name: &str, kind: ProviderKind, listed: &[Listed]) -> bool {
+    if never_forwarded(name) {
+        return false;
+    }
+    matches!(name, "traceparent" | "tracestate")
+        || (kind == ProviderKind::OpenAi
+            && (matches!(name, "openai-organization" | "openai-project")
+                || name.starts_with("x-stainless-")))
+        || listed.iter().any(|l| l.matches(name))
+}
+
+/// Copies into `upstream` (the built provider request's headers) the client
+/// headers the rule forwards (see the module doc), and sets `User-Agent`.
+///
+/// `client` may be the client's own headers or their [`candidates`].
+pub fn apply(client: &HeaderMap, kind: ProviderKind, listed: &[Listed], upstream: &mut HeaderMap) {
+    // Names the client's `Connection` header marks hop-by-hop.
+    let hop = |name: &str| {
+        client
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(name))
+    };
+    // Names copied so far: their further values follow (the adapter's own
+    // headers, present before, are never added to).
+    let mut copied: Vec<&http::header::HeaderName> = Vec::new();
+    for (name, value) in client {
+        if !copied.contains(&name) {
+            let n = name.as_str();
+            if name == http::header::USER_AGENT
+                || !forwarded(n, kind, listed)
+                || upstream.contains_key(name)
+                || hop(n)
+            {
+                continue;
+            }
+            copied.push(name);
+        }
+        upstream.append(name.clone(), value.clone());
+    }
+    if !upstream.contains_key(http::header::USER_AGENT) {
+        let ua = match client
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+        {
+            Some(theirs) => HeaderValue::from_str(&format!("{theirs} {USER_AGENT}"))
+                .unwrap_or(HeaderValue::from_static(USER_AGENT)),
+            None => HeaderValue::from_static(USER_AGENT),
+        };
+        upstream.insert(http::header::USER_AGENT, ua);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::header::HeaderName;
+
+    use super::*;
+
+    /// The headers the OpenAI Python SDK (1.x) sends on a chat completion, plus
+    /// an operator's tag, a second credential, a cookie, a hop-by-hop header and
+    /// trace context.
+    fn sdk_headers() -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("host", "gw:8080"),
+            ("accept-encoding", "gzip, deflate"),
+            ("connection", "keep-alive, x-hop"),
+            ("accept", "application/json"),
+            ("content-type", "application/json"),
+            ("user-agent", "OpenAI/Python 1.55.0"),
+            ("x-stainless-lang", "python"),
+            ("x-stainless-package-version", "1.55.0"),
+            ("x-stainless-os", "Linux"),
+            ("x-stainless-arch", "x64"),
+            ("x-stainless-runtime", "CPython"),
+            ("x-stainless-runtime-version", "3.12.1"),
+            ("authorization", "Bearer sk-client"),
+            ("openai-organization", "org-1"),
+            ("openai-project", "proj-1"),
+            ("x-stainless-async", "false"),
+            ("x-stainless-retry-count", "0"),
+            ("x-stainless-read-timeout", "600"),
+            ("x-stainless-timeout", "600"),
+            ("content-length", "90"),
+            ("x-request-tag", "a"),
+            ("x-api-key", "also-secret"),
+            ("cookie", "s=1"),
+            ("x-hop", "1"),
+            (
+                "traceparent",
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            ),
+            ("tracestate", "vendor=x"),
+        ] {
+            h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    fn names(h: &HeaderMap) -> Vec<&str> {
+        let mut v: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn to_openai_trace_org_project_and_sdk_telemetry_go_but_never_credentials() {
+        let mut up = HeaderMap::new();
+        up.insert(
+            "authorization",
+            HeaderValue::from_static("Bearer sk-gateway"),
+        );
+        apply(&sdk_headers(), ProviderKind::OpenAi, &[], &mut up);
+        assert_eq!(
+            up["authorization"], "Bearer sk-gateway",
+            "the adapter's key stays"
+        );
+        assert_eq!(
+            up["user-agent"],
+            format!(
+                "OpenAI/Python 1.55.0 switchyard/{}",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+        assert_eq!(up["openai-organization"], "org-1");
+        assert_eq!(
+            up["traceparent"],
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        );
+        for never in [
+            "x-api-key",
+            "cookie",
+            "x-hop",
+            "connection",
+            "host",
+            "content-length",
+        ] {
+            assert!(!up.contains_key(never), "{never} must not be forwarded");
+        }
+        assert_eq!(
+            up.keys()
+                .filter(|k| k.as_str().starts_with("x-stainless-"))
+                .count(),
+            10
+        );
+    }
+
+    #[test]
+    fn to_other_providers_only_trace_context_user_agent_and_listed_headers_go() {
+        let listed = [Listed::parse("X-Request-Tag").unwrap()];
+        let mut up = HeaderMap::new();
+        up.insert("x-api-key", HeaderValue::from_static("gateway-key"));
+        apply(&sdk_headers(), ProviderKind::Anthropic, &listed, &mut up);
+        assert_eq!(
+            names(&up),
+            [
+                "traceparent",
+                "tracestate",
+                "user-agent",
+                "x-api-key",
+                "x-request-tag"
+            ]
+        );
+        assert_eq!(up["x-api-key"], "gateway-key");
+    }
+
+    #[test]
+    fn no_client_user_agent_is_switchyard_alone_and_prefixes_match() {
+        let mut client = HeaderMap::new();
+        client.insert("x-stainless-lang", HeaderValue::from_static("python"));
+        let mut up = HeaderMap::new();
+        let listed = [Listed::parse("x-stainless-*").unwrap()];
+        apply(&client, ProviderKind::OpenAiCompatible, &listed, &mut up);
+        assert_eq!(up["user-agent"], USER_AGENT);
+        assert_eq!(up["x-stainless-lang"], "python");
+    }
+
+    #[test]
+    fn candidates_leave_out_credentials_and_hop_by_hop_and_forward_the_same() {
+        let c = candidates(&sdk_headers());
+        for never in [
+            "authorization",
+            "x-api-key",
+            "cookie",
+            "connection",
+            "x-hop",
+            "host",
+        ] {
+            assert!(!c.contains_key(never), "{never}");
+        }
+        let (mut a, mut b) = (HeaderMap::new(), HeaderMap::new());
+        apply(&sdk_headers(), ProviderKind::OpenAi, &[], &mut a);
+        apply(&c, ProviderKind::OpenAi, &[], &mut b);
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn every_value_of_a_repeated_header_goes_and_adapter_headers_are_not_added_to() {
+        let mut client = HeaderMap::new();
+        client.append("tracestate", HeaderValue::from_static("a=1"));
+        client.append("tracestate", HeaderValue::from_static("b=2"));
+        client.append("anthropic-beta", HeaderValue::from_static("client-beta"));
+        let mut up = HeaderMap::new();
+        up.insert("anthropic-beta", HeaderValue::from_static("adapter-beta"));
+        let listed = [Listed::parse("anthropic-beta").unwrap()];
+        apply(
+            &candidates(&client),
+            ProviderKind::Anthropic,
+            &listed,
+            &mut up,
+        );
+        let values: Vec<_> = up.get_all("tracestate").iter().collect();
+        assert_eq!(values, ["a=1", "b=2"]);
+        let beta: Vec<_> = up.get_all("anthropic-beta").iter().collect();
+        assert_eq!(beta, ["adapter-beta"]);
+    }
+
+    #[test]
+    fn config_cannot_list_credentials_or_hop_by_hop_headers() {
+        for bad in [
+            "Authorization",
+            "x-api-key",
+            "Cookie",
+            "connection",
+            "x-goog-*",
+            "a*",
+            "x-switchyard-x",
+            "bad name",
+        ] {
+            assert!(Listed::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            Listed::parse("Anthropic-Beta").unwrap(),
+            Listed::Name("anthropic-beta".into())
+        );
+    }
+}
