@@ -182,12 +182,17 @@ pub(super) fn result_text(content: &Value) -> String {
 
 impl Turn {
     /// The turn of an OpenAI Chat Completions request: the tool result is a trailing
-    /// `role: tool` message; tools are `tools[].function` with `parameters`.
+    /// `role: tool` message; tools are `tools[].function` with `parameters`; no call
+    /// with `tool_choice: "none"` or after a trailing assistant message (a prefill).
     pub fn from_openai(req: &ChatRequest, prefill: bool) -> Turn {
         let last = req.messages.last();
         let action = match last {
             Some(m) if m.role == "tool" || m.role == "function" => {
                 Action::AfterResult(result_text(&m.content))
+            }
+            Some(m) if m.role == "assistant" => Action::Text,
+            _ if req.extra.get("tool_choice").and_then(Value::as_str) == Some("none") => {
+                Action::Text
             }
             _ => match req.tools.as_deref().and_then(|t| t.first()) {
                 Some(t) => {

@@ -8,6 +8,7 @@ mod common;
 mod failover;
 mod failures;
 mod limits;
+mod mock_formats;
 mod policy;
 mod proxy;
 mod regression;
