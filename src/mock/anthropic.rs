@@ -17,7 +17,7 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::{json, Value};
 
 use super::turn::{result_text, tool_args, Text};
-use super::{Action, Finish, Limits, Reply, Turn};
+use super::{Action, Finish, Limits, Reply, Signature, Turn};
 use crate::body::{self, Body};
 
 /// A 400 in Anthropic's shape: `invalid_request_error` with `message`.
@@ -68,6 +68,73 @@ fn content_text(content: &Value, i: usize, text: &mut Text) -> Result<(), String
         }
     }
     Ok(())
+}
+
+/// Whether the request asks to think (`thinking` `enabled` or `adaptive`); `Err` for
+/// a budget below 1024 tokens or not below `max_tokens`, as the API refuses them.
+fn thinking(t: Option<&Value>, max_tokens: u64) -> Result<bool, Response<Body>> {
+    let Some(t) = t.filter(|t| !t.is_null()) else {
+        return Ok(false);
+    };
+    match t.get("type").and_then(Value::as_str) {
+        Some("disabled") => Ok(false),
+        Some("adaptive") => Ok(true),
+        Some("enabled") => {
+            let budget = t
+                .get("budget_tokens")
+                .and_then(Value::as_u64)
+                .ok_or_else(|| invalid("thinking.enabled.budget_tokens: Field required"))?;
+            if budget < 1024 {
+                return Err(invalid(
+                    "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024",
+                ));
+            }
+            if max_tokens <= budget {
+                return Err(invalid(
+                    "`max_tokens` must be greater than `thinking.budget_tokens`",
+                ));
+            }
+            Ok(true)
+        }
+        _ => Err(invalid(
+            "thinking.type: Input tag does not match any of the expected tags: 'enabled', 'disabled', 'adaptive'",
+        )),
+    }
+}
+
+/// With thinking on, a conversation continuing after tool results: the assistant
+/// message with the `tool_use` blocks must start with its thinking block (the API
+/// refuses it otherwise); how that block's `signature` came back.
+fn replayed_thinking(messages: &[Value]) -> Result<Option<Signature>, Response<Body>> {
+    let [.., assistant, last] = messages else {
+        return Ok(None);
+    };
+    let blocks = assistant.get("content").and_then(Value::as_array);
+    let has_tool_use = blocks
+        .into_iter()
+        .flatten()
+        .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"));
+    if last_tool_result(last).is_none() || !has_tool_use {
+        return Ok(None);
+    }
+    let i = messages.len() - 2;
+    let first = blocks.and_then(|b| b.first());
+    match first.and_then(|b| b.get("type")).and_then(Value::as_str) {
+        Some("thinking") => {
+            let sig = first.and_then(|b| b.get("signature")).and_then(Value::as_str);
+            match super::turn::classify_signature(sig, THINKING_TAG, None) {
+                Signature::Missing => Err(invalid(format!(
+                    "messages.{i}.content.0.thinking.signature: Field required"
+                ))),
+                s => Ok(Some(s)),
+            }
+        }
+        Some("redacted_thinking") => Ok(Some(Signature::Foreign)),
+        found => Err(invalid(format!(
+            "messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{}`. When `thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We recommend you include thinking blocks from previous turns. To avoid this requirement, disable `thinking`.",
+            found.unwrap_or("text")
+        ))),
+    }
 }
 
 /// The text of a trailing assistant message (the prefill), if the last message is one.
@@ -168,6 +235,12 @@ pub fn parse(headers: &HeaderMap, body: &[u8], prefill: bool) -> Result<Turn, Re
             "messages: final assistant content cannot end with trailing whitespace",
         ));
     }
+    let thinking = thinking(obj.get("thinking"), cap)?;
+    let signature = if thinking {
+        replayed_thinking(messages)?
+    } else {
+        None
+    };
     let tools = obj.get("tools").and_then(Value::as_array);
     let no_tools = obj
         .get("tool_choice")
@@ -191,6 +264,8 @@ pub fn parse(headers: &HeaderMap, body: &[u8], prefill: bool) -> Result<Turn, Re
         _ => None,
     };
     let mut turn = Turn {
+        thinking,
+        signature,
         model,
         stream: obj.get("stream").and_then(Value::as_bool).unwrap_or(false),
         include_usage: false,
@@ -230,15 +305,26 @@ fn input(args: &str) -> Value {
     serde_json::from_str(args).unwrap_or_else(|_| json!({}))
 }
 
+/// What each issued thinking signature starts with once decoded.
+const THINKING_TAG: &str = "switchyard-mock-thinking:";
+
+/// The `signature` of request `n`'s thinking block.
+fn thinking_signature(n: u64) -> String {
+    super::turn::issue_signature(THINKING_TAG, n)
+}
+
 /// The whole `message` body.
 pub(super) fn json(r: &Reply<'_>) -> Value {
-    let content = match &r.call {
-        Some(c) => {
-            json!([{"type": "tool_use", "id": c.id, "name": c.name, "input": input(&c.args)}])
-        }
-        None if r.words.is_empty() => json!([]),
-        None => json!([{"type": "text", "text": r.words.concat()}]),
-    };
+    let mut content = Vec::new();
+    if !r.thinking.is_empty() {
+        content.push(json!({"type": "thinking", "thinking": r.thinking.concat(), "signature": thinking_signature(r.n)}));
+    }
+    match &r.call {
+        Some(c) => content
+            .push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input(&c.args)})),
+        None if r.words.is_empty() => {}
+        None => content.push(json!({"type": "text", "text": r.words.concat()})),
+    }
     let mut u = usage(r.usage.prompt_tokens, r.usage.completion_tokens);
     u["service_tier"] = json!("standard");
     json!({
@@ -265,10 +351,12 @@ fn event(v: &Value) -> Bytes {
     Bytes::from(out)
 }
 
-/// The stream's events: `message_start`, one content block (`text` with a
-/// `text_delta` a token, or `tool_use` with its input in `input_json_delta`
-/// pieces) with a `ping` after its start, `content_block_stop`, `message_delta` (stop
-/// reason, cumulative usage) and `message_stop`.
+/// The stream's events: `message_start`; when thinking, a `thinking` block (a
+/// `thinking_delta` a token, then its `signature_delta`); the answer's block (`text`
+/// with a `text_delta` a token, or `tool_use` with its input in `input_json_delta`
+/// pieces); a `ping` after the first block's start; each block's
+/// `content_block_stop`; `message_delta` (stop reason, cumulative usage) and
+/// `message_stop`.
 pub(super) fn chunks(r: &Reply<'_>) -> Vec<Bytes> {
     let mut u = usage(r.usage.prompt_tokens, 1);
     u["service_tier"] = json!("standard");
@@ -279,35 +367,55 @@ pub(super) fn chunks(r: &Reply<'_>) -> Vec<Bytes> {
             "content": [], "stop_reason": null, "stop_sequence": null, "usage": u,
         },
     }))];
-    let delta = |d: Value| event(&json!({"type": "content_block_delta", "index": 0, "delta": d}));
+    let delta =
+        |i: u32, d: Value| event(&json!({"type": "content_block_delta", "index": i, "delta": d}));
+    let start = |i: u32, block: Value| {
+        event(&json!({"type": "content_block_start", "index": i, "content_block": block}))
+    };
+    let stop = |i: u32| event(&json!({"type": "content_block_stop", "index": i}));
+    let ping = || event(&json!({"type": "ping"}));
+    let mut index = 0;
+    if !r.thinking.is_empty() {
+        out.push(start(
+            0,
+            json!({"type": "thinking", "thinking": "", "signature": ""}),
+        ));
+        out.push(ping());
+        for w in &r.thinking {
+            out.push(delta(0, json!({"type": "thinking_delta", "thinking": w})));
+        }
+        let sig = thinking_signature(r.n);
+        out.push(delta(
+            0,
+            json!({"type": "signature_delta", "signature": sig}),
+        ));
+        out.push(stop(0));
+        index = 1;
+    }
     match &r.call {
         Some(c) => {
-            out.push(event(&json!({
-                "type": "content_block_start", "index": 0,
-                "content_block": {"type": "tool_use", "id": c.id, "name": c.name, "input": {}},
-            })));
-            out.push(event(&json!({"type": "ping"})));
-            out.push(delta(
-                json!({"type": "input_json_delta", "partial_json": ""}),
-            ));
-            for piece in super::openai::pieces(&c.args) {
-                out.push(delta(
-                    json!({"type": "input_json_delta", "partial_json": piece}),
-                ));
+            let block = json!({"type": "tool_use", "id": c.id, "name": c.name, "input": {}});
+            out.push(start(index, block));
+            if index == 0 {
+                out.push(ping());
+            }
+            let piece = |p: &str| json!({"type": "input_json_delta", "partial_json": p});
+            out.push(delta(index, piece("")));
+            for p in super::openai::pieces(&c.args) {
+                out.push(delta(index, piece(p)));
             }
         }
         None => {
-            out.push(event(&json!({
-                "type": "content_block_start", "index": 0,
-                "content_block": {"type": "text", "text": ""},
-            })));
-            out.push(event(&json!({"type": "ping"})));
+            out.push(start(index, json!({"type": "text", "text": ""})));
+            if index == 0 {
+                out.push(ping());
+            }
             for w in &r.words {
-                out.push(delta(json!({"type": "text_delta", "text": w})));
+                out.push(delta(index, json!({"type": "text_delta", "text": w})));
             }
         }
     }
-    out.push(event(&json!({"type": "content_block_stop", "index": 0})));
+    out.push(stop(index));
     out.push(event(&json!({
         "type": "message_delta",
         "delta": {"stop_reason": stop_reason(r.finish), "stop_sequence": null},

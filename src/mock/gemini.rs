@@ -13,7 +13,6 @@
 //! `google.rpc.RetryInfo`). Gemini sends no rate-limit headers. Checked against the
 //! recorded answers in `shared/fixtures/provider-wire/gemini/`.
 
-use base64::Engine as _;
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use serde_json::{json, Value};
@@ -30,18 +29,11 @@ pub(super) const SKIP: &str = "skip_thought_signature_validator";
 /// The `thoughtSignature` issued with the tool call of request `n`: base64 of
 /// `switchyard-mock:<n in hex>`.
 pub(super) fn signature(n: u64) -> String {
-    base64::engine::general_purpose::STANDARD.encode(format!("{SIGNATURE_TAG}{n:016x}"))
+    super::turn::issue_signature(SIGNATURE_TAG, n)
 }
 
 fn classify(sig: Option<&str>) -> Signature {
-    match sig {
-        None => Signature::Missing,
-        Some(SKIP) => Signature::Skip,
-        Some(s) => match base64::engine::general_purpose::STANDARD.decode(s) {
-            Ok(b) if b.starts_with(SIGNATURE_TAG.as_bytes()) => Signature::Echoed,
-            _ => Signature::Foreign,
-        },
-    }
+    super::turn::classify_signature(sig, SIGNATURE_TAG, Some(SKIP))
 }
 
 /// An error in Google's shape with `code` (HTTP status), `status` and `message`.
@@ -231,7 +223,14 @@ pub fn parse(
         Some(p) if prefill => Some((p, text.without_last())),
         _ => None,
     };
+    let thinking = obj
+        .get("generationConfig")
+        .and_then(|g| g.get("thinkingConfig"))
+        .and_then(|t| t.get("includeThoughts"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let mut turn = Turn {
+        thinking,
         model: model.to_string(),
         stream,
         include_usage: false,
@@ -257,24 +256,35 @@ fn id(r: &Reply<'_>) -> String {
     format!("mock{:016x}", r.n)
 }
 
-/// `usageMetadata` with `output` candidate tokens.
-fn usage(prompt: u64, output: u64) -> Value {
-    json!({
+/// `usageMetadata` with `output` candidate tokens and `thoughts` thinking tokens
+/// (which `candidatesTokenCount` excludes and `totalTokenCount` includes).
+fn usage(prompt: u64, output: u64, thoughts: u64) -> Value {
+    let mut u = json!({
         "promptTokenCount": prompt,
         "candidatesTokenCount": output,
-        "totalTokenCount": prompt + output,
+        "totalTokenCount": prompt + output + thoughts,
         "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt}],
-    })
+    });
+    if thoughts > 0 {
+        u["thoughtsTokenCount"] = json!(thoughts);
+    }
+    u
 }
 
-fn response(r: &Reply<'_>, parts: Value, finish: Option<&str>, output: u64) -> Value {
+/// A response of `parts`, with `output` answer and `thoughts` thinking tokens so far.
+fn response(
+    r: &Reply<'_>,
+    parts: Value,
+    finish: Option<&str>,
+    (output, thoughts): (u64, u64),
+) -> Value {
     let mut candidate = json!({"content": {"parts": parts, "role": "model"}, "index": 0});
     if let Some(f) = finish {
         candidate["finishReason"] = json!(f);
     }
     json!({
         "candidates": [candidate],
-        "usageMetadata": usage(r.usage.prompt_tokens, output),
+        "usageMetadata": usage(r.usage.prompt_tokens, output, thoughts),
         "modelVersion": r.turn.model,
         "responseId": id(r),
     })
@@ -288,12 +298,18 @@ fn call_part(r: &Reply<'_>) -> Option<Value> {
 
 /// The whole `GenerateContentResponse`.
 pub(super) fn json(r: &Reply<'_>) -> Value {
-    let parts = match call_part(r) {
-        Some(p) => json!([p]),
-        None => json!([{"text": r.words.concat()}]),
-    };
-    let out = r.usage.completion_tokens;
-    let mut v = response(r, parts, Some(finish_reason(r.finish)), out);
+    let mut parts = Vec::new();
+    if !r.thinking.is_empty() {
+        parts.push(json!({"text": r.thinking.concat(), "thought": true}));
+    }
+    parts.push(call_part(r).unwrap_or_else(|| json!({"text": r.words.concat()})));
+    let counts = (r.answer_tokens(), r.thinking.len() as u64);
+    let mut v = response(
+        r,
+        Value::Array(parts),
+        Some(finish_reason(r.finish)),
+        counts,
+    );
     if r.call.is_some() {
         // Only whole answers carry it (recorded from Gemini).
         v["candidates"][0]["finishMessage"] = json!("Model generated function call(s).");
@@ -302,34 +318,39 @@ pub(super) fn json(r: &Reply<'_>) -> Value {
 }
 
 /// The stream's events, each a whole response with only the new parts and the usage
-/// so far: one a token, the last with `finishReason`; a function call comes whole in
-/// one event, then an empty text part with `finishReason` (as recorded from Gemini).
+/// so far: thought parts first (one a token) when thinking, then one a token, the last
+/// with `finishReason`; a function call comes whole in one event, then an empty text
+/// part with `finishReason` (as recorded from Gemini).
 pub(super) fn chunks(r: &Reply<'_>) -> Vec<Bytes> {
     let finish = finish_reason(r.finish);
-    let total = r.usage.completion_tokens;
-    if let Some(p) = call_part(r) {
-        return vec![
-            sse_data(&response(r, json!([p]), None, total)),
-            sse_data(&response(r, json!([{"text": ""}]), Some(finish), total)),
-        ];
-    }
-    if r.words.is_empty() {
-        return vec![sse_data(&response(
-            r,
-            json!([{"text": ""}]),
-            Some(finish),
-            0,
-        ))];
-    }
-    let last = r.words.len() - 1;
-    r.words
+    let total = r.answer_tokens();
+    let thoughts = r.thinking.len() as u64;
+    let mut out: Vec<Bytes> = r
+        .thinking
         .iter()
         .enumerate()
         .map(|(i, w)| {
-            let f = (i == last).then_some(finish);
-            sse_data(&response(r, json!([{"text": w}]), f, i as u64 + 1))
+            let parts = json!([{"text": w, "thought": true}]);
+            sse_data(&response(r, parts, None, (0, i as u64 + 1)))
         })
-        .collect()
+        .collect();
+    let end = json!([{"text": ""}]);
+    if let Some(p) = call_part(r) {
+        out.push(sse_data(&response(r, json!([p]), None, (total, thoughts))));
+        out.push(sse_data(&response(r, end, Some(finish), (total, thoughts))));
+        return out;
+    }
+    if r.words.is_empty() {
+        out.push(sse_data(&response(r, end, Some(finish), (0, thoughts))));
+        return out;
+    }
+    let last = r.words.len() - 1;
+    out.extend(r.words.iter().enumerate().map(|(i, w)| {
+        let f = (i == last).then_some(finish);
+        let counts = (i as u64 + 1, thoughts);
+        sse_data(&response(r, json!([{"text": w}]), f, counts))
+    }));
+    out
 }
 
 /// The error event of `error_after_chunks`: a response holding only Google's error.

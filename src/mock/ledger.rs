@@ -21,14 +21,14 @@ pub(super) struct Ledger {
 
 impl Ledger {
     /// Records request `n`: its answer's HTTP `status`, and the usage reported when it
-    /// succeeded.
+    /// succeeded with how many of its completion tokens were thinking.
     pub(super) fn record(
         &self,
         n: u64,
         wire: Wire,
         turn: &Turn,
         status: u16,
-        usage: Option<Usage>,
+        usage: Option<(Usage, usize)>,
         call: Option<&Call>,
     ) {
         let reply = match (&turn.action, status) {
@@ -46,8 +46,9 @@ impl Ledger {
             "reply": reply,
             "prompt_tokens": turn.prompt_tokens,
         });
-        if let Some(u) = usage {
+        if let Some((u, thinking)) = usage {
             e["usage"] = json!(u);
+            e["reasoning_tokens"] = json!(thinking);
         }
         if let (Some(c), 200) = (call, status) {
             e["tool_call"] = json!({"id": c.id, "name": c.name, "arguments": c.args});

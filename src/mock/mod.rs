@@ -113,10 +113,23 @@ struct Reply<'a> {
     turn: &'a Turn,
     /// Text tokens (empty for a tool call).
     words: Vec<String>,
+    /// Thinking tokens, before the answer (empty unless the request asked to think).
+    thinking: Vec<String>,
     call: Option<Call>,
     finish: Finish,
+    /// `completion_tokens` counts thinking too, as Anthropic's `output_tokens` does.
     usage: Usage,
 }
+
+impl Reply<'_> {
+    /// Output tokens of the answer proper, thinking excluded.
+    fn answer_tokens(&self) -> u64 {
+        self.usage.completion_tokens - self.thinking.len() as u64
+    }
+}
+
+/// Length of the thinking that precedes an answer when a request asks for it, tokens.
+pub const THINKING_TOKENS: usize = 8;
 
 /// Output tokens of a tool call: its name and argument text at 4 characters a token.
 fn call_tokens(c: &Call) -> u64 {
@@ -250,7 +263,17 @@ impl MockProvider {
     pub async fn respond(&self, wire: Wire, turn: &Turn) -> Response<Body> {
         let n = self.requests.fetch_add(1, Ordering::Relaxed);
         let prompt_tokens = turn.prompt_tokens;
-        let (words, call, completion_tokens, finish) = self.plan(wire, n, turn);
+        let (words, call, answer_tokens, finish) = self.plan(wire, n, turn);
+        let thinking = if turn.thinking {
+            generate(
+                self.opts.seed ^ 0x7468_696e_6b,
+                &turn.prompt,
+                THINKING_TOKENS,
+            )
+        } else {
+            Vec::new()
+        };
+        let completion_tokens = answer_tokens + thinking.len() as u64;
         let too_long = self.opts.context_window.filter(|&w| prompt_tokens > w);
         let limits = if too_long.is_some() {
             Ok(Limits::default())
@@ -286,8 +309,14 @@ impl MockProvider {
         }
 
         let usage = Usage::new(prompt_tokens, completion_tokens);
-        self.ledger
-            .record(n, wire, turn, 200, Some(usage), call.as_ref());
+        self.ledger.record(
+            n,
+            wire,
+            turn,
+            200,
+            Some((usage, thinking.len())),
+            call.as_ref(),
+        );
         let reply = Reply {
             n,
             created: SystemTime::now()
@@ -296,6 +325,7 @@ impl MockProvider {
                 .unwrap_or_default(),
             turn,
             words,
+            thinking,
             call,
             finish,
             usage,

@@ -29,7 +29,11 @@ pub struct Turn {
     pub prefix: Option<(String, String)>,
     /// What kind of answer the conversation calls for.
     pub action: Action,
-    /// Gemini only: how the latest tool calls replayed their `thoughtSignature`.
+    /// Whether to think before answering (Anthropic `thinking`, Gemini
+    /// `thinkingConfig.includeThoughts`).
+    pub thinking: bool,
+    /// How the current turn's replayed calls (Gemini `thoughtSignature`) or thinking
+    /// blocks (Anthropic `signature`) carried their signatures.
     pub signature: Option<Signature>,
 }
 
@@ -54,13 +58,13 @@ pub enum Action {
 /// How a replayed Gemini `functionCall` part carried its `thoughtSignature`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signature {
-    /// The exact signature this emulator issued for that call.
+    /// A signature this emulator issued.
     Echoed,
     /// Gemini's documented validator-skip sentinel.
     Skip,
     /// Some other value.
     Foreign,
-    /// None at all (Gemini 3 rejects this with HTTP 400).
+    /// None at all (refused with HTTP 400, as the providers do).
     Missing,
 }
 
@@ -224,6 +228,7 @@ impl Turn {
             prompt_tokens: req.estimated_input_tokens(),
             prefix,
             action,
+            thinking: false,
             signature: None,
         }
     }
@@ -254,5 +259,25 @@ mod tests {
         );
         assert_eq!(tool_args(None), json!({}));
         assert_eq!(tool_args(Some(&json!({"type": "object"}))), json!({}));
+    }
+}
+
+/// Base64 of `tag` and `n` in hex: a signature this emulator issues.
+pub(super) fn issue_signature(tag: &str, n: u64) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(format!("{tag}{n:016x}"))
+}
+
+/// How a replayed signature relates to the ones issued with `tag`: `skip` (a
+/// documented sentinel, if any) gives [`Signature::Skip`].
+pub(super) fn classify_signature(sig: Option<&str>, tag: &str, skip: Option<&str>) -> Signature {
+    use base64::Engine as _;
+    match sig {
+        None | Some("") => Signature::Missing,
+        Some(s) if Some(s) == skip => Signature::Skip,
+        Some(s) => match base64::engine::general_purpose::STANDARD.decode(s) {
+            Ok(b) if b.starts_with(tag.as_bytes()) => Signature::Echoed,
+            _ => Signature::Foreign,
+        },
     }
 }

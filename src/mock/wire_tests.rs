@@ -683,3 +683,137 @@ async fn sse_data_events(r: Response<Body>) -> Vec<Value> {
         .map(|e| serde_json::from_str(&e.data).unwrap())
         .collect()
 }
+
+// ---- thinking ----
+
+#[tokio::test]
+async fn anthropic_thinking_comes_first_with_a_signature_and_counts_as_output() {
+    let mut body = anthropic_tools(false);
+    body["max_tokens"] = json!(2048);
+    body["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
+    let p = anthropic_provider(MockOptions::default());
+    let v = json_of(
+        p.respond(Wire::Anthropic, &anthropic_turn(body.clone()))
+            .await,
+    )
+    .await;
+    let blocks = v["content"].as_array().unwrap();
+    assert_eq!(blocks[0]["type"], "thinking");
+    assert_eq!(
+        blocks[0]["thinking"].as_str().unwrap().split(' ').count(),
+        THINKING_TOKENS
+    );
+    let sig = blocks[0]["signature"].as_str().unwrap().to_string();
+    assert_eq!(blocks[1]["type"], "tool_use");
+    assert_eq!(v["usage"]["output_tokens"], 6 + THINKING_TOKENS as u64);
+
+    body["stream"] = json!(true);
+    let ev = sse(p
+        .respond(Wire::Anthropic, &anthropic_turn(body.clone()))
+        .await)
+    .await;
+    let kinds: Vec<String> = ev
+        .iter()
+        .map(|(_, d)| {
+            format!(
+                "{}{}",
+                d["type"].as_str().unwrap(),
+                d["delta"]["type"]
+                    .as_str()
+                    .map(|t| format!("/{t}"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    assert_eq!(kinds[1..3], ["content_block_start", "ping"]);
+    assert_eq!(ev[1].1["content_block"]["type"], "thinking");
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| *k == "content_block_delta/thinking_delta")
+            .count(),
+        THINKING_TOKENS
+    );
+    assert!(kinds.contains(&"content_block_delta/signature_delta".to_string()));
+    let tool_start = ev
+        .iter()
+        .find(|(_, d)| d["content_block"]["type"] == "tool_use")
+        .unwrap();
+    assert_eq!(tool_start.1["index"], 1);
+
+    // Continuing after the tool result: the thinking block must come back first.
+    body["stream"] = json!(false);
+    let tool_use =
+        json!({"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "x"}});
+    let result = json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]});
+    let question = body["messages"][0].clone();
+    body["messages"] = json!([question, {"role": "assistant", "content": [tool_use]}, result]);
+    let r = anthropic::parse(&version(), body.to_string().as_bytes(), true).unwrap_err();
+    assert!(json_of(r).await["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("must start with a thinking block"));
+    body["messages"][1]["content"] =
+        json!([{"type": "thinking", "thinking": "t", "signature": sig}, tool_use]);
+    let turn = anthropic_turn(body.clone());
+    assert_eq!(turn.signature, Some(Signature::Echoed));
+    assert_eq!(turn.action, Action::AfterResult("sunny".into()));
+
+    let mut bad = anthropic_hello(false);
+    bad["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
+    let r = anthropic::parse(&version(), bad.to_string().as_bytes(), true).unwrap_err();
+    assert!(json_of(r).await["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("max_tokens"));
+}
+
+#[tokio::test]
+async fn gemini_thoughts_are_parts_marked_thought_and_counted_apart() {
+    let mut body = gemini_hello();
+    body["generationConfig"] = json!({"thinkingConfig": {"includeThoughts": true}});
+    let p = gemini_provider(MockOptions::default());
+    let v = json_of(
+        p.respond(Wire::Gemini, &gemini_turn(body.clone(), false))
+            .await,
+    )
+    .await;
+    let real = fixture_json("gemini/google-text.json");
+    same_names_and_types(&v["usageMetadata"], &real["usageMetadata"], "usageMetadata");
+    let parts = v["candidates"][0]["content"]["parts"].as_array().unwrap();
+    let thought = &fixture_lines("gemini/google-stream-no-args-tool-call.chunks.txt")[0];
+    same_names_and_types(
+        &parts[0],
+        &thought["candidates"][0]["content"]["parts"][0],
+        "thought",
+    );
+    assert_eq!(parts[0]["thought"], true);
+    assert!(parts[1].get("thought").is_none());
+    let u = &v["usageMetadata"];
+    assert_eq!(u["thoughtsTokenCount"], THINKING_TOKENS);
+    assert_eq!(u["candidatesTokenCount"], 16);
+    assert_eq!(u["totalTokenCount"], 12 + 16 + THINKING_TOKENS as u64);
+    let ledger = p.ledger();
+    let last = &ledger["requests"][0];
+    assert_eq!(
+        last["usage"]["completion_tokens"],
+        16 + THINKING_TOKENS as u64
+    );
+    assert_eq!(last["reasoning_tokens"], THINKING_TOKENS);
+
+    let ev = sse(p.respond(Wire::Gemini, &gemini_turn(body, true)).await).await;
+    let real = fixture_lines("gemini/google-stream-no-args-tool-call.chunks.txt");
+    same_names_and_types(
+        &ev[0].1["candidates"][0]["content"],
+        &real[0]["candidates"][0]["content"],
+        "thought",
+    );
+    assert_eq!(ev.len(), THINKING_TOKENS + 16);
+    assert!(ev[..THINKING_TOKENS]
+        .iter()
+        .all(|(_, d)| d["candidates"][0]["content"]["parts"][0]["thought"] == true));
+    assert_eq!(
+        ev.last().unwrap().1["usageMetadata"]["thoughtsTokenCount"],
+        THINKING_TOKENS
+    );
+}
