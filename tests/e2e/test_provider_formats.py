@@ -167,3 +167,53 @@ def test_a_provider_error_reaches_the_sdk_as_an_openai_error(format_client):
             model=ANTHROPIC_MODEL, messages=[{"role": "user", "content": [{"type": "text", "text": "   "}]}]
         )
     assert e.value.status_code == 400
+
+
+def reasoning_of(message: dict) -> str | None:
+    """The `reasoning_content` an OpenAI-compatible client reads (DeepSeek/vLLM style)."""
+    return message.get("reasoning_content")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="anthropic adapter (src/providers/anthropic/request.rs) does not forward "
+    "`thinking` and drops thinking blocks with their signatures from answers "
+    "(issue 13: reasoning_content, byte-exact replay)",
+)
+def test_anthropic_thinking_reaches_the_client_and_survives_the_round_trip(
+    format_client, anthropic_mock
+):
+    think = {"thinking": {"type": "enabled", "budget_tokens": 1024}}
+    first = format_client.chat.completions.create(
+        model=ANTHROPIC_MODEL, messages=[QUESTION], tools=TOOLS, max_tokens=2048, extra_body=think
+    )
+    message = first.choices[0].message.model_dump(exclude_none=True)
+    report = mock_report(anthropic_mock)[-1]
+    assert report["reasoning_tokens"] > 0, report
+    assert reasoning_of(message), message
+    assert first.choices[0].finish_reason == "tool_calls"
+    assert_usage_is_the_mocks(first.usage, report)
+    call_id = first.choices[0].message.tool_calls[0].id
+    history = [QUESTION, message, {"role": "tool", "tool_call_id": call_id, "content": RESULT}]
+    second = format_client.chat.completions.create(
+        model=ANTHROPIC_MODEL, messages=history, tools=TOOLS, max_tokens=2048, extra_body=think
+    )
+    answer = mock_report(anthropic_mock)[-1]
+    assert answer["thought_signature"] == "echoed", answer
+    assert second.choices[0].message.content.startswith(f"The tool returned: {RESULT}")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="gemini adapter (src/providers/gemini/) neither asks for thoughts "
+    "(thinkingConfig.includeThoughts) on reasoning_effort nor relays thought parts as "
+    "reasoning_content (issue 13)",
+)
+def test_gemini_thoughts_reach_the_client_as_reasoning_content(format_client, gemini_mock):
+    r = format_client.chat.completions.create(
+        model=GEMINI_MODEL, messages=[{"role": "user", "content": "hello"}], reasoning_effort="low"
+    )
+    report = mock_report(gemini_mock)[-1]
+    assert report["reasoning_tokens"] > 0, report
+    assert reasoning_of(r.choices[0].message.model_dump(exclude_none=True))
+    assert_usage_is_the_mocks(r.usage, report)

@@ -289,3 +289,33 @@ async fn provider_shaped_errors_reach_the_client_as_openai_errors() {
         assert_eq!(last_report(up).await["status"], 429);
     }
 }
+
+#[tokio::test]
+async fn a_provider_error_event_mid_stream_never_looks_like_a_complete_answer() {
+    for (format, base) in [("anthropic", "/v1"), ("gemini", "/v1beta")] {
+        // Anthropic: message_start, block start, ping, two tokens; Gemini: five tokens.
+        let up = mock(&["--format", format, "--error-after-chunks", "5"]);
+        let gw = gateway(format, base, &up);
+        let r = post(
+            &gw.url("/v1/chat/completions"),
+            &crate::common::chat("m", true, ""),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let events = r.events();
+        assert!(
+            events.iter().any(|e| e.contains("\"error\"")),
+            "{format}: {events:?}"
+        );
+        assert!(
+            !events
+                .iter()
+                .any(|e| e.contains("\"finish_reason\":\"stop\"")),
+            "{format}: {events:?}"
+        );
+        assert!(
+            !events.iter().any(|e| e == "[DONE]"),
+            "{format}: {events:?}"
+        );
+    }
+}
