@@ -21,12 +21,12 @@ use super::{Action, Finish, Limits, Reply, Signature, Turn};
 use crate::body::{self, Body};
 
 /// A 400 in Anthropic's shape: `invalid_request_error` with `message`.
-pub fn invalid(message: impl Into<String>) -> Response<Body> {
+pub fn invalid(message: impl Into<String>) -> Box<Response<Body>> {
     let v = json!({"type": "error", "error": {"type": "invalid_request_error", "message": message.into()}});
-    body::json(
+    Box::new(body::json(
         StatusCode::BAD_REQUEST,
         serde_json::to_vec(&v).unwrap_or_default(),
-    )
+    ))
 }
 
 /// The text of a message's `content`: a string, or its `text` blocks and the text of
@@ -72,7 +72,7 @@ fn content_text(content: &Value, i: usize, text: &mut Text) -> Result<(), String
 
 /// Whether the request asks to think (`thinking` `enabled` or `adaptive`); `Err` for
 /// a budget below 1024 tokens or not below `max_tokens`, as the API refuses them.
-fn thinking(t: Option<&Value>, max_tokens: u64) -> Result<bool, Response<Body>> {
+fn thinking(t: Option<&Value>, max_tokens: u64) -> Result<bool, Box<Response<Body>>> {
     let Some(t) = t.filter(|t| !t.is_null()) else {
         return Ok(false);
     };
@@ -105,7 +105,7 @@ fn thinking(t: Option<&Value>, max_tokens: u64) -> Result<bool, Response<Body>> 
 /// With thinking on, a conversation continuing after tool results: the assistant
 /// message with the `tool_use` blocks must start with its thinking block (the API
 /// refuses it otherwise); how that block's `signature` came back.
-fn replayed_thinking(messages: &[Value]) -> Result<Option<Signature>, Response<Body>> {
+fn replayed_thinking(messages: &[Value]) -> Result<Option<Signature>, Box<Response<Body>>> {
     let [.., assistant, last] = messages else {
         return Ok(None);
     };
@@ -175,7 +175,7 @@ fn last_tool_result(m: &Value) -> Option<String> {
 /// field: a missing `anthropic-version` header, `model`, `max_tokens` or `messages`,
 /// a bad role or content, an empty or blank text block, or a final assistant message
 /// ending in whitespace.
-pub fn parse(headers: &HeaderMap, body: &[u8], prefill: bool) -> Result<Turn, Response<Body>> {
+pub fn parse(headers: &HeaderMap, body: &[u8], prefill: bool) -> Result<Turn, Box<Response<Body>>> {
     if !headers.contains_key("anthropic-version") {
         return Err(invalid("anthropic-version: header is required"));
     }

@@ -45,8 +45,8 @@ pub fn error(code: u16, status: &str, message: impl Into<String>) -> Response<Bo
     )
 }
 
-fn invalid(message: impl Into<String>) -> Response<Body> {
-    error(400, "INVALID_ARGUMENT", message)
+fn invalid(message: impl Into<String>) -> Box<Response<Body>> {
+    Box::new(error(400, "INVALID_ARGUMENT", message))
 }
 
 /// The text of a content's parts: `text`, and a `functionResponse`'s `response`.
@@ -82,7 +82,7 @@ pub fn parse(
     stream: bool,
     body: &[u8],
     prefill: bool,
-) -> Result<Turn, Response<Body>> {
+) -> Result<Turn, Box<Response<Body>>> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| invalid(format!("Invalid JSON payload received. {e}")))?;
     let Some(obj) = v.as_object() else {

@@ -266,7 +266,7 @@ impl MockProvider {
         let (words, call, answer_tokens, finish) = self.plan(wire, n, turn);
         let thinking = if turn.thinking {
             generate(
-                self.opts.seed ^ 0x7468_696e_6b,
+                self.opts.seed ^ 0x0074_6869_6e6b,
                 &turn.prompt,
                 THINKING_TOKENS,
             )

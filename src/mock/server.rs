@@ -84,7 +84,7 @@ pub async fn handle(
                 };
                 match anthropic::parse(&headers, &bytes, provider.options().prefill) {
                     Ok(turn) => provider.respond(wire, &turn).await,
-                    Err(resp) => resp,
+                    Err(resp) => *resp,
                 }
             }
             _ => not_found(wire, &req),
@@ -119,7 +119,7 @@ pub async fn handle(
             };
             match gemini::parse(&model, stream, &bytes, provider.options().prefill) {
                 Ok(turn) => provider.respond(wire, &turn).await,
-                Err(resp) => resp,
+                Err(resp) => *resp,
             }
         }
     }

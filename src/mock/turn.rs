@@ -234,6 +234,26 @@ impl Turn {
     }
 }
 
+/// Base64 of `tag` and `n` in hex: a signature this emulator issues.
+pub(super) fn issue_signature(tag: &str, n: u64) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(format!("{tag}{n:016x}"))
+}
+
+/// How a replayed signature relates to the ones issued with `tag`: `skip` (a
+/// documented sentinel, if any) gives [`Signature::Skip`].
+pub(super) fn classify_signature(sig: Option<&str>, tag: &str, skip: Option<&str>) -> Signature {
+    use base64::Engine as _;
+    match sig {
+        None | Some("") => Signature::Missing,
+        Some(s) if Some(s) == skip => Signature::Skip,
+        Some(s) => match base64::engine::general_purpose::STANDARD.decode(s) {
+            Ok(b) if b.starts_with(tag.as_bytes()) => Signature::Echoed,
+            _ => Signature::Foreign,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,25 +279,5 @@ mod tests {
         );
         assert_eq!(tool_args(None), json!({}));
         assert_eq!(tool_args(Some(&json!({"type": "object"}))), json!({}));
-    }
-}
-
-/// Base64 of `tag` and `n` in hex: a signature this emulator issues.
-pub(super) fn issue_signature(tag: &str, n: u64) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(format!("{tag}{n:016x}"))
-}
-
-/// How a replayed signature relates to the ones issued with `tag`: `skip` (a
-/// documented sentinel, if any) gives [`Signature::Skip`].
-pub(super) fn classify_signature(sig: Option<&str>, tag: &str, skip: Option<&str>) -> Signature {
-    use base64::Engine as _;
-    match sig {
-        None | Some("") => Signature::Missing,
-        Some(s) if Some(s) == skip => Signature::Skip,
-        Some(s) => match base64::engine::general_purpose::STANDARD.decode(s) {
-            Ok(b) if b.starts_with(tag.as_bytes()) => Signature::Echoed,
-            _ => Signature::Foreign,
-        },
     }
 }

@@ -106,7 +106,7 @@ fn anthropic_turn(body: Value) -> Turn {
 }
 
 async fn anthropic_refusal(headers: &http::HeaderMap, body: &str) -> String {
-    let r = anthropic::parse(headers, body.as_bytes(), true).unwrap_err();
+    let r = *anthropic::parse(headers, body.as_bytes(), true).unwrap_err();
     assert_eq!(r.status(), 400);
     let v = json_of(r).await;
     assert_eq!(v["type"], "error");
@@ -555,7 +555,7 @@ async fn gemini_function_call_carries_a_thought_signature() {
         .as_object_mut()
         .unwrap()
         .remove("thoughtSignature");
-    let r = gemini::parse("g", false, body.to_string().as_bytes(), true).unwrap_err();
+    let r = *gemini::parse("g", false, body.to_string().as_bytes(), true).unwrap_err();
     assert_eq!(r.status(), 400);
     let e = json_of(r).await;
     assert_eq!(e["error"]["status"], "INVALID_ARGUMENT");
@@ -609,7 +609,7 @@ async fn gemini_requests_are_checked() {
             "max_output_tokens",
         ),
     ] {
-        let r = gemini::parse("g", false, body.as_bytes(), true).unwrap_err();
+        let r = *gemini::parse("g", false, body.as_bytes(), true).unwrap_err();
         assert_eq!(r.status(), 400, "{body}");
         let v = json_of(r).await;
         assert_eq!(v["error"]["code"], 400);
@@ -748,7 +748,7 @@ async fn anthropic_thinking_comes_first_with_a_signature_and_counts_as_output() 
     let result = json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]});
     let question = body["messages"][0].clone();
     body["messages"] = json!([question, {"role": "assistant", "content": [tool_use]}, result]);
-    let r = anthropic::parse(&version(), body.to_string().as_bytes(), true).unwrap_err();
+    let r = *anthropic::parse(&version(), body.to_string().as_bytes(), true).unwrap_err();
     assert!(json_of(r).await["error"]["message"]
         .as_str()
         .unwrap()
@@ -761,7 +761,7 @@ async fn anthropic_thinking_comes_first_with_a_signature_and_counts_as_output() 
 
     let mut bad = anthropic_hello(false);
     bad["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
-    let r = anthropic::parse(&version(), bad.to_string().as_bytes(), true).unwrap_err();
+    let r = *anthropic::parse(&version(), bad.to_string().as_bytes(), true).unwrap_err();
     assert!(json_of(r).await["error"]["message"]
         .as_str()
         .unwrap()
