@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::mock::{ErrorShape, MockOptions, RetryAfterFormat};
+use crate::mock::{ErrorShape, MockOptions, RetryAfterFormat, Wire};
 
 /// Switchyard: an LLM gateway where routing is code.
 #[derive(Debug, Parser)]
@@ -166,24 +166,27 @@ pub struct MockArgs {
     /// Stall length in ms.
     #[arg(long, default_value_t = 60_000)]
     pub stall_ms: u64,
-    /// After N stream chunks, send an OpenAI error event and end the stream (no
-    /// `[DONE]`).
+    /// After N stream events, send the format's error event and end the stream (no
+    /// `[DONE]` / `message_stop`).
     #[arg(long)]
     pub error_after_chunks: Option<u32>,
     /// Context window in tokens: longer prompts (estimated) get HTTP 400.
     #[arg(long)]
     pub context_window: Option<u64>,
-    /// Shape of injected error bodies: `openai`, `anthropic` or `gemini`.
-    #[arg(long, default_value = "openai")]
-    pub error_shape: ErrorShape,
+    /// Shape of injected error bodies: `openai`, `anthropic` or `gemini` (default:
+    /// the `--format`'s own).
+    #[arg(long)]
+    pub error_shape: Option<ErrorShape>,
     /// Continuation mode: a trailing assistant message is the start of the answer
     /// (`--prefill false` to treat it as prompt).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub prefill: bool,
-    /// Requests per minute before 429 (sends `x-ratelimit-*-requests`).
+    /// Requests per minute before 429 (sends `x-ratelimit-*-requests`, or
+    /// `anthropic-ratelimit-requests-*`).
     #[arg(long)]
     pub ratelimit_requests: Option<u64>,
-    /// Tokens per minute before 429 (sends `x-ratelimit-*-tokens`).
+    /// Tokens per minute before 429 (sends `x-ratelimit-*-tokens`, or
+    /// `anthropic-ratelimit-tokens-*`).
     #[arg(long)]
     pub ratelimit_tokens: Option<u64>,
     /// Seed for failures and generated text.
@@ -199,6 +202,27 @@ pub struct MockArgs {
 pub enum MockFormat {
     /// OpenAI Chat Completions.
     Openai,
+    /// Anthropic Messages.
+    Anthropic,
+    /// Gemini generateContent.
+    Gemini,
+    /// Amazon Bedrock Converse: not built yet (refused).
+    Bedrock,
+}
+
+impl MockFormat {
+    /// The emulator's wire format; `Err` for formats not built yet.
+    pub fn wire(self) -> Result<Wire, String> {
+        match self {
+            MockFormat::Openai => Ok(Wire::OpenAi),
+            MockFormat::Anthropic => Ok(Wire::Anthropic),
+            MockFormat::Gemini => Ok(Wire::Gemini),
+            MockFormat::Bedrock => Err(
+                "--format bedrock is not built yet: the mock speaks openai, anthropic and gemini"
+                    .into(),
+            ),
+        }
+    }
 }
 
 impl MockArgs {
@@ -217,7 +241,10 @@ impl MockArgs {
             stall_ms: self.stall_ms,
             error_after_chunks: self.error_after_chunks,
             context_window: self.context_window,
-            error_shape: self.error_shape,
+            error_shape: match self.error_shape {
+                Some(s) => s,
+                None => self.format.wire()?.error_shape(),
+            },
             prefill: self.prefill,
             ratelimit_requests: self.ratelimit_requests,
             ratelimit_tokens: self.ratelimit_tokens,
@@ -267,7 +294,7 @@ pub fn main() -> ExitCode {
         Command::DryRun(a) => dry_run::run(a),
         Command::Keys(k) => keys::run(k),
         Command::Mock(args) => {
-            let opts = match args.options() {
+            let opts = match args.format.wire().and_then(|w| Ok((args.options()?, w))) {
                 Ok(o) => o,
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -281,7 +308,8 @@ pub fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match rt.block_on(crate::mock::server::run(args.listen, opts)) {
+            let (opts, wire) = opts;
+            match rt.block_on(crate::mock::server::run(args.listen, opts, wire)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: cannot listen on {}: {e}", args.listen);
@@ -348,5 +376,22 @@ mod tests {
         assert!(e.contains("--retry-after-ms"), "{e}");
         let e = mock_args(&["--context-window", "0"]).unwrap_err();
         assert!(e.contains("context_window"), "{e}");
+    }
+
+    #[test]
+    fn mock_format_picks_its_error_shape_unless_one_is_given() {
+        let o = mock_args(&["--format", "gemini"]).unwrap();
+        assert_eq!(o.error_shape, ErrorShape::Gemini);
+        let o = mock_args(&["--format", "anthropic"]).unwrap();
+        assert_eq!(o.error_shape, ErrorShape::Anthropic);
+        let o = mock_args(&["--format", "anthropic", "--error-shape", "openai"]).unwrap();
+        assert_eq!(o.error_shape, ErrorShape::OpenAi);
+    }
+
+    #[test]
+    fn mock_format_bedrock_is_refused_as_not_built_yet() {
+        let e = mock_args(&["--format", "bedrock"]).unwrap_err();
+        assert!(e.contains("bedrock is not built yet"), "{e}");
+        assert!(MockFormat::Gemini.wire().is_ok());
     }
 }

@@ -215,3 +215,18 @@ pub(super) fn http_date(now: SystemTime, delay_ms: u64) -> String {
     };
     httpdate::fmt_http_date(at)
 }
+
+/// Adds Google's quota details to a Gemini 429 body `v`: a `google.rpc.QuotaFailure`
+/// and a `google.rpc.RetryInfo` whose `retryDelay` is `delay_ms` in seconds
+/// (`"1.5s"`), as Gemini sends on `RESOURCE_EXHAUSTED`.
+pub(super) fn add_retry_info(v: &mut Value, delay_ms: u64) {
+    let secs = delay_ms as f64 / 1000.0;
+    let delay = format!("{secs}s");
+    v["error"]["details"] = json!([
+        {
+            "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+            "violations": [{"quotaId": "GenerateRequestsPerMinutePerProjectPerModel"}],
+        },
+        {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay},
+    ]);
+}

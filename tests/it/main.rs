@@ -10,6 +10,7 @@ mod failover;
 mod failures;
 mod fidelity;
 mod limits;
+mod mock_formats;
 mod policy;
 mod proxy;
 mod regression;

@@ -1,0 +1,166 @@
+//! OpenAI Chat Completions answers: the `chat.completion` object, the
+//! `chat.completion.chunk` stream ending in `[DONE]`, and `x-ratelimit-*` headers.
+//!
+//! Source: OpenAI API reference, "Chat" (the chat completion and chunk objects,
+//! `tool_calls` and their streamed deltas, `stream_options.include_usage`) and "Rate
+//! limits" (the `x-ratelimit-*` headers).
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
+use serde_json::{json, Value};
+
+use super::{format_reset, sse_data, Finish, Limits, Reply};
+
+fn finish_reason(f: Finish) -> &'static str {
+    match f {
+        Finish::Stop => "stop",
+        Finish::Length => "length",
+        Finish::Tool => "tool_calls",
+    }
+}
+
+fn id(r: &Reply<'_>) -> String {
+    format!("chatcmpl-mock{:016x}", r.n)
+}
+
+/// The whole `chat.completion` body.
+pub(super) fn json(r: &Reply<'_>) -> Value {
+    let message = match &r.call {
+        Some(c) => json!({
+            "role": "assistant",
+            "content": null,
+            "tool_calls": [{
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.args},
+            }],
+            "refusal": null,
+        }),
+        None => json!({"role": "assistant", "content": r.words.concat(), "refusal": null}),
+    };
+    json!({
+        "id": id(r),
+        "object": "chat.completion",
+        "created": r.created,
+        "model": r.turn.model,
+        "choices": [{
+            "index": 0,
+            "message": message,
+            "logprobs": null,
+            "finish_reason": finish_reason(r.finish),
+        }],
+        "usage": r.usage,
+        "system_fingerprint": "fp_switchyard_mock",
+    })
+}
+
+/// The stream's events: the role chunk, one chunk a token (or the tool call's name,
+/// then its arguments in pieces), the finish chunk, the usage chunk when asked for,
+/// and `[DONE]`.
+pub(super) fn chunks(r: &Reply<'_>) -> Vec<Bytes> {
+    let id = id(r);
+    let include_usage = r.turn.include_usage;
+    let chunk = |delta: Value, finish: Option<&str>| {
+        let mut c = json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": r.created,
+            "model": r.turn.model,
+            "system_fingerprint": "fp_switchyard_mock",
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+        });
+        if include_usage {
+            c["usage"] = Value::Null;
+        }
+        sse_data(&c)
+    };
+    let mut out = Vec::with_capacity(r.words.len() + 4);
+    match &r.call {
+        Some(c) => {
+            out.push(chunk(
+                json!({"role": "assistant", "content": null, "tool_calls": [{
+                    "index": 0, "id": c.id, "type": "function",
+                    "function": {"name": c.name, "arguments": ""},
+                }]}),
+                None,
+            ));
+            for piece in pieces(&c.args) {
+                out.push(chunk(
+                    json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
+                    None,
+                ));
+            }
+        }
+        None => {
+            out.push(chunk(json!({"role": "assistant", "content": ""}), None));
+            for w in &r.words {
+                out.push(chunk(json!({"content": w}), None));
+            }
+        }
+    }
+    out.push(chunk(json!({}), Some(finish_reason(r.finish))));
+    if include_usage {
+        let u = json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": r.created,
+            "model": r.turn.model,
+            "system_fingerprint": "fp_switchyard_mock",
+            "choices": [],
+            "usage": r.usage,
+        });
+        out.push(sse_data(&u));
+    }
+    out.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    out
+}
+
+/// Most bytes of tool-call arguments in one streamed piece.
+const PIECE: usize = 16;
+
+/// `args` cut into pieces of at most 16 bytes at character boundaries, as providers
+/// stream arguments in fragments that are not valid JSON on their own.
+pub(super) fn pieces(args: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = args;
+    while !rest.is_empty() {
+        let mut end = rest.len().min(PIECE);
+        while !rest.is_char_boundary(end) {
+            end += 1;
+        }
+        out.push(&rest[..end]);
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// The error event of `error_after_chunks`: OpenAI's in-stream error object.
+pub(super) fn stream_error() -> Bytes {
+    sse_data(&json!({"error": {
+        "message": "The server had an error while processing your request. Sorry about that!",
+        "type": "server_error",
+        "code": null,
+    }}))
+}
+
+/// `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`, the reset as `6m0s`.
+pub(super) fn limit_headers(h: &mut HeaderMap, limits: &Limits) {
+    let reset = format_reset(limits.reset);
+    if let Some((limit, remaining)) = limits.requests {
+        h.insert("x-ratelimit-limit-requests", HeaderValue::from(limit));
+        h.insert(
+            "x-ratelimit-remaining-requests",
+            HeaderValue::from(remaining),
+        );
+        if let Ok(v) = HeaderValue::from_str(&reset) {
+            h.insert("x-ratelimit-reset-requests", v);
+        }
+    }
+    if let Some((limit, remaining)) = limits.tokens {
+        h.insert("x-ratelimit-limit-tokens", HeaderValue::from(limit));
+        h.insert("x-ratelimit-remaining-tokens", HeaderValue::from(remaining));
+        if let Ok(v) = HeaderValue::from_str(&reset) {
+            h.insert("x-ratelimit-reset-tokens", v);
+        }
+    }
+}

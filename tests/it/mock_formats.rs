@@ -1,0 +1,321 @@
+//! `switchyard mock --format anthropic|gemini` behind the gateway: the adapters talk
+//! to the emulator in the provider's own wire format, and an OpenAI client sees a
+//! tool-calling round trip with the usage the emulator reported (its
+//! `GET /mock/requests` ledger).
+
+use serde_json::{json, Value};
+
+use crate::common::{get, mock, post, serve, Proc};
+
+/// The gateway with provider `p` of `kind` in front of `upstream`, serving model `m`.
+fn gateway(kind: &str, base: &str, upstream: &Proc) -> Proc {
+    serve(&format!(
+        "providers:\n  p: {{ kind: {kind}, base_url: 'http://{}{base}' }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: up-model }} ] }}\n",
+        upstream.addr
+    ))
+}
+
+fn anthropic() -> (Proc, Proc) {
+    let up = mock(&["--format", "anthropic"]);
+    let gw = gateway("anthropic", "/v1", &up);
+    (up, gw)
+}
+
+fn gemini() -> (Proc, Proc) {
+    let up = mock(&["--format", "gemini"]);
+    let gw = gateway("gemini", "/v1beta", &up);
+    (up, gw)
+}
+
+const TOOLS: &str = r#"[{"type":"function","function":{"name":"get_weather","description":"Weather of a city","parameters":{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}},"required":["city"]}}}]"#;
+
+fn ask(stream: bool, messages: &Value) -> String {
+    json!({
+        "model": "m",
+        "stream": stream,
+        "stream_options": if stream { json!({"include_usage": true}) } else { Value::Null },
+        "tools": serde_json::from_str::<Value>(TOOLS).unwrap(),
+        "messages": messages,
+    })
+    .to_string()
+}
+
+/// The emulator's last ledger entry.
+async fn last_report(up: &Proc) -> Value {
+    let v = get(&up.url("/mock/requests")).await.json();
+    v["requests"].as_array().unwrap().last().unwrap().clone()
+}
+
+/// What an OpenAI client reads from a reply: content, tool calls (id, name,
+/// arguments), finish reason and usage, from JSON or from the stream's chunks.
+struct Seen {
+    content: String,
+    calls: Vec<(String, String, String)>,
+    finish: Vec<String>,
+    usage: Value,
+}
+
+fn seen(stream: bool, r: &crate::common::Reply) -> Seen {
+    assert_eq!(r.status, 200, "{}", r.text());
+    if !stream {
+        let v = r.json();
+        let m = &v["choices"][0]["message"];
+        let calls = m["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                (
+                    t["id"].as_str().unwrap().to_string(),
+                    t["function"]["name"].as_str().unwrap().to_string(),
+                    t["function"]["arguments"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        return Seen {
+            content: m["content"].as_str().unwrap_or_default().to_string(),
+            calls,
+            finish: vec![v["choices"][0]["finish_reason"]
+                .as_str()
+                .unwrap()
+                .to_string()],
+            usage: v["usage"].clone(),
+        };
+    }
+    let events = r.events();
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("[DONE]"),
+        "{events:?}"
+    );
+    let mut s = Seen {
+        content: String::new(),
+        calls: Vec::new(),
+        finish: Vec::new(),
+        usage: Value::Null,
+    };
+    for e in &events[..events.len() - 1] {
+        let c: Value = serde_json::from_str(e).unwrap();
+        assert!(c.get("error").is_none(), "{c}");
+        if !c["usage"].is_null() {
+            s.usage = c["usage"].clone();
+        }
+        let Some(choice) = c["choices"].get(0) else {
+            continue;
+        };
+        if let Some(t) = choice["delta"]["content"].as_str() {
+            s.content.push_str(t);
+        }
+        for t in choice["delta"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let i = t["index"].as_u64().unwrap() as usize;
+            if i == s.calls.len() {
+                s.calls.push(Default::default());
+            }
+            let call = &mut s.calls[i];
+            if let Some(id) = t["id"].as_str() {
+                call.0 = id.to_string();
+            }
+            if let Some(n) = t["function"]["name"].as_str() {
+                call.1 = n.to_string();
+            }
+            call.2
+                .push_str(t["function"]["arguments"].as_str().unwrap_or_default());
+        }
+        if let Some(f) = choice["finish_reason"].as_str() {
+            s.finish.push(f.to_string());
+        }
+    }
+    s
+}
+
+fn assert_usage_is_the_mocks(seen: &Value, report: &Value) {
+    let u = &report["usage"];
+    assert!(u["prompt_tokens"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(
+        seen["prompt_tokens"], u["prompt_tokens"],
+        "{seen} vs {report}"
+    );
+    assert_eq!(
+        seen["completion_tokens"], u["completion_tokens"],
+        "{seen} vs {report}"
+    );
+    assert_eq!(
+        seen["total_tokens"], u["total_tokens"],
+        "{seen} vs {report}"
+    );
+}
+
+/// The whole round trip: the model calls `get_weather`, the client answers with a
+/// result, the model's text quotes it; usage as the emulator reported each time.
+async fn round_trip(up: &Proc, gw: &Proc, stream: bool, format: &str) {
+    let url = gw.url("/v1/chat/completions");
+    let question = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
+    let first = seen(stream, &post(&url, &ask(stream, &question)).await);
+    let report = last_report(up).await;
+    assert_eq!(report["format"], format);
+    assert_eq!(report["reply"], "tool_call", "{report}");
+    assert_eq!(report["model"], "up-model");
+    assert_eq!(first.finish, ["tool_calls"]);
+    assert_eq!(first.calls.len(), 1);
+    let (id, name, args) = &first.calls[0];
+    assert!(!id.is_empty());
+    assert_eq!(name, "get_weather");
+    assert_eq!(
+        serde_json::from_str::<Value>(args).unwrap(),
+        json!({"city": "x"})
+    );
+    assert_usage_is_the_mocks(&first.usage, &report);
+
+    let history = json!([
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": id, "type": "function", "function": {"name": name, "arguments": args}}]},
+        {"role": "tool", "tool_call_id": id, "content": "sunny and 21 degrees"},
+    ]);
+    let second = seen(stream, &post(&url, &ask(stream, &history)).await);
+    let report = last_report(up).await;
+    assert_eq!(report["reply"], "tool_result_answer", "{report}");
+    assert_eq!(second.finish, ["stop"]);
+    assert!(second.calls.is_empty());
+    assert_eq!(second.content, "The tool returned: sunny and 21 degrees");
+    assert_usage_is_the_mocks(&second.usage, &report);
+}
+
+#[tokio::test]
+async fn anthropic_mock_tool_round_trip_through_the_gateway() {
+    let (up, gw) = anthropic();
+    round_trip(&up, &gw, false, "anthropic").await;
+}
+
+#[tokio::test]
+async fn anthropic_mock_tool_round_trip_streamed_through_the_gateway() {
+    let (up, gw) = anthropic();
+    round_trip(&up, &gw, true, "anthropic").await;
+}
+
+#[tokio::test]
+async fn gemini_mock_tool_round_trip_through_the_gateway() {
+    let (up, gw) = gemini();
+    round_trip(&up, &gw, false, "gemini").await;
+}
+
+#[tokio::test]
+async fn gemini_mock_tool_round_trip_streamed_through_the_gateway() {
+    let (up, gw) = gemini();
+    round_trip(&up, &gw, true, "gemini").await;
+}
+
+#[tokio::test]
+async fn streamed_and_whole_text_answers_agree_in_each_format() {
+    for (up, gw) in [anthropic(), gemini()] {
+        let url = gw.url("/v1/chat/completions");
+        let body = |stream: bool| {
+            json!({"model": "m", "stream": stream, "max_tokens": 5,
+                   "stream_options": if stream { json!({"include_usage": true}) } else { Value::Null },
+                   "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]})
+            .to_string()
+        };
+        let whole = seen(false, &post(&url, &body(false)).await);
+        let report = last_report(&up).await;
+        let streamed = seen(true, &post(&url, &body(true)).await);
+        assert_eq!(whole.content.split(' ').count(), 5, "{}", whole.content);
+        assert_eq!(whole.content, streamed.content);
+        assert_eq!(whole.finish, ["length"]);
+        assert_eq!(streamed.finish, ["length"]);
+        assert_usage_is_the_mocks(&whole.usage, &report);
+        assert_usage_is_the_mocks(&streamed.usage, &last_report(&up).await);
+    }
+}
+
+#[tokio::test]
+async fn gemini_sees_the_replayed_call_with_a_signature() {
+    let (up, gw) = gemini();
+    let url = gw.url("/v1/chat/completions");
+    let history = json!([
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"x\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]);
+    let r = post(&url, &ask(false, &history)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // A client that never saw a signature: the gateway must send one Gemini accepts
+    // (the mock, like Gemini 3, refuses a current-turn call without one).
+    let report = last_report(&up).await;
+    assert!(
+        ["skip", "echoed"].contains(&report["thought_signature"].as_str().unwrap()),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn provider_shaped_errors_reach_the_client_as_openai_errors() {
+    // Anthropic's 429 with retry-after and Gemini's RESOURCE_EXHAUSTED with RetryInfo.
+    let a = mock(&[
+        "--format",
+        "anthropic",
+        "--ratelimit-requests",
+        "1",
+        "--retry-after",
+        "7",
+    ]);
+    let g = mock(&[
+        "--format",
+        "gemini",
+        "--ratelimit-requests",
+        "1",
+        "--retry-after-ms",
+        "7000",
+        "--retry-after-format",
+        "ms",
+    ]);
+    for (up, gw) in [
+        (&a, gateway("anthropic", "/v1", &a)),
+        (&g, gateway("gemini", "/v1beta", &g)),
+    ] {
+        let url = gw.url("/v1/chat/completions");
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        assert_eq!(post(&url, body).await.status, 200);
+        let r = post(&url, body).await;
+        assert_eq!(r.status, 429, "{}", r.text());
+        let v = r.json();
+        assert!(v["error"]["message"].is_string(), "{v}");
+        let ra: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+        assert_eq!(ra, 7, "the provider's delay, from its own header or body");
+        assert_eq!(last_report(up).await["status"], 429);
+    }
+}
+
+#[tokio::test]
+async fn a_provider_error_event_mid_stream_never_looks_like_a_complete_answer() {
+    for (format, base) in [("anthropic", "/v1"), ("gemini", "/v1beta")] {
+        // Anthropic: message_start, block start, ping, two tokens; Gemini: five tokens.
+        let up = mock(&["--format", format, "--error-after-chunks", "5"]);
+        let gw = gateway(format, base, &up);
+        let r = post(
+            &gw.url("/v1/chat/completions"),
+            &crate::common::chat("m", true, ""),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let events = r.events();
+        assert!(
+            events.iter().any(|e| e.contains("\"error\"")),
+            "{format}: {events:?}"
+        );
+        assert!(
+            !events
+                .iter()
+                .any(|e| e.contains("\"finish_reason\":\"stop\"")),
+            "{format}: {events:?}"
+        );
+        assert!(
+            !events.iter().any(|e| e == "[DONE]"),
+            "{format}: {events:?}"
+        );
+    }
+}
