@@ -82,3 +82,19 @@ impl Listed {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_listed_credential_is_a_config_error_naming_the_entry() {
+        let text = "providers:\n  p: { kind: openai-compatible, base_url: http://127.0.0.1:1/v1, forward_headers: [x-request-tag, Authorization] }\nmodels:\n  m: { endpoints: [ { provider: p, model: x } ] }\n";
+        let e = crate::config::parse_str(text, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("providers.p.forward_headers[1]"), "{e}");
+        let ok = text.replace(", Authorization", ", x-stainless-*");
+        let c = crate::config::parse_str(&ok, None).unwrap();
+        assert_eq!(c.providers[0].forward_headers.len(), 2);
+        assert!(c.providers[0].stream_usage);
+    }
+}
