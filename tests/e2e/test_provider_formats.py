@@ -146,12 +146,6 @@ def test_tool_round_trip(format_client, request, model, mock_fixture, fmt, strea
     round_trip(format_client, model, mock, fmt, stream)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gemini adapter (src/providers/gemini/request.rs) replays every function call "
-    "with the skip_thought_signature_validator sentinel instead of the thoughtSignature "
-    "Gemini returned (issue 13: the signature must survive a tool round trip unchanged)",
-)
 def test_gemini_thought_signature_survives_the_round_trip(format_client, gemini_mock):
     reports = round_trip(format_client, GEMINI_MODEL, gemini_mock, "gemini", stream=False)
     assert reports[1]["thought_signature"] == "echoed", reports[1]
@@ -174,12 +168,6 @@ def reasoning_of(message: dict) -> str | None:
     return message.get("reasoning_content")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="anthropic adapter (src/providers/anthropic/request.rs) does not forward "
-    "`thinking` and drops thinking blocks with their signatures from answers "
-    "(issue 13: reasoning_content, byte-exact replay)",
-)
 def test_anthropic_thinking_reaches_the_client_and_survives_the_round_trip(
     format_client, anthropic_mock
 ):
@@ -203,12 +191,6 @@ def test_anthropic_thinking_reaches_the_client_and_survives_the_round_trip(
     assert second.choices[0].message.content.startswith(f"The tool returned: {RESULT}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gemini adapter (src/providers/gemini/) neither asks for thoughts "
-    "(thinkingConfig.includeThoughts) on reasoning_effort nor relays thought parts as "
-    "reasoning_content (issue 13)",
-)
 def test_gemini_thoughts_reach_the_client_as_reasoning_content(format_client, gemini_mock):
     r = format_client.chat.completions.create(
         model=GEMINI_MODEL, messages=[{"role": "user", "content": "hello"}], reasoning_effort="low"
