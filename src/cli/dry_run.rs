@@ -157,6 +157,7 @@ pub fn run(a: DryRunArgs) -> ExitCode {
         scopes: crate::policy::features::normalize_scopes(
             a.scopes.iter().flat_map(|s| s.split_whitespace()),
         ),
+        ..Caller::default()
     };
     let pairs = headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
     let feats = features(&req, pairs, &caller, now);

@@ -37,7 +37,7 @@ pub async fn admit(
     ctx: &mut RequestCtx,
     chat: &ChatRequest,
 ) -> Result<(), GatewayError> {
-    if !gw.limits.enabled() {
+    if !gw.limits.applies(&ctx.caller) {
         return Ok(());
     }
     let permit = gw.limits.admit(&ctx.caller, cost(gw, chat)).await?;

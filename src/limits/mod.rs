@@ -19,6 +19,11 @@
 //! `switchyard_spend_usd_total`. A permit never settled keeps its estimate charged
 //! and records no spend.
 //!
+//! A key's rate limit and budget are its key entry's own (`limits:` / `budget:` of
+//! the entry, carried by the [`Caller`]), field by field over `limits.keys.<id>` /
+//! `budgets.keys.<id>`, over `per_key`; a key entry's own apply even without any
+//! `limits:` or `budgets:` section ([`Limiter::applies`]).
+//!
 //! State lives in memory, or in Redis with `state.redis` ([`redis`]); while Redis
 //! cannot be reached within `state.timeout_ms`, `state.on_error` decides: `open`
 //! falls back to this instance's in-memory state, `closed` refuses with 503. Requests
@@ -194,8 +199,10 @@ impl Limiter {
         }
     }
 
-    /// Whether any rate limit or budget is configured; without one, requests carry
-    /// no permit and nothing is counted or settled (no work on the request path).
+    /// Whether any rate limit or budget is configured in `limits:` / `budgets:`;
+    /// without one (and without a key entry's own, [`Limiter::applies`]), requests
+    /// carry no permit and nothing is counted or settled (no work on the request
+    /// path).
     pub fn enabled(&self) -> bool {
         self.inner.any_limit || self.inner.any_budget
     }
@@ -209,11 +216,23 @@ impl Limiter {
         self.inner.local.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether any limit or budget applies to `caller`: one of the config, or the
+    /// caller's key entry's own (`limits:` / `budget:` in the entry). Without one the
+    /// request carries no permit.
+    pub fn applies(&self, caller: &Caller) -> bool {
+        self.enabled() || own_limits(caller) || own_budget(caller)
+    }
+
     /// The buckets a request of `tokens` tokens from `caller` needs room in.
+    ///
+    /// A key's rate limit is its entry's own `limits:`, field by field over
+    /// `limits.keys.<id>`, over `limits.per_key`.
     pub fn needs(&self, caller: &Caller, tokens: u64) -> Vec<Need> {
         let l = &self.inner.limits;
         let mut out = Vec::new();
-        if !self.inner.any_limit || caller.priority == PriorityLevel::Critical {
+        if !(self.inner.any_limit || own_limits(caller))
+            || caller.priority == PriorityLevel::Critical
+        {
             return out;
         }
         let mut level = |prefix: &str, id: &str, r: RateLimit| {
@@ -239,6 +258,7 @@ impl Limiter {
         level("g", "", l.global);
         if let Some(id) = &caller.api_key {
             let r = l.keys.get(id).map_or(l.per_key, |o| o.over(l.per_key));
+            let r = caller.limits.map_or(r, |own| own.over(r));
             level("k", id, r);
         }
         if let Some(org) = &caller.org {
@@ -251,11 +271,12 @@ impl Limiter {
     fn budget_scopes(&self, caller: &Caller) -> Vec<BudgetScope> {
         let b = &self.inner.budgets;
         let mut out = Vec::new();
-        if !self.inner.any_budget {
+        if !(self.inner.any_budget || own_budget(caller)) {
             return out;
         }
         if let Some(id) = &caller.api_key {
             let budget = b.keys.get(id).map_or(b.per_key, |o| o.over(b.per_key));
+            let budget = caller.budget.map_or(budget, |own| own.over(budget));
             if !budget.is_empty() {
                 out.push(BudgetScope {
                     scope: format!("k:{id}"),
@@ -564,6 +585,14 @@ impl Limiter {
         }
         best.map(|b| b.max(0.0))
     }
+}
+
+fn own_limits(caller: &Caller) -> bool {
+    caller.limits.is_some_and(|l| !l.is_empty())
+}
+
+fn own_budget(caller: &Caller) -> bool {
+    caller.budget.is_some_and(|b| !b.is_empty())
 }
 
 fn scopes_for_redis(scopes: &[BudgetScope]) -> Vec<(String, Budget)> {

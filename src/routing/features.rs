@@ -36,6 +36,11 @@ pub struct Caller {
     /// OAuth2 scopes of the credential, sorted and deduplicated (empty for API keys
     /// and unverified callers: a scope is only believed once its token is verified).
     pub scopes: Vec<String>,
+    /// The API key entry's own rate limits, for admission (`crate::limits`); not a
+    /// policy fact.
+    pub limits: Option<crate::config::RateLimit>,
+    /// The API key entry's own spend budget, for admission; not a policy fact.
+    pub budget: Option<crate::config::Budget>,
 }
 
 pub use crate::auth::{key_id, MAX_CREDENTIAL_BYTES, MAX_ORG_BYTES};
@@ -55,6 +60,8 @@ impl Caller {
             org: crate::auth::claimed_org(headers).map(str::to_string),
             priority: PriorityLevel::default(),
             scopes: Vec::new(),
+            limits: None,
+            budget: None,
         }
     }
 
@@ -65,6 +72,8 @@ impl Caller {
             org: p.org.clone(),
             priority: p.priority,
             scopes: crate::policy::features::normalize_scopes(p.scopes.iter().cloned()),
+            limits: p.limits,
+            budget: p.budget,
         }
     }
 }

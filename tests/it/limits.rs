@@ -94,6 +94,64 @@ async fn a_spent_budget_refuses_with_budget_exceeded() {
     assert_eq!(send(&url, "sk-b").await.status, 200);
 }
 
+/// Inline keys `sk-own` (id `key-own`, with the entry's `own` fields) and `sk-def`
+/// (id `key-def`, nothing of its own).
+fn keys_with(own: &str) -> String {
+    use switchyard::auth::keys::hash_secret;
+    format!(
+        "auth:\n  mode: keys\n  keys:\n    - {{ id: key-own, hash: '{}', {own} }}\n    - {{ id: key-def, hash: '{}' }}\n",
+        hash_secret("sk-own"),
+        hash_secret("sk-def")
+    )
+}
+
+#[tokio::test]
+async fn a_key_entry_with_its_own_limit_is_limited_by_it_and_another_by_the_default() {
+    let own = "limits: { requests_per_min: 60, burst_requests: 1 }";
+    let app = start_app(
+        &format!(
+            "{MOCK}{}limits:\n  per_key: {{ requests_per_min: 60, burst_requests: 3 }}\n",
+            keys_with(own)
+        ),
+        &[],
+    )
+    .await;
+    let url = app.url("/v1/chat/completions");
+    let first = send(&url, "sk-own").await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.headers["x-ratelimit-limit-requests"], "1");
+    let r = send(&url, "sk-own").await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "rate_limit_exceeded");
+    for _ in 0..3 {
+        let r = send(&url, "sk-def").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.headers["x-ratelimit-limit-requests"], "3");
+    }
+    assert_eq!(send(&url, "sk-def").await.status, 429);
+}
+
+#[tokio::test]
+async fn a_key_entry_budget_applies_without_any_budgets_section() {
+    // No `limits:` or `budgets:` at all: only key-own's entry sets a budget. 1000
+    // USD per 1M tokens: one request of some 20 tokens spends about 0.02 USD.
+    let app = start_app(
+        &format!("{MOCK}{}", keys_with("budget: { usd_per_day: 0.001 }")),
+        &[],
+    )
+    .await;
+    let url = app.url("/v1/chat/completions");
+    assert_eq!(send(&url, "sk-own").await.status, 200);
+    let r = send(&url, "sk-own").await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "budget_exceeded");
+    for _ in 0..3 {
+        let r = send(&url, "sk-def").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(!r.headers.contains_key("x-ratelimit-limit-requests"));
+    }
+}
+
 /// A `redis-server` on a free loopback port, killed on drop.
 struct Redis {
     child: Child,
