@@ -1,7 +1,9 @@
 //! The rate-limit and budget step of the admit phase (see [`crate::limits`]).
 //!
 //! Runs after normalize (the caller and the parsed request are known) and before
-//! route: a refused request never reaches a policy or an upstream. Its 429 is the
+//! the policy features are built and route runs: a refused request never reaches a
+//! policy or an upstream, and an admitted one's least budget left becomes
+//! `request.budget_remaining`. Its 429 is the
 //! client's (`Fault::Client`, kind `Throttled`), so no endpoint's statistics count it.
 //! The admitted request's [`Permit`] is kept in `ctx.permit`; a whole (non-stream)
 //! answer settles it in the respond phase ([`settle_whole`]), a stream where it ends.
@@ -41,6 +43,9 @@ pub async fn admit(
         return Ok(());
     }
     let permit = gw.limits.admit(&ctx.caller, cost(gw, chat)).await?;
+    // What `request.budget_remaining` reads (the features are built from the caller
+    // after this step).
+    ctx.caller.budget_remaining = permit.budget_remaining;
     ctx.permit = Some(Arc::new(permit));
     Ok(())
 }

@@ -113,8 +113,9 @@ enum Backend {
 /// The outcome of one check over all buckets.
 #[derive(Debug)]
 pub(crate) enum Checked {
-    /// Every bucket had room and was charged.
-    Admitted(Vec<View>),
+    /// Every bucket had room and was charged; the least budget left, USD (`None`: no
+    /// budget applies).
+    Admitted(Vec<View>, Option<f64>),
     /// Bucket `blame` had no room: wait `wait_ms` (`None`: never).
     Refused {
         wait_ms: Option<u64>,
@@ -305,8 +306,18 @@ impl Limiter {
         unix_secs: u64,
     ) -> Checked {
         let mut local = self.lock();
+        let mut left: Option<f64> = None;
         for (index, s) in scopes.iter().enumerate() {
             let (day, month) = local.ledger.spent(&s.scope, unix_secs);
+            for l in [
+                s.budget.usd_per_day.map(|l| l - day),
+                s.budget.usd_per_month.map(|l| l - month),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                left = Some(left.map_or(l, |b: f64| b.min(l)));
+            }
             let over = |spent: f64, limit: Option<f64>| limit.is_some_and(|l| spent >= l);
             if over(day, s.budget.usd_per_day) || over(month, s.budget.usd_per_month) {
                 let spent = if over(day, s.budget.usd_per_day) {
@@ -364,7 +375,7 @@ impl Limiter {
             })
             .collect();
         match refused {
-            None => Checked::Admitted(views),
+            None => Checked::Admitted(views, left.map(|l| l.max(0.0))),
             Some((wait_ms, blame)) => Checked::Refused {
                 wait_ms,
                 blame,
@@ -389,15 +400,7 @@ impl Limiter {
         let needs = self.needs(caller, tokens);
         let scopes = self.budget_scopes(caller);
         let checked = self.check_local(&needs, &scopes, now_ms, unix_secs);
-        self.permit(
-            caller,
-            tokens,
-            needs,
-            scopes,
-            checked,
-            Backend::Local,
-            unix_secs,
-        )
+        self.permit(caller, tokens, needs, scopes, checked, Backend::Local)
     }
 
     /// Admits or refuses a request from `caller` of `tokens` tokens, on Redis when
@@ -411,31 +414,15 @@ impl Limiter {
         let needs = self.needs(caller, tokens);
         let scopes = self.budget_scopes(caller);
         if needs.is_empty() && scopes.is_empty() {
-            let checked = Checked::Admitted(Vec::new());
-            return self.permit(
-                caller,
-                tokens,
-                needs,
-                scopes,
-                checked,
-                Backend::Local,
-                unix_secs,
-            );
+            let checked = Checked::Admitted(Vec::new(), None);
+            return self.permit(caller, tokens, needs, scopes, checked, Backend::Local);
         }
         let now_ms = self.now_ms();
         if let Some(r) = &self.inner.redis {
             if self.inner.redis_down_until.load(Ordering::Relaxed) <= now_ms {
                 match r.admit(&needs, &scopes_for_redis(&scopes), unix_secs).await {
                     Ok(checked) => {
-                        return self.permit(
-                            caller,
-                            tokens,
-                            needs,
-                            scopes,
-                            checked,
-                            Backend::Redis,
-                            unix_secs,
-                        )
+                        return self.permit(caller, tokens, needs, scopes, checked, Backend::Redis)
                     }
                     Err(e) => self.redis_failed("admit", &e),
                 }
@@ -452,15 +439,7 @@ impl Limiter {
             }
         }
         let checked = self.check_local(&needs, &scopes, now_ms, unix_secs);
-        self.permit(
-            caller,
-            tokens,
-            needs,
-            scopes,
-            checked,
-            Backend::Local,
-            unix_secs,
-        )
+        self.permit(caller, tokens, needs, scopes, checked, Backend::Local)
     }
 
     fn redis_failed(&self, op: &str, e: &redis::BackendError) {
@@ -471,7 +450,6 @@ impl Limiter {
         tracing::warn!(op, error = %e, on_error = ?self.inner.on_error, "rate-limit state (Redis) unavailable");
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn permit(
         &self,
         caller: &Caller,
@@ -480,11 +458,9 @@ impl Limiter {
         scopes: Vec<BudgetScope>,
         checked: Checked,
         backend: Backend,
-        unix_secs: u64,
     ) -> Result<Permit, GatewayError> {
         match checked {
-            Checked::Admitted(views) => {
-                let budget_remaining = self.remaining_budget(&scopes, backend, unix_secs);
+            Checked::Admitted(views, budget_remaining) => {
                 let token_needs = needs
                     .into_iter()
                     .filter(|n| n.kind == Kind::Tokens)
@@ -556,34 +532,6 @@ impl Limiter {
                 .with_code(Code::BudgetExceeded))
             }
         }
-    }
-
-    fn remaining_budget(
-        &self,
-        scopes: &[BudgetScope],
-        backend: Backend,
-        unix_secs: u64,
-    ) -> Option<f64> {
-        if scopes.is_empty() || backend == Backend::Redis {
-            // (Redis: the admission script checked the spend; the exact remainder is
-            // not returned, to keep the reply small.)
-            return None;
-        }
-        let local = self.lock();
-        let mut best: Option<f64> = None;
-        for s in scopes {
-            let (d, m) = local.ledger.spent(&s.scope, unix_secs);
-            for left in [
-                s.budget.usd_per_day.map(|l| l - d),
-                s.budget.usd_per_month.map(|l| l - m),
-            ]
-            .into_iter()
-            .flatten()
-            {
-                best = Some(best.map_or(left, |b: f64| b.min(left)));
-            }
-        }
-        best.map(|b| b.max(0.0))
     }
 }
 
@@ -665,8 +613,10 @@ pub struct Permit {
     key: Option<String>,
     org: Option<String>,
     scopes: Vec<BudgetScope>,
-    /// The least budget left (USD) among the caller's budgets at admission; `None`:
-    /// no budget applies (or the state is in Redis).
+    /// The least budget left (USD) among the caller's budgets for the current UTC
+    /// day and month, as of admission (before this request's own spend); `None`: no
+    /// budget applies. From the same check that admitted (in memory, or Redis's
+    /// admission script), so it costs no extra lock or round trip.
     pub budget_remaining: Option<f64>,
     headers: HeaderMap,
     settled: AtomicBool,

@@ -41,6 +41,11 @@ pub struct Caller {
     pub limits: Option<crate::config::RateLimit>,
     /// The API key entry's own spend budget, for admission; not a policy fact.
     pub budget: Option<crate::config::Budget>,
+    /// The least spend left (USD) among the caller's budgets for the current periods,
+    /// as the admit phase found it (`request.budget_remaining`; `None`: no budget
+    /// applies, read as [`crate::policy::NO_BUDGET`]). `dry-run --budget-remaining`
+    /// sets it too.
+    pub budget_remaining: Option<f64>,
 }
 
 pub use crate::auth::{key_id, MAX_CREDENTIAL_BYTES, MAX_ORG_BYTES};
@@ -62,6 +67,7 @@ impl Caller {
             scopes: Vec::new(),
             limits: None,
             budget: None,
+            budget_remaining: None,
         }
     }
 
@@ -74,6 +80,7 @@ impl Caller {
             scopes: crate::policy::features::normalize_scopes(p.scopes.iter().cloned()),
             limits: p.limits,
             budget: p.budget,
+            budget_remaining: None,
         }
     }
 }
@@ -140,6 +147,7 @@ pub fn features<'h>(
         hour,
         weekday,
         task: task(req),
+        budget_remaining: caller.budget_remaining.unwrap_or(crate::policy::NO_BUDGET),
     }
 }
 

@@ -246,3 +246,66 @@ async fn two_instances_sharing_redis_enforce_one_limit_and_fall_back_when_it_die
         "backend errors are counted"
     );
 }
+
+/// A policy that moves a caller to a cheaper model once its budget runs low, on
+/// the spend of real answers (`state` empty: in memory, else the Redis state).
+async fn routes_to_the_cheap_model_near_budget(state: &str) {
+    let config = format!(
+        "providers:\n  p: {{ kind: mock, pricing: {{ input_per_mtok: 1000, output_per_mtok: 1000 }} }}\n  q: {{ kind: mock, pricing: {{ input_per_mtok: 1000, output_per_mtok: 1000 }} }}\nmodels:\n  big: {{ endpoints: [ {{ provider: p, model: x }} ] }}\n  small: {{ endpoints: [ {{ provider: q, model: y }} ] }}\nbudgets:\n  per_key: {{ usd_per_day: 0.1 }}\n{state}"
+    );
+    let policy = "route thrifty when request.model == \"big\" {\n  rule near_budget when request.budget_remaining < 0.05 {\n    use \"small\"\n  }\n  default use model\n}\n";
+    let app = start_app(&config, &[("thrifty.policy", policy)]).await;
+    let url = app.url("/v1/chat/completions");
+    let auth = "Bearer sk-thrifty";
+    let mut served = Vec::new();
+    for _ in 0..40 {
+        let r = request_with(
+            "POST",
+            &url,
+            &[("authorization", auth)],
+            chat("big", false, r#","max_tokens":8"#),
+        )
+        .await;
+        if r.status == 429 {
+            assert_eq!(r.json()["error"]["code"], "budget_exceeded", "{}", r.text());
+            break;
+        }
+        assert_eq!(r.status, 200, "{}", r.text());
+        let h = |n: &str| r.headers[n].to_str().unwrap().to_string();
+        served.push((h("x-switchyard-endpoint"), h("x-switchyard-rule")));
+    }
+    assert_eq!(served[0], ("p/x".into(), "default".into()), "{served:?}");
+    let first_cheap = served
+        .iter()
+        .position(|(ep, _)| ep == "q/y")
+        .unwrap_or_else(|| panic!("never moved to the cheap model: {served:?}"));
+    assert!(
+        first_cheap >= 2,
+        "moved before the budget ran low: {served:?}"
+    );
+    assert!(
+        served[first_cheap..]
+            .iter()
+            .all(|(ep, rule)| ep == "q/y" && rule == "near_budget"),
+        "{served:?}"
+    );
+    assert!(
+        served.len() < 40,
+        "the budget was never used up: {served:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_policy_downgrades_to_a_cheaper_model_near_budget() {
+    routes_to_the_cheap_model_near_budget("").await;
+}
+
+#[tokio::test]
+async fn budget_remaining_comes_from_the_redis_admission_script_too() {
+    let redis = start_redis();
+    let state = format!(
+        "state: {{ redis: 'redis://127.0.0.1:{}', timeout_ms: 500, on_error: closed }}\n",
+        redis.port
+    );
+    routes_to_the_cheap_model_near_budget(&state).await;
+}
