@@ -55,9 +55,7 @@ pub async fn admit(
 /// builds it in memory), taken and put back without waiting.
 pub fn settle_whole(ctx: &RequestCtx, resp: &mut Response<Body>) {
     let Some(permit) = &ctx.permit else { return };
-    for (name, value) in permit.headers() {
-        resp.headers_mut().insert(name.clone(), value.clone());
-    }
+    permit.write_headers(resp.headers_mut());
     if ctx.stream || !ctx.served {
         return;
     }
@@ -91,20 +89,56 @@ fn prepend(first: http_body::Frame<Bytes>, rest: Body) -> Body {
         .boxed_unsync()
 }
 
+#[derive(serde::Deserialize)]
+struct Counts {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+}
+
 /// The `usage` of an OpenAI chat completion body.
+///
+/// `usage` sits near the end of the body (OpenAI and the adapters write it after
+/// `choices`), so the last `"usage":` is found from the end and only its object is
+/// parsed, not the whole answer again. The bytes `"usage":` cannot occur inside a
+/// JSON string (its quotes would be escaped), so the match is a key; if it is not the
+/// top-level one (or the body is not in that order), the whole body is parsed.
 fn usage_of(data: &[u8]) -> Option<Usage> {
-    #[derive(serde::Deserialize)]
-    struct Counts {
-        #[serde(default)]
-        prompt_tokens: u64,
-        #[serde(default)]
-        completion_tokens: u64,
+    const KEY: &[u8] = b"\"usage\":";
+    let from_tail = memchr::memmem::rfind(data, KEY).and_then(|at| {
+        let mut de = serde_json::Deserializer::from_slice(&data[at + KEY.len()..]);
+        let u: Option<Counts> = serde::Deserialize::deserialize(&mut de).ok()?;
+        u
+    });
+    let counts = match from_tail {
+        Some(c) => c,
+        None => {
+            #[derive(serde::Deserialize)]
+            struct Completion {
+                usage: Option<Counts>,
+            }
+            serde_json::from_slice::<Completion>(data).ok()?.usage?
+        }
+    };
+    Some(Usage::new(counts.prompt_tokens, counts.completion_tokens))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::usage_of;
+
+    #[test]
+    fn usage_is_read_from_the_tail_or_the_whole_body() {
+        let tail = br#"{"id":"x","choices":[{"message":{"content":"say \"usage\": {}"}}],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}"#;
+        let u = usage_of(tail).unwrap();
+        assert_eq!((u.prompt_tokens, u.completion_tokens), (7, 3));
+        // usage first, a nested "usage" key later: the top-level one still counts.
+        let nested = br#"{"usage":{"prompt_tokens":5,"completion_tokens":1},"choices":[{"message":{"content":"hi"},"x":{"usage":"n/a"}}]}"#;
+        let u = usage_of(nested).unwrap();
+        assert_eq!((u.prompt_tokens, u.completion_tokens), (5, 1));
+        assert!(usage_of(br#"{"choices":[]}"#).is_none());
+        assert!(usage_of(br#"{"usage":null}"#).is_none());
+        assert!(usage_of(b"not json").is_none());
     }
-    #[derive(serde::Deserialize)]
-    struct Completion {
-        usage: Option<Counts>,
-    }
-    let c: Completion = serde_json::from_slice(data).ok()?;
-    c.usage
-        .map(|u| Usage::new(u.prompt_tokens, u.completion_tokens))
 }

@@ -33,6 +33,7 @@ pub mod bucket;
 pub mod budget;
 pub mod redis;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -70,8 +71,9 @@ pub enum Kind {
 /// One bucket a request needs room in.
 #[derive(Debug, Clone)]
 pub struct Need {
-    /// `g::rpm`, `k:<key id>:tpm`, `o:<org>:rpm`, ...: the bucket's name.
-    pub key: String,
+    /// `g::rpm`, `k:<key id>:tpm`, `o:<org>:rpm`, ...: the bucket's name (the
+    /// global ones static, so a request builds only its key's and org's names).
+    pub key: Cow<'static, str>,
     /// What it counts.
     pub kind: Kind,
     /// Refill per minute, units.
@@ -237,9 +239,21 @@ impl Limiter {
             return out;
         }
         let mut level = |prefix: &str, id: &str, r: RateLimit| {
+            let name = |kind: &'static str| -> Cow<'static, str> {
+                if prefix == "g" {
+                    return Cow::Borrowed(if kind == "rpm" { "g::rpm" } else { "g::tpm" });
+                }
+                let mut s = String::with_capacity(prefix.len() + id.len() + 5);
+                s.push_str(prefix);
+                s.push(':');
+                s.push_str(id);
+                s.push(':');
+                s.push_str(kind);
+                Cow::Owned(s)
+            };
             if let Some(rpm) = r.requests_per_min {
                 out.push(Need {
-                    key: format!("{prefix}:{id}:rpm"),
+                    key: name("rpm"),
                     kind: Kind::Requests,
                     per_min: rpm,
                     capacity: r.burst_requests.unwrap_or(rpm),
@@ -248,7 +262,7 @@ impl Limiter {
             }
             if let Some(tpm) = r.tokens_per_min {
                 out.push(Need {
-                    key: format!("{prefix}:{id}:tpm"),
+                    key: name("tpm"),
                     kind: Kind::Tokens,
                     per_min: tpm,
                     capacity: r.burst_tokens.unwrap_or(tpm),
@@ -330,7 +344,7 @@ impl Limiter {
         }
         let mut refused: Option<(Option<u64>, usize)> = None;
         for (i, n) in needs.iter().enumerate() {
-            let b = match local.buckets.get_mut(&n.key) {
+            let b = match local.buckets.get_mut(&*n.key) {
                 Some(b) => b,
                 None => {
                     local.new_buckets += 1;
@@ -340,7 +354,7 @@ impl Limiter {
                     }
                     local
                         .buckets
-                        .entry(n.key.clone())
+                        .entry(n.key.to_string())
                         .or_insert_with(|| Bucket::full(n.per_min, n.capacity, now_ms))
                 }
             };
@@ -362,7 +376,7 @@ impl Limiter {
         let views = needs
             .iter()
             .filter_map(|n| {
-                let b = local.buckets.get_mut(&n.key)?;
+                let b = local.buckets.get_mut(&*n.key)?;
                 if admitted {
                     b.try_take(n.cost, now_ms);
                 }
@@ -474,7 +488,7 @@ impl Limiter {
                     org: caller.org.clone(),
                     scopes,
                     budget_remaining,
-                    headers: rate_headers(&views),
+                    tight: tightest(&views),
                     settled: AtomicBool::new(false),
                 })
             }
@@ -576,30 +590,50 @@ pub fn reset_text(ms: u64) -> String {
     }
 }
 
-/// The `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` headers: for each
-/// kind, the bucket with the fewest units left.
-fn rate_headers(views: &[View]) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    for (kind, suffix) in [(Kind::Requests, "requests"), (Kind::Tokens, "tokens")] {
-        let Some(v) = views
+/// `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`, by kind: built once,
+/// not per request.
+const RATE_NAMES: [[HeaderName; 3]; 2] = [
+    [
+        HeaderName::from_static("x-ratelimit-limit-requests"),
+        HeaderName::from_static("x-ratelimit-remaining-requests"),
+        HeaderName::from_static("x-ratelimit-reset-requests"),
+    ],
+    [
+        HeaderName::from_static("x-ratelimit-limit-tokens"),
+        HeaderName::from_static("x-ratelimit-remaining-tokens"),
+        HeaderName::from_static("x-ratelimit-reset-tokens"),
+    ],
+];
+
+/// For each kind (requests, tokens), the bucket with the fewest units left: what
+/// the `x-ratelimit-*` headers describe.
+fn tightest(views: &[View]) -> [Option<View>; 2] {
+    let min = |kind: Kind| {
+        views
             .iter()
             .filter(|v| v.kind == kind)
             .min_by_key(|v| v.remaining)
-        else {
-            continue;
-        };
-        let mut put = |name: &str, value: String| {
-            if let (Ok(n), Ok(v)) = (
-                HeaderName::try_from(format!("x-ratelimit-{name}-{suffix}")),
-                HeaderValue::try_from(value),
-            ) {
-                h.insert(n, v);
-            }
-        };
-        put("limit", v.capacity.to_string());
-        put("remaining", v.remaining.to_string());
-        put("reset", reset_text(v.reset_ms));
+            .copied()
+    };
+    [min(Kind::Requests), min(Kind::Tokens)]
+}
+
+/// Writes the `x-ratelimit-*` headers of `tight` ([`tightest`]) into `h`.
+fn write_rate_headers(tight: &[Option<View>; 2], h: &mut HeaderMap) {
+    for (v, names) in tight.iter().zip(&RATE_NAMES) {
+        let Some(v) = v else { continue };
+        h.insert(names[0].clone(), HeaderValue::from(v.capacity));
+        h.insert(names[1].clone(), HeaderValue::from(v.remaining));
+        if let Ok(reset) = HeaderValue::try_from(reset_text(v.reset_ms)) {
+            h.insert(names[2].clone(), reset);
+        }
     }
+}
+
+/// The `x-ratelimit-*` headers of `views` as a map (for a refusal).
+fn rate_headers(views: &[View]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    write_rate_headers(&tightest(views), &mut h);
     h
 }
 
@@ -618,14 +652,25 @@ pub struct Permit {
     /// budget applies. From the same check that admitted (in memory, or Redis's
     /// admission script), so it costs no extra lock or round trip.
     pub budget_remaining: Option<f64>,
-    headers: HeaderMap,
+    /// The buckets its `x-ratelimit-*` headers describe (written into the response,
+    /// not kept as a header map).
+    tight: [Option<View>; 2],
     settled: AtomicBool,
 }
 
 impl Permit {
-    /// The `x-ratelimit-*` headers as of admission (for the successful response).
-    pub fn headers(&self) -> &HeaderMap {
-        &self.headers
+    /// The `x-ratelimit-*` headers as of admission, as a new map (see
+    /// [`Permit::write_headers`]).
+    pub fn headers(&self) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        self.write_headers(&mut h);
+        h
+    }
+
+    /// Writes the `x-ratelimit-*` headers as of admission into `h` (the successful
+    /// response's).
+    pub fn write_headers(&self, h: &mut HeaderMap) {
+        write_rate_headers(&self.tight, h);
     }
 
     /// Tokens charged at admission (estimated input + output cap).
@@ -656,7 +701,9 @@ impl Permit {
                 + usage.completion_tokens as f64 * p.pricing.output_per_mtok)
                 / 1e6
         });
-        if let Some(p) = price {
+        // (Nothing to add for an unpriced endpoint: skipping saves the labelled
+        // gauge's lookup, which clones three label strings.)
+        if let Some(p) = price.filter(|_| usd > 0.0) {
             metrics::gauge!(t::SPEND,
                 "key" => self.key.clone().unwrap_or_else(|| "none".into()),
                 "org" => self.org.clone().unwrap_or_else(|| "none".into()),
@@ -683,7 +730,7 @@ impl Permit {
         }
         let mut local = self.limiter.lock();
         for n in &self.token_needs {
-            if let Some(b) = local.buckets.get_mut(&n.key) {
+            if let Some(b) = local.buckets.get_mut(&*n.key) {
                 let units = u64::try_from(delta.unsigned_abs()).unwrap_or(u64::MAX);
                 if delta > 0 {
                     b.refund(units, now_ms);
