@@ -20,11 +20,13 @@ use super::Gateway;
 use crate::api::{ChatRequest, Usage};
 use crate::body::{self, Body};
 use crate::error::GatewayError;
+use crate::limits::tokens::TokenCounter;
 
-/// The token cost counted at admission: estimated input tokens plus the output cap
+/// The token cost counted at admission: input tokens (`counter`: OpenAI's tokenizer
+/// for OpenAI model families, else the estimate) plus the output cap
 /// (`max_completion_tokens`, else `max_tokens`, else `limits.default_output_tokens`).
-pub fn cost(gw: &Gateway, chat: &ChatRequest) -> u64 {
-    chat.estimated_input_tokens().saturating_add(
+pub fn cost(gw: &Gateway, counter: &TokenCounter, chat: &ChatRequest) -> u64 {
+    counter.count(chat).saturating_add(
         chat.output_cap()
             .unwrap_or(gw.config.limits.default_output_tokens),
     )
@@ -42,7 +44,10 @@ pub async fn admit(
     if !gw.limits.applies(&ctx.caller) {
         return Ok(());
     }
-    let permit = gw.limits.admit(&ctx.caller, cost(gw, chat)).await?;
+    let permit = gw
+        .limits
+        .admit(&ctx.caller, |counter| cost(gw, counter, chat))
+        .await?;
     // What `request.budget_remaining` reads (the features are built from the caller
     // after this step).
     ctx.caller.budget_remaining = permit.budget_remaining;

@@ -32,6 +32,7 @@
 pub mod bucket;
 pub mod budget;
 pub mod redis;
+pub mod tokens;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -156,6 +157,7 @@ struct Inner {
     redis_down_until: AtomicU64,
     prices: Vec<Price>,
     backend_errors: metrics::Counter,
+    tokens: tokens::TokenCounter,
 }
 
 /// The limiter of one gateway: cheap to clone (one shared state).
@@ -185,6 +187,16 @@ impl Limiter {
             .redis
             .as_deref()
             .and_then(|url| redis::RedisBackend::new(url, config.state.timeout_ms));
+        // Parse the vocabularies ahead of the first request only when a tokens
+        // bucket is configured (a key entry's own tokens limit loads them on first
+        // use instead).
+        let l = &config.limits;
+        let counts_tokens = [l.global, l.per_key, l.per_org]
+            .iter()
+            .chain(l.keys.values())
+            .chain(l.orgs.values())
+            .any(|r| r.tokens_per_min.is_some());
+        let tokens = tokens::TokenCounter::new(registry, counts_tokens);
         Limiter {
             inner: Arc::new(Inner {
                 any_limit: config.limits.any(),
@@ -198,6 +210,7 @@ impl Limiter {
                 redis_down_until: AtomicU64::new(0),
                 prices,
                 backend_errors: metrics::counter!(t::LIMIT_BACKEND_ERRORS),
+                tokens,
             }),
         }
     }
@@ -417,15 +430,31 @@ impl Limiter {
         self.permit(caller, tokens, needs, scopes, checked, Backend::Local)
     }
 
-    /// Admits or refuses a request from `caller` of `tokens` tokens, on Redis when
-    /// configured (one round trip), else in memory.
+    /// Admits or refuses a request from `caller`, on Redis when configured (one round
+    /// trip), else in memory. `tokens` gives the request's token cost from the
+    /// limiter's [`tokens::TokenCounter`]; it is called only when a tokens bucket
+    /// applies to the caller (the count may run a tokenizer).
     ///
     /// # Errors
     /// 429 `rate_limit_exceeded` or `budget_exceeded`; 503 `rate_limiter_unavailable`
     /// when Redis cannot be reached and `state.on_error` is `closed`.
-    pub async fn admit(&self, caller: &Caller, tokens: u64) -> Result<Permit, GatewayError> {
+    pub async fn admit(
+        &self,
+        caller: &Caller,
+        tokens: impl FnOnce(&tokens::TokenCounter) -> u64,
+    ) -> Result<Permit, GatewayError> {
         let unix_secs = unix_now();
-        let needs = self.needs(caller, tokens);
+        let mut needs = self.needs(caller, 0);
+        // Count the request's tokens only if a tokens bucket needs them.
+        let tokens = if needs.iter().any(|n| n.kind == Kind::Tokens) {
+            let t = tokens(&self.inner.tokens);
+            for n in needs.iter_mut().filter(|n| n.kind == Kind::Tokens) {
+                n.cost = t;
+            }
+            t
+        } else {
+            0
+        };
         let scopes = self.budget_scopes(caller);
         if needs.is_empty() && scopes.is_empty() {
             let checked = Checked::Admitted(Vec::new(), None);

@@ -309,3 +309,43 @@ async fn budget_remaining_comes_from_the_redis_admission_script_too() {
     );
     routes_to_the_cheap_model_near_budget(&state).await;
 }
+
+#[tokio::test]
+async fn openai_models_are_counted_with_their_tokenizer_and_others_estimated() {
+    let app = start_app(
+        "providers:\n  p: { kind: mock }\nmodels:\n  gpt-4o: { endpoints: [ { provider: p, model: x } ] }\n  alias: { endpoints: [ { provider: p, model: gpt-4o-mini } ] }\n  other: { endpoints: [ { provider: p, model: y } ] }\nlimits:\n  per_key: { tokens_per_min: 100000 }\n",
+        &[],
+    )
+    .await;
+    let url = app.url("/v1/chat/completions");
+    let remaining = |r: &crate::common::Reply| -> u64 {
+        r.headers["x-ratelimit-remaining-tokens"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    // "hello there" (common::chat's message) with o200k_base, plus 3 per message and
+    // 3 per request; and the 8 of max_tokens.
+    let bpe = tiktoken_rs::o200k_base_singleton();
+    let real = bpe.encode_ordinary("hello there").len() as u64 + 3 + 3 + 8;
+    // The estimate: 11 characters at 4 per token, plus 4 per message.
+    let estimate = 3 + 4 + 8;
+    assert_ne!(real, estimate, "the test must tell them apart");
+    for (model, key, want) in [
+        ("gpt-4o", "sk-1", real),
+        ("alias", "sk-2", real),
+        ("other", "sk-3", estimate),
+    ] {
+        let auth = format!("Bearer {key}");
+        let r = request_with(
+            "POST",
+            &url,
+            &[("authorization", auth.as_str())],
+            chat(model, false, r#","max_tokens":8"#),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(remaining(&r), 100_000 - want, "{model}");
+    }
+}
