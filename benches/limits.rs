@@ -2,8 +2,9 @@
 //! against six buckets (requests and tokens, global + key + org) and a key budget,
 //! charging all of them, over 1,000 distinct keys. Target: at most 5 µs per request.
 //!
-//! Also the token count of the cost: OpenAI's `o200k_base` tokenizer on a 1 KiB and a
-//! 64 KiB (the bound, `limits::tokens::MAX_TOKENIZED_BYTES`) prompt, against the
+//! Also the token count of the cost: `limits::tokens::count_with` (OpenAI's
+//! `o200k_base`, tokenizing at most `limits::tokens::MAX_TOKENIZED_BYTES` and
+//! extrapolating the rest) on a 1 KiB and a 64 KiB prompt, against the
 //! 4-characters-per-token estimate used for other families.
 //!
 //! `cargo bench --bench limits` (release profile).
