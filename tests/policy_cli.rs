@@ -355,6 +355,48 @@ fn test_command_runs_the_scopes_fixture_and_dry_run_takes_scopes() {
 }
 
 #[test]
+fn test_command_runs_the_budget_fixture_and_dry_run_takes_budget_remaining() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = config();
+    let c = c.to_str().unwrap_or("");
+    let fixture = root().join("tests/policies/valid/budget.policy");
+    let fixture = fixture.to_str().unwrap_or("");
+    let o = run(&["test", "--config", c, fixture], dir.path());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(text.contains("3 passed, 0 failed"), "{text}");
+    let o = run(&["fmt", "--check", fixture], dir.path());
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let req = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}"#;
+    let decide = |extra: &[&str]| {
+        let mut args = vec!["dry-run", "--config", c, "--policies", fixture];
+        args.extend(["--request", req, "--format", "json"]);
+        args.extend(extra);
+        let o = run(&args, dir.path());
+        (o.status.code(), json(&o)["decision"]["rule"].clone())
+    };
+    assert_eq!(
+        decide(&["--budget-remaining", "0.5"]),
+        (Some(0), "near_budget".into())
+    );
+    assert_eq!(
+        decide(&["--budget-remaining", "3"]),
+        (Some(0), "default".into())
+    );
+    assert_eq!(decide(&[]), (Some(0), "default".into()));
+    let mut args = vec!["dry-run", "--config", c, "--policies", fixture];
+    args.extend(["--request", req, "--budget-remaining=-1"]);
+    let o = run(&args, dir.path());
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--budget-remaining"));
+}
+
+#[test]
 fn lint_caps_fallback_chains_with_the_configs_max_attempts() {
     let dir = tempfile::tempdir().expect("tempdir");
     // No config file (the embedded one serves `mock` only): the default cap of 8, said so.

@@ -22,16 +22,7 @@ pub const SECRET_PREFIX: &str = "sy-";
 /// Keys by the digest of their secret.
 #[derive(Debug, Default)]
 pub struct KeySet {
-    by_digest: HashMap<[u8; 32], Found>,
-}
-
-/// A key entry with its `limits` shared, so a request takes it without a deep copy.
-#[derive(Debug, Clone)]
-pub struct Found {
-    /// The entry.
-    pub entry: Arc<KeyEntry>,
-    /// Its `limits` mapping.
-    pub limits: Option<Arc<serde_yaml::Value>>,
+    by_digest: HashMap<[u8; 32], Arc<KeyEntry>>,
 }
 
 /// The 32 bytes of a `sha256:<hex>` hash (`None` when malformed).
@@ -82,11 +73,7 @@ impl KeySet {
         let mut by_digest = HashMap::with_capacity(keys.len());
         for k in keys {
             if let Some(d) = parse_hash(&k.hash) {
-                let found = Found {
-                    entry: Arc::new(k.clone()),
-                    limits: k.limits.clone().map(Arc::new),
-                };
-                by_digest.insert(d, found);
+                by_digest.insert(d, Arc::new(k.clone()));
             }
         }
         KeySet { by_digest }
@@ -102,7 +89,7 @@ impl KeySet {
 
     /// The entry whose secret is `secret` (revoked entries included: the caller
     /// decides).
-    pub fn find(&self, secret: &str) -> Option<&Found> {
+    pub fn find(&self, secret: &str) -> Option<&Arc<KeyEntry>> {
         let d = digest(secret);
         let (stored, entry) = self.by_digest.get_key_value(&d)?;
         bool::from(stored.ct_eq(&d)).then_some(entry)
@@ -137,9 +124,10 @@ mod tests {
             metadata: Default::default(),
             revoked: false,
             limits: None,
+            budget: None,
         };
         let set = KeySet::new(&[entry]);
-        assert_eq!(set.find(&s).map(|e| e.entry.id.as_str()), Some("key-a"));
+        assert_eq!(set.find(&s).map(|e| e.id.as_str()), Some("key-a"));
         assert!(set.find("sy-other").is_none());
         assert_eq!(parse_hash(&hash_secret("x")), Some(digest("x")));
         assert_eq!(parse_hash("sha256:zz"), None);

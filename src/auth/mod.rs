@@ -25,14 +25,13 @@ pub mod jwt;
 pub mod keys;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use http::HeaderMap;
 
 pub use admin::AdminGuard;
 pub use file::POLL as FILE_POLL;
 
-use crate::config::{AuthConfig, AuthMode};
+use crate::config::{AuthConfig, AuthMode, Budget, RateLimit};
 use crate::error::{Code, ErrorKind, GatewayError};
 use crate::policy::ast::PriorityLevel;
 use file::Reloading;
@@ -69,9 +68,11 @@ pub struct Principal {
     pub scopes: Vec<String>,
     /// The key entry's `metadata`.
     pub metadata: BTreeMap<String, String>,
-    /// The key entry's `limits:` mapping, exactly as written (not interpreted here;
-    /// for the rate-limit and budget layer). `None` for JWTs and unverified callers.
-    pub limits: Option<Arc<serde_yaml::Value>>,
+    /// The key entry's own rate limits (`limits:`), for the admission layer.
+    /// `None` for JWTs, unverified callers and keys without their own.
+    pub limits: Option<RateLimit>,
+    /// The key entry's own spend budget (`budget:`), like `limits`.
+    pub budget: Option<Budget>,
     /// How it was established.
     pub method: Method,
 }
@@ -251,7 +252,7 @@ impl Authenticator {
                     .ok_or("unknown API key")?
             }
         };
-        let entry = &found.entry;
+        let entry = found;
         if entry.revoked {
             return Err(format!("key {} is revoked", entry.id));
         }
@@ -266,7 +267,8 @@ impl Authenticator {
                 .map(|p| p.iter().cloned().collect()),
             scopes: Vec::new(),
             metadata: entry.metadata.clone(),
-            limits: found.limits.clone(),
+            limits: entry.limits,
+            budget: entry.budget,
             method: Method::ApiKey,
         })
     }

@@ -57,6 +57,10 @@ pub struct DryRunArgs {
     /// Priority before routing: low, normal, high or critical.
     #[arg(long, default_value = "normal")]
     pub priority: String,
+    /// The caller's least budget left, USD, for `request.budget_remaining` (what the
+    /// admit phase finds in the caller's budgets; default: no budget applies).
+    #[arg(long, value_name = "USD")]
+    pub budget_remaining: Option<f64>,
     /// Request time as Unix seconds (default: now), for `request.hour` / `weekday`.
     #[arg(long)]
     pub time: Option<u64>,
@@ -134,6 +138,12 @@ pub fn run(a: DryRunArgs) -> ExitCode {
             ),
         );
     };
+    if let Some(b) = a.budget_remaining.filter(|b| !b.is_finite() || *b < 0.0) {
+        return fail(
+            2,
+            format!("--budget-remaining `{b}` is not a number of USD, 0 or more"),
+        );
+    }
     let stats: StatsSnapshot = match &a.stats {
         None => StatsSnapshot::default(),
         Some(p) => match std::fs::read(p)
@@ -157,6 +167,8 @@ pub fn run(a: DryRunArgs) -> ExitCode {
         scopes: crate::policy::features::normalize_scopes(
             a.scopes.iter().flat_map(|s| s.split_whitespace()),
         ),
+        budget_remaining: a.budget_remaining,
+        ..Caller::default()
     };
     let pairs = headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
     let feats = features(&req, pairs, &caller, now);

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use crate::auth::keys::{hash_secret, new_secret};
 use crate::config::auth::{parse_key_file, KeyFile};
-use crate::config::KeyEntry;
+use crate::config::{Budget, KeyEntry, RateLimit};
 use crate::policy::ast::PriorityLevel;
 
 /// `switchyard keys` subcommands.
@@ -53,6 +53,18 @@ pub struct CreateArgs {
     /// Starting priority: low, normal or high.
     #[arg(long, default_value = "normal")]
     pub priority: String,
+    /// The key's own requests per minute (the refill of its requests bucket).
+    #[arg(long, value_name = "N")]
+    pub requests_per_min: Option<u64>,
+    /// The key's own tokens per minute (the refill of its tokens bucket).
+    #[arg(long, value_name = "N")]
+    pub tokens_per_min: Option<u64>,
+    /// The key's own spend budget per UTC day, USD.
+    #[arg(long, value_name = "USD")]
+    pub usd_per_day: Option<f64>,
+    /// The key's own spend budget per UTC calendar month, USD.
+    #[arg(long, value_name = "USD")]
+    pub usd_per_month: Option<f64>,
 }
 
 /// `keys revoke` flags.
@@ -115,6 +127,19 @@ fn create(a: CreateArgs) -> Result<(), String> {
     if keys.iter().any(|k| k.id == a.id) {
         return Err(format!("a key with id \"{}\" exists already", a.id));
     }
+    let limits = RateLimit {
+        requests_per_min: a.requests_per_min,
+        tokens_per_min: a.tokens_per_min,
+        ..RateLimit::default()
+    };
+    let budget = Budget {
+        usd_per_day: a.usd_per_day,
+        usd_per_month: a.usd_per_month,
+    };
+    let mut problems = limits.problems().into_iter().chain(budget.problems());
+    if let Some((field, message)) = problems.next() {
+        return Err(format!("--{}: {message}", field.replace('_', "-")));
+    }
     let secret = new_secret();
     keys.push(KeyEntry {
         id: a.id.clone(),
@@ -125,7 +150,8 @@ fn create(a: CreateArgs) -> Result<(), String> {
         priority,
         metadata: Default::default(),
         revoked: false,
-        limits: None,
+        limits: (!limits.is_empty()).then_some(limits),
+        budget: (!budget.is_empty()).then_some(budget),
     });
     write(&a.file, keys)?;
     eprintln!(

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::limits::{Budget, RateLimit};
 use super::ConfigError;
 use crate::policy::ast::PriorityLevel;
 
@@ -72,10 +73,15 @@ pub struct KeyEntry {
     /// A revoked key is refused like an unknown one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub revoked: bool,
-    /// Rate limits and budgets, kept as written for the admission layer that
-    /// enforces them.
+    /// The key's own rate limits (`requests_per_min`, `tokens_per_min`,
+    /// `burst_requests`, `burst_tokens`): field by field over `limits.keys.<id>`,
+    /// then `limits.per_key` (`crate::limits`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limits: Option<serde_yaml::Value>,
+    pub limits: Option<RateLimit>,
+    /// The key's own spend budget in USD (`usd_per_day`, `usd_per_month`): field by
+    /// field over `budgets.keys.<id>`, then `budgets.per_key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
 }
 
 fn is_normal(p: &PriorityLevel) -> bool {
@@ -311,6 +317,16 @@ pub fn check_keys(keys: &[KeyEntry], path: &str) -> Vec<ConfigError> {
                 message: "a key's priority is one of low, normal, high".into(),
             });
         }
+        let limits = k.limits.map(|l| l.problems()).unwrap_or_default();
+        let budget = k.budget.map(|b| b.problems()).unwrap_or_default();
+        for (section, list) in [("limits", limits), ("budget", budget)] {
+            for (field, message) in list {
+                errors.push(ConfigError {
+                    path: format!("{at}.{section}.{field}"),
+                    message,
+                });
+            }
+        }
     }
     errors
 }
@@ -544,5 +560,33 @@ mod tests {
             errors[0].message.contains("unknown field `keyz`"),
             "{errors:?}"
         );
+    }
+
+    #[test]
+    fn a_key_entry_carries_its_own_limits_and_budget() {
+        let h = format!("sha256:{}", "0".repeat(64));
+        let text = format!(
+            "keys:\n  - {{ id: a, hash: '{h}', limits: {{ requests_per_min: 6, burst_tokens: 500 }}, budget: {{ usd_per_day: 2.5 }} }}\n"
+        );
+        let keys = parse_key_file(&text, "keys.yaml").unwrap();
+        assert_eq!(keys[0].limits.unwrap().requests_per_min, Some(6));
+        assert_eq!(keys[0].limits.unwrap().burst_tokens, Some(500));
+        assert_eq!(keys[0].budget.unwrap().usd_per_day, Some(2.5));
+        // Written back the same way (`switchyard keys create` rewrites the file).
+        let again = serde_yaml::to_string(&KeyFile { keys: keys.clone() }).unwrap();
+        assert_eq!(parse_key_file(&again, "k").unwrap(), keys);
+
+        let bad = format!(
+            "keys:\n  - {{ id: a, hash: '{h}', limits: {{ burst_requests: 0 }}, budget: {{ usd_per_day: -1 }} }}\n"
+        );
+        let errs = parse_key_file(&bad, "keys.yaml").unwrap_err();
+        assert!(
+            errs[0].contains("keys[0].limits.burst_requests"),
+            "{errs:?}"
+        );
+        assert!(errs[1].contains("keys[0].budget.usd_per_day"), "{errs:?}");
+        let typo = format!("keys:\n  - {{ id: a, hash: '{h}', limits: {{ rpm: 6 }} }}\n");
+        let errs = parse_key_file(&typo, "keys.yaml").unwrap_err();
+        assert!(errs[0].contains("unknown field `rpm`"), "{errs:?}");
     }
 }

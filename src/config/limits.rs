@@ -3,20 +3,34 @@
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+
 /// One level's rate limit (`requests_per_min`, `tokens_per_min`, `burst_requests`,
 /// `burst_tokens`); an absent field sets no limit (or, in a `keys:`/`orgs:` override,
-/// keeps the `per_key`/`per_org` default).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// keeps the `per_key`/`per_org` default). Also the shape of a key entry's own
+/// `limits:` (`crate::config::KeyEntry`), read with serde.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct RateLimit {
     /// Requests per minute (the bucket's refill rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests_per_min: Option<u64>,
     /// Tokens per minute (estimated input + output cap, settled to actual usage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_min: Option<u64>,
     /// Bucket capacity in requests (default: `requests_per_min`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst_requests: Option<u64>,
     /// Bucket capacity in tokens (default: `tokens_per_min`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst_tokens: Option<u64>,
 }
+
+/// Largest rate or burst accepted, in units per minute (10^12).
+pub const MAX_RATE: u64 = 1_000_000_000_000;
+
+/// Largest budget accepted, USD (10^12).
+pub const MAX_USD: f64 = 1e12;
 
 impl RateLimit {
     /// `self`'s fields, each falling back to `base`'s when absent.
@@ -32,6 +46,23 @@ impl RateLimit {
     /// Whether no limit is set.
     pub fn is_empty(&self) -> bool {
         self.requests_per_min.is_none() && self.tokens_per_min.is_none()
+    }
+
+    /// Out-of-range fields, as `(field, sentence)` (rates 0 to [`MAX_RATE`], bursts 1
+    /// to [`MAX_RATE`]), for a key entry's `limits:` (the `limits:` section checks the
+    /// same ranges through the config validator).
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        let mut check = |name: &'static str, v: Option<u64>, min: u64| {
+            if let Some(v) = v.filter(|v| *v < min || *v > MAX_RATE) {
+                out.push((name, format!("{v} is out of range ({min} to {MAX_RATE})")));
+            }
+        };
+        check("requests_per_min", self.requests_per_min, 0);
+        check("tokens_per_min", self.tokens_per_min, 0);
+        check("burst_requests", self.burst_requests, 1);
+        check("burst_tokens", self.burst_tokens, 1);
+        out
     }
 }
 
@@ -80,12 +111,16 @@ impl LimitsConfig {
     }
 }
 
-/// One scope's budget in USD; an absent field sets no budget.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+/// One scope's budget in USD; an absent field sets no budget. Also the shape of a
+/// key entry's own `budget:` (`crate::config::KeyEntry`), read with serde.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct Budget {
     /// USD per UTC day.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usd_per_day: Option<f64>,
     /// USD per UTC calendar month.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usd_per_month: Option<f64>,
 }
 
@@ -101,6 +136,21 @@ impl Budget {
     /// Whether no budget is set.
     pub fn is_empty(&self) -> bool {
         self.usd_per_day.is_none() && self.usd_per_month.is_none()
+    }
+
+    /// Out-of-range fields (not a number from 0 to [`MAX_USD`]), as `(field,
+    /// sentence)`, for a key entry's `budget:`.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        for (name, v) in [
+            ("usd_per_day", self.usd_per_day),
+            ("usd_per_month", self.usd_per_month),
+        ] {
+            if let Some(v) = v.filter(|v| !(0.0..=MAX_USD).contains(v)) {
+                out.push((name, format!("{v} is out of range (0 to {MAX_USD})")));
+            }
+        }
+        out
     }
 }
 

@@ -3,11 +3,10 @@
 
 use serde_yaml::{Mapping, Value};
 
-use super::super::limits::{Budget, BudgetsConfig, LimitsConfig, OnError, RateLimit, StateConfig};
+use super::super::limits::{
+    Budget, BudgetsConfig, LimitsConfig, OnError, RateLimit, StateConfig, MAX_RATE, MAX_USD,
+};
 use super::{join, Validator};
-
-/// Largest rate or burst accepted, in units per minute (10^12).
-const MAX_RATE: u64 = 1_000_000_000_000;
 
 impl Validator {
     fn rate_limit(&mut self, value: &Value, path: &str) -> RateLimit {
@@ -93,8 +92,8 @@ impl Validator {
             return b;
         };
         self.unknown_keys(map, &["usd_per_day", "usd_per_month"], path);
-        b.usd_per_day = self.float(map, "usd_per_day", path, 0.0, 1e12);
-        b.usd_per_month = self.float(map, "usd_per_month", path, 0.0, 1e12);
+        b.usd_per_day = self.float(map, "usd_per_day", path, 0.0, MAX_USD);
+        b.usd_per_month = self.float(map, "usd_per_month", path, 0.0, MAX_USD);
         b
     }
 

@@ -21,7 +21,7 @@ pub struct RequestCtx {
     /// Who sent it, as policies see it (admit phase: from [`RequestCtx::principal`]).
     pub caller: Caller,
     /// Who sent it, as authentication established it (admit phase): its scope,
-    /// metadata and opaque `limits` for admission.
+    /// metadata and its key entry's own limits and budget for admission.
     pub principal: Principal,
     /// The policy set the request runs on, loaded once: a reload never mixes versions
     /// within a request.

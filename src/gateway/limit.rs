@@ -1,7 +1,9 @@
 //! The rate-limit and budget step of the admit phase (see [`crate::limits`]).
 //!
 //! Runs after normalize (the caller and the parsed request are known) and before
-//! route: a refused request never reaches a policy or an upstream. Its 429 is the
+//! the policy features are built and route runs: a refused request never reaches a
+//! policy or an upstream, and an admitted one's least budget left becomes
+//! `request.budget_remaining`. Its 429 is the
 //! client's (`Fault::Client`, kind `Throttled`), so no endpoint's statistics count it.
 //! The admitted request's [`Permit`] is kept in `ctx.permit`; a whole (non-stream)
 //! answer settles it in the respond phase ([`settle_whole`]), a stream where it ends.
@@ -18,11 +20,13 @@ use super::Gateway;
 use crate::api::{ChatRequest, Usage};
 use crate::body::{self, Body};
 use crate::error::GatewayError;
+use crate::limits::tokens::TokenCounter;
 
-/// The token cost counted at admission: estimated input tokens plus the output cap
+/// The token cost counted at admission: input tokens (`counter`: OpenAI's tokenizer
+/// for OpenAI model families, else the estimate) plus the output cap
 /// (`max_completion_tokens`, else `max_tokens`, else `limits.default_output_tokens`).
-pub fn cost(gw: &Gateway, chat: &ChatRequest) -> u64 {
-    chat.estimated_input_tokens().saturating_add(
+pub fn cost(gw: &Gateway, counter: &TokenCounter, chat: &ChatRequest) -> u64 {
+    counter.count(chat).saturating_add(
         chat.output_cap()
             .unwrap_or(gw.config.limits.default_output_tokens),
     )
@@ -37,10 +41,16 @@ pub async fn admit(
     ctx: &mut RequestCtx,
     chat: &ChatRequest,
 ) -> Result<(), GatewayError> {
-    if !gw.limits.enabled() {
+    if !gw.limits.applies(&ctx.caller) {
         return Ok(());
     }
-    let permit = gw.limits.admit(&ctx.caller, cost(gw, chat)).await?;
+    let permit = gw
+        .limits
+        .admit(&ctx.caller, |counter| cost(gw, counter, chat))
+        .await?;
+    // What `request.budget_remaining` reads (the features are built from the caller
+    // after this step).
+    ctx.caller.budget_remaining = permit.budget_remaining;
     ctx.permit = Some(Arc::new(permit));
     Ok(())
 }
@@ -50,9 +60,7 @@ pub async fn admit(
 /// builds it in memory), taken and put back without waiting.
 pub fn settle_whole(ctx: &RequestCtx, resp: &mut Response<Body>) {
     let Some(permit) = &ctx.permit else { return };
-    for (name, value) in permit.headers() {
-        resp.headers_mut().insert(name.clone(), value.clone());
-    }
+    permit.write_headers(resp.headers_mut());
     if ctx.stream || !ctx.served {
         return;
     }
@@ -86,20 +94,56 @@ fn prepend(first: http_body::Frame<Bytes>, rest: Body) -> Body {
         .boxed_unsync()
 }
 
+#[derive(serde::Deserialize)]
+struct Counts {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+}
+
 /// The `usage` of an OpenAI chat completion body.
+///
+/// `usage` sits near the end of the body (OpenAI and the adapters write it after
+/// `choices`), so the last `"usage":` is found from the end and only its object is
+/// parsed, not the whole answer again. The bytes `"usage":` cannot occur inside a
+/// JSON string (its quotes would be escaped), so the match is a key; if it is not the
+/// top-level one (or the body is not in that order), the whole body is parsed.
 fn usage_of(data: &[u8]) -> Option<Usage> {
-    #[derive(serde::Deserialize)]
-    struct Counts {
-        #[serde(default)]
-        prompt_tokens: u64,
-        #[serde(default)]
-        completion_tokens: u64,
+    const KEY: &[u8] = b"\"usage\":";
+    let from_tail = memchr::memmem::rfind(data, KEY).and_then(|at| {
+        let mut de = serde_json::Deserializer::from_slice(&data[at + KEY.len()..]);
+        let u: Option<Counts> = serde::Deserialize::deserialize(&mut de).ok()?;
+        u
+    });
+    let counts = match from_tail {
+        Some(c) => c,
+        None => {
+            #[derive(serde::Deserialize)]
+            struct Completion {
+                usage: Option<Counts>,
+            }
+            serde_json::from_slice::<Completion>(data).ok()?.usage?
+        }
+    };
+    Some(Usage::new(counts.prompt_tokens, counts.completion_tokens))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::usage_of;
+
+    #[test]
+    fn usage_is_read_from_the_tail_or_the_whole_body() {
+        let tail = br#"{"id":"x","choices":[{"message":{"content":"say \"usage\": {}"}}],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}"#;
+        let u = usage_of(tail).unwrap();
+        assert_eq!((u.prompt_tokens, u.completion_tokens), (7, 3));
+        // usage first, a nested "usage" key later: the top-level one still counts.
+        let nested = br#"{"usage":{"prompt_tokens":5,"completion_tokens":1},"choices":[{"message":{"content":"hi"},"x":{"usage":"n/a"}}]}"#;
+        let u = usage_of(nested).unwrap();
+        assert_eq!((u.prompt_tokens, u.completion_tokens), (5, 1));
+        assert!(usage_of(br#"{"choices":[]}"#).is_none());
+        assert!(usage_of(br#"{"usage":null}"#).is_none());
+        assert!(usage_of(b"not json").is_none());
     }
-    #[derive(serde::Deserialize)]
-    struct Completion {
-        usage: Option<Counts>,
-    }
-    let c: Completion = serde_json::from_slice(data).ok()?;
-    c.usage
-        .map(|u| Usage::new(u.prompt_tokens, u.completion_tokens))
 }

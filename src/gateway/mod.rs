@@ -149,8 +149,8 @@ impl Gateway {
         respond::respond(self, &ctx, result)
     }
 
-    /// admit (authenticate) → normalize → admit (model scope) → route → (cache) →
-    /// dispatch.
+    /// admit (authenticate) → normalize → admit (model scope, limits and budgets,
+    /// which set `request.budget_remaining`) → features → route → (cache) → dispatch.
     async fn phases(
         self: &Arc<Self>,
         ctx: &mut RequestCtx,
@@ -161,8 +161,8 @@ impl Gateway {
         let mut chat = normalize::parse(ctx, body)?;
         chat.headers = crate::egress::forward::candidates(headers);
         admit::check_model(ctx, &chat)?;
-        let features = normalize::request_features(ctx, &chat, headers);
         limit::admit(self, ctx, &chat).await?;
+        let features = normalize::request_features(ctx, &chat, headers);
         let mut plan = route::route(self, ctx, &chat, &features)?;
         let decided = Arc::new(outcome::DecisionContext {
             snapshot: ctx.snapshot.clone(),

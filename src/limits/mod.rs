@@ -19,6 +19,11 @@
 //! `switchyard_spend_usd_total`. A permit never settled keeps its estimate charged
 //! and records no spend.
 //!
+//! A key's rate limit and budget are its key entry's own (`limits:` / `budget:` of
+//! the entry, carried by the [`Caller`]), field by field over `limits.keys.<id>` /
+//! `budgets.keys.<id>`, over `per_key`; a key entry's own apply even without any
+//! `limits:` or `budgets:` section ([`Limiter::applies`]).
+//!
 //! State lives in memory, or in Redis with `state.redis` ([`redis`]); while Redis
 //! cannot be reached within `state.timeout_ms`, `state.on_error` decides: `open`
 //! falls back to this instance's in-memory state, `closed` refuses with 503. Requests
@@ -27,7 +32,9 @@
 pub mod bucket;
 pub mod budget;
 pub mod redis;
+pub mod tokens;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -65,8 +72,9 @@ pub enum Kind {
 /// One bucket a request needs room in.
 #[derive(Debug, Clone)]
 pub struct Need {
-    /// `g::rpm`, `k:<key id>:tpm`, `o:<org>:rpm`, ...: the bucket's name.
-    pub key: String,
+    /// `g::rpm`, `k:<key id>:tpm`, `o:<org>:rpm`, ...: the bucket's name (the
+    /// global ones static, so a request builds only its key's and org's names).
+    pub key: Cow<'static, str>,
     /// What it counts.
     pub kind: Kind,
     /// Refill per minute, units.
@@ -108,8 +116,9 @@ enum Backend {
 /// The outcome of one check over all buckets.
 #[derive(Debug)]
 pub(crate) enum Checked {
-    /// Every bucket had room and was charged.
-    Admitted(Vec<View>),
+    /// Every bucket had room and was charged; the least budget left, USD (`None`: no
+    /// budget applies).
+    Admitted(Vec<View>, Option<f64>),
     /// Bucket `blame` had no room: wait `wait_ms` (`None`: never).
     Refused {
         wait_ms: Option<u64>,
@@ -148,6 +157,7 @@ struct Inner {
     redis_down_until: AtomicU64,
     prices: Vec<Price>,
     backend_errors: metrics::Counter,
+    tokens: tokens::TokenCounter,
 }
 
 /// The limiter of one gateway: cheap to clone (one shared state).
@@ -177,6 +187,16 @@ impl Limiter {
             .redis
             .as_deref()
             .and_then(|url| redis::RedisBackend::new(url, config.state.timeout_ms));
+        // Parse the vocabularies ahead of the first request only when a tokens
+        // bucket is configured (a key entry's own tokens limit loads them on first
+        // use instead).
+        let l = &config.limits;
+        let counts_tokens = [l.global, l.per_key, l.per_org]
+            .iter()
+            .chain(l.keys.values())
+            .chain(l.orgs.values())
+            .any(|r| r.tokens_per_min.is_some());
+        let tokens = tokens::TokenCounter::new(registry, counts_tokens);
         Limiter {
             inner: Arc::new(Inner {
                 any_limit: config.limits.any(),
@@ -190,12 +210,15 @@ impl Limiter {
                 redis_down_until: AtomicU64::new(0),
                 prices,
                 backend_errors: metrics::counter!(t::LIMIT_BACKEND_ERRORS),
+                tokens,
             }),
         }
     }
 
-    /// Whether any rate limit or budget is configured; without one, requests carry
-    /// no permit and nothing is counted or settled (no work on the request path).
+    /// Whether any rate limit or budget is configured in `limits:` / `budgets:`;
+    /// without one (and without a key entry's own, [`Limiter::applies`]), requests
+    /// carry no permit and nothing is counted or settled (no work on the request
+    /// path).
     pub fn enabled(&self) -> bool {
         self.inner.any_limit || self.inner.any_budget
     }
@@ -209,17 +232,41 @@ impl Limiter {
         self.inner.local.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether any limit or budget applies to `caller`: one of the config, or the
+    /// caller's key entry's own (`limits:` / `budget:` in the entry). Without one the
+    /// request carries no permit.
+    pub fn applies(&self, caller: &Caller) -> bool {
+        self.enabled() || own_limits(caller) || own_budget(caller)
+    }
+
     /// The buckets a request of `tokens` tokens from `caller` needs room in.
+    ///
+    /// A key's rate limit is its entry's own `limits:`, field by field over
+    /// `limits.keys.<id>`, over `limits.per_key`.
     pub fn needs(&self, caller: &Caller, tokens: u64) -> Vec<Need> {
         let l = &self.inner.limits;
         let mut out = Vec::new();
-        if !self.inner.any_limit || caller.priority == PriorityLevel::Critical {
+        if !(self.inner.any_limit || own_limits(caller))
+            || caller.priority == PriorityLevel::Critical
+        {
             return out;
         }
         let mut level = |prefix: &str, id: &str, r: RateLimit| {
+            let name = |kind: &'static str| -> Cow<'static, str> {
+                if prefix == "g" {
+                    return Cow::Borrowed(if kind == "rpm" { "g::rpm" } else { "g::tpm" });
+                }
+                let mut s = String::with_capacity(prefix.len() + id.len() + 5);
+                s.push_str(prefix);
+                s.push(':');
+                s.push_str(id);
+                s.push(':');
+                s.push_str(kind);
+                Cow::Owned(s)
+            };
             if let Some(rpm) = r.requests_per_min {
                 out.push(Need {
-                    key: format!("{prefix}:{id}:rpm"),
+                    key: name("rpm"),
                     kind: Kind::Requests,
                     per_min: rpm,
                     capacity: r.burst_requests.unwrap_or(rpm),
@@ -228,7 +275,7 @@ impl Limiter {
             }
             if let Some(tpm) = r.tokens_per_min {
                 out.push(Need {
-                    key: format!("{prefix}:{id}:tpm"),
+                    key: name("tpm"),
                     kind: Kind::Tokens,
                     per_min: tpm,
                     capacity: r.burst_tokens.unwrap_or(tpm),
@@ -239,6 +286,7 @@ impl Limiter {
         level("g", "", l.global);
         if let Some(id) = &caller.api_key {
             let r = l.keys.get(id).map_or(l.per_key, |o| o.over(l.per_key));
+            let r = caller.limits.map_or(r, |own| own.over(r));
             level("k", id, r);
         }
         if let Some(org) = &caller.org {
@@ -251,11 +299,12 @@ impl Limiter {
     fn budget_scopes(&self, caller: &Caller) -> Vec<BudgetScope> {
         let b = &self.inner.budgets;
         let mut out = Vec::new();
-        if !self.inner.any_budget {
+        if !(self.inner.any_budget || own_budget(caller)) {
             return out;
         }
         if let Some(id) = &caller.api_key {
             let budget = b.keys.get(id).map_or(b.per_key, |o| o.over(b.per_key));
+            let budget = caller.budget.map_or(budget, |own| own.over(budget));
             if !budget.is_empty() {
                 out.push(BudgetScope {
                     scope: format!("k:{id}"),
@@ -284,8 +333,18 @@ impl Limiter {
         unix_secs: u64,
     ) -> Checked {
         let mut local = self.lock();
+        let mut left: Option<f64> = None;
         for (index, s) in scopes.iter().enumerate() {
             let (day, month) = local.ledger.spent(&s.scope, unix_secs);
+            for l in [
+                s.budget.usd_per_day.map(|l| l - day),
+                s.budget.usd_per_month.map(|l| l - month),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                left = Some(left.map_or(l, |b: f64| b.min(l)));
+            }
             let over = |spent: f64, limit: Option<f64>| limit.is_some_and(|l| spent >= l);
             if over(day, s.budget.usd_per_day) || over(month, s.budget.usd_per_month) {
                 let spent = if over(day, s.budget.usd_per_day) {
@@ -298,7 +357,7 @@ impl Limiter {
         }
         let mut refused: Option<(Option<u64>, usize)> = None;
         for (i, n) in needs.iter().enumerate() {
-            let b = match local.buckets.get_mut(&n.key) {
+            let b = match local.buckets.get_mut(&*n.key) {
                 Some(b) => b,
                 None => {
                     local.new_buckets += 1;
@@ -308,7 +367,7 @@ impl Limiter {
                     }
                     local
                         .buckets
-                        .entry(n.key.clone())
+                        .entry(n.key.to_string())
                         .or_insert_with(|| Bucket::full(n.per_min, n.capacity, now_ms))
                 }
             };
@@ -330,7 +389,7 @@ impl Limiter {
         let views = needs
             .iter()
             .filter_map(|n| {
-                let b = local.buckets.get_mut(&n.key)?;
+                let b = local.buckets.get_mut(&*n.key)?;
                 if admitted {
                     b.try_take(n.cost, now_ms);
                 }
@@ -343,7 +402,7 @@ impl Limiter {
             })
             .collect();
         match refused {
-            None => Checked::Admitted(views),
+            None => Checked::Admitted(views, left.map(|l| l.max(0.0))),
             Some((wait_ms, blame)) => Checked::Refused {
                 wait_ms,
                 blame,
@@ -368,53 +427,45 @@ impl Limiter {
         let needs = self.needs(caller, tokens);
         let scopes = self.budget_scopes(caller);
         let checked = self.check_local(&needs, &scopes, now_ms, unix_secs);
-        self.permit(
-            caller,
-            tokens,
-            needs,
-            scopes,
-            checked,
-            Backend::Local,
-            unix_secs,
-        )
+        self.permit(caller, tokens, needs, scopes, checked, Backend::Local)
     }
 
-    /// Admits or refuses a request from `caller` of `tokens` tokens, on Redis when
-    /// configured (one round trip), else in memory.
+    /// Admits or refuses a request from `caller`, on Redis when configured (one round
+    /// trip), else in memory. `tokens` gives the request's token cost from the
+    /// limiter's [`tokens::TokenCounter`]; it is called only when a tokens bucket
+    /// applies to the caller (the count may run a tokenizer).
     ///
     /// # Errors
     /// 429 `rate_limit_exceeded` or `budget_exceeded`; 503 `rate_limiter_unavailable`
     /// when Redis cannot be reached and `state.on_error` is `closed`.
-    pub async fn admit(&self, caller: &Caller, tokens: u64) -> Result<Permit, GatewayError> {
+    pub async fn admit(
+        &self,
+        caller: &Caller,
+        tokens: impl FnOnce(&tokens::TokenCounter) -> u64,
+    ) -> Result<Permit, GatewayError> {
         let unix_secs = unix_now();
-        let needs = self.needs(caller, tokens);
+        let mut needs = self.needs(caller, 0);
+        // Count the request's tokens only if a tokens bucket needs them.
+        let tokens = if needs.iter().any(|n| n.kind == Kind::Tokens) {
+            let t = tokens(&self.inner.tokens);
+            for n in needs.iter_mut().filter(|n| n.kind == Kind::Tokens) {
+                n.cost = t;
+            }
+            t
+        } else {
+            0
+        };
         let scopes = self.budget_scopes(caller);
         if needs.is_empty() && scopes.is_empty() {
-            let checked = Checked::Admitted(Vec::new());
-            return self.permit(
-                caller,
-                tokens,
-                needs,
-                scopes,
-                checked,
-                Backend::Local,
-                unix_secs,
-            );
+            let checked = Checked::Admitted(Vec::new(), None);
+            return self.permit(caller, tokens, needs, scopes, checked, Backend::Local);
         }
         let now_ms = self.now_ms();
         if let Some(r) = &self.inner.redis {
             if self.inner.redis_down_until.load(Ordering::Relaxed) <= now_ms {
                 match r.admit(&needs, &scopes_for_redis(&scopes), unix_secs).await {
                     Ok(checked) => {
-                        return self.permit(
-                            caller,
-                            tokens,
-                            needs,
-                            scopes,
-                            checked,
-                            Backend::Redis,
-                            unix_secs,
-                        )
+                        return self.permit(caller, tokens, needs, scopes, checked, Backend::Redis)
                     }
                     Err(e) => self.redis_failed("admit", &e),
                 }
@@ -431,15 +482,7 @@ impl Limiter {
             }
         }
         let checked = self.check_local(&needs, &scopes, now_ms, unix_secs);
-        self.permit(
-            caller,
-            tokens,
-            needs,
-            scopes,
-            checked,
-            Backend::Local,
-            unix_secs,
-        )
+        self.permit(caller, tokens, needs, scopes, checked, Backend::Local)
     }
 
     fn redis_failed(&self, op: &str, e: &redis::BackendError) {
@@ -450,7 +493,6 @@ impl Limiter {
         tracing::warn!(op, error = %e, on_error = ?self.inner.on_error, "rate-limit state (Redis) unavailable");
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn permit(
         &self,
         caller: &Caller,
@@ -459,11 +501,9 @@ impl Limiter {
         scopes: Vec<BudgetScope>,
         checked: Checked,
         backend: Backend,
-        unix_secs: u64,
     ) -> Result<Permit, GatewayError> {
         match checked {
-            Checked::Admitted(views) => {
-                let budget_remaining = self.remaining_budget(&scopes, backend, unix_secs);
+            Checked::Admitted(views, budget_remaining) => {
                 let token_needs = needs
                     .into_iter()
                     .filter(|n| n.kind == Kind::Tokens)
@@ -477,7 +517,7 @@ impl Limiter {
                     org: caller.org.clone(),
                     scopes,
                     budget_remaining,
-                    headers: rate_headers(&views),
+                    tight: tightest(&views),
                     settled: AtomicBool::new(false),
                 })
             }
@@ -536,34 +576,14 @@ impl Limiter {
             }
         }
     }
+}
 
-    fn remaining_budget(
-        &self,
-        scopes: &[BudgetScope],
-        backend: Backend,
-        unix_secs: u64,
-    ) -> Option<f64> {
-        if scopes.is_empty() || backend == Backend::Redis {
-            // (Redis: the admission script checked the spend; the exact remainder is
-            // not returned, to keep the reply small.)
-            return None;
-        }
-        let local = self.lock();
-        let mut best: Option<f64> = None;
-        for s in scopes {
-            let (d, m) = local.ledger.spent(&s.scope, unix_secs);
-            for left in [
-                s.budget.usd_per_day.map(|l| l - d),
-                s.budget.usd_per_month.map(|l| l - m),
-            ]
-            .into_iter()
-            .flatten()
-            {
-                best = Some(best.map_or(left, |b: f64| b.min(left)));
-            }
-        }
-        best.map(|b| b.max(0.0))
-    }
+fn own_limits(caller: &Caller) -> bool {
+    caller.limits.is_some_and(|l| !l.is_empty())
+}
+
+fn own_budget(caller: &Caller) -> bool {
+    caller.budget.is_some_and(|b| !b.is_empty())
 }
 
 fn scopes_for_redis(scopes: &[BudgetScope]) -> Vec<(String, Budget)> {
@@ -599,30 +619,50 @@ pub fn reset_text(ms: u64) -> String {
     }
 }
 
-/// The `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` headers: for each
-/// kind, the bucket with the fewest units left.
-fn rate_headers(views: &[View]) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    for (kind, suffix) in [(Kind::Requests, "requests"), (Kind::Tokens, "tokens")] {
-        let Some(v) = views
+/// `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`, by kind: built once,
+/// not per request.
+const RATE_NAMES: [[HeaderName; 3]; 2] = [
+    [
+        HeaderName::from_static("x-ratelimit-limit-requests"),
+        HeaderName::from_static("x-ratelimit-remaining-requests"),
+        HeaderName::from_static("x-ratelimit-reset-requests"),
+    ],
+    [
+        HeaderName::from_static("x-ratelimit-limit-tokens"),
+        HeaderName::from_static("x-ratelimit-remaining-tokens"),
+        HeaderName::from_static("x-ratelimit-reset-tokens"),
+    ],
+];
+
+/// For each kind (requests, tokens), the bucket with the fewest units left: what
+/// the `x-ratelimit-*` headers describe.
+fn tightest(views: &[View]) -> [Option<View>; 2] {
+    let min = |kind: Kind| {
+        views
             .iter()
             .filter(|v| v.kind == kind)
             .min_by_key(|v| v.remaining)
-        else {
-            continue;
-        };
-        let mut put = |name: &str, value: String| {
-            if let (Ok(n), Ok(v)) = (
-                HeaderName::try_from(format!("x-ratelimit-{name}-{suffix}")),
-                HeaderValue::try_from(value),
-            ) {
-                h.insert(n, v);
-            }
-        };
-        put("limit", v.capacity.to_string());
-        put("remaining", v.remaining.to_string());
-        put("reset", reset_text(v.reset_ms));
+            .copied()
+    };
+    [min(Kind::Requests), min(Kind::Tokens)]
+}
+
+/// Writes the `x-ratelimit-*` headers of `tight` ([`tightest`]) into `h`.
+fn write_rate_headers(tight: &[Option<View>; 2], h: &mut HeaderMap) {
+    for (v, names) in tight.iter().zip(&RATE_NAMES) {
+        let Some(v) = v else { continue };
+        h.insert(names[0].clone(), HeaderValue::from(v.capacity));
+        h.insert(names[1].clone(), HeaderValue::from(v.remaining));
+        if let Ok(reset) = HeaderValue::try_from(reset_text(v.reset_ms)) {
+            h.insert(names[2].clone(), reset);
+        }
     }
+}
+
+/// The `x-ratelimit-*` headers of `views` as a map (for a refusal).
+fn rate_headers(views: &[View]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    write_rate_headers(&tightest(views), &mut h);
     h
 }
 
@@ -636,17 +676,30 @@ pub struct Permit {
     key: Option<String>,
     org: Option<String>,
     scopes: Vec<BudgetScope>,
-    /// The least budget left (USD) among the caller's budgets at admission; `None`:
-    /// no budget applies (or the state is in Redis).
+    /// The least budget left (USD) among the caller's budgets for the current UTC
+    /// day and month, as of admission (before this request's own spend); `None`: no
+    /// budget applies. From the same check that admitted (in memory, or Redis's
+    /// admission script), so it costs no extra lock or round trip.
     pub budget_remaining: Option<f64>,
-    headers: HeaderMap,
+    /// The buckets its `x-ratelimit-*` headers describe (written into the response,
+    /// not kept as a header map).
+    tight: [Option<View>; 2],
     settled: AtomicBool,
 }
 
 impl Permit {
-    /// The `x-ratelimit-*` headers as of admission (for the successful response).
-    pub fn headers(&self) -> &HeaderMap {
-        &self.headers
+    /// The `x-ratelimit-*` headers as of admission, as a new map (see
+    /// [`Permit::write_headers`]).
+    pub fn headers(&self) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        self.write_headers(&mut h);
+        h
+    }
+
+    /// Writes the `x-ratelimit-*` headers as of admission into `h` (the successful
+    /// response's).
+    pub fn write_headers(&self, h: &mut HeaderMap) {
+        write_rate_headers(&self.tight, h);
     }
 
     /// Tokens charged at admission (estimated input + output cap).
@@ -677,7 +730,9 @@ impl Permit {
                 + usage.completion_tokens as f64 * p.pricing.output_per_mtok)
                 / 1e6
         });
-        if let Some(p) = price {
+        // (Nothing to add for an unpriced endpoint: skipping saves the labelled
+        // gauge's lookup, which clones three label strings.)
+        if let Some(p) = price.filter(|_| usd > 0.0) {
             metrics::gauge!(t::SPEND,
                 "key" => self.key.clone().unwrap_or_else(|| "none".into()),
                 "org" => self.org.clone().unwrap_or_else(|| "none".into()),
@@ -704,7 +759,7 @@ impl Permit {
         }
         let mut local = self.limiter.lock();
         for n in &self.token_needs {
-            if let Some(b) = local.buckets.get_mut(&n.key) {
+            if let Some(b) = local.buckets.get_mut(&*n.key) {
                 let units = u64::try_from(delta.unsigned_abs()).unwrap_or(u64::MAX);
                 if delta > 0 {
                     b.refund(units, now_ms);

@@ -34,16 +34,20 @@ pub const PREFIX: &str = "sy:{sy}:";
 
 /// The admission script. KEYS: spend keys (ARGV[1] of them), then bucket keys.
 /// ARGV: the spend key count, each spend key's limit, then per bucket `per_min`,
-/// capacity and cost (units). Returns `{1, 0, 0, levels.., full_ms..}` (admitted),
-/// `{0, wait_ms or -1, blame, levels.., full_ms..}` (no room), `{2, index, spent}`
-/// (over budget).
+/// capacity and cost (units). Returns `{1, 0, 0, levels.., full_ms.., [left]}`
+/// (admitted), `{0, wait_ms or -1, blame, levels.., full_ms.., [left]}` (no room),
+/// `{2, index, spent}` (over budget); `left`, present when a budget applies, is the
+/// least USD left among them (a string: Lua numbers become integers in replies).
 pub const ADMIT: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nb = tonumber(ARGV[1])
+local left = nil
 for i = 1, nb do
   local spent = tonumber(redis.call('GET', KEYS[i]) or '0') or 0
-  if spent >= tonumber(ARGV[1 + i]) then return {2, i - 1, tostring(spent)} end
+  local limit = tonumber(ARGV[1 + i])
+  if spent >= limit then return {2, i - 1, tostring(spent)} end
+  if left == nil or limit - spent < left then left = limit - spent end
 end
 local base = 1 + nb
 local nk = #KEYS - nb
@@ -80,6 +84,7 @@ for j = 1, nk do
   out[3 + j] = math.floor(levels[j] / 60000)
   out[3 + nk + j] = full
 end
+if left ~= nil then out[4 + 2 * nk] = tostring(left) end
 return out
 "#;
 
@@ -311,9 +316,15 @@ fn parse_admit(
         return Ok(Checked::OverBudget { index, spent });
     }
     let n = needs.len();
-    if items.len() != 3 + 2 * n {
+    if items.len() != 3 + 2 * n && items.len() != 4 + 2 * n {
         return Err(BackendError::Reply);
     }
+    let left = match items.get(3 + 2 * n) {
+        Some(redis::Value::BulkString(b)) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok()),
+        _ => None,
+    };
     let views = needs
         .iter()
         .enumerate()
@@ -325,7 +336,7 @@ fn parse_admit(
         })
         .collect();
     if code == 1 {
-        return Ok(Checked::Admitted(views));
+        return Ok(Checked::Admitted(views, left.map(|l| l.max(0.0))));
     }
     let wait = items.get(1).and_then(int).ok_or(BackendError::Reply)?;
     let blame = usize::try_from(items.get(2).and_then(int).unwrap_or(0)).unwrap_or(0);

@@ -48,6 +48,31 @@ fn key_overrides_merge_over_the_default() {
 }
 
 #[test]
+fn a_key_entry_limit_wins_over_the_config_override_and_the_default() {
+    let l = limiter("limits:\n  per_key: { requests_per_min: 60, tokens_per_min: 100 }\n  keys: { vip: { requests_per_min: 600, burst_requests: 5 } }\n");
+    let mut vip = caller("vip", None);
+    vip.limits = Some(RateLimit {
+        requests_per_min: Some(6),
+        ..RateLimit::default()
+    });
+    let needs = l.needs(&vip, 10);
+    assert_eq!(needs[0].per_min, 6, "the entry's own rate");
+    assert_eq!(needs[0].capacity, 5, "limits.keys.vip's burst");
+    assert_eq!(needs[1].per_min, 100, "per_key's tokens");
+    // Without any `limits:` section the entry's own limit still applies.
+    let l = limiter("");
+    assert!(!l.enabled() && l.applies(&vip));
+    assert!(!l.applies(&caller("other", None)));
+    vip.limits = Some(RateLimit {
+        requests_per_min: Some(60),
+        burst_requests: Some(1),
+        ..RateLimit::default()
+    });
+    assert!(l.admit_local_at(&vip, 1, 0, 0).is_ok());
+    assert!(l.admit_local_at(&vip, 1, 0, 0).is_err());
+}
+
+#[test]
 fn settle_refunds_unused_tokens_and_charges_overuse() {
     let l = limiter("limits:\n  per_key: { tokens_per_min: 100 }\n");
     let p = l.admit_local_at(&caller("a", None), 100, 0, 0).unwrap();

@@ -134,6 +134,9 @@ pub enum ReqField {
     Weekday,
     /// `request.task`: Str.
     Task,
+    /// `request.budget_remaining`: Float USD, the least spend left among the
+    /// caller's budgets ([`crate::policy::NO_BUDGET`] when none applies).
+    BudgetRemaining,
     /// `header("name")`: optional Str (name lowercased).
     Header(Sym),
     /// `metadata("key")`: optional Str.
@@ -144,7 +147,7 @@ pub enum ReqField {
 
 impl ReqField {
     /// Fixed `request.NAME` fields with their type and optionality.
-    pub const NAMED: [(&'static str, ReqField, Ty, bool); 13] = [
+    pub const NAMED: [(&'static str, ReqField, Ty, bool); 14] = [
         ("model", ReqField::Model, Ty::Str, false),
         ("input_tokens", ReqField::InputTokens, Ty::Int, false),
         ("max_tokens", ReqField::MaxTokens, Ty::Int, true),
@@ -158,6 +161,12 @@ impl ReqField {
         ("hour", ReqField::Hour, Ty::Int, false),
         ("weekday", ReqField::Weekday, Ty::Int, false),
         ("task", ReqField::Task, Ty::Str, false),
+        (
+            "budget_remaining",
+            ReqField::BudgetRemaining,
+            Ty::Float,
+            false,
+        ),
     ];
 }
 

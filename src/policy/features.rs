@@ -8,8 +8,12 @@ use serde::{Deserialize, Serialize};
 
 use super::ast::PriorityLevel;
 
+/// `request.budget_remaining` when no budget applies to the caller, USD (10^18: more
+/// than any budget the config accepts, so `request.budget_remaining < X` is false).
+pub const NO_BUDGET: f64 = 1e18;
+
 /// What a policy can see of one request.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RequestFeatures {
     /// The logical model the client asked for (`request.model`).
@@ -47,6 +51,34 @@ pub struct RequestFeatures {
     /// Task category for quality scores: `chat`, `code` or `tool_use` (`request.task`,
     /// default `chat`; the gateway's classifier fills it).
     pub task: String,
+    /// The least spend left, USD, among the budgets of the caller's key and org for
+    /// the current UTC day and month, as of admission (`request.budget_remaining`;
+    /// default and without any budget: [`NO_BUDGET`]).
+    pub budget_remaining: f64,
+}
+
+impl Default for RequestFeatures {
+    fn default() -> Self {
+        RequestFeatures {
+            model: String::new(),
+            input_tokens: 0,
+            max_tokens: None,
+            temperature: None,
+            stream: false,
+            tools: false,
+            messages: 0,
+            headers: BTreeMap::new(),
+            metadata: BTreeMap::new(),
+            api_key: None,
+            org: None,
+            scopes: Vec::new(),
+            priority: PriorityLevel::default(),
+            hour: 0,
+            weekday: 0,
+            task: String::new(),
+            budget_remaining: NO_BUDGET,
+        }
+    }
 }
 
 impl RequestFeatures {

@@ -470,6 +470,11 @@ fn request_field(c: &mut Checker<'_>, r: &mut RequestFeatures, a: &ReqAssign) {
                     }
                 }
             }
+            "budget_remaining" => match v.kind {
+                LitKind::Float(x) => r.budget_remaining = x,
+                LitKind::Int(i) => r.budget_remaining = i as f64,
+                _ => bad(c, v.span, "`budget_remaining` takes a number (USD)"),
+            },
             "priority" => match str_val(c).as_deref().map(|s| (s, PriorityLevel::parse(s))) {
                 Some((_, Some(p))) => r.priority = p,
                 Some((s, None)) => bad(c, v.span, format!("\"{s}\" is not a priority level")),

@@ -36,6 +36,16 @@ pub struct Caller {
     /// OAuth2 scopes of the credential, sorted and deduplicated (empty for API keys
     /// and unverified callers: a scope is only believed once its token is verified).
     pub scopes: Vec<String>,
+    /// The API key entry's own rate limits, for admission (`crate::limits`); not a
+    /// policy fact.
+    pub limits: Option<crate::config::RateLimit>,
+    /// The API key entry's own spend budget, for admission; not a policy fact.
+    pub budget: Option<crate::config::Budget>,
+    /// The least spend left (USD) among the caller's budgets for the current periods,
+    /// as the admit phase found it (`request.budget_remaining`; `None`: no budget
+    /// applies, read as [`crate::policy::NO_BUDGET`]). `dry-run --budget-remaining`
+    /// sets it too.
+    pub budget_remaining: Option<f64>,
 }
 
 pub use crate::auth::{key_id, MAX_CREDENTIAL_BYTES, MAX_ORG_BYTES};
@@ -55,6 +65,9 @@ impl Caller {
             org: crate::auth::claimed_org(headers).map(str::to_string),
             priority: PriorityLevel::default(),
             scopes: Vec::new(),
+            limits: None,
+            budget: None,
+            budget_remaining: None,
         }
     }
 
@@ -65,6 +78,9 @@ impl Caller {
             org: p.org.clone(),
             priority: p.priority,
             scopes: crate::policy::features::normalize_scopes(p.scopes.iter().cloned()),
+            limits: p.limits,
+            budget: p.budget,
+            budget_remaining: None,
         }
     }
 }
@@ -131,6 +147,7 @@ pub fn features<'h>(
         hour,
         weekday,
         task: task(req),
+        budget_remaining: caller.budget_remaining.unwrap_or(crate::policy::NO_BUDGET),
     }
 }
 

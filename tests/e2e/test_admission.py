@@ -103,3 +103,67 @@ def test_a_rate_limited_key_gets_rate_limit_error_and_the_sdk_retry_waits_it_out
         t = time.monotonic()
         assert ask(c).choices[0].message.content
         assert time.monotonic() - t >= 0.5, "the SDK waited before retrying"
+
+
+THRIFTY = "sy-e2e-secret-thrifty"
+
+# Near its budget, a caller of `big` is moved to `small` (issue 12: a policy decision
+# instead of a 429 at the end).
+THRIFTY_POLICY = """route thrifty when request.model == "big" {
+  rule near_budget when request.budget_remaining < 0.05 {
+    use "small"
+  }
+  default use model
+}
+"""
+
+
+def test_a_policy_moves_a_caller_near_its_budget_to_the_cheaper_model():
+    """Real spend through `switchyard serve`: the key entry's own budget (0.1 USD a
+    day at 1000 USD per 1M tokens, some 0.02 USD a request) runs low, then
+    `request.budget_remaining` sends it to `small`, then the budget is used up (429)."""
+    import openai
+
+    priced = {"input_per_mtok": 1000, "output_per_mtok": 1000}
+    config = {
+        "server": {"listen": "127.0.0.1:0"},
+        "policies": {"dir": "policies"},
+        "auth": {
+            "mode": "keys",
+            "keys": [{"id": "key-thrifty", "hash": sha256(THRIFTY), "budget": {"usd_per_day": 0.1}}],
+        },
+        "providers": {
+            "p": {"kind": "mock", "pricing": priced},
+            "q": {"kind": "mock", "pricing": priced},
+        },
+        "models": {
+            "big": {"endpoints": [{"provider": "p", "model": "x"}]},
+            "small": {"endpoints": [{"provider": "q", "model": "y"}]},
+        },
+    }
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="switchyard-e2e-budget-") as tmp:
+        (Path(tmp) / "policies").mkdir()
+        (Path(tmp) / "policies" / "thrifty.policy").write_text(THRIFTY_POLICY)
+        path = Path(tmp) / "switchyard.yaml"
+        path.write_text(json.dumps(config, indent=2) + "\n")
+        svc = start_switchyard(path, LOG_DIR / "switchyard-budget.log")
+        try:
+            served = []
+            with client(svc, THRIFTY) as c:
+                for _ in range(40):
+                    try:
+                        raw = c.chat.completions.with_raw_response.create(
+                            model="big", messages=[{"role": "user", "content": "hi"}], max_tokens=8
+                        )
+                    except openai.RateLimitError as e:
+                        assert e.code == "budget_exceeded", e
+                        break
+                    served.append(raw.headers["x-switchyard-endpoint"])
+        finally:
+            stop(svc.proc)
+    assert served[0] == "p/x", served
+    assert "q/y" in served, served
+    first = served.index("q/y")
+    assert first >= 2 and all(s == "q/y" for s in served[first:]), served
+    assert len(served) < 40, "the budget was never used up"

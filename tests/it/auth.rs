@@ -72,7 +72,7 @@ fn assert_401(r: &crate::common::Reply) {
 
 fn keys_config(extra: &str) -> String {
     format!(
-        "auth:\n  mode: keys\n  keys:\n    - {{ id: key-all, hash: '{}', org: org-a, priority: high, limits: {{ rpm: 60 }} }}\n    - {{ id: key-m, hash: '{}', models: [m] }}\n    - {{ id: key-b, hash: '{}', providers: [b] }}\n    - {{ id: key-old, hash: '{}', revoked: true }}\n{extra}{MOCKS}",
+        "auth:\n  mode: keys\n  keys:\n    - {{ id: key-all, hash: '{}', org: org-a, priority: high, limits: {{ requests_per_min: 600 }} }}\n    - {{ id: key-m, hash: '{}', models: [m] }}\n    - {{ id: key-b, hash: '{}', providers: [b] }}\n    - {{ id: key-old, hash: '{}', revoked: true }}\n{extra}{MOCKS}",
         hash_secret("sy-all"),
         hash_secret("sy-m"),
         hash_secret("sy-b"),

@@ -94,6 +94,64 @@ async fn a_spent_budget_refuses_with_budget_exceeded() {
     assert_eq!(send(&url, "sk-b").await.status, 200);
 }
 
+/// Inline keys `sk-own` (id `key-own`, with the entry's `own` fields) and `sk-def`
+/// (id `key-def`, nothing of its own).
+fn keys_with(own: &str) -> String {
+    use switchyard::auth::keys::hash_secret;
+    format!(
+        "auth:\n  mode: keys\n  keys:\n    - {{ id: key-own, hash: '{}', {own} }}\n    - {{ id: key-def, hash: '{}' }}\n",
+        hash_secret("sk-own"),
+        hash_secret("sk-def")
+    )
+}
+
+#[tokio::test]
+async fn a_key_entry_with_its_own_limit_is_limited_by_it_and_another_by_the_default() {
+    let own = "limits: { requests_per_min: 60, burst_requests: 1 }";
+    let app = start_app(
+        &format!(
+            "{MOCK}{}limits:\n  per_key: {{ requests_per_min: 60, burst_requests: 3 }}\n",
+            keys_with(own)
+        ),
+        &[],
+    )
+    .await;
+    let url = app.url("/v1/chat/completions");
+    let first = send(&url, "sk-own").await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.headers["x-ratelimit-limit-requests"], "1");
+    let r = send(&url, "sk-own").await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "rate_limit_exceeded");
+    for _ in 0..3 {
+        let r = send(&url, "sk-def").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.headers["x-ratelimit-limit-requests"], "3");
+    }
+    assert_eq!(send(&url, "sk-def").await.status, 429);
+}
+
+#[tokio::test]
+async fn a_key_entry_budget_applies_without_any_budgets_section() {
+    // No `limits:` or `budgets:` at all: only key-own's entry sets a budget. 1000
+    // USD per 1M tokens: one request of some 20 tokens spends about 0.02 USD.
+    let app = start_app(
+        &format!("{MOCK}{}", keys_with("budget: { usd_per_day: 0.001 }")),
+        &[],
+    )
+    .await;
+    let url = app.url("/v1/chat/completions");
+    assert_eq!(send(&url, "sk-own").await.status, 200);
+    let r = send(&url, "sk-own").await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "budget_exceeded");
+    for _ in 0..3 {
+        let r = send(&url, "sk-def").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(!r.headers.contains_key("x-ratelimit-limit-requests"));
+    }
+}
+
 /// A `redis-server` on a free loopback port, killed on drop.
 struct Redis {
     child: Child,
@@ -187,4 +245,107 @@ async fn two_instances_sharing_redis_enforce_one_limit_and_fall_back_when_it_die
         crate::common::metric(&metrics, "switchyard_limit_backend_errors_total", &[]) >= 1.0,
         "backend errors are counted"
     );
+}
+
+/// A policy that moves a caller to a cheaper model once its budget runs low, on
+/// the spend of real answers (`state` empty: in memory, else the Redis state).
+async fn routes_to_the_cheap_model_near_budget(state: &str) {
+    let config = format!(
+        "providers:\n  p: {{ kind: mock, pricing: {{ input_per_mtok: 1000, output_per_mtok: 1000 }} }}\n  q: {{ kind: mock, pricing: {{ input_per_mtok: 1000, output_per_mtok: 1000 }} }}\nmodels:\n  big: {{ endpoints: [ {{ provider: p, model: x }} ] }}\n  small: {{ endpoints: [ {{ provider: q, model: y }} ] }}\nbudgets:\n  per_key: {{ usd_per_day: 0.1 }}\n{state}"
+    );
+    let policy = "route thrifty when request.model == \"big\" {\n  rule near_budget when request.budget_remaining < 0.05 {\n    use \"small\"\n  }\n  default use model\n}\n";
+    let app = start_app(&config, &[("thrifty.policy", policy)]).await;
+    let url = app.url("/v1/chat/completions");
+    let auth = "Bearer sk-thrifty";
+    let mut served = Vec::new();
+    for _ in 0..40 {
+        let r = request_with(
+            "POST",
+            &url,
+            &[("authorization", auth)],
+            chat("big", false, r#","max_tokens":8"#),
+        )
+        .await;
+        if r.status == 429 {
+            assert_eq!(r.json()["error"]["code"], "budget_exceeded", "{}", r.text());
+            break;
+        }
+        assert_eq!(r.status, 200, "{}", r.text());
+        let h = |n: &str| r.headers[n].to_str().unwrap().to_string();
+        served.push((h("x-switchyard-endpoint"), h("x-switchyard-rule")));
+    }
+    assert_eq!(served[0], ("p/x".into(), "default".into()), "{served:?}");
+    let first_cheap = served
+        .iter()
+        .position(|(ep, _)| ep == "q/y")
+        .unwrap_or_else(|| panic!("never moved to the cheap model: {served:?}"));
+    assert!(
+        first_cheap >= 2,
+        "moved before the budget ran low: {served:?}"
+    );
+    assert!(
+        served[first_cheap..]
+            .iter()
+            .all(|(ep, rule)| ep == "q/y" && rule == "near_budget"),
+        "{served:?}"
+    );
+    assert!(
+        served.len() < 40,
+        "the budget was never used up: {served:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_policy_downgrades_to_a_cheaper_model_near_budget() {
+    routes_to_the_cheap_model_near_budget("").await;
+}
+
+#[tokio::test]
+async fn budget_remaining_comes_from_the_redis_admission_script_too() {
+    let redis = start_redis();
+    let state = format!(
+        "state: {{ redis: 'redis://127.0.0.1:{}', timeout_ms: 500, on_error: closed }}\n",
+        redis.port
+    );
+    routes_to_the_cheap_model_near_budget(&state).await;
+}
+
+#[tokio::test]
+async fn openai_models_are_counted_with_their_tokenizer_and_others_estimated() {
+    let app = start_app(
+        "providers:\n  p: { kind: mock }\nmodels:\n  gpt-4o: { endpoints: [ { provider: p, model: x } ] }\n  alias: { endpoints: [ { provider: p, model: gpt-4o-mini } ] }\n  other: { endpoints: [ { provider: p, model: y } ] }\nlimits:\n  per_key: { tokens_per_min: 100000 }\n",
+        &[],
+    )
+    .await;
+    let url = app.url("/v1/chat/completions");
+    let remaining = |r: &crate::common::Reply| -> u64 {
+        r.headers["x-ratelimit-remaining-tokens"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    // "hello there" (common::chat's message) with o200k_base, plus 3 per message and
+    // 3 per request; and the 8 of max_tokens.
+    let bpe = tiktoken_rs::o200k_base_singleton();
+    let real = bpe.encode_ordinary("hello there").len() as u64 + 3 + 3 + 8;
+    // The estimate: 11 characters at 4 per token, plus 4 per message.
+    let estimate = 3 + 4 + 8;
+    assert_ne!(real, estimate, "the test must tell them apart");
+    for (model, key, want) in [
+        ("gpt-4o", "sk-1", real),
+        ("alias", "sk-2", real),
+        ("other", "sk-3", estimate),
+    ] {
+        let auth = format!("Bearer {key}");
+        let r = request_with(
+            "POST",
+            &url,
+            &[("authorization", auth.as_str())],
+            chat(model, false, r#","max_tokens":8"#),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(remaining(&r), 100_000 - want, "{model}");
+    }
 }

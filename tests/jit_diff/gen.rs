@@ -356,6 +356,7 @@ impl Gen<'_> {
         }
         let mut opts: Vec<String> = FLOATS.iter().map(|s| s.to_string()).collect();
         opts.push("if(has(request.temperature), request.temperature, 0.7)".into());
+        opts.push("request.budget_remaining".into());
         if Self::endpoint_ok(c) {
             for f in [
                 "health",
@@ -694,6 +695,11 @@ pub fn request(r: &mut Rng) -> RequestFeatures {
     q.hour = r.below(24) as u8;
     q.weekday = 1 + r.below(7) as u8;
     q.task = (*r.pick(&["chat", "code", "tool_use", "weird"])).into();
+    q.budget_remaining = if r.chance(30) {
+        switchyard::policy::NO_BUDGET
+    } else {
+        some_float(r)
+    };
     q
 }
 

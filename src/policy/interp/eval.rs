@@ -246,6 +246,7 @@ impl<'a, 's> Evaluator<'a, 's> {
             ReqField::Hour => V::I(i64::from(r.hour)),
             ReqField::Weekday => V::I(i64::from(r.weekday)),
             ReqField::Task => V::S(&r.task),
+            ReqField::BudgetRemaining => V::F(r.budget_remaining),
             ReqField::Header(s) => V::S(r.header(self.set.strings.resolve(s)).unwrap_or("")),
             ReqField::Metadata(s) => V::S(
                 r.metadata

@@ -289,6 +289,7 @@ impl Layout {
                     ReqField::InputTokens => sat(r.input_tokens),
                     ReqField::MaxTokens => sat(r.max_tokens.unwrap_or(0)),
                     ReqField::Temperature => r.temperature.unwrap_or(0.0).to_bits(),
+                    ReqField::BudgetRemaining => r.budget_remaining.to_bits(),
                     ReqField::Stream => u64::from(r.stream),
                     ReqField::Tools => u64::from(r.tools),
                     ReqField::Messages => sat(r.messages),

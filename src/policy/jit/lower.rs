@@ -219,7 +219,7 @@ impl<'a> Lowerer<'a> {
             TExprKind::Req(f) => {
                 let t = match f {
                     ReqField::Stream | ReqField::Tools | ReqField::Scope(_) => LTy::B,
-                    ReqField::Temperature => LTy::F,
+                    ReqField::Temperature | ReqField::BudgetRemaining => LTy::F,
                     _ => LTy::I,
                 };
                 let i = self.layout.req(ReqSlot::Field(*f));

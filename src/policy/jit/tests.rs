@@ -412,3 +412,47 @@ fn scopes_match_the_interpreter_with_and_without_the_rule_index() {
         }
     }
 }
+
+#[test]
+fn budget_remaining_matches_the_interpreter_including_the_no_budget_sentinel() {
+    let c = compiled(concat!(
+        "route r when request.model == \"gpt-4o\" {\n",
+        "  set priority low when request.budget_remaining <= 1.0\n",
+        "  rule near when request.budget_remaining < 0.5 and request.budget_remaining * 2.0 >= 0.0 { use \"smollm\" }\n",
+        "  rule far when request.budget_remaining > 1e17 { use \"claude-sonnet\" }\n",
+        "  default use model\n",
+        "}\n",
+    ));
+    let values = [
+        crate::policy::NO_BUDGET,
+        0.0,
+        -0.0,
+        0.25,
+        0.5,
+        1.0,
+        3.0,
+        f64::NAN,
+        f64::INFINITY,
+    ];
+    for (i, v) in values.into_iter().enumerate() {
+        let mut req = RequestFeatures::for_model("gpt-4o");
+        req.budget_remaining = v;
+        if let Err(m) = decide_with(&c, EngineMode::Both, &req, &StatsSnapshot::default(), 0) {
+            panic!("budget_remaining {v}: {m}");
+        }
+        let d = decide_with(
+            &c,
+            EngineMode::Jit,
+            &req,
+            &StatsSnapshot::default(),
+            i as u64,
+        )
+        .unwrap();
+        let want = match v {
+            v if v < 0.5 => "near",
+            v if v > 1e17 => "far",
+            _ => "default",
+        };
+        assert_eq!(d.rule.as_deref(), Some(want), "budget_remaining {v}");
+    }
+}

@@ -100,6 +100,10 @@ fn assign(set: &CheckedPolicySet, r: &mut RequestFeatures, c: &FieldC) -> String
             r.temperature = Some(num);
             return format!("{num:?}");
         }
+        ReqField::BudgetRemaining => {
+            r.budget_remaining = num;
+            return format!("{num:?}");
+        }
         ReqField::Stream | ReqField::Tools => {
             let b = matches!(
                 first(|x| matches!(x, SVal::Bool(_))),
