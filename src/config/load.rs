@@ -487,6 +487,9 @@ impl Validator {
                 "pricing",
                 "mock",
                 "prefill",
+                "region",
+                "credentials_file",
+                "profile",
             ],
             &path,
         );
@@ -551,7 +554,18 @@ impl Validator {
                 }
             },
         };
+        let region = self.string(map, "region", &path);
+        let credentials_file = self.string(map, "credentials_file", &path);
+        let profile = self.string(map, "profile", &path);
         let kind = kind?;
+        for key in ["region", "credentials_file", "profile"] {
+            if kind != ProviderKind::Bedrock && map.contains_key(key) {
+                self.err(
+                    join(&path, key),
+                    format!("only providers of kind `bedrock` take `{key}`"),
+                );
+            }
+        }
         if kind != ProviderKind::Mock && map.contains_key("mock") {
             self.err(
                 join(&path, "mock"),
@@ -561,7 +575,10 @@ impl Validator {
         let base_url = match (base_url, kind.default_base_url()) {
             (Some(u), _) => u.trim_end_matches('/').to_string(),
             (None, Some(d)) => d.to_string(),
-            (None, None) if kind == ProviderKind::Mock => String::new(),
+            // Bedrock's default depends on the region, settled at startup.
+            (None, None) if matches!(kind, ProviderKind::Mock | ProviderKind::Bedrock) => {
+                String::new()
+            }
             (None, None) => {
                 self.err(
                     join(&path, "base_url"),
@@ -583,6 +600,9 @@ impl Validator {
             pricing,
             mock,
             prefill: prefill.unwrap_or(kind == ProviderKind::Anthropic),
+            region,
+            credentials_file,
+            profile,
         })
     }
 

@@ -1,0 +1,489 @@
+//! OpenAI Chat Completions request → Bedrock Converse request body.
+//!
+//! Source: Amazon Bedrock API reference, "Converse" (request `messages`, `system`,
+//! `inferenceConfig`, `toolConfig`), and the types `Message`, `ContentBlock` (`text`,
+//! `image`, `toolUse`, `toolResult`), `ImageBlock` (`format` png | jpeg | gif | webp,
+//! `source.bytes` base64 in JSON, or `source.s3Location`), `ToolResultBlock`
+//! (`content` of `text` / `json` blocks), `Tool` (`toolSpec` with
+//! `inputSchema.json`) and `ToolChoice` (`auto`, `any`, `tool`).
+//!
+//! Bedrock wants user and assistant turns to alternate and rejects blank text blocks,
+//! so consecutive messages of one role are merged and blank text is dropped.
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::api::ChatRequest;
+use crate::error::GatewayError;
+use crate::providers::common::{
+    openai_tool_choice, parts, text_only, tool_calls, unsupported, ImageRef, OpenAiToolChoice, Part,
+};
+
+/// Fields with no Converse equivalent, dropped with a debug note.
+const DROPPED: [&str; 13] = [
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "user",
+    "parallel_tool_calls",
+    "service_tier",
+    "store",
+    "metadata",
+    "prediction",
+    "reasoning_effort",
+    "top_k",
+    "safety_identifier",
+];
+
+/// The request body, borrowing from the client's request. The model goes in the URL.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Outgoing<'a> {
+    messages: Vec<Turn<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    system: Vec<SystemBlock<'a>>,
+    #[serde(skip_serializing_if = "InferenceConfig::is_empty")]
+    inference_config: InferenceConfig<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_config: Option<ToolConfig<'a>>,
+}
+
+#[derive(Serialize)]
+struct Turn<'a> {
+    role: &'static str,
+    content: Vec<Block<'a>>,
+}
+
+#[derive(Serialize)]
+struct SystemBlock<'a> {
+    text: &'a str,
+}
+
+/// A `ContentBlock`: exactly one member.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+enum Block<'a> {
+    Text(&'a str),
+    Image {
+        format: &'static str,
+        source: ImageSource<'a>,
+    },
+    ToolUse {
+        #[serde(rename = "toolUseId")]
+        tool_use_id: &'a str,
+        name: &'a str,
+        input: &'a RawValue,
+    },
+    ToolResult {
+        #[serde(rename = "toolUseId")]
+        tool_use_id: &'a str,
+        content: [ResultBlock<'a>; 1],
+    },
+}
+
+#[derive(Serialize)]
+struct ImageSource<'a> {
+    bytes: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+enum ResultBlock<'a> {
+    Text(std::borrow::Cow<'a, str>),
+    Json(&'a RawValue),
+    #[serde(rename = "json")]
+    OwnedJson(Value),
+}
+
+#[derive(Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct InferenceConfig<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    stop_sequences: Vec<&'a str>,
+}
+
+impl InferenceConfig<'_> {
+    fn is_empty(&self) -> bool {
+        self.max_tokens.is_none()
+            && self.temperature.is_none()
+            && self.top_p.is_none()
+            && self.stop_sequences.is_empty()
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolConfig<'a> {
+    tools: Vec<Tool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<ToolChoice<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Tool<'a> {
+    tool_spec: ToolSpec<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolSpec<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    input_schema: InputSchema<'a>,
+}
+
+#[derive(Serialize)]
+struct InputSchema<'a> {
+    json: SchemaJson<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum SchemaJson<'a> {
+    Given(&'a Value),
+    /// A tool without `parameters` takes no arguments.
+    Empty(Value),
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+enum ToolChoice<'a> {
+    Auto(Empty),
+    Any(Empty),
+    Tool { name: &'a str },
+}
+
+#[derive(Serialize)]
+struct Empty {}
+
+/// Bedrock's image `format` for a declared media type, compared without case, with
+/// `image/jpg` taken as jpeg; `None` when Bedrock cannot take it.
+pub(super) fn image_format(mime: &str) -> Option<&'static str> {
+    const FORMATS: [(&str, &str); 5] = [
+        ("image/png", "png"),
+        ("image/jpeg", "jpeg"),
+        ("image/jpg", "jpeg"),
+        ("image/gif", "gif"),
+        ("image/webp", "webp"),
+    ];
+    FORMATS
+        .into_iter()
+        .find(|(m, _)| mime.eq_ignore_ascii_case(m))
+        .map(|(_, f)| f)
+}
+
+/// The `param` of the `n`-th image part of message `i` (counting image parts only,
+/// as [`parts`] yields them) in the client's own indexing.
+fn image_param(content: &Value, i: usize, n: usize) -> String {
+    let j = content
+        .as_array()
+        .and_then(|items| {
+            items
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.get("type").and_then(Value::as_str) == Some("image_url"))
+                .nth(n)
+                .map(|(j, _)| j)
+        })
+        .unwrap_or(n);
+    format!("messages[{i}].content[{j}].image_url.url")
+}
+
+/// The content blocks of a user or assistant message.
+fn blocks<'a>(
+    content: &'a Value,
+    i: usize,
+    images_allowed: bool,
+) -> Result<Vec<Block<'a>>, GatewayError> {
+    let mut out = Vec::new();
+    let mut images = 0;
+    for p in parts(content, i)? {
+        match p {
+            Part::Text(t) if t.trim().is_empty() => {}
+            Part::Text(t) => out.push(Block::Text(t)),
+            Part::Image(image) => {
+                let param = image_param(content, i, images);
+                images += 1;
+                if !images_allowed {
+                    return Err(unsupported(
+                        &param,
+                        format!("`{param}`: Bedrock takes images in user messages only"),
+                    ));
+                }
+                match image {
+                    ImageRef::Inline { mime, data } => {
+                        let format = image_format(mime).ok_or_else(|| {
+                            unsupported(
+                                &param,
+                                format!(
+                                    "`{param}` has media type \"{}\"; Bedrock takes image/png, image/jpeg, image/gif or image/webp",
+                                    crate::error::bounded(mime, 64)
+                                ),
+                            )
+                        })?;
+                        out.push(Block::Image {
+                            format,
+                            source: ImageSource { bytes: data },
+                        });
+                    }
+                    ImageRef::Url(_) => {
+                        return Err(unsupported(
+                            &param,
+                            format!("`{param}` is an http(s) URL; Bedrock takes images only as base64 data URLs (or from S3), it does not fetch URLs"),
+                        ))
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Appends a turn, merging into the previous turn of the same role.
+fn push<'a>(turns: &mut Vec<Turn<'a>>, role: &'static str, content: Vec<Block<'a>>) {
+    if content.is_empty() {
+        return;
+    }
+    match turns.last_mut() {
+        Some(t) if t.role == role => t.content.extend(content),
+        _ => turns.push(Turn { role, content }),
+    }
+}
+
+/// A tool message's content as one `toolResult` content block: a JSON object as
+/// `json`, anything else as `text`.
+fn result_block(text: std::borrow::Cow<'_, str>) -> ResultBlock<'_> {
+    use std::borrow::Cow;
+    let object = text.trim_start().starts_with('{');
+    match text {
+        Cow::Borrowed(t) if object => match serde_json::from_str::<&RawValue>(t) {
+            Ok(raw) => ResultBlock::Json(raw),
+            Err(_) => ResultBlock::Text(Cow::Borrowed(t)),
+        },
+        Cow::Owned(t) if object => match serde_json::from_str::<Value>(&t) {
+            Ok(v @ Value::Object(_)) => ResultBlock::OwnedJson(v),
+            _ => ResultBlock::Text(Cow::Owned(t)),
+        },
+        t => ResultBlock::Text(t),
+    }
+}
+
+/// Translates `chat`.
+///
+/// # Errors
+/// 400 naming the field for what Converse cannot express: `n` > 1, log
+/// probabilities, audio, `response_format` JSON modes, legacy functions, roles other
+/// than system/developer/user/assistant/tool, image URLs or media types Bedrock does
+/// not take, images outside user messages, malformed tool calls, a tool result
+/// without `tool_call_id`, `tool_choice: "none"` with tools.
+pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
+    refuse_unsupported(chat)?;
+    let mut system = Vec::new();
+    let mut turns: Vec<Turn<'_>> = Vec::with_capacity(chat.messages.len());
+    for (i, m) in chat.messages.iter().enumerate() {
+        match m.role.as_str() {
+            "system" | "developer" => {
+                for p in parts(&m.content, i)? {
+                    match p {
+                        Part::Text(t) if t.trim().is_empty() => {}
+                        Part::Text(text) => system.push(SystemBlock { text }),
+                        Part::Image(_) => {
+                            return Err(unsupported(
+                                format!("messages[{i}].content"),
+                                "Bedrock takes only text in system messages",
+                            ))
+                        }
+                    }
+                }
+            }
+            "user" => {
+                let b = blocks(&m.content, i, true)?;
+                push(&mut turns, "user", b);
+            }
+            "assistant" => {
+                let mut b = blocks(&m.content, i, false)?;
+                for c in tool_calls(m, i)? {
+                    b.push(Block::ToolUse {
+                        tool_use_id: c.id,
+                        name: c.name,
+                        input: c.arguments,
+                    });
+                }
+                if m.extra
+                    .get("reasoning_content")
+                    .is_some_and(|v| !v.is_null())
+                {
+                    tracing::debug!(
+                        message = i,
+                        "reasoning_content dropped: Bedrock replays reasoning only with its signature"
+                    );
+                }
+                push(&mut turns, "assistant", b);
+            }
+            "tool" => {
+                let param = format!("messages[{i}].tool_call_id");
+                let id = m
+                    .extra
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| {
+                        unsupported(&param, format!("`{param}` is required for role \"tool\""))
+                    })?;
+                let content = result_block(text_only(&m.content, i)?);
+                push(
+                    &mut turns,
+                    "user",
+                    vec![Block::ToolResult {
+                        tool_use_id: id,
+                        content: [content],
+                    }],
+                );
+            }
+            other => {
+                return Err(unsupported(
+                    format!("messages[{i}].role"),
+                    format!(
+                        "role \"{}\" is not supported by Bedrock; use tools and role \"tool\"",
+                        crate::error::bounded(other, 32)
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(Outgoing {
+        messages: turns,
+        system,
+        inference_config: InferenceConfig {
+            max_tokens: chat.output_cap(),
+            temperature: chat.temperature,
+            top_p: chat.extra.get("top_p").filter(|v| v.is_number()),
+            stop_sequences: match chat.extra.get("stop") {
+                Some(Value::String(s)) => vec![s.as_str()],
+                Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
+                _ => Vec::new(),
+            },
+        },
+        tool_config: tool_config(chat)?,
+    })
+}
+
+/// OpenAI `tools` and `tool_choice` → `toolConfig`.
+fn tool_config(chat: &ChatRequest) -> Result<Option<ToolConfig<'_>>, GatewayError> {
+    let mut tools = Vec::new();
+    for (i, t) in chat.tools.iter().flatten().enumerate() {
+        let f = t
+            .get("function")
+            .filter(|_| t.get("type").and_then(Value::as_str).unwrap_or("function") == "function")
+            .ok_or_else(|| {
+                unsupported(format!("tools[{i}]"), "only function tools are supported")
+            })?;
+        let name = f.get("name").and_then(Value::as_str).ok_or_else(|| {
+            unsupported(format!("tools[{i}].function.name"), "a tool needs a name")
+        })?;
+        let schema = match f.get("parameters").filter(|p| !p.is_null()) {
+            Some(p) => SchemaJson::Given(p),
+            None => SchemaJson::Empty(serde_json::json!({"type": "object", "properties": {}})),
+        };
+        tools.push(Tool {
+            tool_spec: ToolSpec {
+                name,
+                description: f.get("description").and_then(Value::as_str),
+                input_schema: InputSchema { json: schema },
+            },
+        });
+    }
+    let choice = openai_tool_choice(chat)?;
+    if tools.is_empty() {
+        return Ok(None);
+    }
+    let tool_choice = match choice {
+        OpenAiToolChoice::Unset => None,
+        OpenAiToolChoice::Auto => Some(ToolChoice::Auto(Empty {})),
+        OpenAiToolChoice::Required => Some(ToolChoice::Any(Empty {})),
+        OpenAiToolChoice::Function(name) => Some(ToolChoice::Tool { name }),
+        OpenAiToolChoice::None => {
+            return Err(unsupported(
+                "tool_choice",
+                "Bedrock has no `tool_choice` \"none\"; send the request without `tools`",
+            ))
+        }
+    };
+    Ok(Some(ToolConfig { tools, tool_choice }))
+}
+
+/// 400 for request fields Converse cannot honour; a debug note for those dropped.
+fn refuse_unsupported(chat: &ChatRequest) -> Result<(), GatewayError> {
+    let set = |name: &str| chat.extra.get(name).filter(|v| !v.is_null());
+    if let Some(n) = set("n").and_then(Value::as_u64).filter(|&n| n > 1) {
+        return Err(unsupported(
+            "n",
+            format!("Bedrock returns one choice; `n` is {n}"),
+        ));
+    }
+    if let Some(kind) = set("response_format")
+        .and_then(|f| f.get("type"))
+        .and_then(Value::as_str)
+        .filter(|k| *k != "text")
+    {
+        return Err(unsupported(
+            "response_format",
+            format!(
+                "Bedrock Converse has no `response_format` \"{}\"; ask for JSON with a tool and `tool_choice`",
+                crate::error::bounded(kind, 64)
+            ),
+        ));
+    }
+    if set("logprobs").and_then(Value::as_bool) == Some(true) || set("top_logprobs").is_some() {
+        let field = if set("top_logprobs").is_some() {
+            "top_logprobs"
+        } else {
+            "logprobs"
+        };
+        return Err(unsupported(
+            field,
+            "Bedrock does not return log probabilities",
+        ));
+    }
+    if set("audio").is_some()
+        || set("modalities")
+            .and_then(Value::as_array)
+            .is_some_and(|m| m.iter().any(|x| x != "text"))
+    {
+        let field = if set("audio").is_some() {
+            "audio"
+        } else {
+            "modalities"
+        };
+        return Err(unsupported(
+            field,
+            "Bedrock Converse answers in text only here",
+        ));
+    }
+    for field in ["web_search_options", "functions", "function_call"] {
+        if set(field).is_some() {
+            return Err(unsupported(
+                field,
+                format!("`{field}` is not supported for Bedrock; use `tools`"),
+            ));
+        }
+    }
+    for field in DROPPED {
+        if set(field).is_some() {
+            tracing::debug!(
+                field,
+                "dropped: Bedrock Converse has no equivalent of this field"
+            );
+        }
+    }
+    Ok(())
+}
