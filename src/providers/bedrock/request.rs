@@ -5,7 +5,10 @@
 //! `image`, `toolUse`, `toolResult`), `ImageBlock` (`format` png | jpeg | gif | webp,
 //! `source.bytes` base64 in JSON, or `source.s3Location`), `ToolResultBlock`
 //! (`content` of `text` / `json` blocks), `Tool` (`toolSpec` with
-//! `inputSchema.json`) and `ToolChoice` (`auto`, `any`, `tool`).
+//! `inputSchema.json`), `ToolChoice` (`auto`, `any`, `tool`) and `CachePointBlock`
+//! (user guide "Prompt caching": at most 4 checkpoints, in system, messages and
+//! tools). OpenAI-side `cache_control` markers (Anthropic's shape) become cache
+//! points after the block they mark.
 //!
 //! Bedrock wants user and assistant turns to alternate and rejects blank text blocks,
 //! so consecutive messages of one role are merged and blank text is dropped.
@@ -56,9 +59,67 @@ struct Turn<'a> {
     content: Vec<Block<'a>>,
 }
 
+/// A `SystemContentBlock`.
 #[derive(Serialize)]
-struct SystemBlock<'a> {
-    text: &'a str,
+#[serde(rename_all = "camelCase")]
+enum SystemBlock<'a> {
+    Text(&'a str),
+    CachePoint(CachePoint),
+}
+
+/// A `CachePointBlock`: the prompt up to here may be cached ("Prompt caching").
+#[derive(Serialize)]
+struct CachePoint {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+const CACHE_POINT: CachePoint = CachePoint { kind: "default" };
+
+/// Most cache checkpoints Bedrock takes in one request ("Prompt caching").
+pub(super) const MAX_CACHE_POINTS: usize = 4;
+
+/// Counts and checks the request's `cache_control` markers, which become
+/// `cachePoint` blocks.
+#[derive(Default)]
+struct Markers {
+    count: usize,
+}
+
+impl Markers {
+    /// Whether `v` (found at `param`) asks for a cache point.
+    ///
+    /// # Errors
+    /// 400 naming `param` when the marker is not `{"type":"ephemeral"}`, or when it is
+    /// the fifth of the request.
+    fn check(
+        &mut self,
+        v: Option<&Value>,
+        param: impl Fn() -> String,
+    ) -> Result<bool, GatewayError> {
+        let Some(v) = v.filter(|v| !v.is_null()) else {
+            return Ok(false);
+        };
+        let bad = |why: String| {
+            let p = param();
+            let message = format!("`{p}` {why}");
+            unsupported(p, message)
+        };
+        if v.get("type").and_then(Value::as_str) != Some("ephemeral") {
+            return Err(bad("must be {\"type\":\"ephemeral\"}".to_string()));
+        }
+        if v.get("ttl").is_some_and(|t| !t.is_null()) {
+            tracing::debug!(param = %param(), "cache_control.ttl dropped: Bedrock cache points take the default TTL");
+        }
+        self.count += 1;
+        if self.count > MAX_CACHE_POINTS {
+            return Err(bad(format!(
+                "is cache marker number {}; Bedrock takes at most {MAX_CACHE_POINTS} cache points per request",
+                self.count
+            )));
+        }
+        Ok(true)
+    }
 }
 
 /// A `ContentBlock`: exactly one member.
@@ -81,6 +142,7 @@ enum Block<'a> {
         tool_use_id: &'a str,
         content: [ResultBlock<'a>; 1],
     },
+    CachePoint(CachePoint),
 }
 
 #[derive(Serialize)]
@@ -127,10 +189,12 @@ struct ToolConfig<'a> {
     tool_choice: Option<ToolChoice<'a>>,
 }
 
+/// A `Tool`: a spec, or a cache point after the tools before it.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct Tool<'a> {
-    tool_spec: ToolSpec<'a>,
+enum Tool<'a> {
+    ToolSpec(ToolSpec<'a>),
+    CachePoint(CachePoint),
 }
 
 #[derive(Serialize)]
@@ -204,23 +268,64 @@ fn blocks<'a>(
     content: &'a Value,
     i: usize,
     images_allowed: bool,
+    markers: &mut Markers,
 ) -> Result<Vec<Block<'a>>, GatewayError> {
     let mut out = Vec::new();
     let mut images = 0;
+    // The raw items in step with `parts`, which skips empty text parts.
+    let mut raw = content
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| match p.get("type").and_then(Value::as_str) {
+            Some(k @ ("text" | "refusal")) => p
+                .get(k)
+                .and_then(Value::as_str)
+                .is_some_and(|t| !t.is_empty()),
+            _ => true,
+        });
     for p in parts(content, i)? {
-        match p {
-            Part::Text(t) if t.trim().is_empty() => {}
-            Part::Text(t) => out.push(Block::Text(t)),
-            Part::Image(image) => {
-                let param = image_param(content, i, images);
-                images += 1;
-                if !images_allowed {
-                    return Err(unsupported(
-                        &param,
-                        format!("`{param}`: Bedrock takes images in user messages only"),
-                    ));
-                }
-                match image {
+        let marked = match raw.next() {
+            Some((j, item)) => markers.check(item.get("cache_control"), || {
+                format!("messages[{i}].content[{j}].cache_control")
+            })?,
+            None => false,
+        };
+        push_block(&mut out, p, content, i, images, images_allowed)?;
+        if matches!(p, Part::Image(_)) {
+            images += 1;
+        }
+        // After the marked part's block (or the last one kept, for a blank part).
+        if marked && !out.is_empty() {
+            out.push(Block::CachePoint(CACHE_POINT));
+        }
+    }
+    Ok(out)
+}
+
+/// Appends the block of part `p` of message `i` (`images` image parts before it).
+fn push_block<'a>(
+    out: &mut Vec<Block<'a>>,
+    p: Part<'a>,
+    content: &Value,
+    i: usize,
+    images: usize,
+    images_allowed: bool,
+) -> Result<(), GatewayError> {
+    match p {
+        Part::Text(t) if t.trim().is_empty() => {}
+        Part::Text(t) => out.push(Block::Text(t)),
+        Part::Image(image) => {
+            let param = image_param(content, i, images);
+            if !images_allowed {
+                return Err(unsupported(
+                    &param,
+                    format!("`{param}`: Bedrock takes images in user messages only"),
+                ));
+            }
+            match image {
                     ImageRef::Inline { mime, data } => {
                         let format = image_format(mime).ok_or_else(|| {
                             unsupported(
@@ -243,10 +348,9 @@ fn blocks<'a>(
                         ))
                     }
                 }
-            }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Appends a turn, merging into the previous turn of the same role.
@@ -288,30 +392,31 @@ fn result_block(text: std::borrow::Cow<'_, str>) -> ResultBlock<'_> {
 /// without `tool_call_id`, `tool_choice: "none"` with tools.
 pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
     refuse_unsupported(chat)?;
+    let mut markers = Markers::default();
     let mut system = Vec::new();
     let mut turns: Vec<Turn<'_>> = Vec::with_capacity(chat.messages.len());
     for (i, m) in chat.messages.iter().enumerate() {
         match m.role.as_str() {
             "system" | "developer" => {
-                for p in parts(&m.content, i)? {
-                    match p {
-                        Part::Text(t) if t.trim().is_empty() => {}
-                        Part::Text(text) => system.push(SystemBlock { text }),
-                        Part::Image(_) => {
-                            return Err(unsupported(
-                                format!("messages[{i}].content"),
-                                "Bedrock takes only text in system messages",
-                            ))
-                        }
-                    }
+                for b in blocks(&m.content, i, false, &mut markers)? {
+                    system.push(match b {
+                        Block::Text(text) => SystemBlock::Text(text),
+                        _ => SystemBlock::CachePoint(CACHE_POINT),
+                    });
+                }
+                if message_marker(m, i, &mut markers)? && !system.is_empty() {
+                    system.push(SystemBlock::CachePoint(CACHE_POINT));
                 }
             }
             "user" => {
-                let b = blocks(&m.content, i, true)?;
+                let mut b = blocks(&m.content, i, true, &mut markers)?;
+                if message_marker(m, i, &mut markers)? && !b.is_empty() {
+                    b.push(Block::CachePoint(CACHE_POINT));
+                }
                 push(&mut turns, "user", b);
             }
             "assistant" => {
-                let mut b = blocks(&m.content, i, false)?;
+                let mut b = blocks(&m.content, i, false, &mut markers)?;
                 for c in tool_calls(m, i)? {
                     b.push(Block::ToolUse {
                         tool_use_id: c.id,
@@ -340,14 +445,14 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
                         unsupported(&param, format!("`{param}` is required for role \"tool\""))
                     })?;
                 let content = result_block(text_only(&m.content, i)?);
-                push(
-                    &mut turns,
-                    "user",
-                    vec![Block::ToolResult {
-                        tool_use_id: id,
-                        content: [content],
-                    }],
-                );
+                let mut b = vec![Block::ToolResult {
+                    tool_use_id: id,
+                    content: [content],
+                }];
+                if message_marker(m, i, &mut markers)? {
+                    b.push(Block::CachePoint(CACHE_POINT));
+                }
+                push(&mut turns, "user", b);
             }
             other => {
                 return Err(unsupported(
@@ -373,12 +478,26 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
                 _ => Vec::new(),
             },
         },
-        tool_config: tool_config(chat)?,
+        tool_config: tool_config(chat, &mut markers)?,
+    })
+}
+
+/// Whether message `i` carries a message-level `cache_control` marker.
+fn message_marker(
+    m: &crate::api::Message,
+    i: usize,
+    markers: &mut Markers,
+) -> Result<bool, GatewayError> {
+    markers.check(m.extra.get("cache_control"), || {
+        format!("messages[{i}].cache_control")
     })
 }
 
 /// OpenAI `tools` and `tool_choice` → `toolConfig`.
-fn tool_config(chat: &ChatRequest) -> Result<Option<ToolConfig<'_>>, GatewayError> {
+fn tool_config<'a>(
+    chat: &'a ChatRequest,
+    markers: &mut Markers,
+) -> Result<Option<ToolConfig<'a>>, GatewayError> {
     let mut tools = Vec::new();
     for (i, t) in chat.tools.iter().flatten().enumerate() {
         let f = t
@@ -394,13 +513,15 @@ fn tool_config(chat: &ChatRequest) -> Result<Option<ToolConfig<'_>>, GatewayErro
             Some(p) => SchemaJson::Given(p),
             None => SchemaJson::Empty(serde_json::json!({"type": "object", "properties": {}})),
         };
-        tools.push(Tool {
-            tool_spec: ToolSpec {
-                name,
-                description: f.get("description").and_then(Value::as_str),
-                input_schema: InputSchema { json: schema },
-            },
-        });
+        tools.push(Tool::ToolSpec(ToolSpec {
+            name,
+            description: f.get("description").and_then(Value::as_str),
+            input_schema: InputSchema { json: schema },
+        }));
+        let marker = t.get("cache_control").or_else(|| f.get("cache_control"));
+        if markers.check(marker, || format!("tools[{i}].cache_control"))? {
+            tools.push(Tool::CachePoint(CACHE_POINT));
+        }
     }
     let choice = openai_tool_choice(chat)?;
     if tools.is_empty() {

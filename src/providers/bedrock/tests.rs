@@ -721,3 +721,46 @@ fn parse_credentials_file_reads_one_profile() {
     assert_eq!(parse_credentials_file(text, "dev"), None);
     assert_eq!(parse_credentials_file(text, "missing"), None);
 }
+
+#[test]
+fn cache_markers_become_cache_points_where_they_stand() {
+    let c = chat(json!({
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": [
+                {"type": "text", "text": "Long rules.", "cache_control": {"type": "ephemeral"}}
+            ]},
+            {"role": "user", "content": [
+                {"type": "text", "text": ""},
+                {"type": "text", "text": "Doc.", "cache_control": {"type": "ephemeral", "ttl": "1h"}},
+                {"type": "text", "text": "Question?"}
+            ]},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok", "cache_control": {"type": "ephemeral"}}
+        ],
+        "tools": [{"type": "function", "function": {"name": "f"}, "cache_control": {"type": "ephemeral"}}]
+    }));
+    let (_, body) = build(&c);
+    let point = json!({"cachePoint": {"type": "default"}});
+    assert_eq!(body["system"], json!([{"text": "Long rules."}, point]));
+    assert_eq!(
+        body["messages"][0]["content"],
+        json!([{"text": "Doc."}, point, {"text": "Question?"}])
+    );
+    assert_eq!(body["messages"][2]["content"][1], point);
+    assert_eq!(body["toolConfig"]["tools"][1], point);
+    // A fifth marker, or one of another type, is refused naming it.
+    let mut five = c.clone();
+    five.messages[1].content[2]["cache_control"] = json!({"type": "ephemeral"});
+    let e = adapter().request(&target(), &five).unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("tools[0].cache_control"));
+    let mut odd = c.clone();
+    odd.messages[0].content[0]["cache_control"] = json!({"type": "persistent"});
+    let e = adapter().request(&target(), &odd).unwrap_err();
+    assert_eq!(
+        e.param.as_deref(),
+        Some("messages[0].content[0].cache_control")
+    );
+}
