@@ -339,18 +339,23 @@ struct OutToolUse {
     input: Option<Value>,
 }
 
-/// `reasoningContent`: `reasoningText {text, signature}` or `redactedContent`.
+/// `reasoningContent`: `reasoningText {text, signature}` or `redactedContent`
+/// (base64 in JSON).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ReasoningBlock {
     #[serde(default)]
     reasoning_text: Option<ReasoningText>,
+    #[serde(default)]
+    redacted_content: Option<String>,
 }
 
 #[derive(Deserialize)]
 struct ReasoningText {
     #[serde(default)]
     text: String,
+    #[serde(default)]
+    signature: Option<String>,
 }
 
 /// `usage`, in tokens. `inputTokens` excludes cache reads and writes, which Bedrock
@@ -452,10 +457,20 @@ impl Adapter for Bedrock {
                     Some(s) => s.push_str(&t),
                     None => c.content = Some(t),
                 }
-            } else if let Some(text) = b.reasoning_content.and_then(|r| r.reasoning_text) {
-                match &mut c.reasoning_content {
-                    Some(s) => s.push_str(&text.text),
-                    None => c.reasoning_content = Some(text.text),
+            } else if let Some(r) = b.reasoning_content {
+                use super::reasoning::ThinkingBlock;
+                if let Some(t) = r.reasoning_text {
+                    match &mut c.reasoning_content {
+                        Some(s) => s.push_str(&t.text),
+                        None => c.reasoning_content = Some(t.text.clone()),
+                    }
+                    c.thinking_blocks.push(ThinkingBlock::Thinking {
+                        thinking: t.text.into(),
+                        signature: t.signature.unwrap_or_default().into(),
+                    });
+                } else if let Some(data) = r.redacted_content {
+                    c.thinking_blocks
+                        .push(ThinkingBlock::RedactedThinking { data: data.into() });
                 }
             }
         }

@@ -22,6 +22,7 @@ use crate::error::GatewayError;
 use crate::providers::common::{
     openai_tool_choice, parts, text_only, tool_calls, unsupported, ImageRef, OpenAiToolChoice, Part,
 };
+use crate::providers::reasoning::{thinking_blocks, ThinkingBlock};
 
 /// Fields with no Converse equivalent, dropped with a debug note.
 const DROPPED: [&str; 13] = [
@@ -143,6 +144,19 @@ enum Block<'a> {
         content: [ResultBlock<'a>; 1],
     },
     CachePoint(CachePoint),
+    ReasoningContent(Reasoning<'a>),
+}
+
+/// A `ReasoningContentBlock` replayed from the client's `thinking_blocks`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+enum Reasoning<'a> {
+    ReasoningText {
+        text: std::borrow::Cow<'a, str>,
+        #[serde(skip_serializing_if = "str::is_empty")]
+        signature: std::borrow::Cow<'a, str>,
+    },
+    RedactedContent(std::borrow::Cow<'a, str>),
 }
 
 #[derive(Serialize)]
@@ -416,7 +430,26 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
                 push(&mut turns, "user", b);
             }
             "assistant" => {
-                let mut b = blocks(&m.content, i, false, &mut markers)?;
+                // Reasoning first, as the model produced it.
+                let mut b: Vec<Block<'_>> = thinking_blocks(m, i)?
+                    .into_iter()
+                    .map(|t| {
+                        Block::ReasoningContent(match t {
+                            ThinkingBlock::Thinking {
+                                thinking,
+                                signature,
+                            } => Reasoning::ReasoningText {
+                                text: thinking,
+                                signature,
+                            },
+                            ThinkingBlock::RedactedThinking { data } => {
+                                Reasoning::RedactedContent(data)
+                            }
+                        })
+                    })
+                    .collect();
+                let replayed = !b.is_empty();
+                b.extend(blocks(&m.content, i, false, &mut markers)?);
                 for c in tool_calls(m, i)? {
                     b.push(Block::ToolUse {
                         tool_use_id: c.id,
@@ -424,9 +457,10 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
                         input: c.arguments,
                     });
                 }
-                if m.extra
-                    .get("reasoning_content")
-                    .is_some_and(|v| !v.is_null())
+                if !replayed
+                    && m.extra
+                        .get("reasoning_content")
+                        .is_some_and(|v| !v.is_null())
                 {
                     tracing::debug!(
                         message = i,

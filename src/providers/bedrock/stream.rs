@@ -30,6 +30,7 @@ use crate::providers::common::{
     bad_upstream, random_id, stream_cut, ChunkWriter, FunctionDelta, ToolDelta,
 };
 use crate::providers::openai::write_done;
+use crate::providers::reasoning::ThinkingBlock;
 use crate::providers::{StreamContext, StreamStep, StreamTranscoder};
 use crate::sse::SseEvent;
 
@@ -91,12 +92,25 @@ struct ToolInput<'a> {
     input: Cow<'a, str>,
 }
 
-/// `reasoningContent` delta: `text`, `signature` or `redactedContent`; only the text
-/// is relayed.
+/// `reasoningContent` delta: `text`, `signature` or `redactedContent` (base64).
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct ReasoningDelta<'a> {
     #[serde(borrow, default)]
     text: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    signature: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    redacted_content: Option<Cow<'a, str>>,
+}
+
+/// A reasoning content block being streamed: text, signature and redacted data so
+/// far, sent whole as a `thinking_blocks` entry when the block stops.
+struct Thinking {
+    block: u64,
+    text: String,
+    signature: String,
+    redacted: String,
 }
 
 #[derive(Deserialize)]
@@ -143,6 +157,7 @@ pub(super) struct BedrockStream {
     usage: Option<TokenUsage>,
     metadata: bool,
     tools: Vec<ToolBlock>,
+    thinking: Option<Thinking>,
     /// The finish reason, once its chunk has been written.
     finish: Option<&'static str>,
     /// `[DONE]` written, or the stream failed: later bytes are ignored.
@@ -163,6 +178,7 @@ impl BedrockStream {
             usage: None,
             metadata: false,
             tools: Vec::new(),
+            thinking: None,
             finish: None,
             over: false,
             done: false,
@@ -291,13 +307,47 @@ impl BedrockStream {
                         },
                     };
                     self.w.tool(out, piece);
-                } else if let Some(text) = ev.delta.reasoning_content.and_then(|r| r.text) {
-                    self.w.reasoning(out, &text);
+                } else if let Some(r) = ev.delta.reasoning_content {
+                    let t = self.thinking.get_or_insert_with(|| Thinking {
+                        block: index,
+                        text: String::new(),
+                        signature: String::new(),
+                        redacted: String::new(),
+                    });
+                    if t.block != index {
+                        return Err(bad_upstream(format!(
+                            "Bedrock sent reasoning for content block {index} while block {} was open",
+                            t.block
+                        )));
+                    }
+                    if let Some(text) = r.text {
+                        t.text.push_str(&text);
+                        self.w.reasoning(out, &text);
+                    }
+                    if let Some(sig) = r.signature {
+                        t.signature.push_str(&sig);
+                    }
+                    if let Some(data) = r.redacted_content {
+                        t.redacted.push_str(&data);
+                    }
                 }
             }
             "contentBlockStop" => {
                 let ev: BlockStop = serde_json::from_slice(payload)
                     .map_err(|e| parse_err(e, "contentBlockStop"))?;
+                if let Some(t) = self.thinking.take_if(|t| t.block == ev.content_block_index) {
+                    let block = if t.redacted.is_empty() {
+                        ThinkingBlock::Thinking {
+                            thinking: t.text.into(),
+                            signature: t.signature.into(),
+                        }
+                    } else {
+                        ThinkingBlock::RedactedThinking {
+                            data: t.redacted.into(),
+                        }
+                    };
+                    self.w.thinking_block(out, &block);
+                }
                 // A tool called without arguments streams no input; OpenAI clients
                 // expect a JSON object string.
                 if let Some(t) = self

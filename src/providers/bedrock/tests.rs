@@ -387,6 +387,10 @@ fn cache_tokens_reasoning_and_stop_reasons() {
     let v: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(v["choices"][0]["finish_reason"], "length");
     assert_eq!(v["choices"][0]["message"]["reasoning_content"], "Hmm.");
+    assert_eq!(
+        v["choices"][0]["message"]["thinking_blocks"],
+        json!([{"type": "thinking", "thinking": "Hmm.", "signature": "sig"}])
+    );
     assert_eq!(v["choices"][0]["message"]["content"], "Answer.");
     assert_eq!(
         v["usage"],
@@ -645,6 +649,15 @@ fn a_tool_without_input_gets_empty_object_arguments_and_reasoning_is_relayed() {
         .filter_map(|c| c["choices"][0]["delta"]["reasoning_content"].as_str())
         .collect();
     assert_eq!(reasoning, "Think.");
+    let blocks: Vec<&Value> = r
+        .chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"].get("thinking_blocks"))
+        .collect();
+    assert_eq!(
+        blocks,
+        [&json!([{"type": "thinking", "thinking": "Think.", "signature": "c2ln"}])]
+    );
     assert_eq!(
         r.tool_calls(),
         [("t1".to_string(), "now".to_string(), "{}".to_string())]
@@ -762,5 +775,31 @@ fn cache_markers_become_cache_points_where_they_stand() {
     assert_eq!(
         e.param.as_deref(),
         Some("messages[0].content[0].cache_control")
+    );
+}
+
+#[test]
+fn thinking_blocks_are_replayed_as_reasoning_content_blocks() {
+    let (_, body) = build(&chat(json!({
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": null, "reasoning_content": "Think.",
+             "thinking_blocks": [
+                {"type": "thinking", "thinking": "Think.", "signature": "c2ln"},
+                {"type": "redacted_thinking", "data": "ZW5j"}
+             ],
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+        ],
+        "tools": [{"type": "function", "function": {"name": "f"}}]
+    })));
+    assert_eq!(
+        body["messages"][1]["content"],
+        json!([
+            {"reasoningContent": {"reasoningText": {"text": "Think.", "signature": "c2ln"}}},
+            {"reasoningContent": {"redactedContent": "ZW5j"}},
+            {"toolUse": {"toolUseId": "c1", "name": "f", "input": {}}}
+        ])
     );
 }
