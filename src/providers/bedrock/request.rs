@@ -403,7 +403,8 @@ fn result_block(text: std::borrow::Cow<'_, str>) -> ResultBlock<'_> {
 /// probabilities, audio, `response_format` JSON modes, legacy functions, roles other
 /// than system/developer/user/assistant/tool, image URLs or media types Bedrock does
 /// not take, images outside user messages, malformed tool calls, a tool result
-/// without `tool_call_id`, `tool_choice: "none"` with tools.
+/// without `tool_call_id`, `tool_choice: "none"` with tools, tool calls or results
+/// in a request without `tools` (Bedrock requires `toolConfig` then).
 pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
     refuse_unsupported(chat)?;
     let mut markers = Markers::default();
@@ -499,6 +500,17 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
             }
         }
     }
+    let tool_config = tool_config(chat, &mut markers)?;
+    let tool_blocks = turns
+        .iter()
+        .flat_map(|t| &t.content)
+        .any(|b| matches!(b, Block::ToolUse { .. } | Block::ToolResult { .. }));
+    if tool_config.is_none() && tool_blocks {
+        return Err(unsupported(
+            "tools",
+            "Bedrock needs `tools` in every request whose conversation holds tool calls or tool results; send the tool definitions again",
+        ));
+    }
     Ok(Outgoing {
         messages: turns,
         system,
@@ -512,7 +524,7 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
                 _ => Vec::new(),
             },
         },
-        tool_config: tool_config(chat, &mut markers)?,
+        tool_config,
     })
 }
 

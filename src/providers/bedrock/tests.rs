@@ -281,6 +281,13 @@ fn what_bedrock_cannot_take_is_refused_naming_the_field() {
         ),
         (json!({"functions": []}), "functions"),
         (
+            json!({"messages": [
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "x"}
+            ]}),
+            "tools",
+        ),
+        (
             json!({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"}),
             "tool_choice",
         ),
