@@ -93,9 +93,14 @@ impl Upstream {
         let adapter = adapter_for(cfg, &env)?;
         let api_key = cfg.api_key_env.as_deref().and_then(&env);
         if let (Some(var), None) = (&cfg.api_key_env, &api_key) {
+            let then = if cfg.kind == crate::config::ProviderKind::Bedrock {
+                "requests use AWS_BEARER_TOKEN_BEDROCK or AWS credentials instead"
+            } else {
+                "requests go without a key"
+            };
             tracing::warn!(
                 provider = %cfg.name,
-                "providers.{}.api_key_env: {var} is not set; requests go without a key",
+                "providers.{}.api_key_env: {var} is not set; {then}",
                 cfg.name
             );
         }
