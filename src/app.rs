@@ -76,7 +76,8 @@ pub enum StartError {
 /// transport: the in-process emulator for `kind: mock`, pooled HTTP otherwise.
 ///
 /// # Errors
-/// One sentence per provider that cannot be set up (a kind without an adapter).
+/// One sentence per provider that cannot be set up (Bedrock without a region or
+/// credentials).
 pub fn upstreams(
     config: &Config,
     env: &(dyn Fn(&str) -> Option<String> + Send + Sync),

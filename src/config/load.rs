@@ -489,6 +489,9 @@ impl Validator {
                 "prefill",
                 "forward_headers",
                 "stream_usage",
+                "region",
+                "credentials_file",
+                "profile",
             ],
             &path,
         );
@@ -575,7 +578,18 @@ impl Validator {
                 }
             },
         };
+        let region = self.string(map, "region", &path);
+        let credentials_file = self.string(map, "credentials_file", &path);
+        let profile = self.string(map, "profile", &path);
         let kind = kind?;
+        for key in ["region", "credentials_file", "profile"] {
+            if kind != ProviderKind::Bedrock && map.contains_key(key) {
+                self.err(
+                    join(&path, key),
+                    format!("only providers of kind `bedrock` take `{key}`"),
+                );
+            }
+        }
         if kind != ProviderKind::Mock && map.contains_key("mock") {
             self.err(
                 join(&path, "mock"),
@@ -585,7 +599,10 @@ impl Validator {
         let base_url = match (base_url, kind.default_base_url()) {
             (Some(u), _) => u.trim_end_matches('/').to_string(),
             (None, Some(d)) => d.to_string(),
-            (None, None) if kind == ProviderKind::Mock => String::new(),
+            // Bedrock's default depends on the region, settled at startup.
+            (None, None) if matches!(kind, ProviderKind::Mock | ProviderKind::Bedrock) => {
+                String::new()
+            }
             (None, None) => {
                 self.err(
                     join(&path, "base_url"),
@@ -609,6 +626,9 @@ impl Validator {
             prefill: prefill.unwrap_or(kind == ProviderKind::Anthropic),
             forward_headers,
             stream_usage: stream_usage.unwrap_or(true),
+            region,
+            credentials_file,
+            profile,
         })
     }
 

@@ -312,7 +312,7 @@ pub struct ProviderConfig {
     /// Wire format family.
     pub kind: ProviderKind,
     /// Base URL without a trailing slash, e.g. `http://127.0.0.1:8081/v1`. Empty for
-    /// `mock`.
+    /// `mock`, and for `bedrock` without one (the region's endpoint is used).
     pub base_url: String,
     /// Environment variable holding the API key; the key itself is never in config.
     pub api_key_env: Option<String>,
@@ -338,6 +338,15 @@ pub struct ProviderConfig {
     /// server that rejects `stream_options`; its streams are then settled with an
     /// estimate unless the client asked for usage.
     pub stream_usage: bool,
+    /// AWS region of a `bedrock` provider (`region`; else `AWS_REGION` or
+    /// `AWS_DEFAULT_REGION` at startup). Only `bedrock` takes it.
+    pub region: Option<String>,
+    /// Path of the AWS shared credentials file a `bedrock` provider reads when the
+    /// AWS key variables are unset (`credentials_file`; else
+    /// `AWS_SHARED_CREDENTIALS_FILE`, else `~/.aws/credentials`).
+    pub credentials_file: Option<String>,
+    /// Profile of that file (`profile`; else `AWS_PROFILE`, else `default`).
+    pub profile: Option<String>,
 }
 
 /// One logical model of the registry.

@@ -85,24 +85,24 @@ impl Upstream {
     /// its environment variable via `env`.
     ///
     /// # Errors
-    /// A sentence when the provider kind has no adapter yet.
+    /// A sentence when the provider's adapter cannot be set up (Bedrock without a
+    /// region or credentials).
     pub fn new(
         cfg: &ProviderConfig,
         env: impl Fn(&str) -> Option<String>,
         transport: Arc<dyn Transport>,
     ) -> Result<Upstream, String> {
-        let adapter = adapter_for(cfg).ok_or_else(|| {
-            format!(
-                "providers.{}: kind `{}` has no adapter in this build yet",
-                cfg.name,
-                cfg.kind.as_str()
-            )
-        })?;
-        let api_key = cfg.api_key_env.as_deref().and_then(env);
+        let adapter = adapter_for(cfg, &env)?;
+        let api_key = cfg.api_key_env.as_deref().and_then(&env);
         if let (Some(var), None) = (&cfg.api_key_env, &api_key) {
+            let then = if cfg.kind == crate::config::ProviderKind::Bedrock {
+                "requests use AWS_BEARER_TOKEN_BEDROCK or AWS credentials instead"
+            } else {
+                "requests go without a key"
+            };
             tracing::warn!(
                 provider = %cfg.name,
-                "providers.{}.api_key_env: {var} is not set; requests go without a key",
+                "providers.{}.api_key_env: {var} is not set; {then}",
                 cfg.name
             );
         }

@@ -346,6 +346,14 @@ impl SseRelay {
     fn on_data(&mut self, data: &[u8]) {
         let deadline = Instant::now() + self.idle;
         self.idle_timer.as_mut().reset(deadline);
+        if let Some(step) = self.transcoder.raw(data, &mut self.out) {
+            match step {
+                Ok(StreamStep::Continue) => {}
+                Ok(StreamStep::Done) => self.finish(),
+                Err(e) => self.fail(e),
+            }
+            return;
+        }
         if let Err(e) = self.parser.push(data) {
             self.fail(
                 GatewayError::new(ErrorKind::BadUpstream, e.to_string())

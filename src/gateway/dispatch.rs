@@ -517,7 +517,9 @@ async fn exchange(
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if chat.is_stream() && !content_type.is_empty() && !content_type.contains("event-stream") {
+    // `text/event-stream`, or Bedrock's `application/vnd.amazon.eventstream`.
+    let streamed = content_type.contains("event-stream") || content_type.contains("eventstream");
+    if chat.is_stream() && !content_type.is_empty() && !streamed {
         // Not a stream (an HTML error page, or JSON from a provider that ignored
         // `stream`): fail before the first byte so the fallback chain can act.
         let e = GatewayError::new(

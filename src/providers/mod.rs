@@ -7,6 +7,7 @@
 //! hands back what the provider sent, so adapters are tested on recorded wire data.
 
 pub mod anthropic;
+pub mod bedrock;
 mod common;
 pub mod gemini;
 pub mod openai;
@@ -158,6 +159,19 @@ pub trait StreamTranscoder: Send {
     /// HTTP 502: the upstream closed the stream before finishing the answer.
     fn end(&mut self, out: &mut BytesMut) -> Result<(), GatewayError>;
 
+    /// Handles raw body bytes, for a provider whose stream is not SSE (Bedrock's
+    /// binary event stream): `None` (the default) when the transcoder reads SSE, and
+    /// the relay parses the body and calls [`StreamTranscoder::event`]; otherwise what
+    /// `event` would return for the complete events in `data` (split events wait for
+    /// their remaining bytes).
+    fn raw(
+        &mut self,
+        _data: &[u8],
+        _out: &mut BytesMut,
+    ) -> Option<Result<StreamStep, GatewayError>> {
+        None
+    }
+
     /// Whether any content (text or tool call) has arrived yet; the first one marks
     /// the time to first token and the stream's commit point.
     fn produced_content(&self) -> bool;
@@ -166,25 +180,32 @@ pub trait StreamTranscoder: Send {
     fn sent(&self) -> &Sent;
 }
 
-/// The adapter for a provider kind, or `None` when that kind has no adapter yet.
-pub fn adapter_for(cfg: &ProviderConfig) -> Option<Box<dyn Adapter>> {
-    match cfg.kind {
-        ProviderKind::OpenAi | ProviderKind::OpenAiCompatible | ProviderKind::Mock => Some(
-            Box::new(openai::OpenAi::standard().with_stream_usage(cfg.stream_usage)),
-        ),
-        ProviderKind::AzureOpenAi => Some(Box::new(
+/// The adapter for a provider, reading what it needs at startup (Bedrock: region
+/// and AWS credentials) through `env`.
+///
+/// # Errors
+/// A sentence naming the provider when its adapter cannot be set up (Bedrock without
+/// a region or credentials).
+pub fn adapter_for(
+    cfg: &ProviderConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Box<dyn Adapter>, String> {
+    Ok(match cfg.kind {
+        ProviderKind::OpenAi | ProviderKind::OpenAiCompatible | ProviderKind::Mock => {
+            Box::new(openai::OpenAi::standard().with_stream_usage(cfg.stream_usage))
+        }
+        ProviderKind::AzureOpenAi => Box::new(
             openai::OpenAi::azure(
                 cfg.api_version
                     .clone()
                     .unwrap_or_else(|| "2024-10-21".to_string()),
             )
             .with_stream_usage(cfg.stream_usage),
-        )),
-        ProviderKind::Anthropic => Some(Box::new(anthropic::Anthropic)),
-        ProviderKind::Gemini => Some(Box::new(gemini::Gemini)),
-        // Bedrock needs AWS SigV4 request signing, which Switchyard does not do yet.
-        ProviderKind::Bedrock => None,
-    }
+        ),
+        ProviderKind::Anthropic => Box::new(anthropic::Anthropic),
+        ProviderKind::Gemini => Box::new(gemini::Gemini),
+        ProviderKind::Bedrock => Box::new(bedrock::Bedrock::from_config(cfg, env)?),
+    })
 }
 
 /// Maps an upstream error answer to the client-facing error (shared by adapters).

@@ -5,6 +5,7 @@ mod anthropic;
 mod app;
 mod attack;
 mod auth;
+mod bedrock;
 mod common;
 mod failover;
 mod failures;

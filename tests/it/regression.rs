@@ -126,8 +126,9 @@ async fn an_unknown_model_error_does_not_echo_a_huge_name() {
     assert_eq!(r.json()["error"]["param"], "model");
 }
 
-/// `serve --check` passed a config that `serve` then refused (a provider kind with no
-/// adapter): `--check` now sets up every provider as startup does.
+/// `serve --check` passed a config that `serve` then refused (then a provider kind
+/// with no adapter; now a Bedrock provider without region or credentials): `--check`
+/// sets up every provider as startup does.
 #[test]
 fn serve_check_refuses_what_serve_would_refuse() {
     let dir = tempfile::tempdir().unwrap();
@@ -148,11 +149,21 @@ fn serve_check_refuses_what_serve_would_refuse() {
         if check {
             args.insert(1, "--check");
         }
-        Command::new(env!("CARGO_BIN_EXE_switchyard"))
-            .args(&args)
-            .env("SWITCHYARD_LOG", "warn")
-            .output()
-            .unwrap()
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+        cmd.args(&args).env("SWITCHYARD_LOG", "warn");
+        for var in [
+            "AWS_REGION",
+            "AWS_DEFAULT_REGION",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "AWS_BEARER_TOKEN_BEDROCK",
+            "AWS_SHARED_CREDENTIALS_FILE",
+            "AWS_PROFILE",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.env("HOME", dir.path()).output().unwrap()
     };
     let checked = run(true);
     let served = run(false);
@@ -160,6 +171,7 @@ fn serve_check_refuses_what_serve_would_refuse() {
     assert_eq!(checked.status.code(), Some(1), "and so does --check");
     let err = String::from_utf8_lossy(&checked.stderr);
     assert!(err.contains("providers.aws"), "{err}");
+    assert!(err.contains("needs a region"), "{err}");
 }
 
 // ---- The HTTP edge: connection deadlines and hyper's own error answers ----
