@@ -538,6 +538,10 @@ pub struct CacheSetting {
     pub on: bool,
     /// Time to live in milliseconds; `None` is the gateway's default.
     pub ttl_ms: Option<u64>,
+    /// `cache exact`: the key is a hash of the whole canonical request (no SimHash
+    /// approximation); `false` is the gateway's configured mode.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub exact: bool,
 }
 
 /// `set priority LEVEL [when EXPR]`.
