@@ -79,6 +79,112 @@ pub(crate) fn openai_tool_choice(
     })
 }
 
+/// One OpenAI function tool (`tools[i]` with `type: "function"`), read once for every
+/// adapter, which maps it to its own tool shape (OpenAI API reference, "Create chat
+/// completion", `tools`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FunctionTool<'a> {
+    /// The `tools[]` entry itself, for keys an adapter reads beside the function
+    /// (`cache_control`).
+    pub tool: &'a Value,
+    /// `tools[i].function`.
+    pub function: &'a Value,
+    /// `function.name`.
+    pub name: &'a str,
+    /// `function.description`, when it is a string.
+    pub description: Option<&'a str>,
+    /// `function.parameters` as sent (possibly `null`); `None` when absent. What a
+    /// missing schema means is the adapter's to say.
+    pub parameters: Option<&'a Value>,
+}
+
+/// The function tools of `chat`, in order, each with its index in `tools`.
+///
+/// # Errors
+/// Each item is a 400 naming `tools[i]` for a tool that is not a function tool, or
+/// `tools[i].function.name` for a function without a name.
+pub(crate) fn function_tools(
+    chat: &crate::api::ChatRequest,
+) -> impl Iterator<Item = Result<(usize, FunctionTool<'_>), GatewayError>> {
+    chat.tools
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, t)| Ok((i, function_tool(t, i)?)))
+}
+
+/// Reads `tools[i]` (see [`function_tools`]).
+fn function_tool(tool: &Value, i: usize) -> Result<FunctionTool<'_>, GatewayError> {
+    let function = tool
+        .get("function")
+        .filter(|_| {
+            tool.get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("function")
+                == "function"
+        })
+        .ok_or_else(|| unsupported(format!("tools[{i}]"), "only function tools are supported"))?;
+    let name = function
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| unsupported(format!("tools[{i}].function.name"), "a tool needs a name"))?;
+    Ok(FunctionTool {
+        tool,
+        function,
+        name,
+        description: function.get("description").and_then(Value::as_str),
+        parameters: function.get("parameters"),
+    })
+}
+
+/// Refuses what no translating adapter can send on: output other than text
+/// (`audio`, or `modalities` holding anything but `"text"`), answered with
+/// `text_only` (the provider's words), and `web_search_options` or the legacy
+/// `functions` / `function_call`, pointing at `tools` (`provider` names the
+/// provider in the message).
+///
+/// # Errors
+/// 400 naming the first such field.
+pub(crate) fn refuse_untranslated(
+    chat: &crate::api::ChatRequest,
+    provider: &str,
+    text_only: &'static str,
+) -> Result<(), GatewayError> {
+    if let Some(field) = non_text_output(chat) {
+        return Err(unsupported(field, text_only));
+    }
+    if let Some(field) = untranslated_tool_field(chat) {
+        return Err(unsupported(
+            field,
+            format!("`{field}` is not supported for {provider}; use `tools`"),
+        ));
+    }
+    Ok(())
+}
+
+/// The field of `chat` that asks for output other than text: `audio`, or
+/// `modalities` holding anything but `"text"`; `None` when neither does. The
+/// translating adapters answer in text only and refuse it in their own words.
+fn non_text_output(chat: &crate::api::ChatRequest) -> Option<&'static str> {
+    let set = |name: &str| chat.extra.get(name).filter(|v| !v.is_null());
+    if set("audio").is_some() {
+        return Some("audio");
+    }
+    set("modalities")
+        .and_then(Value::as_array)
+        .is_some_and(|m| m.iter().any(|x| x != "text"))
+        .then_some("modalities")
+}
+
+/// The first of `web_search_options` and the legacy `functions` / `function_call`
+/// that `chat` sets (not null): fields the translating adapters refuse, pointing at
+/// `tools`.
+fn untranslated_tool_field(chat: &crate::api::ChatRequest) -> Option<&'static str> {
+    ["web_search_options", "functions", "function_call"]
+        .into_iter()
+        .find(|f| chat.extra.get(*f).is_some_and(|v| !v.is_null()))
+}
+
 /// Seconds since the Unix epoch, for OpenAI's `created`.
 pub(crate) fn now_secs() -> u64 {
     std::time::SystemTime::now()
@@ -135,6 +241,48 @@ pub(crate) fn image_ref(url: &str) -> Result<ImageRef<'_>, &'static str> {
         return Ok(ImageRef::Url(url));
     }
     Err("must be an http(s) URL or a base64 data URL")
+}
+
+/// Media type aliases clients send for images, with the type each one means.
+const MEDIA_TYPE_ALIASES: [(&str, &str); 3] = [
+    ("image/jpg", "image/jpeg"),
+    ("image/pjpeg", "image/jpeg"),
+    ("image/x-png", "image/png"),
+];
+
+/// The declared media type `mime` of an image (as [`image_ref`] splits it from a data
+/// URL), normalised, when it is one of `accepted` (the provider's list, lower case):
+/// compared without case or surrounding blanks, with the aliases clients send
+/// (`image/jpg` and `image/pjpeg` for `image/jpeg`, `image/x-png` for `image/png`)
+/// taken as the type they mean. `None` when the provider does not take it; the
+/// adapter then refuses the part in its own words.
+pub(crate) fn accepted_media_type(mime: &str, accepted: &[&'static str]) -> Option<&'static str> {
+    let mime = mime.trim();
+    let mime = MEDIA_TYPE_ALIASES
+        .iter()
+        .find(|(alias, _)| alias.eq_ignore_ascii_case(mime))
+        .map_or(mime, |(_, m)| m);
+    accepted
+        .iter()
+        .find(|t| t.eq_ignore_ascii_case(mime))
+        .copied()
+}
+
+/// The index in `content` of its `n`-th `image_url` part (counting image parts
+/// only, as [`parts`] yields them), for an error naming the client's own part; `n`
+/// when `content` is not an array.
+pub(crate) fn image_part_index(content: &Value, n: usize) -> usize {
+    content
+        .as_array()
+        .and_then(|items| {
+            items
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.get("type").and_then(Value::as_str) == Some("image_url"))
+                .nth(n)
+                .map(|(j, _)| j)
+        })
+        .unwrap_or(n)
 }
 
 /// 400 for field `param` with the reason `why` ("must be ...").
@@ -791,6 +939,25 @@ impl ChunkWriter {
         self.write(out, Delta::default(), Some(reason));
     }
 
+    /// Closes the answer: a `stop` finish chunk when none was sent (`finish` is the
+    /// transcoder's finish reason, set to `stop` then), the usage chunk when the
+    /// client asked for one (`usage`), and `[DONE]`.
+    pub fn close(
+        &mut self,
+        out: &mut BytesMut,
+        finish: &mut Option<&'static str>,
+        usage: Option<Usage>,
+    ) {
+        if finish.is_none() {
+            *finish = Some("stop");
+            self.finish(out, "stop");
+        }
+        if let Some(usage) = usage {
+            self.usage(out, usage);
+        }
+        super::openai::write_done(out);
+    }
+
     /// The final usage chunk (`choices: []`), for clients that asked for it.
     pub fn usage(&self, out: &mut BytesMut, usage: Usage) {
         let chunk = Chunk {
@@ -812,6 +979,20 @@ pub(crate) fn stream_cut() -> GatewayError {
         "upstream closed the stream before the answer was complete",
     )
     .with_code(crate::error::Code::UpstreamStreamCut)
+}
+
+/// What a transcoder's [`super::StreamTranscoder::end`] does when the upstream body
+/// ends: `close` the answer when a finish reason arrived (`finish`), else the stream
+/// was cut.
+///
+/// # Errors
+/// [`stream_cut`] when no finish reason arrived.
+pub(crate) fn end_of_body(finish: Option<&str>, close: impl FnOnce()) -> Result<(), GatewayError> {
+    if finish.is_none() {
+        return Err(stream_cut());
+    }
+    close();
+    Ok(())
 }
 
 #[cfg(test)]
@@ -891,5 +1072,239 @@ mod progress_tests {
         let mut p = resumed("é", false);
         // "é" is C3 A9, "è" is C3 A8: they share the first byte only.
         assert_eq!(p.text("è!").unwrap(), "è!");
+    }
+}
+
+#[cfg(test)]
+mod tool_tests {
+    use super::*;
+    use crate::providers::testing::chat;
+    use serde_json::json;
+
+    fn read(tools: Value) -> Vec<Result<(usize, FunctionTool<'static>), GatewayError>> {
+        let c = Box::leak(Box::new(chat(&json!({
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": tools,
+        }))));
+        function_tools(c).collect()
+    }
+
+    #[test]
+    fn a_function_tool_is_read_with_its_name_description_and_parameters() {
+        let got = read(json!([
+            {"type": "function", "function": {"name": "a", "description": "d", "parameters": {"type": "object"}}},
+            {"function": {"name": "b", "parameters": null}, "cache_control": {"type": "ephemeral"}},
+        ]));
+        let (i, a) = got[0].as_ref().unwrap();
+        assert_eq!((*i, a.name, a.description), (0, "a", Some("d")));
+        assert_eq!(a.parameters, Some(&json!({"type": "object"})));
+        let (i, b) = got[1].as_ref().unwrap();
+        assert_eq!((*i, b.name, b.description), (1, "b", None));
+        assert_eq!(
+            b.parameters,
+            Some(&Value::Null),
+            "null is kept for the adapter"
+        );
+        assert!(b.tool.get("cache_control").is_some());
+        assert_eq!(b.function["name"], "b");
+    }
+
+    fn body(extra: Value) -> crate::api::ChatRequest {
+        let mut v = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        chat(&v)
+    }
+
+    #[test]
+    fn output_other_than_text_is_named_by_its_field() {
+        assert_eq!(non_text_output(&body(json!({}))), None);
+        assert_eq!(non_text_output(&body(json!({"audio": null}))), None);
+        assert_eq!(
+            non_text_output(&body(json!({"modalities": ["text"]}))),
+            None
+        );
+        assert_eq!(
+            non_text_output(&body(json!({"modalities": ["text", "audio"]}))),
+            Some("modalities")
+        );
+        assert_eq!(
+            non_text_output(&body(
+                json!({"audio": {"voice": "x"}, "modalities": ["audio"]})
+            )),
+            Some("audio")
+        );
+    }
+
+    #[test]
+    fn untranslated_fields_are_refused_in_the_providers_words() {
+        assert!(refuse_untranslated(&body(json!({})), "P", "P answers in text only").is_ok());
+        let e = refuse_untranslated(&body(json!({"modalities": ["audio"]})), "P", "P: text only")
+            .unwrap_err();
+        assert_eq!(
+            (e.param.as_deref(), e.message.as_str()),
+            (Some("modalities"), "P: text only")
+        );
+        let e = refuse_untranslated(&body(json!({"functions": []})), "P", "x").unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("functions"));
+        assert_eq!(e.message, "`functions` is not supported for P; use `tools`");
+    }
+
+    #[test]
+    fn the_first_untranslated_tool_field_is_named() {
+        assert_eq!(
+            untranslated_tool_field(&body(json!({"functions": null}))),
+            None
+        );
+        assert_eq!(
+            untranslated_tool_field(&body(json!({"function_call": "auto", "functions": []}))),
+            Some("functions")
+        );
+        assert_eq!(
+            untranslated_tool_field(&body(json!({"web_search_options": {}}))),
+            Some("web_search_options")
+        );
+    }
+
+    #[test]
+    fn a_tool_that_is_not_a_function_or_has_no_name_is_refused_naming_the_field() {
+        let got = read(json!([
+            {"type": "function", "function": {"name": "ok"}},
+            {"type": "web_search"},
+            {"type": "function", "function": {"description": "nameless"}},
+        ]));
+        assert!(got[0].is_ok());
+        let e = got[1].as_ref().unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tools[1]"));
+        assert!(e.message.contains("only function tools"), "{}", e.message);
+        let e = got[2].as_ref().unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tools[2].function.name"));
+        assert!(e.message.contains("needs a name"), "{}", e.message);
+    }
+}
+
+#[cfg(test)]
+mod image_tests {
+    use super::*;
+    use serde_json::json;
+
+    const TAKEN: [&str; 3] = ["image/jpeg", "image/png", "image/webp"];
+
+    #[test]
+    fn a_media_type_is_normalised_and_checked_against_the_providers_list() {
+        assert_eq!(accepted_media_type("image/png", &TAKEN), Some("image/png"));
+        assert_eq!(
+            accepted_media_type(" IMAGE/WebP ", &TAKEN),
+            Some("image/webp")
+        );
+        assert_eq!(accepted_media_type("image/jpg", &TAKEN), Some("image/jpeg"));
+        assert_eq!(
+            accepted_media_type("Image/PJPEG", &TAKEN),
+            Some("image/jpeg")
+        );
+        assert_eq!(
+            accepted_media_type("image/x-png", &TAKEN),
+            Some("image/png")
+        );
+        assert_eq!(accepted_media_type("image/gif", &TAKEN), None);
+        assert_eq!(accepted_media_type("image/jpg", &["image/png"]), None);
+        assert_eq!(accepted_media_type("", &TAKEN), None);
+    }
+
+    #[test]
+    fn a_data_url_splits_into_media_type_and_base64_payload() {
+        assert_eq!(
+            image_ref("data:image/jpg;base64,AAAA"),
+            Ok(ImageRef::Inline {
+                mime: "image/jpg",
+                data: "AAAA"
+            })
+        );
+        assert_eq!(
+            image_ref("data:image/png;name=x.png;base64,QQ=="),
+            Ok(ImageRef::Inline {
+                mime: "image/png",
+                data: "QQ=="
+            })
+        );
+        assert!(image_ref("data:image/png,raw").is_err());
+        assert!(image_ref("ftp://x/y.png").is_err());
+    }
+
+    #[test]
+    fn the_nth_image_part_is_found_among_the_clients_parts() {
+        let content = json!([
+            {"type": "text", "text": "a"},
+            {"type": "image_url", "image_url": {"url": "https://x/1.png"}},
+            {"type": "text", "text": ""},
+            {"type": "image_url", "image_url": {"url": "https://x/2.png"}},
+        ]);
+        assert_eq!(image_part_index(&content, 0), 1);
+        assert_eq!(image_part_index(&content, 1), 3);
+        assert_eq!(image_part_index(&json!("text"), 2), 2);
+    }
+}
+
+#[cfg(test)]
+mod stream_end_tests {
+    use super::*;
+
+    fn writer() -> ChunkWriter {
+        let mut w = ChunkWriter::new(&StreamContext {
+            logical_model: "m".into(),
+            include_usage: true,
+            prompt_tokens_estimate: 0,
+            track: false,
+            resume: None,
+        });
+        w.set_id("c1".into());
+        w
+    }
+
+    fn events(out: &BytesMut) -> Vec<String> {
+        String::from_utf8_lossy(out)
+            .split("\n\n")
+            .filter_map(|e| e.strip_prefix("data: ").map(str::to_string))
+            .collect()
+    }
+
+    #[test]
+    fn closing_without_a_finish_reason_sends_stop_then_usage_then_done() {
+        let mut w = writer();
+        let mut out = BytesMut::new();
+        let mut finish = None;
+        w.close(&mut out, &mut finish, Some(Usage::new(3, 4)));
+        assert_eq!(finish, Some("stop"));
+        let e = events(&out);
+        assert_eq!(e.len(), 3, "{e:?}");
+        let stop: Value = serde_json::from_str(&e[0]).unwrap();
+        assert_eq!(stop["choices"][0]["finish_reason"], "stop");
+        let usage: Value = serde_json::from_str(&e[1]).unwrap();
+        assert_eq!(usage["usage"]["completion_tokens"], 4);
+        assert_eq!(e[2], "[DONE]");
+        assert!(w.progress.sent.finished);
+    }
+
+    #[test]
+    fn closing_after_a_finish_reason_adds_no_second_one_and_no_usage_unasked() {
+        let mut w = writer();
+        let mut out = BytesMut::new();
+        let mut finish = Some("length");
+        w.close(&mut out, &mut finish, None);
+        assert_eq!(finish, Some("length"));
+        assert_eq!(events(&out), ["[DONE]"]);
+    }
+
+    #[test]
+    fn the_end_of_the_body_closes_a_finished_answer_and_cuts_an_unfinished_one() {
+        let mut closed = false;
+        assert!(end_of_body(Some("stop"), || closed = true).is_ok());
+        assert!(closed);
+        let mut closed = false;
+        let e = end_of_body(None, || closed = true).unwrap_err();
+        assert!(!closed);
+        assert_eq!(e.code, Some(Code::UpstreamStreamCut));
     }
 }

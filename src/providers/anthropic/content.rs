@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::error::GatewayError;
-use crate::providers::common::{image_ref, unsupported, ImageRef};
+use crate::providers::common::{accepted_media_type, image_ref, unsupported, ImageRef};
 
 /// Most `cache_control` markers Anthropic takes in one request ("Prompt caching").
 pub(super) const MAX_CACHE_MARKERS: usize = 4;
@@ -134,16 +134,9 @@ impl Markers {
     }
 }
 
-/// Anthropic's media type for an image's declared one, compared without case, with
-/// the common misspelling `image/jpg` taken as `image/jpeg`; `None` when Anthropic
-/// cannot take it.
-pub(super) fn media_type(mime: &str) -> Option<&'static str> {
-    const TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/webp"];
-    if mime.eq_ignore_ascii_case("image/jpg") {
-        return Some("image/jpeg");
-    }
-    TYPES.into_iter().find(|t| mime.eq_ignore_ascii_case(t))
-}
+/// Image media types Anthropic takes ("Vision"); a declared type is normalised by
+/// [`accepted_media_type`].
+pub(super) const MEDIA_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/webp"];
 
 /// Whether Anthropic would reject `text` as a text block (empty or only whitespace).
 pub(super) fn blank(text: &str) -> bool {
@@ -216,7 +209,7 @@ pub(super) fn blocks<'a>(
                     .ok_or_else(|| err(".image_url.url", "is required"))?;
                 let source = match image_ref(url).map_err(|why| err(".image_url.url", why))? {
                     ImageRef::Inline { mime, data } => Source::Base64 {
-                        media_type: media_type(mime).ok_or_else(|| {
+                        media_type: accepted_media_type(mime, &MEDIA_TYPES).ok_or_else(|| {
                             err(
                                 ".image_url",
                                 &format!(

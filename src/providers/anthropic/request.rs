@@ -13,7 +13,10 @@ use serde_json::Value;
 use super::content::{blocks, message_marker, Allow, Block, Markers};
 use crate::api::ChatRequest;
 use crate::error::GatewayError;
-use crate::providers::common::{openai_tool_choice, tool_calls, unsupported, OpenAiToolChoice};
+use crate::providers::common::{
+    function_tools, openai_tool_choice, refuse_untranslated, tool_calls, unsupported,
+    OpenAiToolChoice,
+};
 use crate::providers::reasoning::{self, Effort, ThinkingBlock};
 
 /// Output cap sent when the client gives none; Anthropic requires `max_tokens`, and
@@ -353,26 +356,7 @@ fn refuse_unsupported(chat: &ChatRequest) -> Result<(), GatewayError> {
             "Anthropic does not return log probabilities",
         ));
     }
-    if set("audio").is_some()
-        || set("modalities")
-            .and_then(Value::as_array)
-            .is_some_and(|m| m.iter().any(|x| x != "text"))
-    {
-        let field = if set("audio").is_some() {
-            "audio"
-        } else {
-            "modalities"
-        };
-        return Err(unsupported(field, "Anthropic answers in text only"));
-    }
-    for field in ["web_search_options", "functions", "function_call"] {
-        if set(field).is_some() {
-            return Err(unsupported(
-                field,
-                format!("`{field}` is not supported for Anthropic; use `tools`"),
-            ));
-        }
-    }
+    refuse_untranslated(chat, "Anthropic", "Anthropic answers in text only")?;
     for field in DROPPED {
         if set(field).is_some() {
             tracing::debug!(field, "dropped: Anthropic has no equivalent of this field");
@@ -449,21 +433,13 @@ fn thinking(chat: &ChatRequest) -> Result<(Option<Thinking<'_>>, u64), GatewayEr
 /// OpenAI function tools → Anthropic tools; a tool's `cache_control` is kept.
 fn tools<'a>(chat: &'a ChatRequest, markers: &mut Markers) -> Result<Vec<Tool<'a>>, GatewayError> {
     let mut tools = Vec::new();
-    for (i, t) in chat.tools.iter().flatten().enumerate() {
-        let f = t
-            .get("function")
-            .filter(|_| t.get("type").and_then(Value::as_str).unwrap_or("function") == "function")
-            .ok_or_else(|| {
-                unsupported(format!("tools[{i}]"), "only function tools are supported")
-            })?;
-        let name = f.get("name").and_then(Value::as_str).ok_or_else(|| {
-            unsupported(format!("tools[{i}].function.name"), "a tool needs a name")
-        })?;
+    for tool in function_tools(chat) {
+        let (i, f) = tool?;
         tools.push(Tool {
-            name,
-            description: f.get("description").and_then(Value::as_str),
-            input_schema: f.get("parameters").unwrap_or_else(|| empty_schema()),
-            cache_control: markers.check(t.get("cache_control"), || {
+            name: f.name,
+            description: f.description,
+            input_schema: f.parameters.unwrap_or_else(|| empty_schema()),
+            cache_control: markers.check(f.tool.get("cache_control"), || {
                 format!("tools[{i}].cache_control")
             })?,
         });

@@ -20,8 +20,7 @@ use serde::Deserialize;
 use super::{finish_reason, AnthropicUsage, ErrorDetail};
 use crate::api::Usage;
 use crate::error::{ErrorKind, GatewayError};
-use crate::providers::common::{bad_upstream, stream_cut, ChunkWriter, FunctionDelta, ToolDelta};
-use crate::providers::openai::write_done;
+use crate::providers::common::{bad_upstream, end_of_body, ChunkWriter, FunctionDelta, ToolDelta};
 use crate::providers::reasoning::ThinkingBlock;
 use crate::providers::{StreamContext, StreamStep, StreamTranscoder};
 use crate::sse::SseEvent;
@@ -171,17 +170,12 @@ impl AnthropicStream {
 
     /// Writes the finish chunk (once), the usage chunk if asked, and `[DONE]`.
     fn close(&mut self, out: &mut BytesMut) {
-        if self.finish.is_none() {
-            self.finish = Some("stop");
-            self.w.finish(out, "stop");
-        }
-        if self.include_usage {
-            let usage = self.usage.to_openai().unwrap_or_else(|| {
+        let usage = self.include_usage.then(|| {
+            self.usage.to_openai().unwrap_or_else(|| {
                 Usage::new(self.prompt_estimate, self.usage.output_tokens.unwrap_or(0))
-            });
-            self.w.usage(out, usage);
-        }
-        write_done(out);
+            })
+        });
+        self.w.close(out, &mut self.finish, usage);
     }
 }
 
@@ -347,12 +341,7 @@ impl StreamTranscoder for AnthropicStream {
     }
 
     fn end(&mut self, out: &mut BytesMut) -> Result<(), GatewayError> {
-        if self.finish.is_some() {
-            self.close(out);
-            Ok(())
-        } else {
-            Err(stream_cut())
-        }
+        end_of_body(self.finish, || self.close(out))
     }
 
     fn produced_content(&self) -> bool {

@@ -20,7 +20,8 @@ use serde_json::Value;
 use crate::api::ChatRequest;
 use crate::error::GatewayError;
 use crate::providers::common::{
-    openai_tool_choice, parts, text_only, tool_calls, unsupported, ImageRef, OpenAiToolChoice, Part,
+    accepted_media_type, function_tools, image_part_index, openai_tool_choice, parts,
+    refuse_untranslated, text_only, tool_calls, unsupported, ImageRef, OpenAiToolChoice, Part,
 };
 use crate::providers::reasoning::{thinking_blocks, ThinkingBlock};
 
@@ -244,36 +245,18 @@ enum ToolChoice<'a> {
 #[derive(Serialize)]
 struct Empty {}
 
-/// Bedrock's image `format` for a declared media type, compared without case, with
-/// `image/jpg` taken as jpeg; `None` when Bedrock cannot take it.
+/// Image media types Bedrock takes (`ImageBlock.format` png | jpeg | gif | webp).
+const MEDIA_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/// Bedrock's image `format` for a declared media type, normalised by
+/// [`accepted_media_type`]; `None` when Bedrock cannot take it.
 pub(super) fn image_format(mime: &str) -> Option<&'static str> {
-    const FORMATS: [(&str, &str); 5] = [
-        ("image/png", "png"),
-        ("image/jpeg", "jpeg"),
-        ("image/jpg", "jpeg"),
-        ("image/gif", "gif"),
-        ("image/webp", "webp"),
-    ];
-    FORMATS
-        .into_iter()
-        .find(|(m, _)| mime.eq_ignore_ascii_case(m))
-        .map(|(_, f)| f)
+    accepted_media_type(mime, &MEDIA_TYPES).and_then(|m| m.strip_prefix("image/"))
 }
 
-/// The `param` of the `n`-th image part of message `i` (counting image parts only,
-/// as [`parts`] yields them) in the client's own indexing.
+/// The `param` of the `n`-th image part of message `i` in the client's own indexing.
 fn image_param(content: &Value, i: usize, n: usize) -> String {
-    let j = content
-        .as_array()
-        .and_then(|items| {
-            items
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| p.get("type").and_then(Value::as_str) == Some("image_url"))
-                .nth(n)
-                .map(|(j, _)| j)
-        })
-        .unwrap_or(n);
+    let j = image_part_index(content, n);
     format!("messages[{i}].content[{j}].image_url.url")
 }
 
@@ -545,26 +528,21 @@ fn tool_config<'a>(
     markers: &mut Markers,
 ) -> Result<Option<ToolConfig<'a>>, GatewayError> {
     let mut tools = Vec::new();
-    for (i, t) in chat.tools.iter().flatten().enumerate() {
-        let f = t
-            .get("function")
-            .filter(|_| t.get("type").and_then(Value::as_str).unwrap_or("function") == "function")
-            .ok_or_else(|| {
-                unsupported(format!("tools[{i}]"), "only function tools are supported")
-            })?;
-        let name = f.get("name").and_then(Value::as_str).ok_or_else(|| {
-            unsupported(format!("tools[{i}].function.name"), "a tool needs a name")
-        })?;
-        let schema = match f.get("parameters").filter(|p| !p.is_null()) {
+    for tool in function_tools(chat) {
+        let (i, f) = tool?;
+        let schema = match f.parameters.filter(|p| !p.is_null()) {
             Some(p) => SchemaJson::Given(p),
             None => SchemaJson::Empty(serde_json::json!({"type": "object", "properties": {}})),
         };
         tools.push(Tool::ToolSpec(ToolSpec {
-            name,
-            description: f.get("description").and_then(Value::as_str),
+            name: f.name,
+            description: f.description,
             input_schema: InputSchema { json: schema },
         }));
-        let marker = t.get("cache_control").or_else(|| f.get("cache_control"));
+        let marker = f
+            .tool
+            .get("cache_control")
+            .or_else(|| f.function.get("cache_control"));
         if markers.check(marker, || format!("tools[{i}].cache_control"))? {
             tools.push(Tool::CachePoint(CACHE_POINT));
         }
@@ -621,29 +599,11 @@ fn refuse_unsupported(chat: &ChatRequest) -> Result<(), GatewayError> {
             "Bedrock does not return log probabilities",
         ));
     }
-    if set("audio").is_some()
-        || set("modalities")
-            .and_then(Value::as_array)
-            .is_some_and(|m| m.iter().any(|x| x != "text"))
-    {
-        let field = if set("audio").is_some() {
-            "audio"
-        } else {
-            "modalities"
-        };
-        return Err(unsupported(
-            field,
-            "Bedrock Converse answers in text only here",
-        ));
-    }
-    for field in ["web_search_options", "functions", "function_call"] {
-        if set(field).is_some() {
-            return Err(unsupported(
-                field,
-                format!("`{field}` is not supported for Bedrock; use `tools`"),
-            ));
-        }
-    }
+    refuse_untranslated(
+        chat,
+        "Bedrock",
+        "Bedrock Converse answers in text only here",
+    )?;
     for field in DROPPED {
         if set(field).is_some() {
             tracing::debug!(

@@ -27,9 +27,8 @@ use super::{finish_reason, TokenUsage};
 use crate::api::Usage;
 use crate::error::{bounded, Code, ErrorKind, GatewayError};
 use crate::providers::common::{
-    bad_upstream, random_id, stream_cut, ChunkWriter, FunctionDelta, ToolDelta,
+    bad_upstream, end_of_body, random_id, ChunkWriter, FunctionDelta, ToolDelta,
 };
-use crate::providers::openai::write_done;
 use crate::providers::reasoning::ThinkingBlock;
 use crate::providers::{StreamContext, StreamStep, StreamTranscoder};
 use crate::sse::SseEvent;
@@ -187,18 +186,12 @@ impl BedrockStream {
 
     /// Writes the finish chunk (once), the usage chunk if asked, and `[DONE]`.
     fn close(&mut self, out: &mut BytesMut) {
-        if self.finish.is_none() {
-            self.finish = Some("stop");
-            self.w.finish(out, "stop");
-        }
-        if self.include_usage {
-            let usage = self
-                .usage
+        let usage = self.include_usage.then(|| {
+            self.usage
                 .and_then(TokenUsage::to_openai)
-                .unwrap_or_else(|| Usage::new(self.prompt_estimate, 0));
-            self.w.usage(out, usage);
-        }
-        write_done(out);
+                .unwrap_or_else(|| Usage::new(self.prompt_estimate, 0))
+        });
+        self.w.close(out, &mut self.finish, usage);
         self.done = true;
         self.over = true;
     }
@@ -471,12 +464,7 @@ impl StreamTranscoder for BedrockStream {
         if self.done {
             return Ok(());
         }
-        if self.finish.is_some() {
-            self.close(out);
-            Ok(())
-        } else {
-            Err(stream_cut())
-        }
+        end_of_body(self.finish, || self.close(out))
     }
 
     fn produced_content(&self) -> bool {

@@ -15,7 +15,8 @@ use serde_json::Value;
 use crate::api::ChatRequest;
 use crate::error::GatewayError;
 use crate::providers::common::{
-    openai_tool_choice, parts, text_only, tool_calls, unsupported, ImageRef, OpenAiToolChoice, Part,
+    accepted_media_type, function_tools, image_part_index, openai_tool_choice, parts, text_only,
+    tool_calls, unsupported, ImageRef, OpenAiToolChoice, Part,
 };
 
 /// Signature Gemini's docs ("Thought signatures") give for function calls replayed
@@ -263,27 +264,21 @@ fn mime_from_url(url: &str) -> Option<&'static str> {
 }
 
 /// Media types Gemini takes as an image part (Gemini API, "Image understanding":
-/// PNG, JPEG, WEBP, HEIC, HEIF) plus PDF ("Document understanding"), with the
-/// common aliases clients send normalised (`image/jpg` and `image/pjpeg` are
-/// `image/jpeg`, `image/x-png` is `image/png`; case is ignored). `None`: Gemini
-/// does not take it (GIF, SVG, BMP, TIFF, ...).
+/// PNG, JPEG, WEBP, HEIC, HEIF) plus PDF ("Document understanding"). A declared type
+/// is normalised by [`accepted_media_type`]; Gemini does not take GIF, SVG, BMP,
+/// TIFF, ...
+const MEDIA_TYPES: [&str; 6] = [
+    "image/jpeg",
+    "image/png",
+    "image/webp",
+    "image/heic",
+    "image/heif",
+    "application/pdf",
+];
+
+/// Gemini's media type for a declared one (see [`MEDIA_TYPES`]).
 fn gemini_mime(mime: &str) -> Option<&'static str> {
-    const TAKEN: [(&str, &str); 9] = [
-        ("image/jpeg", "image/jpeg"),
-        ("image/jpg", "image/jpeg"),
-        ("image/pjpeg", "image/jpeg"),
-        ("image/png", "image/png"),
-        ("image/x-png", "image/png"),
-        ("image/webp", "image/webp"),
-        ("image/heic", "image/heic"),
-        ("image/heif", "image/heif"),
-        ("application/pdf", "application/pdf"),
-    ];
-    let mime = mime.trim();
-    TAKEN
-        .iter()
-        .find(|(alias, _)| alias.eq_ignore_ascii_case(mime))
-        .map(|(_, m)| *m)
+    accepted_media_type(mime, &MEDIA_TYPES)
 }
 
 /// 400 naming content part `j` of message `i` for an image Gemini cannot take.
@@ -306,19 +301,7 @@ fn gemini_parts(content: &Value, i: usize) -> Result<Vec<GPart<'_>>, GatewayErro
     let read = parts(content, i)?;
     let mut out = Vec::with_capacity(read.len());
     // Index of the image among the client's parts, found only when one is refused.
-    let position = |nth: usize| {
-        content
-            .as_array()
-            .and_then(|items| {
-                items
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, p)| p.get("type").and_then(Value::as_str) == Some("image_url"))
-                    .nth(nth)
-                    .map(|(j, _)| j)
-            })
-            .unwrap_or(0)
-    };
+    let position = |nth: usize| image_part_index(content, nth);
     let mut images = 0;
     for p in read {
         out.push(match p {
@@ -483,21 +466,13 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
         ));
     }
     let mut tools = Vec::new();
-    for (i, t) in chat.tools.iter().flatten().enumerate() {
-        let f = t
-            .get("function")
-            .filter(|_| t.get("type").and_then(Value::as_str).unwrap_or("function") == "function")
-            .ok_or_else(|| {
-                unsupported(format!("tools[{i}]"), "only function tools are supported")
-            })?;
-        let name = f.get("name").and_then(Value::as_str).ok_or_else(|| {
-            unsupported(format!("tools[{i}].function.name"), "a tool needs a name")
-        })?;
+    for tool in function_tools(chat) {
+        let (i, f) = tool?;
         tools.push(FunctionDeclaration {
-            name,
-            description: f.get("description").and_then(Value::as_str),
+            name: f.name,
+            description: f.description,
             parameters_json_schema: f
-                .get("parameters")
+                .parameters
                 .map(|p| super::schema::lower(p, i))
                 .transpose()?,
         });

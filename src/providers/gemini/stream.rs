@@ -14,9 +14,8 @@ use super::{finish_reason, FunctionCall, GenerateResponse, PartialArg};
 use crate::api::Usage;
 use crate::error::{ErrorKind, GatewayError};
 use crate::providers::common::{
-    bad_upstream, random_id, stream_cut, ChunkWriter, FunctionDelta, ToolDelta,
+    bad_upstream, end_of_body, random_id, ChunkWriter, FunctionDelta, ToolDelta,
 };
-use crate::providers::openai::write_done;
 use crate::providers::{StreamContext, StreamStep, StreamTranscoder};
 use crate::sse::SseEvent;
 
@@ -211,12 +210,12 @@ impl GeminiStream {
     }
 
     /// Writes the usage chunk if asked, and `[DONE]`.
+    /// Closes a finished answer (see [`ChunkWriter::close`]).
     fn close(&mut self, out: &mut BytesMut) {
-        if self.include_usage {
-            let usage = self.usage.unwrap_or(Usage::new(self.prompt_estimate, 0));
-            self.w.usage(out, usage);
-        }
-        write_done(out);
+        let usage = self
+            .include_usage
+            .then(|| self.usage.unwrap_or(Usage::new(self.prompt_estimate, 0)));
+        self.w.close(out, &mut self.finish, usage);
     }
 }
 
@@ -293,12 +292,7 @@ impl StreamTranscoder for GeminiStream {
     }
 
     fn end(&mut self, out: &mut BytesMut) -> Result<(), GatewayError> {
-        if self.finish.is_some() {
-            self.close(out);
-            Ok(())
-        } else {
-            Err(stream_cut())
-        }
+        end_of_body(self.finish, || self.close(out))
     }
 
     fn produced_content(&self) -> bool {
