@@ -2,15 +2,13 @@
 //! scripted upstream speaking the Converse API (JSON, and ConverseStream's binary
 //! event stream), with SigV4 signing from a shared credentials file (issue 13).
 
-use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use aws_smithy_types::event_stream::{Header, HeaderValue, Message};
 
 use crate::common::*;
-use crate::sse_script::clean_text;
+use crate::sse_script::{clean_text, loopback_upstream, write_raw, Received};
 
 /// One request as the upstream saw it.
 #[derive(Debug, Clone)]
@@ -20,81 +18,28 @@ struct Seen {
     body: serde_json::Value,
 }
 
-/// Reads one request: (head, body).
-fn read_request(s: &mut std::net::TcpStream) -> Option<(String, Vec<u8>)> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        let n = s.read(&mut chunk).ok().filter(|&n| n > 0)?;
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .unwrap_or(0);
-            while buf.len() < end + 4 + len {
-                let n = s.read(&mut chunk).ok().filter(|&n| n > 0)?;
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            return Some((head, buf[end + 4..end + 4 + len].to_vec()));
-        }
-    }
-}
-
 /// An upstream answering each request with `(content type, body)` from `script` (the
 /// last again once it runs out), after checking it is SigV4-signed; an unsigned
-/// request gets a 403.
+/// request gets a 403. Bodies are written in pieces of 7 bytes, so the gateway sees
+/// frames split across reads.
 fn bedrock_upstream(script: Vec<(&'static str, Vec<u8>)>) -> (SocketAddr, Arc<Mutex<Vec<Seen>>>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = seen.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { return };
-            let script = script.clone();
-            let log = log.clone();
-            std::thread::spawn(move || {
-                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-                let Some((head, body)) = read_request(&mut s) else {
-                    return;
-                };
-                let signed = head.contains("\r\nauthorization: aws4-hmac-sha256 credential=")
-                    && head.contains("\r\nx-amz-date: ");
-                let n = {
-                    let mut l = log.lock().unwrap();
-                    l.push(Seen {
-                        head: head.clone(),
-                        body: serde_json::from_slice(&body).unwrap_or_default(),
-                    });
-                    l.len() - 1
-                };
-                let (kind, answer) = script[n.min(script.len() - 1)].clone();
-                let (status, kind, answer) = if signed {
-                    ("200 OK", kind, answer)
-                } else {
-                    (
-                        "403 Forbidden",
-                        "application/json",
-                        br#"{"message":"Missing Authentication Token"}"#.to_vec(),
-                    )
-                };
-                let _ = write!(
-                    s,
-                    "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                    answer.len()
-                );
-                // Written in small pieces: the gateway sees frames split across reads.
-                for piece in answer.chunks(7) {
-                    let _ = s.write_all(piece);
-                    let _ = s.flush();
-                }
-            });
+    let keep = |r: &Received| Seen {
+        head: r.head.clone(),
+        body: serde_json::from_slice(&r.body).unwrap_or_default(),
+    };
+    loopback_upstream(keep, move |n, r, s| {
+        let signed = r
+            .head
+            .contains("\r\nauthorization: aws4-hmac-sha256 credential=")
+            && r.head.contains("\r\nx-amz-date: ");
+        let (kind, answer) = &script[n.min(script.len() - 1)];
+        if signed {
+            write_raw(s, "200 OK", kind, answer, 7);
+        } else {
+            let denied = br#"{"message":"Missing Authentication Token"}"#;
+            write_raw(s, "403 Forbidden", "application/json", denied, 7);
         }
-    });
-    (addr, seen)
+    })
 }
 
 /// One ConverseStream event frame.
