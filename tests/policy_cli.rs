@@ -29,10 +29,44 @@ fn json(o: &Output) -> serde_json::Value {
     })
 }
 
+/// Asserts that the command exited 0, showing its output otherwise.
+#[track_caller]
+fn assert_success(o: &Output) {
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).expect("writable");
     p
+}
+
+/// Runs `test` with the shipped config on the fixture `tests/policies/valid/<name>`
+/// in `dir` (all `passed` tests must pass) and `fmt --check` on it (it must be
+/// formatted); returns the fixture's path for further commands.
+fn fixture_passes(name: &str, passed: usize, dir: &Path) -> String {
+    let c = config();
+    let fixture = root().join("tests/policies/valid").join(name);
+    let fixture = fixture.to_str().unwrap_or("").to_string();
+    let o = run(
+        &["test", "--config", c.to_str().unwrap_or(""), &fixture],
+        dir,
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(&format!("{passed} passed, 0 failed")),
+        "{text}"
+    );
+    let o = run(&["fmt", "--check", &fixture], dir);
+    assert_success(&o);
+    fixture
 }
 
 #[test]
@@ -47,12 +81,7 @@ fn lint_shipped_policies_is_clean() {
         ],
         root(),
     );
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    assert_success(&o);
 }
 
 #[test]
@@ -128,13 +157,7 @@ fn lint_uses_local_switchyard_yaml_and_its_policy_dir() {
         "route r {\n  default use \"mock\"\n}\n",
     );
     let o = run(&["lint"], dir.path());
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_success(&o);
 }
 
 #[test]
@@ -208,12 +231,7 @@ fn dry_run_json_has_the_documented_fields() {
         ],
         dir.path(),
     );
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_success(&o);
     let v = json(&o);
     assert_eq!(v["schema"], "switchyard.dry-run/1");
     assert!(v["policy_version"].as_str().is_some_and(|s| s.len() == 16));
@@ -251,12 +269,7 @@ fn test_command_exit_codes() {
         &["test", "--config", c, shipped.to_str().unwrap_or("")],
         dir.path(),
     );
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    assert_success(&o);
     let failing = write(dir.path(), "f.policy", "route r {\n  default use \"gpt-4o\"\n}\n\ntest \"wrong\" {\n  request { model = \"gpt-4o\" }\n  expect endpoint \"azure/gpt-4o\"\n}\n");
     let o = run(
         &["test", "--config", c, failing.to_str().unwrap_or("")],
@@ -275,57 +288,18 @@ fn test_command_runs_the_resilience_fixture() {
     // endpoint.context_window (from the config and a stats override), endpoint.circuit
     // in `stats`, and a fallback with `on`, on both engines.
     let dir = tempfile::tempdir().expect("tempdir");
-    let c = config();
-    let fixture = root().join("tests/policies/valid/resilience.policy");
-    let o = run(
-        &[
-            "test",
-            "--config",
-            c.to_str().unwrap_or(""),
-            fixture.to_str().unwrap_or(""),
-        ],
-        dir.path(),
-    );
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(o.status.code(), Some(0), "{text}");
-    assert!(text.contains("3 passed, 0 failed"), "{text}");
-    let o = run(
-        &["fmt", "--check", fixture.to_str().unwrap_or("")],
-        dir.path(),
-    );
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    fixture_passes("resilience.policy", 3, dir.path());
 }
 
 #[test]
 fn test_command_runs_the_scopes_fixture_and_dry_run_takes_scopes() {
     let dir = tempfile::tempdir().expect("tempdir");
+    let fixture = fixture_passes("scopes.policy", 3, dir.path());
+    let fixture = fixture.as_str();
     let c = config();
     let c = c.to_str().unwrap_or("");
-    let fixture = root().join("tests/policies/valid/scopes.policy");
-    let fixture = fixture.to_str().unwrap_or("");
-    let o = run(&["test", "--config", c, fixture], dir.path());
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(o.status.code(), Some(0), "{text}");
-    assert!(text.contains("3 passed, 0 failed"), "{text}");
-    let o = run(&["fmt", "--check", fixture], dir.path());
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
     let o = run(&["lint", "--config", c, fixture], dir.path());
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    assert_success(&o);
     // dry-run: `--scope` is repeatable and splits on spaces like a `scope` claim.
     let req = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}"#;
     let decide = |scopes: &[&str]| {
@@ -335,12 +309,7 @@ fn test_command_runs_the_scopes_fixture_and_dry_run_takes_scopes() {
             args.extend(["--scope", s]);
         }
         let o = run(&args, dir.path());
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        assert_success(&o);
         let v = json(&o);
         (
             v["decision"]["route"].clone(),
@@ -357,21 +326,10 @@ fn test_command_runs_the_scopes_fixture_and_dry_run_takes_scopes() {
 #[test]
 fn test_command_runs_the_budget_fixture_and_dry_run_takes_budget_remaining() {
     let dir = tempfile::tempdir().expect("tempdir");
+    let fixture = fixture_passes("budget.policy", 3, dir.path());
+    let fixture = fixture.as_str();
     let c = config();
     let c = c.to_str().unwrap_or("");
-    let fixture = root().join("tests/policies/valid/budget.policy");
-    let fixture = fixture.to_str().unwrap_or("");
-    let o = run(&["test", "--config", c, fixture], dir.path());
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(o.status.code(), Some(0), "{text}");
-    assert!(text.contains("3 passed, 0 failed"), "{text}");
-    let o = run(&["fmt", "--check", fixture], dir.path());
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
     let req = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}"#;
     let decide = |extra: &[&str]| {
         let mut args = vec!["dry-run", "--config", c, "--policies", fixture];
