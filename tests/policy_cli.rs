@@ -400,3 +400,29 @@ fn lint_caps_fallback_chains_with_the_configs_max_attempts() {
         "{v}"
     );
 }
+
+#[test]
+fn dry_run_reports_a_cache_exact_setting() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(
+        dir.path(),
+        "a.policy",
+        "route r {\n  cache exact ttl 30s\n  default use \"mock\"\n}\n",
+    );
+    let req = r#"{"model":"mock","messages":[{"role":"user","content":"hi"}]}"#;
+    let args = ["dry-run", "--policies", "a.policy", "--request", req];
+    let o = run(&args, dir.path());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(text.contains("cache exact ttl 30000ms"), "{text}");
+    let o = run(&[&args[..], &["--format", "json"]].concat(), dir.path());
+    assert_eq!(
+        json(&o)["decision"]["cache"],
+        serde_json::json!({"on": true, "ttl_ms": 30000, "exact": true})
+    );
+}

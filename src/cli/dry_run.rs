@@ -259,7 +259,8 @@ fn human(version: &str, d: &Decision, events: &[TraceEvent], explain: bool) -> S
     ));
     let cache = match d.cache {
         Some(c) if c.on => format!(
-            "on{}",
+            "{}{}",
+            if c.exact { "exact" } else { "on" },
             c.ttl_ms.map(|t| format!(" ttl {t}ms")).unwrap_or_default()
         ),
         Some(_) => "off".into(),

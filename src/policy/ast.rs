@@ -91,7 +91,7 @@ pub enum RouteItem {
     Default(DefaultDef),
     /// `fallback T -> T ... [retries N] [backoff D[..D]]` for the whole route.
     Fallback(FallbackDef),
-    /// `cache on [ttl D]` / `cache off` for the whole route.
+    /// `cache on|exact [ttl D]` / `cache off` for the whole route.
     Cache(CacheDef),
     /// `set priority LEVEL [when EXPR]` evaluated before the rules.
     SetPriority(SetPriority),
@@ -134,7 +134,7 @@ pub enum Action {
     Reject(RejectAction),
     /// `set priority LEVEL [when EXPR]`
     SetPriority(SetPriority),
-    /// `cache on [ttl D]` / `cache off`
+    /// `cache on|exact [ttl D]` / `cache off`
     Cache(CacheDef),
     /// `fallback ...` replacing the route's chain for this rule.
     Fallback(FallbackDef),
@@ -317,11 +317,14 @@ pub struct SetPriority {
     pub span: Span,
 }
 
-/// `cache on [ttl D]` or `cache off`.
+/// `cache on [ttl D]`, `cache exact [ttl D]` or `cache off`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CacheDef {
-    /// Whether caching is on.
+    /// Whether caching is on (`on` and `exact`).
     pub on: bool,
+    /// `cache exact`: on, with the key a hash of the whole canonical request (no
+    /// approximate matching); implies `on`.
+    pub exact: bool,
     /// Time to live in milliseconds, if given.
     pub ttl_ms: Option<Spanned<i64>>,
     /// The whole statement.
@@ -747,7 +750,7 @@ pub enum ExpectField {
     Arm,
     /// The final request priority.
     Priority,
-    /// `on` or `off`.
+    /// `on`, `exact`, `off` or `default`.
     Cache,
 }
 

@@ -531,7 +531,7 @@ pub struct CFallback {
     pub on: Option<crate::policy::status::FallbackOn>,
 }
 
-/// `cache on [ttl D]` / `cache off`.
+/// `cache on [ttl D]` / `cache exact [ttl D]` / `cache off`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct CacheSetting {
     /// Whether responses may be served from and stored in the cache.

@@ -131,6 +131,7 @@ pub fn field_value(d: &Decision, f: ExpectField) -> String {
             .unwrap_or_else(|| "none".into()),
         ExpectField::Priority => d.priority.as_str().to_string(),
         ExpectField::Cache => match d.cache {
+            Some(c) if c.on && c.exact => "exact".into(),
             Some(c) if c.on => "on".into(),
             Some(_) => "off".into(),
             None => "default".into(),
@@ -614,7 +615,7 @@ fn expectation(
             .iter()
             .map(|(n, _)| n.to_string())
             .collect(),
-        ExpectField::Cache => vec!["on".into(), "off".into(), "default".into()],
+        ExpectField::Cache => vec!["on".into(), "exact".into(), "off".into(), "default".into()],
         ExpectField::Arm => vec![v.to_string()],
     };
     let known = names.iter().any(|n| n == v) || (v == "none" && what != ExpectField::Arm);

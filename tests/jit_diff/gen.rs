@@ -545,8 +545,12 @@ pub fn policy(seed: u64, max_rules: usize) -> String {
         }
         if g.r.chance(30) {
             lines.push(
-                (*g.r
-                    .pick(&["  cache on", "  cache off", "  cache on ttl 5m"]))
+                (*g.r.pick(&[
+                    "  cache on",
+                    "  cache off",
+                    "  cache on ttl 5m",
+                    "  cache exact ttl 1s",
+                ]))
                 .to_string(),
             );
         }

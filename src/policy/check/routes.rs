@@ -301,7 +301,7 @@ impl<'a> Checker<'a> {
         Some(CacheSetting {
             on: cd.on,
             ttl_ms: ttl,
-            exact: false,
+            exact: cd.exact,
         })
     }
 

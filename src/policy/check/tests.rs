@@ -208,3 +208,47 @@ fn scope_takes_one_nonempty_literal_scope_name() {
     has(&e, "E0301", "t.policy:1:18");
     assert!(e.contains("did you mean `scope`?"), "{e}");
 }
+
+#[test]
+fn cache_exact_fills_the_exact_setting_for_the_route_and_a_rule() {
+    let set = with_builtins(
+        "route r {\n  cache exact ttl 30s\n  rule plain when request.stream {\n    cache on\n    use \"gpt-4o\"\n  }\n  rule strict when request.tools {\n    cache exact\n    use \"gpt-4o\"\n  }\n  default use \"gpt-4o\"\n}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let decide = |stream: bool, tools: bool| {
+        let mut req = crate::policy::RequestFeatures::for_model("gpt-4o");
+        req.stream = stream;
+        req.tools = tools;
+        crate::policy::decide(&set, &req, &crate::policy::StatsSnapshot::default(), 0).cache
+    };
+    let setting =
+        |on, ttl_ms, exact| Some(crate::policy::checked::CacheSetting { on, ttl_ms, exact });
+    assert_eq!(decide(false, false), setting(true, Some(30_000), true));
+    assert_eq!(decide(true, false), setting(true, None, false));
+    assert_eq!(decide(false, true), setting(true, None, true));
+    let e = errs("route r {\n  cache exact ttl 0ms\n  default use model\n}");
+    has(&e, "E0503", "t.policy:2:19");
+    let e = errs("route r {\n  cache exact\n  cache on\n  default use model\n}");
+    assert!(e.contains("cache setting"), "{e}");
+}
+
+#[test]
+fn expect_cache_exact_passes_only_for_an_exact_setting() {
+    let set = with_builtins(
+        "route r {\n  cache exact\n  rule s when request.stream {\n    cache on\n    use \"gpt-4o\"\n  }\n  default use \"gpt-4o\"\n}\n\ntest \"exact\" {\n  request { model = \"gpt-4o\" }\n  expect cache exact\n}\n\ntest \"on is not exact\" {\n  request { model = \"gpt-4o\", stream = true }\n  expect cache exact\n}\n\ntest \"on\" {\n  request { model = \"gpt-4o\", stream = true }\n  expect cache on\n}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let report = crate::policy::testing::run_tests(&set);
+    let failed: Vec<&str> = report
+        .cases
+        .iter()
+        .filter(|c| !c.passed)
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(failed, ["on is not exact"], "{}", report.render());
+    let e = errs("route r { default use model }\ntest \"t\" {\n  request { model = \"gpt-4o\" }\n  expect cache exactly\n}\n");
+    assert!(
+        e.contains("E0801") && e.contains("did you mean `exact`?"),
+        "{e}"
+    );
+}

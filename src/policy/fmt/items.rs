@@ -189,10 +189,13 @@ impl Printer<'_> {
     }
 
     fn cache(&self, c: &CacheDef) -> String {
-        match (&c.ttl_ms, c.on) {
-            (_, false) => "cache off".into(),
-            (Some(t), true) => format!("cache on ttl {}", self.tok(t.span)),
-            (None, true) => "cache on".into(),
+        if !c.on {
+            return "cache off".into();
+        }
+        let mode = if c.exact { "exact" } else { "on" };
+        match &c.ttl_ms {
+            Some(t) => format!("cache {mode} ttl {}", self.tok(t.span)),
+            None => format!("cache {mode}"),
         }
     }
 

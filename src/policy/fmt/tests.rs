@@ -69,3 +69,19 @@ fn fallback_on_round_trips_in_canonical_form() {
     let rule = "route r {\n  rule a when request.stream {\n    use \"smollm\"\n    fallback \"gpt-4o\" on 4xx\n  }\n  default use model\n}\n";
     assert_eq!(fmt(rule), rule);
 }
+
+#[test]
+fn cache_statements_round_trip_in_canonical_form() {
+    let src = "route r {\n  cache   exact   ttl 5m\n  rule a when request.stream {\n    cache exact\n    use model\n  }\n  rule b when request.tools {\n    cache  on ttl 250ms\n    use model\n  }\n  rule c when request.input_tokens > 5 { cache off use model }\n  default use model\n}\n";
+    let want = "route r {\n  cache exact ttl 5m\n  rule a when request.stream {\n    cache exact\n    use model\n  }\n  rule b when request.tools {\n    cache on ttl 250ms\n    use model\n  }\n  rule c when request.input_tokens > 5 {\n    cache off\n    use model\n  }\n  default use model\n}\n";
+    let once = fmt(src);
+    assert_eq!(once, want);
+    assert_eq!(fmt(&once), once, "idempotent");
+    let (_, a) = crate::policy::parser::parse_str("t.policy", src)
+        .map_err(|(_, d)| d)
+        .expect("parses");
+    let (_, b) = crate::policy::parser::parse_str("t.policy", &once)
+        .map_err(|(_, d)| d)
+        .expect("reparses");
+    assert_eq!(a.items, b.items, "same policy after formatting");
+}

@@ -459,16 +459,19 @@ impl Conv {
         if inner.as_rule() == Rule::cache_off {
             return Ok(CacheDef {
                 on: false,
+                exact: false,
                 ttl_ms: None,
                 span,
             });
         }
-        let ttl_ms = match inner.into_inner().next() {
+        let exact = inner.as_rule() == Rule::cache_exact;
+        let ttl_ms = match inner.into_inner().find(|d| d.as_rule() == Rule::duration) {
             Some(d) => Some(self.duration(d)?),
             None => None,
         };
         Ok(CacheDef {
             on: true,
+            exact,
             ttl_ms,
             span,
         })

@@ -266,3 +266,35 @@ fn fallback_on_syntax_errors_point_at_the_list() {
     let e = parse_err("route r {\n  fallback \"gpt-4o\" on 409,\n  default use model\n}\n");
     assert!(e.contains("t.policy:3:3"), "{e}");
 }
+
+#[test]
+fn cache_exact_parses_with_and_without_a_ttl() {
+    let cache = |text: &str| match &parse_ok(text).items[0] {
+        Item::Route(r) => match &r.items[0] {
+            RouteItem::Cache(c) => (c.on, c.exact, c.ttl_ms.as_ref().map(|t| t.node)),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        cache("route r {\n  cache exact ttl 5m\n  default use model\n}"),
+        (true, true, Some(300_000))
+    );
+    assert_eq!(
+        cache("route r {\n  cache exact\n  default use model\n}"),
+        (true, true, None)
+    );
+    assert_eq!(
+        cache("route r {\n  cache on ttl 2s\n  default use model\n}"),
+        (true, false, Some(2000))
+    );
+    assert_eq!(
+        cache("route r {\n  cache off\n  default use model\n}"),
+        (false, false, None)
+    );
+    let e = parse_err("route r {\n  cache exactly\n  default use model\n}");
+    assert!(e.contains("t.policy:2:9"), "{e}");
+    assert!(e.contains("`exact`"), "{e}");
+    let e = parse_err("route r {\n  cache exact ttl 5\n}");
+    assert!(e.contains("a duration like `250ms`"), "{e}");
+}
