@@ -664,3 +664,5 @@ pub fn generate(seed: u64, prompt: &str, n: usize) -> Vec<String> {
 mod tests;
 #[cfg(test)]
 mod wire_tests;
+#[cfg(test)]
+mod bedrock_tests;
