@@ -96,9 +96,11 @@ pub fn check_auth(headers: &HeaderMap) -> Result<(), Box<Response<Body>>> {
         ));
     };
     for part in ["Credential", "SignedHeaders", "Signature"] {
-        let present = params
-            .split(',')
-            .any(|p| p.trim().strip_prefix(part).is_some_and(|v| v.starts_with('=')));
+        let present = params.split(',').any(|p| {
+            p.trim()
+                .strip_prefix(part)
+                .is_some_and(|v| v.starts_with('='))
+        });
         if !present {
             return Err(incomplete(&format!(
                 "Authorization header requires '{part}' parameter."
@@ -217,7 +219,10 @@ fn blocks(m: &Value) -> &[Value] {
 /// Whether `additionalModelRequestFields.thinking` asks to think; `Err` for a
 /// budget under 1024 or not below `maxTokens`, as Claude refuses them (relayed by
 /// Bedrock as a `ValidationException`).
-fn thinking(obj: &serde_json::Map<String, Value>, cap: Option<u64>) -> Result<bool, Box<Response<Body>>> {
+fn thinking(
+    obj: &serde_json::Map<String, Value>,
+    cap: Option<u64>,
+) -> Result<bool, Box<Response<Body>>> {
     let Some(t) = obj
         .get("additionalModelRequestFields")
         .and_then(|f| f.get("thinking"))
@@ -265,7 +270,10 @@ fn replayed_thinking(messages: &[Value]) -> Result<Option<Signature>, Box<Respon
         return Ok(None);
     }
     let i = messages.len() - 2;
-    let Some(r) = blocks(assistant).first().and_then(|b| b.get("reasoningContent")) else {
+    let Some(r) = blocks(assistant)
+        .first()
+        .and_then(|b| b.get("reasoningContent"))
+    else {
         return Err(invalid(format!(
             "The model returned the following errors: messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `text`. When `thinking` is enabled, a final `assistant` message must start with a thinking block."
         )));
@@ -295,8 +303,11 @@ pub fn parse(
     body: &[u8],
     prefill: bool,
 ) -> Result<Turn, Box<Response<Body>>> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| invalid(format!("Malformed input request: {e}, please reformat your input and try again.")))?;
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        invalid(format!(
+            "Malformed input request: {e}, please reformat your input and try again."
+        ))
+    })?;
     let Some(obj) = v.as_object() else {
         return Err(invalid(
             "Malformed input request: the body must be a JSON object, please reformat your input and try again.",
@@ -404,10 +415,7 @@ pub fn parse(
             .filter_map(|b| b.get("text").and_then(Value::as_str))
             .collect::<String>()
     });
-    let first_tool = tools
-        .into_iter()
-        .flatten()
-        .find_map(|t| t.get("toolSpec"));
+    let first_tool = tools.into_iter().flatten().find_map(|t| t.get("toolSpec"));
     let action = match (result, first_tool) {
         (Some(r), _) => Action::AfterResult(r),
         (None, Some(spec)) if trailing.is_none() => Action::Call {
@@ -536,7 +544,10 @@ pub(super) fn chunks(r: &Reply<'_>) -> Vec<Bytes> {
     let mut index = 0;
     if !r.thinking.is_empty() {
         for w in &r.thinking {
-            push("contentBlockDelta", delta(0, json!({"reasoningContent": {"text": w}})));
+            push(
+                "contentBlockDelta",
+                delta(0, json!({"reasoningContent": {"text": w}})),
+            );
         }
         let sig = thinking_signature(r.n);
         push(
@@ -553,7 +564,10 @@ pub(super) fn chunks(r: &Reply<'_>) -> Vec<Bytes> {
                 json!({"contentBlockIndex": index, "start": {"toolUse": {"toolUseId": c.id, "name": c.name}}}),
             );
             for p in super::openai::pieces(&c.args) {
-                push("contentBlockDelta", delta(index, json!({"toolUse": {"input": p}})));
+                push(
+                    "contentBlockDelta",
+                    delta(index, json!({"toolUse": {"input": p}})),
+                );
             }
             push("contentBlockStop", json!({"contentBlockIndex": index}));
         }

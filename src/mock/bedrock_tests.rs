@@ -16,9 +16,14 @@ fn provider(opts: MockOptions) -> MockProvider {
 }
 
 fn turn(body: Value, stream: bool) -> Turn {
-    bedrock::parse("anthropic.claude-x-v1:0", stream, body.to_string().as_bytes(), true)
-        .map_err(|_| "refused")
-        .unwrap()
+    bedrock::parse(
+        "anthropic.claude-x-v1:0",
+        stream,
+        body.to_string().as_bytes(),
+        true,
+    )
+    .map_err(|_| "refused")
+    .unwrap()
 }
 
 fn hello() -> Value {
@@ -108,7 +113,10 @@ async fn bedrock_stream_frames_match_the_recorded_events() {
         .collect();
     for fr in &f {
         assert_eq!(fr.header(":message-type").as_deref(), Some("event"));
-        assert_eq!(fr.header(":content-type").as_deref(), Some("application/json"));
+        assert_eq!(
+            fr.header(":content-type").as_deref(),
+            Some("application/json")
+        );
         let mut data = fr.json();
         assert!(data["p"].is_string(), "padding like Bedrock's");
         data.as_object_mut().unwrap().remove("p");
@@ -160,9 +168,17 @@ async fn bedrock_tool_call_targets_the_first_tool_in_json_and_stream() {
     let input: String = f
         .iter()
         .filter(|fr| fr.kind() == "contentBlockDelta")
-        .map(|fr| fr.json()["delta"]["toolUse"]["input"].as_str().unwrap().to_string())
+        .map(|fr| {
+            fr.json()["delta"]["toolUse"]["input"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect();
-    assert_eq!(serde_json::from_str::<Value>(&input).unwrap(), json!({"city": "x"}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&input).unwrap(),
+        json!({"city": "x"})
+    );
     let stop = f.iter().find(|fr| fr.kind() == "messageStop").unwrap();
     assert_eq!(stop.json()["stopReason"], "tool_use");
 }
@@ -176,7 +192,12 @@ async fn bedrock_tool_result_is_quoted_in_the_answer() {
     ]}));
     let t = turn(body, false);
     assert_eq!(t.action, Action::AfterResult("sunny {\"c\":21}".into()));
-    let v = json_of(provider(MockOptions::default()).respond(Wire::Bedrock, &t).await).await;
+    let v = json_of(
+        provider(MockOptions::default())
+            .respond(Wire::Bedrock, &t)
+            .await,
+    )
+    .await;
     assert_eq!(
         v["output"]["message"]["content"][0]["text"],
         "The tool returned: sunny {\"c\":21}"
@@ -188,7 +209,12 @@ async fn bedrock_tool_result_is_quoted_in_the_answer() {
 async fn bedrock_max_tokens_cuts_the_answer() {
     let mut body = hello();
     body["inferenceConfig"] = json!({"maxTokens": 3});
-    let v = json_of(provider(MockOptions::default()).respond(Wire::Bedrock, &turn(body, false)).await).await;
+    let v = json_of(
+        provider(MockOptions::default())
+            .respond(Wire::Bedrock, &turn(body, false))
+            .await,
+    )
+    .await;
     assert_eq!(v["stopReason"], "max_tokens");
     assert_eq!(v["usage"]["outputTokens"], 3);
 }
@@ -256,7 +282,10 @@ async fn bedrock_errors_carry_the_aws_error_type_and_throttling_has_no_invented_
     let t = turn(hello(), false);
     let ok = p.respond(Wire::Bedrock, &t).await;
     assert_eq!(ok.status(), 200);
-    assert!(!ok.headers().keys().any(|k| k.as_str().contains("ratelimit")));
+    assert!(!ok
+        .headers()
+        .keys()
+        .any(|k| k.as_str().contains("ratelimit")));
     let r = p.respond(Wire::Bedrock, &t).await;
     assert_eq!(r.status(), 429);
     assert!(r.headers()["x-amzn-errortype"]
@@ -265,7 +294,10 @@ async fn bedrock_errors_carry_the_aws_error_type_and_throttling_has_no_invented_
         .starts_with("ThrottlingException:"));
     assert!(r.headers().get("retry-after").is_none());
     let v = json_of(r).await;
-    assert_eq!(v, json!({"message": "Too many requests, please wait before trying again."}));
+    assert_eq!(
+        v,
+        json!({"message": "Too many requests, please wait before trying again."})
+    );
 
     // A configured delay is still sent.
     let p = provider(MockOptions {
@@ -274,7 +306,10 @@ async fn bedrock_errors_carry_the_aws_error_type_and_throttling_has_no_invented_
         ..MockOptions::default()
     });
     p.respond(Wire::Bedrock, &t).await;
-    assert_eq!(p.respond(Wire::Bedrock, &t).await.headers()["retry-after"], "3");
+    assert_eq!(
+        p.respond(Wire::Bedrock, &t).await.headers()["retry-after"],
+        "3"
+    );
 
     let p = provider(MockOptions {
         fail_first: 1,
@@ -295,7 +330,10 @@ async fn bedrock_errors_carry_the_aws_error_type_and_throttling_has_no_invented_
     let r = p.respond(Wire::Bedrock, &t).await;
     assert_eq!(r.status(), 400);
     let v = json_of(r).await;
-    assert!(v["message"].as_str().unwrap().contains("Input is too long"), "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("Input is too long"),
+        "{v}"
+    );
 }
 
 #[tokio::test]
@@ -322,7 +360,11 @@ async fn bedrock_thinking_comes_first_with_a_signature_and_counts_as_output() {
         b
     };
     let p = provider(MockOptions::default());
-    let v = json_of(p.respond(Wire::Bedrock, &turn(think(tools(hello())), false)).await).await;
+    let v = json_of(
+        p.respond(Wire::Bedrock, &turn(think(tools(hello())), false))
+            .await,
+    )
+    .await;
     let content = v["output"]["message"]["content"].as_array().unwrap();
     let r = &content[0]["reasoningContent"]["reasoningText"];
     assert!(!r["text"].as_str().unwrap().is_empty());
@@ -357,13 +399,18 @@ async fn bedrock_thinking_comes_first_with_a_signature_and_counts_as_output() {
             {"role": "user", "content": [{"toolResult": {"toolUseId": "t1", "content": [{"text": "sunny"}]}}]},
         ]})))
     };
-    let echoed = replay(json!({"reasoningContent": {"reasoningText": {"text": "t", "signature": sig}}}));
+    let echoed =
+        replay(json!({"reasoningContent": {"reasoningText": {"text": "t", "signature": sig}}}));
     assert_eq!(turn(echoed, false).signature, Some(Signature::Echoed));
-    let foreign = replay(json!({"reasoningContent": {"reasoningText": {"text": "t", "signature": "b3RoZXI="}}}));
+    let foreign = replay(
+        json!({"reasoningContent": {"reasoningText": {"text": "t", "signature": "b3RoZXI="}}}),
+    );
     assert_eq!(turn(foreign, false).signature, Some(Signature::Foreign));
     let got = refusal(&replay(json!({"text": "calling"})).to_string()).await;
     assert!(got.contains("must start with a thinking block"), "{got}");
-    let got = refusal(&replay(json!({"reasoningContent": {"reasoningText": {"text": "t"}}})).to_string()).await;
+    let got =
+        refusal(&replay(json!({"reasoningContent": {"reasoningText": {"text": "t"}}})).to_string())
+            .await;
     assert!(got.contains("signature: Field required"), "{got}");
 }
 
@@ -374,9 +421,9 @@ async fn bedrock_auth_is_required_but_not_verified() {
         for (k, v) in pairs {
             h.insert(*k, HeaderValue::from_static(v));
         }
-        bedrock::check_auth(&h).map_err(|r| *r)
+        bedrock::check_auth(&h)
     };
-    let r = with(&[]).unwrap_err();
+    let r = *with(&[]).unwrap_err();
     assert_eq!(r.status(), 403);
     assert!(r.headers()["x-amzn-errortype"]
         .to_str()
@@ -389,10 +436,13 @@ async fn bedrock_auth_is_required_but_not_verified() {
     assert!(with(&[("authorization", "Bearer bedrock-api-key")]).is_ok());
     let sigv4 = "AWS4-HMAC-SHA256 Credential=AKID/20261201/us-east-1/bedrock/aws4_request, SignedHeaders=host;x-amz-date, Signature=00ff";
     assert!(with(&[("authorization", sigv4), ("x-amz-date", "20261201T000000Z")]).is_ok());
-    let r = with(&[("authorization", sigv4)]).unwrap_err();
+    let r = *with(&[("authorization", sigv4)]).unwrap_err();
     assert_eq!(r.status(), 403);
-    let r = with(&[
-        ("authorization", "AWS4-HMAC-SHA256 Credential=AKID/x, SignedHeaders=host"),
+    let r = *with(&[
+        (
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=AKID/x, SignedHeaders=host",
+        ),
         ("x-amz-date", "20261201T000000Z"),
     ])
     .unwrap_err();
@@ -400,7 +450,10 @@ async fn bedrock_auth_is_required_but_not_verified() {
         .to_str()
         .unwrap()
         .starts_with("IncompleteSignatureException:"));
-    assert!(json_of(r).await["message"].as_str().unwrap().contains("'Signature'"));
+    assert!(json_of(r).await["message"]
+        .as_str()
+        .unwrap()
+        .contains("'Signature'"));
     assert!(with(&[("authorization", "Basic Zm9vOmJhcg==")]).is_err());
 }
 

@@ -661,8 +661,8 @@ pub fn generate(seed: u64, prompt: &str, n: usize) -> Vec<String> {
 }
 
 #[cfg(test)]
+mod bedrock_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod wire_tests;
-#[cfg(test)]
-mod bedrock_tests;

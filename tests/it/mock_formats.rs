@@ -410,7 +410,13 @@ async fn bedrock_thinking_reaches_the_client_and_its_signature_survives_the_roun
                     continue;
                 };
                 text.push_str(d["reasoning_content"].as_str().unwrap_or_default());
-                blocks.extend(d["thinking_blocks"].as_array().into_iter().flatten().cloned());
+                blocks.extend(
+                    d["thinking_blocks"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .cloned(),
+                );
                 if let Some(t) = d["tool_calls"].get(0) {
                     for k in ["id", "name"] {
                         if let Some(v) = t.get(k).or_else(|| t["function"].get(k)) {
@@ -429,12 +435,18 @@ async fn bedrock_thinking_reaches_the_client_and_its_signature_survives_the_roun
             let t = &m["tool_calls"][0];
             let call = json!({"id": t["id"], "name": t["function"]["name"], "arguments": t["function"]["arguments"]});
             (
-                m["reasoning_content"].as_str().unwrap_or_default().to_string(),
+                m["reasoning_content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
                 m["thinking_blocks"].as_array().cloned().unwrap_or_default(),
                 call,
             )
         };
-        assert!(!reasoning.is_empty(), "stream {stream}: no reasoning_content");
+        assert!(
+            !reasoning.is_empty(),
+            "stream {stream}: no reasoning_content"
+        );
         assert_eq!(blocks.len(), 1, "{blocks:?}");
         assert_eq!(blocks[0]["type"], "thinking");
         assert_eq!(blocks[0]["thinking"], reasoning.as_str());

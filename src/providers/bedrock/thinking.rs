@@ -92,7 +92,10 @@ fn field_error(param: &str, why: &str) -> GatewayError {
 /// `budget_tokens` of at least 1024, a `reasoning_effort` that is not an OpenAI
 /// value, or an output cap (`max_tokens` / `max_completion_tokens`) not above the
 /// budget.
-pub(super) fn plan<'a>(chat: &'a ChatRequest, model: &str) -> Result<Option<Plan<'a>>, GatewayError> {
+pub(super) fn plan<'a>(
+    chat: &'a ChatRequest,
+    model: &str,
+) -> Result<Option<Plan<'a>>, GatewayError> {
     let client = chat.extra.get("thinking").filter(|v| !v.is_null());
     let effort = reasoning::effort(chat)?;
     if !is_claude(model) {
@@ -213,8 +216,7 @@ mod tests {
 
     fn fields(body: Value, model: &str) -> Result<Option<(Value, Option<u64>)>, GatewayError> {
         let c = chat(&body);
-        Ok(plan(&c, model)?
-            .map(|p| (serde_json::to_value(&p.fields).unwrap(), p.max_tokens)))
+        Ok(plan(&c, model)?.map(|p| (serde_json::to_value(&p.fields).unwrap(), p.max_tokens)))
     }
 
     fn hi(extra: Value) -> Value {
@@ -227,19 +229,30 @@ mod tests {
 
     #[test]
     fn reasoning_effort_becomes_a_budget_with_room_for_the_answer() {
-        for (effort, budget) in [("minimal", 1024), ("low", 2048), ("medium", 8192), ("high", 16384)] {
+        for (effort, budget) in [
+            ("minimal", 1024),
+            ("low", 2048),
+            ("medium", 8192),
+            ("high", 16384),
+        ] {
             let (f, max) = fields(hi(json!({"reasoning_effort": effort})), CLAUDE)
                 .unwrap()
                 .unwrap();
-            assert_eq!(f, json!({"thinking": {"type": "enabled", "budget_tokens": budget}}));
+            assert_eq!(
+                f,
+                json!({"thinking": {"type": "enabled", "budget_tokens": budget}})
+            );
             assert_eq!(max, Some(budget + DEFAULT_ANSWER_TOKENS));
         }
         assert!(fields(hi(json!({"reasoning_effort": "none"})), CLAUDE)
             .unwrap()
             .is_none());
-        let (_, max) = fields(hi(json!({"reasoning_effort": "low", "max_tokens": 3000})), CLAUDE)
-            .unwrap()
-            .unwrap();
+        let (_, max) = fields(
+            hi(json!({"reasoning_effort": "low", "max_tokens": 3000})),
+            CLAUDE,
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(max, Some(3000));
     }
 
@@ -265,7 +278,10 @@ mod tests {
     fn bad_thinking_requests_are_400_naming_the_field() {
         let param = |body: Value| fields(body, CLAUDE).err().and_then(|e| e.param);
         assert_eq!(
-            param(hi(json!({"thinking": {"type": "enabled", "budget_tokens": 512}}))).as_deref(),
+            param(hi(
+                json!({"thinking": {"type": "enabled", "budget_tokens": 512}})
+            ))
+            .as_deref(),
             Some("thinking.budget_tokens")
         );
         assert_eq!(
@@ -273,7 +289,10 @@ mod tests {
             Some("thinking.type")
         );
         assert_eq!(
-            param(hi(json!({"reasoning_effort": "medium", "max_tokens": 8192}))).as_deref(),
+            param(hi(
+                json!({"reasoning_effort": "medium", "max_tokens": 8192})
+            ))
+            .as_deref(),
             Some("max_tokens")
         );
         assert_eq!(
@@ -288,7 +307,9 @@ mod tests {
         assert!(is_claude(
             "arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-3-7-sonnet-20250219-v1:0"
         ));
-        let body = hi(json!({"reasoning_effort": "high", "thinking": {"type": "enabled", "budget_tokens": 2000}}));
+        let body = hi(
+            json!({"reasoning_effort": "high", "thinking": {"type": "enabled", "budget_tokens": 2000}}),
+        );
         assert!(fields(body, "amazon.nova-pro-v1:0").unwrap().is_none());
     }
 
