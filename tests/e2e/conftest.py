@@ -348,34 +348,34 @@ def mock_report(mock: Service) -> list[dict]:
     return json.loads(body)["requests"]
 
 
-@pytest.fixture(scope="session")
-def anthropic_mock():
+@contextmanager
+def running_mock(fmt: str, *flags: str):
+    """`switchyard mock --format fmt` (logging to `target/e2e-logs/mock-<fmt>.log`),
+    stopped on exit."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    svc = start_mock("anthropic", LOG_DIR / "mock-anthropic.log")
+    svc = start_mock(fmt, LOG_DIR / f"mock-{fmt}.log", *flags)
     try:
         yield svc
     finally:
         stop(svc.proc)
+
+
+@pytest.fixture(scope="session")
+def anthropic_mock():
+    with running_mock("anthropic") as svc:
+        yield svc
 
 
 @pytest.fixture(scope="session")
 def gemini_mock():
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    svc = start_mock("gemini", LOG_DIR / "mock-gemini.log")
-    try:
+    with running_mock("gemini") as svc:
         yield svc
-    finally:
-        stop(svc.proc)
 
 
 @pytest.fixture(scope="session")
 def bedrock_mock():
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    svc = start_mock("bedrock", LOG_DIR / "mock-bedrock.log")
-    try:
+    with running_mock("bedrock") as svc:
         yield svc
-    finally:
-        stop(svc.proc)
 
 
 @pytest.fixture(scope="session")
