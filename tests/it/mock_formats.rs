@@ -468,3 +468,45 @@ async fn bedrock_thinking_reaches_the_client_and_its_signature_survives_the_roun
         assert_eq!(report["thought_signature"], "echoed", "{report}");
     }
 }
+
+/// A Bedrock event stream cut mid-answer (connection dropped after three frames)
+/// reaches the client as an error, never as a complete answer.
+#[tokio::test]
+async fn a_cut_bedrock_event_stream_never_looks_complete() {
+    // Paced, so the first frames reach the gateway before the cut.
+    let up = mock(&[
+        "--format",
+        "bedrock",
+        "--cut-after-chunks",
+        "3",
+        "--tokens-per-s",
+        "100",
+    ]);
+    let gw = bedrock_gateway(&up, "up-model");
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        &crate::common::chat("m", true, ""),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let events = r.events();
+    let last: Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["code"], "upstream_stream_cut", "{last}");
+    // Content got through before the cut (the frame just before it may be lost with
+    // the connection).
+    let text: String = events[..events.len() - 1]
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    assert!(!text.is_empty(), "{events:?}");
+    assert!(
+        !events.iter().any(|e| e.contains("finish_reason\":\"")),
+        "{events:?}"
+    );
+    assert!(!events.iter().any(|e| e == "[DONE]"), "{events:?}");
+}

@@ -314,6 +314,39 @@ mod tests {
     }
 
     #[test]
+    fn the_converse_body_carries_thinking_for_claude_only() {
+        let adapter = super::super::Bedrock::with_keys(
+            "us-east-1",
+            super::super::AwsKeys {
+                access_key_id: "AKIDEXAMPLE".into(),
+                secret_access_key: "secret".into(),
+                session_token: None,
+            },
+        );
+        let c = chat(&hi(json!({"reasoning_effort": "medium", "temperature": 1})));
+        let body = |model: &str| {
+            let target = crate::providers::Target {
+                base_url: "",
+                model,
+                api_key: None,
+            };
+            crate::providers::testing::build(&adapter, &target, &c).1
+        };
+        let b = body(CLAUDE);
+        assert_eq!(
+            b["additionalModelRequestFields"],
+            json!({"thinking": {"type": "enabled", "budget_tokens": 8192}})
+        );
+        assert_eq!(
+            b["inferenceConfig"],
+            json!({"maxTokens": 8192 + DEFAULT_ANSWER_TOKENS, "temperature": 1.0})
+        );
+        let b = body("amazon.nova-pro-v1:0");
+        assert!(b.get("additionalModelRequestFields").is_none(), "{b}");
+        assert_eq!(b["inferenceConfig"], json!({"temperature": 1.0}));
+    }
+
+    #[test]
     fn reasoning_blocks_fill_reasoning_content_and_thinking_blocks() {
         let mut c = Choice::default();
         for b in [
