@@ -173,7 +173,7 @@ pub struct MockArgs {
     /// Context window in tokens: longer prompts (estimated) get HTTP 400.
     #[arg(long)]
     pub context_window: Option<u64>,
-    /// Shape of injected error bodies: `openai`, `anthropic` or `gemini` (default:
+    /// Shape of injected error bodies: `openai`, `anthropic`, `gemini` or `bedrock` (default:
     /// the `--format`'s own).
     #[arg(long)]
     pub error_shape: Option<ErrorShape>,
@@ -206,21 +206,18 @@ pub enum MockFormat {
     Anthropic,
     /// Gemini generateContent.
     Gemini,
-    /// Amazon Bedrock Converse: not built yet (refused).
+    /// Amazon Bedrock Converse and ConverseStream.
     Bedrock,
 }
 
 impl MockFormat {
-    /// The emulator's wire format; `Err` for formats not built yet.
+    /// The emulator's wire format; `Err` for formats not built yet (none today).
     pub fn wire(self) -> Result<Wire, String> {
         match self {
             MockFormat::Openai => Ok(Wire::OpenAi),
             MockFormat::Anthropic => Ok(Wire::Anthropic),
             MockFormat::Gemini => Ok(Wire::Gemini),
-            MockFormat::Bedrock => Err(
-                "--format bedrock is not built yet: the mock speaks openai, anthropic and gemini"
-                    .into(),
-            ),
+            MockFormat::Bedrock => Ok(Wire::Bedrock),
         }
     }
 }
@@ -389,9 +386,11 @@ mod tests {
     }
 
     #[test]
-    fn mock_format_bedrock_is_refused_as_not_built_yet() {
-        let e = mock_args(&["--format", "bedrock"]).unwrap_err();
-        assert!(e.contains("bedrock is not built yet"), "{e}");
-        assert!(MockFormat::Gemini.wire().is_ok());
+    fn mock_format_bedrock_speaks_bedrock_with_its_error_shape() {
+        let o = mock_args(&["--format", "bedrock"]).unwrap();
+        assert_eq!(o.error_shape, ErrorShape::Bedrock);
+        assert_eq!(MockFormat::Bedrock.wire().unwrap(), Wire::Bedrock);
+        let o = mock_args(&["--format", "openai", "--error-shape", "bedrock"]).unwrap();
+        assert_eq!(o.error_shape, ErrorShape::Bedrock);
     }
 }

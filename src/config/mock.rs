@@ -180,6 +180,8 @@ pub enum ErrorShape {
     Anthropic,
     /// `{"error":{"code","message","status"}}` (Google's `google.rpc.Status`).
     Gemini,
+    /// `{"message"}` with the error type in the `x-amzn-ErrorType` header (AWS).
+    Bedrock,
 }
 
 impl FromStr for RetryAfterFormat {
@@ -213,8 +215,9 @@ impl FromStr for ErrorShape {
             "openai" => Ok(ErrorShape::OpenAi),
             "anthropic" => Ok(ErrorShape::Anthropic),
             "gemini" => Ok(ErrorShape::Gemini),
+            "bedrock" => Ok(ErrorShape::Bedrock),
             _ => Err(format!(
-                "error_shape `{s}` is not one of openai, anthropic, gemini"
+                "error_shape `{s}` is not one of openai, anthropic, gemini, bedrock"
             )),
         }
     }
@@ -226,6 +229,7 @@ impl fmt::Display for ErrorShape {
             ErrorShape::OpenAi => "openai",
             ErrorShape::Anthropic => "anthropic",
             ErrorShape::Gemini => "gemini",
+            ErrorShape::Bedrock => "bedrock",
         })
     }
 }

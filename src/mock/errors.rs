@@ -1,5 +1,9 @@
 //! Injected error answers in the shape of each provider's API reference
 //! ([`ErrorShape`]), and the retry delay in the header form [`RetryAfterFormat`] picks.
+//!
+//! Bedrock's shape is a header and a body: `x-amzn-ErrorType: <Type>:<namespace>` and
+//! `{"message": ...}` (Amazon Bedrock API reference, "Common errors" and each
+//! operation's "Errors"), with an `x-amzn-RequestId`.
 
 use std::time::{Duration, SystemTime};
 
@@ -37,7 +41,42 @@ pub(super) fn response(shape: ErrorShape, failure: Failure) -> Response<Body> {
     let status =
         StatusCode::from_u16(failure.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let v = body(shape, failure);
-    body::json(status, serde_json::to_vec(&v).unwrap_or_default())
+    let mut r = body::json(status, serde_json::to_vec(&v).unwrap_or_default());
+    if shape == ErrorShape::Bedrock {
+        set_aws_error_type(r.headers_mut(), bedrock_type(failure));
+    }
+    r
+}
+
+/// Namespace AWS appends to the type in `x-amzn-ErrorType` (as recorded from Bedrock).
+const AWS_ERROR_NAMESPACE: &str = "http://internal.amazon.com/coral/com.amazon.bedrock/";
+
+/// Sets `x-amzn-ErrorType: <kind>:<namespace>` and an `x-amzn-RequestId`.
+pub(super) fn set_aws_error_type(h: &mut HeaderMap, kind: &str) {
+    if let Ok(v) = HeaderValue::from_str(&format!("{kind}:{AWS_ERROR_NAMESPACE}")) {
+        h.insert("x-amzn-errortype", v);
+    }
+    h.insert(
+        "x-amzn-requestid",
+        HeaderValue::from_static("00000000-0000-4000-8000-000000000000"),
+    );
+}
+
+/// The Bedrock exception type of `failure`, after the Converse API's "Errors" list.
+fn bedrock_type(failure: Failure) -> &'static str {
+    match failure {
+        Failure::ContextLength { .. } => "ValidationException",
+        Failure::Status(s) => match s {
+            401 | 403 => "AccessDeniedException",
+            404 => "ResourceNotFoundException",
+            408 => "ModelTimeoutException",
+            424 => "ModelErrorException",
+            429 => "ThrottlingException",
+            400..=499 => "ValidationException",
+            503 => "ServiceUnavailableException",
+            _ => "InternalServerException",
+        },
+    }
 }
 
 /// The JSON error body a provider of `shape` sends for `failure`.
@@ -46,7 +85,29 @@ pub(super) fn body(shape: ErrorShape, failure: Failure) -> Value {
         ErrorShape::OpenAi => openai(failure),
         ErrorShape::Anthropic => anthropic(failure),
         ErrorShape::Gemini => gemini(failure),
+        ErrorShape::Bedrock => bedrock(failure),
     }
+}
+
+/// Bedrock: `{"message"}`; the type goes in `x-amzn-ErrorType` ([`response`]).
+fn bedrock(failure: Failure) -> Value {
+    let message = match failure {
+        Failure::ContextLength { tokens, limit } => format!(
+            "Input is too long for requested model. ({tokens} tokens estimated, the context window is {limit})"
+        ),
+        Failure::Status(s) => match s {
+            401 | 403 => "You don't have access to the model with the specified model ID.",
+            404 => "The provided model identifier is invalid.",
+            408 => "Model has timed out in processing the request. Try your request again.",
+            424 => "The model returned an error (injected by switchyard mock).",
+            429 => "Too many requests, please wait before trying again.",
+            400..=499 => "Invalid request (injected by switchyard mock).",
+            503 => "Bedrock is unable to process your request.",
+            _ => "The server encountered an internal error while processing the request.",
+        }
+        .to_string(),
+    };
+    json!({ "message": message })
 }
 
 /// OpenAI: `{"error":{"message","type","param","code"}}`.

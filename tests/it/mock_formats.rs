@@ -1,5 +1,6 @@
-//! `switchyard mock --format anthropic|gemini` behind the gateway: the adapters talk
-//! to the emulator in the provider's own wire format, and an OpenAI client sees a
+//! `switchyard mock --format anthropic|gemini|bedrock` behind the gateway: the
+//! adapters talk to the emulator in the provider's own wire format (Bedrock: SigV4
+//! signed, answered in its binary event stream), and an OpenAI client sees a
 //! tool-calling round trip with the usage the emulator reported (its
 //! `GET /mock/requests` ledger).
 
@@ -24,6 +25,37 @@ fn anthropic() -> (Proc, Proc) {
 fn gemini() -> (Proc, Proc) {
     let up = mock(&["--format", "gemini"]);
     let gw = gateway("gemini", "/v1beta", &up);
+    (up, gw)
+}
+
+/// A shared credentials file with a `[mock]` profile, written once into cargo's
+/// scratch directory for integration tests.
+fn aws_credentials() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let path = format!("{}/mock-bedrock-credentials", env!("CARGO_TARGET_TMPDIR"));
+        std::fs::write(
+            &path,
+            "[mock]\naws_access_key_id = AKIDMOCK\naws_secret_access_key = mocksecret\n",
+        )
+        .unwrap();
+        path
+    })
+}
+
+/// The gateway with a `bedrock` provider in front of `upstream` (signing with the
+/// `[mock]` profile), serving model `m` from Bedrock model `model`.
+fn bedrock_gateway(upstream: &Proc, model: &str) -> Proc {
+    serve(&format!(
+        "providers:\n  p: {{ kind: bedrock, base_url: 'http://{}', region: us-east-1, credentials_file: '{}', profile: mock }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: '{model}' }} ] }}\n",
+        upstream.addr,
+        aws_credentials()
+    ))
+}
+
+fn bedrock() -> (Proc, Proc) {
+    let up = mock(&["--format", "bedrock"]);
+    let gw = bedrock_gateway(&up, "up-model");
     (up, gw)
 }
 
@@ -210,8 +242,20 @@ async fn gemini_mock_tool_round_trip_streamed_through_the_gateway() {
 }
 
 #[tokio::test]
+async fn bedrock_mock_tool_round_trip_through_the_gateway() {
+    let (up, gw) = bedrock();
+    round_trip(&up, &gw, false, "bedrock").await;
+}
+
+#[tokio::test]
+async fn bedrock_mock_tool_round_trip_streamed_through_the_gateway() {
+    let (up, gw) = bedrock();
+    round_trip(&up, &gw, true, "bedrock").await;
+}
+
+#[tokio::test]
 async fn streamed_and_whole_text_answers_agree_in_each_format() {
-    for (up, gw) in [anthropic(), gemini()] {
+    for (up, gw) in [anthropic(), gemini(), bedrock()] {
         let url = gw.url("/v1/chat/completions");
         let body = |stream: bool| {
             json!({"model": "m", "stream": stream, "max_tokens": 5,
@@ -273,9 +317,19 @@ async fn provider_shaped_errors_reach_the_client_as_openai_errors() {
         "--retry-after-format",
         "ms",
     ]);
+    // Bedrock's ThrottlingException has no delay of its own; this one is configured.
+    let b = mock(&[
+        "--format",
+        "bedrock",
+        "--ratelimit-requests",
+        "1",
+        "--retry-after",
+        "7",
+    ]);
     for (up, gw) in [
         (&a, gateway("anthropic", "/v1", &a)),
         (&g, gateway("gemini", "/v1beta", &g)),
+        (&b, bedrock_gateway(&b, "up-model")),
     ] {
         let url = gw.url("/v1/chat/completions");
         let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
@@ -292,10 +346,15 @@ async fn provider_shaped_errors_reach_the_client_as_openai_errors() {
 
 #[tokio::test]
 async fn a_provider_error_event_mid_stream_never_looks_like_a_complete_answer() {
-    for (format, base) in [("anthropic", "/v1"), ("gemini", "/v1beta")] {
-        // Anthropic: message_start, block start, ping, two tokens; Gemini: five tokens.
+    for (format, base) in [("anthropic", "/v1"), ("gemini", "/v1beta"), ("bedrock", "")] {
+        // Anthropic: message_start, block start, ping, two tokens; Gemini: five
+        // tokens; Bedrock: messageStart and four tokens, then an exception frame.
         let up = mock(&["--format", format, "--error-after-chunks", "5"]);
-        let gw = gateway(format, base, &up);
+        let gw = if format == "bedrock" {
+            bedrock_gateway(&up, "up-model")
+        } else {
+            gateway(format, base, &up)
+        };
         let r = post(
             &gw.url("/v1/chat/completions"),
             &crate::common::chat("m", true, ""),
@@ -318,4 +377,136 @@ async fn a_provider_error_event_mid_stream_never_looks_like_a_complete_answer() 
             "{format}: {events:?}"
         );
     }
+}
+
+/// A Claude model id, so that the Bedrock adapter sends extended thinking.
+const CLAUDE: &str = "us.anthropic.claude-sonnet-4-20250514-v1:0";
+
+/// `reasoning_effort` reaches the Bedrock mock as `additionalModelRequestFields.thinking`;
+/// the client sees `reasoning_content` and signed `thinking_blocks`, and replaying
+/// them on the assistant message of the next turn gets the signature back to the
+/// mock unchanged, streamed or not.
+#[tokio::test]
+async fn bedrock_thinking_reaches_the_client_and_its_signature_survives_the_round_trip() {
+    let up = mock(&["--format", "bedrock"]);
+    let gw = bedrock_gateway(&up, CLAUDE);
+    let url = gw.url("/v1/chat/completions");
+    let question = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
+    for stream in [false, true] {
+        let mut body: Value = serde_json::from_str(&ask(stream, &question)).unwrap();
+        body["reasoning_effort"] = json!("low");
+        let r = post(&url, &body.to_string()).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let report = last_report(&up).await;
+        assert_eq!(report["model"], CLAUDE);
+        assert_eq!(report["reasoning_tokens"], 8, "{report}");
+        let (reasoning, blocks, call) = if stream {
+            let mut text = String::new();
+            let mut blocks = Vec::new();
+            let mut call = json!({"arguments": ""});
+            for e in r.events().iter().filter(|e| *e != "[DONE]") {
+                let c: Value = serde_json::from_str(e).unwrap();
+                let Some(d) = c["choices"].get(0).map(|c| &c["delta"]) else {
+                    continue;
+                };
+                text.push_str(d["reasoning_content"].as_str().unwrap_or_default());
+                blocks.extend(
+                    d["thinking_blocks"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .cloned(),
+                );
+                if let Some(t) = d["tool_calls"].get(0) {
+                    for k in ["id", "name"] {
+                        if let Some(v) = t.get(k).or_else(|| t["function"].get(k)) {
+                            call[k] = v.clone();
+                        }
+                    }
+                    let args = call["arguments"].as_str().unwrap().to_string()
+                        + t["function"]["arguments"].as_str().unwrap_or_default();
+                    call["arguments"] = json!(args);
+                }
+            }
+            (text, blocks, call)
+        } else {
+            let v = r.json();
+            let m = &v["choices"][0]["message"];
+            let t = &m["tool_calls"][0];
+            let call = json!({"id": t["id"], "name": t["function"]["name"], "arguments": t["function"]["arguments"]});
+            (
+                m["reasoning_content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                m["thinking_blocks"].as_array().cloned().unwrap_or_default(),
+                call,
+            )
+        };
+        assert!(
+            !reasoning.is_empty(),
+            "stream {stream}: no reasoning_content"
+        );
+        assert_eq!(blocks.len(), 1, "{blocks:?}");
+        assert_eq!(blocks[0]["type"], "thinking");
+        assert_eq!(blocks[0]["thinking"], reasoning.as_str());
+        assert!(!blocks[0]["signature"].as_str().unwrap().is_empty());
+
+        let history = json!([
+            question[0],
+            {"role": "assistant", "content": null, "reasoning_content": reasoning, "thinking_blocks": blocks,
+             "tool_calls": [{"id": call["id"], "type": "function",
+                             "function": {"name": call["name"], "arguments": call["arguments"]}}]},
+            {"role": "tool", "tool_call_id": call["id"], "content": "sunny"},
+        ]);
+        let mut body: Value = serde_json::from_str(&ask(stream, &history)).unwrap();
+        body["reasoning_effort"] = json!("low");
+        let r = post(&url, &body.to_string()).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let report = last_report(&up).await;
+        assert_eq!(report["reply"], "tool_result_answer", "{report}");
+        assert_eq!(report["thought_signature"], "echoed", "{report}");
+    }
+}
+
+/// A Bedrock event stream cut mid-answer (connection dropped after three frames)
+/// reaches the client as an error, never as a complete answer.
+#[tokio::test]
+async fn a_cut_bedrock_event_stream_never_looks_complete() {
+    // Paced, so the first frames reach the gateway before the cut.
+    let up = mock(&[
+        "--format",
+        "bedrock",
+        "--cut-after-chunks",
+        "3",
+        "--tokens-per-s",
+        "100",
+    ]);
+    let gw = bedrock_gateway(&up, "up-model");
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        &crate::common::chat("m", true, ""),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let events = r.events();
+    let last: Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["code"], "upstream_stream_cut", "{last}");
+    // Content got through before the cut (the frame just before it may be lost with
+    // the connection).
+    let text: String = events[..events.len() - 1]
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    assert!(!text.is_empty(), "{events:?}");
+    assert!(
+        !events.iter().any(|e| e.contains("finish_reason\":\"")),
+        "{events:?}"
+    );
+    assert!(!events.iter().any(|e| e == "[DONE]"), "{events:?}");
 }

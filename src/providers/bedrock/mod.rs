@@ -14,10 +14,12 @@
 //! `https://bedrock-runtime.{region}.amazonaws.com`. Each request is signed with
 //! SigV4 (service `bedrock`) from credentials read once at startup, or carries a
 //! Bedrock API key as `Authorization: Bearer`. The OpenAI request is translated in
-//! [`request`], the binary event stream in [`stream`].
+//! [`request`], the binary event stream in [`stream`], extended thinking for Claude
+//! models in [`thinking`].
 
 mod request;
 mod stream;
+mod thinking;
 
 use std::time::SystemTime;
 
@@ -327,7 +329,7 @@ struct OutBlock {
     #[serde(default)]
     tool_use: Option<OutToolUse>,
     #[serde(default)]
-    reasoning_content: Option<ReasoningBlock>,
+    reasoning_content: Option<thinking::ReasoningBlock>,
 }
 
 #[derive(Deserialize)]
@@ -337,25 +339,6 @@ struct OutToolUse {
     name: String,
     #[serde(default)]
     input: Option<Value>,
-}
-
-/// `reasoningContent`: `reasoningText {text, signature}` or `redactedContent`
-/// (base64 in JSON).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ReasoningBlock {
-    #[serde(default)]
-    reasoning_text: Option<ReasoningText>,
-    #[serde(default)]
-    redacted_content: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct ReasoningText {
-    #[serde(default)]
-    text: String,
-    #[serde(default)]
-    signature: Option<String>,
 }
 
 /// `usage`, in tokens. `inputTokens` excludes cache reads and writes, which Bedrock
@@ -417,7 +400,10 @@ impl Adapter for Bedrock {
         target: &Target<'_>,
         chat: &ChatRequest,
     ) -> Result<http::Request<Body>, GatewayError> {
-        let body = request::build(chat)?;
+        let mut body = request::build(chat)?;
+        if let Some(plan) = thinking::plan(chat, target.model)? {
+            body.think(plan);
+        }
         let json = serde_json::to_vec(&body).map_err(|e| {
             GatewayError::new(
                 ErrorKind::Internal,
@@ -458,20 +444,7 @@ impl Adapter for Bedrock {
                     None => c.content = Some(t),
                 }
             } else if let Some(r) = b.reasoning_content {
-                use super::reasoning::ThinkingBlock;
-                if let Some(t) = r.reasoning_text {
-                    match &mut c.reasoning_content {
-                        Some(s) => s.push_str(&t.text),
-                        None => c.reasoning_content = Some(t.text.clone()),
-                    }
-                    c.thinking_blocks.push(ThinkingBlock::Thinking {
-                        thinking: t.text.into(),
-                        signature: t.signature.unwrap_or_default().into(),
-                    });
-                } else if let Some(data) = r.redacted_content {
-                    c.thinking_blocks
-                        .push(ThinkingBlock::RedactedThinking { data: data.into() });
-                }
+                thinking::add_to_choice(&mut c, r);
             }
         }
         c.finish_reason = finish_reason(r.stop_reason.as_deref(), !c.tool_calls.is_empty());

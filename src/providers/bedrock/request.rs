@@ -25,8 +25,9 @@ use crate::providers::common::{
 };
 use crate::providers::reasoning::{thinking_blocks, ThinkingBlock};
 
-/// Fields with no Converse equivalent, dropped with a debug note.
-const DROPPED: [&str; 13] = [
+/// Fields with no Converse equivalent, dropped with a debug note (`reasoning_effort`
+/// and `thinking` are read by [`super::thinking`]).
+const DROPPED: [&str; 12] = [
     "seed",
     "presence_penalty",
     "frequency_penalty",
@@ -37,7 +38,6 @@ const DROPPED: [&str; 13] = [
     "store",
     "metadata",
     "prediction",
-    "reasoning_effort",
     "top_k",
     "safety_identifier",
 ];
@@ -53,6 +53,16 @@ pub(super) struct Outgoing<'a> {
     inference_config: InferenceConfig<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_config: Option<ToolConfig<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    additional_model_request_fields: Option<super::thinking::Fields<'a>>,
+}
+
+impl<'a> Outgoing<'a> {
+    /// Adds extended thinking ([`super::thinking::plan`]) and the output cap it needs.
+    pub(super) fn think(&mut self, plan: super::thinking::Plan<'a>) {
+        self.inference_config.max_tokens = plan.max_tokens;
+        self.additional_model_request_fields = Some(plan.fields);
+    }
 }
 
 #[derive(Serialize)]
@@ -508,6 +518,7 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
             },
         },
         tool_config,
+        additional_model_request_fields: None,
     })
 }
 
