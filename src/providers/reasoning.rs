@@ -102,6 +102,23 @@ pub(crate) enum Effort {
     High,
 }
 
+/// Smallest extended-thinking budget Claude takes, in tokens (Anthropic's
+/// "Extended thinking"; the same on Bedrock).
+pub(crate) const MIN_THINKING_BUDGET: u64 = 1024;
+
+/// Claude's thinking budget, in tokens, for each OpenAI `reasoning_effort` (`none`
+/// turns thinking off): minimal 1024 (the minimum), low 2048, medium 8192, high
+/// 16384. Used by the Anthropic adapter and by Bedrock for Claude models.
+pub(crate) fn claude_budget(effort: Effort) -> Option<u64> {
+    match effort {
+        Effort::None => None,
+        Effort::Minimal => Some(MIN_THINKING_BUDGET),
+        Effort::Low => Some(2048),
+        Effort::Medium => Some(8192),
+        Effort::High => Some(16384),
+    }
+}
+
 /// Reads `reasoning_effort` from the request (`None` when absent or null).
 ///
 /// # Errors

@@ -17,7 +17,7 @@ use crate::providers::common::{
     function_tools, openai_tool_choice, refuse_untranslated, tool_calls, unsupported,
     OpenAiToolChoice,
 };
-use crate::providers::reasoning::{self, Effort, ThinkingBlock};
+use crate::providers::reasoning::{self, ThinkingBlock};
 
 /// Output cap sent when the client gives none; Anthropic requires `max_tokens`, and
 /// 4096 fits every current Claude model's output limit. With extended thinking the
@@ -25,20 +25,7 @@ use crate::providers::reasoning::{self, Effort, ThinkingBlock};
 pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 
 /// Smallest thinking budget Anthropic takes, in tokens ("Extended thinking").
-pub const MIN_THINKING_BUDGET: u64 = 1024;
-
-/// Thinking budget, in tokens, for each OpenAI `reasoning_effort` (`none` turns
-/// thinking off): minimal 1024 (Anthropic's minimum), low 2048, medium 8192, high
-/// 16384.
-pub(super) fn effort_budget(effort: Effort) -> Option<u64> {
-    match effort {
-        Effort::None => None,
-        Effort::Minimal => Some(MIN_THINKING_BUDGET),
-        Effort::Low => Some(2048),
-        Effort::Medium => Some(8192),
-        Effort::High => Some(16384),
-    }
-}
+pub const MIN_THINKING_BUDGET: u64 = reasoning::MIN_THINKING_BUDGET;
 
 /// OpenAI fields Anthropic has no equivalent for and that do not change what a
 /// correct answer looks like: dropped, with a debug log line naming them.
@@ -367,7 +354,7 @@ fn refuse_unsupported(chat: &ChatRequest) -> Result<(), GatewayError> {
 
 /// `thinking` and `max_tokens`: the client's `thinking` passes through (an
 /// `enabled` one checked), else `reasoning_effort` becomes a budget
-/// ([`effort_budget`]); `reasoning_effort` beside `thinking` is ignored. With a
+/// ([`reasoning::claude_budget`]); `reasoning_effort` beside `thinking` is ignored. With a
 /// budget, the output cap (which Anthropic, like OpenAI, counts reasoning in) must
 /// exceed it; without a client cap it is the budget plus [`DEFAULT_MAX_TOKENS`].
 fn thinking(chat: &ChatRequest) -> Result<(Option<Thinking<'_>>, u64), GatewayError> {
@@ -402,7 +389,7 @@ fn thinking(chat: &ChatRequest) -> Result<(Option<Thinking<'_>>, u64), GatewayEr
             Some(Thinking::Client(t))
         }
         None => {
-            budget = reasoning::effort(chat)?.and_then(effort_budget);
+            budget = reasoning::effort(chat)?.and_then(reasoning::claude_budget);
             budget.map(|budget_tokens| Thinking::Budget {
                 kind: "enabled",
                 budget_tokens,

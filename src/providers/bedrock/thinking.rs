@@ -27,26 +27,14 @@ use serde_json::Value;
 use crate::api::ChatRequest;
 use crate::error::GatewayError;
 use crate::providers::common::{unsupported, Choice};
-use crate::providers::reasoning::{self, Effort, ThinkingBlock};
+use crate::providers::reasoning::{self, ThinkingBlock};
 
 /// Smallest thinking budget Claude takes, in tokens ("Extended thinking").
-pub const MIN_BUDGET: u64 = 1024;
+pub const MIN_BUDGET: u64 = reasoning::MIN_THINKING_BUDGET;
 
 /// Room for the answer beside the thinking budget when the client sets no output
 /// cap, in tokens (the Anthropic adapter's default `max_tokens`).
 pub const DEFAULT_ANSWER_TOKENS: u64 = 4096;
-
-/// Thinking budget, in tokens, for each OpenAI `reasoning_effort` (`none` turns
-/// thinking off), as for Anthropic: minimal 1024, low 2048, medium 8192, high 16384.
-fn effort_budget(effort: Effort) -> Option<u64> {
-    match effort {
-        Effort::None => None,
-        Effort::Minimal => Some(MIN_BUDGET),
-        Effort::Low => Some(2048),
-        Effort::Medium => Some(8192),
-        Effort::High => Some(16384),
-    }
-}
 
 /// Whether Bedrock model id `model` is an Anthropic Claude model.
 pub(super) fn is_claude(model: &str) -> bool {
@@ -134,7 +122,7 @@ pub(super) fn plan<'a>(
             }
             (Thinking::Client(t), budget)
         }
-        None => match effort.and_then(effort_budget) {
+        None => match effort.and_then(reasoning::claude_budget) {
             Some(b) => (
                 Thinking::Budget {
                     kind: "enabled",
