@@ -211,13 +211,13 @@ pub enum MockFormat {
 }
 
 impl MockFormat {
-    /// The emulator's wire format; `Err` for formats not built yet (none today).
-    pub fn wire(self) -> Result<Wire, String> {
+    /// The emulator's wire format.
+    pub fn wire(self) -> Wire {
         match self {
-            MockFormat::Openai => Ok(Wire::OpenAi),
-            MockFormat::Anthropic => Ok(Wire::Anthropic),
-            MockFormat::Gemini => Ok(Wire::Gemini),
-            MockFormat::Bedrock => Ok(Wire::Bedrock),
+            MockFormat::Openai => Wire::OpenAi,
+            MockFormat::Anthropic => Wire::Anthropic,
+            MockFormat::Gemini => Wire::Gemini,
+            MockFormat::Bedrock => Wire::Bedrock,
         }
     }
 }
@@ -240,7 +240,7 @@ impl MockArgs {
             context_window: self.context_window,
             error_shape: match self.error_shape {
                 Some(s) => s,
-                None => self.format.wire()?.error_shape(),
+                None => self.format.wire().error_shape(),
             },
             prefill: self.prefill,
             ratelimit_requests: self.ratelimit_requests,
@@ -291,7 +291,7 @@ pub fn main() -> ExitCode {
         Command::DryRun(a) => dry_run::run(a),
         Command::Keys(k) => keys::run(k),
         Command::Mock(args) => {
-            let opts = match args.format.wire().and_then(|w| Ok((args.options()?, w))) {
+            let opts = match args.options().map(|o| (o, args.format.wire())) {
                 Ok(o) => o,
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -389,7 +389,7 @@ mod tests {
     fn mock_format_bedrock_speaks_bedrock_with_its_error_shape() {
         let o = mock_args(&["--format", "bedrock"]).unwrap();
         assert_eq!(o.error_shape, ErrorShape::Bedrock);
-        assert_eq!(MockFormat::Bedrock.wire().unwrap(), Wire::Bedrock);
+        assert_eq!(MockFormat::Bedrock.wire(), Wire::Bedrock);
         let o = mock_args(&["--format", "openai", "--error-shape", "bedrock"]).unwrap();
         assert_eq!(o.error_shape, ErrorShape::Bedrock);
     }
