@@ -43,7 +43,8 @@ pub struct Settings {
     /// L1 capacity in entries (default 10,000).
     pub capacity: u64,
     /// Largest Hamming distance between two prompts' 128-bit SimHashes that may be a
-    /// semantic hit (τ, default 3; seed 001).
+    /// semantic hit (τ, default 3; seed 001). Lookups find every entry within
+    /// τ ≤ 7 ([`index`]); above 7 some are missed.
     pub tau: u32,
     /// The L2 Redis URL (`redis://host:port/db`); `None`: L1 only.
     pub redis: Option<String>,
@@ -132,6 +133,9 @@ pub struct Counters {
     /// Payload bytes held in L1 now.
     pub bytes: AtomicU64,
 }
+
+/// The longest time an entry is kept (365 days); longer TTLs are cut to it.
+pub const MAX_TTL: Duration = Duration::from_secs(365 * 86_400);
 
 /// The response cache. Shared behind an `Arc`; every method takes `&self`.
 #[derive(Debug)]
@@ -262,13 +266,14 @@ impl Cache {
         None
     }
 
-    /// Stores `payload` under `key` for `ttl`. Never fails (an L2 error is counted);
-    /// returns within `Settings::redis_timeout` of the L1 write. A zero `ttl` stores
-    /// nothing.
+    /// Stores `payload` under `key` for `ttl` (at most [`MAX_TTL`]). Never fails (an
+    /// L2 error is counted); returns within `Settings::redis_timeout` of the L1 write.
+    /// A zero `ttl` stores nothing.
     pub async fn put(&self, key: &Key, payload: Bytes, ttl: Duration) {
         if ttl.is_zero() {
             return;
         }
+        let ttl = ttl.min(MAX_TTL);
         self.counters.inserts.fetch_add(1, Ordering::Relaxed);
         let meta = Meta {
             scope: key.scope,
