@@ -78,6 +78,8 @@ pub struct Key {
     normalized: String,
     /// [`text::simhash`] of `normalized` (0 for an exact key).
     simhash: u128,
+    /// What verification compares (empty for an exact key).
+    canon: verify::Canon,
     /// XXH3-128 of `normalized` (seed 0; seed 1 for an exact key): the entry's id in
     /// its scope.
     id: u128,
@@ -92,6 +94,11 @@ impl Key {
     /// The 128-bit SimHash of [`Key::text`] (0 for an exact key).
     pub fn simhash(&self) -> u128 {
         self.simhash
+    }
+
+    /// What verification compares ([`verify::Canon`]; empty for an exact key).
+    pub fn canon(&self) -> &verify::Canon {
+        &self.canon
     }
 }
 
@@ -174,15 +181,18 @@ impl Cache {
                 exact,
                 id: xxh3_128_with_seed(prompt.as_bytes(), 1),
                 simhash: 0,
+                canon: verify::Canon::default(),
                 normalized: prompt.to_string(),
             };
         }
         let normalized = text::normalize(prompt);
+        let canon = verify::canon(&normalized);
         Key {
             scope,
             exact,
             id: xxh3_128_with_seed(normalized.as_bytes(), 0),
-            simhash: text::simhash(&normalized),
+            simhash: text::simhash_of_canon(&canon.content),
+            canon,
             normalized,
         }
     }
@@ -202,8 +212,15 @@ impl Cache {
                         simhash: found.simhash,
                     };
                     let payload = found.payload.clone();
-                    self.l1
-                        .insert(meta, found.exact, found.text, found.payload, found.ttl);
+                    let canon = (!found.exact).then(|| verify::canon(&found.text));
+                    self.l1.insert(
+                        meta,
+                        found.exact,
+                        found.text,
+                        canon,
+                        found.payload,
+                        found.ttl,
+                    );
                     self.count_hit(found.distance);
                     return Some(Hit {
                         payload,
@@ -254,7 +271,10 @@ impl Cache {
             let Some(e) = self.l1.get(meta.scope, meta.id) else {
                 continue;
             };
-            if !e.exact && verify::equivalent(&e.text, &key.normalized) {
+            if e.canon
+                .as_ref()
+                .is_some_and(|c| verify::same(c, &key.canon))
+            {
                 self.count_hit(Some(d));
                 return Some(Hit {
                     payload: e.payload.clone(),
@@ -284,6 +304,7 @@ impl Cache {
             meta,
             key.exact,
             key.normalized.as_str().into(),
+            (!key.exact).then(|| key.canon.clone()),
             payload.clone(),
             ttl,
         );
