@@ -1,0 +1,202 @@
+//! Verification of a semantic candidate (issue 14, item 2): a SimHash within τ only
+//! nominates an entry; it is served only if its normalized text and the request's
+//! differ in ways proven harmless.
+//!
+//! Both texts are already normalized (`text::normalize`: case, whitespace and edge
+//! punctuation are gone). Then, word by word:
+//! 1. each word is replaced by its canonical synonym (`synonyms.txt`);
+//! 2. the words that are not [`FILLER`] must form the same sequence on both sides:
+//!    same words, same order. So a negation word, a digit, a name, a date or any
+//!    other content word one side lacks fails (content-word budget: 0), and so does a
+//!    swapped comparison (`a larger than b` vs `b larger than a`: same words, other
+//!    order);
+//! 3. filler words (politeness and greetings) may differ by at most
+//!    [`FILLER_BUDGET`] words (counted as a multiset difference).
+//!
+//! Why the content budget is 0: the hard negatives include "one added constraint"
+//! (`briefly`, `in French`, `as a haiku`), a single added content word that changes
+//! the answer; no budget above 0 can tell those from harmless additions.
+
+use std::sync::OnceLock;
+
+use rustc_hash::FxHashMap;
+
+/// The synonym groups (format and rules in the file's header).
+pub const SYNONYMS: &str = include_str!("synonyms.txt");
+
+/// Words that carry no request: they may be present on one side only, up to
+/// [`FILLER_BUDGET`] of them. Never a negation, number or content word.
+pub const FILLER: [&str; 8] = [
+    "please", "pls", "plz", "kindly", "thanks", "hi", "hello", "hey",
+];
+
+/// How many filler words the two texts may differ by.
+pub const FILLER_BUDGET: u32 = 2;
+
+fn synonyms() -> &'static FxHashMap<&'static str, &'static str> {
+    static MAP: OnceLock<FxHashMap<&'static str, &'static str>> = OnceLock::new();
+    MAP.get_or_init(|| {
+        let mut map = FxHashMap::default();
+        for line in SYNONYMS.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let Some((canon, rest)) = line.split_once(':') else {
+                continue;
+            };
+            for word in rest.split(',') {
+                let word = word.trim();
+                if !word.is_empty() {
+                    map.insert(word, canon.trim());
+                }
+            }
+        }
+        map
+    })
+}
+
+/// `word`'s canonical synonym, or `word` itself when it is in no group.
+pub fn canonical(word: &str) -> &str {
+    synonyms().get(word).copied().unwrap_or(word)
+}
+
+fn filler_index(word: &str) -> Option<usize> {
+    // Lengths differ for most words, so this is a few integer compares.
+    FILLER.iter().position(|f| *f == word)
+}
+
+/// Whether `word` (normalized) is a [`FILLER`] word.
+pub fn is_filler(word: &str) -> bool {
+    filler_index(word).is_some()
+}
+
+/// What verification compares, computed once per key and per stored entry: the
+/// canonical content words joined by single spaces (synonyms folded, filler left
+/// out; also what the SimHash is computed over) and how often each filler occurs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Canon {
+    /// Canonical content words, in order, separated by one space.
+    pub content: String,
+    /// Occurrences of each [`FILLER`] word (saturating).
+    pub fillers: [u16; FILLER.len()],
+}
+
+/// The [`Canon`] of normalized text `normalized`.
+pub fn canon(normalized: &str) -> Canon {
+    let mut c = Canon {
+        content: String::with_capacity(normalized.len()),
+        fillers: [0; FILLER.len()],
+    };
+    for word in normalized.split(' ').filter(|w| !w.is_empty()) {
+        if let Some(i) = filler_index(word) {
+            c.fillers[i] = c.fillers[i].saturating_add(1);
+            continue;
+        }
+        if !c.content.is_empty() {
+            c.content.push(' ');
+        }
+        c.content.push_str(canonical(word));
+    }
+    c
+}
+
+/// Whether two canonical forms may share an answer (module docs): the same content
+/// words in the same order (words hold no spaces, so string equality is sequence
+/// equality) and at most [`FILLER_BUDGET`] filler words apart.
+pub fn same(a: &Canon, b: &Canon) -> bool {
+    a.content == b.content
+        && a.fillers
+            .iter()
+            .zip(&b.fillers)
+            .map(|(x, y)| u32::from(x.abs_diff(*y)))
+            .sum::<u32>()
+            <= FILLER_BUDGET
+}
+
+/// Whether normalized texts `a` and `b` may share an answer (module docs).
+pub fn equivalent(a: &str, b: &str) -> bool {
+    a == b || same(&canon(a), &canon(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Words that flip or restrict a request; none may be a synonym or filler.
+    const NEGATIONS: [&str; 22] = [
+        "not",
+        "no",
+        "never",
+        "none",
+        "nor",
+        "neither",
+        "nobody",
+        "nothing",
+        "nowhere",
+        "without",
+        "cannot",
+        "can't",
+        "don't",
+        "doesn't",
+        "isn't",
+        "aren't",
+        "won't",
+        "wouldn't",
+        "shouldn't",
+        "didn't",
+        "except",
+        "avoid",
+    ];
+
+    #[test]
+    fn the_synonym_list_holds_no_negation_digit_or_repeated_word() {
+        let mut seen = std::collections::HashSet::new();
+        for line in SYNONYMS
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        {
+            let (canon, rest) = line.split_once(':').expect("`canonical: synonyms` lines");
+            for w in std::iter::once(canon).chain(rest.split(',')).map(str::trim) {
+                assert!(!w.is_empty() && w == w.to_lowercase(), "{line}");
+                assert!(!NEGATIONS.contains(&w), "negation {w} in {line}");
+                assert!(!w.chars().any(|c| c.is_ascii_digit()), "digit in {line}");
+                assert!(filler_index(w).is_none(), "filler {w} in {line}");
+                assert!(seen.insert(w.to_string()), "{w} in two groups");
+            }
+        }
+        for f in FILLER {
+            assert!(!NEGATIONS.contains(&f));
+        }
+    }
+
+    #[test]
+    fn harmless_differences_pass() {
+        assert!(equivalent(
+            "explain how tides work",
+            "describe how tides work"
+        ));
+        assert!(equivalent("please explain tides", "explain tides thanks"));
+        assert!(equivalent("hi explain tides", "explain tides"));
+    }
+
+    #[test]
+    fn meaningful_differences_fail() {
+        let base = "is 7 larger than 5 in base 10";
+        for other in [
+            "is 7 not larger than 5 in base 10",
+            "is 8 larger than 5 in base 10",
+            "is 5 larger than 7 in base 10",
+            "is 7 larger than 5 in base 10 briefly",
+            "is 7 larger than 5",
+            "est-ce que 7 est plus grand que 5 en base 10",
+        ] {
+            assert!(!equivalent(base, other), "{other}");
+        }
+        // Filler beyond the budget.
+        assert!(!equivalent(
+            "explain tides",
+            "hi hello please explain tides"
+        ));
+    }
+}
