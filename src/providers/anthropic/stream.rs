@@ -153,11 +153,14 @@ pub(super) struct AnthropicStream {
     thinking: Option<Thinking>,
     /// The finish reason, once its chunk has been written.
     finish: Option<&'static str>,
+    /// `message_start` has arrived.
+    started: bool,
 }
 
 impl AnthropicStream {
     pub(super) fn new(ctx: StreamContext) -> Self {
         AnthropicStream {
+            started: false,
             w: ChunkWriter::new(&ctx),
             include_usage: ctx.include_usage,
             prompt_estimate: ctx.prompt_tokens_estimate,
@@ -206,6 +209,7 @@ impl StreamTranscoder for AnthropicStream {
         })?;
         match ev {
             Event::MessageStart { message } => {
+                self.started = true;
                 self.w.set_id(message.id);
                 self.usage = message.usage;
                 self.w.start(out);
@@ -315,6 +319,12 @@ impl StreamTranscoder for AnthropicStream {
                 }
             }
             Event::MessageStop => {
+                // A stream that is only its end is not an (empty) answer.
+                if !self.started {
+                    return Err(bad_upstream(
+                        "Anthropic ended the stream (message_stop) without a message_start",
+                    ));
+                }
                 self.close(out);
                 return Ok(StreamStep::Done);
             }

@@ -163,6 +163,8 @@ pub(super) struct BedrockStream {
     over: bool,
     /// `[DONE]` written.
     done: bool,
+    /// `messageStart` has arrived.
+    started: bool,
 }
 
 impl BedrockStream {
@@ -181,6 +183,7 @@ impl BedrockStream {
             finish: None,
             over: false,
             done: false,
+            started: false,
         }
     }
 
@@ -254,7 +257,10 @@ impl BedrockStream {
             ))
         };
         match header(":event-type").unwrap_or("") {
-            "messageStart" => self.w.start(out),
+            "messageStart" => {
+                self.started = true;
+                self.w.start(out);
+            }
             "contentBlockStart" => {
                 let ev: BlockStart<'_> = serde_json::from_slice(payload)
                     .map_err(|e| parse_err(e, "contentBlockStart"))?;
@@ -362,6 +368,12 @@ impl BedrockStream {
                 }
             }
             "messageStop" => {
+                // A stream that is only its end is not an (empty) answer.
+                if !self.started {
+                    return Err(bad_upstream(
+                        "Bedrock ended the stream (messageStop) without a messageStart",
+                    ));
+                }
                 let ev: MessageStop =
                     serde_json::from_slice(payload).map_err(|e| parse_err(e, "messageStop"))?;
                 if self.finish.is_none() {
