@@ -712,7 +712,7 @@ async fn a_bedrock_frame_with_a_bad_crc_ends_the_stream_with_one_error_event() {
 async fn the_upstream_closing_mid_event_ends_with_one_cut_error_for_every_adapter() {
     for p in ALL {
         let next = p.text(" more");
-        for cut in [1, next.len() / 2, next.len() - 1] {
+        for cut in [1, 9, next.len() / 2, next.len() - 3] {
             let got = stream_case(p, vec![p.start(), p.text("Hello"), next[..cut].to_vec()]).await;
             assert_eq!(
                 got,
@@ -720,6 +720,20 @@ async fn the_upstream_closing_mid_event_ends_with_one_cut_error_for_every_adapte
                 "{p:?} cut {cut}"
             );
         }
+        // Cut inside the event's blank line: its JSON is whole, so its text is
+        // relayed (SSE; a Bedrock frame without its last CRC byte is not whole),
+        // and the stream still ends cut, without a finish.
+        let whole_json = if p == P::Bedrock {
+            "Hello"
+        } else {
+            "Hello more"
+        };
+        let got = stream_case(
+            p,
+            vec![p.start(), p.text("Hello"), next[..next.len() - 1].to_vec()],
+        )
+        .await;
+        assert_eq!(got, failed(whole_json, "upstream_stream_cut"), "{p:?}");
         // Closed after the last content event, with no finish at all.
         let got = stream_case(p, vec![p.start(), p.text("Hello")]).await;
         assert_eq!(got, failed("Hello", "upstream_stream_cut"), "{p:?}");
