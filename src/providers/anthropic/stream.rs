@@ -153,7 +153,7 @@ pub(super) struct AnthropicStream {
     thinking: Option<Thinking>,
     /// The finish reason, once its chunk has been written.
     finish: Option<&'static str>,
-    /// `message_start` has arrived.
+    /// `message_start` or a content block event has arrived.
     started: bool,
 }
 
@@ -207,9 +207,17 @@ impl StreamTranscoder for AnthropicStream {
                 "Anthropic sent a stream event that is not valid: {e}"
             ))
         })?;
+        if matches!(
+            ev,
+            Event::MessageStart { .. }
+                | Event::ContentBlockStart { .. }
+                | Event::ContentBlockDelta { .. }
+                | Event::ContentBlockStop { .. }
+        ) {
+            self.started = true;
+        }
         match ev {
             Event::MessageStart { message } => {
-                self.started = true;
                 self.w.set_id(message.id);
                 self.usage = message.usage;
                 self.w.start(out);
@@ -322,7 +330,7 @@ impl StreamTranscoder for AnthropicStream {
                 // A stream that is only its end is not an (empty) answer.
                 if !self.started {
                     return Err(bad_upstream(
-                        "Anthropic ended the stream (message_stop) without a message_start",
+                        "Anthropic ended the stream (message_stop) before any message_start or content block",
                     ));
                 }
                 self.close(out);

@@ -163,7 +163,8 @@ pub(super) struct BedrockStream {
     over: bool,
     /// `[DONE]` written.
     done: bool,
-    /// `messageStart` has arrived.
+    /// `messageStart` or a content block event has arrived (recorded streams do
+    /// not all begin with `messageStart`).
     started: bool,
 }
 
@@ -256,11 +257,12 @@ impl BedrockStream {
                 "Bedrock sent a `{what}` event that is not valid: {e}"
             ))
         };
-        match header(":event-type").unwrap_or("") {
-            "messageStart" => {
-                self.started = true;
-                self.w.start(out);
-            }
+        let kind = header(":event-type").unwrap_or("");
+        if kind == "messageStart" || kind.starts_with("contentBlock") {
+            self.started = true;
+        }
+        match kind {
+            "messageStart" => self.w.start(out),
             "contentBlockStart" => {
                 let ev: BlockStart<'_> = serde_json::from_slice(payload)
                     .map_err(|e| parse_err(e, "contentBlockStart"))?;
@@ -371,7 +373,7 @@ impl BedrockStream {
                 // A stream that is only its end is not an (empty) answer.
                 if !self.started {
                     return Err(bad_upstream(
-                        "Bedrock ended the stream (messageStop) without a messageStart",
+                        "Bedrock ended the stream (messageStop) before any messageStart or content block",
                     ));
                 }
                 let ev: MessageStop =

@@ -823,7 +823,7 @@ fn a_message_stop_without_message_start_is_not_a_complete_empty_answer() {
     let e = r.result.unwrap_err();
     assert_eq!(e.code, Some(crate::error::Code::UpstreamBadResponse));
     assert!(
-        e.message.contains("without a messageStart"),
+        e.message.contains("before any messageStart"),
         "{}",
         e.message
     );
