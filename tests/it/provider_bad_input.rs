@@ -778,6 +778,22 @@ async fn a_truncated_or_html_non_stream_answer_is_a_502_in_openai_shape_for_ever
             );
             rig.still_serves().await;
         }
+        // Whole JSON of the wrong shape: not an (empty) answer either.
+        let wrong: &[u8] = match p {
+            P::OpenAi => br#"{"id":"x","object":"chat.completion","model":"x"}"#,
+            P::Anthropic => br#"{"id":"msg_1","type":"message","role":"assistant"}"#,
+            P::Gemini => br#"{"candidates":[],"responseId":"r1"}"#,
+            P::Bedrock => br#"{"output":{},"stopReason":"end_turn"}"#,
+        };
+        let wrong_rig = rig(
+            p,
+            vec![Answer::Whole("200 OK", "application/json", wrong.to_vec())],
+        );
+        assert_eq!(
+            wrong_rig.ask(false).await,
+            Outcome::Refused(502, "upstream_bad_response".into()),
+            "{p:?}"
+        );
         // The untouched answer passes: the cases above failed for their fault.
         let rig = rig(
             p,

@@ -851,3 +851,28 @@ fn an_unknown_event_type_frame_is_skipped() {
     assert_eq!(r.text(), "hi");
     assert_eq!(r.finish_reasons(), ["stop"]);
 }
+
+#[test]
+fn a_converse_response_without_output_message_is_a_bad_response_not_an_empty_answer() {
+    for body in [
+        r#"{"output":{},"stopReason":"end_turn"}"#,
+        r#"{"output":{"message":null}}"#,
+    ] {
+        let e = adapter().response(body.as_bytes(), "m").unwrap_err();
+        assert_eq!(
+            e.code,
+            Some(crate::error::Code::UpstreamBadResponse),
+            "{body}"
+        );
+        assert!(e.message.contains("output.message"), "{}", e.message);
+    }
+    // A message with no blocks is an (empty) answer.
+    let out = adapter()
+        .response(
+            br#"{"output":{"message":{"role":"assistant","content":[]}},"stopReason":"end_turn"}"#,
+            "m",
+        )
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+}
