@@ -20,7 +20,9 @@ use serde::Deserialize;
 use super::{finish_reason, AnthropicUsage, ErrorDetail};
 use crate::api::Usage;
 use crate::error::{ErrorKind, GatewayError};
-use crate::providers::common::{bad_upstream, end_of_body, ChunkWriter, FunctionDelta, ToolDelta};
+use crate::providers::common::{
+    bad_upstream, end_of_body, hold, ChunkWriter, FunctionDelta, ToolDelta,
+};
 use crate::providers::reasoning::ThinkingBlock;
 use crate::providers::{StreamContext, StreamStep, StreamTranscoder};
 use crate::sse::SseEvent;
@@ -284,11 +286,12 @@ impl StreamTranscoder for AnthropicStream {
                 }
                 BlockDelta::ThinkingDelta { thinking } => {
                     let block = self.thinking_block(index)?;
-                    block.text.push_str(&thinking);
+                    hold(&mut block.text, &thinking, "thinking block")?;
                     self.w.reasoning(out, &thinking);
                 }
                 BlockDelta::SignatureDelta { signature } => {
-                    self.thinking_block(index)?.signature.push_str(&signature);
+                    let block = self.thinking_block(index)?;
+                    hold(&mut block.signature, &signature, "thinking signature")?;
                 }
                 _ => {}
             },

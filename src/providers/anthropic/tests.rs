@@ -439,3 +439,25 @@ fn unknown_events_and_pings_are_skipped_and_message_stop_alone_supplies_stop() {
     assert_eq!(r.text(), "hi");
     assert_eq!(r.finish_reasons(), ["stop"]);
 }
+
+#[test]
+fn a_thinking_block_larger_than_the_held_bound_ends_the_stream_with_an_error() {
+    let mut t = Anthropic.stream(bad_input_ctx());
+    let mut out = bytes::BytesMut::new();
+    let ev = |data: String| crate::sse::SseEvent { event: None, data };
+    for data in [
+        r#"{"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":2,"output_tokens":1}}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
+    ] {
+        t.event(&ev(data.into()), &mut out).unwrap();
+    }
+    let delta = json!({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking": "t".repeat(9 * 1024 * 1024)}}).to_string();
+    t.event(&ev(delta.clone()), &mut out).unwrap();
+    let e = t.event(&ev(delta), &mut out).unwrap_err();
+    assert_eq!(e.code, Some(crate::error::Code::UpstreamBadResponse));
+    assert!(
+        e.message.contains("thinking block larger than"),
+        "{}",
+        e.message
+    );
+}

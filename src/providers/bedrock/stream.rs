@@ -27,7 +27,7 @@ use super::{finish_reason, TokenUsage};
 use crate::api::Usage;
 use crate::error::{bounded, Code, ErrorKind, GatewayError};
 use crate::providers::common::{
-    bad_upstream, end_of_body, random_id, ChunkWriter, FunctionDelta, ToolDelta,
+    bad_upstream, end_of_body, hold, random_id, ChunkWriter, FunctionDelta, ToolDelta,
 };
 use crate::providers::reasoning::ThinkingBlock;
 use crate::providers::{StreamContext, StreamStep, StreamTranscoder};
@@ -322,14 +322,14 @@ impl BedrockStream {
                         )));
                     }
                     if let Some(text) = r.text {
-                        t.text.push_str(&text);
+                        hold(&mut t.text, &text, "reasoning block")?;
                         self.w.reasoning(out, &text);
                     }
                     if let Some(sig) = r.signature {
-                        t.signature.push_str(&sig);
+                        hold(&mut t.signature, &sig, "reasoning signature")?;
                     }
                     if let Some(data) = r.redacted_content {
-                        t.redacted.push_str(&data);
+                        hold(&mut t.redacted, &data, "redacted reasoning block")?;
                     }
                 }
             }
