@@ -124,6 +124,22 @@ impl SseParser {
         }
     }
 
+    /// At the end of the body: the event whose blank line never came (its last line
+    /// may lack its line end too), if it holds data. The WHATWG algorithm discards
+    /// it; providers' events are whole JSON documents, so a cut one still fails to
+    /// parse in the adapter, while a whole one (a server that ends its body with
+    /// `data: {...}` and no blank line) is not lost.
+    pub fn finish(&mut self) -> Option<SseEvent> {
+        if !self.has_partial() {
+            return None;
+        }
+        self.buf.extend_from_slice(b"\n\n");
+        let ev = self.next_event();
+        self.buf.clear();
+        self.scanned = 0;
+        ev
+    }
+
     /// Whether bytes of an unfinished event remain (used to tell a clean end of stream
     /// from a cut one).
     pub fn has_partial(&self) -> bool {
@@ -170,6 +186,28 @@ mod tests {
             assert_eq!(ev[2].data, "[DONE]");
             assert!(!p.has_partial());
         }
+    }
+
+    #[test]
+    fn the_last_event_without_its_blank_line_is_taken_at_the_end() {
+        for tail in ["", "\n", "\r", "\r\n"] {
+            let mut p = SseParser::new();
+            p.push(format!("data: a\n\nevent: e\ndata: {{\"x\":1}}{tail}").as_bytes())
+                .unwrap();
+            assert_eq!(p.next_event().unwrap().data, "a");
+            assert!(p.next_event().is_none());
+            let last = p.finish().unwrap();
+            assert_eq!(
+                (last.event.as_deref(), last.data.as_str()),
+                (Some("e"), "{\"x\":1}"),
+                "{tail:?}"
+            );
+            assert!(p.finish().is_none());
+        }
+        let mut p = SseParser::new();
+        p.push(b"data: a\n\n: keep-alive\n").unwrap();
+        assert!(p.next_event().is_some());
+        assert!(p.finish().is_none(), "a comment is no event");
     }
 
     #[test]

@@ -318,10 +318,40 @@ impl SseRelay {
                 let e = broken(&self.provider, &*e);
                 self.fail(e);
             }
-            Poll::Ready(None) => match self.transcoder.end(&mut self.out) {
-                Ok(()) => self.finish(),
-                Err(e) => self.fail(e),
-            },
+            Poll::Ready(None) => {
+                // An SSE body may end without the blank line of its last event.
+                if let Some(ev) = self.parser.finish() {
+                    match self.transcoder.event(&ev, &mut self.out) {
+                        Ok(StreamStep::Continue) => {}
+                        Ok(StreamStep::Done) => {
+                            self.finish();
+                            return Poll::Ready(());
+                        }
+                        // Not a whole event: the body was cut inside it.
+                        Err(e) if e.code == Some(crate::error::Code::UpstreamBadResponse) => {
+                            self.fail(
+                                GatewayError::new(
+                                    ErrorKind::BadUpstream,
+                                    format!(
+                                        "provider `{}` closed the stream in the middle of an event ({})",
+                                        self.provider, e.message
+                                    ),
+                                )
+                                .with_code(crate::error::Code::UpstreamStreamCut),
+                            );
+                            return Poll::Ready(());
+                        }
+                        Err(e) => {
+                            self.fail(e);
+                            return Poll::Ready(());
+                        }
+                    }
+                }
+                match self.transcoder.end(&mut self.out) {
+                    Ok(()) => self.finish(),
+                    Err(e) => self.fail(e),
+                }
+            }
             Poll::Pending => {
                 if self.stop.as_mut().poll(cx).is_ready() {
                     self.fail(

@@ -972,6 +972,27 @@ impl ChunkWriter {
     }
 }
 
+/// Most bytes of one piece of a stream an adapter holds until its block closes (a
+/// reasoning block's text or signature, a Gemini call's streamed arguments): 16 MiB,
+/// the bound on one server-sent event ([`crate::sse::MAX_EVENT_BYTES`]). A provider
+/// sending more is answering badly, and memory is protected from it.
+pub(crate) const MAX_HELD_BLOCK_BYTES: usize = crate::sse::MAX_EVENT_BYTES;
+
+/// Appends `piece` to `held`, a part of a block kept until the block closes.
+///
+/// # Errors
+/// 502 `upstream_bad_response` when `held` would pass [`MAX_HELD_BLOCK_BYTES`]
+/// (`what` names the block in the message).
+pub(crate) fn hold(held: &mut String, piece: &str, what: &str) -> Result<(), GatewayError> {
+    if held.len() + piece.len() > MAX_HELD_BLOCK_BYTES {
+        return Err(bad_upstream(format!(
+            "upstream sent a {what} larger than {MAX_HELD_BLOCK_BYTES} bytes"
+        )));
+    }
+    held.push_str(piece);
+    Ok(())
+}
+
 /// 502 for a stream that ended before the provider's finish marker.
 pub(crate) fn stream_cut() -> GatewayError {
     GatewayError::new(
@@ -1295,6 +1316,24 @@ mod stream_end_tests {
         w.close(&mut out, &mut finish, None);
         assert_eq!(finish, Some("length"));
         assert_eq!(events(&out), ["[DONE]"]);
+    }
+
+    #[test]
+    fn a_held_block_is_bounded() {
+        let mut held = "x".repeat(MAX_HELD_BLOCK_BYTES - 1);
+        hold(&mut held, "y", "block").unwrap();
+        let e = hold(&mut held, "z", "thinking block").unwrap_err();
+        assert_eq!(e.code, Some(Code::UpstreamBadResponse));
+        assert!(
+            e.message.contains("thinking block larger than"),
+            "{}",
+            e.message
+        );
+        assert_eq!(
+            held.len(),
+            MAX_HELD_BLOCK_BYTES,
+            "nothing appended past the bound"
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod fidelity;
 mod limits;
 mod mock_formats;
 mod policy;
+mod provider_bad_input;
 mod proxy;
 mod regression;
 mod reload;

@@ -20,7 +20,9 @@ use serde::Deserialize;
 use super::{finish_reason, AnthropicUsage, ErrorDetail};
 use crate::api::Usage;
 use crate::error::{ErrorKind, GatewayError};
-use crate::providers::common::{bad_upstream, end_of_body, ChunkWriter, FunctionDelta, ToolDelta};
+use crate::providers::common::{
+    bad_upstream, end_of_body, hold, ChunkWriter, FunctionDelta, ToolDelta,
+};
 use crate::providers::reasoning::ThinkingBlock;
 use crate::providers::{StreamContext, StreamStep, StreamTranscoder};
 use crate::sse::SseEvent;
@@ -153,11 +155,14 @@ pub(super) struct AnthropicStream {
     thinking: Option<Thinking>,
     /// The finish reason, once its chunk has been written.
     finish: Option<&'static str>,
+    /// `message_start` or a content block event has arrived.
+    started: bool,
 }
 
 impl AnthropicStream {
     pub(super) fn new(ctx: StreamContext) -> Self {
         AnthropicStream {
+            started: false,
             w: ChunkWriter::new(&ctx),
             include_usage: ctx.include_usage,
             prompt_estimate: ctx.prompt_tokens_estimate,
@@ -204,6 +209,15 @@ impl StreamTranscoder for AnthropicStream {
                 "Anthropic sent a stream event that is not valid: {e}"
             ))
         })?;
+        if matches!(
+            ev,
+            Event::MessageStart { .. }
+                | Event::ContentBlockStart { .. }
+                | Event::ContentBlockDelta { .. }
+                | Event::ContentBlockStop { .. }
+        ) {
+            self.started = true;
+        }
         match ev {
             Event::MessageStart { message } => {
                 self.w.set_id(message.id);
@@ -272,11 +286,12 @@ impl StreamTranscoder for AnthropicStream {
                 }
                 BlockDelta::ThinkingDelta { thinking } => {
                     let block = self.thinking_block(index)?;
-                    block.text.push_str(&thinking);
+                    hold(&mut block.text, &thinking, "thinking block")?;
                     self.w.reasoning(out, &thinking);
                 }
                 BlockDelta::SignatureDelta { signature } => {
-                    self.thinking_block(index)?.signature.push_str(&signature);
+                    let block = self.thinking_block(index)?;
+                    hold(&mut block.signature, &signature, "thinking signature")?;
                 }
                 _ => {}
             },
@@ -315,6 +330,12 @@ impl StreamTranscoder for AnthropicStream {
                 }
             }
             Event::MessageStop => {
+                // A stream that is only its end is not an (empty) answer.
+                if !self.started {
+                    return Err(bad_upstream(
+                        "Anthropic ended the stream (message_stop) before any message_start or content block",
+                    ));
+                }
                 self.close(out);
                 return Ok(StreamStep::Done);
             }

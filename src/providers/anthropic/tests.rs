@@ -392,3 +392,72 @@ fn error_bodies() {
     let e = Anthropic.error(401, &HeaderMap::new(), br#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#);
     assert_eq!(e.status(), 502);
 }
+
+fn bad_input_ctx() -> StreamContext {
+    StreamContext {
+        logical_model: "c".into(),
+        include_usage: false,
+        prompt_tokens_estimate: 0,
+        track: false,
+        resume: None,
+    }
+}
+
+#[test]
+fn a_message_stop_without_message_start_is_not_a_complete_empty_answer() {
+    let r = replay(
+        Anthropic.stream(bad_input_ctx()),
+        r#"{"type":"message_stop"}"#,
+        true,
+    );
+    let e = r.result.unwrap_err();
+    assert_eq!(e.code, Some(crate::error::Code::UpstreamBadResponse));
+    assert!(
+        e.message.contains("before any message_start"),
+        "{}",
+        e.message
+    );
+    assert!(!r.done && r.chunks.is_empty());
+}
+
+#[test]
+fn unknown_events_and_pings_are_skipped_and_message_stop_alone_supplies_stop() {
+    let lines = [
+        r#"{"type":"ping"}"#,
+        r#"{"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":2,"output_tokens":1}}}"#,
+        r#"{"type":"some_future_event","x":{"y":1}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}"#,
+        r#"{"type":"ping"}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"message_stop"}"#,
+    ]
+    .join("\n");
+    let r = replay(Anthropic.stream(bad_input_ctx()), &lines, true);
+    r.result.as_ref().unwrap();
+    assert!(r.done);
+    assert_eq!(r.text(), "hi");
+    assert_eq!(r.finish_reasons(), ["stop"]);
+}
+
+#[test]
+fn a_thinking_block_larger_than_the_held_bound_ends_the_stream_with_an_error() {
+    let mut t = Anthropic.stream(bad_input_ctx());
+    let mut out = bytes::BytesMut::new();
+    let ev = |data: String| crate::sse::SseEvent { event: None, data };
+    for data in [
+        r#"{"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":2,"output_tokens":1}}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
+    ] {
+        t.event(&ev(data.into()), &mut out).unwrap();
+    }
+    let delta = json!({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking": "t".repeat(9 * 1024 * 1024)}}).to_string();
+    t.event(&ev(delta.clone()), &mut out).unwrap();
+    let e = t.event(&ev(delta), &mut out).unwrap_err();
+    assert_eq!(e.code, Some(crate::error::Code::UpstreamBadResponse));
+    assert!(
+        e.message.contains("thinking block larger than"),
+        "{}",
+        e.message
+    );
+}

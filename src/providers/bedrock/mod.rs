@@ -430,8 +430,13 @@ impl Adapter for Bedrock {
                 "Bedrock sent a response that is not a Converse response: {e}"
             ))
         })?;
+        // `output` is a union whose one member is `message`: without it the answer
+        // has nothing in it, which is not an empty answer.
+        let message = r.output.message.ok_or_else(|| {
+            bad_upstream("Bedrock sent a Converse response without `output.message`")
+        })?;
         let mut c = Choice::default();
-        for b in r.output.message.map(|m| m.content).unwrap_or_default() {
+        for b in message.content {
             if let Some(t) = b.tool_use {
                 let args = t
                     .input

@@ -27,7 +27,7 @@ use super::{finish_reason, TokenUsage};
 use crate::api::Usage;
 use crate::error::{bounded, Code, ErrorKind, GatewayError};
 use crate::providers::common::{
-    bad_upstream, end_of_body, random_id, ChunkWriter, FunctionDelta, ToolDelta,
+    bad_upstream, end_of_body, hold, random_id, ChunkWriter, FunctionDelta, ToolDelta,
 };
 use crate::providers::reasoning::ThinkingBlock;
 use crate::providers::{StreamContext, StreamStep, StreamTranscoder};
@@ -163,6 +163,9 @@ pub(super) struct BedrockStream {
     over: bool,
     /// `[DONE]` written.
     done: bool,
+    /// `messageStart` or a content block event has arrived (recorded streams do
+    /// not all begin with `messageStart`).
+    started: bool,
 }
 
 impl BedrockStream {
@@ -181,6 +184,7 @@ impl BedrockStream {
             finish: None,
             over: false,
             done: false,
+            started: false,
         }
     }
 
@@ -253,7 +257,11 @@ impl BedrockStream {
                 "Bedrock sent a `{what}` event that is not valid: {e}"
             ))
         };
-        match header(":event-type").unwrap_or("") {
+        let kind = header(":event-type").unwrap_or("");
+        if kind == "messageStart" || kind.starts_with("contentBlock") {
+            self.started = true;
+        }
+        match kind {
             "messageStart" => self.w.start(out),
             "contentBlockStart" => {
                 let ev: BlockStart<'_> = serde_json::from_slice(payload)
@@ -314,14 +322,14 @@ impl BedrockStream {
                         )));
                     }
                     if let Some(text) = r.text {
-                        t.text.push_str(&text);
+                        hold(&mut t.text, &text, "reasoning block")?;
                         self.w.reasoning(out, &text);
                     }
                     if let Some(sig) = r.signature {
-                        t.signature.push_str(&sig);
+                        hold(&mut t.signature, &sig, "reasoning signature")?;
                     }
                     if let Some(data) = r.redacted_content {
-                        t.redacted.push_str(&data);
+                        hold(&mut t.redacted, &data, "redacted reasoning block")?;
                     }
                 }
             }
@@ -362,6 +370,12 @@ impl BedrockStream {
                 }
             }
             "messageStop" => {
+                // A stream that is only its end is not an (empty) answer.
+                if !self.started {
+                    return Err(bad_upstream(
+                        "Bedrock ended the stream (messageStop) before any messageStart or content block",
+                    ));
+                }
                 let ev: MessageStop =
                     serde_json::from_slice(payload).map_err(|e| parse_err(e, "messageStop"))?;
                 if self.finish.is_none() {

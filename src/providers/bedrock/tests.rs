@@ -810,3 +810,69 @@ fn thinking_blocks_are_replayed_as_reasoning_content_blocks() {
         ])
     );
 }
+
+#[test]
+fn a_message_stop_without_message_start_is_not_a_complete_empty_answer() {
+    let mut bytes = frame("event", "messageStop", r#"{"stopReason":"end_turn"}"#);
+    bytes.extend(frame(
+        "event",
+        "metadata",
+        r#"{"usage":{"inputTokens":1,"outputTokens":0,"totalTokens":1}}"#,
+    ));
+    let r = replay_bytes(&bytes, &[bytes.len()], false);
+    let e = r.result.unwrap_err();
+    assert_eq!(e.code, Some(crate::error::Code::UpstreamBadResponse));
+    assert!(
+        e.message.contains("before any messageStart"),
+        "{}",
+        e.message
+    );
+    assert!(!r.done);
+}
+
+#[test]
+fn an_unknown_event_type_frame_is_skipped() {
+    let mut bytes = frame("event", "someFutureEvent", r#"{"x":1}"#);
+    bytes.extend(frame("event", "messageStart", r#"{"role":"assistant"}"#));
+    bytes.extend(frame("event", "someFutureEvent", "not even json"));
+    bytes.extend(frame(
+        "event",
+        "contentBlockDelta",
+        r#"{"contentBlockIndex":0,"delta":{"text":"hi"}}"#,
+    ));
+    bytes.extend(frame(
+        "event",
+        "messageStop",
+        r#"{"stopReason":"end_turn"}"#,
+    ));
+    let r = replay_bytes(&bytes, &[3], false);
+    r.result.as_ref().unwrap();
+    assert!(r.done);
+    assert_eq!(r.text(), "hi");
+    assert_eq!(r.finish_reasons(), ["stop"]);
+}
+
+#[test]
+fn a_converse_response_without_output_message_is_a_bad_response_not_an_empty_answer() {
+    for body in [
+        r#"{"output":{},"stopReason":"end_turn"}"#,
+        r#"{"output":{"message":null}}"#,
+    ] {
+        let e = adapter().response(body.as_bytes(), "m").unwrap_err();
+        assert_eq!(
+            e.code,
+            Some(crate::error::Code::UpstreamBadResponse),
+            "{body}"
+        );
+        assert!(e.message.contains("output.message"), "{}", e.message);
+    }
+    // A message with no blocks is an (empty) answer.
+    let out = adapter()
+        .response(
+            br#"{"output":{"message":{"role":"assistant","content":[]}},"stopReason":"end_turn"}"#,
+            "m",
+        )
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+}

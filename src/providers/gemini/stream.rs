@@ -15,6 +15,7 @@ use crate::api::Usage;
 use crate::error::{ErrorKind, GatewayError};
 use crate::providers::common::{
     bad_upstream, end_of_body, random_id, ChunkWriter, FunctionDelta, ToolDelta,
+    MAX_HELD_BLOCK_BYTES,
 };
 use crate::providers::{StreamContext, StreamStep, StreamTranscoder};
 use crate::sse::SseEvent;
@@ -26,6 +27,9 @@ struct Pending {
     args: Value,
     /// The JSON path whose string value continues in the next partial argument.
     continues: Option<String>,
+    /// Bytes of paths and values received for `args`, bounded by
+    /// [`MAX_HELD_BLOCK_BYTES`].
+    held: usize,
 }
 
 /// The transcoder for one Gemini stream.
@@ -137,6 +141,12 @@ impl GeminiStream {
         let p = self.pending.as_mut().ok_or_else(|| {
             bad_upstream("Gemini streamed function arguments outside a function call")
         })?;
+        p.held += arg.json_path.len() + arg.string_value.as_ref().map_or(8, String::len);
+        if p.held > MAX_HELD_BLOCK_BYTES {
+            return Err(bad_upstream(format!(
+                "Gemini streamed function arguments larger than {MAX_HELD_BLOCK_BYTES} bytes"
+            )));
+        }
         let append = p.continues.as_deref() == Some(arg.json_path.as_str());
         let at = slot(&mut p.args, &arg.json_path).ok_or_else(|| {
             bad_upstream(format!(
@@ -198,6 +208,7 @@ impl GeminiStream {
                 index,
                 args,
                 continues: None,
+                held: 0,
             });
         }
         for arg in f.partial_args {

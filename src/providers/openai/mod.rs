@@ -309,6 +309,7 @@ impl Adapter for OpenAi {
             include_usage: ctx.include_usage,
             prompt_tokens: ctx.prompt_tokens_estimate,
             finished: false,
+            chunks: false,
             usage_seen: false,
             deltas: 0,
             id,
@@ -336,6 +337,8 @@ struct OpenAiStream {
     prompt_tokens: u64,
     /// A chunk with a `finish_reason` has been seen.
     finished: bool,
+    /// A chunk has been seen (an answer that is only `[DONE]` is not one).
+    chunks: bool,
     usage_seen: bool,
     /// Chunks that carried content (text or tool-call pieces).
     deltas: u64,
@@ -414,6 +417,36 @@ impl OpenAiStream {
         if keep {
             write_event(out, &v);
         }
+        Ok(())
+    }
+
+    /// The upstream's `[DONE]`: closes the answer ([`OpenAiStream::close`]). Some
+    /// servers end with `[DONE]` and no `finish_reason`; the client then gets a
+    /// `stop` finish chunk first, as the translating adapters write one when the
+    /// provider's stop event came without a reason.
+    ///
+    /// # Errors
+    /// 502 `upstream_bad_response` when `[DONE]` came before any chunk: an answer
+    /// with nothing in it is not a complete one.
+    fn done(&mut self, out: &mut BytesMut) -> Result<(), GatewayError> {
+        if !self.chunks {
+            return Err(bad_chunk(
+                "upstream ended the stream with [DONE] before sending any chunk".into(),
+            ));
+        }
+        if !self.finished {
+            let chunk = serde_json::json!({
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            });
+            write_event(out, &chunk);
+            self.finished = true;
+            self.progress.sent.finished = true;
+        }
+        self.close(out);
         Ok(())
     }
 
@@ -507,6 +540,31 @@ fn reported_usage(raw: &RawValue) -> Option<Usage> {
     )
 }
 
+/// 502 `upstream_error` for an error the upstream reported mid-stream, `v` being its
+/// error object (or a string); the message is bounded to 500 bytes.
+fn mid_stream_error(v: &Value) -> GatewayError {
+    let msg = v
+        .get("message")
+        .and_then(Value::as_str)
+        .or_else(|| v.as_str())
+        .unwrap_or("unknown error");
+    GatewayError::new(
+        ErrorKind::BadUpstream,
+        format!(
+            "upstream reported an error mid-stream: {}",
+            crate::error::bounded(msg, 500)
+        ),
+    )
+    .with_code(crate::error::Code::UpstreamError)
+}
+
+/// The error of an `event: error` event, whose data is `{"error": {...}}`, the error
+/// object itself, or text.
+fn named_error(data: &str) -> GatewayError {
+    let v: Value = serde_json::from_str(data).unwrap_or_else(|_| Value::String(data.into()));
+    mid_stream_error(v.get("error").unwrap_or(&v))
+}
+
 /// 502 for a stream chunk that is not what OpenAI documents.
 fn bad_chunk(why: String) -> GatewayError {
     GatewayError::new(ErrorKind::BadUpstream, why)
@@ -516,8 +574,21 @@ fn bad_chunk(why: String) -> GatewayError {
 impl StreamTranscoder for OpenAiStream {
     fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> Result<StreamStep, GatewayError> {
         let data = event.data.trim();
+        match event.event.as_deref() {
+            // Chat Completions chunks carry no event name (`message` is the SSE
+            // default one).
+            None | Some("" | "message") => {}
+            Some("error") => return Err(named_error(data)),
+            Some(other) => {
+                tracing::debug!(
+                    event = %crate::error::bounded(other, 64),
+                    "OpenAI-format stream event type not handled; skipped"
+                );
+                return Ok(StreamStep::Continue);
+            }
+        }
         if data == "[DONE]" {
-            self.close(out);
+            self.done(out)?;
             return Ok(StreamStep::Done);
         }
         if data.is_empty() {
@@ -532,17 +603,9 @@ impl StreamTranscoder for OpenAiStream {
         })?;
         if let Some(err) = chunk.error {
             let v: Value = serde_json::from_str(err.get()).unwrap_or(Value::Null);
-            let msg = v
-                .get("message")
-                .and_then(Value::as_str)
-                .or_else(|| v.as_str())
-                .unwrap_or("unknown error");
-            return Err(GatewayError::new(
-                ErrorKind::BadUpstream,
-                format!("upstream reported an error mid-stream: {msg}"),
-            )
-            .with_code(crate::error::Code::UpstreamError));
+            return Err(mid_stream_error(&v));
         }
+        self.chunks = true;
         let choices = chunk.choices.as_deref().unwrap_or(&[]);
         if let Some(u) = chunk.usage {
             self.usage_seen = true;

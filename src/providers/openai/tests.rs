@@ -295,3 +295,92 @@ fn cache_control_markers_are_removed_for_openai_format_providers() {
     let v2 = sent(&c);
     assert_eq!(v, v2);
 }
+
+/// The events a transcoder gets for raw SSE `text`, run to the end.
+fn relay_raw(text: &str) -> (Vec<String>, Result<(), GatewayError>) {
+    let mut t = OpenAi::standard().stream(StreamContext {
+        logical_model: "m".into(),
+        include_usage: false,
+        prompt_tokens_estimate: 0,
+        track: false,
+        resume: None,
+    });
+    let mut out = BytesMut::new();
+    let mut parser = SseParser::new();
+    parser.push(text.as_bytes()).unwrap();
+    let mut r = None;
+    while let Some(ev) = parser.next_event() {
+        match t.event(&ev, &mut out) {
+            Ok(StreamStep::Continue) => {}
+            Ok(StreamStep::Done) => {
+                r = Some(Ok(()));
+                break;
+            }
+            Err(e) => {
+                r = Some(Err(e));
+                break;
+            }
+        }
+    }
+    let r = r.unwrap_or_else(|| t.end(&mut out));
+    let events = String::from_utf8(out.to_vec())
+        .unwrap()
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: ").map(str::to_string))
+        .collect();
+    (events, r)
+}
+
+const ROLE: &str = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":3,\"model\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
+
+#[test]
+fn done_without_a_finish_reason_gets_a_stop_finish_chunk() {
+    let (events, r) = relay_raw(&format!("{ROLE}data: [DONE]\n\n"));
+    r.unwrap();
+    assert_eq!(events.len(), 3, "{events:?}");
+    let finish: Value = serde_json::from_str(&events[1]).unwrap();
+    assert_eq!(finish["choices"][0]["finish_reason"], "stop");
+    assert_eq!(finish["id"], "c1");
+    assert_eq!(finish["created"], 3);
+    assert_eq!(finish["model"], "m");
+    assert_eq!(events[2], "[DONE]");
+}
+
+#[test]
+fn done_after_a_finish_reason_adds_no_second_one() {
+    let finish = "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n";
+    let (events, r) = relay_raw(&format!("{ROLE}{finish}data: [DONE]\n\n"));
+    r.unwrap();
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert_eq!(events[2], "[DONE]");
+}
+
+#[test]
+fn done_before_any_chunk_is_a_bad_response_not_an_empty_answer() {
+    let (events, r) = relay_raw("data: [DONE]\n\n");
+    let e = r.unwrap_err();
+    assert_eq!(e.code, Some(crate::error::Code::UpstreamBadResponse));
+    assert!(events.is_empty(), "{events:?}");
+}
+
+#[test]
+fn an_unknown_named_event_is_skipped_not_relayed_as_a_chunk() {
+    let (events, r) = relay_raw(&format!(
+        "event: foo\ndata: {{\"type\":\"foo\"}}\n\n{ROLE}event: message\ndata: {{\"id\":\"c1\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\ndata: [DONE]\n\n"
+    ));
+    r.unwrap();
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert!(!events.iter().any(|e| e.contains("foo")), "{events:?}");
+}
+
+#[test]
+fn a_named_error_event_ends_the_stream_with_its_message() {
+    let (_, r) = relay_raw(&format!(
+        "{ROLE}event: error\ndata: {{\"error\":{{\"message\":\"model crashed\"}}}}\n\n"
+    ));
+    let e = r.unwrap_err();
+    assert_eq!(e.code, Some(crate::error::Code::UpstreamError));
+    assert!(e.message.contains("model crashed"), "{}", e.message);
+    let (_, r) = relay_raw(&format!("{ROLE}event: error\ndata: not json\n\n"));
+    assert!(r.unwrap_err().message.contains("not json"));
+}
