@@ -117,6 +117,8 @@ pub struct CachePhase {
     prices: HashMap<Arc<str>, Pricing>,
     /// The store's counters as last exported to `/metrics`.
     exported: [AtomicU64; 3],
+    /// Entries this gateway wrote.
+    stored: Arc<AtomicU64>,
 }
 
 /// What a lookup decided.
@@ -133,6 +135,7 @@ pub struct Ticket {
     store: Arc<Cache>,
     key: Key,
     ttl: Duration,
+    stored: Arc<AtomicU64>,
 }
 
 impl CachePhase {
@@ -166,6 +169,7 @@ impl CachePhase {
             store: OnceLock::new(),
             prices,
             exported: Default::default(),
+            stored: Arc::new(AtomicU64::new(0)),
         };
         if c.enabled || turns_cache_on(policy) {
             phase.store();
@@ -184,6 +188,12 @@ impl CachePhase {
                 }
             })
             .as_ref()
+    }
+
+    /// Entries this gateway has written since it started (stores run off the
+    /// request path, so a complete answer is counted shortly after its response).
+    pub fn stored(&self) -> u64 {
+        self.stored.load(Ordering::Acquire)
     }
 
     /// Adds what the store counted since the last call to `/metrics` (evictions, L2
@@ -318,6 +328,7 @@ pub(super) async fn lookup(
         store: store.clone(),
         key,
         ttl,
+        stored: phase.stored.clone(),
     };
     if !c.read {
         ctx.cache = Some(CacheStatus::Bypass);
@@ -447,6 +458,7 @@ pub(super) fn store_whole(
 impl Ticket {
     async fn put(self, payload: Bytes) {
         self.store.put(&self.key, payload, self.ttl).await;
+        self.stored.fetch_add(1, Ordering::Release);
         metrics::counter!(t::CACHE_STORES).increment(1);
     }
 }
