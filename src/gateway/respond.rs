@@ -77,10 +77,10 @@ pub fn stamp(gw: &Gateway, h: &mut HeaderMap, version: &str, ctx: Option<&Reques
         }
     }
     if let Some(status) = ctx.cache {
-        super::cache::stamp(h, status);
         if matches!(status, super::cache::CacheStatus::Hit { .. }) {
             put(h, ENDPOINT_HEADER, super::log::CACHE_ENDPOINT);
         }
+        super::cache::stamp(h, status);
     }
     if ctx.attempts > 0 {
         h.insert(ATTEMPTS_HEADER, HeaderValue::from(ctx.attempts));
