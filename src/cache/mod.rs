@@ -1,21 +1,41 @@
 //! The response cache (issue 14; seed 001, "Semantic Cache"): the store behind the
 //! gateway's cache phase, between route and dispatch.
 //!
-//! This file is the interface the gateway codes against. The store below is the
-//! first, exact-only version (a whole-text match within a scope, in one map, with
-//! per-entry expiry); SimHash keys, the banded index, verification, TinyLFU L1 and
-//! the Redis L2 replace its insides without changing the interface.
+//! This file is the interface the gateway codes against; the pieces behind it:
+//! - [`text`]: normalization and the 128-bit SimHash over character 3-grams;
+//! - [`verify`]: the check every semantic candidate passes before it is served
+//!   (only case, whitespace, edge punctuation, listed synonyms and a little filler
+//!   may differ; never a negation, number or content word);
+//! - [`index`]: the banded (multi-index hashing) lookup, no scan of all entries;
+//! - [`l1`]: moka with TinyLFU admission and per-entry TTL, the index kept in step
+//!   by its eviction listener;
+//! - [`l2`]: Redis shared by every instance, under a deadline with a back-off.
+//!
+//! A lookup: L1 by identical text, then L1 semantic candidates (closest verified
+//! wins), then L2 the same way (a hit fills L1). A store writes L1, then L2 within
+//! the deadline.
 //!
 //! The gateway owns what a stored payload means (`Bytes` here) and what goes into a
 //! key's `scope`: a 128-bit hash of everything besides the prompt text that changes
-//! the answer (logical model, sampling settings, tools, system prompt, earlier turns).
+//! the answer (logical model, sampling settings, tools — sorted, so their order does
+//! not matter —, system prompt, earlier turns).
 
-use std::collections::HashMap;
+pub mod index;
+pub mod l1;
+pub mod l2;
+pub mod text;
+pub mod verify;
+
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
+use xxhash_rust::xxh3::xxh3_128_with_seed;
+
+use self::index::Meta;
+use self::l1::L1;
+use self::l2::{L2Error, L2};
 
 /// How the cache is built (the gateway fills it from the `cache:` config section).
 #[derive(Debug, Clone)]
@@ -52,8 +72,26 @@ pub struct Key {
     pub scope: u128,
     /// `true`: only the identical text hits (`cache exact`).
     pub exact: bool,
-    /// The prompt text after normalization.
+    /// The prompt text after normalization ([`text::normalize`]); the raw text for
+    /// an exact key.
     normalized: String,
+    /// [`text::simhash`] of `normalized` (0 for an exact key).
+    simhash: u128,
+    /// XXH3-128 of `normalized` (seed 0; seed 1 for an exact key): the entry's id in
+    /// its scope.
+    id: u128,
+}
+
+impl Key {
+    /// The text the key was made of, normalized (raw for an exact key).
+    pub fn text(&self) -> &str {
+        &self.normalized
+    }
+
+    /// The 128-bit SimHash of [`Key::text`] (0 for an exact key).
+    pub fn simhash(&self) -> u128 {
+        self.simhash
+    }
 }
 
 /// Which tier answered.
@@ -99,8 +137,9 @@ pub struct Counters {
 #[derive(Debug)]
 pub struct Cache {
     settings: Settings,
-    map: Mutex<HashMap<(u128, String), (Bytes, Instant)>>,
-    counters: Counters,
+    l1: L1,
+    l2: Option<L2>,
+    counters: Arc<Counters>,
 }
 
 impl Cache {
@@ -109,23 +148,37 @@ impl Cache {
     /// # Errors
     /// A Redis URL that does not parse.
     pub fn new(settings: &Settings) -> Result<Cache, String> {
+        let counters = Arc::new(Counters::default());
+        let l2 = match &settings.redis {
+            Some(url) => Some(L2::new(url, settings.redis_timeout, &settings.namespace)?),
+            None => None,
+        };
         Ok(Cache {
             settings: settings.clone(),
-            map: Mutex::new(HashMap::new()),
-            counters: Counters::default(),
+            l1: L1::new(settings.capacity, counters.clone()),
+            l2,
+            counters,
         })
     }
 
     /// The key of `prompt` (the text of the turn being answered) within `scope`.
+    /// `exact`: the raw text, hashed; else normalized and SimHashed ([`text`]).
     pub fn key(&self, scope: u128, prompt: &str, exact: bool) -> Key {
-        let normalized = if exact {
-            prompt.to_string()
-        } else {
-            prompt.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase()
-        };
+        if exact {
+            return Key {
+                scope,
+                exact,
+                id: xxh3_128_with_seed(prompt.as_bytes(), 1),
+                simhash: 0,
+                normalized: prompt.to_string(),
+            };
+        }
+        let normalized = text::normalize(prompt);
         Key {
             scope,
             exact,
+            id: xxh3_128_with_seed(normalized.as_bytes(), 0),
+            simhash: text::simhash(&normalized),
             normalized,
         }
     }
@@ -133,41 +186,123 @@ impl Cache {
     /// The stored answer for `key`, if one is servable. Never fails: an L2 error or
     /// timeout counts in [`Counters::l2_errors`] and is a miss.
     pub async fn get(&self, key: &Key) -> Option<Hit> {
-        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        match map.get(&(key.scope, key.normalized.clone())) {
-            Some((payload, until)) if *until > Instant::now() => {
-                self.counters.exact_hits.fetch_add(1, Ordering::Relaxed);
-                Some(Hit {
-                    payload: payload.clone(),
-                    distance: None,
-                    tier: Tier::L1,
-                })
-            }
-            _ => {
-                self.counters.misses.fetch_add(1, Ordering::Relaxed);
-                None
+        if let Some(hit) = self.get_l1(key) {
+            return Some(hit);
+        }
+        if let Some(l2) = &self.l2 {
+            match l2.get(key, self.settings.tau, verify::equivalent).await {
+                Ok(Some(found)) => {
+                    let meta = Meta {
+                        scope: key.scope,
+                        id: found.id,
+                        simhash: found.simhash,
+                    };
+                    let payload = found.payload.clone();
+                    self.l1
+                        .insert(meta, found.exact, found.text, found.payload, found.ttl);
+                    self.count_hit(found.distance);
+                    return Some(Hit {
+                        payload,
+                        distance: found.distance,
+                        tier: Tier::L2,
+                    });
+                }
+                Ok(None) | Err(L2Error::BackingOff) => {}
+                Err(e) => {
+                    tracing::debug!(error = ?e, "cache L2 lookup failed; a miss");
+                    self.counters.l2_errors.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
+        self.counters.misses.fetch_add(1, Ordering::Relaxed);
+        None
     }
 
-    /// Stores `payload` under `key` for `ttl`. Never fails (an L2 error is counted).
+    fn count_hit(&self, distance: Option<u32>) {
+        let c = match distance {
+            None => &self.counters.exact_hits,
+            Some(_) => &self.counters.semantic_hits,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// L1 only: the identical text, else the closest verified candidate.
+    fn get_l1(&self, key: &Key) -> Option<Hit> {
+        if let Some(e) = self.l1.get(key.scope, key.id) {
+            if e.exact == key.exact && *e.text == *key.normalized {
+                self.count_hit(None);
+                return Some(Hit {
+                    payload: e.payload.clone(),
+                    distance: None,
+                    tier: Tier::L1,
+                });
+            }
+        }
+        if key.exact {
+            return None;
+        }
+        // The index lock is released before L1 is read (its listener takes it).
+        let candidates = self
+            .l1
+            .index()
+            .candidates(key.scope, key.simhash, self.settings.tau);
+        for (d, meta) in candidates {
+            let Some(e) = self.l1.get(meta.scope, meta.id) else {
+                continue;
+            };
+            if !e.exact && verify::equivalent(&e.text, &key.normalized) {
+                self.count_hit(Some(d));
+                return Some(Hit {
+                    payload: e.payload.clone(),
+                    distance: Some(d),
+                    tier: Tier::L1,
+                });
+            }
+        }
+        None
+    }
+
+    /// Stores `payload` under `key` for `ttl`. Never fails (an L2 error is counted);
+    /// returns within `Settings::redis_timeout` of the L1 write. A zero `ttl` stores
+    /// nothing.
     pub async fn put(&self, key: &Key, payload: Bytes, ttl: Duration) {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() as u64 >= self.settings.capacity {
+        if ttl.is_zero() {
             return;
         }
         self.counters.inserts.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .bytes
-            .fetch_add(payload.len() as u64, Ordering::Relaxed);
-        map.insert(
-            (key.scope, key.normalized.clone()),
-            (payload, Instant::now() + ttl),
+        let meta = Meta {
+            scope: key.scope,
+            id: key.id,
+            simhash: key.simhash,
+        };
+        self.l1.insert(
+            meta,
+            key.exact,
+            key.normalized.as_str().into(),
+            payload.clone(),
+            ttl,
         );
+        if let Some(l2) = &self.l2 {
+            match l2.put(key, &payload, ttl).await {
+                Ok(()) | Err(L2Error::BackingOff) => {}
+                Err(e) => {
+                    tracing::debug!(error = ?e, "cache L2 store failed");
+                    self.counters.l2_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
     }
 
     /// The counters.
     pub fn counters(&self) -> &Counters {
         &self.counters
     }
+
+    /// L1 alone (tests and the benchmark look inside).
+    pub fn l1(&self) -> &L1 {
+        &self.l1
+    }
 }
+
+#[cfg(test)]
+mod tests;

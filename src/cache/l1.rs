@@ -1,0 +1,151 @@
+//! L1: entries in process memory (issue 14, item 4; seed 001, "Cache Storage").
+//!
+//! A `moka` cache keyed by (scope, id): TinyLFU admission (a new entry displaces
+//! a resident only if it has been asked for more often, by a count-min sketch of
+//! recent keys) and eviction by entry count, with each entry's own TTL through
+//! moka's `Expiry`. Moka's eviction listener (any removal: evicted for room,
+//! expired, replaced, refused at admission) takes the entry out of the banded
+//! [`Index`] and out of [`Counters::bytes`], so the index only nominates entries
+//! that L1 still holds or is about to drop; a nominated entry L1 no longer has is
+//! simply skipped.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use moka::notification::RemovalCause;
+use moka::Expiry;
+
+use super::index::{Index, Meta};
+use super::Counters;
+
+/// One stored answer.
+#[derive(Debug)]
+pub struct Stored {
+    /// What the index knows of it.
+    pub meta: Meta,
+    /// `true`: stored under an exact key (raw text, never a semantic candidate).
+    pub exact: bool,
+    /// The normalized text (the raw text for an exact key), for verification.
+    pub text: Box<str>,
+    /// The gateway's payload.
+    pub payload: Bytes,
+    /// Time to live from insertion into L1.
+    pub ttl: Duration,
+    /// Slot in the index.
+    slot: u32,
+}
+
+struct PerEntry;
+
+impl Expiry<(u128, u128), Arc<Stored>> for PerEntry {
+    fn expire_after_create(
+        &self,
+        _: &(u128, u128),
+        v: &Arc<Stored>,
+        _: Instant,
+    ) -> Option<Duration> {
+        Some(v.ttl)
+    }
+
+    fn expire_after_update(
+        &self,
+        _: &(u128, u128),
+        v: &Arc<Stored>,
+        _: Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(v.ttl)
+    }
+}
+
+/// The L1 tier.
+pub struct L1 {
+    map: moka::sync::Cache<(u128, u128), Arc<Stored>>,
+    index: Arc<Index>,
+    counters: Arc<Counters>,
+}
+
+impl std::fmt::Debug for L1 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("L1")
+            .field("entries", &self.map.entry_count())
+            .field("indexed", &self.index.len())
+            .finish()
+    }
+}
+
+impl L1 {
+    /// An empty L1 of at most `capacity` entries.
+    pub fn new(capacity: u64, counters: Arc<Counters>) -> L1 {
+        let index = Arc::new(Index::default());
+        let (idx, cnt) = (index.clone(), counters.clone());
+        let map = moka::sync::Cache::builder()
+            .max_capacity(capacity)
+            .expire_after(PerEntry)
+            .eviction_listener(move |_, v: Arc<Stored>, cause| {
+                idx.remove(v.slot);
+                cnt.bytes
+                    .fetch_sub(v.payload.len() as u64, Ordering::Relaxed);
+                if matches!(cause, RemovalCause::Size | RemovalCause::Expired) {
+                    cnt.evictions.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+            .build();
+        L1 {
+            map,
+            index,
+            counters,
+        }
+    }
+
+    /// Stores an entry (replacing one with the same scope and id).
+    pub fn insert(&self, meta: Meta, exact: bool, text: Box<str>, payload: Bytes, ttl: Duration) {
+        // Indexed before moka sees it: moka may refuse or evict it during `insert`,
+        // and its listener must find the slot to free.
+        let slot = if exact {
+            u32::MAX
+        } else {
+            self.index.insert(meta)
+        };
+        self.counters
+            .bytes
+            .fetch_add(payload.len() as u64, Ordering::Relaxed);
+        let stored = Arc::new(Stored {
+            meta,
+            exact,
+            text,
+            payload,
+            ttl,
+            slot,
+        });
+        self.map.insert((meta.scope, meta.id), stored);
+    }
+
+    /// The entry stored under (scope, id), if live.
+    pub fn get(&self, scope: u128, id: u128) -> Option<Arc<Stored>> {
+        self.map.get(&(scope, id))
+    }
+
+    /// The banded index over the semantic entries.
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    /// Runs moka's pending maintenance (evictions, listener calls) now; tests use it
+    /// to observe a settled state.
+    pub fn settle(&self) {
+        self.map.run_pending_tasks();
+    }
+
+    /// Entries held (after [`L1::settle`], exact).
+    pub fn len(&self) -> u64 {
+        self.map.entry_count()
+    }
+
+    /// Whether no entry is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

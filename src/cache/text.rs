@@ -1,0 +1,170 @@
+//! Prompt text → normalized text → 128-bit SimHash (seed 001, "Cache Key Generation").
+//!
+//! **Normalization** (what the cache treats as the same text):
+//! 1. Unicode lowercase.
+//! 2. Whitespace runs (any Unicode whitespace) become one space; leading and trailing
+//!    whitespace goes.
+//! 3. Sentence punctuation at the edges of a word goes: `. , ; : ! ? " ' ` ( ) [ ] { }`,
+//!    typographic quotes, `…` and `¿ ¡`. Everything else stays, so `-5`, `$5`, `5%`,
+//!    `x > y`, `c++` and `3.14` keep their sign, unit, operator and inner dot; a token
+//!    made only of sentence punctuation disappears. `’` inside a word becomes `'`.
+//!
+//! Why edge punctuation only: a trailing `?` or a comma does not change what is asked,
+//! but an inner `.` (`3.14` vs `314`), a leading `-` or a symbol token (`<` vs `>`) can.
+//!
+//! **SimHash**: features are the character 3-grams of the normalized text, with each
+//! word first replaced by its canonical synonym (`synonyms.txt`) and filler words
+//! (`verify::FILLER`) left out, weighted by how often they occur. Why fold them: one
+//! changed word of a short prompt moves ~20 of the 128 bits, so without folding a
+//! listed synonym or a `please` would be out of reach of any useful τ (on the
+//! evaluation set, filler variants went from 15 of 226 found to all of them); the
+//! folding cannot cost precision, as verification still checks every word. Each feature is hashed with XXH3-128 (seed 0, the same on every
+//! instance and release, pinned by a test); bit `i` of the SimHash is set when more
+//! features have bit `i` set than not. Texts shorter than 3 characters are one feature.
+//!
+//! Why n = 3: on the evaluation set (`tests/data/cache-pairs.jsonl`) trigrams keep
+//! an edit's footprint small (one changed character touches 3 features), while
+//! 1- and 2-grams are shared by almost every English text and carry little signal.
+
+use xxhash_rust::xxh3::xxh3_128;
+
+use super::verify::{canonical, is_filler};
+
+/// Character n-gram length of the SimHash features.
+pub const NGRAM: usize = 3;
+
+fn is_edge_punct(c: char) -> bool {
+    matches!(
+        c,
+        '.' | ','
+            | ';'
+            | ':'
+            | '!'
+            | '?'
+            | '"'
+            | '\''
+            | '`'
+            | '('
+            | ')'
+            | '['
+            | ']'
+            | '{'
+            | '}'
+            | '“'
+            | '”'
+            | '‘'
+            | '’'
+            | '«'
+            | '»'
+            | '…'
+            | '¿'
+            | '¡'
+    )
+}
+
+/// The normalized form of `text` (module docs): lowercase words of it without edge
+/// punctuation, separated by single spaces.
+pub fn normalize(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for word in text.split_whitespace() {
+        let word = word.trim_matches(is_edge_punct);
+        if word.is_empty() {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        for c in word.chars() {
+            if c == '’' {
+                out.push('\'');
+            } else if c.is_ascii() {
+                out.push(c.to_ascii_lowercase());
+            } else {
+                out.extend(c.to_lowercase());
+            }
+        }
+    }
+    out
+}
+
+/// The 128-bit SimHash of normalized text `normalized` (module docs).
+pub fn simhash(normalized: &str) -> u128 {
+    // The hashed text: every word replaced by its canonical synonym.
+    let mut folded = String::with_capacity(normalized.len());
+    for word in normalized.split(' ').filter(|w| !is_filler(w)) {
+        if !folded.is_empty() {
+            folded.push(' ');
+        }
+        folded.push_str(canonical(word));
+    }
+    let mut counts = [0i32; 128];
+    let mut add = |feature: &[u8]| {
+        let h = xxh3_128(feature);
+        for (i, c) in counts.iter_mut().enumerate() {
+            // Branch-free ±1 per bit.
+            *c += (((h >> i) & 1) as i32) * 2 - 1;
+        }
+    };
+    let bytes = folded.as_bytes();
+    if folded.is_ascii() {
+        if bytes.len() < NGRAM {
+            add(bytes);
+        }
+        for w in bytes.windows(NGRAM) {
+            add(w);
+        }
+    } else {
+        // Character (not byte) n-grams: byte offsets of every character start.
+        let starts: Vec<usize> = folded.char_indices().map(|(i, _)| i).collect();
+        if starts.len() < NGRAM {
+            add(bytes);
+        } else {
+            for w in 0..=starts.len() - NGRAM {
+                let end = starts.get(w + NGRAM).copied().unwrap_or(bytes.len());
+                add(&bytes[starts[w]..end]);
+            }
+        }
+    }
+    let mut out = 0u128;
+    for (i, c) in counts.iter().enumerate() {
+        if *c > 0 {
+            out |= 1 << i;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalization_drops_case_spacing_and_edge_punctuation_only() {
+        assert_eq!(
+            normalize("  What IS\tthe capital,  of \"France\"?? "),
+            "what is the capital of france"
+        );
+        assert_eq!(normalize("Is -5 < $3.50 (or 5%)?"), "is -5 < $3.50 or 5%");
+        assert_eq!(normalize("don’t ... stop"), "don't stop");
+        assert_eq!(normalize(" ?! "), "");
+        assert_eq!(normalize("ÉCOLE Straße"), "école straße");
+    }
+
+    #[test]
+    fn simhash_is_pinned_across_releases() {
+        // Entries in a shared Redis outlive a deploy: a changed hash would orphan
+        // them. This value must only change with a new key namespace.
+        let h = simhash(&normalize("What is the capital of France?"));
+        assert_eq!(h, 78829717815075527594788779932494842197);
+        assert_eq!(simhash(""), simhash(""));
+        assert_ne!(simhash("ab"), simhash("ba"));
+    }
+
+    #[test]
+    fn a_listed_synonym_or_filler_costs_no_bits_an_unlisted_word_many() {
+        let a = simhash("explain how tides work");
+        assert_eq!(a, simhash("describe how tides work"));
+        assert_eq!(a, simhash("hi please explain how tides work"));
+        assert!((a ^ simhash("explain how rivers work")).count_ones() > 6);
+    }
+}

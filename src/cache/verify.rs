@@ -1,0 +1,184 @@
+//! Verification of a semantic candidate (issue 14, item 2): a SimHash within τ only
+//! nominates an entry; it is served only if its normalized text and the request's
+//! differ in ways proven harmless.
+//!
+//! Both texts are already normalized (`text::normalize`: case, whitespace and edge
+//! punctuation are gone). Then, word by word:
+//! 1. each word is replaced by its canonical synonym (`synonyms.txt`);
+//! 2. the words that are not [`FILLER`] must form the same sequence on both sides:
+//!    same words, same order. So a negation word, a digit, a name, a date or any
+//!    other content word one side lacks fails (content-word budget: 0), and so does a
+//!    swapped comparison (`a larger than b` vs `b larger than a`: same words, other
+//!    order);
+//! 3. filler words (politeness and greetings) may differ by at most
+//!    [`FILLER_BUDGET`] words (counted as a multiset difference).
+//!
+//! Why the content budget is 0: the hard negatives include "one added constraint"
+//! (`briefly`, `in French`, `as a haiku`), a single added content word that changes
+//! the answer; no budget above 0 can tell those from harmless additions.
+
+use std::sync::OnceLock;
+
+use rustc_hash::FxHashMap;
+
+/// The synonym groups (format and rules in the file's header).
+pub const SYNONYMS: &str = include_str!("synonyms.txt");
+
+/// Words that carry no request: they may be present on one side only, up to
+/// [`FILLER_BUDGET`] of them. Never a negation, number or content word.
+pub const FILLER: [&str; 8] = [
+    "please", "pls", "plz", "kindly", "thanks", "hi", "hello", "hey",
+];
+
+/// How many filler words the two texts may differ by.
+pub const FILLER_BUDGET: u32 = 2;
+
+fn synonyms() -> &'static FxHashMap<&'static str, &'static str> {
+    static MAP: OnceLock<FxHashMap<&'static str, &'static str>> = OnceLock::new();
+    MAP.get_or_init(|| {
+        let mut map = FxHashMap::default();
+        for line in SYNONYMS.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let Some((canon, rest)) = line.split_once(':') else {
+                continue;
+            };
+            for word in rest.split(',') {
+                let word = word.trim();
+                if !word.is_empty() {
+                    map.insert(word, canon.trim());
+                }
+            }
+        }
+        map
+    })
+}
+
+/// `word`'s canonical synonym, or `word` itself when it is in no group.
+pub fn canonical(word: &str) -> &str {
+    synonyms().get(word).copied().unwrap_or(word)
+}
+
+fn filler_index(word: &str) -> Option<usize> {
+    FILLER.iter().position(|f| *f == word)
+}
+
+/// Whether `word` (normalized) is a [`FILLER`] word.
+pub fn is_filler(word: &str) -> bool {
+    filler_index(word).is_some()
+}
+
+/// The canonical content words of normalized text `t`, in order.
+fn content(t: &str) -> impl Iterator<Item = &str> {
+    t.split(' ')
+        .filter(|w| !w.is_empty())
+        .map(canonical)
+        .filter(|w| filler_index(w).is_none())
+}
+
+/// Whether normalized texts `a` and `b` may share an answer (module docs).
+pub fn equivalent(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    // Compared as iterators: no allocation, stops at the first differing word.
+    if !content(a).eq(content(b)) {
+        return false;
+    }
+    let mut diff = [0i32; FILLER.len()];
+    for w in a.split(' ') {
+        if let Some(i) = filler_index(w) {
+            diff[i] += 1;
+        }
+    }
+    for w in b.split(' ') {
+        if let Some(i) = filler_index(w) {
+            diff[i] -= 1;
+        }
+    }
+    diff.iter().map(|d| d.unsigned_abs()).sum::<u32>() <= FILLER_BUDGET
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Words that flip or restrict a request; none may be a synonym or filler.
+    const NEGATIONS: [&str; 22] = [
+        "not",
+        "no",
+        "never",
+        "none",
+        "nor",
+        "neither",
+        "nobody",
+        "nothing",
+        "nowhere",
+        "without",
+        "cannot",
+        "can't",
+        "don't",
+        "doesn't",
+        "isn't",
+        "aren't",
+        "won't",
+        "wouldn't",
+        "shouldn't",
+        "didn't",
+        "except",
+        "avoid",
+    ];
+
+    #[test]
+    fn the_synonym_list_holds_no_negation_digit_or_repeated_word() {
+        let mut seen = std::collections::HashSet::new();
+        for line in SYNONYMS
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        {
+            let (canon, rest) = line.split_once(':').expect("`canonical: synonyms` lines");
+            for w in std::iter::once(canon).chain(rest.split(',')).map(str::trim) {
+                assert!(!w.is_empty() && w == w.to_lowercase(), "{line}");
+                assert!(!NEGATIONS.contains(&w), "negation {w} in {line}");
+                assert!(!w.chars().any(|c| c.is_ascii_digit()), "digit in {line}");
+                assert!(filler_index(w).is_none(), "filler {w} in {line}");
+                assert!(seen.insert(w.to_string()), "{w} in two groups");
+            }
+        }
+        for f in FILLER {
+            assert!(!NEGATIONS.contains(&f));
+        }
+    }
+
+    #[test]
+    fn harmless_differences_pass() {
+        assert!(equivalent(
+            "explain how tides work",
+            "describe how tides work"
+        ));
+        assert!(equivalent("please explain tides", "explain tides thanks"));
+        assert!(equivalent("hi explain tides", "explain tides"));
+    }
+
+    #[test]
+    fn meaningful_differences_fail() {
+        let base = "is 7 larger than 5 in base 10";
+        for other in [
+            "is 7 not larger than 5 in base 10",
+            "is 8 larger than 5 in base 10",
+            "is 5 larger than 7 in base 10",
+            "is 7 larger than 5 in base 10 briefly",
+            "is 7 larger than 5",
+            "est-ce que 7 est plus grand que 5 en base 10",
+        ] {
+            assert!(!equivalent(base, other), "{other}");
+        }
+        // Filler beyond the budget.
+        assert!(!equivalent(
+            "explain tides",
+            "hi hello please explain tides"
+        ));
+    }
+}
