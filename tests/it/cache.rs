@@ -325,3 +325,97 @@ fn a_policy_test_expecting_cache_on_passes() {
         .unwrap();
     assert!(!out.status.success());
 }
+
+#[tokio::test]
+async fn a_synonym_is_a_semantic_hit_with_its_distance_and_a_negation_misses() {
+    let (addr, hits) = upstream(false);
+    let gw = start_app(&config(addr, "enabled: true"), &[]).await;
+    let r = send(&gw, &ask("Explain how ocean tides work.", false, ""), &[]).await;
+    assert_eq!(cache_header(&r), "miss");
+    stored(&gw, 1).await;
+    let r = send(&gw, &ask("Describe how ocean tides work?", false, ""), &[]).await;
+    assert_eq!(cache_header(&r), "hit");
+    assert_eq!(r.headers["x-switchyard-cache-distance"], "0");
+    let r = send(&gw, &ask("Explain how ocean tides do not work.", false, ""), &[]).await;
+    assert_eq!(cache_header(&r), "miss");
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+
+    // `mode: exact`: only the identical text hits.
+    let (addr, hits) = upstream(false);
+    let gw = start_app(&config(addr, "enabled: true, mode: exact"), &[]).await;
+    send(&gw, &ask("Explain how ocean tides work.", false, ""), &[]).await;
+    stored(&gw, 1).await;
+    let r = send(&gw, &ask("Describe how ocean tides work?", false, ""), &[]).await;
+    assert_eq!(cache_header(&r), "miss");
+    let r = send(&gw, &ask("Explain how ocean tides work.", false, ""), &[]).await;
+    assert_eq!(cache_header(&r), "hit");
+    assert!(!r.headers.contains_key("x-switchyard-cache-distance"));
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+}
+
+/// A `redis-server` on a free loopback port, killed on drop.
+struct Redis {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_redis() -> Redis {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = std::process::Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("redis-server is required for this test and could not be started ({e}); install it (Debian: apt-get install redis-server; scripts/test.sh does)")
+        });
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "redis-server did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Redis { child, port }
+}
+
+#[tokio::test]
+async fn two_instances_sharing_redis_share_a_hit_in_either_shape() {
+    let redis = start_redis();
+    let (addr, hits) = upstream(false);
+    let cache = format!(
+        "enabled: true, redis: 'redis://127.0.0.1:{}', redis_timeout_ms: 2000",
+        redis.port
+    );
+    let a = start_app(&config(addr, &cache), &[]).await;
+    let b = start_app(&config(addr, &cache), &[]).await;
+    let body = ask("shared between instances", true, "");
+    let r = send(&a, &body, &[]).await;
+    assert_eq!(cache_header(&r), "miss");
+    stored(&a, 1).await;
+    // The other instance has nothing in memory: the hit comes from Redis, whole.
+    let r = send(&b, &ask("shared between instances", false, ""), &[]).await;
+    assert_eq!(cache_header(&r), "hit", "{}", r.text());
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "Hello world");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    let m = get(&b.url("/metrics")).await.text();
+    assert!(metric(&m, "switchyard_cache_hits_total", &[("tier", "l2")]) >= 1.0, "{m}");
+
+    // Redis gone: lookups and stores degrade to misses, requests still succeed.
+    drop(redis);
+    let r = send(&b, &ask("after redis died", false, ""), &[]).await;
+    assert_eq!(cache_header(&r), "miss");
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+}
