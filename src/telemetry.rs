@@ -133,15 +133,33 @@ pub fn install() -> Option<PrometheusHandle> {
                 LIMIT_BACKEND_ERRORS,
                 "Failed or timed-out calls to the rate-limit state (Redis)."
             );
-            metrics::describe_counter!(CACHE_HITS, "Requests answered from the cache, by kind and tier.");
+            metrics::describe_counter!(
+                CACHE_HITS,
+                "Requests answered from the cache, by kind and tier."
+            );
             metrics::describe_counter!(CACHE_MISSES, "Cache lookups that found nothing servable.");
-            metrics::describe_counter!(CACHE_BYPASSES, "Requests that did not read the cache, by reason.");
+            metrics::describe_counter!(
+                CACHE_BYPASSES,
+                "Requests that did not read the cache, by reason."
+            );
             metrics::describe_counter!(CACHE_STORES, "Complete answers written to the cache.");
-            metrics::describe_counter!(CACHE_EVICTIONS, "Cache entries evicted for room or expired.");
-            metrics::describe_counter!(CACHE_L2_ERRORS, "Failed or timed-out calls to the L2 cache (Redis).");
+            metrics::describe_counter!(
+                CACHE_EVICTIONS,
+                "Cache entries evicted for room or expired."
+            );
+            metrics::describe_counter!(
+                CACHE_L2_ERRORS,
+                "Failed or timed-out calls to the L2 cache (Redis)."
+            );
             metrics::describe_gauge!(CACHE_BYTES, "Payload bytes held in the L1 cache.");
-            metrics::describe_counter!(CACHE_TOKENS_SAVED, "Provider tokens not spent thanks to cache hits.");
-            metrics::describe_gauge!(CACHE_USD_SAVED, "USD not spent thanks to cache hits, by model.");
+            metrics::describe_counter!(
+                CACHE_TOKENS_SAVED,
+                "Provider tokens not spent thanks to cache hits."
+            );
+            metrics::describe_gauge!(
+                CACHE_USD_SAVED,
+                "USD not spent thanks to cache hits, by model."
+            );
             Some(handle)
         })
         .clone()

@@ -111,7 +111,10 @@ mod tests {
         let c = parse_str(&yaml, None).unwrap();
         assert!(c.cache.enabled && c.cache.stochastic);
         assert_eq!(c.cache.mode, CacheMode::Exact);
-        assert_eq!((c.cache.tau, c.cache.ttl_ms, c.cache.capacity), (2, 600_000, 50));
+        assert_eq!(
+            (c.cache.tau, c.cache.ttl_ms, c.cache.capacity),
+            (2, 600_000, 50)
+        );
         assert_eq!(c.cache.redis.as_deref(), Some("redis://127.0.0.1:6379"));
         assert_eq!(c.cache.redis_timeout_ms, 20);
         assert_eq!(c.cache.replay, Replay::Compressed);
@@ -139,6 +142,9 @@ mod tests {
         assert!(text.contains("did you mean \"enabled\""), "{text}");
         let yaml = format!("{BASE}cache: {{ ttl: 1x }}\n");
         let errs = parse_str(&yaml, None).unwrap_err().to_string();
-        assert!(errs.contains("cache.ttl") && errs.contains("units"), "{errs}");
+        assert!(
+            errs.contains("cache.ttl") && errs.contains("units"),
+            "{errs}"
+        );
     }
 }

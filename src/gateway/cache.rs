@@ -319,9 +319,8 @@ pub(super) async fn lookup(
         return Ok(Lookup::Dispatch(None));
     };
     let (scope, prompt, whole_conversation) = scope(chat);
-    let exact = whole_conversation
-        || cfg.mode == CacheMode::Exact
-        || setting.is_some_and(|s| s.exact);
+    let exact =
+        whole_conversation || cfg.mode == CacheMode::Exact || setting.is_some_and(|s| s.exact);
     let key = store.key(scope, &prompt, exact);
     let ttl = Duration::from_millis(setting.and_then(|s| s.ttl_ms).unwrap_or(cfg.ttl_ms));
     let ticket = Ticket {
@@ -359,7 +358,11 @@ fn serve(
         // No provider tokens were spent: the charged estimate goes back.
         permit.settle(None, &Usage::default());
     }
-    let kind = if distance.is_some() { "semantic" } else { "exact" };
+    let kind = if distance.is_some() {
+        "semantic"
+    } else {
+        "exact"
+    };
     let tier = match tier {
         Tier::L1 => "l1",
         Tier::L2 => "l2",
@@ -380,7 +383,12 @@ fn serve(
     let id = format!("chatcmpl-{:024x}", rand::random::<u128>() >> 32);
     let created = unix_now();
     if chat.is_stream() {
-        let events = entry.stream(&id, created, chat.wants_usage_chunk(), gw.cache.config.replay);
+        let events = entry.stream(
+            &id,
+            created,
+            chat.wants_usage_chunk(),
+            gw.cache.config.replay,
+        );
         body::event_stream(replay(events))
     } else {
         body::json(http::StatusCode::OK, entry.whole(&id, created))
@@ -435,10 +443,9 @@ pub(super) fn store_whole(
             let rest = taken;
             let head = futures_util::stream::once(std::future::ready(Ok(frame)));
             use futures_util::StreamExt as _;
-            *resp.body_mut() = http_body_util::StreamBody::new(
-                head.chain(http_body_util::BodyStream::new(rest)),
-            )
-            .boxed_unsync();
+            *resp.body_mut() =
+                http_body_util::StreamBody::new(head.chain(http_body_util::BodyStream::new(rest)))
+                    .boxed_unsync();
             return;
         }
         _ => {
@@ -504,9 +511,9 @@ impl Tee {
     /// long to store.
     pub(super) fn push(&mut self, b: &Bytes) -> bool {
         let now = Instant::now();
-        let gap = self
-            .last
-            .map_or(0, |l| u32::try_from(now.duration_since(l).as_millis()).unwrap_or(u32::MAX));
+        let gap = self.last.map_or(0, |l| {
+            u32::try_from(now.duration_since(l).as_millis()).unwrap_or(u32::MAX)
+        });
         self.last = Some(now);
         self.bytes += b.len();
         self.frames.push((gap, b.clone()));
@@ -534,7 +541,7 @@ fn scope(chat: &ChatRequest) -> (u128, String, bool) {
     str_(&mut h, &chat.model);
     match chat.temperature {
         // 0 and -0 are the same setting.
-        Some(t) if t == 0.0 => h.update(b"t0"),
+        Some(0.0) => h.update(b"t0"),
         Some(t) => {
             h.update(b"t");
             h.update(&t.to_bits().to_le_bytes());
@@ -565,7 +572,10 @@ fn scope(chat: &ChatRequest) -> (u128, String, bool) {
     let mut extra: Vec<(&String, &Value)> = chat
         .extra
         .iter()
-        .filter(|(k, _)| !LABELS.contains(&k.as_str()))
+        .filter(|(k, v)| {
+            // `n: 1` is the default: the same request as without it.
+            !(LABELS.contains(&k.as_str()) || k.as_str() == "n" && v.as_u64() == Some(1))
+        })
         .collect();
     extra.sort_by(|a, b| a.0.cmp(b.0));
     h.update(b"X");
@@ -723,6 +733,7 @@ mod tests {
             r#"{"model":"m","temperature":0,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"something else"}]}"#,
             r#"{"temperature":0.0,"model":"m","user":"u1","metadata":{"a":"b"},"messages":[{"content":"be brief","role":"system"},{"role":"user","content":"hi there"}]}"#,
             r#"{"model":"m","temperature":0,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi there"}]}"#,
+            r#"{"model":"m","temperature":0,"n":1,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi there"}]}"#,
         ];
         for b in same {
             assert_eq!(scope_of(b).0, s, "{b}");
@@ -762,7 +773,10 @@ mod tests {
         let msg = r#""messages":[{"role":"user","content":"x"}]"#;
         let req = |extra: &str| parse(&format!(r#"{{"model":"m",{msg}{extra}}}"#));
         assert!(cacheable(&req(r#","temperature":0"#), false));
-        assert!(!cacheable(&req(""), false), "absent temperature is OpenAI's 1");
+        assert!(
+            !cacheable(&req(""), false),
+            "absent temperature is OpenAI's 1"
+        );
         assert!(!cacheable(&req(r#","temperature":0.7"#), false));
         assert!(cacheable(&req(r#","temperature":0.7"#), true));
         assert!(!cacheable(&req(r#","temperature":0,"n":2"#), false));
@@ -787,13 +801,22 @@ mod tests {
         };
         assert_eq!(controls(&h(&[])).unwrap(), all);
         let none = Controls::default();
-        assert_eq!(controls(&h(&[("cache-control", "max-age=0, No-Store")])).unwrap(), none);
-        assert_eq!(controls(&h(&[("x-switchyard-cache", "OFF")])).unwrap(), none);
+        assert_eq!(
+            controls(&h(&[("cache-control", "max-age=0, No-Store")])).unwrap(),
+            none
+        );
+        assert_eq!(
+            controls(&h(&[("x-switchyard-cache", "OFF")])).unwrap(),
+            none
+        );
         let no_read = Controls {
             read: false,
             store: true,
         };
-        assert_eq!(controls(&h(&[("cache-control", "no-cache")])).unwrap(), no_read);
+        assert_eq!(
+            controls(&h(&[("cache-control", "no-cache")])).unwrap(),
+            no_read
+        );
         assert!(controls(&h(&[("x-switchyard-cache", "maybe")])).is_err());
     }
 }

@@ -279,10 +279,7 @@ impl Entry {
                 "usage".into(),
                 serde_json::to_value(usage).unwrap_or(Value::Null),
             );
-            out.push((
-                Duration::ZERO,
-                event(&rest_of(&obj).unwrap_or_default()),
-            ));
+            out.push((Duration::ZERO, event(&rest_of(&obj).unwrap_or_default())));
         }
         out.push((Duration::ZERO, Bytes::from_static(b"data: [DONE]\n\n")));
         out
@@ -513,9 +510,28 @@ mod tests {
     #[test]
     fn a_stream_is_replayed_with_its_gaps_and_assembled_whole() {
         let frames = vec![
-            (0, frame(&[r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#])),
-            (40, frame(&[r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#, r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":null}]}"#])),
-            (30, frame(&[r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\""}}]},"finish_reason":null}]}"#, r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":":1}"}}]},"finish_reason":"tool_calls"}]}"#, r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#, "[DONE]"])),
+            (
+                0,
+                frame(&[
+                    r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#,
+                ]),
+            ),
+            (
+                40,
+                frame(&[
+                    r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#,
+                    r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":null}]}"#,
+                ]),
+            ),
+            (
+                30,
+                frame(&[
+                    r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\""}}]},"finish_reason":null}]}"#,
+                    r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":":1}"}}]},"finish_reason":"tool_calls"}]}"#,
+                    r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#,
+                    "[DONE]",
+                ]),
+            ),
         ];
         let usage = Some(Usage::new(3, 4));
         let e = Entry::from_stream(&frames, usage, origin(), 10).unwrap();
@@ -544,9 +560,20 @@ mod tests {
 
     #[test]
     fn incomplete_or_failed_streams_make_no_entry() {
-        let no_finish = vec![(0, frame(&[r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#]))];
+        let no_finish = vec![(
+            0,
+            frame(&[
+                r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#,
+            ]),
+        )];
         assert!(Entry::from_stream(&no_finish, None, origin(), 0).is_none());
-        let error = vec![(0, frame(&[r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}"#, r#"{"error":{"message":"boom"}}"#]))];
+        let error = vec![(
+            0,
+            frame(&[
+                r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}"#,
+                r#"{"error":{"message":"boom"}}"#,
+            ]),
+        )];
         assert!(Entry::from_stream(&error, None, origin(), 0).is_none());
         assert!(Entry::from_whole(br#"{"model":"m","choices":[]}"#, origin(), 0).is_none());
         assert!(Entry::decode(br#"{"v":99}"#).is_none());

@@ -116,7 +116,11 @@ async fn a_second_identical_request_is_a_hit_and_the_upstream_sees_one() {
     assert_eq!(cache_header(&second), "hit");
     assert_eq!(second.headers["x-switchyard-endpoint"], "cache");
     assert!(!second.headers.contains_key("x-switchyard-attempts"));
-    assert_eq!(hits.load(Ordering::SeqCst), 1, "the hit reached no upstream");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "the hit reached no upstream"
+    );
     let (a, b) = (first.json(), second.json());
     assert_eq!(a["choices"], b["choices"]);
     assert_eq!(a["usage"], b["usage"]);
@@ -128,11 +132,24 @@ async fn a_second_identical_request_is_a_hit_and_the_upstream_sees_one() {
     assert_eq!(hits.load(Ordering::SeqCst), 2);
 
     let m = get(&gw.url("/metrics")).await.text();
-    assert!(metric(&m, "switchyard_cache_hits_total", &[("kind", "exact")]) >= 1.0, "{m}");
-    assert!(metric(&m, "switchyard_cache_tokens_saved_total", &[]) >= 11.0, "{m}");
-    assert!(metric(&m, "switchyard_cache_usd_saved_total", &[("model", "m")]) > 0.0, "{m}");
     assert!(
-        metric(&m, "switchyard_requests_total", &[("endpoint", "cache"), ("model", "m")]) >= 1.0,
+        metric(&m, "switchyard_cache_hits_total", &[("kind", "exact")]) >= 1.0,
+        "{m}"
+    );
+    assert!(
+        metric(&m, "switchyard_cache_tokens_saved_total", &[]) >= 11.0,
+        "{m}"
+    );
+    assert!(
+        metric(&m, "switchyard_cache_usd_saved_total", &[("model", "m")]) > 0.0,
+        "{m}"
+    );
+    assert!(
+        metric(
+            &m,
+            "switchyard_requests_total",
+            &[("endpoint", "cache"), ("model", "m")]
+        ) >= 1.0,
         "{m}"
     );
 }
@@ -158,7 +175,11 @@ async fn a_stored_stream_answers_whole_and_a_stored_whole_answer_streams() {
     let again = send(&gw, &ask("stream me", true, ""), &[]).await;
     assert_eq!(cache_header(&again), "hit");
     assert_eq!(clean_text(&again), "Hello world");
-    assert!(again.events().iter().all(|e| !e.contains("\"usage\"")), "{}", again.text());
+    assert!(
+        again.events().iter().all(|e| !e.contains("\"usage\"")),
+        "{}",
+        again.text()
+    );
     assert_eq!(hits.load(Ordering::SeqCst), 1);
 
     // Whole first, then streamed with the usage chunk asked for.
@@ -238,7 +259,11 @@ async fn a_stream_cut_midway_is_not_stored() {
     let gw = start_app(&config(addr, "enabled: true"), &[]).await;
     let body = ask("cut me", true, "");
     let r = send(&gw, &body, &[]).await;
-    assert!(r.events().iter().any(|e| e.contains("\"error\"")), "{}", r.text());
+    assert!(
+        r.events().iter().any(|e| e.contains("\"error\"")),
+        "{}",
+        r.text()
+    );
     let r = send(&gw, &body, &[]).await;
     assert_eq!(cache_header(&r), "miss");
     assert_eq!(hits.load(Ordering::SeqCst), 2);
@@ -307,8 +332,8 @@ fn a_policy_test_expecting_cache_on_passes() {
         .arg(&cfg)
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
     // And a wrong expectation fails.
     std::fs::write(
@@ -336,7 +361,12 @@ async fn a_synonym_is_a_semantic_hit_with_its_distance_and_a_negation_misses() {
     let r = send(&gw, &ask("Describe how ocean tides work?", false, ""), &[]).await;
     assert_eq!(cache_header(&r), "hit");
     assert_eq!(r.headers["x-switchyard-cache-distance"], "0");
-    let r = send(&gw, &ask("Explain how ocean tides do not work.", false, ""), &[]).await;
+    let r = send(
+        &gw,
+        &ask("Explain how ocean tides do not work.", false, ""),
+        &[],
+    )
+    .await;
     assert_eq!(cache_header(&r), "miss");
     assert_eq!(hits.load(Ordering::SeqCst), 2);
 
@@ -411,7 +441,10 @@ async fn two_instances_sharing_redis_share_a_hit_in_either_shape() {
     assert_eq!(r.json()["choices"][0]["message"]["content"], "Hello world");
     assert_eq!(hits.load(Ordering::SeqCst), 1);
     let m = get(&b.url("/metrics")).await.text();
-    assert!(metric(&m, "switchyard_cache_hits_total", &[("tier", "l2")]) >= 1.0, "{m}");
+    assert!(
+        metric(&m, "switchyard_cache_hits_total", &[("tier", "l2")]) >= 1.0,
+        "{m}"
+    );
 
     // Redis gone: lookups and stores degrade to misses, requests still succeed.
     drop(redis);
