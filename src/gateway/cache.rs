@@ -13,7 +13,8 @@
 //!    most 1 (several choices are neither replayed nor assembled).
 //!
 //! The key is the prompt text (the last user message's text parts) within a scope:
-//! an XXH3-128 hash of everything else that changes the answer — the logical model,
+//! an XXH3-128 hash of everything else that changes the answer — the logical model
+//! asked for and the one the decision chose (its plan's first endpoint's), the
 //! temperature, both output caps, the tools (sorted by function name, each as
 //! canonical JSON with sorted keys), every other request field except those that
 //! only label the request (`user`, `metadata`, `store`, `prompt_cache_key`,
@@ -318,7 +319,15 @@ pub(super) async fn lookup(
     let Some(store) = phase.store() else {
         return Ok(Lookup::Dispatch(None));
     };
-    let (scope, prompt, whole_conversation) = scope(chat);
+    // The logical model the decision chose (a rule may send a request elsewhere,
+    // an A/B split arms differently): part of the scope, so one arm's answer is
+    // never served to the other.
+    let target = ctx
+        .plan
+        .first()
+        .and_then(|&i| gw.registry.endpoints.get(i))
+        .map_or("", |e| &*e.model);
+    let (scope, prompt, whole_conversation) = scope(chat, target);
     let exact =
         whole_conversation || cfg.mode == CacheMode::Exact || setting.is_some_and(|s| s.exact);
     let key = store.key(scope, &prompt, exact);
@@ -535,10 +544,11 @@ impl Tee {
 
 /// The scope hash, the prompt text, and whether the whole conversation is the
 /// scope (the last message is not a user turn).
-fn scope(chat: &ChatRequest) -> (u128, String, bool) {
+fn scope(chat: &ChatRequest, target: &str) -> (u128, String, bool) {
     let mut h = Xxh3::new();
     str_(&mut h, "switchyard-cache-scope-v1");
     str_(&mut h, &chat.model);
+    str_(&mut h, target);
     match chat.temperature {
         // 0 and -0 are the same setting.
         Some(0.0) => h.update(b"t0"),
@@ -719,7 +729,14 @@ mod tests {
     }
 
     fn scope_of(body: &str) -> (u128, String, bool) {
-        scope(&parse(body))
+        scope(&parse(body), "m")
+    }
+
+    #[test]
+    fn the_model_the_decision_chose_is_in_the_scope() {
+        let body = parse(r#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#);
+        assert_ne!(scope(&body, "m").0, scope(&body, "m-canary").0);
+        assert_eq!(scope(&body, "m").0, scope(&body, "m").0);
     }
 
     #[test]

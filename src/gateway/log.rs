@@ -111,9 +111,17 @@ impl RequestLog {
     /// A request for `model` answered from the cache (whole or stream), logged as
     /// endpoint `cache` with status 200 when its answer is ready.
     pub fn cache_served(&self, model: &str, started: Instant) {
-        if let Some((c, d)) = self.cached.get(model) {
-            c.increment(1);
-            d.record(started.elapsed().as_secs_f64());
+        let took = started.elapsed().as_secs_f64();
+        match self.cached.get(model) {
+            Some((c, d)) => {
+                c.increment(1);
+                d.record(took);
+            }
+            // A model only a policy knows (not in the registry): labelled as asked.
+            None => {
+                metrics::counter!(t::REQUESTS, "model" => model.to_string(), "endpoint" => CACHE_ENDPOINT, "status" => "200").increment(1);
+                metrics::histogram!(t::DURATION, "model" => model.to_string(), "endpoint" => CACHE_ENDPOINT).record(took);
+            }
         }
         tracing::debug!(model, "answered from the cache");
     }
