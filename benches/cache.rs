@@ -125,7 +125,7 @@ fn main() {
                     cache
                         .l1()
                         .get(m.scope, m.id)
-                        .filter(|e| verify::equivalent(&e.text, k.text()))
+                        .filter(|e| e.canon.as_ref().is_some_and(|c| verify::same(c, k.canon())))
                 });
             black_box(found.is_some())
         })

@@ -18,6 +18,7 @@ use moka::notification::RemovalCause;
 use moka::Expiry;
 
 use super::index::{Index, Meta};
+use super::verify::Canon;
 use super::Counters;
 
 /// One stored answer.
@@ -27,8 +28,10 @@ pub struct Stored {
     pub meta: Meta,
     /// `true`: stored under an exact key (raw text, never a semantic candidate).
     pub exact: bool,
-    /// The normalized text (the raw text for an exact key), for verification.
+    /// The normalized text (the raw text for an exact key).
     pub text: Box<str>,
+    /// What verification compares (`None` for an exact key).
+    pub canon: Option<Canon>,
     /// The gateway's payload.
     pub payload: Bytes,
     /// Time to live from insertion into L1.
@@ -101,7 +104,15 @@ impl L1 {
     }
 
     /// Stores an entry (replacing one with the same scope and id).
-    pub fn insert(&self, meta: Meta, exact: bool, text: Box<str>, payload: Bytes, ttl: Duration) {
+    pub fn insert(
+        &self,
+        meta: Meta,
+        exact: bool,
+        text: Box<str>,
+        canon: Option<Canon>,
+        payload: Bytes,
+        ttl: Duration,
+    ) {
         // Indexed before moka sees it: moka may refuse or evict it during `insert`,
         // and its listener must find the slot to free.
         let slot = if exact {
@@ -116,6 +127,7 @@ impl L1 {
             meta,
             exact,
             text,
+            canon,
             payload,
             ttl,
             slot,

@@ -43,7 +43,8 @@ pub struct Settings {
     /// L1 capacity in entries (default 10,000).
     pub capacity: u64,
     /// Largest Hamming distance between two prompts' 128-bit SimHashes that may be a
-    /// semantic hit (τ, default 3; seed 001).
+    /// semantic hit (τ, default 3; seed 001). Lookups find every entry within
+    /// τ ≤ 7 ([`index`]); above 7 some are missed.
     pub tau: u32,
     /// The L2 Redis URL (`redis://host:port/db`); `None`: L1 only.
     pub redis: Option<String>,
@@ -77,6 +78,8 @@ pub struct Key {
     normalized: String,
     /// [`text::simhash`] of `normalized` (0 for an exact key).
     simhash: u128,
+    /// What verification compares (empty for an exact key).
+    canon: verify::Canon,
     /// XXH3-128 of `normalized` (seed 0; seed 1 for an exact key): the entry's id in
     /// its scope.
     id: u128,
@@ -91,6 +94,11 @@ impl Key {
     /// The 128-bit SimHash of [`Key::text`] (0 for an exact key).
     pub fn simhash(&self) -> u128 {
         self.simhash
+    }
+
+    /// What verification compares ([`verify::Canon`]; empty for an exact key).
+    pub fn canon(&self) -> &verify::Canon {
+        &self.canon
     }
 }
 
@@ -133,6 +141,9 @@ pub struct Counters {
     pub bytes: AtomicU64,
 }
 
+/// The longest time an entry is kept (365 days); longer TTLs are cut to it.
+pub const MAX_TTL: Duration = Duration::from_secs(365 * 86_400);
+
 /// The response cache. Shared behind an `Arc`; every method takes `&self`.
 #[derive(Debug)]
 pub struct Cache {
@@ -170,15 +181,18 @@ impl Cache {
                 exact,
                 id: xxh3_128_with_seed(prompt.as_bytes(), 1),
                 simhash: 0,
+                canon: verify::Canon::default(),
                 normalized: prompt.to_string(),
             };
         }
         let normalized = text::normalize(prompt);
+        let canon = verify::canon(&normalized);
         Key {
             scope,
             exact,
             id: xxh3_128_with_seed(normalized.as_bytes(), 0),
-            simhash: text::simhash(&normalized),
+            simhash: text::simhash_of_canon(&canon.content),
+            canon,
             normalized,
         }
     }
@@ -198,8 +212,15 @@ impl Cache {
                         simhash: found.simhash,
                     };
                     let payload = found.payload.clone();
-                    self.l1
-                        .insert(meta, found.exact, found.text, found.payload, found.ttl);
+                    let canon = (!found.exact).then(|| verify::canon(&found.text));
+                    self.l1.insert(
+                        meta,
+                        found.exact,
+                        found.text,
+                        canon,
+                        found.payload,
+                        found.ttl,
+                    );
                     self.count_hit(found.distance);
                     return Some(Hit {
                         payload,
@@ -250,7 +271,10 @@ impl Cache {
             let Some(e) = self.l1.get(meta.scope, meta.id) else {
                 continue;
             };
-            if !e.exact && verify::equivalent(&e.text, &key.normalized) {
+            if e.canon
+                .as_ref()
+                .is_some_and(|c| verify::same(c, &key.canon))
+            {
                 self.count_hit(Some(d));
                 return Some(Hit {
                     payload: e.payload.clone(),
@@ -262,13 +286,14 @@ impl Cache {
         None
     }
 
-    /// Stores `payload` under `key` for `ttl`. Never fails (an L2 error is counted);
-    /// returns within `Settings::redis_timeout` of the L1 write. A zero `ttl` stores
-    /// nothing.
+    /// Stores `payload` under `key` for `ttl` (at most [`MAX_TTL`]). Never fails (an
+    /// L2 error is counted); returns within `Settings::redis_timeout` of the L1 write.
+    /// A zero `ttl` stores nothing.
     pub async fn put(&self, key: &Key, payload: Bytes, ttl: Duration) {
         if ttl.is_zero() {
             return;
         }
+        let ttl = ttl.min(MAX_TTL);
         self.counters.inserts.fetch_add(1, Ordering::Relaxed);
         let meta = Meta {
             scope: key.scope,
@@ -279,6 +304,7 @@ impl Cache {
             meta,
             key.exact,
             key.normalized.as_str().into(),
+            (!key.exact).then(|| key.canon.clone()),
             payload.clone(),
             ttl,
         );

@@ -28,7 +28,7 @@
 
 use xxhash_rust::xxh3::xxh3_128;
 
-use super::verify::{canonical, is_filler};
+use super::verify::canon;
 
 /// Character n-gram length of the SimHash features.
 pub const NGRAM: usize = 3;
@@ -89,20 +89,34 @@ pub fn normalize(text: &str) -> String {
 
 /// The 128-bit SimHash of normalized text `normalized` (module docs).
 pub fn simhash(normalized: &str) -> u128 {
-    // The hashed text: every word replaced by its canonical synonym.
-    let mut folded = String::with_capacity(normalized.len());
-    for word in normalized.split(' ').filter(|w| !is_filler(w)) {
-        if !folded.is_empty() {
-            folded.push(' ');
+    simhash_of_canon(&canon(normalized).content)
+}
+
+/// `SIGNS[b][k]`: +1 if bit `k` of byte `b` is set, else −1.
+const SIGNS: [[i32; 8]; 256] = {
+    let mut t = [[0i32; 8]; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut k = 0;
+        while k < 8 {
+            t[b][k] = if (b >> k) & 1 == 1 { 1 } else { -1 };
+            k += 1;
         }
-        folded.push_str(canonical(word));
+        b += 1;
     }
-    let mut counts = [0i32; 128];
+    t
+};
+
+/// The SimHash of canonical content `folded` ([`super::verify::Canon::content`]).
+pub fn simhash_of_canon(folded: &str) -> u128 {
+    let mut counts = [[0i32; 8]; 16];
     let mut add = |feature: &[u8]| {
-        let h = xxh3_128(feature);
-        for (i, c) in counts.iter_mut().enumerate() {
-            // Branch-free ±1 per bit.
-            *c += (((h >> i) & 1) as i32) * 2 - 1;
+        // Byte j of the hash holds bits 8j..8j+8: one 8-lane add per byte.
+        for (lane, byte) in counts.iter_mut().zip(xxh3_128(feature).to_le_bytes()) {
+            let signs = &SIGNS[usize::from(byte)];
+            for k in 0..8 {
+                lane[k] += signs[k];
+            }
         }
     };
     let bytes = folded.as_bytes();
@@ -126,9 +140,11 @@ pub fn simhash(normalized: &str) -> u128 {
         }
     }
     let mut out = 0u128;
-    for (i, c) in counts.iter().enumerate() {
-        if *c > 0 {
-            out |= 1 << i;
+    for (j, lane) in counts.iter().enumerate() {
+        for (k, c) in lane.iter().enumerate() {
+            if *c > 0 {
+                out |= 1 << (8 * j + k);
+            }
         }
     }
     out

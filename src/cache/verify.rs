@@ -62,6 +62,7 @@ pub fn canonical(word: &str) -> &str {
 }
 
 fn filler_index(word: &str) -> Option<usize> {
+    // Lengths differ for most words, so this is a few integer compares.
     FILLER.iter().position(|f| *f == word)
 }
 
@@ -70,35 +71,52 @@ pub fn is_filler(word: &str) -> bool {
     filler_index(word).is_some()
 }
 
-/// The canonical content words of normalized text `t`, in order.
-fn content(t: &str) -> impl Iterator<Item = &str> {
-    t.split(' ')
-        .filter(|w| !w.is_empty())
-        .map(canonical)
-        .filter(|w| filler_index(w).is_none())
+/// What verification compares, computed once per key and per stored entry: the
+/// canonical content words joined by single spaces (synonyms folded, filler left
+/// out; also what the SimHash is computed over) and how often each filler occurs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Canon {
+    /// Canonical content words, in order, separated by one space.
+    pub content: String,
+    /// Occurrences of each [`FILLER`] word (saturating).
+    pub fillers: [u16; FILLER.len()],
+}
+
+/// The [`Canon`] of normalized text `normalized`.
+pub fn canon(normalized: &str) -> Canon {
+    let mut c = Canon {
+        content: String::with_capacity(normalized.len()),
+        fillers: [0; FILLER.len()],
+    };
+    for word in normalized.split(' ').filter(|w| !w.is_empty()) {
+        if let Some(i) = filler_index(word) {
+            c.fillers[i] = c.fillers[i].saturating_add(1);
+            continue;
+        }
+        if !c.content.is_empty() {
+            c.content.push(' ');
+        }
+        c.content.push_str(canonical(word));
+    }
+    c
+}
+
+/// Whether two canonical forms may share an answer (module docs): the same content
+/// words in the same order (words hold no spaces, so string equality is sequence
+/// equality) and at most [`FILLER_BUDGET`] filler words apart.
+pub fn same(a: &Canon, b: &Canon) -> bool {
+    a.content == b.content
+        && a.fillers
+            .iter()
+            .zip(&b.fillers)
+            .map(|(x, y)| u32::from(x.abs_diff(*y)))
+            .sum::<u32>()
+            <= FILLER_BUDGET
 }
 
 /// Whether normalized texts `a` and `b` may share an answer (module docs).
 pub fn equivalent(a: &str, b: &str) -> bool {
-    if a == b {
-        return true;
-    }
-    // Compared as iterators: no allocation, stops at the first differing word.
-    if !content(a).eq(content(b)) {
-        return false;
-    }
-    let mut diff = [0i32; FILLER.len()];
-    for w in a.split(' ') {
-        if let Some(i) = filler_index(w) {
-            diff[i] += 1;
-        }
-    }
-    for w in b.split(' ') {
-        if let Some(i) = filler_index(w) {
-            diff[i] -= 1;
-        }
-    }
-    diff.iter().map(|d| d.unsigned_abs()).sum::<u32>() <= FILLER_BUDGET
+    a == b || same(&canon(a), &canon(b))
 }
 
 #[cfg(test)]
