@@ -452,3 +452,20 @@ async fn two_instances_sharing_redis_share_a_hit_in_either_shape() {
     assert_eq!(cache_header(&r), "miss");
     assert_eq!(hits.load(Ordering::SeqCst), 2);
 }
+
+#[tokio::test]
+async fn a_tool_result_turn_is_cached_exactly_by_its_whole_conversation() {
+    let (addr, hits) = upstream(false);
+    let gw = start_app(&config(addr, "enabled: true"), &[]).await;
+    let turn = |result: &str| {
+        format!(
+            r#"{{"model":"m","temperature":0,"messages":[{{"role":"user","content":"weather?"}},{{"role":"assistant","content":null,"tool_calls":[{{"id":"c1","type":"function","function":{{"name":"weather","arguments":"{{}}"}}}}]}},{{"role":"tool","tool_call_id":"c1","content":"{result}"}}],"tools":[{{"type":"function","function":{{"name":"weather","parameters":{{"type":"object"}}}}}}]}}"#
+        )
+    };
+    assert_eq!(cache_header(&send(&gw, &turn("sunny"), &[]).await), "miss");
+    stored(&gw, 1).await;
+    assert_eq!(cache_header(&send(&gw, &turn("sunny"), &[]).await), "hit");
+    // Another tool result is another conversation, even one differing only in case.
+    assert_eq!(cache_header(&send(&gw, &turn("Sunny"), &[]).await), "miss");
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+}
