@@ -26,7 +26,7 @@ fn upstream(cut: bool) -> (SocketAddr, Arc<AtomicUsize>) {
             let seen = seen.clone();
             std::thread::spawn(move || {
                 let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-                let body = read_request_body(&mut s);
+                let body = read_body(&mut s);
                 seen.fetch_add(1, Ordering::SeqCst);
                 let req: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
                 if req["stream"] == true {
@@ -54,6 +54,36 @@ fn upstream(cut: bool) -> (SocketAddr, Arc<AtomicUsize>) {
         }
     });
     (addr, hits)
+}
+
+/// The body of one HTTP/1.1 request read from `s` (empty when it breaks off).
+fn read_body(s: &mut std::net::TcpStream) -> Vec<u8> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = match s.read(&mut chunk) {
+            Ok(n) if n > 0 => n,
+            _ => return Vec::new(),
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+        let len = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        while buf.len() < end + 4 + len {
+            match s.read(&mut chunk) {
+                Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                _ => return Vec::new(),
+            }
+        }
+        return buf[end + 4..end + 4 + len].to_vec();
+    }
 }
 
 /// One provider `p` at `addr` serving logical model `m`, priced, with `cache`
