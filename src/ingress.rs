@@ -168,6 +168,7 @@ async fn route(
         }
         (&Method::GET, "/metrics") => match &svc.metrics {
             Some(h) => {
+                gw.cache.export_metrics();
                 let mut r = Response::new(body::full(h.render()));
                 r.headers_mut().insert(
                     http::header::CONTENT_TYPE,

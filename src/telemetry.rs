@@ -16,6 +16,15 @@
 //! | `switchyard_policy_version_info` | gauge | `version` |
 //! | `switchyard_spend_usd_total` | gauge (only rises) | `key`, `org`, `model` |
 //! | `switchyard_limit_backend_errors_total` | counter | none |
+//! | `switchyard_cache_hits_total` | counter | `kind` (`exact`, `semantic`), `tier` (`l1`, `l2`) |
+//! | `switchyard_cache_misses_total` | counter | none |
+//! | `switchyard_cache_bypasses_total` | counter | `reason` (`request`, `policy`, `uncacheable`) |
+//! | `switchyard_cache_stores_total` | counter | none |
+//! | `switchyard_cache_evictions_total` | counter | none |
+//! | `switchyard_cache_l2_errors_total` | counter | none |
+//! | `switchyard_cache_bytes` | gauge | none |
+//! | `switchyard_cache_tokens_saved_total` | counter | none |
+//! | `switchyard_cache_usd_saved_total` | gauge (only rises) | `model` |
 //!
 //! `endpoint` is `none` when a request failed before an endpoint was chosen; `status`
 //! is the HTTP status, or `stream_error` / `client_gone` for streams that began with
@@ -53,6 +62,30 @@ pub const VERSION_INFO: &str = "switchyard_policy_version_info";
 pub const SPEND: &str = "switchyard_spend_usd_total";
 /// Failed or timed-out calls to the shared limiter state (Redis).
 pub const LIMIT_BACKEND_ERRORS: &str = "switchyard_limit_backend_errors_total";
+
+/// Requests answered from the response cache, by `kind` (`exact`: identical
+/// normalized text; `semantic`: within τ and verified) and `tier` (`l1`, `l2`).
+pub const CACHE_HITS: &str = "switchyard_cache_hits_total";
+/// Cacheable requests whose lookup found nothing servable.
+pub const CACHE_MISSES: &str = "switchyard_cache_misses_total";
+/// Requests caching applied to that did not read the cache, by `reason`: `request`
+/// (`cache-control` or `x-switchyard-cache: off`), `policy` (`cache off`),
+/// `uncacheable` (temperature not 0, `n` > 1).
+pub const CACHE_BYPASSES: &str = "switchyard_cache_bypasses_total";
+/// Complete answers written to the cache.
+pub const CACHE_STORES: &str = "switchyard_cache_stores_total";
+/// Entries evicted from L1 for room or expired.
+pub const CACHE_EVICTIONS: &str = "switchyard_cache_evictions_total";
+/// Failed or timed-out calls to the L2 cache (Redis); each counted as a miss.
+pub const CACHE_L2_ERRORS: &str = "switchyard_cache_l2_errors_total";
+/// Payload bytes held in the L1 cache.
+pub const CACHE_BYTES: &str = "switchyard_cache_bytes";
+/// Provider tokens (prompt + completion of the original answer) not spent because
+/// a hit answered.
+pub const CACHE_TOKENS_SAVED: &str = "switchyard_cache_tokens_saved_total";
+/// USD not spent because a hit answered (the original endpoint's prices), by
+/// logical `model`. A gauge because the value is fractional; it only rises.
+pub const CACHE_USD_SAVED: &str = "switchyard_cache_usd_saved_total";
 
 /// Latency buckets in seconds: 5 ms to 5 minutes.
 const BUCKETS: [f64; 16] = [
@@ -99,6 +132,33 @@ pub fn install() -> Option<PrometheusHandle> {
             metrics::describe_counter!(
                 LIMIT_BACKEND_ERRORS,
                 "Failed or timed-out calls to the rate-limit state (Redis)."
+            );
+            metrics::describe_counter!(
+                CACHE_HITS,
+                "Requests answered from the cache, by kind and tier."
+            );
+            metrics::describe_counter!(CACHE_MISSES, "Cache lookups that found nothing servable.");
+            metrics::describe_counter!(
+                CACHE_BYPASSES,
+                "Requests that did not read the cache, by reason."
+            );
+            metrics::describe_counter!(CACHE_STORES, "Complete answers written to the cache.");
+            metrics::describe_counter!(
+                CACHE_EVICTIONS,
+                "Cache entries evicted for room or expired."
+            );
+            metrics::describe_counter!(
+                CACHE_L2_ERRORS,
+                "Failed or timed-out calls to the L2 cache (Redis)."
+            );
+            metrics::describe_gauge!(CACHE_BYTES, "Payload bytes held in the L1 cache.");
+            metrics::describe_counter!(
+                CACHE_TOKENS_SAVED,
+                "Provider tokens not spent thanks to cache hits."
+            );
+            metrics::describe_gauge!(
+                CACHE_USD_SAVED,
+                "USD not spent thanks to cache hits, by model."
             );
             Some(handle)
         })

@@ -18,6 +18,9 @@ use crate::suggest::did_you_mean;
 #[path = "load_limits.rs"]
 mod load_limits;
 
+#[path = "load_cache.rs"]
+mod load_cache;
+
 /// Largest accepted `context_window`, in tokens.
 pub const MAX_CONTEXT_WINDOW: u64 = 100_000_000;
 
@@ -258,6 +261,7 @@ impl Validator {
                 "limits",
                 "budgets",
                 "state",
+                "cache",
             ],
             "",
         );
@@ -280,6 +284,7 @@ impl Validator {
         let limits = self.limits(map.get("limits").unwrap_or(&Value::Null));
         let budgets = self.budgets(map.get("budgets").unwrap_or(&Value::Null));
         let state = self.state(map.get("state").unwrap_or(&Value::Null));
+        let cache = self.cache(map.get("cache").unwrap_or(&Value::Null));
         Config {
             server,
             policies,
@@ -292,6 +297,7 @@ impl Validator {
             limits,
             budgets,
             state,
+            cache,
             source: source.to_string(),
         }
     }

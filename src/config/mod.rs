@@ -14,6 +14,7 @@
 //! name maps to one or more provider endpoints with a priority and a weight.
 
 pub mod auth;
+pub mod cache;
 mod defaults;
 pub mod headers;
 pub mod limits;
@@ -22,6 +23,7 @@ mod mock;
 pub mod quality;
 
 pub use auth::{AdminConfig, AuthConfig, AuthMode, KeyEntry};
+pub use cache::{CacheConfig, CacheMode, Replay};
 pub use defaults::embedded;
 pub use limits::{Budget, BudgetsConfig, LimitsConfig, OnError, RateLimit, StateConfig};
 pub use load::{parse_str, ConfigError, ConfigErrors};
@@ -89,6 +91,8 @@ pub struct Config {
     pub budgets: BudgetsConfig,
     /// Where limit and spend state lives (`state:`).
     pub state: StateConfig,
+    /// The response cache (`cache:`, [`cache`]).
+    pub cache: CacheConfig,
     /// Where this config came from, for the startup log line.
     pub source: String,
 }

@@ -45,6 +45,8 @@ pub struct RequestCtx {
     /// The request's claim on the rate limits and budgets (admit phase); settle it
     /// with the actual usage when the answer ends ([`crate::limits::Permit::settle`]).
     pub permit: Option<Arc<crate::limits::Permit>>,
+    /// What the cache phase did (`None`: caching was not in play).
+    pub cache: Option<super::cache::CacheStatus>,
 }
 
 impl RequestCtx {
@@ -64,6 +66,7 @@ impl RequestCtx {
             endpoint: None,
             served: false,
             permit: None,
+            cache: None,
         }
     }
 }

@@ -116,6 +116,8 @@ pub(super) struct Cursor {
 }
 
 /// Tries the plan in `ctx` until one endpoint answers; the aggregate error otherwise.
+/// A streamed answer takes `ticket` (its body stores the stream when it ends
+/// cleanly); a whole answer leaves it for the caller.
 ///
 /// # Errors
 /// One attempt failed: its error. Several: the aggregate error (see the module doc).
@@ -126,6 +128,7 @@ pub async fn dispatch(
     chat: ChatRequest,
     plan: &Plan,
     decided: Arc<DecisionContext>,
+    ticket: &mut Option<super::cache::Ticket>,
 ) -> Result<Response<Body>, GatewayError> {
     let mut cursor = Cursor {
         gw: gw.clone(),
@@ -158,6 +161,9 @@ pub async fn dispatch(
             let mut body = ClientStream::new(gw.clone(), ctx.started, leg, Box::new(cursor));
             if let Some(permit) = ctx.permit.clone() {
                 body = body.settling(permit, prompt_tokens);
+            }
+            if let Some(t) = ticket.take() {
+                body = body.caching(super::cache::Tee::new(t));
             }
             Ok(body::event_stream(Body::new(body)))
         }

@@ -43,6 +43,10 @@ impl EndpointMetrics {
     }
 }
 
+/// The `endpoint` label (and `x-switchyard-endpoint` value) of answers served from
+/// the cache.
+pub const CACHE_ENDPOINT: &str = "cache";
+
 /// How a stream that began with 200 ended, for its request metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StreamStatus {
@@ -62,6 +66,9 @@ pub struct RequestLog {
     labels: Vec<(String, String)>,
     in_flight: metrics::Gauge,
     circuits: Vec<metrics::Gauge>,
+    /// Per logical model: requests answered by the cache (endpoint `cache`, status
+    /// 200) and their latency.
+    cached: std::collections::HashMap<String, (metrics::Counter, metrics::Histogram)>,
 }
 
 impl RequestLog {
@@ -88,7 +95,35 @@ impl RequestLog {
                     g
                 })
                 .collect(),
+            cached: registry
+                .model_order
+                .iter()
+                .map(|m| {
+                    let model = m.to_string();
+                    let c = metrics::counter!(t::REQUESTS, "model" => model.clone(), "endpoint" => CACHE_ENDPOINT, "status" => "200");
+                    let d = metrics::histogram!(t::DURATION, "model" => model.clone(), "endpoint" => CACHE_ENDPOINT);
+                    (model, (c, d))
+                })
+                .collect(),
         }
+    }
+
+    /// A request for `model` answered from the cache (whole or stream), logged as
+    /// endpoint `cache` with status 200 when its answer is ready.
+    pub fn cache_served(&self, model: &str, started: Instant) {
+        let took = started.elapsed().as_secs_f64();
+        match self.cached.get(model) {
+            Some((c, d)) => {
+                c.increment(1);
+                d.record(took);
+            }
+            // A model only a policy knows (not in the registry): labelled as asked.
+            None => {
+                metrics::counter!(t::REQUESTS, "model" => model.to_string(), "endpoint" => CACHE_ENDPOINT, "status" => "200").increment(1);
+                metrics::histogram!(t::DURATION, "model" => model.to_string(), "endpoint" => CACHE_ENDPOINT).record(took);
+            }
+        }
+        tracing::debug!(model, "answered from the cache");
     }
 
     /// One more request in flight until the returned guard is dropped (ingress keeps

@@ -19,8 +19,9 @@
 //!   model is checked against the caller's scope once normalize has parsed it; the
 //!   provider scope filters the plan in [`route`]. Rate limits, spend budgets and
 //!   the priority queue join this phase.
-//! - **cache** (between route and dispatch): a lookup that can answer at once and a
-//!   store when the exchange completes.
+//! - **cache** ([`cache`], between route and dispatch): a lookup that can answer at
+//!   once, without dispatch, and a store when the exchange completes (a whole
+//!   answer here, a stream by its body when it ends cleanly).
 //!
 //! Each request loads the policy snapshot once and finishes on it, so a reload never
 //! mixes versions within a request; the version is sent as `x-switchyard-policy`.
@@ -29,6 +30,8 @@
 //! loop, so it can continue on another endpoint when a stream breaks mid-answer.
 
 mod admit;
+pub mod cache;
+mod cache_entry;
 mod ctx;
 mod dispatch;
 mod limit;
@@ -83,6 +86,8 @@ pub struct Gateway {
     pub stream_stop: StreamStop,
     /// Rate limits and spend budgets (the admit phase's `limit` step).
     pub limits: crate::limits::Limiter,
+    /// The response cache (the cache phase, `cache:`).
+    pub cache: cache::CachePhase,
     /// Serializes every read-modify-write of strategy state: decisions that apply
     /// `on pick` updates (`route`) and `on success` / `on failure` updates
     /// (`outcome`), so stateful strategies see every earlier pick and outcome.
@@ -116,7 +121,9 @@ impl Gateway {
             serde_json::to_vec(&serde_json::json!({"object": "list", "data": data}))
                 .unwrap_or_default(),
         );
+        let cache = cache::CachePhase::new(&config, &registry, policy.load().set());
         Gateway {
+            cache,
             log: RequestLog::new(&registry),
             limits: crate::limits::Limiter::new(&config, &registry),
             config,
@@ -150,7 +157,8 @@ impl Gateway {
     }
 
     /// admit (authenticate) → normalize → admit (model scope, limits and budgets,
-    /// which set `request.budget_remaining`) → features → route → (cache) → dispatch.
+    /// which set `request.budget_remaining`) → features → route → cache (a hit ends
+    /// here) → dispatch → cache (store a whole answer).
     async fn phases(
         self: &Arc<Self>,
         ctx: &mut RequestCtx,
@@ -164,12 +172,20 @@ impl Gateway {
         limit::admit(self, ctx, &chat).await?;
         let features = normalize::request_features(ctx, &chat, headers);
         let mut plan = route::route(self, ctx, &chat, &features)?;
+        let mut ticket = match cache::lookup(self, ctx, &chat, headers, plan.cache).await? {
+            cache::Lookup::Served(resp) => return Ok(resp),
+            cache::Lookup::Dispatch(ticket) => ticket,
+        };
         let decided = Arc::new(outcome::DecisionContext {
             snapshot: ctx.snapshot.clone(),
             features,
             call: plan.call.take(),
         });
-        dispatch::dispatch(self, ctx, chat, &plan, decided).await
+        let mut resp = dispatch::dispatch(self, ctx, chat, &plan, decided, &mut ticket).await?;
+        if let Some(ticket) = ticket {
+            cache::store_whole(self, ctx, ticket, &mut resp);
+        }
+        Ok(resp)
     }
 
     /// Takes the decision lock (see the field); a poisoned lock is taken anyway, as

@@ -12,6 +12,10 @@
 //! | `x-switchyard-rule` | the rule that decided, or `default` |
 //! | `x-switchyard-endpoint` | the endpoint that served (successful answers only) |
 //! | `x-switchyard-attempts` | upstream attempts made, across endpoints and retries |
+//! | `x-switchyard-cache` | `hit`, `miss` or `bypass` (absent: caching not in play) |
+//! | `x-switchyard-cache-distance` | Hamming distance of a semantic hit |
+//!
+//! A cache hit names `cache` as its endpoint.
 
 use http::{HeaderMap, HeaderName, HeaderValue, Response};
 
@@ -71,6 +75,12 @@ pub fn stamp(gw: &Gateway, h: &mut HeaderMap, version: &str, ctx: Option<&Reques
         if let Some(ep) = ctx.endpoint.and_then(|i| gw.registry.endpoints.get(i)) {
             put(h, ENDPOINT_HEADER, &ep.id);
         }
+    }
+    if let Some(status) = ctx.cache {
+        if matches!(status, super::cache::CacheStatus::Hit { .. }) {
+            put(h, ENDPOINT_HEADER, super::log::CACHE_ENDPOINT);
+        }
+        super::cache::stamp(h, status);
     }
     if ctx.attempts > 0 {
         h.insert(ATTEMPTS_HEADER, HeaderValue::from(ctx.attempts));

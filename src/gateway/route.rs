@@ -12,6 +12,7 @@ use super::ctx::RequestCtx;
 use super::Gateway;
 use crate::api::ChatRequest;
 use crate::error::{Code, ErrorKind, GatewayError};
+use crate::policy::checked::CacheSetting;
 use crate::policy::interp::StrategyCall;
 use crate::policy::{Decision, FallbackOn, RequestFeatures};
 use crate::routing::policy::PolicySnapshot;
@@ -31,6 +32,8 @@ pub struct Plan {
     pub fallback_on: Option<FallbackOn>,
     /// The strategy invocation behind the choice, for `on success` / `on failure`.
     pub call: Option<StrategyCall>,
+    /// The route's or rule's `cache` setting (`None`: the config decides).
+    pub cache: Option<CacheSetting>,
 }
 
 /// Decides `chat` (with `features`) and writes the route, rule and plan into `ctx`.
@@ -54,6 +57,7 @@ pub fn route(
         backoff_ms,
         fallback_on,
         call,
+        cache,
         ..
     } = decide(gw, &ctx.snapshot, features);
     ctx.route = route;
@@ -111,6 +115,7 @@ pub fn route(
         backoff_ms,
         fallback_on,
         call,
+        cache,
     })
 }
 

@@ -19,6 +19,11 @@
 //! if one is owed, then `[DONE]`): the answer, text or tool calls, is whole.
 //!
 //! The continuation's usage chunk (when asked for) counts the continuation only.
+//!
+//! When the request may store its answer in the cache, the body keeps every frame
+//! it sends (a reference, not a copy; [`Tee`]) and hands them to the cache when
+//! the stream ends cleanly on its first endpoint with its finish reason sent. A
+//! stream that failed, was cut, or was continued elsewhere is not stored.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,6 +34,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
+use super::cache::Tee;
 use super::dispatch::{Cursor, Exchanged, Leg};
 use super::log::StreamStatus;
 use super::Gateway;
@@ -73,6 +79,8 @@ pub struct ClientStream {
     /// The stream was continued on another endpoint: no single provider count
     /// covers it, so the estimate is settled.
     continued: bool,
+    /// The frames sent so far, for the cache (`None`: not stored).
+    tee: Option<Box<Tee>>,
 }
 
 impl ClientStream {
@@ -98,7 +106,14 @@ impl ClientStream {
             pieces: 0,
             reported: None,
             continued: false,
+            tee: None,
         }
+    }
+
+    /// Keeps the frames sent with `tee`, to store the stream when it ends cleanly.
+    pub(super) fn caching(mut self, tee: Tee) -> Self {
+        self.tee = Some(Box::new(tee));
+        self
     }
 
     /// Settles `permit` when the stream ends: the provider's reported usage when it
@@ -147,6 +162,8 @@ impl ClientStream {
             ttft,
         } = *leg;
         let mut relay = relay;
+        // A failed stream is never stored, even one whose answer was whole.
+        self.tee = None;
         let sent = relay.sent().clone();
         self.pieces = sent.pieces;
         self.continued = true;
@@ -203,14 +220,25 @@ impl HttpBody for ClientStream {
                 State::Relaying(leg, _) => match leg.relay.poll_step(cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Some(Step::Data(b))) => {
-                        return Poll::Ready(Some(Ok(Frame::data(b))))
+                        if let Some(tee) = &mut this.tee {
+                            if !tee.push(&b) {
+                                this.tee = None;
+                            }
+                        }
+                        return Poll::Ready(Some(Ok(Frame::data(b))));
                     }
                     Poll::Ready(Some(Step::Done)) | Poll::Ready(None) => {
                         if let State::Relaying(leg, _) =
                             std::mem::replace(&mut this.state, State::Ended)
                         {
-                            this.pieces = leg.relay.sent().pieces;
-                            this.reported = leg.relay.sent().usage;
+                            let sent = leg.relay.sent();
+                            this.pieces = sent.pieces;
+                            this.reported = sent.usage;
+                            if let Some(tee) = this.tee.take() {
+                                if sent.finished && !this.continued {
+                                    tee.finish(&this.gw, leg.ep, sent.usage);
+                                }
+                            }
                             leg.attempt.succeeded(leg.ttft);
                         }
                         this.end(StreamStatus::Completed);

@@ -1,0 +1,581 @@
+//! The stored form of a cached answer, and the answer rebuilt from it in the shape
+//! the client asked for (issue 14; seed 001, "Streaming Cache").
+//!
+//! One [`Entry`] serves both shapes: it always holds the assistant message, finish
+//! reason and usage; a stored whole answer keeps its body, a stored stream its
+//! chunks with the gap before each. Bodies and chunks are kept as their JSON without
+//! `id` and `created` (the "rest" of the object after its opening brace), so a hit
+//! writes a fresh `id` and `created` in front without parsing them again.
+//!
+//! | stored \ asked | whole | stream |
+//! |---|---|---|
+//! | whole | the stored body | chunks synthesized: role, content, tool calls, finish |
+//! | stream | one `chat.completion` from the message | the chunks replayed |
+//!
+//! Both shapes end the same way: a stream with the usage chunk only when the client
+//! asked (`stream_options.include_usage`), then `[DONE]`.
+
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::api::Usage;
+use crate::config::Replay;
+use crate::sse::SseParser;
+
+/// Format version written into every entry; an entry of another version is a miss.
+pub const VERSION: u32 = 1;
+
+/// Largest entry stored, bytes of its encoding: bigger answers are not cached.
+pub const MAX_ENTRY_BYTES: usize = 1 << 20;
+
+/// A cached answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Entry {
+    /// [`VERSION`].
+    pub v: u32,
+    /// The `model` the answer named (the logical model).
+    pub model: String,
+    /// The endpoint that produced it (registry id), for USD saved and the logs.
+    pub endpoint: String,
+    /// Its provider's name.
+    pub provider: String,
+    /// The upstream model id that produced it.
+    pub upstream_model: String,
+    /// When it was stored, Unix seconds.
+    pub stored_at: u64,
+    /// The assistant message (`role`, `content`, `tool_calls`, ...).
+    pub message: Value,
+    /// The finish reason (present in every stored answer).
+    pub finish_reason: String,
+    /// Token counts of the original answer, when the provider reported them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// A stored whole answer: its body without `id` and `created` (see the module
+    /// doc).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// A stored stream: its chunks, in order, without the usage chunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunks: Option<Vec<Chunk>>,
+}
+
+/// One recorded stream chunk.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Chunk {
+    /// Milliseconds since the chunk before it reached the client (0 for the first).
+    pub gap_ms: u32,
+    /// The chunk JSON without `id`, `created` and `usage` (see the module doc).
+    pub rest: String,
+}
+
+/// Who produced an answer (written into its entry).
+#[derive(Debug, Clone)]
+pub struct Origin {
+    /// Registry endpoint id.
+    pub endpoint: String,
+    /// Provider name.
+    pub provider: String,
+    /// Upstream model id.
+    pub upstream_model: String,
+}
+
+impl Entry {
+    /// Encodes the entry; `None` past [`MAX_ENTRY_BYTES`].
+    pub fn encode(&self) -> Option<Bytes> {
+        let v = serde_json::to_vec(self).ok()?;
+        (v.len() <= MAX_ENTRY_BYTES).then(|| Bytes::from(v))
+    }
+
+    /// Decodes a stored payload; `None` when it is not an entry of this version.
+    pub fn decode(payload: &[u8]) -> Option<Entry> {
+        serde_json::from_slice::<Entry>(payload)
+            .ok()
+            .filter(|e| e.v == VERSION)
+    }
+
+    /// The entry of a whole `chat.completion` body: `None` unless it has exactly one
+    /// choice with a message and a finish reason.
+    pub fn from_whole(body: &[u8], origin: Origin, now: u64) -> Option<Entry> {
+        let Value::Object(mut obj) = serde_json::from_slice::<Value>(body).ok()? else {
+            return None;
+        };
+        let choices = obj.get("choices")?.as_array()?;
+        let [choice] = choices.as_slice() else {
+            return None;
+        };
+        let message = choice.get("message")?.clone();
+        let finish_reason = choice.get("finish_reason")?.as_str()?.to_string();
+        let usage = obj
+            .get("usage")
+            .and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok());
+        let model = obj.get("model")?.as_str()?.to_string();
+        obj.remove("id");
+        obj.remove("created");
+        Some(Entry {
+            v: VERSION,
+            model,
+            endpoint: origin.endpoint,
+            provider: origin.provider,
+            upstream_model: origin.upstream_model,
+            stored_at: now,
+            message,
+            finish_reason,
+            usage,
+            body: Some(rest_of(&obj)?),
+            chunks: None,
+        })
+    }
+
+    /// The entry of a stream the client received completely: `frames` are the bytes
+    /// it was sent with the milliseconds since the frame before. `None` when the
+    /// stream has no finish reason, holds an error event, more than one choice, or
+    /// a chunk that is not JSON.
+    pub fn from_stream(
+        frames: &[(u32, Bytes)],
+        usage: Option<Usage>,
+        origin: Origin,
+        now: u64,
+    ) -> Option<Entry> {
+        let mut parser = SseParser::new();
+        let mut chunks = Vec::new();
+        let mut asm = Assembler::default();
+        let mut model = None;
+        for (gap, bytes) in frames {
+            parser.push(bytes).ok()?;
+            let mut gap = *gap;
+            while let Some(ev) = parser.next_event() {
+                if ev.data == "[DONE]" {
+                    continue;
+                }
+                let Value::Object(mut obj) = serde_json::from_str::<Value>(&ev.data).ok()? else {
+                    return None;
+                };
+                if obj.contains_key("error") {
+                    return None;
+                }
+                let choices = obj.get("choices").and_then(Value::as_array)?;
+                if choices.is_empty() {
+                    // The usage chunk: rebuilt from `usage` when asked for.
+                    continue;
+                }
+                for c in choices {
+                    if c.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
+                        return None;
+                    }
+                    asm.add(c);
+                }
+                if model.is_none() {
+                    model = obj.get("model").and_then(Value::as_str).map(str::to_string);
+                }
+                obj.remove("id");
+                obj.remove("created");
+                obj.remove("usage");
+                chunks.push(Chunk {
+                    gap_ms: gap,
+                    rest: rest_of(&obj)?,
+                });
+                gap = 0;
+            }
+        }
+        if parser.has_partial() {
+            return None;
+        }
+        let finish_reason = asm.finish_reason.take()?;
+        if let Some(c) = chunks.first_mut() {
+            c.gap_ms = 0;
+        }
+        Some(Entry {
+            v: VERSION,
+            model: model?,
+            endpoint: origin.endpoint,
+            provider: origin.provider,
+            upstream_model: origin.upstream_model,
+            stored_at: now,
+            message: asm.message(),
+            finish_reason,
+            usage,
+            body: None,
+            chunks: Some(chunks),
+        })
+    }
+
+    /// The whole `chat.completion` body, with `id` and `created`.
+    pub fn whole(&self, id: &str, created: u64) -> Bytes {
+        let mut out = BytesMut::with_capacity(256);
+        match &self.body {
+            Some(rest) => head(&mut out, id, created, rest),
+            None => {
+                let mut obj = Map::new();
+                obj.insert("object".into(), "chat.completion".into());
+                obj.insert("model".into(), self.model.clone().into());
+                obj.insert(
+                    "choices".into(),
+                    serde_json::json!([{
+                        "index": 0,
+                        "message": self.message,
+                        "logprobs": null,
+                        "finish_reason": self.finish_reason,
+                    }]),
+                );
+                if let Some(u) = &self.usage {
+                    obj.insert(
+                        "usage".into(),
+                        serde_json::to_value(u).unwrap_or(Value::Null),
+                    );
+                }
+                head(&mut out, id, created, &rest_of(&obj).unwrap_or_default());
+            }
+        }
+        out.freeze()
+    }
+
+    /// The stream's events with the wait before each: the recorded chunks (timed by
+    /// `replay`) or, for a stored whole answer, chunks synthesized from it at once;
+    /// then the usage chunk when `include_usage`, and `[DONE]`.
+    pub fn stream(
+        &self,
+        id: &str,
+        created: u64,
+        include_usage: bool,
+        replay: Replay,
+    ) -> Vec<(Duration, Bytes)> {
+        let mut out = Vec::new();
+        let event = |rest: &str| {
+            let mut b = BytesMut::with_capacity(rest.len() + 64);
+            b.put_slice(b"data: ");
+            head(&mut b, id, created, rest);
+            b.put_slice(b"\n\n");
+            b.freeze()
+        };
+        match &self.chunks {
+            Some(chunks) => {
+                for c in chunks {
+                    out.push((replay.gap(u64::from(c.gap_ms)), event(&c.rest)));
+                }
+            }
+            None => {
+                for delta in self.synthesized_deltas() {
+                    let chunk = self.chunk(vec![serde_json::json!({
+                        "index": 0, "delta": delta, "logprobs": null, "finish_reason": null,
+                    })]);
+                    out.push((Duration::ZERO, event(&chunk)));
+                }
+                let fin = self.chunk(vec![serde_json::json!({
+                    "index": 0, "delta": {}, "logprobs": null, "finish_reason": self.finish_reason,
+                })]);
+                out.push((Duration::ZERO, event(&fin)));
+            }
+        }
+        if include_usage {
+            let mut obj = Map::new();
+            obj.insert("object".into(), "chat.completion.chunk".into());
+            obj.insert("model".into(), self.model.clone().into());
+            obj.insert("choices".into(), Value::Array(Vec::new()));
+            let usage = self.usage.unwrap_or_default();
+            obj.insert(
+                "usage".into(),
+                serde_json::to_value(usage).unwrap_or(Value::Null),
+            );
+            out.push((Duration::ZERO, event(&rest_of(&obj).unwrap_or_default())));
+        }
+        out.push((Duration::ZERO, Bytes::from_static(b"data: [DONE]\n\n")));
+        out
+    }
+
+    /// A chunk's rest with `choices`.
+    fn chunk(&self, choices: Vec<Value>) -> String {
+        let mut obj = Map::new();
+        obj.insert("object".into(), "chat.completion.chunk".into());
+        obj.insert("model".into(), self.model.clone().into());
+        obj.insert("choices".into(), Value::Array(choices));
+        rest_of(&obj).unwrap_or_default()
+    }
+
+    /// The deltas of a stream carrying the stored message: the role (with any
+    /// reasoning and refusal), the content, then every tool call whole.
+    fn synthesized_deltas(&self) -> Vec<Value> {
+        let m = &self.message;
+        let mut first = Map::new();
+        first.insert("role".into(), "assistant".into());
+        first.insert("content".into(), "".into());
+        for key in ["reasoning_content", "refusal"] {
+            if let Some(v) = m.get(key).filter(|v| !v.is_null()) {
+                first.insert(key.into(), v.clone());
+            }
+        }
+        let mut deltas = vec![Value::Object(first)];
+        if let Some(text) = m
+            .get("content")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+        {
+            deltas.push(serde_json::json!({ "content": text }));
+        }
+        if let Some(calls) = m.get("tool_calls").and_then(Value::as_array) {
+            let indexed: Vec<Value> = calls
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let mut c = c.clone();
+                    if let Value::Object(o) = &mut c {
+                        o.insert("index".into(), Value::from(i));
+                    }
+                    c
+                })
+                .collect();
+            if !indexed.is_empty() {
+                deltas.push(serde_json::json!({ "tool_calls": indexed }));
+            }
+        }
+        deltas
+    }
+}
+
+/// Writes `{"id":ID,"created":N,` and `rest` (an object's JSON after its brace).
+fn head(out: &mut BytesMut, id: &str, created: u64, rest: &str) {
+    out.put_slice(b"{\"id\":");
+    let _ = serde_json::to_writer(out.writer(), id);
+    out.put_slice(b",\"created\":");
+    out.put_slice(created.to_string().as_bytes());
+    if rest != "}" {
+        out.put_u8(b',');
+    }
+    out.put_slice(rest.as_bytes());
+}
+
+/// The JSON of `obj` after its opening brace (`"a":1}`), or `None` for a failure.
+fn rest_of(obj: &Map<String, Value>) -> Option<String> {
+    let s = serde_json::to_string(obj).ok()?;
+    s.strip_prefix('{').map(str::to_string)
+}
+
+/// Builds the assistant message of a stream from its choice deltas (OpenAI's
+/// chunk object: `delta.content`, `delta.tool_calls[i]` by `index`, ...).
+#[derive(Default)]
+struct Assembler {
+    content: Option<String>,
+    reasoning: Option<String>,
+    refusal: Option<String>,
+    /// Tool calls by their `index`: id, type, name, arguments.
+    tool_calls: Vec<(u64, Map<String, Value>, String, String)>,
+    finish_reason: Option<String>,
+}
+
+impl Assembler {
+    fn add(&mut self, choice: &Value) {
+        if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish_reason = Some(f.to_string());
+        }
+        let Some(delta) = choice.get("delta") else {
+            return;
+        };
+        let append = |slot: &mut Option<String>, v: Option<&Value>| {
+            if let Some(s) = v.and_then(Value::as_str) {
+                slot.get_or_insert_with(String::new).push_str(s);
+            }
+        };
+        append(&mut self.content, delta.get("content"));
+        append(&mut self.reasoning, delta.get("reasoning_content"));
+        append(&mut self.refusal, delta.get("refusal"));
+        for call in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let index = call.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let at = match self.tool_calls.iter().position(|t| t.0 == index) {
+                Some(i) => i,
+                None => {
+                    self.tool_calls
+                        .push((index, Map::new(), String::new(), String::new()));
+                    self.tool_calls.len() - 1
+                }
+            };
+            let slot = &mut self.tool_calls[at];
+            for key in ["id", "type"] {
+                if let Some(v) = call.get(key).filter(|v| !v.is_null()) {
+                    slot.1.insert(key.into(), v.clone());
+                }
+            }
+            if let Some(f) = call.get("function") {
+                if let Some(n) = f.get("name").and_then(Value::as_str) {
+                    slot.2.push_str(n);
+                }
+                if let Some(a) = f.get("arguments").and_then(Value::as_str) {
+                    slot.3.push_str(a);
+                }
+            }
+        }
+    }
+
+    fn message(&mut self) -> Value {
+        let mut m = Map::new();
+        m.insert("role".into(), "assistant".into());
+        let has_calls = !self.tool_calls.is_empty();
+        let content = match self.content.take() {
+            Some(c) if !(c.is_empty() && has_calls) => Value::String(c),
+            Some(_) | None if has_calls => Value::Null,
+            _ => Value::String(String::new()),
+        };
+        m.insert("content".into(), content);
+        if let Some(r) = self.reasoning.take() {
+            m.insert("reasoning_content".into(), r.into());
+        }
+        if let Some(r) = self.refusal.take() {
+            m.insert("refusal".into(), r.into());
+        }
+        if has_calls {
+            self.tool_calls.sort_by_key(|t| t.0);
+            let calls: Vec<Value> = self
+                .tool_calls
+                .drain(..)
+                .map(|(_, mut head, name, args)| {
+                    head.entry("type").or_insert_with(|| "function".into());
+                    head.insert(
+                        "function".into(),
+                        serde_json::json!({ "name": name, "arguments": args }),
+                    );
+                    Value::Object(head)
+                })
+                .collect();
+            m.insert("tool_calls".into(), Value::Array(calls));
+        }
+        Value::Object(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin() -> Origin {
+        Origin {
+            endpoint: "p/x".into(),
+            provider: "p".into(),
+            upstream_model: "x".into(),
+        }
+    }
+
+    fn events(frames: &[(Duration, Bytes)]) -> Vec<Value> {
+        frames
+            .iter()
+            .filter_map(|(_, b)| {
+                let s = std::str::from_utf8(b).unwrap();
+                let d = s.strip_prefix("data: ")?.trim_end();
+                (d != "[DONE]").then(|| serde_json::from_str(d).unwrap())
+            })
+            .collect()
+    }
+
+    const WHOLE: &str = r#"{"id":"a","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7},"service_tier":"default"}"#;
+
+    #[test]
+    fn a_whole_answer_comes_back_whole_with_a_fresh_id_and_as_a_stream() {
+        let e = Entry::from_whole(WHOLE.as_bytes(), origin(), 10).unwrap();
+        let e = Entry::decode(&e.encode().unwrap()).unwrap();
+        let body: Value = serde_json::from_slice(&e.whole("new", 99)).unwrap();
+        assert_eq!(body["id"], "new");
+        assert_eq!(body["created"], 99);
+        assert_eq!(body["service_tier"], "default");
+        assert_eq!(body["choices"][0]["message"]["content"], "Hello");
+        assert_eq!(body["usage"]["total_tokens"], 7);
+
+        let s = e.stream("new", 99, true, Replay::Recorded);
+        assert_eq!(&s.last().unwrap().1[..], b"data: [DONE]\n\n");
+        let ev = events(&s);
+        assert_eq!(ev[0]["choices"][0]["delta"]["role"], "assistant");
+        assert_eq!(ev[1]["choices"][0]["delta"]["content"], "Hello");
+        assert_eq!(ev[2]["choices"][0]["finish_reason"], "stop");
+        assert_eq!(ev[3]["usage"]["prompt_tokens"], 5);
+        assert!(ev.iter().all(|c| c["id"] == "new" && c["created"] == 99));
+        // Without include_usage there is no usage chunk.
+        let ev = events(&e.stream("new", 99, false, Replay::Recorded));
+        assert!(ev.iter().all(|c| c.get("usage").is_none()), "{ev:?}");
+    }
+
+    fn frame(chunks: &[&str]) -> Bytes {
+        let mut s = String::new();
+        for c in chunks {
+            s.push_str("data: ");
+            s.push_str(c);
+            s.push_str("\n\n");
+        }
+        Bytes::from(s)
+    }
+
+    #[test]
+    fn a_stream_is_replayed_with_its_gaps_and_assembled_whole() {
+        let frames = vec![
+            (
+                0,
+                frame(&[
+                    r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#,
+                ]),
+            ),
+            (
+                40,
+                frame(&[
+                    r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#,
+                    r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":null}]}"#,
+                ]),
+            ),
+            (
+                30,
+                frame(&[
+                    r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\""}}]},"finish_reason":null}]}"#,
+                    r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":":1}"}}]},"finish_reason":"tool_calls"}]}"#,
+                    r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#,
+                    "[DONE]",
+                ]),
+            ),
+        ];
+        let usage = Some(Usage::new(3, 4));
+        let e = Entry::from_stream(&frames, usage, origin(), 10).unwrap();
+        let chunks = e.chunks.as_ref().unwrap();
+        assert_eq!(chunks.len(), 5, "the usage chunk is not kept");
+        let gaps: Vec<u32> = chunks.iter().map(|c| c.gap_ms).collect();
+        assert_eq!(gaps, [0, 40, 0, 30, 0]);
+        let s = e.stream("n", 5, false, Replay::Recorded);
+        assert_eq!(s[1].0, Duration::from_millis(40));
+        let s = e.stream("n", 5, false, Replay::Compressed);
+        assert_eq!(s[1].0, Duration::from_millis(4));
+        let ev = events(&s);
+        assert_eq!(ev.len(), 5);
+        assert_eq!(ev[1]["choices"][0]["delta"]["content"], "Hel");
+        assert_eq!(ev[1]["id"], "n");
+
+        let body: Value = serde_json::from_slice(&e.whole("w", 7)).unwrap();
+        let m = &body["choices"][0]["message"];
+        assert_eq!(m["content"], "Hello");
+        assert_eq!(m["tool_calls"][0]["id"], "c1");
+        assert_eq!(m["tool_calls"][0]["function"]["arguments"], "{\"a\":1}");
+        assert_eq!(body["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(body["usage"]["completion_tokens"], 4);
+        assert_eq!(body["object"], "chat.completion");
+    }
+
+    #[test]
+    fn incomplete_or_failed_streams_make_no_entry() {
+        let no_finish = vec![(
+            0,
+            frame(&[
+                r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#,
+            ]),
+        )];
+        assert!(Entry::from_stream(&no_finish, None, origin(), 0).is_none());
+        let error = vec![(
+            0,
+            frame(&[
+                r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}"#,
+                r#"{"error":{"message":"boom"}}"#,
+            ]),
+        )];
+        assert!(Entry::from_stream(&error, None, origin(), 0).is_none());
+        assert!(Entry::from_whole(br#"{"model":"m","choices":[]}"#, origin(), 0).is_none());
+        assert!(Entry::decode(br#"{"v":99}"#).is_none());
+    }
+}

@@ -1,0 +1,501 @@
+//! The response cache through the gateway (issue 14): hits without an upstream
+//! request, both answer shapes from one entry, the request controls, what is never
+//! cached or stored, the policy's `cache on` / `cache off`, and two instances
+//! sharing Redis.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use crate::sse_script::*;
+
+/// An OpenAI-compatible upstream answering `Hello world` (whole, or as a stream when
+/// the request says `"stream":true`), counting the requests it got. `cut`: streams
+/// stop after the first piece, without a finish reason.
+fn upstream(cut: bool) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let seen = hits.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                let body = read_body(&mut s);
+                seen.fetch_add(1, Ordering::SeqCst);
+                let req: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                if req["stream"] == true {
+                    let mut sse = role_chunk();
+                    sse.push_str(&text_chunk("Hello"));
+                    if !cut {
+                        sse.push_str(&text_chunk(" world"));
+                        sse.push_str(&finish_chunk("stop"));
+                        sse.push_str("data: {\"id\":\"up\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":2,\"total_tokens\":11}}\n\n");
+                        sse.push_str(DONE);
+                    }
+                    let _ = write!(
+                        s,
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{sse}"
+                    );
+                } else {
+                    let body = r#"{"id":"up","object":"chat.completion","created":7,"model":"x","choices":[{"index":0,"message":{"role":"assistant","content":"Hello world"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}"#;
+                    let _ = write!(
+                        s,
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                }
+            });
+        }
+    });
+    (addr, hits)
+}
+
+/// The body of one HTTP/1.1 request read from `s` (empty when it breaks off).
+fn read_body(s: &mut std::net::TcpStream) -> Vec<u8> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = match s.read(&mut chunk) {
+            Ok(n) if n > 0 => n,
+            _ => return Vec::new(),
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+        let len = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        while buf.len() < end + 4 + len {
+            match s.read(&mut chunk) {
+                Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                _ => return Vec::new(),
+            }
+        }
+        return buf[end + 4..end + 4 + len].to_vec();
+    }
+}
+
+/// One provider `p` at `addr` serving logical model `m`, priced, with `cache`
+/// (the `cache:` section's body).
+fn config(addr: SocketAddr, cache: &str) -> String {
+    format!(
+        "providers:\n  p: {{ kind: openai-compatible, base_url: http://{addr}/v1, pricing: {{ input_per_mtok: 1.0, output_per_mtok: 2.0 }} }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x }} ] }}\ncache: {{ {cache} }}\n"
+    )
+}
+
+/// A temperature-0 chat body asking `prompt`.
+fn ask(prompt: &str, stream: bool, extra: &str) -> String {
+    format!(
+        r#"{{"model":"m","stream":{stream},"temperature":0,"messages":[{{"role":"system","content":"be brief"}},{{"role":"user","content":"{prompt}"}}]{extra}}}"#
+    )
+}
+
+/// Waits until `gw` has written `n` entries (stores run off the request path).
+async fn stored(gw: &InProcess, n: u64) {
+    let started = Instant::now();
+    let cache = &gw.app.services().gateway.cache;
+    while cache.stored() < n {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{} entries stored, expected {n}",
+            cache.stored()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn send(gw: &InProcess, body: &str, headers: &[(&str, &str)]) -> Reply {
+    let r = request_with(
+        "POST",
+        &gw.url("/v1/chat/completions"),
+        headers,
+        body.to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r
+}
+
+fn cache_header(r: &Reply) -> &str {
+    r.headers
+        .get("x-switchyard-cache")
+        .map_or("(none)", |v| v.to_str().unwrap())
+}
+
+#[tokio::test]
+async fn a_second_identical_request_is_a_hit_and_the_upstream_sees_one() {
+    let (addr, hits) = upstream(false);
+    let gw = start_app(&config(addr, "enabled: true"), &[]).await;
+    let first = send(&gw, &ask("what is a cache?", false, ""), &[]).await;
+    assert_eq!(cache_header(&first), "miss");
+    assert_eq!(first.headers["x-switchyard-endpoint"], "p/x");
+    stored(&gw, 1).await;
+
+    let second = send(&gw, &ask("what is a cache?", false, ""), &[]).await;
+    assert_eq!(cache_header(&second), "hit");
+    assert_eq!(second.headers["x-switchyard-endpoint"], "cache");
+    assert!(!second.headers.contains_key("x-switchyard-attempts"));
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "the hit reached no upstream"
+    );
+    let (a, b) = (first.json(), second.json());
+    assert_eq!(a["choices"], b["choices"]);
+    assert_eq!(a["usage"], b["usage"]);
+    assert_ne!(a["id"], b["id"], "a hit has a fresh id");
+
+    // Another prompt in the same scope is its own entry.
+    let other = send(&gw, &ask("what is a queue?", false, ""), &[]).await;
+    assert_eq!(cache_header(&other), "miss");
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+
+    let m = get(&gw.url("/metrics")).await.text();
+    assert!(
+        metric(&m, "switchyard_cache_hits_total", &[("kind", "exact")]) >= 1.0,
+        "{m}"
+    );
+    assert!(
+        metric(&m, "switchyard_cache_tokens_saved_total", &[]) >= 11.0,
+        "{m}"
+    );
+    assert!(
+        metric(&m, "switchyard_cache_usd_saved_total", &[("model", "m")]) > 0.0,
+        "{m}"
+    );
+    assert!(
+        metric(
+            &m,
+            "switchyard_requests_total",
+            &[("endpoint", "cache"), ("model", "m")]
+        ) >= 1.0,
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn a_stored_stream_answers_whole_and_a_stored_whole_answer_streams() {
+    let (addr, hits) = upstream(false);
+    let gw = start_app(&config(addr, "enabled: true, replay: compressed"), &[]).await;
+
+    // Stream first, then the same request whole.
+    let s = send(&gw, &ask("stream me", true, ""), &[]).await;
+    assert_eq!(cache_header(&s), "miss");
+    assert_eq!(clean_text(&s), "Hello world");
+    stored(&gw, 1).await;
+    let w = send(&gw, &ask("stream me", false, ""), &[]).await;
+    assert_eq!(cache_header(&w), "hit");
+    let body = w.json();
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["choices"][0]["message"]["content"], "Hello world");
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+    assert_eq!(body["usage"]["total_tokens"], 11);
+    // And streamed again: the recorded chunks, no usage chunk unless asked.
+    let again = send(&gw, &ask("stream me", true, ""), &[]).await;
+    assert_eq!(cache_header(&again), "hit");
+    assert_eq!(clean_text(&again), "Hello world");
+    assert!(
+        again.events().iter().all(|e| !e.contains("\"usage\"")),
+        "{}",
+        again.text()
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+
+    // Whole first, then streamed with the usage chunk asked for.
+    let w = send(&gw, &ask("whole me", false, ""), &[]).await;
+    assert_eq!(cache_header(&w), "miss");
+    stored(&gw, 2).await;
+    let usage = r#","stream_options":{"include_usage":true}"#;
+    let s = send(&gw, &ask("whole me", true, usage), &[]).await;
+    assert_eq!(cache_header(&s), "hit");
+    assert_eq!(s.headers["content-type"], "text/event-stream");
+    assert_eq!(clean_text(&s), "Hello world");
+    let events = s.events();
+    let last_chunk: serde_json::Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(last_chunk["usage"]["completion_tokens"], 2, "{}", s.text());
+    assert_eq!(last_chunk["choices"], serde_json::json!([]));
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn no_store_no_cache_and_cache_off_headers_are_obeyed() {
+    let (addr, hits) = upstream(false);
+    let gw = start_app(&config(addr, "enabled: true"), &[]).await;
+    let body = ask("controls", false, "");
+    let r = send(&gw, &body, &[("cache-control", "no-store")]).await;
+    assert_eq!(cache_header(&r), "bypass");
+    // no-store wrote nothing: this one misses (and stores).
+    let r = send(&gw, &body, &[]).await;
+    assert_eq!(cache_header(&r), "miss");
+    stored(&gw, 1).await;
+    assert_eq!(gw.app.services().gateway.cache.stored(), 1);
+    // no-cache does not read (the upstream answers) but may store.
+    let r = send(&gw, &body, &[("cache-control", "no-cache")]).await;
+    assert_eq!(cache_header(&r), "bypass");
+    stored(&gw, 2).await;
+    let r = send(&gw, &body, &[("x-switchyard-cache", "off")]).await;
+    assert_eq!(cache_header(&r), "bypass");
+    assert_eq!(hits.load(Ordering::SeqCst), 4);
+    let r = send(&gw, &body, &[]).await;
+    assert_eq!(cache_header(&r), "hit");
+    assert_eq!(hits.load(Ordering::SeqCst), 4);
+
+    let bad = request_with(
+        "POST",
+        &gw.url("/v1/chat/completions"),
+        &[("x-switchyard-cache", "sometimes")],
+        body.clone(),
+    )
+    .await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.text().contains("x-switchyard-cache"), "{}", bad.text());
+}
+
+#[tokio::test]
+async fn temperature_above_zero_or_absent_is_not_cached_unless_stochastic() {
+    let (addr, hits) = upstream(false);
+    let gw = start_app(&config(addr, "enabled: true"), &[]).await;
+    let warm = r#"{"model":"m","temperature":0.7,"messages":[{"role":"user","content":"t"}]}"#;
+    let absent = r#"{"model":"m","messages":[{"role":"user","content":"t"}]}"#;
+    for body in [warm, warm, absent, absent] {
+        let r = send(&gw, body, &[]).await;
+        assert_eq!(cache_header(&r), "bypass");
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 4);
+    assert_eq!(gw.app.services().gateway.cache.stored(), 0);
+
+    let (addr, hits) = upstream(false);
+    let gw = start_app(&config(addr, "enabled: true, stochastic: true"), &[]).await;
+    assert_eq!(cache_header(&send(&gw, warm, &[]).await), "miss");
+    stored(&gw, 1).await;
+    assert_eq!(cache_header(&send(&gw, warm, &[]).await), "hit");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_stream_cut_midway_is_not_stored() {
+    let (addr, hits) = upstream(true);
+    let gw = start_app(&config(addr, "enabled: true"), &[]).await;
+    let body = ask("cut me", true, "");
+    let r = send(&gw, &body, &[]).await;
+    assert!(
+        r.events().iter().any(|e| e.contains("\"error\"")),
+        "{}",
+        r.text()
+    );
+    let r = send(&gw, &body, &[]).await;
+    assert_eq!(cache_header(&r), "miss");
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+    assert_eq!(gw.app.services().gateway.cache.stored(), 0);
+}
+
+const POLICY: &str = r#"
+route cached when request.model == "m" {
+  cache on ttl 10m
+  rule fresh when has(header("x-fresh")) {
+    cache off
+    use model
+  }
+  default use model
+}
+
+test "answers are cached" {
+  request { model = "m" }
+  expect cache on
+}
+
+test "fresh answers are not" {
+  request { model = "m", header("x-fresh") = "1" }
+  expect cache off
+}
+"#;
+
+#[tokio::test]
+async fn a_policy_turns_caching_on_for_a_route_and_off_for_a_rule() {
+    let (addr, hits) = upstream(false);
+    // `enabled: false`: only the policy turns caching on.
+    let gw = start_app(&config(addr, "enabled: false"), &[("c.policy", POLICY)]).await;
+    let body = ask("policy", false, "");
+    assert_eq!(cache_header(&send(&gw, &body, &[]).await), "miss");
+    stored(&gw, 1).await;
+    let r = send(&gw, &body, &[("x-fresh", "1")]).await;
+    assert_eq!(cache_header(&r), "bypass");
+    assert_eq!(r.headers["x-switchyard-rule"], "fresh");
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+    let r = send(&gw, &body, &[]).await;
+    assert_eq!(cache_header(&r), "hit");
+    assert_eq!(r.headers["x-switchyard-route"], "cached");
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+
+    // Without a policy and with caching disabled there is no cache header at all.
+    let (addr, _) = upstream(false);
+    let plain = start_app(&config(addr, "enabled: false"), &[]).await;
+    let r = send(&plain, &body, &[]).await;
+    assert_eq!(cache_header(&r), "(none)");
+}
+
+#[test]
+fn a_policy_test_expecting_cache_on_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("c.policy"), POLICY).unwrap();
+    let cfg = dir.path().join("switchyard.yaml");
+    std::fs::write(
+        &cfg,
+        "providers: { p: { kind: mock } }\nmodels: { m: { endpoints: [ { provider: p, model: x } ] } }\ncache: { ttl: 5m }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .arg("test")
+        .arg(dir.path().join("c.policy"))
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    // And a wrong expectation fails.
+    std::fs::write(
+        dir.path().join("c.policy"),
+        POLICY.replace("expect cache off", "expect cache on"),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .arg("test")
+        .arg(dir.path().join("c.policy"))
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
+
+#[tokio::test]
+async fn a_synonym_is_a_semantic_hit_with_its_distance_and_a_negation_misses() {
+    let (addr, hits) = upstream(false);
+    let gw = start_app(&config(addr, "enabled: true"), &[]).await;
+    let r = send(&gw, &ask("Explain how ocean tides work.", false, ""), &[]).await;
+    assert_eq!(cache_header(&r), "miss");
+    stored(&gw, 1).await;
+    let r = send(&gw, &ask("Describe how ocean tides work?", false, ""), &[]).await;
+    assert_eq!(cache_header(&r), "hit");
+    assert_eq!(r.headers["x-switchyard-cache-distance"], "0");
+    let r = send(
+        &gw,
+        &ask("Explain how ocean tides do not work.", false, ""),
+        &[],
+    )
+    .await;
+    assert_eq!(cache_header(&r), "miss");
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+
+    // `mode: exact`: only the identical text hits.
+    let (addr, hits) = upstream(false);
+    let gw = start_app(&config(addr, "enabled: true, mode: exact"), &[]).await;
+    send(&gw, &ask("Explain how ocean tides work.", false, ""), &[]).await;
+    stored(&gw, 1).await;
+    let r = send(&gw, &ask("Describe how ocean tides work?", false, ""), &[]).await;
+    assert_eq!(cache_header(&r), "miss");
+    let r = send(&gw, &ask("Explain how ocean tides work.", false, ""), &[]).await;
+    assert_eq!(cache_header(&r), "hit");
+    assert!(!r.headers.contains_key("x-switchyard-cache-distance"));
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+}
+
+/// A `redis-server` on a free loopback port, killed on drop.
+struct Redis {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_redis() -> Redis {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = std::process::Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("redis-server is required for this test and could not be started ({e}); install it (Debian: apt-get install redis-server; scripts/test.sh does)")
+        });
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "redis-server did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Redis { child, port }
+}
+
+#[tokio::test]
+async fn two_instances_sharing_redis_share_a_hit_in_either_shape() {
+    let redis = start_redis();
+    let (addr, hits) = upstream(false);
+    let cache = format!(
+        "enabled: true, redis: 'redis://127.0.0.1:{}', redis_timeout_ms: 2000",
+        redis.port
+    );
+    let a = start_app(&config(addr, &cache), &[]).await;
+    let b = start_app(&config(addr, &cache), &[]).await;
+    let body = ask("shared between instances", true, "");
+    let r = send(&a, &body, &[]).await;
+    assert_eq!(cache_header(&r), "miss");
+    stored(&a, 1).await;
+    // The other instance has nothing in memory: the hit comes from Redis, whole.
+    let r = send(&b, &ask("shared between instances", false, ""), &[]).await;
+    assert_eq!(cache_header(&r), "hit", "{}", r.text());
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "Hello world");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    let m = get(&b.url("/metrics")).await.text();
+    assert!(
+        metric(&m, "switchyard_cache_hits_total", &[("tier", "l2")]) >= 1.0,
+        "{m}"
+    );
+
+    // Redis gone: lookups and stores degrade to misses, requests still succeed.
+    drop(redis);
+    let r = send(&b, &ask("after redis died", false, ""), &[]).await;
+    assert_eq!(cache_header(&r), "miss");
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_tool_result_turn_is_cached_exactly_by_its_whole_conversation() {
+    let (addr, hits) = upstream(false);
+    let gw = start_app(&config(addr, "enabled: true"), &[]).await;
+    let turn = |result: &str| {
+        format!(
+            r#"{{"model":"m","temperature":0,"messages":[{{"role":"user","content":"weather?"}},{{"role":"assistant","content":null,"tool_calls":[{{"id":"c1","type":"function","function":{{"name":"weather","arguments":"{{}}"}}}}]}},{{"role":"tool","tool_call_id":"c1","content":"{result}"}}],"tools":[{{"type":"function","function":{{"name":"weather","parameters":{{"type":"object"}}}}}}]}}"#
+        )
+    };
+    assert_eq!(cache_header(&send(&gw, &turn("sunny"), &[]).await), "miss");
+    stored(&gw, 1).await;
+    assert_eq!(cache_header(&send(&gw, &turn("sunny"), &[]).await), "hit");
+    // Another tool result is another conversation, even one differing only in case.
+    assert_eq!(cache_header(&send(&gw, &turn("Sunny"), &[]).await), "miss");
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+}
