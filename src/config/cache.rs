@@ -12,6 +12,7 @@
 //!   redis: redis://127.0.0.1:6379   # L2 shared by every instance (optional)
 //!   redis_timeout_ms: 50
 //!   replay: recorded       # or compressed, none: timing of replayed streams
+//!   share: org             # or key, all: who may be served another caller's answer
 //! ```
 
 /// How the prompt text is matched.
@@ -34,6 +35,20 @@ pub enum Replay {
     Compressed,
     /// No waiting: every chunk at once.
     None,
+}
+
+/// Which callers may be served each other's cached answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Share {
+    /// Callers of one organization share entries; a caller with no organization
+    /// shares with its own API key only; unauthenticated callers share one pool.
+    #[default]
+    Org,
+    /// Each API key has its own entries (callers with no key share one pool).
+    Key,
+    /// Every caller shares every entry. A `hit` then tells a caller that someone
+    /// else sent the same conversation: only for single-tenant deployments.
+    All,
 }
 
 /// Longest wait between two replayed chunks with `replay: recorded`, ms.
@@ -83,6 +98,8 @@ pub struct CacheConfig {
     pub redis_timeout_ms: u64,
     /// Timing of replayed streams (`replay`, default `recorded`).
     pub replay: Replay,
+    /// Who shares entries (`share`, default `org`): part of every key's scope.
+    pub share: Share,
 }
 
 impl Default for CacheConfig {
@@ -97,6 +114,7 @@ impl Default for CacheConfig {
             redis: None,
             redis_timeout_ms: 50,
             replay: Replay::Recorded,
+            share: Share::Org,
         }
     }
 }

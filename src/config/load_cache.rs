@@ -2,7 +2,7 @@
 
 use serde_yaml::Value;
 
-use super::super::cache::{parse_duration_ms, CacheConfig, CacheMode, Replay, MAX_TTL_MS};
+use super::super::cache::{parse_duration_ms, CacheConfig, CacheMode, Replay, Share, MAX_TTL_MS};
 use super::{describe, join, Validator};
 
 impl Validator {
@@ -24,6 +24,7 @@ impl Validator {
                 "redis",
                 "redis_timeout_ms",
                 "replay",
+                "share",
             ],
             path,
         );
@@ -89,6 +90,16 @@ impl Validator {
                 format!("\"{other}\" is not one of: recorded, compressed, none"),
             ),
         }
+        match self.string(map, "share", path).as_deref() {
+            None => {}
+            Some("org") => cfg.share = Share::Org,
+            Some("key") => cfg.share = Share::Key,
+            Some("all") => cfg.share = Share::All,
+            Some(other) => self.err(
+                join(path, "share"),
+                format!("\"{other}\" is not one of: org, key, all"),
+            ),
+        }
         cfg
     }
 }
@@ -106,7 +117,7 @@ mod tests {
         assert_eq!(c.cache.ttl_ms, 3_600_000);
         assert_eq!(c.cache.tau, 3);
         let yaml = format!(
-            "{BASE}cache: {{ enabled: true, mode: exact, tau: 2, ttl: 10m, capacity: 50, stochastic: true, redis: 'redis://127.0.0.1:6379', redis_timeout_ms: 20, replay: compressed }}\n"
+            "{BASE}cache: {{ enabled: true, mode: exact, tau: 2, ttl: 10m, capacity: 50, stochastic: true, redis: 'redis://127.0.0.1:6379', redis_timeout_ms: 20, replay: compressed, share: key }}\n"
         );
         let c = parse_str(&yaml, None).unwrap();
         assert!(c.cache.enabled && c.cache.stochastic);
@@ -118,6 +129,7 @@ mod tests {
         assert_eq!(c.cache.redis.as_deref(), Some("redis://127.0.0.1:6379"));
         assert_eq!(c.cache.redis_timeout_ms, 20);
         assert_eq!(c.cache.replay, Replay::Compressed);
+        assert_eq!(c.cache.share, crate::config::Share::Key);
     }
 
     #[test]

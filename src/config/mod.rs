@@ -23,7 +23,7 @@ mod mock;
 pub mod quality;
 
 pub use auth::{AdminConfig, AuthConfig, AuthMode, KeyEntry};
-pub use cache::{CacheConfig, CacheMode, Replay};
+pub use cache::{CacheConfig, CacheMode, Replay, Share};
 pub use defaults::embedded;
 pub use limits::{Budget, BudgetsConfig, LimitsConfig, OnError, RateLimit, StateConfig};
 pub use load::{parse_str, ConfigError, ConfigErrors};

@@ -13,7 +13,9 @@
 //!    most 1 (several choices are neither replayed nor assembled).
 //!
 //! The key is the prompt text (the last user message's text parts) within a scope:
-//! an XXH3-128 hash of everything else that changes the answer — the logical model
+//! an XXH3-128 hash of the caller's partition (`cache.share`: by default its
+//! organization, else its API key id, so tenants never see each other's entries)
+//! and of everything else that changes the answer — the logical model
 //! asked for and the one the decision chose (its plan's first endpoint's), the
 //! temperature, both output caps, the tools (sorted by function name, each as
 //! canonical JSON with sorted keys), every other request field except those that
@@ -57,7 +59,7 @@ use super::Gateway;
 use crate::api::{ChatRequest, Usage};
 use crate::body::{self, Body, BoxError};
 use crate::cache::{Cache, Key, Settings, Tier};
-use crate::config::{CacheConfig, CacheMode, Config, Pricing};
+use crate::config::{CacheConfig, CacheMode, Config, Pricing, Share};
 use crate::error::{ErrorKind, GatewayError};
 use crate::policy::checked::CacheSetting;
 use crate::policy::CheckedPolicySet;
@@ -327,7 +329,7 @@ pub(super) async fn lookup(
         .first()
         .and_then(|&i| gw.registry.endpoints.get(i))
         .map_or("", |e| &*e.model);
-    let (scope, prompt, whole_conversation) = scope(chat, target);
+    let (scope, prompt, whole_conversation) = scope(chat, target, partition(cfg.share, ctx));
     let exact =
         whole_conversation || cfg.mode == CacheMode::Exact || setting.is_some_and(|s| s.exact);
     let key = store.key(scope, &prompt, exact);
@@ -542,11 +544,25 @@ impl Tee {
     }
 }
 
+/// Which callers' entries this request may read and write (`cache.share`): the
+/// organization (else the API key id) by default, the key id, or everyone (`""`).
+/// The caller is the one the admit phase authenticated.
+fn partition(share: Share, ctx: &RequestCtx) -> String {
+    let c = &ctx.caller;
+    match (share, &c.org, &c.api_key) {
+        (Share::All, _, _) => String::new(),
+        (Share::Org, Some(org), _) => format!("org:{org}"),
+        (Share::Org | Share::Key, _, Some(key)) => format!("key:{key}"),
+        (Share::Org | Share::Key, _, None) => String::new(),
+    }
+}
+
 /// The scope hash, the prompt text, and whether the whole conversation is the
-/// scope (the last message is not a user turn).
-fn scope(chat: &ChatRequest, target: &str) -> (u128, String, bool) {
+/// scope (the last message is not a user turn). `partition` is [`partition`]'s.
+fn scope(chat: &ChatRequest, target: &str, partition: String) -> (u128, String, bool) {
     let mut h = Xxh3::new();
     str_(&mut h, "switchyard-cache-scope-v1");
+    str_(&mut h, &partition);
     str_(&mut h, &chat.model);
     str_(&mut h, target);
     match chat.temperature {
@@ -729,14 +745,25 @@ mod tests {
     }
 
     fn scope_of(body: &str) -> (u128, String, bool) {
-        scope(&parse(body), "m")
+        scope(&parse(body), "m", String::new())
     }
 
     #[test]
     fn the_model_the_decision_chose_is_in_the_scope() {
         let body = parse(r#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#);
-        assert_ne!(scope(&body, "m").0, scope(&body, "m-canary").0);
-        assert_eq!(scope(&body, "m").0, scope(&body, "m").0);
+        assert_ne!(
+            scope(&body, "m", String::new()).0,
+            scope(&body, "m-canary", String::new()).0
+        );
+        assert_eq!(
+            scope(&body, "m", String::new()).0,
+            scope(&body, "m", String::new()).0
+        );
+        assert_ne!(
+            scope(&body, "m", "org:a".into()).0,
+            scope(&body, "m", "org:b".into()).0,
+            "two organizations never share an entry"
+        );
     }
 
     #[test]

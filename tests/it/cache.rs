@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use crate::sse_script::*;
+use switchyard::auth::keys::hash_secret;
 
 /// An OpenAI-compatible upstream answering `Hello world` (whole, or as a stream when
 /// the request says `"stream":true`), counting the requests it got. `cut`: streams
@@ -498,4 +499,44 @@ async fn a_tool_result_turn_is_cached_exactly_by_its_whole_conversation() {
     // Another tool result is another conversation, even one differing only in case.
     assert_eq!(cache_header(&send(&gw, &turn("Sunny"), &[]).await), "miss");
     assert_eq!(hits.load(Ordering::SeqCst), 2);
+}
+
+/// Regression (review of the cache phase): entries were shared by every caller, so a
+/// `hit` told one organization what another had asked. By default (`share: org`)
+/// callers of one organization share, others never do; `share: all` shares.
+#[tokio::test]
+async fn callers_of_another_organization_never_get_a_hit_from_this_ones_entry() {
+    let (addr, hits) = upstream(false);
+    let keys = format!(
+        "auth:\n  mode: keys\n  keys:\n    - {{ id: a1, hash: '{}', org: org-a }}\n    - {{ id: a2, hash: '{}', org: org-a }}\n    - {{ id: b1, hash: '{}', org: org-b }}\n",
+        hash_secret("sy-a1"),
+        hash_secret("sy-a2"),
+        hash_secret("sy-b1"),
+    );
+    let gw = start_app(&format!("{keys}{}", config(addr, "enabled: true")), &[]).await;
+    let body = ask("who won the match?", false, "");
+    let a1 = send(&gw, &body, &[("authorization", "Bearer sy-a1")]).await;
+    assert_eq!(cache_header(&a1), "miss");
+    stored(&gw, 1).await;
+    let b1 = send(&gw, &body, &[("authorization", "Bearer sy-b1")]).await;
+    assert_eq!(cache_header(&b1), "miss", "another organization misses");
+    let a2 = send(&gw, &body, &[("authorization", "Bearer sy-a2")]).await;
+    assert_eq!(cache_header(&a2), "hit", "the same organization shares");
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+
+    let (addr, hits) = upstream(false);
+    let gw = start_app(
+        &format!("{keys}{}", config(addr, "enabled: true, share: all")),
+        &[],
+    )
+    .await;
+    send(&gw, &body, &[("authorization", "Bearer sy-a1")]).await;
+    stored(&gw, 1).await;
+    let b1 = send(&gw, &body, &[("authorization", "Bearer sy-b1")]).await;
+    assert_eq!(
+        cache_header(&b1),
+        "hit",
+        "share: all shares across organizations"
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
 }
