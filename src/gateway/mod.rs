@@ -31,6 +31,7 @@
 mod admit;
 mod ctx;
 mod dispatch;
+mod fit;
 mod limit;
 mod log;
 mod normalize;
@@ -162,7 +163,7 @@ impl Gateway {
         chat.headers = crate::egress::forward::candidates(headers);
         admit::check_model(ctx, &chat)?;
         limit::admit(self, ctx, &chat).await?;
-        let features = normalize::request_features(ctx, &chat, headers);
+        let features = normalize::request_features(self, ctx, &chat, headers);
         let mut plan = route::route(self, ctx, &chat, &features)?;
         let decided = Arc::new(outcome::DecisionContext {
             snapshot: ctx.snapshot.clone(),

@@ -136,6 +136,20 @@ impl TokenCounter {
         self.by_model.get(model).copied()
     }
 
+    /// Whether [`TokenCounter::count`] of `chat` is the tokenizer's exact count (an
+    /// OpenAI family and at most [`MAX_TOKENIZED_BYTES`] of text), not an estimate
+    /// or an extrapolation.
+    pub fn is_exact(&self, chat: &ChatRequest) -> bool {
+        self.encoding(&chat.model).is_some()
+            && chat
+                .messages
+                .iter()
+                .flat_map(|m| texts(&m.content))
+                .map(str::len)
+                .sum::<usize>()
+                <= MAX_TOKENIZED_BYTES
+    }
+
     /// The input tokens of `chat`.
     pub fn count(&self, chat: &ChatRequest) -> u64 {
         match self.encoding(&chat.model) {

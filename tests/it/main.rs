@@ -20,3 +20,4 @@ mod resilience;
 mod shutdown;
 mod sse_script;
 mod strategies;
+mod validation;
