@@ -60,7 +60,7 @@ async fn malformed_requests_get_a_400_naming_the_field_and_never_reach_the_upstr
     }
     assert_eq!(hits.load(Ordering::SeqCst), 0, "the upstream saw a request");
     // A well-formed tool conversation goes through.
-    let ok = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_1","content":"r"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"$defs":{"n":{"type":"object","properties":{"next":{"$ref":"#/$defs/n"}}}},"$ref":"#/$defs/n"}}}],"tool_choice":"auto"}"#;
+    let ok = r##"{"model":"gpt-4o","messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_1","content":"r"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"$defs":{"n":{"type":"object","properties":{"next":{"$ref":"#/$defs/n"}}}},"$ref":"#/$defs/n"}}}],"tool_choice":"auto"}"##;
     let r = post(&url, ok).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(hits.load(Ordering::SeqCst), 1);
