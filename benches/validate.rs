@@ -44,7 +44,9 @@ fn request() -> Vec<u8> {
             }})
         })
         .collect();
-    let mut messages = vec![json!({"role": "system", "content": "You are a concise assistant for the catalogue team. Answer with facts from tool results only."})];
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a concise assistant for the catalogue team. Answer with facts from tool results only."}),
+    ];
     let mut turn = 0;
     while messages.len() < 20 {
         let id = format!("call_{turn}");
@@ -89,7 +91,11 @@ fn main() {
     });
     c.bench_function("schema/uncached_one_tool", |b| {
         let schema = &chat.tools.as_ref().unwrap()[0]["function"]["parameters"];
-        b.iter(|| black_box(switchyard::api::validate::schema::check_uncached(black_box(schema))))
+        b.iter(|| {
+            black_box(switchyard::api::validate::schema::check_uncached(
+                black_box(schema),
+            ))
+        })
     });
     c.final_summary();
 }

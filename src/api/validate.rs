@@ -91,7 +91,10 @@ fn integer(extra: &Map<String, Value>, key: &str, lo: i64, hi: i64) -> Result<bo
             if (lo..=hi).contains(&v) && !(n.is_u64() && n.as_i64().is_none()) {
                 Ok(true)
             } else if hi == i64::MAX {
-                Err(bad(key, format!("`{key}` is {n}; expected a 64-bit integer")))
+                Err(bad(
+                    key,
+                    format!("`{key}` is {n}; expected a 64-bit integer"),
+                ))
             } else {
                 Err(bad(
                     key,
@@ -130,10 +133,16 @@ fn parameters(extra: &Map<String, Value>) -> Checked {
         None | Some(Value::Null) | Some(Value::String(_)) => Ok(()),
         Some(Value::Array(a)) if a.len() > MAX_STOP => Err(bad(
             "stop",
-            format!("`stop` has {} sequences; at most {MAX_STOP} are allowed", a.len()),
+            format!(
+                "`stop` has {} sequences; at most {MAX_STOP} are allowed",
+                a.len()
+            ),
         )),
         Some(Value::Array(a)) => match a.iter().position(|s| !s.is_string()) {
-            Some(i) => Err(bad(format!("stop[{i}]"), format!("`stop[{i}]` must be a string"))),
+            Some(i) => Err(bad(
+                format!("stop[{i}]"),
+                format!("`stop[{i}]` must be a string"),
+            )),
             None => Ok(()),
         },
         Some(_) => Err(bad(
@@ -152,7 +161,11 @@ pub fn valid_tool_name(name: &str) -> bool {
 }
 
 /// A required string field `key` of `obj`, at `path`.
-fn string_at<'a>(obj: &'a Map<String, Value>, key: &str, path: &str) -> Result<&'a str, GatewayError> {
+fn string_at<'a>(
+    obj: &'a Map<String, Value>,
+    key: &str,
+    path: &str,
+) -> Result<&'a str, GatewayError> {
     match obj.get(key) {
         Some(Value::String(s)) => Ok(s),
         None | Some(Value::Null) => Err(bad(
@@ -368,7 +381,10 @@ fn part_types(role: &str) -> &'static [&'static str] {
 /// One content part at `path` of a `role` message.
 fn part(p: &Value, role: &str, path: &str) -> Checked {
     let Some(p) = p.as_object() else {
-        return Err(bad(path, format!("`{path}` must be an object with a `type`")));
+        return Err(bad(
+            path,
+            format!("`{path}` must be an object with a `type`"),
+        ));
     };
     let kind = string_at(p, "type", path)?;
     let allowed = part_types(role);

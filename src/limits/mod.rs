@@ -204,7 +204,10 @@ impl Limiter {
             .chain(l.keys.values())
             .chain(l.orgs.values())
             .any(|r| r.tokens_per_min.is_some())
-            || registry.endpoints.iter().any(|e| e.context_window.is_some());
+            || registry
+                .endpoints
+                .iter()
+                .any(|e| e.context_window.is_some());
         let tokens = tokens::TokenCounter::new(registry, counts_tokens);
         Limiter {
             inner: Arc::new(Inner {

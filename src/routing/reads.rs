@@ -71,8 +71,7 @@ fn strategy_reads(s: &CStrategy) -> bool {
         || s.require.iter().any(expr_reads)
         || s.prefer.iter().any(expr_reads)
         || expr_reads(&s.score)
-        || s
-            .updates
+        || s.updates
             .iter()
             .any(|(_, u)| u.iter().any(|(_, e)| expr_reads(e)))
 }

@@ -53,7 +53,10 @@ async fn malformed_requests_get_a_400_naming_the_field_and_never_reach_the_upstr
         assert_eq!(e["type"], "invalid_request_error", "{}", r.text());
         assert_eq!(e["param"], param, "{}", r.text());
         assert!(
-            e["message"].as_str().unwrap().contains(&format!("`{param}`")),
+            e["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("`{param}`")),
             "{}",
             r.text()
         );
@@ -112,10 +115,14 @@ async fn a_request_that_fits_no_endpoint_is_context_length_exceeded_before_any_u
     assert_eq!(e["type"], "invalid_request_error");
     let msg = e["message"].as_str().unwrap();
     assert!(
-        msg.contains("21 tokens (8 of input plus 13 of output requested)") && msg.contains("20 tokens"),
+        msg.contains("21 tokens (8 of input plus 13 of output requested)")
+            && msg.contains("20 tokens"),
         "{msg}"
     );
-    assert_eq!(hits_a.load(Ordering::SeqCst) + hits_b.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        hits_a.load(Ordering::SeqCst) + hits_b.load(Ordering::SeqCst),
+        0
+    );
 }
 
 #[tokio::test]
