@@ -83,18 +83,12 @@ pub fn fit(
             format!("`{param}` is {out}, but the endpoints of model `{model}` produce at most {most} output tokens"),
         ));
     }
+    // The plan's, not the model's: a policy may have routed to another model.
+    let largest = plan.iter().filter_map(|&i| eps[i].context_window).max();
     plan.retain(|&i| eps[i].fits_request(input, cap));
     if !plan.is_empty() {
         return Ok(());
     }
-    let largest = gw
-        .registry
-        .model(&chat.model)
-        .ok()
-        .into_iter()
-        .flat_map(|m| m.endpoints.iter())
-        .filter_map(|&i| eps[i].context_window)
-        .max();
     let about = if exact { "" } else { "about " };
     let mut message = format!(
         "This request needs {about}{} tokens ({about}{counted} of input plus {out} of output requested), more than any endpoint of model `{model}` can take",
