@@ -6,6 +6,8 @@
 //! and forwarded untouched, so a new OpenAI parameter works through the gateway on the
 //! day it ships.
 
+pub mod validate;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 

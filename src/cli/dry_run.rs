@@ -171,7 +171,7 @@ pub fn run(a: DryRunArgs) -> ExitCode {
         ..Caller::default()
     };
     let pairs = headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-    let feats = features(&req, pairs, &caller, now);
+    let mut feats = features(&req, pairs, &caller, now);
     let set = match crate::policy::parse_and_check(&sources, &registry_from_config(&cfg)) {
         Ok(s) => s,
         Err(d) => {
@@ -179,6 +179,13 @@ pub fn run(a: DryRunArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // As the gateway does: the model's tokenizer only for a set that reads the count.
+    if crate::routing::reads::reads_input_tokens(&set) {
+        let registry = crate::routing::Registry::from_config(&cfg, |name| {
+            cfg.providers.iter().position(|p| p.name == name)
+        });
+        feats.input_tokens = crate::limits::tokens::TokenCounter::new(&registry, false).count(&req);
+    }
     // The trace always comes from the interpreter (the reference); the decision comes
     // from the engine asked for, and `both` refuses to answer if the two disagree.
     let compiled = CompiledPolicySet::compile(set);

@@ -759,6 +759,7 @@ impl Validator {
                 "region",
                 "latency_target_ms",
                 "context_window",
+                "max_output_tokens",
             ],
             path,
         );
@@ -807,6 +808,7 @@ impl Validator {
         let region = self.string(map, "region", path);
         let latency_target_ms = self.uint(map, "latency_target_ms", path, 1, 3_600_000);
         let context_window = self.uint(map, "context_window", path, 1, MAX_CONTEXT_WINDOW);
+        let max_output_tokens = self.uint(map, "max_output_tokens", path, 1, MAX_CONTEXT_WINDOW);
         let name = self.string(map, "name", path);
         let (provider, upstream_model) = (provider?, upstream_model?);
         provider_kind?;
@@ -846,6 +848,7 @@ impl Validator {
             region,
             latency_target_ms,
             context_window,
+            max_output_tokens,
         })
     }
 }

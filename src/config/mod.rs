@@ -387,4 +387,9 @@ pub struct EndpointConfig {
     /// 1 to 100,000,000): read by policies as `endpoint.context_window` and by the
     /// gateway's [`crate::routing::Endpoint::fits`]. Unknown when absent.
     pub context_window: Option<u64>,
+    /// The most output tokens the upstream model produces per request
+    /// (`max_output_tokens`, optional, 1 to 100,000,000): a request asking for more
+    /// (`max_completion_tokens`, else `max_tokens`) is not sent to this endpoint
+    /// ([`crate::routing::Endpoint::fits`]). Unknown when absent.
+    pub max_output_tokens: Option<u64>,
 }

@@ -34,6 +34,7 @@ pub mod cache;
 mod cache_entry;
 mod ctx;
 mod dispatch;
+mod fit;
 mod limit;
 mod log;
 mod normalize;
@@ -170,7 +171,7 @@ impl Gateway {
         chat.headers = crate::egress::forward::candidates(headers);
         admit::check_model(ctx, &chat)?;
         limit::admit(self, ctx, &chat).await?;
-        let features = normalize::request_features(ctx, &chat, headers);
+        let features = normalize::request_features(self, ctx, &chat, headers);
         let mut plan = route::route(self, ctx, &chat, &features)?;
         let mut ticket = match cache::lookup(self, ctx, &chat, headers, plan.cache).await? {
             cache::Lookup::Served(resp) => return Ok(resp),

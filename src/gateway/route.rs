@@ -40,7 +40,8 @@ pub struct Plan {
 ///
 /// # Errors
 /// The policy's `reject` (its status); 403 when the caller may use none of the
-/// plan's providers; 404 `model_not_found` when no route took the
+/// plan's providers; 400 `context_length_exceeded` when no endpoint of the plan has
+/// room for the request ([`super::fit`]); 404 `model_not_found` when no route took the
 /// request and the model is not configured; 503 when no endpoint is available.
 pub fn route(
     gw: &Gateway,
@@ -99,6 +100,7 @@ pub fn route(
         }
     }
     restrict(gw, ctx, &mut plan, &chat.model)?;
+    super::fit::fit(gw, ctx, &mut plan, chat, features)?;
     if plan.is_empty() {
         return Err(GatewayError::new(
             ErrorKind::NoEndpoint,

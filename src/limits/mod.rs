@@ -167,6 +167,13 @@ pub struct Limiter {
 }
 
 impl Limiter {
+    /// The input-token counter (OpenAI's tokenizer by model family, else the
+    /// estimate) that this limiter's token buckets charge; the gateway's
+    /// `request.input_tokens` and context checks count with the same one.
+    pub fn token_counter(&self) -> &tokens::TokenCounter {
+        &self.inner.tokens
+    }
+
     /// The limiter of `config`, pricing spend by the endpoints of `registry` (USD per
     /// 1M tokens of each endpoint's provider).
     pub fn new(config: &Config, registry: &Registry) -> Limiter {
@@ -188,14 +195,19 @@ impl Limiter {
             .as_deref()
             .and_then(|url| redis::RedisBackend::new(url, config.state.timeout_ms));
         // Parse the vocabularies ahead of the first request only when a tokens
-        // bucket is configured (a key entry's own tokens limit loads them on first
-        // use instead).
+        // bucket is configured or an endpoint's context window is known (the route
+        // phase's context check counts then); a key entry's own tokens limit, or a
+        // policy reading `request.input_tokens`, loads them on first use instead.
         let l = &config.limits;
         let counts_tokens = [l.global, l.per_key, l.per_org]
             .iter()
             .chain(l.keys.values())
             .chain(l.orgs.values())
-            .any(|r| r.tokens_per_min.is_some());
+            .any(|r| r.tokens_per_min.is_some())
+            || registry
+                .endpoints
+                .iter()
+                .any(|e| e.context_window.is_some());
         let tokens = tokens::TokenCounter::new(registry, counts_tokens);
         Limiter {
             inner: Arc::new(Inner {

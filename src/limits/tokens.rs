@@ -136,6 +136,20 @@ impl TokenCounter {
         self.by_model.get(model).copied()
     }
 
+    /// Whether [`TokenCounter::count`] of `chat` is the tokenizer's exact count (an
+    /// OpenAI family and at most [`MAX_TOKENIZED_BYTES`] of text), not an estimate
+    /// or an extrapolation.
+    pub fn is_exact(&self, chat: &ChatRequest) -> bool {
+        self.encoding(&chat.model).is_some()
+            && chat
+                .messages
+                .iter()
+                .flat_map(|m| texts(&m.content))
+                .map(str::len)
+                .sum::<usize>()
+                <= MAX_TOKENIZED_BYTES
+    }
+
     /// The input tokens of `chat`.
     pub fn count(&self, chat: &ChatRequest) -> u64 {
         match self.encoding(&chat.model) {
@@ -242,6 +256,64 @@ mod tests {
         let o = count_with(Encoding::O200k.bpe(), &c);
         let cl = count_with(Encoding::Cl100k.bpe(), &c);
         assert!(o < cl, "o200k {o}, cl100k {cl}");
+    }
+
+    /// A fixed corpus (prose, code, JSON, Cyrillic, Japanese, emoji, whitespace) of
+    /// texts under [`MAX_TOKENIZED_BYTES`]: the count is the reference tokenizer's
+    /// (a fresh `tiktoken-rs` vocabulary, not the singleton the counter uses) plus
+    /// 3 per message and 3 for the reply's priming, for each family's vocabulary,
+    /// through the model-name lookup the gateway uses.
+    #[test]
+    fn counts_equal_tiktoken_on_a_fixed_corpus() {
+        let corpus = [
+            "hello world",
+            "The quick brown fox jumps over the lazy dog.",
+            "fn main() {\n    println!(\"{}\", 1 + 2);\n}\n",
+            r#"{"id": "r7", "price": 19.99, "tags": ["a", "b"]}"#,
+            "Привет, как дела? Это проверка токенизатора.",
+            "日本語のテキストをトークンに分割します。",
+            "emoji 🎉🚀 and accents: café, naïve, façade",
+            "   leading spaces\t\ttabs\n\n\nnewlines   ",
+            "",
+        ];
+        let fresh = [
+            ("gpt-4o", tiktoken_rs::o200k_base().unwrap()),
+            ("gpt-4-turbo", tiktoken_rs::cl100k_base().unwrap()),
+        ];
+        let yaml = "providers: { p: { kind: mock } }\nmodels:\n  gpt-4o: { endpoints: [ { provider: p, model: a } ] }\n  gpt-4-turbo: { endpoints: [ { provider: p, model: b } ] }\n  mine: { endpoints: [ { provider: p, model: gpt-4o-mini } ] }\n";
+        let config = crate::config::parse_str(yaml, None).unwrap();
+        let counter = TokenCounter::new(&Registry::from_config(&config, |_| Some(0)), false);
+        for (model, reference) in &fresh {
+            for text in corpus {
+                let c = chat(model, text);
+                assert!(counter.is_exact(&c));
+                let want = reference.encode_ordinary(text).len() as u64 + 6;
+                assert_eq!(counter.count(&c), want, "{model}: {text:?}");
+            }
+        }
+        // Known counts from OpenAI's tokenizer: "hello world" is 2 tokens in both.
+        assert_eq!(counter.count(&chat("gpt-4o", "hello world")), 8);
+        // Several messages and content parts: text of every part, 3 per message.
+        let body = serde_json::json!({"model": "gpt-4o", "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "hello"}, {"type": "image_url", "image_url": {"url": "data:x"}}, {"type": "text", "text": " world"}]},
+        ]});
+        let c = ChatRequest::parse(&serde_json::to_vec(&body).unwrap()).unwrap();
+        let o = &fresh[0].1;
+        let want = (o.encode_ordinary("Be brief.").len()
+            + o.encode_ordinary("hello").len()
+            + o.encode_ordinary(" world").len()) as u64
+            + 2 * 3
+            + 3;
+        assert_eq!(counter.count(&c), want);
+        // A logical model named otherwise counts by its endpoint's upstream model.
+        assert_eq!(counter.encoding("mine"), Some(Encoding::O200k));
+        // Other families: the estimate, never called exact.
+        let c = chat("claude-x", "hello world");
+        assert!(!counter.is_exact(&c));
+        assert_eq!(counter.count(&c), c.estimated_input_tokens());
+        // Past the tokenized prefix the count is extrapolated, not exact.
+        assert!(!counter.is_exact(&chat("gpt-4o", &"word ".repeat(200))));
     }
 
     #[test]

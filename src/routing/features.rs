@@ -4,7 +4,10 @@
 //! The mapping:
 //! - `model`, `stream`, `temperature`, tools present, number of messages come from the
 //!   body; `max_tokens` is `max_completion_tokens` if set, else `max_tokens`;
-//! - `input_tokens` is [`ChatRequest::estimated_input_tokens`];
+//! - `input_tokens` is [`ChatRequest::estimated_input_tokens`] here; the gateway
+//!   (`gateway::normalize`) and `dry-run` replace it with the model family's
+//!   tokenizer count (`crate::limits::tokens`) when the policy set reads it
+//!   ([`super::reads`]);
 //! - headers are lowercased; `x-switchyard-meta-<key>` headers and the body's
 //!   `metadata` object (string values) become request metadata (body wins);
 //! - the caller's identity (API key id, organization) and priority come from the

@@ -6,6 +6,7 @@
 
 pub mod features;
 pub mod policy;
+pub mod reads;
 
 #[cfg(test)]
 mod builtin_tests;
@@ -37,6 +38,9 @@ pub struct Endpoint {
     /// The upstream model's context window in tokens (config `context_window`);
     /// `None` when the config does not say.
     pub context_window: Option<u64>,
+    /// The most output tokens per request (config `max_output_tokens`); `None` when
+    /// the config does not say.
+    pub max_output_tokens: Option<u64>,
 }
 
 impl Endpoint {
@@ -45,6 +49,20 @@ impl Endpoint {
     /// smaller than `tokens`; true when the window is unknown (the provider decides).
     pub fn fits(&self, tokens: u64) -> bool {
         self.context_window.is_none_or(|w| tokens <= w)
+    }
+
+    /// Whether a request of `input` tokens asking for up to `output` output tokens
+    /// (`None`: no cap asked) can be served here: `output` within
+    /// `max_output_tokens` and `input + output` within `context_window`, each
+    /// only when known.
+    pub fn fits_request(&self, input: u64, output: Option<u64>) -> bool {
+        let out = output.unwrap_or(0);
+        self.max_output_tokens.is_none_or(|m| out <= m) && self.fits(input.saturating_add(out))
+    }
+
+    /// Whether [`Endpoint::fits_request`] needs the input token count at all.
+    pub fn has_context_window(&self) -> bool {
+        self.context_window.is_some()
     }
 }
 
@@ -92,6 +110,7 @@ impl Registry {
                     priority: e.priority,
                     weight: e.weight,
                     context_window: e.context_window,
+                    max_output_tokens: e.max_output_tokens,
                 });
             }
             let eps = &reg.endpoints;

@@ -99,6 +99,10 @@ pub struct PolicySnapshot {
     pub files: Vec<String>,
     /// When this set was loaded.
     pub loaded_at: SystemTime,
+    /// Whether the set reads `request.input_tokens` ([`super::reads`]): only then
+    /// does the request path count input tokens with the model's tokenizer for
+    /// the policy (else it gets the cheap estimate).
+    pub reads_input_tokens: bool,
 }
 
 /// The live policy set: one atomic pointer that requests load once and reloads swap
@@ -375,6 +379,7 @@ pub fn compile(sources: SourceMap, registry: &Registry) -> Result<PolicySnapshot
         });
     }
     Ok(PolicySnapshot {
+        reads_input_tokens: super::reads::reads_input_tokens(compiled.checked()),
         version,
         compiled,
         files,

@@ -22,3 +22,4 @@ mod resilience;
 mod shutdown;
 mod sse_script;
 mod strategies;
+mod validation;

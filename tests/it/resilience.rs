@@ -389,9 +389,12 @@ fn long_prompt_chat() -> String {
     format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{words}"}}]}}"#)
 }
 
+/// p's upstream has a 50-token window that the registry does not declare, so the
+/// route phase's context check keeps p in the plan and the provider's own
+/// `context_length_exceeded` is what dispatch reacts to.
 fn windows_config(q_window: &str) -> String {
     format!(
-        "providers:\n  p: {{ kind: mock, mock: {{ context_window: 50 }} }}\n  q: {{ kind: mock }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x, priority: 1, context_window: 50 }}, {{ provider: q, model: x, priority: 2{q_window} }} ] }}\n"
+        "providers:\n  p: {{ kind: mock, mock: {{ context_window: 50 }} }}\n  q: {{ kind: mock }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x, priority: 1 }}, {{ provider: q, model: x, priority: 2{q_window} }} ] }}\n"
     )
 }
 

@@ -1,0 +1,443 @@
+//! The table of malformed requests: each with its status, `param` and message.
+
+use serde_json::{json, Value};
+
+use super::schema;
+use crate::api::ChatRequest;
+
+fn req(mut extra: Value) -> Value {
+    let base = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let obj = extra.as_object_mut().expect("an object");
+    let mut b = base.as_object().unwrap().clone();
+    for (k, v) in obj.iter() {
+        b.insert(k.clone(), v.clone());
+    }
+    Value::Object(b)
+}
+
+fn check(body: &Value) -> Result<(), crate::error::GatewayError> {
+    let chat = ChatRequest::parse(&serde_json::to_vec(body).unwrap())?;
+    super::check(&chat)
+}
+
+fn tool(name: &str) -> Value {
+    json!({"type": "function", "function": {"name": name, "parameters": {"type": "object"}}})
+}
+
+fn call(id: &str) -> Value {
+    json!({"id": id, "type": "function", "function": {"name": "f", "arguments": "{}"}})
+}
+
+#[test]
+fn malformed_requests_name_their_field() {
+    // (body, param, words the message must contain)
+    let table: Vec<(Value, &str, &str)> = vec![
+        (req(json!({"top_p": 1.5})), "top_p", "from 0 to 1"),
+        (req(json!({"top_p": "x"})), "top_p", "must be a number"),
+        (req(json!({"n": 0})), "n", "from 1 to 128"),
+        (req(json!({"n": 1.5})), "n", "must be an integer"),
+        (
+            req(json!({"presence_penalty": -2.5})),
+            "presence_penalty",
+            "from -2 to 2",
+        ),
+        (
+            req(json!({"frequency_penalty": 3})),
+            "frequency_penalty",
+            "from -2 to 2",
+        ),
+        (req(json!({"max_tokens": 0})), "max_tokens", "at least 1"),
+        (
+            req(json!({"max_completion_tokens": 0})),
+            "max_completion_tokens",
+            "at least 1",
+        ),
+        (
+            req(json!({"temperature": 2.5})),
+            "temperature",
+            "from 0 to 2",
+        ),
+        (req(json!({"logprobs": 1})), "logprobs", "boolean"),
+        (
+            req(json!({"logprobs": true, "top_logprobs": 21})),
+            "top_logprobs",
+            "from 0 to 20",
+        ),
+        (
+            req(json!({"top_logprobs": 3})),
+            "top_logprobs",
+            "`logprobs` set to true",
+        ),
+        (
+            req(json!({"stop": ["a", "b", "c", "d", "e"]})),
+            "stop",
+            "at most 4",
+        ),
+        (
+            req(json!({"stop": ["a", 5]})),
+            "stop[1]",
+            "must be a string",
+        ),
+        (req(json!({"stop": 5})), "stop", "a string or an array"),
+        (req(json!({"seed": 1.5})), "seed", "integer"),
+        (req(json!({"seed": "7"})), "seed", "integer"),
+        (
+            req(json!({"parallel_tool_calls": "yes"})),
+            "parallel_tool_calls",
+            "boolean",
+        ),
+        // Content parts per role.
+        (
+            req(
+                json!({"messages": [{"role": "system", "content": [{"type": "image_url", "image_url": {"url": "http://x"}}]}]}),
+            ),
+            "messages[0].content[0].type",
+            "system message's content parts may be text",
+        ),
+        (
+            req(
+                json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "video"}]}]}),
+            ),
+            "messages[0].content[1].type",
+            "user message's content parts may be text, image_url, input_audio, file",
+        ),
+        (
+            req(json!({"messages": [{"role": "user", "content": [{"type": "text"}]}]})),
+            "messages[0].content[0].text",
+            "is required",
+        ),
+        (
+            req(json!({"messages": [{"role": "user", "content": [{"text": "a"}]}]})),
+            "messages[0].content[0].type",
+            "is required",
+        ),
+        (
+            req(json!({"messages": [{"role": "user", "content": ["a"]}]})),
+            "messages[0].content[0]",
+            "must be an object",
+        ),
+        (
+            req(json!({"messages": [{"role": "user", "content": []}]})),
+            "messages[0].content",
+            "empty array",
+        ),
+        (
+            req(
+                json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u", "detail": "max"}}]}]}),
+            ),
+            "messages[0].content[0].image_url.detail",
+            "\"auto\", \"low\" or \"high\"",
+        ),
+        (
+            req(
+                json!({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AA==", "format": "ogg"}}]}]}),
+            ),
+            "messages[0].content[0].input_audio.format",
+            "\"wav\" or \"mp3\"",
+        ),
+        (
+            req(
+                json!({"messages": [{"role": "user", "content": [{"type": "file", "file": {"filename": "a.pdf"}}]}]}),
+            ),
+            "messages[0].content[0].file",
+            "`file_id` or `file_data`",
+        ),
+        (
+            req(
+                json!({"messages": [{"role": "tool", "tool_call_id": "c1", "content": [{"type": "refusal", "refusal": "no"}]}]}),
+            ),
+            "messages[0].content[0].type",
+            "tool message's content parts may be text",
+        ),
+        (
+            req(json!({"messages": [{"role": "user", "content": "hi", "name": 5}]})),
+            "messages[0].name",
+            "must be a string",
+        ),
+        // Assistant tool calls and tool results.
+        (
+            req(
+                json!({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": null}]}),
+            ),
+            "messages[1].content",
+            "required unless",
+        ),
+        (
+            req(
+                json!({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": null, "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}),
+            ),
+            "messages[1].tool_calls[0].id",
+            "is required",
+        ),
+        (
+            req(
+                json!({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": [{"id": "c", "type": "retrieval"}]}]}),
+            ),
+            "messages[1].tool_calls[0].type",
+            "expected \"function\" or \"custom\"",
+        ),
+        (
+            req(
+                json!({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]}]}),
+            ),
+            "messages[1].tool_calls[0].function.arguments",
+            "must be a string",
+        ),
+        (
+            req(
+                json!({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": {"id": "c"}}]}),
+            ),
+            "messages[1].tool_calls",
+            "must be an array",
+        ),
+        (
+            req(
+                json!({"messages": [{"role": "user", "content": "q"}, {"role": "tool", "content": "r"}]}),
+            ),
+            "messages[1].tool_call_id",
+            "is required",
+        ),
+        (
+            req(json!({"messages": [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": null, "tool_calls": [call("call_1")]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "r"},
+                {"role": "tool", "tool_call_id": "call_9", "content": "r"},
+            ]})),
+            "messages[3].tool_call_id",
+            "\"call_9\", which is not the id of a tool call in an earlier assistant message",
+        ),
+        (
+            // A tool result before the call it answers.
+            req(json!({"messages": [
+                {"role": "tool", "tool_call_id": "call_1", "content": "r"},
+                {"role": "assistant", "content": null, "tool_calls": [call("call_1")]},
+            ]})),
+            "messages[0].tool_call_id",
+            "earlier assistant message",
+        ),
+        (
+            req(json!({"messages": [{"role": "function", "content": "r"}]})),
+            "messages[0].name",
+            "is required",
+        ),
+        // Tools.
+        (
+            req(json!({"tools": [tool("ok"), tool("has space")]})),
+            "tools[1].function.name",
+            "1 to 64 letters",
+        ),
+        (
+            req(json!({"tools": [tool(&"x".repeat(65))]})),
+            "tools[0].function.name",
+            "1 to 64 letters",
+        ),
+        (
+            req(json!({"tools": [tool("")]})),
+            "tools[0].function.name",
+            "1 to 64 letters",
+        ),
+        (
+            req(json!({"tools": [tool("a"), tool("b"), tool("a")]})),
+            "tools[2].function.name",
+            "already the name of `tools[0]`",
+        ),
+        (
+            req(json!({"tools": [{"type": "function"}]})),
+            "tools[0].function",
+            "is required",
+        ),
+        (
+            req(json!({"tools": [{"type": "retrieval"}]})),
+            "tools[0].type",
+            "expected \"function\" or \"custom\"",
+        ),
+        (
+            req(json!({"tools": [{"function": {"name": "a"}}]})),
+            "tools[0].type",
+            "is required",
+        ),
+        (
+            req(
+                json!({"tools": [{"type": "function", "function": {"name": "a", "description": 3}}]}),
+            ),
+            "tools[0].function.description",
+            "must be a string",
+        ),
+        (
+            req(
+                json!({"tools": [{"type": "function", "function": {"name": "a", "parameters": "object"}}]}),
+            ),
+            "tools[0].function.parameters",
+            "must be a JSON Schema object",
+        ),
+        (
+            req(
+                json!({"tools": [{"type": "function", "function": {"name": "a", "parameters": {"type": "object", "properties": {"x": {"type": "strin"}}}}}]}),
+            ),
+            "tools[0].function.parameters",
+            "at `/properties/x/type`",
+        ),
+        (
+            req(
+                json!({"tools": [{"type": "function", "function": {"name": "a", "parameters": {"$ref": "#/$defs/missing"}}}]}),
+            ),
+            "tools[0].function.parameters",
+            "does not compile",
+        ),
+        // tool_choice.
+        (
+            req(json!({"tool_choice": "always", "tools": [tool("a")]})),
+            "tool_choice",
+            "expected \"none\", \"auto\", \"required\"",
+        ),
+        (
+            req(json!({"tool_choice": "required"})),
+            "tool_choice",
+            "declares no `tools`",
+        ),
+        (
+            req(
+                json!({"tools": [tool("a")], "tool_choice": {"type": "function", "function": {"name": "b"}}}),
+            ),
+            "tool_choice.function.name",
+            "\"b\", which is not a function tool declared in `tools`",
+        ),
+        (
+            req(json!({"tools": [tool("a")], "tool_choice": {"type": "function"}})),
+            "tool_choice.function",
+            "is required",
+        ),
+        (
+            req(json!({"tools": [tool("a")], "tool_choice": {"type": "tool"}})),
+            "tool_choice.type",
+            "expected \"function\"",
+        ),
+        (
+            req(
+                json!({"tools": [tool("a")], "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "z"}}]}}}),
+            ),
+            "tool_choice.allowed_tools.tools[0].function.name",
+            "not a function tool declared",
+        ),
+        (
+            req(json!({"tools": [tool("a")], "tool_choice": 3})),
+            "tool_choice",
+            "a string or an object",
+        ),
+    ];
+    for (body, param, words) in &table {
+        let e = check(body).expect_err(&format!("accepted {body}"));
+        assert_eq!(e.status(), 400, "{body}");
+        assert_eq!(e.param.as_deref(), Some(*param), "{body}: {}", e.message);
+        assert!(e.message.contains(words), "{body}: {}", e.message);
+        assert!(
+            e.message.contains(&format!("`{param}`"))
+                || param.starts_with("messages")
+                || *param == "max_tokens"
+                || *param == "max_completion_tokens"
+                || *param == "temperature"
+                || *param == "top_logprobs",
+            "the message names the field: {}",
+            e.message
+        );
+    }
+}
+
+#[test]
+fn well_formed_requests_pass() {
+    let ok = [
+        req(
+            json!({"top_p": 1, "n": 2, "seed": -5, "stop": ["a", "b"], "logprobs": true, "top_logprobs": 20, "presence_penalty": -2, "frequency_penalty": 2, "temperature": null, "parallel_tool_calls": false}),
+        ),
+        req(json!({"stop": "END", "top_p": null, "tool_choice": "none"})),
+        req(json!({"messages": [
+            {"role": "developer", "content": [{"type": "text", "text": "be brief"}]},
+            {"role": "user", "content": [
+                {"type": "text", "text": "what is this?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA==", "detail": "low"}},
+                {"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}},
+                {"type": "file", "file": {"file_id": "file-1"}},
+            ]},
+            {"role": "assistant", "content": null, "tool_calls": [call("call_1"), call("call_2")]},
+            {"role": "tool", "tool_call_id": "call_2", "content": "r2"},
+            {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "r1"}]},
+            {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]},
+            {"role": "user", "content": "thanks", "name": "ann"},
+        ], "tools": [tool("f"), tool("get-weather_2")], "tool_choice": {"type": "function", "function": {"name": "f"}}})),
+        req(
+            json!({"tools": [tool("f"), {"type": "custom", "custom": {"name": "sql"}}], "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [{"type": "custom", "custom": {"name": "sql"}}]}}}),
+        ),
+    ];
+    for body in &ok {
+        if let Err(e) = check(body) {
+            panic!("{body} refused: {} ({:?})", e.message, e.param);
+        }
+    }
+}
+
+#[test]
+fn tool_schemas_are_checked_as_draft_2020_12() {
+    let valid = [
+        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        // Recursive $ref through $defs.
+        json!({
+            "$defs": {"node": {"type": "object", "properties": {
+                "value": {"type": "number"},
+                "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}
+            }}},
+            "$ref": "#/$defs/node"
+        }),
+        // Self-recursion through the root.
+        json!({"type": "object", "properties": {"next": {"$ref": "#"}}}),
+        // Unknown keywords are allowed in 2020-12.
+        json!({"type": "object", "x-display": "compact", "propertyOrdering": ["a"], "properties": {"a": {"type": "integer", "examples": [1], "myAnnotation": {"deep": true}}}}),
+        json!({"type": "object", "properties": {"mode": {"enum": ["a", "b"]}, "tags": {"type": "array", "prefixItems": [{"type": "string"}], "items": false}}}),
+        json!({}),
+    ];
+    for s in &valid {
+        assert_eq!(schema::check_uncached(s), None, "{s}");
+        assert_eq!(schema::check(s), None, "{s} (cached)");
+    }
+    let invalid = [
+        (json!({"type": "strin"}), "at `/type`"),
+        (
+            json!({"type": "object", "properties": {"a": {"minLength": -1}}}),
+            "at `/properties/a/minLength`",
+        ),
+        (
+            json!({"type": "object", "required": "city"}),
+            "at `/required`",
+        ),
+        (json!({"$defs": {"a": {"type": 5}}}), "at `/$defs/a/type`"),
+        (json!({"$ref": "#/$defs/missing"}), "does not compile"),
+        (
+            json!({"$ref": "https://example.com/schema.json"}),
+            "does not compile",
+        ),
+    ];
+    for (s, words) in &invalid {
+        let why = schema::check(s).unwrap_or_else(|| panic!("{s} accepted"));
+        assert!(why.contains(words), "{s}: {why}");
+        // The cached answer is the same.
+        assert_eq!(schema::check(s).as_deref(), Some(&*why));
+    }
+}
+
+#[test]
+fn schema_hash_ignores_key_order_and_tells_values_apart() {
+    let a: Value =
+        serde_json::from_str(r#"{"type":"object","properties":{"a":{"type":"string"}}}"#).unwrap();
+    let b: Value =
+        serde_json::from_str(r#"{ "properties": {"a": {"type": "string"}}, "type": "object" }"#)
+            .unwrap();
+    assert_eq!(schema::hash(&a), schema::hash(&b));
+    let c: Value =
+        serde_json::from_str(r#"{"type":"object","properties":{"a":{"type":"number"}}}"#).unwrap();
+    assert_ne!(schema::hash(&a), schema::hash(&c));
+    assert_ne!(schema::hash(&json!([1])), schema::hash(&json!(["1"])));
+    assert_ne!(
+        schema::hash(&json!({"ab": "c"})),
+        schema::hash(&json!({"a": "bc"}))
+    );
+}
