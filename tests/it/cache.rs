@@ -414,44 +414,6 @@ async fn a_synonym_is_a_semantic_hit_with_its_distance_and_a_negation_misses() {
     assert_eq!(hits.load(Ordering::SeqCst), 2);
 }
 
-/// A `redis-server` on a free loopback port, killed on drop.
-struct Redis {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_redis() -> Redis {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = std::process::Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!("redis-server is required for this test and could not be started ({e}); install it (Debian: apt-get install redis-server; scripts/test.sh does)")
-        });
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "redis-server did not listen on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Redis { child, port }
-}
-
 #[tokio::test]
 async fn two_instances_sharing_redis_share_a_hit_in_either_shape() {
     let redis = start_redis();

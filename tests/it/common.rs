@@ -301,3 +301,46 @@ pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// A `redis-server` on a free loopback port, killed on drop (the shared-state tests
+/// of limits and the cache).
+pub struct Redis {
+    /// The server process.
+    pub child: Child,
+    /// Its loopback port.
+    pub port: u16,
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts a `redis-server` (no persistence) on a free loopback port and waits until
+/// it listens.
+pub fn start_redis() -> Redis {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("redis-server is required for this test and could not be started ({e}); install it (Debian: apt-get install redis-server; scripts/test.sh does)")
+        });
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "redis-server did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Redis { child, port }
+}

@@ -1,10 +1,8 @@
 //! Rate limits and budgets (`limits:`, `budgets:`, `state:`) through the gateway.
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{chat, request_with, start_app};
+use crate::common::{chat, request_with, start_app, start_redis};
 
 const MOCK: &str = "providers:\n  p: { kind: mock, pricing: { input_per_mtok: 1000, output_per_mtok: 1000 } }\nmodels:\n  m: { endpoints: [ { provider: p, model: x } ] }\n";
 
@@ -150,44 +148,6 @@ async fn a_key_entry_budget_applies_without_any_budgets_section() {
         assert_eq!(r.status, 200, "{}", r.text());
         assert!(!r.headers.contains_key("x-ratelimit-limit-requests"));
     }
-}
-
-/// A `redis-server` on a free loopback port, killed on drop.
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_redis() -> Redis {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!("redis-server is required for this test and could not be started ({e}); install it (Debian: apt-get install redis-server; scripts/test.sh does)")
-        });
-    let start = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "redis-server did not listen on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Redis { child, port }
 }
 
 #[tokio::test]
