@@ -180,6 +180,27 @@ impl Validator {
         }
     }
 
+    /// The value of `key` when it is one of `choices`' names; an error naming the
+    /// field and listing the names otherwise (`None` when absent or null too).
+    fn choice<T: Copy>(
+        &mut self,
+        map: &Mapping,
+        key: &str,
+        path: &str,
+        choices: &[(&str, T)],
+    ) -> Option<T> {
+        let s = self.string(map, key, path)?;
+        if let Some(&(_, v)) = choices.iter().find(|(name, _)| *name == s) {
+            return Some(v);
+        }
+        let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+        self.err(
+            join(path, key),
+            format!("\"{s}\" is not one of: {}", names.join(", ")),
+        );
+        None
+    }
+
     fn boolean(&mut self, map: &Mapping, key: &str, path: &str) -> Option<bool> {
         match map.get(key) {
             None | Some(Value::Null) => None,

@@ -34,14 +34,12 @@ impl Validator {
         if let Some(b) = self.boolean(map, "stochastic", path) {
             cfg.stochastic = b;
         }
-        match self.string(map, "mode", path).as_deref() {
-            None => {}
-            Some("semantic") => cfg.mode = CacheMode::Semantic,
-            Some("exact") => cfg.mode = CacheMode::Exact,
-            Some(other) => self.err(
-                join(path, "mode"),
-                format!("\"{other}\" is not one of: semantic, exact"),
-            ),
+        let modes = [
+            ("semantic", CacheMode::Semantic),
+            ("exact", CacheMode::Exact),
+        ];
+        if let Some(m) = self.choice(map, "mode", path, &modes) {
+            cfg.mode = m;
         }
         if let Some(n) = self.uint(map, "tau", path, 0, 16) {
             cfg.tau = n as u32;
@@ -80,25 +78,21 @@ impl Validator {
                 );
             }
         }
-        match self.string(map, "replay", path).as_deref() {
-            None => {}
-            Some("recorded") => cfg.replay = Replay::Recorded,
-            Some("compressed") => cfg.replay = Replay::Compressed,
-            Some("none") => cfg.replay = Replay::None,
-            Some(other) => self.err(
-                join(path, "replay"),
-                format!("\"{other}\" is not one of: recorded, compressed, none"),
-            ),
+        let replays = [
+            ("recorded", Replay::Recorded),
+            ("compressed", Replay::Compressed),
+            ("none", Replay::None),
+        ];
+        if let Some(r) = self.choice(map, "replay", path, &replays) {
+            cfg.replay = r;
         }
-        match self.string(map, "share", path).as_deref() {
-            None => {}
-            Some("org") => cfg.share = Share::Org,
-            Some("key") => cfg.share = Share::Key,
-            Some("all") => cfg.share = Share::All,
-            Some(other) => self.err(
-                join(path, "share"),
-                format!("\"{other}\" is not one of: org, key, all"),
-            ),
+        let shares = [
+            ("org", Share::Org),
+            ("key", Share::Key),
+            ("all", Share::All),
+        ];
+        if let Some(sh) = self.choice(map, "share", path, &shares) {
+            cfg.share = sh;
         }
         cfg
     }

@@ -132,14 +132,9 @@ impl Validator {
         if let Some(n) = self.uint(map, "timeout_ms", path, 1, 60_000) {
             cfg.timeout_ms = n;
         }
-        match self.string(map, "on_error", path).as_deref() {
-            None => {}
-            Some("open") => cfg.on_error = OnError::Open,
-            Some("closed") => cfg.on_error = OnError::Closed,
-            Some(other) => self.err(
-                join(path, "on_error"),
-                format!("\"{other}\" is not one of: open, closed"),
-            ),
+        let modes = [("open", OnError::Open), ("closed", OnError::Closed)];
+        if let Some(m) = self.choice(map, "on_error", path, &modes) {
+            cfg.on_error = m;
         }
         cfg
     }
