@@ -256,6 +256,14 @@ pub enum Code {
     BudgetExceeded,
     /// The shared limiter state (Redis) cannot be reached and the limit fails closed.
     RateLimiterUnavailable,
+    /// A request waited its level's `scheduler.queue_timeout_ms` for an endpoint slot
+    /// (`max_in_flight`) without getting one.
+    QueueTimeout,
+    /// An endpoint's queue already holds `scheduler.max_queued` requests.
+    QueueFull,
+    /// The `x-switchyard-priority` header asks for a level above the key's
+    /// `max_priority`.
+    PriorityNotAllowed,
     /// The provider's own code, passed through unchanged (bounded in length).
     Provider(Box<str>),
 }
@@ -292,6 +300,9 @@ impl Code {
             Code::RateLimitExceeded => "rate_limit_exceeded",
             Code::BudgetExceeded => "budget_exceeded",
             Code::RateLimiterUnavailable => "rate_limiter_unavailable",
+            Code::QueueTimeout => "queue_timeout",
+            Code::QueueFull => "queue_full",
+            Code::PriorityNotAllowed => "priority_not_allowed",
             Code::Provider(s) => s,
         }
     }

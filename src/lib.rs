@@ -30,6 +30,7 @@ pub mod policy;
 pub mod providers;
 pub mod reload;
 pub mod routing;
+pub mod sched;
 pub mod server;
 pub mod sse;
 pub mod stats;

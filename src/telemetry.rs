@@ -25,6 +25,15 @@
 //! | `switchyard_cache_bytes` | gauge | none |
 //! | `switchyard_cache_tokens_saved_total` | counter | none |
 //! | `switchyard_cache_usd_saved_total` | gauge (only rises) | `model` |
+//! | `switchyard_queue_depth` | gauge | `endpoint`, `priority` |
+//! | `switchyard_queue_wait_seconds` | histogram | `endpoint`, `priority` |
+//! | `switchyard_queue_admitted_total` | counter | `endpoint`, `priority` |
+//! | `switchyard_queue_timeouts_total` | counter | `endpoint`, `priority` |
+//! | `switchyard_queue_full_total` | counter | `endpoint`, `priority` |
+//! | `switchyard_queue_abandoned_total` | counter | `endpoint`, `priority` |
+//! | `switchyard_endpoint_in_flight` | gauge | `endpoint` (endpoints with `max_in_flight`) |
+//! | `switchyard_offpeak_held` | gauge | none |
+//! | `switchyard_offpeak_released_total` | counter | `reason` (`window`, `max_wait`, `full`) |
 //!
 //! `endpoint` is `none` when a request failed before an endpoint was chosen; `status`
 //! is the HTTP status, or `stream_error` / `client_gone` for streams that began with
@@ -86,6 +95,28 @@ pub const CACHE_TOKENS_SAVED: &str = "switchyard_cache_tokens_saved_total";
 /// USD not spent because a hit answered (the original endpoint's prices), by
 /// logical `model`. A gauge because the value is fractional; it only rises.
 pub const CACHE_USD_SAVED: &str = "switchyard_cache_usd_saved_total";
+
+/// Requests waiting for a slot of an endpoint with `max_in_flight`, by `endpoint`
+/// and `priority` (`high`, `normal`, `low`).
+pub const QUEUE_DEPTH: &str = "switchyard_queue_depth";
+/// Time queued requests waited for their slot, seconds (admitted ones only).
+pub const QUEUE_WAIT: &str = "switchyard_queue_wait_seconds";
+/// Requests given a slot (at once or after waiting), by `endpoint` and `priority`
+/// (`critical` included).
+pub const QUEUE_ADMITTED: &str = "switchyard_queue_admitted_total";
+/// Requests that waited their level's `queue_timeout_ms` and got 503.
+pub const QUEUE_TIMEOUTS: &str = "switchyard_queue_timeouts_total";
+/// Requests refused with 503 because `max_queued` were already waiting.
+pub const QUEUE_FULL: &str = "switchyard_queue_full_total";
+/// Queued requests whose client went away before they got a slot.
+pub const QUEUE_ABANDONED: &str = "switchyard_queue_abandoned_total";
+/// Attempts in flight to each endpoint with `max_in_flight`.
+pub const ENDPOINT_IN_FLIGHT: &str = "switchyard_endpoint_in_flight";
+/// Low-priority requests held for the off-peak window now.
+pub const OFFPEAK_HELD: &str = "switchyard_offpeak_held";
+/// Held requests let go, by `reason`: `window` (it opened), `max_wait`, or `full`
+/// (`max_held` were already held, so the request was dispatched at once).
+pub const OFFPEAK_RELEASED: &str = "switchyard_offpeak_released_total";
 
 /// Latency buckets in seconds: 5 ms to 5 minutes.
 const BUCKETS: [f64; 16] = [
@@ -160,6 +191,34 @@ pub fn install() -> Option<PrometheusHandle> {
                 CACHE_USD_SAVED,
                 "USD not spent thanks to cache hits, by model."
             );
+            metrics::describe_gauge!(
+                QUEUE_DEPTH,
+                "Requests waiting for an endpoint slot, by endpoint and priority."
+            );
+            metrics::describe_histogram!(
+                QUEUE_WAIT,
+                metrics::Unit::Seconds,
+                "Time queued requests waited for their endpoint slot."
+            );
+            metrics::describe_counter!(
+                QUEUE_ADMITTED,
+                "Requests given an endpoint slot, by endpoint and priority."
+            );
+            metrics::describe_counter!(QUEUE_TIMEOUTS, "Queued requests that timed out with 503.");
+            metrics::describe_counter!(
+                QUEUE_FULL,
+                "Requests refused because the endpoint queue was full."
+            );
+            metrics::describe_counter!(QUEUE_ABANDONED, "Queued requests whose client went away.");
+            metrics::describe_gauge!(
+                ENDPOINT_IN_FLIGHT,
+                "Attempts in flight per endpoint with max_in_flight."
+            );
+            metrics::describe_gauge!(
+                OFFPEAK_HELD,
+                "Low-priority requests held for the off-peak window."
+            );
+            metrics::describe_counter!(OFFPEAK_RELEASED, "Held requests let go, by reason.");
             Some(handle)
         })
         .clone()

@@ -47,6 +47,9 @@ pub struct EndpointReport {
     /// How long its provider's last `Retry-After` still holds, ms (none: no pause);
     /// the endpoint gets no new requests meanwhile.
     pub throttled_for_ms: Option<u64>,
+    /// Its concurrency gate and priority queues (only with `max_in_flight`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<crate::sched::GateReport>,
 }
 
 /// An endpoint's circuit breaker in the `/admin/endpoints` report.
@@ -67,6 +70,9 @@ pub struct Report {
     pub policy_version: String,
     /// Every endpoint, in registry order.
     pub endpoints: Vec<EndpointReport>,
+    /// The off-peak hold (only with `scheduler.off_peak`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub off_peak: Option<crate::sched::OffPeakReport>,
 }
 
 /// Endpoint id → strategy → selection probability, per logical model of `set`.
@@ -144,11 +150,13 @@ pub fn report(gw: &Gateway) -> Report {
                 .slot(i)
                 .and_then(|s| s.throttled_for(SystemTime::now()))
                 .map(|d| d.as_millis() as u64),
+            queue: gw.sched.gate(i).map(|g| g.report()),
         })
         .collect();
     Report {
         policy_version: snap.version.clone(),
         endpoints,
+        off_peak: gw.sched.off_peak().map(crate::sched::OffPeak::report),
     }
 }
 

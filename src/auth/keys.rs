@@ -121,6 +121,7 @@ mod tests {
             models: None,
             providers: None,
             priority: Default::default(),
+            max_priority: None,
             metadata: Default::default(),
             revoked: false,
             limits: None,

@@ -60,6 +60,9 @@ pub struct Principal {
     pub org: Option<String>,
     /// The starting priority of its requests.
     pub priority: PriorityLevel,
+    /// The key entry's `max_priority`: the highest level the `x-switchyard-priority`
+    /// header may ask for (`None`: `priority`, or `high` for unverified callers).
+    pub max_priority: Option<PriorityLevel>,
     /// Logical models it may call (`None`: all).
     pub models: Option<BTreeSet<String>>,
     /// Providers its requests may go to (`None`: all).
@@ -78,6 +81,16 @@ pub struct Principal {
 }
 
 impl Principal {
+    /// The highest level the `x-switchyard-priority` header may ask for: the key
+    /// entry's `max_priority`, else its `priority`; `high` for unverified callers
+    /// (`auth.mode: none` trusts them anyway, but only a key reaches `critical`).
+    pub fn priority_ceiling(&self) -> PriorityLevel {
+        match self.method {
+            Method::Unverified => self.max_priority.unwrap_or(PriorityLevel::High),
+            _ => self.max_priority.unwrap_or(self.priority),
+        }
+    }
+
     /// Whether it may call logical model `model`.
     pub fn allows_model(&self, model: &str) -> bool {
         self.models.as_ref().is_none_or(|m| m.contains(model))
@@ -260,6 +273,7 @@ impl Authenticator {
             key_id: Some(entry.id.clone()),
             org: entry.org.clone(),
             priority: entry.priority,
+            max_priority: entry.max_priority,
             models: entry.models.as_ref().map(|m| m.iter().cloned().collect()),
             providers: entry
                 .providers

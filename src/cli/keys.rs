@@ -53,6 +53,10 @@ pub struct CreateArgs {
     /// Starting priority: low, normal or high.
     #[arg(long, default_value = "normal")]
     pub priority: String,
+    /// Highest level the `x-switchyard-priority` header may ask for: low, normal,
+    /// high or critical (default: the starting priority).
+    #[arg(long, value_name = "LEVEL")]
+    pub max_priority: Option<String>,
     /// The key's own requests per minute (the refill of its requests bucket).
     #[arg(long, value_name = "N")]
     pub requests_per_min: Option<u64>,
@@ -120,6 +124,25 @@ fn create(a: CreateArgs) -> Result<(), String> {
             ))
         }
     };
+    let max_priority = match a
+        .max_priority
+        .as_deref()
+        .map(|m| (m, PriorityLevel::parse(m)))
+    {
+        None => None,
+        Some((_, Some(m))) if m >= priority => Some(m),
+        Some((m, Some(_))) => {
+            return Err(format!(
+                "--max-priority `{m}` is below --priority `{}`",
+                priority.as_str()
+            ))
+        }
+        Some((m, None)) => {
+            return Err(format!(
+                "--max-priority `{m}` is not one of low, normal, high, critical"
+            ))
+        }
+    };
     let mut keys = read(&a.file, true)?;
     if a.id.trim().is_empty() {
         return Err("--id must not be empty".into());
@@ -148,6 +171,7 @@ fn create(a: CreateArgs) -> Result<(), String> {
         models: a.models,
         providers: a.providers,
         priority,
+        max_priority,
         metadata: Default::default(),
         revoked: false,
         limits: (!limits.is_empty()).then_some(limits),

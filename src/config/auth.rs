@@ -67,6 +67,11 @@ pub struct KeyEntry {
     /// The starting priority of its requests (default normal).
     #[serde(default, skip_serializing_if = "is_normal")]
     pub priority: PriorityLevel,
+    /// The highest level its requests may ask for with the `x-switchyard-priority`
+    /// header (default: `priority`, so the header can only lower it). `critical`
+    /// here lets the key's health checks bypass rate limits and queues.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_priority: Option<PriorityLevel>,
     /// Free string labels.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
@@ -314,7 +319,20 @@ pub fn check_keys(keys: &[KeyEntry], path: &str) -> Vec<ConfigError> {
         if k.priority == PriorityLevel::Critical {
             errors.push(ConfigError {
                 path: format!("{at}.priority"),
-                message: "a key's priority is one of low, normal, high".into(),
+                message: "a key's priority is one of low, normal, high (a request reaches \
+                          critical through `max_priority` and the `x-switchyard-priority` \
+                          header, or a policy's `set priority critical`)"
+                    .into(),
+            });
+        }
+        if k.max_priority.is_some_and(|m| m < k.priority) {
+            errors.push(ConfigError {
+                path: format!("{at}.max_priority"),
+                message: format!(
+                    "is below the key's priority `{}`; it is the highest level the \
+                     x-switchyard-priority header may ask for",
+                    k.priority.as_str()
+                ),
             });
         }
         let limits = k.limits.map(|l| l.problems()).unwrap_or_default();

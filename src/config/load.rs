@@ -21,6 +21,9 @@ mod load_limits;
 #[path = "load_cache.rs"]
 mod load_cache;
 
+#[path = "load_sched.rs"]
+mod load_sched;
+
 /// Largest accepted `context_window`, in tokens.
 pub const MAX_CONTEXT_WINDOW: u64 = 100_000_000;
 
@@ -283,6 +286,7 @@ impl Validator {
                 "budgets",
                 "state",
                 "cache",
+                "scheduler",
             ],
             "",
         );
@@ -306,6 +310,7 @@ impl Validator {
         let budgets = self.budgets(map.get("budgets").unwrap_or(&Value::Null));
         let state = self.state(map.get("state").unwrap_or(&Value::Null));
         let cache = self.cache(map.get("cache").unwrap_or(&Value::Null));
+        let scheduler = self.scheduler(map.get("scheduler").unwrap_or(&Value::Null));
         Config {
             server,
             policies,
@@ -319,6 +324,7 @@ impl Validator {
             budgets,
             state,
             cache,
+            scheduler,
             source: source.to_string(),
         }
     }
@@ -781,6 +787,7 @@ impl Validator {
                 "latency_target_ms",
                 "context_window",
                 "max_output_tokens",
+                "max_in_flight",
             ],
             path,
         );
@@ -830,6 +837,9 @@ impl Validator {
         let latency_target_ms = self.uint(map, "latency_target_ms", path, 1, 3_600_000);
         let context_window = self.uint(map, "context_window", path, 1, MAX_CONTEXT_WINDOW);
         let max_output_tokens = self.uint(map, "max_output_tokens", path, 1, MAX_CONTEXT_WINDOW);
+        let max_in_flight = self
+            .uint(map, "max_in_flight", path, 1, 1_000_000)
+            .map(|n| n as u32);
         let name = self.string(map, "name", path);
         let (provider, upstream_model) = (provider?, upstream_model?);
         provider_kind?;
@@ -870,6 +880,7 @@ impl Validator {
             latency_target_ms,
             context_window,
             max_output_tokens,
+            max_in_flight,
         })
     }
 }

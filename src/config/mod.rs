@@ -21,6 +21,7 @@ pub mod limits;
 mod load;
 mod mock;
 pub mod quality;
+pub mod sched;
 
 pub use auth::{AdminConfig, AuthConfig, AuthMode, KeyEntry};
 pub use cache::{CacheConfig, CacheMode, Replay, Share};
@@ -29,6 +30,7 @@ pub use limits::{Budget, BudgetsConfig, LimitsConfig, OnError, RateLimit, StateC
 pub use load::{parse_str, ConfigError, ConfigErrors};
 pub use mock::{ErrorShape, MockOptions, RetryAfterFormat};
 pub use quality::{Leaderboard, QualityConfig};
+pub use sched::{OffPeakConfig, QueueTimeouts, SchedConfig};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -93,6 +95,8 @@ pub struct Config {
     pub state: StateConfig,
     /// The response cache (`cache:`, [`cache`]).
     pub cache: CacheConfig,
+    /// Priority queues and the off-peak hold (`scheduler:`, [`sched`]).
+    pub scheduler: SchedConfig,
     /// Where this config came from, for the startup log line.
     pub source: String,
 }
@@ -392,4 +396,8 @@ pub struct EndpointConfig {
     /// (`max_completion_tokens`, else `max_tokens`) is not sent to this endpoint
     /// ([`crate::routing::Endpoint::fits`]). Unknown when absent.
     pub max_output_tokens: Option<u64>,
+    /// Most attempts in flight to this endpoint at once (`max_in_flight`, optional,
+    /// 1 to 1,000,000): beyond it requests wait in its priority queues
+    /// ([`crate::sched`]). No limit and no queue when absent.
+    pub max_in_flight: Option<u32>,
 }

@@ -47,6 +47,16 @@ pub struct RequestCtx {
     pub permit: Option<Arc<crate::limits::Permit>>,
     /// What the cache phase did (`None`: caching was not in play).
     pub cache: Option<super::cache::CacheStatus>,
+    /// The request's priority: the caller's starting level (admit phase), then the
+    /// policy's final one (route phase); what the queues and the hold read.
+    pub priority: crate::policy::ast::PriorityLevel,
+    /// The caller (`x-switchyard-defer: off-peak`) or the taken route or rule (`hold
+    /// off_peak`) opted into the off-peak hold.
+    pub hold_off_peak: bool,
+    /// How long the request was held for the off-peak window (`None`: not held).
+    pub held: Option<std::time::Duration>,
+    /// How long its attempts waited in endpoint queues, in total (dispatch phase).
+    pub queued: std::time::Duration,
 }
 
 impl RequestCtx {
@@ -67,6 +77,10 @@ impl RequestCtx {
             served: false,
             permit: None,
             cache: None,
+            priority: Default::default(),
+            hold_off_peak: false,
+            held: None,
+            queued: std::time::Duration::ZERO,
         }
     }
 }

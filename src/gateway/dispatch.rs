@@ -101,6 +101,10 @@ pub(super) struct Cursor {
     /// The route's `fallback ... on` statuses: these move on to the next endpoint.
     fallback_on: Option<FallbackOn>,
     budget_end: Instant,
+    /// The request's final priority, for the endpoints' queues.
+    priority: crate::policy::ast::PriorityLevel,
+    /// Time spent waiting in endpoint queues so far.
+    pub queued: Duration,
     /// Next plan position to try, and the retries made there so far.
     pos: usize,
     retry: u32,
@@ -138,7 +142,10 @@ pub async fn dispatch(
         retries: plan.retries,
         backoff_ms: plan.backoff_ms,
         fallback_on: plan.fallback_on.clone(),
-        budget_end: ctx.started + Duration::from_millis(gw.config.server.retry_budget_ms),
+        // From dispatch, not arrival: an off-peak hold is not part of the budget.
+        budget_end: Instant::now() + Duration::from_millis(gw.config.server.retry_budget_ms),
+        priority: ctx.priority,
+        queued: Duration::ZERO,
         pos: 0,
         retry: 0,
         attempts: 0,
@@ -148,6 +155,7 @@ pub async fn dispatch(
         throttled_for: None,
     };
     let result = cursor.run(None).await;
+    ctx.queued = cursor.queued;
     ctx.attempts = cursor.attempts;
     ctx.endpoint = cursor.endpoint;
     match result {
@@ -197,6 +205,12 @@ impl Cursor {
                 self.advance();
                 continue;
             }
+            // A slot of the endpoint's gate (`max_in_flight`), waiting in its queue
+            // when it is full; a refusal (queue timeout or full) ends the request.
+            let slot = gw.sched.acquire(ep, self.priority).await?;
+            if let Some(s) = &slot {
+                self.queued += s.waited();
+            }
             let probe = match admit(&gw, ep) {
                 Admission::Allow => false,
                 Admission::Probe => true,
@@ -210,7 +224,7 @@ impl Cursor {
             self.attempts += 1;
             self.endpoint = Some(ep);
             let began = Instant::now();
-            let attempt = Attempt::begin(&gw, ep, self.decided.clone(), probe);
+            let attempt = Attempt::begin(&gw, ep, self.decided.clone(), probe).holding(slot);
             let track = self.pos + 1 < self.plan.len() && failover_allowed(&gw, &self.chat);
             let e = match exchange(&gw, ep, &self.chat, attempt, resume, track).await {
                 Ok(x) => return Ok(x),

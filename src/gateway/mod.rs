@@ -17,8 +17,12 @@
 //! - **admit** ([`admit`]): authentication runs first, before the body is parsed
 //!   (an unauthenticated client gets 401, never a 400 about its body), then the
 //!   model is checked against the caller's scope once normalize has parsed it; the
-//!   provider scope filters the plan in [`route`]. Rate limits, spend budgets and
-//!   the priority queue join this phase.
+//!   provider scope filters the plan in [`route`]. Rate limits and spend budgets
+//!   ([`limit`]) and the request's priority ([`schedule`]) are its other steps.
+//! - **queue** ([`schedule`], `crate::sched`): a low-priority request that opted in
+//!   waits for the off-peak window before dispatch; each attempt takes a slot of
+//!   its endpoint's gate (`max_in_flight`), waiting in a per-priority queue when
+//!   the endpoint is full.
 //! - **cache** ([`cache`], between route and dispatch): a lookup that can answer at
 //!   once, without dispatch, and a store when the exchange completes (a whole
 //!   answer here, a stream by its body when it ends cleanly).
@@ -41,6 +45,7 @@ mod normalize;
 mod outcome;
 mod respond;
 mod route;
+mod schedule;
 mod stream;
 
 pub use ctx::RequestCtx;
@@ -48,6 +53,7 @@ pub use log::{InFlight, RequestLog};
 pub use respond::{
     stamp, ATTEMPTS_HEADER, ENDPOINT_HEADER, POLICY_HEADER, ROUTE_HEADER, RULE_HEADER,
 };
+pub use schedule::{DEFER_HEADER, HELD_HEADER, PRIORITY_HEADER, QUEUED_HEADER};
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -89,6 +95,8 @@ pub struct Gateway {
     pub limits: crate::limits::Limiter,
     /// The response cache (the cache phase, `cache:`).
     pub cache: cache::CachePhase,
+    /// Endpoint queues and the off-peak hold (`scheduler:`, `max_in_flight`).
+    pub sched: crate::sched::Scheduler,
     /// Serializes every read-modify-write of strategy state: decisions that apply
     /// `on pick` updates (`route`) and `on success` / `on failure` updates
     /// (`outcome`), so stateful strategies see every earlier pick and outcome.
@@ -125,6 +133,7 @@ impl Gateway {
         let cache = cache::CachePhase::new(&config, &registry, policy.load().set());
         Gateway {
             cache,
+            sched: crate::sched::Scheduler::new(&config.scheduler, &registry),
             log: RequestLog::new(&registry),
             limits: crate::limits::Limiter::new(&config, &registry),
             config,
@@ -157,9 +166,10 @@ impl Gateway {
         respond::respond(self, &ctx, result)
     }
 
-    /// admit (authenticate) → normalize → admit (model scope, limits and budgets,
-    /// which set `request.budget_remaining`) → features → route → cache (a hit ends
-    /// here) → dispatch → cache (store a whole answer).
+    /// admit (authenticate, priority) → normalize → admit (model scope, limits and
+    /// budgets, which set `request.budget_remaining`) → features → route → cache (a
+    /// hit ends here) → the off-peak hold → dispatch (a queue slot per attempt) →
+    /// cache (store a whole answer).
     async fn phases(
         self: &Arc<Self>,
         ctx: &mut RequestCtx,
@@ -167,6 +177,7 @@ impl Gateway {
         headers: &HeaderMap,
     ) -> Result<Response<Body>, GatewayError> {
         admit::authenticate(self, ctx, headers)?;
+        schedule::admit(ctx, headers)?;
         let mut chat = normalize::parse(ctx, body)?;
         chat.headers = crate::egress::forward::candidates(headers);
         admit::check_model(ctx, &chat)?;
@@ -177,6 +188,7 @@ impl Gateway {
             cache::Lookup::Served(resp) => return Ok(resp),
             cache::Lookup::Dispatch(ticket) => ticket,
         };
+        schedule::hold(self, ctx).await;
         let decided = Arc::new(outcome::DecisionContext {
             snapshot: ctx.snapshot.clone(),
             features,

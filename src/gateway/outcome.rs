@@ -36,6 +36,9 @@ pub struct Attempt {
     ended: bool,
     /// The attempt is its endpoint's half-open circuit probe.
     probe: bool,
+    /// Its slot of the endpoint's gate (`max_in_flight`), freed when the attempt is
+    /// dropped: after its answer, or its stream, ends.
+    _slot: Option<crate::sched::Slot>,
 }
 
 impl Attempt {
@@ -57,7 +60,14 @@ impl Attempt {
             sent: Instant::now(),
             ended: false,
             probe,
+            _slot: None,
         }
+    }
+
+    /// The attempt holds `slot` (from its endpoint's gate) until it is dropped.
+    pub fn holding(mut self, slot: Option<crate::sched::Slot>) -> Attempt {
+        self._slot = slot;
+        self
     }
 
     /// Ends the attempt as failed with `e` (returned for the caller to handle).

@@ -85,6 +85,22 @@ pub fn stamp(gw: &Gateway, h: &mut HeaderMap, version: &str, ctx: Option<&Reques
     if ctx.attempts > 0 {
         h.insert(ATTEMPTS_HEADER, HeaderValue::from(ctx.attempts));
     }
+    h.insert(
+        super::schedule::PRIORITY_RESPONSE_HEADER,
+        HeaderValue::from_static(ctx.priority.as_str()),
+    );
+    if let Some(held) = ctx.held {
+        h.insert(
+            super::schedule::HELD_HEADER,
+            HeaderValue::from(super::schedule::millis(held)),
+        );
+    }
+    if !ctx.queued.is_zero() {
+        h.insert(
+            super::schedule::QUEUED_HEADER,
+            HeaderValue::from(super::schedule::millis(ctx.queued)),
+        );
+    }
 }
 
 fn put(h: &mut HeaderMap, name: HeaderName, value: &str) {

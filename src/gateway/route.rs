@@ -59,10 +59,12 @@ pub fn route(
         fallback_on,
         call,
         cache,
+        priority,
         ..
     } = decide(gw, &ctx.snapshot, features);
     ctx.route = route;
     ctx.rule = rule;
+    ctx.priority = priority;
     if let Some(r) = reject {
         // No route took the request and its model is not in the registry.
         if ctx.route.is_none() && r.status == 404 {

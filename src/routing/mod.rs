@@ -41,6 +41,9 @@ pub struct Endpoint {
     /// The most output tokens per request (config `max_output_tokens`); `None` when
     /// the config does not say.
     pub max_output_tokens: Option<u64>,
+    /// Most attempts in flight at once (config `max_in_flight`); `None`: no limit
+    /// and no queue ([`crate::sched`]).
+    pub max_in_flight: Option<u32>,
 }
 
 impl Endpoint {
@@ -111,6 +114,7 @@ impl Registry {
                     weight: e.weight,
                     context_window: e.context_window,
                     max_output_tokens: e.max_output_tokens,
+                    max_in_flight: e.max_in_flight,
                 });
             }
             let eps = &reg.endpoints;

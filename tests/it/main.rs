@@ -19,6 +19,7 @@ mod proxy;
 mod regression;
 mod reload;
 mod resilience;
+mod scheduling;
 mod shutdown;
 mod sse_script;
 mod strategies;
