@@ -227,9 +227,13 @@ impl Gen<'_> {
                 ]);
                 format!("has({o})")
             }
-            12 => (*self
-                .r
-                .pick(&["request.stream", "request.tools", "request.off_peak", "true", "false"]))
+            12 => (*self.r.pick(&[
+                "request.stream",
+                "request.tools",
+                "request.off_peak",
+                "true",
+                "false",
+            ]))
             .to_string(),
             13 => format!("scope(\"{}\")", self.r.pick(&SCOPES)),
             _ => {

@@ -300,8 +300,13 @@ fn hold_takes_only_off_peak_and_once() {
     );
     let e = errs("route r {\n  rule a when request.stream {\n    hold forever\n    use model\n  }\n  default use model\n}\n");
     has(&e, "E0503", "t.policy:3:10");
-    assert!(e.contains("`hold off_peak` lets a low-priority request"), "{e}");
-    let e = errs("route r {\n  default {\n    hold off_peak\n    hold off_peak\n    use model\n  }\n}\n");
+    assert!(
+        e.contains("`hold off_peak` lets a low-priority request"),
+        "{e}"
+    );
+    let e = errs(
+        "route r {\n  default {\n    hold off_peak\n    hold off_peak\n    use model\n  }\n}\n",
+    );
     has(&e, "E0201", "t.policy:4:5");
     assert!(e.contains("only one `hold` is allowed here"), "{e}");
 }
@@ -332,7 +337,10 @@ fn expect_hold_checks_the_decision_and_request_off_peak_is_a_bool() {
         "{e}"
     );
     let e = errs("route r { default use model }\ntest \"t\" {\n  request { model = \"gpt-4o\", off_peak = 1 }\n  expect rule default\n}\n");
-    assert!(e.contains("E0801") && e.contains("`true` or `false`"), "{e}");
+    assert!(
+        e.contains("E0801") && e.contains("`true` or `false`"),
+        "{e}"
+    );
     let e = errs("route r when request.off_peak > 1 { default use model }\n");
     has(&e, "E0301", "t.policy:1:14");
 }

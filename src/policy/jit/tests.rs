@@ -498,7 +498,8 @@ fn hold_off_peak_and_request_off_peak_match_the_interpreter() {
         req.stream = i % 3 == 0;
         req.tools = i % 5 < 2;
         req.off_peak = i % 7 < 3;
-        req.headers.insert("x-team".into(), format!("t{}", (i / 4) % 45));
+        req.headers
+            .insert("x-team".into(), format!("t{}", (i / 4) % 45));
         match decide_with(&c, EngineMode::Both, &req, &StatsSnapshot::default(), i) {
             Ok(d) if d.hold_off_peak => held += 1,
             Ok(_) => free += 1,
