@@ -426,3 +426,40 @@ fn dry_run_reports_a_cache_exact_setting() {
         serde_json::json!({"on": true, "ttl_ms": 30000, "exact": true})
     );
 }
+
+#[test]
+fn test_command_runs_the_off_peak_fixture_and_dry_run_takes_off_peak() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fixture = fixture_passes("off_peak.policy", 3, dir.path());
+    let fixture = fixture.as_str();
+    let c = config();
+    let c = c.to_str().unwrap_or("");
+    let req = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"metadata":{"job":"nightly"}}"#;
+    let dry_run = |extra: &[&str]| {
+        let mut args = vec!["dry-run", "--config", c, "--policies", fixture];
+        args.extend(["--request", req]);
+        args.extend(extra);
+        let o = run(&args, dir.path());
+        assert_success(&o);
+        o
+    };
+    let v = json(&dry_run(&["--format", "json"]));
+    assert_eq!(v["request"]["off_peak"], false);
+    assert_eq!(v["decision"]["rule"], "default");
+    assert_eq!(v["decision"]["hold_off_peak"], true);
+    assert_eq!(v["decision"]["priority"], "low");
+    let v = json(&dry_run(&["--off-peak", "--format", "json"]));
+    assert_eq!(v["request"]["off_peak"], true);
+    assert_eq!(v["decision"]["rule"], "in_window");
+    assert_eq!(v["decision"]["hold_off_peak"], false);
+    let text = String::from_utf8_lossy(&dry_run(&[]).stdout).to_string();
+    assert!(
+        text.contains("  priority low, retries 0, cache default, hold off_peak\n"),
+        "{text}"
+    );
+    let text = String::from_utf8_lossy(&dry_run(&["--off-peak"]).stdout).to_string();
+    assert!(
+        text.contains("  priority low, retries 0, cache default\n") && !text.contains("hold"),
+        "{text}"
+    );
+}

@@ -61,6 +61,10 @@ pub struct DryRunArgs {
     /// admit phase finds in the caller's budgets; default: no budget applies).
     #[arg(long, value_name = "USD")]
     pub budget_remaining: Option<f64>,
+    /// The gateway's off-peak window (`scheduler.off_peak`) holds now, for
+    /// `request.off_peak` (default: it does not, as without a configured window).
+    #[arg(long)]
+    pub off_peak: bool,
     /// Request time as Unix seconds (default: now), for `request.hour` / `weekday`.
     #[arg(long)]
     pub time: Option<u64>,
@@ -172,6 +176,8 @@ pub fn run(a: DryRunArgs) -> ExitCode {
     };
     let pairs = headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
     let mut feats = features(&req, pairs, &caller, now);
+    // As the gateway does after `features`: the window is the scheduler's to say.
+    feats.off_peak = a.off_peak;
     let set = match crate::policy::parse_and_check(&sources, &registry_from_config(&cfg)) {
         Ok(s) => s,
         Err(d) => {
@@ -281,8 +287,13 @@ fn human(version: &str, d: &Decision, events: &[TraceEvent], explain: bool) -> S
             format!(", fallback on {}", items.join(", "))
         })
         .unwrap_or_default();
+    let hold = if d.hold_off_peak {
+        ", hold off_peak"
+    } else {
+        ""
+    };
     s.push_str(&format!(
-        "  priority {}, retries {}{on}, cache {cache}\n",
+        "  priority {}, retries {}{on}, cache {cache}{hold}\n",
         d.priority.as_str(),
         d.retries
     ));

@@ -76,7 +76,7 @@ pub struct RouteDef {
     pub priority: Option<Spanned<i64>>,
     /// Which requests the route takes; absent means every request.
     pub when: Option<Expr>,
-    /// Rules, default, fallback, cache and priority settings in source order.
+    /// Rules, default, fallback, cache, hold and priority settings in source order.
     pub items: Vec<RouteItem>,
     /// The whole definition.
     pub span: Span,
@@ -93,6 +93,8 @@ pub enum RouteItem {
     Fallback(FallbackDef),
     /// `cache on|exact [ttl D]` / `cache off` for the whole route.
     Cache(CacheDef),
+    /// `hold off_peak` for every rule of the route.
+    Hold(HoldDef),
     /// `set priority LEVEL [when EXPR]` evaluated before the rules.
     SetPriority(SetPriority),
 }
@@ -136,6 +138,8 @@ pub enum Action {
     SetPriority(SetPriority),
     /// `cache on|exact [ttl D]` / `cache off`
     Cache(CacheDef),
+    /// `hold off_peak`
+    Hold(HoldDef),
     /// `fallback ...` replacing the route's chain for this rule.
     Fallback(FallbackDef),
     /// `continue`: apply this rule's settings, then keep trying later rules.
@@ -329,6 +333,21 @@ pub struct CacheDef {
     pub ttl_ms: Option<Spanned<i64>>,
     /// The whole statement.
     pub span: Span,
+}
+
+/// `hold off_peak`: the request may wait for the gateway's off-peak window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HoldDef {
+    /// What the request is held for, as written; the checker accepts only
+    /// [`HoldDef::OFF_PEAK`].
+    pub what: Ident,
+    /// The whole statement.
+    pub span: Span,
+}
+
+impl HoldDef {
+    /// The one thing a request can be held for: the off-peak window.
+    pub const OFF_PEAK: &'static str = "off_peak";
 }
 
 /// `fallback T -> T ... [on STATUS, ...] [retries N] [backoff MIN[..MAX]]`.
@@ -752,6 +771,8 @@ pub enum ExpectField {
     Priority,
     /// `on`, `exact`, `off` or `default`.
     Cache,
+    /// `off_peak` (the decision says `hold off_peak`) or `none`.
+    Hold,
 }
 
 impl ExpectField {
@@ -766,6 +787,7 @@ impl ExpectField {
             "arm" => ExpectField::Arm,
             "priority" => ExpectField::Priority,
             "cache" => ExpectField::Cache,
+            "hold" => ExpectField::Hold,
             _ => return None,
         })
     }
@@ -781,6 +803,7 @@ impl ExpectField {
             ExpectField::Arm => "arm",
             ExpectField::Priority => "priority",
             ExpectField::Cache => "cache",
+            ExpectField::Hold => "hold",
         }
     }
 }

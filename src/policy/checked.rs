@@ -137,6 +137,9 @@ pub enum ReqField {
     /// `request.budget_remaining`: Float USD, the least spend left among the
     /// caller's budgets ([`crate::policy::NO_BUDGET`] when none applies).
     BudgetRemaining,
+    /// `request.off_peak`: Bool, whether the gateway's off-peak window
+    /// (`scheduler.off_peak`) holds now.
+    OffPeak,
     /// `header("name")`: optional Str (name lowercased).
     Header(Sym),
     /// `metadata("key")`: optional Str.
@@ -147,7 +150,7 @@ pub enum ReqField {
 
 impl ReqField {
     /// Fixed `request.NAME` fields with their type and optionality.
-    pub const NAMED: [(&'static str, ReqField, Ty, bool); 14] = [
+    pub const NAMED: [(&'static str, ReqField, Ty, bool); 15] = [
         ("model", ReqField::Model, Ty::Str, false),
         ("input_tokens", ReqField::InputTokens, Ty::Int, false),
         ("max_tokens", ReqField::MaxTokens, Ty::Int, true),
@@ -167,6 +170,7 @@ impl ReqField {
             Ty::Float,
             false,
         ),
+        ("off_peak", ReqField::OffPeak, Ty::Bool, false),
     ];
 }
 
@@ -564,6 +568,9 @@ pub struct CBody {
     pub set_priority: Vec<CSetPriority>,
     /// Cache override.
     pub cache: Option<CacheSetting>,
+    /// `hold off_peak`: when this rule applies, the request may wait for the
+    /// off-peak window (added to the route's; there is no statement that removes it).
+    pub hold_off_peak: bool,
     /// Fallback override.
     pub fallback: Option<CFallback>,
 }
@@ -596,6 +603,9 @@ pub struct CRoute {
     pub set_priority: Vec<CSetPriority>,
     /// Route-wide cache setting.
     pub cache: Option<CacheSetting>,
+    /// Route-wide `hold off_peak`: every request the route takes may wait for the
+    /// off-peak window.
+    pub hold_off_peak: bool,
     /// Route-wide fallback chain.
     pub fallback: Option<CFallback>,
     /// Rules in evaluation order.

@@ -55,6 +55,9 @@ pub struct RequestFeatures {
     /// the current UTC day and month, as of admission (`request.budget_remaining`;
     /// default and without any budget: [`NO_BUDGET`]).
     pub budget_remaining: f64,
+    /// Whether the gateway's configured off-peak window (`scheduler.off_peak`) holds
+    /// now (`request.off_peak`); false when none is configured.
+    pub off_peak: bool,
 }
 
 impl Default for RequestFeatures {
@@ -77,6 +80,7 @@ impl Default for RequestFeatures {
             weekday: 0,
             task: String::new(),
             budget_remaining: NO_BUDGET,
+            off_peak: false,
         }
     }
 }

@@ -8,8 +8,9 @@
 //! 2. The route's `set priority` statements in order (each may change
 //!    `request.priority` for everything after it).
 //! 3. Rules in order (priority, then source order), then `default`. A rule whose
-//!    `when` holds applies its `set priority`, `cache` and `fallback`, then its
-//!    terminal action; `continue` moves on to the next rule.
+//!    `when` holds applies its `set priority`, `cache`, `hold` and `fallback`, then
+//!    its terminal action; `continue` moves on to the next rule. The decision holds
+//!    for off-peak when the route or any rule applied on the way says `hold off_peak`.
 //! 4. `split`: bucket = FNV-1a(seed ‖ rule ‖ 0xFF ‖ key) mod 10 000 for sticky keys
 //!    (an absent key hashes as ""), `next_u64() mod 10 000` of the decision's
 //!    SplitMix64 for `random`; the first arm whose cumulative share exceeds the
@@ -72,6 +73,10 @@ pub struct Decision {
     pub priority: PriorityLevel,
     /// Cache setting (`None`: the gateway's default).
     pub cache: Option<CacheSetting>,
+    /// The taken route or rule says `hold off_peak`: the request may wait for the
+    /// off-peak window (`scheduler.off_peak`) when its final priority is low; the
+    /// gateway decides.
+    pub hold_off_peak: bool,
     /// Set when the request is refused.
     pub reject: Option<Rejection>,
     /// `on pick` state updates to apply.
@@ -289,6 +294,7 @@ impl Decision {
             fallback_on: None,
             priority,
             cache: None,
+            hold_off_peak: false,
             reject: None,
             state_updates: Vec::new(),
             call: None,
@@ -412,6 +418,7 @@ impl<'a> Run<'a> {
                 self.set_priority(sp, &route.name);
             }
             let mut cache = route.cache;
+            let mut hold = route.hold_off_peak;
             let mut fallback = route.fallback.as_ref();
             for rule in route.rules.iter().chain(std::iter::once(&route.default)) {
                 if let Some(w) = &rule.when {
@@ -423,6 +430,7 @@ impl<'a> Run<'a> {
                     self.set_priority(sp, &rule.name);
                 }
                 cache = rule.body.cache.or(cache);
+                hold |= rule.body.hold_off_peak;
                 fallback = rule.body.fallback.as_ref().or(fallback);
                 let Some(terminal) = &rule.body.terminal else {
                     continue;
@@ -431,6 +439,7 @@ impl<'a> Run<'a> {
                 d.route = Some(route.name.clone());
                 d.rule = Some(rule.name.clone());
                 d.cache = cache;
+                d.hold_off_peak = hold;
                 d.priority = self.priority;
                 return d;
             }

@@ -341,6 +341,8 @@ pub fn human_rule_name(rule: Rule) -> &'static str {
         R::cache_on => "`on`",
         R::cache_exact | R::exact_kw => "`exact`",
         R::cache_off => "`off`",
+        R::hold_def | R::hold_kw => "`hold off_peak`",
+        R::hold_what => "what to hold the request for: `off_peak`",
         R::fallback_def => "`fallback`",
         R::fallback_on => "`on` and a list of HTTP statuses like `409, 5xx`",
         R::status_class => "a status class like `5xx`",
@@ -380,7 +382,7 @@ pub fn human_rule_name(rule: Rule) -> &'static str {
         R::expect_is => "an expectation like `rule long_context`",
         R::expect_share => "`share endpoint \"id\" = 5% within 1%`",
         R::expect_what => {
-            "`route`, `rule`, `endpoint`, `model`, `strategy`, `arm`, `priority` or `cache`"
+            "`route`, `rule`, `endpoint`, `model`, `strategy`, `arm`, `priority`, `cache` or `hold`"
         }
         R::expect_value => "a name, string or number",
         R::WHITESPACE | R::COMMENT => "whitespace",

@@ -136,6 +136,7 @@ pub fn field_value(d: &Decision, f: ExpectField) -> String {
             Some(_) => "off".into(),
             None => "default".into(),
         },
+        ExpectField::Hold => if d.hold_off_peak { "off_peak" } else { "none" }.into(),
     }
 }
 
@@ -461,6 +462,7 @@ fn request_field(c: &mut Checker<'_>, r: &mut RequestFeatures, a: &ReqAssign) {
             // Written like a JWT's `scope` claim: space-separated tokens.
             "scopes" => r.set_scopes(str_val(c).unwrap_or_default().split_whitespace()),
             "tools" => r.tools = boolean(c).unwrap_or(false),
+            "off_peak" => r.off_peak = boolean(c).unwrap_or(false),
             "temperature" => {
                 r.temperature = match v.kind {
                     LitKind::Float(x) => Some(x),
@@ -616,6 +618,7 @@ fn expectation(
             .map(|(n, _)| n.to_string())
             .collect(),
         ExpectField::Cache => vec!["on".into(), "exact".into(), "off".into(), "default".into()],
+        ExpectField::Hold => vec![HoldDef::OFF_PEAK.into()],
         ExpectField::Arm => vec![v.to_string()],
     };
     let known = names.iter().any(|n| n == v) || (v == "none" && what != ExpectField::Arm);

@@ -103,7 +103,9 @@ pub const MAX_HEADERS: usize = 64;
 /// Maps one chat request to policy features.
 ///
 /// `headers` are `(name, value)` pairs in any case (credentials are dropped, at most
-/// [`MAX_HEADERS`] kept); `unix_secs` is the request time.
+/// [`MAX_HEADERS`] kept); `unix_secs` is the request time. `off_peak` is always false
+/// here: whether the off-peak window holds is the scheduler's to say, and the caller
+/// sets it afterwards.
 pub fn features<'h>(
     req: &ChatRequest,
     headers: impl IntoIterator<Item = (&'h str, &'h str)>,
@@ -151,6 +153,9 @@ pub fn features<'h>(
         weekday,
         task: task(req),
         budget_remaining: caller.budget_remaining.unwrap_or(crate::policy::NO_BUDGET),
+        // The window is the scheduler's (`scheduler.off_peak`); the gateway sets this
+        // after building the features, `dry-run --off-peak` likewise.
+        off_peak: false,
     }
 }
 

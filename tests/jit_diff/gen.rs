@@ -227,9 +227,13 @@ impl Gen<'_> {
                 ]);
                 format!("has({o})")
             }
-            12 => (*self
-                .r
-                .pick(&["request.stream", "request.tools", "true", "false"]))
+            12 => (*self.r.pick(&[
+                "request.stream",
+                "request.tools",
+                "request.off_peak",
+                "true",
+                "false",
+            ]))
             .to_string(),
             13 => format!("scope(\"{}\")", self.r.pick(&SCOPES)),
             _ => {
@@ -554,6 +558,9 @@ pub fn policy(seed: u64, max_rules: usize) -> String {
                 .to_string(),
             );
         }
+        if g.r.chance(15) {
+            lines.push("  hold off_peak".to_string());
+        }
         if g.r.chance(30) {
             let on = *g.r.pick(&["", " on 409, 5xx", " on 400"]);
             lines.push(format!(
@@ -582,6 +589,9 @@ pub fn policy(seed: u64, max_rules: usize) -> String {
             }
             if g.r.chance(15) {
                 body.push("cache off".into());
+            }
+            if g.r.chance(20) {
+                body.push("hold off_peak".into());
             }
             if g.r.chance(15) {
                 body.push(
@@ -667,6 +677,7 @@ pub fn request(r: &mut Rng) -> RequestFeatures {
     q.temperature = r.chance(75).then(|| some_float(r));
     q.stream = r.chance(50);
     q.tools = r.chance(50);
+    q.off_peak = r.chance(50);
     q.messages = r.below(5) as u64;
     for h in ["x-a", "x-b"] {
         if r.chance(50) {

@@ -31,6 +31,7 @@ impl<'a> Checker<'a> {
             when: None,
             set_priority: Vec::new(),
             cache: None,
+            hold_off_peak: false,
             fallback: None,
             rules: Vec::new(),
             default: CRule {
@@ -47,6 +48,7 @@ impl<'a> Checker<'a> {
         let mut names: HashMap<&str, Span> = HashMap::new();
         let mut default_seen: Option<Span> = None;
         let mut cache_seen = None;
+        let mut hold_seen = None;
         let mut fallback_seen = None;
         let mut rules = Vec::new();
         for item in &r.items {
@@ -115,6 +117,12 @@ impl<'a> Checker<'a> {
                         ok &= out.cache.is_some();
                     }
                 }
+                RouteItem::Hold(h) => {
+                    if self.once(&mut hold_seen, h.span, "`hold`") {
+                        out.hold_off_peak = self.hold(h);
+                        ok &= out.hold_off_peak;
+                    }
+                }
                 RouteItem::SetPriority(sp) => match self.set_priority(sp) {
                     Some(s) => out.set_priority.push(s),
                     None => ok = false,
@@ -167,7 +175,7 @@ impl<'a> Checker<'a> {
         let mut ok = true;
         let mut terminal_span: Option<Span> = None;
         let mut continued: Option<Span> = None;
-        let (mut cache_seen, mut fallback_seen) = (None, None);
+        let (mut cache_seen, mut hold_seen, mut fallback_seen) = (None, None, None);
         for a in actions {
             let this_terminal = match a {
                 Action::Use(u) => {
@@ -211,6 +219,13 @@ impl<'a> Checker<'a> {
                     if self.once(&mut cache_seen, cd.span, "cache setting") {
                         body.cache = self.cache(cd);
                         ok &= body.cache.is_some();
+                    }
+                    continue;
+                }
+                Action::Hold(h) => {
+                    if self.once(&mut hold_seen, h.span, "`hold`") {
+                        body.hold_off_peak = self.hold(h);
+                        ok &= body.hold_off_peak;
                     }
                     continue;
                 }
@@ -303,6 +318,29 @@ impl<'a> Checker<'a> {
             ttl_ms: ttl,
             exact: cd.exact,
         })
+    }
+
+    /// Whether `hold WHAT` names what a request can be held for (`off_peak`, the only
+    /// one); reports it otherwise.
+    fn hold(&mut self, h: &HoldDef) -> bool {
+        let what = h.what.name.as_str();
+        if what == HoldDef::OFF_PEAK {
+            return true;
+        }
+        let mut d = Diagnostic::error(
+            codes::OUT_OF_RANGE,
+            h.what.span,
+            format!("a request cannot be held for `{what}`"),
+        )
+        .with_span_label("not something to wait for")
+        .with_did_you_mean(did_you_mean(what, [HoldDef::OFF_PEAK]));
+        if d.help.is_none() {
+            d = d.with_help(
+                "`hold off_peak` lets a low-priority request wait for the off-peak window; it is the only hold",
+            );
+        }
+        self.diags.push(d);
+        false
     }
 
     fn fallback(&mut self, f: &FallbackDef) -> Option<CFallback> {
@@ -637,6 +675,7 @@ fn empty_body() -> CBody {
         terminal: None,
         set_priority: Vec::new(),
         cache: None,
+        hold_off_peak: false,
         fallback: None,
     }
 }
@@ -648,6 +687,7 @@ fn action_span(a: &Action) -> Span {
         Action::Reject(r) => r.span,
         Action::SetPriority(s) => s.span,
         Action::Cache(c) => c.span,
+        Action::Hold(h) => h.span,
         Action::Fallback(f) => f.span,
         Action::Continue(s) => *s,
     }

@@ -252,3 +252,95 @@ fn expect_cache_exact_passes_only_for_an_exact_setting() {
         "{e}"
     );
 }
+
+#[test]
+fn hold_off_peak_applies_from_the_route_the_taken_rule_and_continue_rules() {
+    let set = with_builtins(concat!(
+        "route held when request.model == \"smollm\" {\n",
+        "  hold off_peak\n",
+        "  rule s when request.stream { use model }\n",
+        "  default use model\n",
+        "}\n",
+        "route r {\n",
+        "  rule mark when request.tools {\n    hold off_peak\n    continue\n  }\n",
+        "  rule s when request.stream {\n    hold off_peak\n    use \"gpt-4o\"\n  }\n",
+        "  rule m when request.messages > 3 { use \"gpt-4o\" }\n",
+        "  default use \"gpt-4o\"\n",
+        "}\n",
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let decide = |model: &str, stream: bool, tools: bool, messages: u64| {
+        let mut req = crate::policy::RequestFeatures::for_model(model);
+        req.stream = stream;
+        req.tools = tools;
+        req.messages = messages;
+        let d = crate::policy::decide(&set, &req, &crate::policy::StatsSnapshot::default(), 0);
+        (d.rule.unwrap_or_default(), d.hold_off_peak)
+    };
+    // The route's hold covers each of its rules.
+    assert_eq!(decide("smollm", true, false, 0), ("s".into(), true));
+    assert_eq!(decide("smollm", false, false, 0), ("default".into(), true));
+    // A rule's hold only when that rule applies.
+    assert_eq!(decide("gpt-4o", true, false, 0), ("s".into(), true));
+    assert_eq!(decide("gpt-4o", false, false, 5), ("m".into(), false));
+    assert_eq!(decide("gpt-4o", false, false, 0), ("default".into(), false));
+    // A `continue` rule's hold carries on, like its other settings.
+    assert_eq!(decide("gpt-4o", false, true, 5), ("m".into(), true));
+    assert_eq!(decide("gpt-4o", false, true, 0), ("default".into(), true));
+}
+
+#[test]
+fn hold_takes_only_off_peak_and_once() {
+    let e = errs("route r {\n  hold of_peak\n  default use model\n}\n");
+    has(&e, "E0503", "t.policy:2:8");
+    assert!(
+        e.contains("a request cannot be held for `of_peak`")
+            && e.contains("did you mean `off_peak`?"),
+        "{e}"
+    );
+    let e = errs("route r {\n  rule a when request.stream {\n    hold forever\n    use model\n  }\n  default use model\n}\n");
+    has(&e, "E0503", "t.policy:3:10");
+    assert!(
+        e.contains("`hold off_peak` lets a low-priority request"),
+        "{e}"
+    );
+    let e = errs(
+        "route r {\n  default {\n    hold off_peak\n    hold off_peak\n    use model\n  }\n}\n",
+    );
+    has(&e, "E0201", "t.policy:4:5");
+    assert!(e.contains("only one `hold` is allowed here"), "{e}");
+}
+
+#[test]
+fn expect_hold_checks_the_decision_and_request_off_peak_is_a_bool() {
+    let set = with_builtins(concat!(
+        "route r {\n",
+        "  rule in_window when request.off_peak { use \"gpt-4o\" }\n",
+        "  default {\n    hold off_peak\n    use \"gpt-4o\"\n  }\n",
+        "}\n",
+        "test \"held\" {\n  request { model = \"gpt-4o\" }\n  expect hold off_peak\n}\n",
+        "test \"window\" {\n  request { model = \"gpt-4o\", off_peak = true }\n  expect hold none\n  expect rule in_window\n}\n",
+        "test \"wrong\" {\n  request { model = \"gpt-4o\", off_peak = true }\n  expect hold off_peak\n}\n",
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let report = crate::policy::testing::run_tests(&set);
+    let failed: Vec<&str> = report
+        .cases
+        .iter()
+        .filter(|c| !c.passed)
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(failed, ["wrong"], "{}", report.render());
+    let e = errs("route r { default use model }\ntest \"t\" {\n  request { model = \"gpt-4o\" }\n  expect hold off_peek\n}\n");
+    assert!(
+        e.contains("E0801") && e.contains("did you mean `off_peak`?"),
+        "{e}"
+    );
+    let e = errs("route r { default use model }\ntest \"t\" {\n  request { model = \"gpt-4o\", off_peak = 1 }\n  expect rule default\n}\n");
+    assert!(
+        e.contains("E0801") && e.contains("`true` or `false`"),
+        "{e}"
+    );
+    let e = errs("route r when request.off_peak > 1 { default use model }\n");
+    has(&e, "E0301", "t.policy:1:14");
+}

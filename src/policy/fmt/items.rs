@@ -57,6 +57,7 @@ impl Printer<'_> {
                 }
                 RouteItem::Fallback(f) => self.stmt(2, f.span, self.fallback(f)),
                 RouteItem::Cache(c) => self.stmt(2, c.span, self.cache(c)),
+                RouteItem::Hold(h) => self.stmt(2, h.span, hold(h)),
                 RouteItem::SetPriority(s) => self.stmt(2, s.span, self.set_priority(s, 2)),
             }
         }
@@ -136,6 +137,7 @@ impl Printer<'_> {
             Action::Reject(r) => format!("reject {} {}", r.status.node, self.tok(r.message.span)),
             Action::SetPriority(s) => self.set_priority(s, indent),
             Action::Cache(c) => self.cache(c),
+            Action::Hold(h) => hold(h),
             Action::Fallback(f) => self.fallback(f),
             Action::Continue(_) => "continue".into(),
         }
@@ -393,6 +395,12 @@ impl Printer<'_> {
     }
 }
 
+/// `hold NAME` as written (the checker rejects any name but `off_peak`; `fmt` runs on
+/// unchecked files too, so it keeps the name).
+fn hold(h: &HoldDef) -> String {
+    format!("hold {}", h.what.name)
+}
+
 fn action_span(a: &Action) -> Span {
     match a {
         Action::Use(u) => u.span,
@@ -400,6 +408,7 @@ fn action_span(a: &Action) -> Span {
         Action::Reject(r) => r.span,
         Action::SetPriority(s) => s.span,
         Action::Cache(c) => c.span,
+        Action::Hold(h) => h.span,
         Action::Fallback(f) => f.span,
         Action::Continue(s) => *s,
     }

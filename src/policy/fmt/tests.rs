@@ -85,3 +85,19 @@ fn cache_statements_round_trip_in_canonical_form() {
         .expect("reparses");
     assert_eq!(a.items, b.items, "same policy after formatting");
 }
+
+#[test]
+fn hold_statements_round_trip_in_canonical_form() {
+    let src = "route r {\n  hold    off_peak # route-wide\n  rule a when request.off_peak { hold off_peak use model }\n  default   hold  off_peak\n}\n";
+    let want = "route r {\n  hold off_peak # route-wide\n  rule a when request.off_peak {\n    hold off_peak\n    use model\n  }\n  default hold off_peak\n}\n";
+    let once = fmt(src);
+    assert_eq!(once, want);
+    assert_eq!(fmt(&once), once, "idempotent");
+    let (_, a) = crate::policy::parser::parse_str("t.policy", src)
+        .map_err(|(_, d)| d)
+        .expect("parses");
+    let (_, b) = crate::policy::parser::parse_str("t.policy", &once)
+        .map_err(|(_, d)| d)
+        .expect("reparses");
+    assert_eq!(a.items, b.items, "same policy after formatting");
+}

@@ -239,6 +239,7 @@ impl<'a, 's> Evaluator<'a, 's> {
             ReqField::Temperature => V::F(r.temperature.unwrap_or(0.0)),
             ReqField::Stream => V::B(r.stream),
             ReqField::Tools => V::B(r.tools),
+            ReqField::OffPeak => V::B(r.off_peak),
             ReqField::Messages => int(r.messages),
             ReqField::ApiKey => V::S(r.api_key.as_deref().unwrap_or("")),
             ReqField::Org => V::S(r.org.as_deref().unwrap_or("")),

@@ -5,7 +5,7 @@
 //! - expression functions `extern "C" fn(req: *const u64, ep: *const u64, aux:
 //!   *const u64) -> u64` returning the value's bits (bool 0/1, i64, f64 bits);
 //! - the selection function `extern "C" fn(req: *const u64, out: *mut u64)` walking
-//!   routes, `set priority` statements and rules ([`SelRoute`]) and storing five
+//!   routes, `set priority` statements and rules ([`SelRoute`]) and storing six
 //!   cells ([`OUT_CELLS`]).
 //!
 //! Guards, so nothing traps: every load's cell index is checked against the vector's
@@ -32,8 +32,9 @@ mod select;
 /// Cells of the selection function's output: route index, rule index (the route's
 /// rule count means `default`), final priority code, index of the rule whose `cache`
 /// applies, index of the rule whose `fallback` applies ([`NONE`]: the route's own, or
-/// no route at all for the first cell).
-pub const OUT_CELLS: usize = 5;
+/// no route at all for the first cell), and 1 when the route or a rule applied on the
+/// way says `hold off_peak` (else 0).
+pub const OUT_CELLS: usize = 6;
 
 /// "None" in an output cell.
 pub const NONE: u64 = u64::MAX;
@@ -64,6 +65,8 @@ pub struct SelRule {
     pub set_prio: Vec<SelSetPrio>,
     /// Whether it overrides the cache setting.
     pub cache: bool,
+    /// Whether it says `hold off_peak`.
+    pub hold: bool,
     /// Whether it overrides the fallback chain.
     pub fallback: bool,
     /// Whether it ends evaluation (`false`: `continue`).
@@ -77,6 +80,8 @@ pub struct SelRoute {
     pub when: Option<Node>,
     /// Route-level `set priority` statements.
     pub set_prio: Vec<SelSetPrio>,
+    /// Whether the route says `hold off_peak`.
+    pub hold: bool,
     /// Rules in evaluation order, then the default.
     pub rules: Vec<SelRule>,
     /// The route's candidate mask, when it is indexed ([`super::index`]).

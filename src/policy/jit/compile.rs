@@ -287,6 +287,7 @@ pub fn compile(set: &CheckedPolicySet, opts: JitOptions) -> Result<JitCode, Stri
                     },
                     set_prio: sel_prio(&mut lo, &rule.body.set_priority, &sel)?,
                     cache: rule.body.cache.is_some(),
+                    hold: rule.body.hold_off_peak,
                     fallback: rule.body.fallback.is_some(),
                     terminal: rule.body.terminal.is_some(),
                 });
@@ -318,6 +319,7 @@ pub fn compile(set: &CheckedPolicySet, opts: JitOptions) -> Result<JitCode, Stri
             p.select.push(SelRoute {
                 when,
                 set_prio,
+                hold: route.hold_off_peak,
                 rules,
                 index: None,
             });

@@ -94,6 +94,7 @@ pub fn diff(interp: &Decision, jit: &Decision) -> Option<Mismatch> {
         .or_else(|| differ("fallback_on", &a.fallback_on, &b.fallback_on))
         .or_else(|| differ("priority", &a.priority, &b.priority))
         .or_else(|| differ("cache", &a.cache, &b.cache))
+        .or_else(|| differ("hold_off_peak", &a.hold_off_peak, &b.hold_off_peak))
         .or_else(|| differ("reject", &a.reject, &b.reject))
         .or_else(|| differ("call", &a.call, &b.call))
         .or_else(|| {

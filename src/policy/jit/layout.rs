@@ -292,6 +292,7 @@ impl Layout {
                     ReqField::BudgetRemaining => r.budget_remaining.to_bits(),
                     ReqField::Stream => u64::from(r.stream),
                     ReqField::Tools => u64::from(r.tools),
+                    ReqField::OffPeak => u64::from(r.off_peak),
                     ReqField::Messages => sat(r.messages),
                     ReqField::Priority => prio_code(r.priority),
                     ReqField::Hour => u64::from(r.hour),

@@ -218,7 +218,9 @@ impl<'a> Lowerer<'a> {
             },
             TExprKind::Req(f) => {
                 let t = match f {
-                    ReqField::Stream | ReqField::Tools | ReqField::Scope(_) => LTy::B,
+                    ReqField::Stream | ReqField::Tools | ReqField::OffPeak | ReqField::Scope(_) => {
+                        LTy::B
+                    }
                     ReqField::Temperature | ReqField::BudgetRemaining => LTy::F,
                     _ => LTy::I,
                 };

@@ -100,6 +100,7 @@ impl<'a> JRun<'a> {
         d.route = Some(route.name.clone());
         d.rule = Some(rule.name.clone());
         d.cache = cache;
+        d.hold_off_peak = out[5] != 0;
         d.priority = self.priority;
         Some(d)
     }

@@ -456,3 +456,55 @@ fn budget_remaining_matches_the_interpreter_including_the_no_budget_sentinel() {
         assert_eq!(d.rule.as_deref(), Some(want), "budget_remaining {v}");
     }
 }
+
+#[test]
+fn hold_off_peak_and_request_off_peak_match_the_interpreter() {
+    // Route-wide hold, a held rule, continue rules that hold (tracked at run time),
+    // and an indexed route (40 keyed rules) whose continue rules hold.
+    let mut text = String::from(concat!(
+        "route all_held when request.model == \"smollm\" {\n",
+        "  hold off_peak\n",
+        "  rule mark when request.tools {\n    hold off_peak\n    continue\n  }\n",
+        "  rule s when request.stream { use model }\n",
+        "  default use model\n",
+        "}\n",
+        "route r when request.model == \"gpt-4o\" {\n",
+        "  set priority low when request.off_peak\n",
+        "  rule mark when request.tools and not request.off_peak {\n    hold off_peak\n    continue\n  }\n",
+        "  rule s when request.stream {\n    hold off_peak\n    use \"smollm\"\n  }\n",
+        "  rule low when request.priority == \"low\" { reject 429 \"later\" }\n",
+        "  default use model\n",
+        "}\n",
+        "route wide when request.model == \"claude-sonnet\" {\n",
+    ));
+    for k in 0..40 {
+        let body = if k % 3 == 0 {
+            "hold off_peak\n    continue"
+        } else if k % 3 == 1 {
+            "hold off_peak\n    use \"smollm\""
+        } else {
+            "use \"gpt-4o\""
+        };
+        text.push_str(&format!(
+            "  rule r{k} when has(header(\"x-team\")) and header(\"x-team\") == \"t{k}\" {{\n    {body}\n  }}\n"
+        ));
+    }
+    text.push_str("  default use model\n}\n");
+    let c = compiled(&text);
+    let models = ["smollm", "gpt-4o", "claude-sonnet", "nope"];
+    let (mut held, mut free) = (0, 0);
+    for i in 0..1200u64 {
+        let mut req = RequestFeatures::for_model(models[(i % 4) as usize]);
+        req.stream = i % 3 == 0;
+        req.tools = i % 5 < 2;
+        req.off_peak = i % 7 < 3;
+        req.headers
+            .insert("x-team".into(), format!("t{}", (i / 4) % 45));
+        match decide_with(&c, EngineMode::Both, &req, &StatsSnapshot::default(), i) {
+            Ok(d) if d.hold_off_peak => held += 1,
+            Ok(_) => free += 1,
+            Err(m) => panic!("request {i}: {m}"),
+        }
+    }
+    assert!(held > 100 && free > 100, "held {held}, free {free}");
+}

@@ -55,7 +55,9 @@ pub fn kind(f: ReqField) -> (Kind, bool) {
         ReqField::MaxTokens => (Kind::Int(0.0, BIG), true),
         ReqField::Temperature => (Kind::Float, true),
         ReqField::BudgetRemaining => (Kind::Float, false),
-        ReqField::Stream | ReqField::Tools | ReqField::Scope(_) => (Kind::Bool, false),
+        ReqField::Stream | ReqField::Tools | ReqField::OffPeak | ReqField::Scope(_) => {
+            (Kind::Bool, false)
+        }
         ReqField::ApiKey | ReqField::Org | ReqField::Header(_) | ReqField::Metadata(_) => {
             (Kind::Str, true)
         }

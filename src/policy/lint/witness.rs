@@ -104,15 +104,15 @@ fn assign(set: &CheckedPolicySet, r: &mut RequestFeatures, c: &FieldC) -> String
             r.budget_remaining = num;
             return format!("{num:?}");
         }
-        ReqField::Stream | ReqField::Tools => {
+        ReqField::Stream | ReqField::Tools | ReqField::OffPeak => {
             let b = matches!(
                 first(|x| matches!(x, SVal::Bool(_))),
                 Some(SVal::Bool(true))
             );
-            if c.field == ReqField::Stream {
-                r.stream = b;
-            } else {
-                r.tools = b;
+            match c.field {
+                ReqField::Stream => r.stream = b,
+                ReqField::Tools => r.tools = b,
+                _ => r.off_peak = b,
             }
             return b.to_string();
         }

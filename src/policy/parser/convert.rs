@@ -248,6 +248,7 @@ impl Conv {
                 }
                 Rule::fallback_def => route.items.push(RouteItem::Fallback(self.fallback(q)?)),
                 Rule::cache_def => route.items.push(RouteItem::Cache(self.cache(q)?)),
+                Rule::hold_def => route.items.push(RouteItem::Hold(self.hold(q)?)),
                 Rule::set_priority => route
                     .items
                     .push(RouteItem::SetPriority(self.set_priority(q)?)),
@@ -300,6 +301,7 @@ impl Conv {
             }
             Rule::set_priority => Action::SetPriority(self.set_priority(p)?),
             Rule::cache_def => Action::Cache(self.cache(p)?),
+            Rule::hold_def => Action::Hold(self.hold(p)?),
             Rule::fallback_def => Action::Fallback(self.fallback(p)?),
             Rule::continue_action => Action::Continue(self.sp(&p)),
             _ => return Err(self.bug(&p)),
@@ -473,6 +475,19 @@ impl Conv {
             on: true,
             exact,
             ttl_ms,
+            span,
+        })
+    }
+
+    fn hold(&self, p: Pair<'_, Rule>) -> Res<HoldDef> {
+        let span = self.sp(&p);
+        let what = p
+            .clone()
+            .into_inner()
+            .find(|q| q.as_rule() == Rule::hold_what)
+            .ok_or_else(|| self.bug(&p))?;
+        Ok(HoldDef {
+            what: self.ident(what),
             span,
         })
     }

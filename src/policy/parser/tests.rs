@@ -298,3 +298,46 @@ fn cache_exact_parses_with_and_without_a_ttl() {
     let e = parse_err("route r {\n  cache exact ttl 5\n}");
     assert!(e.contains("a duration like `250ms`"), "{e}");
 }
+
+#[test]
+fn hold_parses_in_a_route_a_rule_and_the_default() {
+    let f = parse_ok(concat!(
+        "route r {\n",
+        "  hold off_peak\n",
+        "  rule a when request.off_peak {\n    hold off_peak\n    use model\n  }\n",
+        "  default hold off_peak\n",
+        "}\n",
+    ));
+    let Item::Route(r) = &f.items[0] else {
+        panic!("{:?}", f.items[0]);
+    };
+    let RouteItem::Hold(h) = &r.items[0] else {
+        panic!("{:?}", r.items[0]);
+    };
+    assert_eq!(h.what.name, "off_peak");
+    assert_eq!(
+        (h.what.span.start, h.what.span.end, h.span.start, h.span.end),
+        (17, 25, 12, 25)
+    );
+    let RouteItem::Rule(rule) = &r.items[1] else {
+        panic!("{:?}", r.items[1]);
+    };
+    assert!(matches!(&rule.body[0], Action::Hold(h) if h.what.name == "off_peak"));
+    let RouteItem::Default(d) = &r.items[2] else {
+        panic!("{:?}", r.items[2]);
+    };
+    assert!(matches!(&d.body[..], [Action::Hold(_)]));
+    // Any name parses (the checker says which are allowed); the keyword is a word.
+    let f = parse_ok("route r {\n  hold peak\n  default use model\n}\n");
+    let Item::Route(r) = &f.items[0] else {
+        panic!("{:?}", f.items[0]);
+    };
+    assert!(matches!(&r.items[0], RouteItem::Hold(h) if h.what.name == "peak"));
+    let e = parse_err("route r {\n  holdoff_peak\n  default use model\n}\n");
+    assert!(e.contains("t.policy:2:3"), "{e}");
+    let e = parse_err("route r {\n  default use model\n  hold\n}\n");
+    assert!(
+        e.contains("t.policy:4:1") && e.contains("what to hold the request for: `off_peak`"),
+        "{e}"
+    );
+}

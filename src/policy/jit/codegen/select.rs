@@ -64,9 +64,9 @@ impl Fx<'_, '_> {
         Ok(())
     }
 
-    /// The selection walk. Priority, cache source and fallback source are SSA
-    /// variables only where a `set priority` or a `continue` rule can change them at
-    /// run time; otherwise they are the entry value or constants (no block
+    /// The selection walk. Priority, cache source, fallback source and the hold flag
+    /// are SSA variables only where a `set priority` or a `continue` rule can change
+    /// them at run time; otherwise they are the entry value or constants (no block
     /// parameters, which keeps large rule sets cheap to compile).
     pub(super) fn select(
         &mut self,
@@ -97,6 +97,7 @@ impl Fx<'_, '_> {
         }
         let cache = self.b.declare_var(types::I64);
         let fallback = self.b.declare_var(types::I64);
+        let hold = self.b.declare_var(types::I64);
         let store = |fx: &mut Self, vals: [Value; OUT_CELLS]| {
             for (k, v) in vals.into_iter().enumerate() {
                 let flags = fx.load_flags;
@@ -111,6 +112,8 @@ impl Fx<'_, '_> {
         for (ri, route) in routes.iter().enumerate() {
             let dyn_cache = route.rules.iter().any(|k| !k.terminal && k.cache);
             let dyn_fb = route.rules.iter().any(|k| !k.terminal && k.fallback);
+            // A route that holds holds for every rule: nothing to track.
+            let dyn_hold = !route.hold && route.rules.iter().any(|k| !k.terminal && k.hold);
             let next_route = self.b.create_block();
             if let Some(w) = &route.when {
                 let body = self.b.create_block();
@@ -124,6 +127,10 @@ impl Fx<'_, '_> {
             }
             if dyn_fb {
                 self.b.def_var(fallback, none);
+            }
+            if dyn_hold {
+                let no = self.b.ins().iconst(types::I64, 0);
+                self.b.def_var(hold, no);
             }
             // Indexed routes: per group of 64 rules, one mask word; a zero word skips
             // the group, a zero bit skips a keyed rule.
@@ -187,11 +194,20 @@ impl Fx<'_, '_> {
                         (false, true) => self.b.use_var(fallback),
                         (false, false) => none,
                     };
+                    let h = match (route.hold || rule.hold, dyn_hold) {
+                        (true, _) => self.b.ins().iconst(types::I64, 1),
+                        (false, true) => self.b.use_var(hold),
+                        (false, false) => self.b.ins().iconst(types::I64, 0),
+                    };
                     let p = cur_prio(self);
-                    store(self, [r, me, p, c, f]);
+                    store(self, [r, me, p, c, f, h]);
                 } else {
                     if rule.cache {
                         self.b.def_var(cache, me);
+                    }
+                    if rule.hold && dyn_hold {
+                        let yes = self.b.ins().iconst(types::I64, 1);
+                        self.b.def_var(hold, yes);
                     }
                     if rule.fallback {
                         self.b.def_var(fallback, me);
@@ -204,8 +220,9 @@ impl Fx<'_, '_> {
             self.b.switch_to_block(next_route);
         }
         let none = self.b.ins().iconst(types::I64, NONE as i64);
+        let no = self.b.ins().iconst(types::I64, 0);
         let p = cur_prio(self);
-        store(self, [none, none, p, none, none]);
+        store(self, [none, none, p, none, none, no]);
         Ok(())
     }
 }
