@@ -1,7 +1,7 @@
 //! Loading the routing policy set the gateway runs: built-in strategies, the operator's
 //! `.policy` files, checked against the model registry from config.
 //!
-//! The built-in strategies of `policies/builtin/` are compiled into the binary, so
+//! The built-in strategies of `examples/policies/builtin/` are compiled into the binary, so
 //! every policy can say `via least_latency` without copying files. An operator file
 //! that defines a strategy of the same name replaces the built-in one (copy it, change
 //! a line). The built-in files also carry policy tests and the test-only routes they
@@ -26,35 +26,35 @@ use crate::policy::{
 
 /// The built-in strategies: (file name, text). Each file also holds `test` blocks and
 /// the test-only routes they use, written against the example registry
-/// (`policies/README.md`); [`embeddable`] drops those when the gateway loads them.
+/// (`examples/policies/README.md`); [`embeddable`] drops those when the gateway loads them.
 pub const BUILTIN: &[(&str, &str)] = &[
     (
         "builtin/weighted_round_robin.policy",
-        include_str!("../../policies/builtin/weighted_round_robin.policy"),
+        include_str!("../../examples/policies/builtin/weighted_round_robin.policy"),
     ),
     (
         "builtin/least_latency.policy",
-        include_str!("../../policies/builtin/least_latency.policy"),
+        include_str!("../../examples/policies/builtin/least_latency.policy"),
     ),
     (
         "builtin/cost_optimized.policy",
-        include_str!("../../policies/builtin/cost_optimized.policy"),
+        include_str!("../../examples/policies/builtin/cost_optimized.policy"),
     ),
     (
         "builtin/quality_first.policy",
-        include_str!("../../policies/builtin/quality_first.policy"),
+        include_str!("../../examples/policies/builtin/quality_first.policy"),
     ),
     (
         "builtin/exp3.policy",
-        include_str!("../../policies/builtin/exp3.policy"),
+        include_str!("../../examples/policies/builtin/exp3.policy"),
     ),
     (
         "builtin/adaptive.policy",
-        include_str!("../../policies/builtin/adaptive.policy"),
+        include_str!("../../examples/policies/builtin/adaptive.policy"),
     ),
     (
         "builtin/multi_objective.policy",
-        include_str!("../../policies/builtin/multi_objective.policy"),
+        include_str!("../../examples/policies/builtin/multi_objective.policy"),
     ),
 ];
 
