@@ -23,10 +23,7 @@ const POLICIES: &[(&str, &str)] = &[
         "cost_optimized.policy",
         include_str!("policies/builtin/cost_optimized.policy"),
     ),
-    (
-        "exp3.policy",
-        include_str!("policies/builtin/exp3.policy"),
-    ),
+    ("exp3.policy", include_str!("policies/builtin/exp3.policy")),
     (
         "least_latency.policy",
         include_str!("policies/builtin/least_latency.policy"),

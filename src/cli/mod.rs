@@ -464,19 +464,43 @@ mod tests {
     #[test]
     fn mock_flag_errors_speak_of_the_flags() {
         for (flags, want) in [
-            (&["--latency-ms", "fast"][..], "expected a whole number like 250"),
-            (&["--latency-ms=-5"][..], "expected a whole number of 0 or more"),
+            (
+                &["--latency-ms", "fast"][..],
+                "expected a whole number like 250",
+            ),
+            (
+                &["--latency-ms=-5"][..],
+                "expected a whole number of 0 or more",
+            ),
             (&["--fail-rate", "often"][..], "expected a number like 0.25"),
-            (&["--fail-status", "teapot"][..], "expected an HTTP status like 503"),
-            (&["--fail-rate", "2"][..], "--fail-rate 2 must be between 0 and 1"),
-            (&["--fail-status", "200"][..], "--fail-status 200 must be an HTTP error status"),
-            (&["--completion-tokens", "0"][..], "--completion-tokens must be at least 1"),
-            (&["--retry-after-format", "hours"][..], "`hours` is not one of seconds, ms, date"),
+            (
+                &["--fail-status", "teapot"][..],
+                "expected an HTTP status like 503",
+            ),
+            (
+                &["--fail-rate", "2"][..],
+                "--fail-rate 2 must be between 0 and 1",
+            ),
+            (
+                &["--fail-status", "200"][..],
+                "--fail-status 200 must be an HTTP error status",
+            ),
+            (
+                &["--completion-tokens", "0"][..],
+                "--completion-tokens must be at least 1",
+            ),
+            (
+                &["--retry-after-format", "hours"][..],
+                "`hours` is not one of seconds, ms, date",
+            ),
         ] {
             let e = mock_args(flags).unwrap_err();
             assert!(e.contains(want), "{flags:?}: {e}");
             assert!(!e.contains("invalid digit"), "{flags:?}: {e}");
-            assert!(MOCK_FLAGS.iter().all(|(f, _)| !e.contains(f)), "{flags:?}: {e}");
+            assert!(
+                MOCK_FLAGS.iter().all(|(f, _)| !e.contains(f)),
+                "{flags:?}: {e}"
+            );
         }
     }
 

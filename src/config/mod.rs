@@ -55,8 +55,9 @@ pub fn locate(path: Option<&std::path::Path>) -> Option<PathBuf> {
 pub fn locate_and_load(path: Option<&std::path::Path>) -> Result<(Config, String), LoadError> {
     match locate(path) {
         Some(p) => {
-            let text = std::fs::read_to_string(&p)
-                .map_err(|e| LoadError::Unreadable(format!("cannot read config {}: {e}", p.display())))?;
+            let text = std::fs::read_to_string(&p).map_err(|e| {
+                LoadError::Unreadable(format!("cannot read config {}: {e}", p.display()))
+            })?;
             let c = parse_str(&text, Some(&p)).map_err(|e| LoadError::Invalid(e.to_string()))?;
             Ok((c, format!("config loaded from {}", p.display())))
         }

@@ -139,10 +139,11 @@ fn broken(provider: &str, e: &(dyn std::error::Error + 'static), after: &str) ->
         }
         // An early EOF (the usual case: the provider closed the connection inside
         // a chunked body) and anything else that ends the body unfinished.
-        _ => format!("provider `{provider}` closed the stream {after}, before the answer was complete"),
+        _ => format!(
+            "provider `{provider}` closed the stream {after}, before the answer was complete"
+        ),
     };
-    GatewayError::new(ErrorKind::BadUpstream, what)
-        .with_code(crate::error::Code::UpstreamStreamCut)
+    GatewayError::new(ErrorKind::BadUpstream, what).with_code(crate::error::Code::UpstreamStreamCut)
 }
 
 /// "after N events" (or "after N bytes" for a non-SSE body), for [`broken`].

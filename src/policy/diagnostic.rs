@@ -177,7 +177,11 @@ impl Diagnostic {
             .span
             .into_iter()
             .chain(self.labels.iter().map(|l| l.span))
-            .filter_map(|s| sources.get(s.file).map(|f| f.line_col(s.start as usize).line))
+            .filter_map(|s| {
+                sources
+                    .get(s.file)
+                    .map(|f| f.line_col(s.start as usize).line)
+            })
             .map(|line| line.to_string().len())
             .max()
             .unwrap_or(1);

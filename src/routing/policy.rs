@@ -200,10 +200,7 @@ fn normalize_display(path: &Path) -> String {
             other => out.push(other),
         }
     }
-    out.iter()
-        .collect::<PathBuf>()
-        .display()
-        .to_string()
+    out.iter().collect::<PathBuf>().display().to_string()
 }
 
 /// Why a policy set could not be loaded.

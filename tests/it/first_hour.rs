@@ -40,7 +40,11 @@ fn serve_with_a_missing_config_exits_2_as_an_io_error() {
     ] {
         let o = switchyard(args, dir.path());
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
-        assert!(text(&o).contains("cannot read config missing.yaml"), "{}", text(&o));
+        assert!(
+            text(&o).contains("cannot read config missing.yaml"),
+            "{}",
+            text(&o)
+        );
     }
     // An invalid config is 1.
     std::fs::write(dir.path().join("bad.yaml"), "server: { listen: nowhere }\n").unwrap();
@@ -125,7 +129,11 @@ fn secondary_snippets_share_the_widest_gutter() {
         .lines()
         .filter(|l| {
             let head = l.trim_start();
-            head.starts_with('|') || head.split(' ').next().is_some_and(|w| w.parse::<u32>().is_ok())
+            head.starts_with('|')
+                || head
+                    .split(' ')
+                    .next()
+                    .is_some_and(|w| w.parse::<u32>().is_ok())
         })
         .filter_map(|l| l.find('|'))
         .collect();
@@ -186,9 +194,16 @@ fn pinned(endpoint: &str) -> String {
 const TWO: &str = "providers:\n  a: { kind: mock }\n  b: { kind: mock }\nmodels:\n  m:\n    endpoints:\n      - { provider: a, model: x, priority: 1 }\n      - { provider: b, model: x, priority: 2 }\n";
 
 async fn served_by(gw: &Proc) -> String {
-    let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, r#","max_tokens":1"#)).await;
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        &chat("m", false, r#","max_tokens":1"#),
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.text());
-    r.headers["x-switchyard-endpoint"].to_str().unwrap().to_string()
+    r.headers["x-switchyard-endpoint"]
+        .to_str()
+        .unwrap()
+        .to_string()
 }
 
 async fn admin_until(gw: &Proc, what: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
@@ -225,12 +240,26 @@ async fn deleting_the_only_policy_file_is_refused_like_deleting_the_directory() 
     admin_until(&gw, |v| v["last_error"].is_null()).await;
     std::fs::remove_dir_all(&dir).unwrap();
     let v = admin_until(&gw, |v| !v["last_error"].is_null()).await;
-    assert!(v["last_error"]["message"].as_str().unwrap().contains("is gone"), "{v}");
+    assert!(
+        v["last_error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("is gone"),
+        "{v}"
+    );
     assert_eq!(served_by(&gw).await, "b/x");
 
     std::fs::create_dir(&dir).unwrap();
     std::fs::write(dir.join("none.policy"), "").unwrap();
-    let v = admin_until(&gw, |v| v["operator_files"] == 1 && v["last_error"].is_null() && v["files"].to_string().contains("none.policy")).await;
-    assert!(v["serving"].as_str().unwrap().contains("none.policy"), "{v}");
+    let v = admin_until(&gw, |v| {
+        v["operator_files"] == 1
+            && v["last_error"].is_null()
+            && v["files"].to_string().contains("none.policy")
+    })
+    .await;
+    assert!(
+        v["serving"].as_str().unwrap().contains("none.policy"),
+        "{v}"
+    );
     assert_eq!(served_by(&gw).await, "a/x");
 }

@@ -60,8 +60,10 @@ fn every_readme_config_passes_serve_check_copied_into_an_empty_directory() {
             cmd.env_remove(var);
         }
         // The Bedrock example says it needs AWS credentials; give it some.
-        cmd.env("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
-            .env("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY");
+        cmd.env("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE").env(
+            "AWS_SECRET_ACCESS_KEY",
+            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+        );
         let out = cmd.output().unwrap();
         assert_eq!(
             out.status.code(),
@@ -82,7 +84,9 @@ fn the_readme_policy_tool_commands_run_at_the_repository_root() {
         .into_iter()
         .find(|b| b.contains("switchyard lint") && b.contains("switchyard dry-run"))
         .expect("the policy tools block");
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_switchyard")).parent().unwrap();
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_switchyard"))
+        .parent()
+        .unwrap();
     let path = format!(
         "{}:{}",
         bin_dir.display(),
@@ -102,7 +106,10 @@ fn the_readme_policy_tool_commands_run_at_the_repository_root() {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("\"decision\"") || stdout.contains("decision"), "{stdout}");
+    assert!(
+        stdout.contains("\"decision\"") || stdout.contains("decision"),
+        "{stdout}"
+    );
 }
 
 /// Issue 18: the README's mock example and its llama.cpp example both used port 8081.
@@ -124,7 +131,10 @@ fn readme_example_upstream_ports_do_not_clash() {
     let upstream_ports = port_after(&text, "base_url: http://127.0.0.1:");
     assert!(!mock_ports.is_empty() && !upstream_ports.is_empty());
     for p in &upstream_ports {
-        assert!(!mock_ports.contains(p), "port {p} is both a mock's and a base_url's");
+        assert!(
+            !mock_ports.contains(p),
+            "port {p} is both a mock's and a base_url's"
+        );
         assert_ne!(p, "8080", "a base_url on Switchyard's own port");
     }
 }
