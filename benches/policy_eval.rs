@@ -19,7 +19,7 @@ use switchyard::policy::{
     parse_and_check, CompiledPolicySet, Engine, Registry, RequestFeatures, SourceMap, StatsSnapshot,
 };
 
-const LEAST_LATENCY: &str = include_str!("../policies/builtin/least_latency.policy");
+const LEAST_LATENCY: &str = include_str!("../examples/policies/builtin/least_latency.policy");
 
 /// A route with `n` rules mixing numeric tests, string equality, `in` lists, a
 /// priority test and a few shared string atoms.

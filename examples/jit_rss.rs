@@ -11,29 +11,26 @@ use switchyard::policy::{
 };
 
 const POLICIES: &[(&str, &str)] = &[
-    ("canary.policy", include_str!("../policies/canary.policy")),
-    ("ab.policy", include_str!("../policies/ab.policy")),
-    ("batch.policy", include_str!("../policies/batch.policy")),
+    ("canary.policy", include_str!("policies/canary.policy")),
+    ("ab.policy", include_str!("policies/ab.policy")),
+    ("batch.policy", include_str!("policies/batch.policy")),
     (
         "long_context.policy",
-        include_str!("../policies/long_context.policy"),
+        include_str!("policies/long_context.policy"),
     ),
-    ("reject.policy", include_str!("../policies/reject.policy")),
+    ("reject.policy", include_str!("policies/reject.policy")),
     (
         "cost_optimized.policy",
-        include_str!("../policies/builtin/cost_optimized.policy"),
+        include_str!("policies/builtin/cost_optimized.policy"),
     ),
-    (
-        "exp3.policy",
-        include_str!("../policies/builtin/exp3.policy"),
-    ),
+    ("exp3.policy", include_str!("policies/builtin/exp3.policy")),
     (
         "least_latency.policy",
-        include_str!("../policies/builtin/least_latency.policy"),
+        include_str!("policies/builtin/least_latency.policy"),
     ),
     (
         "wrr.policy",
-        include_str!("../policies/builtin/weighted_round_robin.policy"),
+        include_str!("policies/builtin/weighted_round_robin.policy"),
     ),
 ];
 

@@ -4,7 +4,9 @@
 #   2. a Python venv at .venv with the end-to-end test dependencies
 #   3. cargo fmt --check and cargo clippy (warnings are errors)
 #   4. cargo build --release (the binary the end-to-end tests drive)
-#   5. cargo test --all-targets (unit and integration tests)
+#   5. cargo test --release --all-targets (unit and integration tests, on the same
+#      release build: the dependencies compile once, not once per profile, and the
+#      differential and soak tests run at release speed)
 #   6. pytest tests/e2e: the official openai SDK -> switchyard -> a real llama.cpp server
 #
 # Usage: scripts/test.sh            (from anywhere; it works from the repository root)
@@ -123,8 +125,8 @@ BIN="$ROOT/target/release/switchyard"
 [ -x "$BIN" ] || fail "$BIN was not built"
 
 # ---------------------------------------------------------------------------------------
-section "5/6 cargo test --all-targets (unit and integration tests)"
-cargo test --all-targets --locked
+section "5/6 cargo test --release --all-targets (unit and integration tests)"
+cargo test --release --all-targets --locked
 
 # ---------------------------------------------------------------------------------------
 section "6/6 end-to-end: openai SDK -> switchyard -> llama.cpp server (pytest tests/e2e)"

@@ -122,18 +122,43 @@ impl std::fmt::Debug for App {
     }
 }
 
+/// Every part of a gateway built from its config, short of the listeners: what
+/// `serve --check` builds and drops (so it fails exactly where startup would, before
+/// binding), and what [`App::start`] binds and serves.
+pub struct Prepared {
+    listen: SocketAddr,
+    admin_listen: Option<SocketAddr>,
+    drain: Duration,
+    limits: crate::server::ConnLimits,
+    gateway: Arc<Gateway>,
+    reloader: Arc<Reloader>,
+    admin: crate::auth::AdminGuard,
+    metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    stream_stop: StreamStop,
+    watch_guard: Option<WatchGuard>,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("listen", &self.listen)
+            .finish()
+    }
+}
+
 impl App {
-    /// Builds every part for `config` serving `policy`, binds `config.server.listen`
-    /// (port 0 picks a free port), arms the policy watch, and starts serving in the
-    /// background. Call within a tokio runtime.
+    /// Builds every part for `config` serving `policy` in startup order (upstreams,
+    /// authentication, admin guard, metrics, gateway, reloader, the policy watch),
+    /// without binding anything. Call within a tokio runtime.
     ///
     /// # Errors
-    /// [`StartError`]: a provider that cannot be set up, the bind, or the watch.
-    pub async fn start(
+    /// [`StartError`]: a provider or the authentication that cannot be set up, or the
+    /// watch.
+    pub fn prepare(
         config: Config,
         policy: PolicySnapshot,
         opts: AppOptions,
-    ) -> Result<App, StartError> {
+    ) -> Result<Prepared, StartError> {
         let upstreams = upstreams(&config, &*opts.env).map_err(StartError::Providers)?;
         let auth =
             crate::auth::Authenticator::new(&config.auth, &*opts.env).map_err(StartError::Auth)?;
@@ -162,6 +187,57 @@ impl App {
             stream_stop.clone(),
             auth,
         ));
+        let watch_guard = if opts.watch {
+            reloader.watch().map_err(StartError::Watch)?
+        } else {
+            None
+        };
+        Ok(Prepared {
+            listen,
+            admin_listen,
+            drain,
+            limits,
+            gateway,
+            reloader,
+            admin,
+            metrics,
+            stream_stop,
+            watch_guard,
+        })
+    }
+
+    /// Builds every part for `config` serving `policy` ([`App::prepare`]), binds
+    /// `config.server.listen` (port 0 picks a free port), and starts serving in the
+    /// background; the policy watch is armed before it returns. Call within a tokio
+    /// runtime.
+    ///
+    /// # Errors
+    /// [`StartError`]: a provider that cannot be set up, the bind, or the watch.
+    pub async fn start(
+        config: Config,
+        policy: PolicySnapshot,
+        opts: AppOptions,
+    ) -> Result<App, StartError> {
+        Self::serve(Self::prepare(config, policy, opts)?).await
+    }
+
+    /// Binds the listeners of `prepared` and starts serving in the background.
+    ///
+    /// # Errors
+    /// [`StartError::Bind`].
+    pub async fn serve(prepared: Prepared) -> Result<App, StartError> {
+        let Prepared {
+            listen,
+            admin_listen,
+            drain,
+            limits,
+            gateway,
+            reloader,
+            admin,
+            metrics,
+            stream_stop,
+            watch_guard,
+        } = prepared;
         let listener = TcpListener::bind(listen)
             .await
             .map_err(|source| StartError::Bind {
@@ -181,11 +257,6 @@ impl App {
             l.local_addr()
                 .unwrap_or_else(|_| admin_listen.unwrap_or(listen))
         });
-        let watch_guard = if opts.watch {
-            reloader.watch().map_err(StartError::Watch)?
-        } else {
-            None
-        };
         let mut tasks = vec![tokio::spawn(reloader.clone().run())];
         if let Some(h) = metrics.clone() {
             tasks.push(tokio::spawn(crate::telemetry::upkeep(h)));

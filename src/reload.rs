@@ -14,6 +14,14 @@
 //! A failure changes nothing that serves traffic: it is logged with rendered
 //! diagnostics and shown by `GET /admin/policies` (`admin::policies`).
 //!
+//! A directory that is gone and one that no longer holds any `.policy` file are the
+//! same case, and both are refused while operator files serve: a deploy that deletes
+//! and copies (`rm -r policies && cp -r new policies`, `rm *.policy && cp ...`)
+//! passes through that state, and serving the built-ins alone for its duration would
+//! route traffic no file asked for. To serve only the built-in strategies, leave an
+//! empty `.policy` file in the directory. The log and `GET /admin/policies` say which
+//! set serves ([`PolicySnapshot::serving`]).
+//!
 //! At most one rebuild runs at a time: triggers only set a permit on a `Notify`, so a
 //! burst of saves during a rebuild coalesces into exactly one more rebuild.
 
@@ -30,9 +38,20 @@ use tokio::sync::Notify;
 use crate::config::Config;
 use crate::policy::Registry;
 use crate::routing::policy::{
-    compile, read_sources, registry_from_config, PolicyCell, PolicySnapshot,
+    compile, read_sources, registry_from_config, LoadError, PolicyCell, PolicySnapshot, BUILTIN,
 };
 use crate::telemetry::{RELOADS, RELOAD_DURATION, VERSION_INFO};
+
+/// The advice of a refused reload that found no operator policy file.
+const EMPTY_HINT: &str = "refused while operator policy files serve (to serve the built-in strategies only, leave an empty .policy file there)";
+
+/// How many of `sources` are embedded built-ins (named as [`BUILTIN`] names them).
+fn sources_builtin_count(sources: &crate::policy::SourceMap) -> usize {
+    sources
+        .files()
+        .filter(|(_, f)| BUILTIN.iter().any(|(b, _)| *b == f.name))
+        .count()
+}
 
 /// Keeps the policy watch alive; dropping it stops the watch.
 pub struct WatchGuard(Arc<Mutex<Option<Debouncer<RecommendedWatcher, RecommendedCache>>>>);
@@ -183,12 +202,31 @@ impl Reloader {
         let force = self.force.swap(false, Ordering::SeqCst);
         let dir = self.dir.clone();
         let registry = self.registry.clone();
-        let current = self.policy.load().version.clone();
+        let serving = self.policy.load();
+        let current = serving.version.clone();
         let compare = current.clone();
+        let had_operator_files = serving.operator_files().next().is_some();
+        let serving_now = serving.serving();
+        drop(serving);
         let built = tokio::task::spawn_blocking(move || {
+            if let Some(d) = dir.as_deref().filter(|d| !d.is_dir()) {
+                return Err(LoadError::Io(format!(
+                    "the policy directory {} is gone; {}",
+                    d.display(),
+                    EMPTY_HINT
+                )));
+            }
             let sources = read_sources(dir.as_deref())?;
             if !force && crate::policy::check::version(&sources) == compare {
                 return Ok(None);
+            }
+            let builtin_only = sources.files().count() == sources_builtin_count(&sources);
+            if let (Some(d), true, true) = (dir.as_deref(), builtin_only, had_operator_files) {
+                return Err(LoadError::Io(format!(
+                    "the policy directory {} holds no .policy file; {}",
+                    d.display(),
+                    EMPTY_HINT
+                )));
             }
             compile(sources, &registry).map(Some)
         })
@@ -213,7 +251,8 @@ impl Reloader {
             Outcome::Swapped(v) => {
                 st.ok += 1;
                 st.last_error = None;
-                tracing::info!(policy = %v, previous = %current, ms = st.last_duration_ms, "policy reloaded");
+                let now = self.policy.load().serving();
+                tracing::info!(policy = %v, previous = %current, ms = st.last_duration_ms, "policy reloaded: serving {now}");
             }
             Outcome::Unchanged => {
                 st.unchanged += 1;
@@ -227,7 +266,7 @@ impl Reloader {
                     at_unix_ms: unix_ms(SystemTime::now()),
                     message: message.clone(),
                 });
-                tracing::error!(policy = %current, "policy reload refused; version {current} keeps serving\n{message}");
+                tracing::error!(policy = %current, "policy reload refused; still serving {serving_now}\n{message}");
             }
         }
         outcome

@@ -22,10 +22,13 @@ fn rss_kib() -> u64 {
 #[test]
 fn compiled_modules_are_counted_and_freed() {
     let mut src = SourceMap::new();
-    src.add("canary.policy", include_str!("../policies/canary.policy"));
+    src.add(
+        "canary.policy",
+        include_str!("../examples/policies/canary.policy"),
+    );
     src.add(
         "exp3.policy",
-        include_str!("../policies/builtin/exp3.policy"),
+        include_str!("../examples/policies/builtin/exp3.policy"),
     );
     let reg = Registry::example();
     let set = parse_and_check(&src, &reg).unwrap_or_else(|d| panic!("{d:?}"));

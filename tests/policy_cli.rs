@@ -9,7 +9,7 @@ fn root() -> &'static Path {
 }
 
 fn config() -> PathBuf {
-    root().join("tests/policies/switchyard.yaml")
+    root().join("examples/policies/switchyard.yaml")
 }
 
 fn run(args: &[&str], cwd: &Path) -> Output {
@@ -188,7 +188,7 @@ fn fmt_check_lists_files_and_fmt_rewrites() {
             .code(),
         Some(0)
     );
-    let shipped = root().join("policies");
+    let shipped = root().join("examples/policies");
     assert_eq!(
         run(
             &[
@@ -264,7 +264,7 @@ fn test_command_exit_codes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let c = config();
     let c = c.to_str().unwrap_or("");
-    let shipped = root().join("policies");
+    let shipped = root().join("examples/policies");
     let o = run(
         &["test", "--config", c, shipped.to_str().unwrap_or("")],
         dir.path(),

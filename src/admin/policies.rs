@@ -6,7 +6,9 @@ use http::{Response, StatusCode};
 use crate::body::{self, Body};
 use crate::reload::{unix_ms, Outcome, Reloader};
 
-/// The `GET /admin/policies` body: the active version and engine, its files, when it
+/// The `GET /admin/policies` body: the active version, what it serves (`serving`, one
+/// sentence, and `operator_files`, how many of the files are the operator's), engine,
+/// its files, when it
 /// was loaded, reload counters, the last rebuild's duration (ms) and the last reload
 /// error (cleared by the next successful or unchanged reload).
 ///
@@ -26,6 +28,8 @@ pub fn status_json(r: &Reloader) -> serde_json::Value {
     }
     serde_json::json!({
         "version": snap.version,
+        "serving": snap.serving(),
+        "operator_files": snap.operator_files().count(),
         "engine": snap.compiled.engine(),
         "interpreter_reason": snap.compiled.fallback_reason(),
         "code_bytes": snap.compiled.code_bytes(),

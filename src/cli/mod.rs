@@ -133,49 +133,49 @@ pub struct MockArgs {
     #[arg(long, value_enum, default_value = "openai")]
     pub format: MockFormat,
     /// Delay before response headers, in ms.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = whole_number::<u64>)]
     pub latency_ms: u64,
     /// Generation speed in tokens per second (0: no delay).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = number)]
     pub tokens_per_s: f64,
     /// Probability in [0, 1] of an injected failure.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = number)]
     pub fail_rate: f64,
     /// The first N requests fail with `--fail-status`, then `--fail-rate` applies.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = whole_number::<u64>)]
     pub fail_first: u64,
     /// HTTP status of injected failures.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 500, value_parser = http_status)]
     pub fail_status: u16,
     /// Retry delay in seconds on failures and 429s (YAML `retry_after_s`).
-    #[arg(long = "retry-after", conflicts_with = "retry_after_ms")]
+    #[arg(long = "retry-after", conflicts_with = "retry_after_ms", value_parser = whole_number::<u64>)]
     pub retry_after_s: Option<u64>,
     /// Retry delay in milliseconds on failures and 429s.
-    #[arg(long)]
+    #[arg(long, value_parser = whole_number::<u64>)]
     pub retry_after_ms: Option<u64>,
     /// How the retry delay is sent: `seconds` (Retry-After: S), `ms` (retry-after-ms:
     /// MS) or `date` (Retry-After: HTTP date).
-    #[arg(long, default_value = "seconds")]
+    #[arg(long, default_value = "seconds", value_parser = flag_choice::<RetryAfterFormat>)]
     pub retry_after_format: RetryAfterFormat,
     /// Cut the connection after N stream chunks.
-    #[arg(long)]
+    #[arg(long, value_parser = whole_number::<u32>)]
     pub cut_after_chunks: Option<u32>,
     /// Stall after N stream chunks for `--stall-ms`.
-    #[arg(long)]
+    #[arg(long, value_parser = whole_number::<u32>)]
     pub stall_after_chunks: Option<u32>,
     /// Stall length in ms.
-    #[arg(long, default_value_t = 60_000)]
+    #[arg(long, default_value_t = 60_000, value_parser = whole_number::<u64>)]
     pub stall_ms: u64,
     /// After N stream events, send the format's error event and end the stream (no
     /// `[DONE]` / `message_stop`).
-    #[arg(long)]
+    #[arg(long, value_parser = whole_number::<u32>)]
     pub error_after_chunks: Option<u32>,
     /// Context window in tokens: longer prompts (estimated) get HTTP 400.
-    #[arg(long)]
+    #[arg(long, value_parser = whole_number::<u64>)]
     pub context_window: Option<u64>,
     /// Shape of injected error bodies: `openai`, `anthropic`, `gemini` or `bedrock` (default:
     /// the `--format`'s own).
-    #[arg(long)]
+    #[arg(long, value_parser = flag_choice::<ErrorShape>)]
     pub error_shape: Option<ErrorShape>,
     /// Continuation mode: a trailing assistant message is the start of the answer
     /// (`--prefill false` to treat it as prompt).
@@ -183,17 +183,17 @@ pub struct MockArgs {
     pub prefill: bool,
     /// Requests per minute before 429 (sends `x-ratelimit-*-requests`, or
     /// `anthropic-ratelimit-requests-*`).
-    #[arg(long)]
+    #[arg(long, value_parser = whole_number::<u64>)]
     pub ratelimit_requests: Option<u64>,
     /// Tokens per minute before 429 (sends `x-ratelimit-*-tokens`, or
     /// `anthropic-ratelimit-tokens-*`).
-    #[arg(long)]
+    #[arg(long, value_parser = whole_number::<u64>)]
     pub ratelimit_tokens: Option<u64>,
     /// Seed for failures and generated text.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = whole_number::<u64>)]
     pub seed: u64,
     /// Completion length in tokens when the request sets no `max_tokens`.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = whole_number::<u32>)]
     pub completion_tokens: u32,
 }
 
@@ -248,9 +248,72 @@ impl MockArgs {
             seed: self.seed,
             completion_tokens: self.completion_tokens,
         };
-        opts.validate()?;
+        // The checks are the YAML's (`providers.<name>.mock`); here they speak of
+        // the flags the user typed.
+        opts.validate().map_err(|e| in_flag_terms(&e))?;
         Ok(opts)
     }
+}
+
+/// The YAML field names of the emulator's options and the `switchyard mock` flags
+/// that set them.
+const MOCK_FLAGS: &[(&str, &str)] = &[
+    ("retry_after_format", "--retry-after-format"),
+    ("retry_after_ms", "--retry-after-ms"),
+    ("retry_after_s", "--retry-after"),
+    ("fail_rate", "--fail-rate"),
+    ("fail_status", "--fail-status"),
+    ("fail_first", "--fail-first"),
+    ("tokens_per_s", "--tokens-per-s"),
+    ("completion_tokens", "--completion-tokens"),
+    ("context_window", "--context-window"),
+    ("error_shape", "--error-shape"),
+];
+
+/// `message` (from `MockOptions::validate`) with YAML field names as flags.
+fn in_flag_terms(message: &str) -> String {
+    let mut out = message.to_string();
+    for (field, flag) in MOCK_FLAGS {
+        out = out.replace(field, flag);
+    }
+    out
+}
+
+/// A `switchyard mock` flag value that must be a whole number (clap prints it as
+/// "invalid value 'x' for '--flag <N>': expected ...").
+fn whole_number<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    s.trim().parse().map_err(|_| {
+        if s.trim().starts_with('-') {
+            format!("expected a whole number of 0 or more, not `{s}`")
+        } else {
+            format!("expected a whole number like 250, not `{s}`")
+        }
+    })
+}
+
+/// A `switchyard mock` flag value that must be a number (`0.25`, `50`).
+fn number(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        _ => Err(format!("expected a number like 0.25, not `{s}`")),
+    }
+}
+
+/// A `switchyard mock` flag value that must be an HTTP status (checked for 400-599
+/// with the other options).
+fn http_status(s: &str) -> Result<u16, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("expected an HTTP status like 503, not `{s}`"))
+}
+
+/// A `switchyard mock` flag value that is one of a fixed list, with the list in the
+/// message and without the YAML field's name (clap names the flag).
+fn flag_choice<T: std::str::FromStr<Err = String>>(s: &str) -> Result<T, String> {
+    T::from_str(s).map_err(|e| match e.split_once(' ') {
+        Some((field, rest)) if MOCK_FLAGS.iter().any(|(f, _)| *f == field) => rest.to_string(),
+        _ => e,
+    })
 }
 
 fn init_tracing(filter: &str, format: LogFormat) {
@@ -266,11 +329,22 @@ fn init_tracing(filter: &str, format: LogFormat) {
     });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+}
+
+/// Whether log lines carry ANSI colour: only on a terminal, and never when `NO_COLOR`
+/// is set to anything but the empty string (<https://no-color.org>), so redirected
+/// logs hold plain text.
+fn colour(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
@@ -368,11 +442,66 @@ mod tests {
         };
         assert_eq!(o, want);
         let e = mock_args(&["--error-shape", "cohere"]).unwrap_err();
-        assert!(e.contains("error_shape"), "{e}");
+        assert!(e.contains("--error-shape"), "{e}");
         let e = mock_args(&["--retry-after", "1", "--retry-after-ms", "5"]).unwrap_err();
         assert!(e.contains("--retry-after-ms"), "{e}");
         let e = mock_args(&["--context-window", "0"]).unwrap_err();
-        assert!(e.contains("context_window"), "{e}");
+        assert!(e.contains("--context-window"), "{e}");
+    }
+
+    /// Issue 18: colour codes were written into redirected log files.
+    #[test]
+    fn log_colour_only_on_a_terminal_and_never_with_no_color() {
+        use std::ffi::OsStr;
+        assert!(colour(true, None));
+        assert!(colour(true, Some(OsStr::new(""))));
+        assert!(!colour(false, None));
+        assert!(!colour(true, Some(OsStr::new("1"))));
+    }
+
+    /// Issue 18: `switchyard mock` reported bad flag values in Rust's words
+    /// ("invalid digit found in string") and the YAML's field names (`fail_rate`).
+    #[test]
+    fn mock_flag_errors_speak_of_the_flags() {
+        for (flags, want) in [
+            (
+                &["--latency-ms", "fast"][..],
+                "expected a whole number like 250",
+            ),
+            (
+                &["--latency-ms=-5"][..],
+                "expected a whole number of 0 or more",
+            ),
+            (&["--fail-rate", "often"][..], "expected a number like 0.25"),
+            (
+                &["--fail-status", "teapot"][..],
+                "expected an HTTP status like 503",
+            ),
+            (
+                &["--fail-rate", "2"][..],
+                "--fail-rate 2 must be between 0 and 1",
+            ),
+            (
+                &["--fail-status", "200"][..],
+                "--fail-status 200 must be an HTTP error status",
+            ),
+            (
+                &["--completion-tokens", "0"][..],
+                "--completion-tokens must be at least 1",
+            ),
+            (
+                &["--retry-after-format", "hours"][..],
+                "`hours` is not one of seconds, ms, date",
+            ),
+        ] {
+            let e = mock_args(flags).unwrap_err();
+            assert!(e.contains(want), "{flags:?}: {e}");
+            assert!(!e.contains("invalid digit"), "{flags:?}: {e}");
+            assert!(
+                MOCK_FLAGS.iter().all(|(f, _)| !e.contains(f)),
+                "{flags:?}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub struct UsageError(pub String);
 pub fn load_config(path: Option<&Path>) -> Result<Config, UsageError> {
     config::locate_and_load(path)
         .map(|(c, _)| c)
-        .map_err(UsageError)
+        .map_err(|e| UsageError(e.to_string()))
 }
 
 /// The `.policy` files named by `paths` (directories searched recursively as the
@@ -89,6 +89,9 @@ pub struct Loaded {
     /// `server.max_attempts` of the config file (`None`: no file, the embedded
     /// default config).
     pub max_attempts: Option<u32>,
+    /// Printed when the files do not check: they come with a registry of their own
+    /// that is not the config in use (`routing::policy::own_registry_note`).
+    pub registry_note: Option<String>,
 }
 
 /// Loads config, registry and policy files.
@@ -112,6 +115,7 @@ pub fn load(paths: &[PathBuf], config: Option<&Path>) -> Result<Loaded, UsageErr
         }
     }
     Ok(Loaded {
+        registry_note: crate::routing::policy::own_registry_note(&roots, &cfg),
         max_attempts: config::locate(config).map(|_| cfg.server.max_attempts),
         registry: registry_from_config(&cfg),
         sources: read_sources_from(&roots).map_err(|e| UsageError(e.to_string()))?,
@@ -166,6 +170,9 @@ pub fn lint(
             );
         }
     }
+    if let Some(note) = l.registry_note.as_ref().filter(|_| errors > 0) {
+        eprintln!("{note}");
+    }
     if errors > 0 || (deny_warnings && warnings > 0) {
         ExitCode::from(1)
     } else {
@@ -187,12 +194,12 @@ pub fn fmt(paths: &[PathBuf], config: Option<&Path>, check: bool) -> ExitCode {
             Ok(t) => t,
             Err(e) => return usage(UsageError(format!("cannot read {}: {e}", f.display()))),
         };
-        match crate::policy::fmt::format_str(&f.display().to_string(), &text) {
+        match crate::policy::fmt::format_str(&crate::routing::policy::tool_path(f), &text) {
             Ok(new) if new == text => {}
             Ok(new) => {
                 changed += 1;
                 if check {
-                    say!("{}\n", f.display());
+                    say!("{}\n", crate::routing::policy::tool_path(f));
                 } else if let Err(e) = std::fs::write(f, new) {
                     return usage(UsageError(format!("cannot write {}: {e}", f.display())));
                 }
@@ -228,6 +235,9 @@ pub fn test(
         Ok(s) => s,
         Err(d) => {
             eprint!("{}", render_all(&d, &l.sources));
+            if let Some(note) = &l.registry_note {
+                eprintln!("{note}");
+            }
             return ExitCode::from(1);
         }
     };

@@ -8,13 +8,17 @@ use super::{runtime, ServeArgs};
 use crate::app::{App, AppOptions, StartError};
 use crate::config;
 
-/// Runs `switchyard serve`.
+/// Runs `switchyard serve` (with `--check`: everything but binding and serving).
+///
+/// Exit codes: 0, 1 an invalid config or policy set (or a provider or authentication
+/// that cannot be set up from it), 2 an I/O error (an unreadable config or policy
+/// file, an address in use, an unwatchable policy directory).
 pub fn run(args: ServeArgs) -> ExitCode {
     let (mut config, source_line) = match config::locate_and_load(args.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(1);
+            return ExitCode::from(e.exit_code());
         }
     };
     if let Some(listen) = args.listen {
@@ -24,31 +28,15 @@ pub fn run(args: ServeArgs) -> ExitCode {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: the policy set is invalid; not starting\n{e}");
-            return ExitCode::from(1);
+            let code = match e {
+                crate::routing::policy::LoadError::Io(_) => 2,
+                _ => 1,
+            };
+            return ExitCode::from(code);
         }
     };
     if config.models.is_empty() {
         eprintln!("warning: the config defines no models: every chat request will get 404");
-    }
-    if args.check {
-        // The startup path short of binding: every provider is set up as `serve`
-        // would set it up (a kind without an adapter fails here, not at start).
-        let env = AppOptions::default().env;
-        if let Err(errors) = crate::app::upstreams(&config, &*env) {
-            for e in errors {
-                eprintln!("error: {e}");
-            }
-            return ExitCode::from(1);
-        }
-        println!(
-            "config OK: {} provider(s), {} model(s) ({}); policy {} OK: {} file(s)",
-            config.providers.len(),
-            config.models.len(),
-            source_line,
-            policy.version,
-            policy.files.len()
-        );
-        return ExitCode::SUCCESS;
     }
     let rt = match runtime() {
         Ok(rt) => rt,
@@ -62,23 +50,27 @@ pub fn run(args: ServeArgs) -> ExitCode {
         ..AppOptions::default()
     };
     rt.block_on(async move {
-        let policy_line = format!(
-            "policy {} loaded: {}",
-            policy.version,
-            policy.files.join(", ")
-        );
+        let policy_line = crate::routing::policy::serving_line(&policy);
         let (models, providers) = (config.models.len(), config.providers.len());
-        let app = match App::start(config, policy, opts).await {
+        let check_line = format!(
+            "config OK: {providers} provider(s), {models} model(s) ({source_line}); policy {} OK: {} file(s)",
+            policy.version,
+            policy.files.len()
+        );
+        // `--check` runs the startup path up to the bind: every provider, the
+        // authentication and the policy watch are set up as `serve` sets them up.
+        let prepared = match App::prepare(config, policy, opts) {
+            Ok(p) => p,
+            Err(e) => return start_failed(e),
+        };
+        if args.check {
+            drop(prepared);
+            println!("{check_line}");
+            return ExitCode::SUCCESS;
+        }
+        let app = match App::serve(prepared).await {
             Ok(app) => app,
-            Err(e) => {
-                for line in e.to_string().lines() {
-                    eprintln!("error: {line}");
-                }
-                return ExitCode::from(match e {
-                    StartError::Providers(_) | StartError::Auth(_) => 1,
-                    StartError::Bind { .. } | StartError::Watch(_) => 2,
-                });
-            }
+            Err(e) => return start_failed(e),
         };
         let addr = app.addr();
         tracing::info!("{source_line}");
@@ -95,6 +87,18 @@ pub fn run(args: ServeArgs) -> ExitCode {
         app.wait().await;
         tracing::info!("switchyard stopped");
         ExitCode::SUCCESS
+    })
+}
+
+/// Prints why the gateway did not start, one `error:` line per line; the exit code
+/// is 1 for what the config says, 2 for the environment.
+fn start_failed(e: StartError) -> ExitCode {
+    for line in e.to_string().lines() {
+        eprintln!("error: {line}");
+    }
+    ExitCode::from(match e {
+        StartError::Providers(_) | StartError::Auth(_) => 1,
+        StartError::Bind { .. } | StartError::Watch(_) => 2,
     })
 }
 

@@ -2,8 +2,9 @@
 //! `./switchyard.yaml` exists, so that `switchyard serve` answers at once.
 //!
 //! Providers are enabled by the presence of their usual API-key variables
-//! (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `GEMINI_API_KEY`); with none set, the
-//! in-process mock provider serves the logical model `mock`.
+//! (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `GEMINI_API_KEY`). The in-process mock
+//! provider always serves the logical model `mock` (it costs nothing), so the README's
+//! first request works whatever keys the shell holds.
 
 use super::{parse_str, Config};
 
@@ -12,7 +13,8 @@ pub const PROVIDER_KEY_VARS: [&str; 3] = ["OPENAI_API_KEY", "ANTHROPIC_API_KEY",
 
 /// Builds the embedded default config from the environment, via `has_var`.
 ///
-/// Returns the config and the one-line summary logged at startup.
+/// Returns the config and the one-line summary logged at startup, which names every
+/// model the config serves.
 pub fn embedded(has_var: impl Fn(&str) -> bool) -> (Config, String) {
     let mut providers = String::new();
     let mut models = String::new();
@@ -38,16 +40,16 @@ pub fn embedded(has_var: impl Fn(&str) -> bool) -> (Config, String) {
         );
         enabled.push("gemini (gemini-flash)");
     }
+    providers.push_str("  mock: { kind: mock }\n");
+    models.push_str("  mock: { endpoints: [ { provider: mock, model: mock-1 } ] }\n");
     let summary = if enabled.is_empty() {
-        providers.push_str("  mock: { kind: mock }\n");
-        models.push_str("  mock: { endpoints: [ { provider: mock, model: mock-1 } ] }\n");
         format!(
-            "no config file and none of {} set: serving the built-in mock provider as model \"mock\"",
+            "no config file and none of {} set: serving model \"mock\" (the built-in mock provider)",
             PROVIDER_KEY_VARS.join(", ")
         )
     } else {
         format!(
-            "no config file: serving built-in providers {}",
+            "no config file: serving model \"mock\" (the built-in mock provider) and {}",
             enabled.join(", ")
         )
     };
@@ -76,9 +78,19 @@ mod tests {
     #[test]
     fn every_provider_when_all_keys() {
         let (c, line) = embedded(|_| true);
-        assert_eq!(c.providers.len(), 3);
+        assert_eq!(c.providers.len(), 4);
         assert!(c.model("claude-sonnet").is_some());
-        assert!(c.model("mock").is_none());
         assert!(line.contains("gemini"));
+    }
+
+    /// Issue 18: with `OPENAI_API_KEY` in the shell the built-in config dropped `mock`,
+    /// so the README's first request got a 404.
+    #[test]
+    fn built_in_config_serves_mock_even_with_a_provider_key_set() {
+        let (c, line) = embedded(|v| v == "OPENAI_API_KEY");
+        assert!(c.model("mock").is_some());
+        assert!(c.model("gpt-4o-mini").is_some());
+        assert!(line.contains("\"mock\""), "{line}");
+        assert!(line.contains("gpt-4o-mini, gpt-4o"), "{line}");
     }
 }

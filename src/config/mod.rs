@@ -52,18 +52,42 @@ pub fn locate(path: Option<&std::path::Path>) -> Option<PathBuf> {
 /// their API-key variables). Returns the config and a line naming its source.
 ///
 /// # Errors
-/// A message: the file cannot be read, or every problem found in it.
-pub fn locate_and_load(path: Option<&std::path::Path>) -> Result<(Config, String), String> {
+/// [`LoadError::Unreadable`] when the file cannot be read (exit code 2, an I/O
+/// error), [`LoadError::Invalid`] with every problem found in it (exit code 1).
+pub fn locate_and_load(path: Option<&std::path::Path>) -> Result<(Config, String), LoadError> {
     match locate(path) {
         Some(p) => {
-            let text = std::fs::read_to_string(&p)
-                .map_err(|e| format!("cannot read config {}: {e}", p.display()))?;
-            let c = parse_str(&text, Some(&p)).map_err(|e| e.to_string())?;
+            let text = std::fs::read_to_string(&p).map_err(|e| {
+                LoadError::Unreadable(format!("cannot read config {}: {e}", p.display()))
+            })?;
+            let c = parse_str(&text, Some(&p)).map_err(|e| LoadError::Invalid(e.to_string()))?;
             Ok((c, format!("config loaded from {}", p.display())))
         }
         None => Ok(embedded(|v| {
             std::env::var_os(v).is_some_and(|s| !s.is_empty())
         })),
+    }
+}
+
+/// Why [`locate_and_load`] found no config, as one printable message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    /// The file cannot be read (missing, a directory, no permission): an I/O error.
+    #[error("{0}")]
+    Unreadable(String),
+    /// The file was read but is not a valid config: every problem, with its path.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl LoadError {
+    /// The process exit code of this failure, as the README lists them: 2 for an
+    /// I/O error, 1 for an invalid config.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            LoadError::Unreadable(_) => 2,
+            LoadError::Invalid(_) => 1,
+        }
     }
 }
 

@@ -81,7 +81,7 @@ pub async fn collect(
         let frame = match tokio::time::timeout_at(limit, next).await {
             Err(_) => return Err(timeout_error(provider, Instant::now() >= deadline, idle)),
             Ok(None) => return Ok(buf.freeze()),
-            Ok(Some(Err(e))) => return Err(broken(provider, &*e)),
+            Ok(Some(Err(e))) => return Err(broken(provider, &*e, &progress(0, buf.len()))),
             Ok(Some(Ok(f))) => f,
         };
         if let Ok(data) = frame.into_data() {
@@ -110,18 +110,50 @@ fn timeout_error(provider: &str, total: bool, idle: Duration) -> GatewayError {
         .with_code(crate::error::Code::UpstreamTimeout)
 }
 
-fn broken(provider: &str, e: &(dyn std::error::Error + 'static)) -> GatewayError {
-    let mut cause = e.to_string();
-    let mut src = e.source();
+/// The error of a provider body that broke `after` ("after 3 events", "after 120
+/// bytes"): what happened in the field's words (the provider closed the stream, or
+/// reset the connection), not hyper's (`error reading a body from connection:
+/// unexpected EOF during chunk size line`), which goes to the debug log.
+fn broken(provider: &str, e: &(dyn std::error::Error + 'static), after: &str) -> GatewayError {
+    use std::io::ErrorKind as Io;
+    let mut io_kind = None;
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    let mut cause = String::new();
     while let Some(s) = src {
-        cause = format!("{cause}: {s}");
+        if io_kind.is_none() {
+            io_kind = s.downcast_ref::<std::io::Error>().map(std::io::Error::kind);
+        }
+        if !cause.is_empty() {
+            cause.push_str(": ");
+        }
+        cause.push_str(&s.to_string());
         src = s.source();
     }
-    GatewayError::new(
-        ErrorKind::BadUpstream,
-        format!("connection to provider `{provider}` broke: {cause}"),
-    )
-    .with_code(crate::error::Code::UpstreamStreamCut)
+    tracing::debug!(provider, cause, "upstream body broke");
+    let what = match io_kind {
+        Some(Io::ConnectionReset | Io::ConnectionAborted | Io::BrokenPipe) => {
+            format!("provider `{provider}` reset the connection {after}, before the answer was complete")
+        }
+        Some(Io::TimedOut) => {
+            format!("the connection to provider `{provider}` timed out {after}, before the answer was complete")
+        }
+        // An early EOF (the usual case: the provider closed the connection inside
+        // a chunked body) and anything else that ends the body unfinished.
+        _ => format!(
+            "provider `{provider}` closed the stream {after}, before the answer was complete"
+        ),
+    };
+    GatewayError::new(ErrorKind::BadUpstream, what).with_code(crate::error::Code::UpstreamStreamCut)
+}
+
+/// "after N events" (or "after N bytes" for a non-SSE body), for [`broken`].
+fn progress(events: u64, bytes: usize) -> String {
+    match (events, bytes) {
+        (0, 0) => "before sending anything".to_string(),
+        (0, b) => format!("after {b} byte{}", if b == 1 { "" } else { "s" }),
+        (1, _) => "after 1 event".to_string(),
+        (n, _) => format!("after {n} events"),
+    }
 }
 
 /// Most bytes of role chunks, pings and other content-free events held before a
@@ -163,6 +195,10 @@ pub struct SseRelay {
     failure: Option<GatewayError>,
     over: bool,
     stop: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// SSE events parsed so far (0 for a transcoder that reads the raw body).
+    events: u64,
+    /// Body bytes received so far.
+    bytes: usize,
 }
 
 impl SseRelay {
@@ -190,6 +226,8 @@ impl SseRelay {
             failure: None,
             over: false,
             stop: Box::pin(stop.stopped()),
+            events: 0,
+            bytes: 0,
         }
     }
 
@@ -315,7 +353,7 @@ impl SseRelay {
                 }
             }
             Poll::Ready(Some(Err(e))) => {
-                let e = broken(&self.provider, &*e);
+                let e = broken(&self.provider, &*e, &progress(self.events, self.bytes));
                 self.fail(e);
             }
             Poll::Ready(None) => {
@@ -376,6 +414,7 @@ impl SseRelay {
     fn on_data(&mut self, data: &[u8]) {
         let deadline = Instant::now() + self.idle;
         self.idle_timer.as_mut().reset(deadline);
+        self.bytes += data.len();
         if let Some(step) = self.transcoder.raw(data, &mut self.out) {
             match step {
                 Ok(StreamStep::Continue) => {}
@@ -392,6 +431,7 @@ impl SseRelay {
             return;
         }
         while let Some(ev) = self.parser.next_event() {
+            self.events += 1;
             match self.transcoder.event(&ev, &mut self.out) {
                 Ok(StreamStep::Continue) => {}
                 Ok(StreamStep::Done) => {

@@ -171,11 +171,25 @@ impl Diagnostic {
             self.code,
             self.message
         );
+        // One gutter for every snippet, as wide as the widest line number (rustc's
+        // layout), so the `|` columns line up.
+        let gutter = self
+            .span
+            .into_iter()
+            .chain(self.labels.iter().map(|l| l.span))
+            .filter_map(|s| {
+                sources
+                    .get(s.file)
+                    .map(|f| f.line_col(s.start as usize).line)
+            })
+            .map(|line| line.to_string().len())
+            .max()
+            .unwrap_or(1);
         if let Some(span) = self.span {
-            render_snippet(&mut out, sources, span, &self.span_label, "-->");
+            render_snippet(&mut out, sources, span, &self.span_label, "-->", gutter);
         }
         for label in &self.labels {
-            render_snippet(&mut out, sources, label.span, &label.message, ":::");
+            render_snippet(&mut out, sources, label.span, &label.message, ":::", gutter);
         }
         if let Some(help) = &self.help {
             let _ = writeln!(out, "  = help: {help}");
@@ -240,14 +254,21 @@ fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
 /// Longest source line shown in full under a diagnostic, in characters.
 const MAX_SHOWN_LINE: usize = 160;
 
-fn render_snippet(out: &mut String, sources: &SourceMap, span: Span, label: &str, arrow: &str) {
+fn render_snippet(
+    out: &mut String,
+    sources: &SourceMap,
+    span: Span,
+    label: &str,
+    arrow: &str,
+    gutter: usize,
+) {
     let Some(file) = sources.get(span.file) else {
         return;
     };
     let a = file.line_col(span.start as usize);
     let b = file.line_col(span.end as usize);
-    let line_no = a.line.to_string();
-    let pad = " ".repeat(line_no.len());
+    let line_no = format!("{:>gutter$}", a.line);
+    let pad = " ".repeat(gutter);
     let text = file.line_text(a.line);
     let _ = writeln!(out, "{pad}{arrow} {}:{}:{}", file.name, a.line, a.col);
     let _ = writeln!(out, "{pad} |");

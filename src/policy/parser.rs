@@ -246,11 +246,68 @@ fn pest_error(e: pest::error::Error<Rule>, file: FileId, text: &str) -> Diagnost
     } else {
         format!("unexpected {found}")
     };
+    // A missing `}` shows up only where the next item begins (or at the end of the
+    // file): name the block left open, which is where the fix goes.
+    let at_item = found == "the end of the file"
+        || ["`route`", "`strategy`", "`test`"].contains(&found.as_str());
+    if let Some(open) = unclosed_brace(text, start).filter(|_| at_item) {
+        let (line, col) = line_col(text, open);
+        return Diagnostic::error(
+            codes::SYNTAX,
+            span,
+            format!("unclosed `{{` opened at {line}:{col}: expected `}}`, found {found}"),
+        )
+        .with_label(Span::new(file, open, open + 1), "this `{` is never closed")
+        .with_help("add the missing `}` where the block ends");
+    }
     let d = Diagnostic::error(codes::SYNTAX, span, message);
     if operator && found == "`=`" {
         return d.with_help("compare with `==`; a single `=` only assigns");
     }
     d
+}
+
+/// The offset of the innermost `{` still open at `upto` (strings and `#` comments
+/// skipped), if any.
+fn unclosed_brace(text: &str, upto: usize) -> Option<usize> {
+    let mut open = Vec::new();
+    let mut it = text.get(..upto)?.char_indices();
+    while let Some((i, ch)) = it.next() {
+        match ch {
+            '"' => {
+                while let Some((_, c)) = it.next() {
+                    match c {
+                        '\\' => {
+                            it.next();
+                        }
+                        '"' | '\n' => break,
+                        _ => {}
+                    }
+                }
+            }
+            '#' => {
+                for (_, c) in it.by_ref() {
+                    if c == '\n' {
+                        break;
+                    }
+                }
+            }
+            '{' => open.push(i),
+            '}' => {
+                open.pop();
+            }
+            _ => {}
+        }
+    }
+    open.pop()
+}
+
+/// 1-based line and column (in characters) of byte `offset` of `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    (line, col)
 }
 
 /// "`x`" for the token at `pos`, or "the end of the file".

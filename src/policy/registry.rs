@@ -97,7 +97,7 @@ impl Registry {
         self.endpoints().map(|e| e.endpoint.id.as_str())
     }
 
-    /// The example registry the shipped policies assume (`policies/README.md`):
+    /// The example registry the shipped policies assume (`examples/policies/README.md`):
     /// logical models `gpt-4o`, `gpt-4o-mini`, `gpt-4o-next`, `claude-sonnet`, `smollm`
     /// and `mock`.
     pub fn example() -> Registry {
@@ -184,7 +184,7 @@ impl Registry {
                 vec![ep("mock/mock-1", "mock", "mock-1", 1, 0.0, 0.0)],
             ),
         ]);
-        // Context windows as in tests/policies/switchyard.yaml; the others unknown.
+        // Context windows as in examples/policies/switchyard.yaml; the others unknown.
         for m in &mut reg.models {
             for e in &mut m.endpoints {
                 e.context_window = match m.name.as_str() {

@@ -6,52 +6,52 @@ use super::*;
 /// Every shipped policy file, as `(path, text)`.
 pub(crate) const SHIPPED: &[(&str, &str)] = &[
     (
-        "policies/ab.policy",
-        include_str!("../../policies/ab.policy"),
+        "examples/policies/ab.policy",
+        include_str!("../../examples/policies/ab.policy"),
     ),
     (
-        "policies/batch.policy",
-        include_str!("../../policies/batch.policy"),
+        "examples/policies/batch.policy",
+        include_str!("../../examples/policies/batch.policy"),
     ),
     (
-        "policies/canary.policy",
-        include_str!("../../policies/canary.policy"),
+        "examples/policies/canary.policy",
+        include_str!("../../examples/policies/canary.policy"),
     ),
     (
-        "policies/long_context.policy",
-        include_str!("../../policies/long_context.policy"),
+        "examples/policies/long_context.policy",
+        include_str!("../../examples/policies/long_context.policy"),
     ),
     (
-        "policies/reject.policy",
-        include_str!("../../policies/reject.policy"),
+        "examples/policies/reject.policy",
+        include_str!("../../examples/policies/reject.policy"),
     ),
     (
-        "policies/builtin/adaptive.policy",
-        include_str!("../../policies/builtin/adaptive.policy"),
+        "examples/policies/builtin/adaptive.policy",
+        include_str!("../../examples/policies/builtin/adaptive.policy"),
     ),
     (
-        "policies/builtin/cost_optimized.policy",
-        include_str!("../../policies/builtin/cost_optimized.policy"),
+        "examples/policies/builtin/cost_optimized.policy",
+        include_str!("../../examples/policies/builtin/cost_optimized.policy"),
     ),
     (
-        "policies/builtin/exp3.policy",
-        include_str!("../../policies/builtin/exp3.policy"),
+        "examples/policies/builtin/exp3.policy",
+        include_str!("../../examples/policies/builtin/exp3.policy"),
     ),
     (
-        "policies/builtin/least_latency.policy",
-        include_str!("../../policies/builtin/least_latency.policy"),
+        "examples/policies/builtin/least_latency.policy",
+        include_str!("../../examples/policies/builtin/least_latency.policy"),
     ),
     (
-        "policies/builtin/multi_objective.policy",
-        include_str!("../../policies/builtin/multi_objective.policy"),
+        "examples/policies/builtin/multi_objective.policy",
+        include_str!("../../examples/policies/builtin/multi_objective.policy"),
     ),
     (
-        "policies/builtin/quality_first.policy",
-        include_str!("../../policies/builtin/quality_first.policy"),
+        "examples/policies/builtin/quality_first.policy",
+        include_str!("../../examples/policies/builtin/quality_first.policy"),
     ),
     (
-        "policies/builtin/weighted_round_robin.policy",
-        include_str!("../../policies/builtin/weighted_round_robin.policy"),
+        "examples/policies/builtin/weighted_round_robin.policy",
+        include_str!("../../examples/policies/builtin/weighted_round_robin.policy"),
     ),
 ];
 

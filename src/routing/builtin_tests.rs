@@ -1,4 +1,4 @@
-//! The built-in strategies (`policies/builtin/`, as embedded) behave as their headers
+//! The built-in strategies (`examples/policies/builtin/`, as embedded) behave as their headers
 //! say: seeded randomness, statistical bounds, no timing.
 
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
 //! Loading the routing policy set the gateway runs: built-in strategies, the operator's
 //! `.policy` files, checked against the model registry from config.
 //!
-//! The built-in strategies of `policies/builtin/` are compiled into the binary, so
+//! The built-in strategies of `examples/policies/builtin/` are compiled into the binary, so
 //! every policy can say `via least_latency` without copying files. An operator file
 //! that defines a strategy of the same name replaces the built-in one (copy it, change
 //! a line). The built-in files also carry policy tests and the test-only routes they
@@ -26,35 +26,35 @@ use crate::policy::{
 
 /// The built-in strategies: (file name, text). Each file also holds `test` blocks and
 /// the test-only routes they use, written against the example registry
-/// (`policies/README.md`); [`embeddable`] drops those when the gateway loads them.
+/// (`examples/policies/README.md`); [`embeddable`] drops those when the gateway loads them.
 pub const BUILTIN: &[(&str, &str)] = &[
     (
         "builtin/weighted_round_robin.policy",
-        include_str!("../../policies/builtin/weighted_round_robin.policy"),
+        include_str!("../../examples/policies/builtin/weighted_round_robin.policy"),
     ),
     (
         "builtin/least_latency.policy",
-        include_str!("../../policies/builtin/least_latency.policy"),
+        include_str!("../../examples/policies/builtin/least_latency.policy"),
     ),
     (
         "builtin/cost_optimized.policy",
-        include_str!("../../policies/builtin/cost_optimized.policy"),
+        include_str!("../../examples/policies/builtin/cost_optimized.policy"),
     ),
     (
         "builtin/quality_first.policy",
-        include_str!("../../policies/builtin/quality_first.policy"),
+        include_str!("../../examples/policies/builtin/quality_first.policy"),
     ),
     (
         "builtin/exp3.policy",
-        include_str!("../../policies/builtin/exp3.policy"),
+        include_str!("../../examples/policies/builtin/exp3.policy"),
     ),
     (
         "builtin/adaptive.policy",
-        include_str!("../../policies/builtin/adaptive.policy"),
+        include_str!("../../examples/policies/builtin/adaptive.policy"),
     ),
     (
         "builtin/multi_objective.policy",
-        include_str!("../../policies/builtin/multi_objective.policy"),
+        include_str!("../../examples/policies/builtin/multi_objective.policy"),
     ),
 ];
 
@@ -114,6 +114,93 @@ impl PolicySnapshot {
     pub fn set(&self) -> &CheckedPolicySet {
         self.compiled.checked()
     }
+
+    /// The operator's files of the set (every file but the embedded built-ins), in
+    /// load order.
+    pub fn operator_files(&self) -> impl Iterator<Item = &str> {
+        self.files
+            .iter()
+            .map(String::as_str)
+            .filter(|f| !BUILTIN.iter().any(|(b, _)| b == f))
+    }
+
+    /// What this set serves, in one sentence for the log and `GET /admin/policies`:
+    /// `policy V: 2 operator file(s) (a.policy, b.policy) and the built-in strategies`
+    /// or `policy V: the built-in strategies only (no operator policy files)`.
+    pub fn serving(&self) -> String {
+        let ops: Vec<&str> = self.operator_files().collect();
+        if ops.is_empty() {
+            format!(
+                "policy {}: the built-in strategies only (no operator policy files)",
+                self.version
+            )
+        } else {
+            format!(
+                "policy {}: {} operator file(s) ({}) and the built-in strategies",
+                self.version,
+                ops.len(),
+                ops.join(", ")
+            )
+        }
+    }
+}
+
+/// The startup log line naming the set that serves ([`PolicySnapshot::serving`]).
+pub fn serving_line(snap: &PolicySnapshot) -> String {
+    format!("serving {}", snap.serving())
+}
+
+/// A note for policies that fail to check against `config`'s registry while a
+/// directory they came from carries a registry of its own: a `switchyard.yaml` in
+/// the directory of a root (or of a file root), or in its parent, that is not the
+/// config in use. The example policies (`examples/policies/`) are such a set.
+pub fn own_registry_note(roots: &[PathBuf], config: &Config) -> Option<String> {
+    let in_use = std::fs::canonicalize(&config.source).ok();
+    for root in roots {
+        let dir = if root.is_dir() {
+            root.clone()
+        } else {
+            root.parent().map(Path::to_path_buf).unwrap_or_default()
+        };
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
+        for candidate in [dir.join("switchyard.yaml"), dir.join("../switchyard.yaml")] {
+            let Ok(found) = std::fs::canonicalize(&candidate) else {
+                continue;
+            };
+            if Some(&found) != in_use.as_ref() {
+                let shown = normalize_display(&candidate);
+                return Some(format!(
+                    "note: these policies come with their own registry, {shown}, and were checked against {} instead; run with `--config {shown}` to use theirs",
+                    if config.source.starts_with('<') {
+                        "the built-in config".to_string()
+                    } else {
+                        config.source.clone()
+                    }
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// `path` with `x/..` pairs and `.` dropped, for messages.
+fn normalize_display(path: &Path) -> String {
+    use std::path::Component;
+    let mut out: Vec<Component> = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir if matches!(out.last(), Some(Component::Normal(_))) => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out.iter().collect::<PathBuf>().display().to_string()
 }
 
 /// Why a policy set could not be loaded.
@@ -234,15 +321,53 @@ pub fn policy_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
 /// [`LoadError::Io`] for unreadable files.
 pub fn read_sources(dir: Option<&Path>) -> Result<SourceMap, LoadError> {
     let roots: Vec<PathBuf> = dir.map(Path::to_path_buf).into_iter().collect();
-    read_sources_from(&roots)
+    read_roots(&roots, false)
 }
 
-/// Like [`read_sources`] for several roots, each a policy file (named as given) or a
-/// directory (its files named relative to it).
+/// Like [`read_sources`] for several roots, each a policy file or a directory, for
+/// the policy tools: every file is named by its path relative to the current
+/// directory (absolute when outside it), however its root was given, so `lint dir`,
+/// `lint ./dir/a.policy` and `lint /abs/dir` print the same `dir/a.policy:3:5`.
 ///
 /// # Errors
 /// [`LoadError::Io`] for unreadable files or directories.
 pub fn read_sources_from(roots: &[PathBuf]) -> Result<SourceMap, LoadError> {
+    read_roots(roots, true)
+}
+
+/// `path` as the policy tools print it: relative to the current directory when it
+/// is inside it, without `.` components; else as given.
+pub fn tool_path(path: &Path) -> String {
+    use std::path::Component;
+    let cwd = std::env::current_dir().ok();
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        match &cwd {
+            Some(c) => c.join(path),
+            None => path.to_path_buf(),
+        }
+    };
+    let mut clean = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                clean.pop();
+            }
+            other => clean.push(other.as_os_str()),
+        }
+    }
+    match cwd.as_deref().and_then(|c| clean.strip_prefix(c).ok()) {
+        Some(rel) if !rel.as_os_str().is_empty() => rel.display().to_string(),
+        _ => clean.display().to_string(),
+    }
+}
+
+/// Reads `roots`: the gateway names a directory's files relative to it
+/// (`tool_names` false: `GET /admin/policies` shows no host path), the tools
+/// relative to the current directory ([`tool_path`]).
+fn read_roots(roots: &[PathBuf], tool_names: bool) -> Result<SourceMap, LoadError> {
     let mut user: Vec<(String, String)> = Vec::new();
     for root in roots {
         let files = if root.is_dir() {
@@ -253,6 +378,7 @@ pub fn read_sources_from(roots: &[PathBuf]) -> Result<SourceMap, LoadError> {
         for path in files {
             let text = read_policy_file(&path)?;
             let name = match path.strip_prefix(root) {
+                _ if tool_names => tool_path(&path),
                 Ok(rel) if root.is_dir() => rel.display().to_string(),
                 _ => path.display().to_string(),
             };
@@ -329,7 +455,17 @@ pub fn embeddable(name: &str, text: &str) -> String {
 pub fn load(config: &Config) -> Result<PolicySnapshot, LoadError> {
     let dir = policy_dir(config)?;
     let sources = read_sources(dir.as_deref())?;
-    compile(sources, &registry_from_config(config))
+    compile(sources, &registry_from_config(config)).map_err(|e| match e {
+        LoadError::Invalid { rendered, count } => {
+            let roots: Vec<PathBuf> = dir.into_iter().collect();
+            let rendered = match own_registry_note(&roots, config) {
+                Some(note) => format!("{rendered}{note}\n"),
+                None => rendered,
+            };
+            LoadError::Invalid { rendered, count }
+        }
+        other => other,
+    })
 }
 
 /// The policy directory for `config`, if any.

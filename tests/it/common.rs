@@ -12,18 +12,45 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 /// A child process killed on drop.
+///
+/// Its stderr (logs, and the errors some tests provoke on purpose) is captured, not
+/// inherited, so a passing run's output holds only the test harness's lines; a test
+/// that panics prints the captured stderr of its processes.
 pub struct Proc {
     pub child: Child,
     pub addr: SocketAddr,
     /// Keeps the config directory alive as long as the process.
     pub _dir: Option<tempfile::TempDir>,
+    /// Everything the process wrote to stderr so far.
+    pub stderr: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = self.stderr.lock().map(|s| s.clone()).unwrap_or_default();
+            eprintln!("--- stderr of {:?} ---\n{log}", self.child.id());
+        }
     }
+}
+
+/// Reads `from` to its end into a shared buffer, on a thread of its own.
+fn capture(from: impl std::io::Read + Send + 'static) -> std::sync::Arc<std::sync::Mutex<String>> {
+    let buf = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = buf.clone();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(from);
+        let mut line = String::new();
+        while lines.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+            if let Ok(mut s) = sink.lock() {
+                s.push_str(&line);
+            }
+            line.clear();
+        }
+    });
+    buf
 }
 
 impl Proc {
@@ -45,16 +72,21 @@ fn spawn(args: &[&str], marker: &str, dir: Option<tempfile::TempDir>) -> Proc {
         .args(args)
         .env("SWITCHYARD_LOG", "warn")
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("start switchyard");
+    let stderr = capture(child.stderr.take().unwrap());
     let stdout = child.stdout.take().unwrap();
     let mut reader = BufReader::new(stdout);
     let mut line = String::new();
     loop {
         line.clear();
         let n = reader.read_line(&mut line).expect("read stdout");
-        assert!(n > 0, "process exited before listening: {args:?}");
+        if n == 0 {
+            std::thread::sleep(Duration::from_millis(50));
+            let log = stderr.lock().map(|s| s.clone()).unwrap_or_default();
+            panic!("process exited before listening: {args:?}\n{log}");
+        }
         if let Some(rest) = line.trim().strip_prefix(marker) {
             let addr: SocketAddr = rest.trim().parse().expect("address");
             // Keep draining stdout so the child never blocks on a full pipe.
@@ -68,6 +100,7 @@ fn spawn(args: &[&str], marker: &str, dir: Option<tempfile::TempDir>) -> Proc {
                 child,
                 addr,
                 _dir: dir,
+                stderr,
             };
         }
     }

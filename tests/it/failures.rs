@@ -152,6 +152,31 @@ async fn cut_mid_stream_ends_with_an_error_event() {
     assert!(!r.text().contains("[DONE]"));
 }
 
+/// Issue 18: the error event of a stream the provider cut said hyper's words
+/// (`error reading a body from connection: unexpected EOF during chunk size line`)
+/// instead of what happened.
+#[tokio::test]
+async fn a_cut_stream_says_the_provider_closed_it_after_n_events() {
+    let m = mock(&["--cut-after-chunks", "4", "--tokens-per-s", "100"]);
+    let gw = single(&m, "");
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
+    let events = r.events();
+    let last: serde_json::Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    let message = last["error"]["message"].as_str().unwrap_or_default();
+    // The count is what reached the gateway (the emulator's last event may be lost
+    // in the cut), so only its form is checked.
+    let after = message
+        .split_once("closed the stream after ")
+        .map(|(_, rest)| rest)
+        .unwrap_or_default();
+    let n: String = after.chars().take_while(char::is_ascii_digit).collect();
+    assert!(
+        !n.is_empty() && after[n.len()..].starts_with(" events"),
+        "{message}"
+    );
+    assert!(!message.contains("error reading a body"), "{message}");
+}
+
 #[tokio::test]
 async fn stalled_stream_hits_the_idle_timeout() {
     let m = mock(&["--stall-after-chunks", "3", "--stall-ms", "5000"]);

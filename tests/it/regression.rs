@@ -55,7 +55,7 @@ async fn a_policy_save_made_as_serve_prints_listening_is_not_lost() {
         ])
         .env("SWITCHYARD_LOG", "warn")
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::null())
         .spawn()
         .expect("start switchyard");
     let mut out = BufReader::new(child.stdout.take().unwrap());

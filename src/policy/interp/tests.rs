@@ -20,7 +20,7 @@ fn trace_shows_conditions_with_locations_and_values() {
         _ => None,
     });
     let (at, value, leaves) = first.expect("route condition traced");
-    assert_eq!(at, "policies/long_context.policy:4:8");
+    assert_eq!(at, "examples/policies/long_context.policy:4:8");
     assert!(*value);
     assert_eq!(
         leaves[0].saw,
