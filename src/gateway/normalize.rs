@@ -51,6 +51,7 @@ pub fn request_features(
         .iter()
         .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)));
     let mut f = features(chat, pairs, &ctx.caller, now);
+    f.off_peak = gw.sched.off_peak_now();
     if ctx.snapshot.reads_input_tokens {
         f.input_tokens = input_tokens(gw, chat);
     }

@@ -60,8 +60,10 @@ pub fn route(
         call,
         cache,
         priority,
+        hold_off_peak,
         ..
     } = decide(gw, &ctx.snapshot, features);
+    ctx.hold_off_peak |= hold_off_peak;
     ctx.route = route;
     ctx.rule = rule;
     ctx.priority = priority;

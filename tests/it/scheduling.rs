@@ -429,3 +429,49 @@ async fn a_key_reaches_critical_only_up_to_its_max_priority() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.headers["x-switchyard-priority"], "low");
 }
+
+/// A gateway whose policy holds every request to `m` for the off-peak window
+/// (`hold off_peak` at priority low) and names the rule that reads the window.
+fn policy_gateway(window_hours: &str) -> (Proc, Proc) {
+    let up = mock(&[]);
+    let policy = r#"
+route nightly when request.model == "m" {
+  set priority low
+  rule in_window when request.off_peak {
+    use model
+  }
+  default {
+    hold off_peak
+    use model
+  }
+}
+"#;
+    let cfg = format!(
+        "{}scheduler: {{ off_peak: {{ hours: \"{window_hours}\", max_wait: 1s }} }}\n",
+        config(
+            &[("up", &up)],
+            "",
+            "  m: { endpoints: [ { provider: up, model: mock-1 } ] }\n"
+        )
+    );
+    (serve_with_policies(&cfg, &[("nightly.policy", policy)]), up)
+}
+
+#[tokio::test]
+async fn a_policy_holds_with_hold_off_peak_and_reads_request_off_peak() {
+    let (gw, _up) = policy_gateway(&window(2));
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.headers["x-switchyard-rule"], "default");
+    assert_eq!(r.headers["x-switchyard-priority"], "low");
+    assert!(
+        r.headers.contains_key("x-switchyard-held-ms"),
+        "{:?}",
+        r.headers
+    );
+    let (gw, _up) = policy_gateway(&window(0));
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.headers["x-switchyard-rule"], "in_window");
+    assert!(!r.headers.contains_key("x-switchyard-held-ms"));
+}
