@@ -13,6 +13,7 @@ mod failures;
 mod fidelity;
 mod limits;
 mod mock_formats;
+mod operator;
 mod policy;
 mod provider_bad_input;
 mod proxy;
