@@ -106,9 +106,7 @@ pub async fn handle(
 ) -> Response<Body> {
     let id = crate::request_id::of(req.headers());
     let span = tracing::info_span!("request", id = crate::request_id::as_str(&id));
-    let mut resp = route(&svc, req, peer, surface, &id)
-        .instrument(span)
-        .await;
+    let mut resp = route(&svc, req, peer, surface, &id).instrument(span).await;
     // Chat responses carry the version their request ran on; every other response
     // (errors before routing, /v1/models, ...) the version serving now.
     if !resp.headers().contains_key(crate::gateway::POLICY_HEADER) {

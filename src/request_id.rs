@@ -80,7 +80,10 @@ mod tests {
         assert_eq!(of(&h), "trace-42:abc/def==");
         h.insert(HEADER, HeaderValue::from_static("has space"));
         assert!(of(&h).as_bytes().starts_with(b"req_"));
-        h.insert(HEADER, HeaderValue::from_str(&"a".repeat(MAX_LEN + 1)).unwrap());
+        h.insert(
+            HEADER,
+            HeaderValue::from_str(&"a".repeat(MAX_LEN + 1)).unwrap(),
+        );
         assert!(of(&h).as_bytes().starts_with(b"req_"));
         h.insert(HEADER, HeaderValue::from_str(&"a".repeat(MAX_LEN)).unwrap());
         assert_eq!(of(&h).len(), MAX_LEN);

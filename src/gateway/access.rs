@@ -40,8 +40,9 @@ pub const CHAT_API: &str = "openai.chat_completions";
 pub struct Try {
     /// Endpoint index (the registry's).
     pub ep: u32,
-    /// Its HTTP status: the provider's answer, or the gateway's status for the
-    /// failure (502, 504, ...); 200 for the attempt that served.
+    /// Its HTTP status: the provider's, or for a failure without one (no answer,
+    /// a timeout, a broken stream) the gateway's status for it (502, 504, ...); 200
+    /// for the attempt that served.
     pub status: u16,
     /// Milliseconds from sending it to its end (a stream: to its last byte).
     pub ms: u32,
@@ -55,6 +56,13 @@ impl Try {
             status,
             ms: took.as_millis().min(u128::from(u32::MAX)) as u32,
         }
+    }
+}
+
+impl Try {
+    /// Attempt on endpoint `ep` that failed with `e` after `took`.
+    pub fn failed(ep: usize, e: &GatewayError, took: Duration) -> Try {
+        Try::new(ep, e.upstream_status.unwrap_or(e.status()), took)
     }
 }
 
@@ -233,7 +241,8 @@ impl Facts {
         let details = |u: &Usage| {
             (
                 u.prompt_tokens_details.map_or(0, |d| d.cached_tokens),
-                u.completion_tokens_details.map_or(0, |d| d.reasoning_tokens),
+                u.completion_tokens_details
+                    .map_or(0, |d| d.reasoning_tokens),
             )
         };
         let (cached, reasoning) = usage.map(details).unzip();

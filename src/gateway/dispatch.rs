@@ -229,7 +229,7 @@ impl Cursor {
                 }
                 Err(e) => e,
             };
-            self.tried.push(Try::new(ep, e.status(), began.elapsed()));
+            self.tried.push(Try::failed(ep, &e, began.elapsed()));
             gw.log
                 .attempt_failed(ep, self.attempts, &self.decided.snapshot.version, &e);
             if let Some(wait) = e.retry_after {
@@ -311,7 +311,7 @@ impl Cursor {
     /// `took`, and moves past that endpoint: rotation never returns to it.
     pub(super) fn failed_mid_stream(&mut self, ep: usize, e: GatewayError, took: Duration) {
         if let Some(t) = self.tried.last_mut() {
-            *t = Try::new(ep, e.status(), took);
+            *t = Try::failed(ep, &e, took);
         }
         self.gw
             .log

@@ -253,7 +253,7 @@ impl ClientStream {
             }
             self.note(&cursor, Some(began));
             if let Some(t) = self.access.as_mut().and_then(|f| f.tried.last_mut()) {
-                t.status = e.status();
+                t.status = e.upstream_status.unwrap_or(e.status());
             }
             self.end_with_error(&e);
             return;

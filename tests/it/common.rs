@@ -139,8 +139,19 @@ pub fn serve_logged(config: &str) -> (Proc, Logs) {
     let path = dir.path().join("switchyard.yaml");
     std::fs::write(&path, config).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(["--log-format", "json", "--log", "warn,switchyard::access=info"])
-        .args(["serve", "--config", path.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .args([
+            "--log-format",
+            "json",
+            "--log",
+            "warn,switchyard::access=info",
+        ])
+        .args([
+            "serve",
+            "--config",
+            path.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
