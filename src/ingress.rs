@@ -7,6 +7,11 @@
 //! admit phase); the operator endpoints (`/admin/*`, `/metrics`) are guarded here by
 //! [`AdminGuard`], and with `admin.listen` they are served only on their own
 //! listener ([`Surface`]).
+//!
+//! Every response carries the request's `x-request-id` ([`crate::request_id`]), and
+//! everything logged while serving it sits in a `request` span naming that id. A chat
+//! request's access line is written by its response body ([`Guarded`]) when the body
+//! ends, or by the stream body itself.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -17,11 +22,12 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::Request;
 use metrics_exporter_prometheus::PrometheusHandle;
+use tracing::Instrument as _;
 
 use crate::auth::AdminGuard;
 use crate::body::{self, Body};
 use crate::error::{Code, ErrorKind, GatewayError};
-use crate::gateway::{Gateway, InFlight};
+use crate::gateway::{Facts, Gateway, InFlight};
 use crate::reload::Reloader;
 
 /// What the HTTP surface routes to: the gateway, the operator views, and the
@@ -98,13 +104,16 @@ pub async fn handle(
     peer: std::net::SocketAddr,
     surface: Surface,
 ) -> Response<Body> {
-    let mut resp = route(&svc, req, peer, surface).await;
+    let id = crate::request_id::of(req.headers());
+    let span = tracing::info_span!("request", id = crate::request_id::as_str(&id));
+    let mut resp = route(&svc, req, peer, surface, &id).instrument(span).await;
     // Chat responses carry the version their request ran on; every other response
     // (errors before routing, /v1/models, ...) the version serving now.
     if !resp.headers().contains_key(crate::gateway::POLICY_HEADER) {
         let gw = &svc.gateway;
         crate::gateway::stamp(gw, resp.headers_mut(), &gw.policy.load().version, None);
     }
+    resp.headers_mut().insert(crate::request_id::HEADER, id);
     resp
 }
 
@@ -113,6 +122,7 @@ async fn route(
     req: Request<Incoming>,
     peer: std::net::SocketAddr,
     surface: Surface,
+    id: &HeaderValue,
 ) -> Response<Body> {
     let gw = &svc.gateway;
     let started = Instant::now();
@@ -140,15 +150,20 @@ async fn route(
             // even when the client goes away and the future is dropped.
             let guard = gw.log.in_flight();
             let (parts, body) = req.into_parts();
-            let resp = match read_body(&parts.headers, body, gw.config.server.max_body_bytes).await
-            {
-                Ok(bytes) => gw.chat(bytes, &parts.headers, started).await,
-                Err(e) => e.to_response(),
-            };
+            let (resp, facts) =
+                match read_body(&parts.headers, body, gw.config.server.max_body_bytes).await {
+                    Ok(bytes) => gw.chat(bytes, &parts.headers, started, id.clone()).await,
+                    Err(e) => {
+                        let facts = Facts::refused(gw, id.clone(), started, &e);
+                        (e.to_response(), Some(facts))
+                    }
+                };
+            let access = facts.map(|f| (gw.clone(), f, tracing::Span::current()));
             resp.map(|b| {
                 Body::new(Guarded {
                     inner: b,
                     _guard: guard,
+                    access,
                 })
             })
         }
@@ -334,10 +349,30 @@ async fn discard(body: &mut Incoming) {
 /// Longest wait for a request body once its headers arrived (slow clients get 408).
 pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// A response body that keeps an [`InFlight`] until it ends or is dropped.
+/// A chat response body that keeps an [`InFlight`] until it ends or is dropped, and
+/// writes the request's access line then (when the gateway handed its facts over),
+/// in the request's span.
 struct Guarded {
     inner: Body,
     _guard: InFlight,
+    access: Option<(Arc<Gateway>, Facts, tracing::Span)>,
+}
+
+impl Guarded {
+    /// Writes the access line once: `complete` when the whole body was produced.
+    fn log(&mut self, complete: bool) {
+        if let Some((gw, facts, span)) = self.access.take() {
+            let _in = span.enter();
+            facts.emit_body_end(&gw, complete);
+        }
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        let complete = http_body::Body::is_end_stream(&self.inner);
+        self.log(complete);
+    }
 }
 
 impl http_body::Body for Guarded {
@@ -348,7 +383,14 @@ impl http_body::Body for Guarded {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            std::task::Poll::Ready(None) => self.log(true),
+            std::task::Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.log(true),
+            std::task::Poll::Ready(Some(Err(_))) => self.log(false),
+            _ => {}
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

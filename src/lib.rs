@@ -29,6 +29,7 @@ pub mod mock;
 pub mod policy;
 pub mod providers;
 pub mod reload;
+pub mod request_id;
 pub mod routing;
 pub mod sched;
 pub mod server;

@@ -34,6 +34,12 @@
 //! | `switchyard_endpoint_in_flight` | gauge | `endpoint` (endpoints with `max_in_flight`) |
 //! | `switchyard_offpeak_held` | gauge | none |
 //! | `switchyard_offpeak_released_total` | counter | `reason` (`window`, `max_wait`, `full`) |
+//! | `switchyard_tokens_total` | counter | `model`, `endpoint`, `kind` (`input`, `output`, `cached`, `reasoning`) |
+//! | `switchyard_cost_usd_total` | gauge (only rises) | `model`, `endpoint`, `key`, `org` (the last two `all` with `server.metrics_caller_labels: false`) |
+//! | `switchyard_attempts_total` | counter | `endpoint`, `outcome` (`ok`, `failed`) |
+//! | `switchyard_retries_total` | counter | `endpoint` |
+//! | `switchyard_fallbacks_total` | counter | `model` |
+//! | `switchyard_build_info` | gauge (always 1) | `version`, `commit` |
 //!
 //! `endpoint` is `none` when a request failed before an endpoint was chosen; `status`
 //! is the HTTP status, or `stream_error` / `client_gone` for streams that began with
@@ -117,6 +123,38 @@ pub const OFFPEAK_HELD: &str = "switchyard_offpeak_held";
 /// Held requests let go, by `reason`: `window` (it opened), `max_wait`, or `full`
 /// (`max_held` were already held, so the request was dispatched at once).
 pub const OFFPEAK_RELEASED: &str = "switchyard_offpeak_released_total";
+/// Provider tokens of served requests, by logical `model`, serving `endpoint` and
+/// `kind`: `input`, `output`, and the parts of them `cached` (input read from the
+/// provider's prompt cache) and `reasoning` (output spent on reasoning).
+pub const TOKENS: &str = "switchyard_tokens_total";
+/// USD cost of served requests from the serving endpoint's provider prices, by
+/// `model`, `endpoint`, caller `key` id and `org` (`none` when absent; `all` when
+/// `server.metrics_caller_labels` is off). A gauge because the value is fractional;
+/// it only rises.
+pub const COST: &str = "switchyard_cost_usd_total";
+/// Upstream attempts, by `endpoint` and `outcome` (`ok`: its answer went to the
+/// client; `failed`).
+pub const ATTEMPTS: &str = "switchyard_attempts_total";
+/// Attempts that repeated the previous attempt's endpoint, by `endpoint`.
+pub const RETRIES: &str = "switchyard_retries_total";
+/// Attempts that moved to another endpoint after a failure (a fallback), by logical
+/// `model`.
+pub const FALLBACKS: &str = "switchyard_fallbacks_total";
+/// Always 1; labels `version` (the crate version) and `commit` (see [`COMMIT`]).
+pub const BUILD_INFO: &str = "switchyard_build_info";
+
+/// The crate version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The git commit the binary was built from (12 hex digits), `unknown` outside a
+/// git checkout (`build.rs`).
+pub const COMMIT: &str = env!("SWITCHYARD_COMMIT");
+/// What `switchyard --version` prints after the name: version and commit.
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SWITCHYARD_COMMIT"),
+    ")"
+);
 
 /// Latency buckets in seconds: 5 ms to 5 minutes.
 const BUCKETS: [f64; 16] = [
@@ -219,6 +257,25 @@ pub fn install() -> Option<PrometheusHandle> {
                 "Low-priority requests held for the off-peak window."
             );
             metrics::describe_counter!(OFFPEAK_RELEASED, "Held requests let go, by reason.");
+            metrics::describe_counter!(
+                TOKENS,
+                "Provider tokens of served requests, by model, endpoint and kind (input, output, cached, reasoning)."
+            );
+            metrics::describe_gauge!(
+                COST,
+                "USD cost of served requests from provider prices, by model, endpoint, key id and org."
+            );
+            metrics::describe_counter!(ATTEMPTS, "Upstream attempts by endpoint and outcome.");
+            metrics::describe_counter!(
+                RETRIES,
+                "Attempts that retried the previous attempt's endpoint."
+            );
+            metrics::describe_counter!(
+                FALLBACKS,
+                "Attempts that moved to another endpoint after a failure, by model."
+            );
+            metrics::describe_gauge!(BUILD_INFO, "Always 1: the version and commit serving.");
+            metrics::gauge!(BUILD_INFO, "version" => VERSION, "commit" => COMMIT).set(1.0);
             Some(handle)
         })
         .clone()

@@ -19,7 +19,7 @@ use crate::mock::{ErrorShape, MockOptions, RetryAfterFormat, Wire};
 
 /// Switchyard: an LLM gateway where routing is code.
 #[derive(Debug, Parser)]
-#[command(name = "switchyard", version, about, long_about = None)]
+#[command(name = "switchyard", version = crate::telemetry::LONG_VERSION, about, long_about = None)]
 pub struct Cli {
     /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `switchyard=debug`.
     #[arg(long, global = true, env = "SWITCHYARD_LOG", default_value = "info")]

@@ -348,11 +348,15 @@ impl Validator {
                 "retry_budget_ms",
                 "max_attempts",
                 "stream_failover",
+                "metrics_caller_labels",
             ],
             path,
         );
         if let Some(b) = self.boolean(map, "stream_failover", path) {
             cfg.stream_failover = b;
+        }
+        if let Some(b) = self.boolean(map, "metrics_caller_labels", path) {
+            cfg.metrics_caller_labels = b;
         }
         if let Some(listen) = self.string(map, "listen", path) {
             match listen.parse::<SocketAddr>() {

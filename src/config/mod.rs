@@ -180,6 +180,10 @@ pub struct ServerConfig {
     /// follows the text already sent. When false, such a stream ends with one error
     /// event.
     pub stream_failover: bool,
+    /// Label `switchyard_cost_usd_total` with the caller's key id and org
+    /// (`metrics_caller_labels`, default true). With many keys that is many series;
+    /// false writes `all` for both, one series per model and endpoint.
+    pub metrics_caller_labels: bool,
 }
 
 impl Default for ServerConfig {
@@ -196,6 +200,7 @@ impl Default for ServerConfig {
             retry_budget_ms: 30_000,
             max_attempts: 8,
             stream_failover: true,
+            metrics_caller_labels: true,
         }
     }
 }

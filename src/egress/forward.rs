@@ -10,7 +10,9 @@
 //!    `Content-Length`, `Content-Type`, `Content-Encoding`, `Accept`,
 //!    `Accept-Encoding`, `Expect`), and Switchyard's own `x-switchyard-*`.
 //! 2. Always forwarded: W3C Trace Context `traceparent` and `tracestate`, so a
-//!    trace continues through the gateway.
+//!    trace continues through the gateway, and `x-request-id`, which the gateway
+//!    sets to the request's id (`crate::request_id`: the client's when valid, else
+//!    generated) before the first attempt.
 //! 3. `User-Agent`: the client's, with ` switchyard/VERSION` appended
 //!    (`switchyard/VERSION` alone when the client sent none).
 //! 4. Only to providers of kind `openai`: `OpenAI-Organization`, `OpenAI-Project`
@@ -57,7 +59,7 @@ fn forwarded(name: &str, kind: ProviderKind, listed: &[Listed]) -> bool {
     if never_forwarded(name) {
         return false;
     }
-    matches!(name, "traceparent" | "tracestate")
+    matches!(name, "traceparent" | "tracestate" | "x-request-id")
         || (kind == ProviderKind::OpenAi
             && (matches!(name, "openai-organization" | "openai-project")
                 || name.starts_with("x-stainless-")))

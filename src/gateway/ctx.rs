@@ -7,8 +7,12 @@
 //! request metrics come from one record instead of being patched in at each exit.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use http::HeaderValue;
+
+use super::access::Tried;
+use crate::api::Usage;
 use crate::auth::Principal;
 use crate::routing::features::Caller;
 use crate::routing::policy::PolicySnapshot;
@@ -16,6 +20,9 @@ use crate::routing::policy::PolicySnapshot;
 /// One request's context.
 #[derive(Debug)]
 pub struct RequestCtx {
+    /// The request id (`x-request-id`, [`crate::request_id`]): echoed, forwarded on
+    /// every attempt, and the access line's `request_id`.
+    pub id: HeaderValue,
     /// When the request arrived (its headers were read), for latency metrics.
     pub started: Instant,
     /// Who sent it, as policies see it (admit phase: from [`RequestCtx::principal`]).
@@ -29,14 +36,22 @@ pub struct RequestCtx {
     /// Whether the client asked for a stream (normalize phase): a stream's outcome is
     /// logged when it ends, not when its head is sent.
     pub stream: bool,
+    /// The logical model asked for (normalize phase; empty before it).
+    pub model: String,
     /// The route that took the request (route phase; `None`: none matched).
     pub route: Option<String>,
     /// The rule (or `default`) that decided (route phase).
     pub rule: Option<String>,
+    /// The strategy behind the decision (route phase; `Some(None)`: the built-in
+    /// `priority`; `None`: no strategy ran).
+    pub strategy: Option<Option<u32>>,
     /// Endpoint indices to try, in order (route phase).
     pub plan: Vec<usize>,
     /// Attempts made so far, across endpoints and retries (dispatch phase).
     pub attempts: u32,
+    /// Every attempt with its endpoint, status and duration (dispatch phase), for
+    /// the access line.
+    pub tried: Tried,
     /// The endpoint of the last attempt: the one that served, or the last to fail.
     pub endpoint: Option<usize>,
     /// Whether [`RequestCtx::endpoint`] answered successfully (its response is the
@@ -54,25 +69,42 @@ pub struct RequestCtx {
     /// off_peak`) opted into the off-peak hold.
     pub hold_off_peak: bool,
     /// How long the request was held for the off-peak window (`None`: not held).
-    pub held: Option<std::time::Duration>,
+    pub held: Option<Duration>,
     /// How long its attempts waited in endpoint queues, in total (dispatch phase).
-    pub queued: std::time::Duration,
+    pub queued: Duration,
+    /// The served whole answer's usage, as the respond phase read it (streams keep
+    /// their own).
+    pub usage: Option<Usage>,
+    /// The serving provider's id of its answer ([`crate::request_id::upstream`]).
+    pub upstream_id: Option<HeaderValue>,
+    /// The response body writes the access line itself (a stream from a provider,
+    /// which has its own copy of the facts): the respond phase hands none out.
+    pub body_logs: bool,
 }
 
 impl RequestCtx {
-    /// A context for a request that arrived at `started`, from `caller`, running on
-    /// `snapshot`.
-    pub fn new(started: Instant, caller: Caller, snapshot: Arc<PolicySnapshot>) -> RequestCtx {
+    /// A context for request `id` that arrived at `started`, from `caller`, running
+    /// on `snapshot`.
+    pub fn new(
+        id: HeaderValue,
+        started: Instant,
+        caller: Caller,
+        snapshot: Arc<PolicySnapshot>,
+    ) -> RequestCtx {
         RequestCtx {
+            id,
             started,
             caller,
             principal: Principal::default(),
             snapshot,
             stream: false,
+            model: String::new(),
             route: None,
             rule: None,
+            strategy: None,
             plan: Vec::new(),
             attempts: 0,
+            tried: Tried::new(),
             endpoint: None,
             served: false,
             permit: None,
@@ -80,7 +112,10 @@ impl RequestCtx {
             priority: Default::default(),
             hold_off_peak: false,
             held: None,
-            queued: std::time::Duration::ZERO,
+            queued: Duration::ZERO,
+            usage: None,
+            upstream_id: None,
+            body_logs: false,
         }
     }
 }

@@ -45,6 +45,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use http::Response;
 
+use super::access::{Facts, Tried, Try};
 use super::ctx::RequestCtx;
 use super::outcome::{Attempt, DecisionContext};
 use super::route::Plan;
@@ -87,6 +88,8 @@ pub(super) struct Leg {
     pub began: Instant,
     /// Time to its first content, if it had any by the commit point.
     pub ttft: Option<Duration>,
+    /// The provider's id of its answer (`crate::request_id::upstream`).
+    pub upstream_id: Option<http::HeaderValue>,
 }
 
 /// The attempt loop over one request's plan, resumable: the response body of a
@@ -112,6 +115,8 @@ pub(super) struct Cursor {
     pub attempts: u32,
     /// The endpoint of the last attempt.
     pub endpoint: Option<usize>,
+    /// Every attempt, for the access line.
+    pub tried: Tried,
     failed: Vec<Failed>,
     /// The shortest wait until a skipped endpoint's circuit lets a probe through.
     skipped_for: Option<Duration>,
@@ -150,6 +155,7 @@ pub async fn dispatch(
         retry: 0,
         attempts: 0,
         endpoint: None,
+        tried: Tried::new(),
         failed: Vec::new(),
         skipped_for: None,
         throttled_for: None,
@@ -158,6 +164,7 @@ pub async fn dispatch(
     ctx.queued = cursor.queued;
     ctx.attempts = cursor.attempts;
     ctx.endpoint = cursor.endpoint;
+    ctx.tried.clone_from(&cursor.tried);
     match result {
         Ok(Exchanged::Whole(resp)) => {
             ctx.served = true;
@@ -165,8 +172,11 @@ pub async fn dispatch(
         }
         Ok(Exchanged::Stream(leg)) => {
             ctx.served = true;
+            ctx.upstream_id.clone_from(&leg.upstream_id);
+            ctx.body_logs = true;
             let prompt_tokens = cursor.chat.estimated_input_tokens();
-            let mut body = ClientStream::new(gw.clone(), ctx.started, leg, Box::new(cursor));
+            let mut body = ClientStream::new(gw.clone(), ctx.started, leg, Box::new(cursor))
+                .logging(Facts::copy(ctx), prompt_tokens);
             if let Some(permit) = ctx.permit.clone() {
                 body = body.settling(permit, prompt_tokens);
             }
@@ -227,9 +237,13 @@ impl Cursor {
             let attempt = Attempt::begin(&gw, ep, self.decided.clone(), probe).holding(slot);
             let track = self.pos + 1 < self.plan.len() && failover_allowed(&gw, &self.chat);
             let e = match exchange(&gw, ep, &self.chat, attempt, resume, track).await {
-                Ok(x) => return Ok(x),
+                Ok(x) => {
+                    self.tried.push(Try::new(ep, 200, began.elapsed()));
+                    return Ok(x);
+                }
                 Err(e) => e,
             };
+            self.tried.push(Try::failed(ep, &e, began.elapsed()));
             gw.log
                 .attempt_failed(ep, self.attempts, &self.decided.snapshot.version, &e);
             if let Some(wait) = e.retry_after {
@@ -310,6 +324,9 @@ impl Cursor {
     /// Records that the committed stream of endpoint `ep` failed with `e` after
     /// `took`, and moves past that endpoint: rotation never returns to it.
     pub(super) fn failed_mid_stream(&mut self, ep: usize, e: GatewayError, took: Duration) {
+        if let Some(t) = self.tried.last_mut() {
+            *t = Try::failed(ep, &e, took);
+        }
         self.gw
             .log
             .attempt_failed(ep, self.attempts, &self.decided.snapshot.version, &e);
@@ -507,6 +524,7 @@ async fn exchange(
         Ok(s) => s,
         Err(e) => return Err(attempt.failed(e)),
     };
+    let upstream_id = crate::request_id::upstream(sent.response.headers());
     if let Some(c) = ratelimit::capacity(sent.response.headers(), SystemTime::now()) {
         if let Some(slot) = gw.stats.slot(ep) {
             slot.record_capacity(c, SystemTime::now());
@@ -585,6 +603,7 @@ async fn exchange(
             ep,
             began: sent_at,
             ttft,
+            upstream_id,
         })));
     }
     let translated = match collect(upstream_body, idle, deadline, &up.name).await {
@@ -594,7 +613,12 @@ async fn exchange(
     match translated {
         Ok(out) => {
             attempt.succeeded(None);
-            Ok(Exchanged::Whole(body::json(http::StatusCode::OK, out)))
+            let mut resp = body::json(http::StatusCode::OK, out);
+            if let Some(id) = upstream_id {
+                resp.headers_mut()
+                    .insert(crate::request_id::UPSTREAM_HEADER, id);
+            }
+            Ok(Exchanged::Whole(resp))
         }
         Err(e) => Err(attempt.failed(e)),
     }

@@ -55,36 +55,46 @@ pub async fn admit(
     Ok(())
 }
 
-/// For a whole (non-stream) answer: settles `ctx.permit` with the body's `usage` and
-/// adds the permit's `x-ratelimit-*` headers. The body is one ready frame (dispatch
-/// builds it in memory), taken and put back without waiting.
-pub fn settle_whole(ctx: &RequestCtx, resp: &mut Response<Body>) {
-    let Some(permit) = &ctx.permit else { return };
-    permit.write_headers(resp.headers_mut());
+/// For a whole (non-stream) answer from a provider: reads the body's `usage` once
+/// into `ctx.usage` (the access line and the token and cost metrics use it too),
+/// settles `ctx.permit` with it, and adds the permit's `x-ratelimit-*` headers. The
+/// body is one ready frame (dispatch builds it in memory), taken and put back without
+/// waiting.
+pub fn settle_whole(ctx: &mut RequestCtx, resp: &mut Response<Body>) {
+    if let Some(permit) = &ctx.permit {
+        permit.write_headers(resp.headers_mut());
+    }
     if ctx.stream || !ctx.served {
         return;
     }
+    ctx.usage = read_usage(resp);
+    if let (Some(permit), Some(usage)) = (&ctx.permit, &ctx.usage) {
+        permit.settle(ctx.endpoint, usage);
+    }
+}
+
+/// The `usage` of the whole answer in `resp`, its body taken and put back.
+fn read_usage(resp: &mut Response<Body>) -> Option<Usage> {
     let mut taken = std::mem::replace(resp.body_mut(), body::empty());
     let Some(Some(Ok(frame))) = taken.frame().now_or_never() else {
-        // Not ready at once (never for dispatch's whole answers): leave it unsettled.
+        // Not ready at once (never for dispatch's whole answers): no usage.
         *resp.body_mut() = taken;
-        return;
+        return None;
     };
     let data = match frame.into_data() {
         Ok(data) => data,
         Err(frame) => {
             *resp.body_mut() = prepend(frame, taken);
-            return;
+            return None;
         }
     };
-    if let Some(usage) = usage_of(&data) {
-        permit.settle(ctx.endpoint, &usage);
-    }
+    let usage = usage_of(&data);
     *resp.body_mut() = if http_body::Body::is_end_stream(&taken) {
         body::full(data)
     } else {
         prepend(http_body::Frame::data(data), taken)
     };
+    usage
 }
 
 fn prepend(first: http_body::Frame<Bytes>, rest: Body) -> Body {
@@ -100,6 +110,10 @@ struct Counts {
     prompt_tokens: u64,
     #[serde(default)]
     completion_tokens: u64,
+    #[serde(default)]
+    prompt_tokens_details: Option<crate::api::PromptTokensDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<crate::api::CompletionTokensDetails>,
 }
 
 /// The `usage` of an OpenAI chat completion body.
@@ -126,7 +140,10 @@ fn usage_of(data: &[u8]) -> Option<Usage> {
             serde_json::from_slice::<Completion>(data).ok()?.usage?
         }
     };
-    Some(Usage::new(counts.prompt_tokens, counts.completion_tokens))
+    let mut usage = Usage::new(counts.prompt_tokens, counts.completion_tokens);
+    usage.prompt_tokens_details = counts.prompt_tokens_details;
+    usage.completion_tokens_details = counts.completion_tokens_details;
+    Some(usage)
 }
 
 #[cfg(test)]
@@ -143,6 +160,13 @@ mod tests {
         let u = usage_of(nested).unwrap();
         assert_eq!((u.prompt_tokens, u.completion_tokens), (5, 1));
         assert!(usage_of(br#"{"choices":[]}"#).is_none());
+        let details = br#"{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":6},"completion_tokens_details":{"reasoning_tokens":2}}}"#;
+        let u = usage_of(details).unwrap();
+        assert_eq!(u.prompt_tokens_details.map(|d| d.cached_tokens), Some(6));
+        assert_eq!(
+            u.completion_tokens_details.map(|d| d.reasoning_tokens),
+            Some(2)
+        );
         assert!(usage_of(br#"{"usage":null}"#).is_none());
         assert!(usage_of(b"not json").is_none());
     }

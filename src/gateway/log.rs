@@ -5,10 +5,14 @@
 //! path only bumps atomics instead of hashing label sets. A non-streaming request is
 //! logged when its response is ready (`respond`); a stream when it ends (its relay's
 //! observer, `outcome::StreamLog`), because only then is its final status known.
+//! The metrics that need the whole request (tokens, cost, attempts, retries,
+//! fallbacks) are recorded with its access line ([`RequestLog::finished`]).
 //! Metric names are in [`crate::telemetry`].
 
 use std::time::Instant;
 
+use super::access::{End, Facts};
+use crate::config::{Config, Pricing};
 use crate::error::GatewayError;
 use crate::routing::Registry;
 use crate::stats::CircuitState;
@@ -28,10 +32,26 @@ struct EndpointMetrics {
     duration: metrics::Histogram,
     /// Time to first token in seconds (streams).
     ttft: metrics::Histogram,
+    /// Served tokens by kind: input, output, cached, reasoning.
+    tokens: [metrics::Counter; 4],
+    /// Cost in USD, labelled `key` and `org` `all` (only with
+    /// `server.metrics_caller_labels` off).
+    cost_all: Option<metrics::Gauge>,
+    /// Attempts whose answer went to the client, and failed attempts.
+    attempts_ok: metrics::Counter,
+    attempts_failed: metrics::Counter,
+    /// Attempts that repeated this endpoint.
+    retries: metrics::Counter,
+    /// Attempts here that moved on from another endpoint (labelled by model).
+    fallbacks: metrics::Counter,
+    /// Its provider's prices.
+    pricing: Pricing,
 }
 
 impl EndpointMetrics {
-    fn new(model: &str, endpoint: &str) -> EndpointMetrics {
+    fn new(model: &str, endpoint: &str, pricing: Pricing, caller_labels: bool) -> EndpointMetrics {
+        let kind = |kind: &'static str| metrics::counter!(t::TOKENS, "model" => model.to_string(), "endpoint" => endpoint.to_string(), "kind" => kind);
+        let attempts = |outcome: &'static str| metrics::counter!(t::ATTEMPTS, "endpoint" => endpoint.to_string(), "outcome" => outcome);
         let counter = |status: &'static str| metrics::counter!(t::REQUESTS, "model" => model.to_string(), "endpoint" => endpoint.to_string(), "status" => status);
         EndpointMetrics {
             ok: counter("200"),
@@ -39,6 +59,13 @@ impl EndpointMetrics {
             client_gone: counter("client_gone"),
             duration: metrics::histogram!(t::DURATION, "model" => model.to_string(), "endpoint" => endpoint.to_string()),
             ttft: metrics::histogram!(t::TTFT, "model" => model.to_string(), "endpoint" => endpoint.to_string()),
+            tokens: [kind("input"), kind("output"), kind("cached"), kind("reasoning")],
+            cost_all: (!caller_labels).then(|| metrics::gauge!(t::COST, "model" => model.to_string(), "endpoint" => endpoint.to_string(), "key" => "all", "org" => "all")),
+            attempts_ok: attempts("ok"),
+            attempts_failed: attempts("failed"),
+            retries: metrics::counter!(t::RETRIES, "endpoint" => endpoint.to_string()),
+            fallbacks: metrics::counter!(t::FALLBACKS, "model" => model.to_string()),
+            pricing,
         }
     }
 }
@@ -72,13 +99,26 @@ pub struct RequestLog {
 }
 
 impl RequestLog {
-    /// Registers the handles of every endpoint of `registry`.
-    pub fn new(registry: &Registry) -> RequestLog {
+    /// Registers the handles of every endpoint of `registry`, priced by the
+    /// providers of `config`.
+    pub fn new(config: &Config, registry: &Registry) -> RequestLog {
         RequestLog {
             endpoints: registry
                 .endpoints
                 .iter()
-                .map(|e| EndpointMetrics::new(&e.model, &e.id))
+                .map(|e| {
+                    let pricing = config
+                        .providers
+                        .get(e.provider)
+                        .map(|p| p.pricing)
+                        .unwrap_or_default();
+                    EndpointMetrics::new(
+                        &e.model,
+                        &e.id,
+                        pricing,
+                        config.server.metrics_caller_labels,
+                    )
+                })
                 .collect(),
             labels: registry
                 .endpoints
@@ -124,6 +164,71 @@ impl RequestLog {
             }
         }
         tracing::debug!(model, "answered from the cache");
+    }
+
+    /// Records the metrics of a request that ended as `end` (its access line is
+    /// being written): attempts, retries and fallbacks from its attempts; tokens and
+    /// cost from its usage on the serving endpoint. Returns the cost in USD (`None`:
+    /// no endpoint served, or no usage).
+    pub fn finished(&self, f: &Facts, end: End) -> Option<f64> {
+        let mut previous: Option<u32> = None;
+        let last = f.tried.len().saturating_sub(1);
+        for (n, a) in f.tried.iter().enumerate() {
+            let Some(m) = self.endpoints.get(a.ep as usize) else {
+                continue;
+            };
+            let served = n == last && f.served && a.status == 200;
+            if served {
+                m.attempts_ok.increment(1);
+            } else {
+                m.attempts_failed.increment(1);
+            }
+            match previous {
+                Some(p) if p == a.ep => m.retries.increment(1),
+                Some(_) => m.fallbacks.increment(1),
+                None => {}
+            }
+            previous = Some(a.ep);
+        }
+        if !f.served || matches!(end, End::Error(_)) {
+            return None;
+        }
+        let usage = f.usage.as_ref()?;
+        let m = self.endpoints.get(f.endpoint?)?;
+        let cached = usage.prompt_tokens_details.map_or(0, |d| d.cached_tokens);
+        let reasoning = usage
+            .completion_tokens_details
+            .map_or(0, |d| d.reasoning_tokens);
+        let counts = [
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            cached,
+            reasoning,
+        ];
+        for (c, n) in m.tokens.iter().zip(counts) {
+            if n > 0 {
+                c.increment(n);
+            }
+        }
+        let usd = (usage.prompt_tokens as f64 * m.pricing.input_per_mtok
+            + usage.completion_tokens as f64 * m.pricing.output_per_mtok)
+            / 1e6;
+        if usd > 0.0 {
+            if let Some(all) = &m.cost_all {
+                all.increment(usd);
+            } else {
+                // Caller labels are per request: a labelled lookup (it clones the
+                // label strings), skipped for unpriced endpoints.
+                let (id, model) = &self.labels[f.endpoint?];
+                metrics::gauge!(t::COST,
+                    "model" => model.clone(),
+                    "endpoint" => id.clone(),
+                    "key" => f.key.clone().unwrap_or_else(|| "none".into()),
+                    "org" => f.org.clone().unwrap_or_else(|| "none".into()))
+                .increment(usd);
+            }
+        }
+        Some(usd)
     }
 
     /// One more request in flight until the returned guard is dropped (ingress keeps

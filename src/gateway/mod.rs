@@ -3,12 +3,17 @@
 //!
 //! ```text
 //!  normalize ─► admit ─► route ─► cache ─► dispatch ─► respond ─► log
-//!  parse,       (auth,    policy   (lookup, attempts    headers,   metrics,
-//!  validate,    limits,   decision  store)  over the     errors →   stream ends
-//!  features,    budgets,  → plan of         plan: one    responses  logged at
-//!  caller       queue)    endpoints         exchange                their end
+//!  parse,       (auth,    policy   (lookup, attempts    headers,   metrics, the
+//!  validate,    limits,   decision  store)  over the     errors →   access line
+//!  features,    budgets,  → plan of         plan: one    responses  at the end
+//!  caller       queue)    endpoints         exchange                of the body
 //!                                           each
 //! ```
+//!
+//! Every request has an id ([`crate::request_id`]), chosen by ingress before any
+//! phase runs: every log line of the request sits in its `request` span, every
+//! attempt sends it upstream as `x-request-id`, and its one access line
+//! ([`access`]) names it.
 //!
 //! Each phase is a module, and [`Gateway::chat`] reads top to bottom as the chain.
 //! Any phase may end the request with an error; the error carries its status, fault
@@ -33,6 +38,7 @@
 //! A streamed answer is a [`stream`] body that keeps the dispatch phase's attempt
 //! loop, so it can continue on another endpoint when a stream breaks mid-answer.
 
+pub mod access;
 mod admit;
 pub mod cache;
 mod cache_entry;
@@ -48,6 +54,7 @@ mod route;
 mod schedule;
 mod stream;
 
+pub use access::Facts;
 pub use ctx::RequestCtx;
 pub use log::{InFlight, RequestLog};
 pub use respond::{
@@ -59,7 +66,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{HeaderMap, Response};
+use http::{HeaderMap, HeaderValue, Response};
 
 use crate::body::Body;
 use crate::config::Config;
@@ -134,7 +141,7 @@ impl Gateway {
         Gateway {
             cache,
             sched: crate::sched::Scheduler::new(&config.scheduler, &registry),
-            log: RequestLog::new(&registry),
+            log: RequestLog::new(&config, &registry),
             limits: crate::limits::Limiter::new(&config, &registry),
             config,
             upstreams,
@@ -153,17 +160,21 @@ impl Gateway {
         self.models_json.clone()
     }
 
-    /// Serves one chat completion request: `body` as read by ingress, the client's
-    /// `headers`, `started` when its headers arrived.
+    /// Serves one chat completion request `id`: `body` as read by ingress, the
+    /// client's `headers`, `started` when its headers arrived. Returns the response
+    /// and the facts of its access line, which the caller writes when the response
+    /// body ends ([`Facts::emit`]); `None` when the body writes it itself (a stream
+    /// from a provider).
     pub async fn chat(
         self: &Arc<Self>,
         body: Bytes,
         headers: &HeaderMap,
         started: Instant,
-    ) -> Response<Body> {
-        let mut ctx = RequestCtx::new(started, Caller::default(), self.policy.load_full());
+        id: HeaderValue,
+    ) -> (Response<Body>, Option<Facts>) {
+        let mut ctx = RequestCtx::new(id, started, Caller::default(), self.policy.load_full());
         let result = self.phases(&mut ctx, body, headers).await;
-        respond::respond(self, &ctx, result)
+        respond::respond(self, ctx, result)
     }
 
     /// admit (authenticate, priority) → normalize → admit (model scope, limits and
@@ -180,10 +191,14 @@ impl Gateway {
         schedule::admit(ctx, headers)?;
         let mut chat = normalize::parse(ctx, body)?;
         chat.headers = crate::egress::forward::candidates(headers);
+        // Every attempt sends the request's id (`egress::forward` always forwards it).
+        chat.headers
+            .insert(crate::request_id::HEADER, ctx.id.clone());
         admit::check_model(ctx, &chat)?;
         limit::admit(self, ctx, &chat).await?;
         let features = normalize::request_features(self, ctx, &chat, headers);
         let mut plan = route::route(self, ctx, &chat, &features)?;
+        ctx.strategy = plan.call.as_ref().map(|c| c.strategy);
         let mut ticket = match cache::lookup(self, ctx, &chat, headers, plan.cache).await? {
             cache::Lookup::Served(resp) => return Ok(resp),
             cache::Lookup::Dispatch(ticket) => ticket,

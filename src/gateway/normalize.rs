@@ -26,8 +26,9 @@ use crate::routing::features::features;
 /// 400 naming the field at fault.
 pub fn parse(ctx: &mut RequestCtx, body: Bytes) -> Result<ChatRequest, GatewayError> {
     let chat = ChatRequest::parse_bytes(body)?;
-    crate::api::validate::check(&chat)?;
+    ctx.model.clone_from(&chat.model);
     ctx.stream = chat.is_stream();
+    crate::api::validate::check(&chat)?;
     Ok(chat)
 }
 

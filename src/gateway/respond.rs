@@ -1,7 +1,8 @@
 //! The respond phase: the one place a chat request's response is finished.
 //!
 //! An error becomes its OpenAI-shaped response here ([`GatewayError::to_response`]),
-//! the request is logged (a stream later, when it ends), and every `x-switchyard-*`
+//! the request is counted (a stream later, when it ends), its access-line facts are
+//! taken from the context ([`super::access`]), and every `x-switchyard-*`
 //! header is written by [`stamp`], which ingress also calls for the responses that
 //! never reach the gateway (so they name the policy version serving now).
 //!
@@ -14,11 +15,15 @@
 //! | `x-switchyard-attempts` | upstream attempts made, across endpoints and retries |
 //! | `x-switchyard-cache` | `hit`, `miss` or `bypass` (absent: caching not in play) |
 //! | `x-switchyard-cache-distance` | Hamming distance of a semantic hit |
+//! | `x-upstream-request-id` | the serving provider's id of its answer, when it sent one |
+//!
+//! (`x-request-id`, the request's own id, is written by ingress on every response.)
 //!
 //! A cache hit names `cache` as its endpoint.
 
 use http::{HeaderMap, HeaderName, HeaderValue, Response};
 
+use super::access::Facts;
 use super::ctx::RequestCtx;
 use super::Gateway;
 use crate::body::Body;
@@ -35,28 +40,46 @@ pub const ENDPOINT_HEADER: HeaderName = HeaderName::from_static("x-switchyard-en
 /// `x-switchyard-attempts`: upstream attempts made.
 pub const ATTEMPTS_HEADER: HeaderName = HeaderName::from_static("x-switchyard-attempts");
 
-/// Finishes a chat request's response from what the phases produced.
+/// Finishes a chat request's response from what the phases produced, and returns
+/// it with its access-line facts (`None` when its body writes the line: a stream
+/// from a provider).
 pub fn respond(
     gw: &Gateway,
-    ctx: &RequestCtx,
+    mut ctx: RequestCtx,
     result: Result<Response<Body>, GatewayError>,
-) -> Response<Body> {
+) -> (Response<Body>, Option<Facts>) {
+    let mut error = None;
     let mut resp = match result {
-        Ok(resp) => {
+        Ok(mut resp) => {
             if let (Some(ep), false) = (ctx.endpoint, ctx.stream) {
                 gw.log.served(ep, ctx.started);
             }
-            let mut resp = resp;
-            super::limit::settle_whole(ctx, &mut resp);
+            super::limit::settle_whole(&mut ctx, &mut resp);
             resp
         }
         Err(e) => {
             gw.log.failed(ctx.endpoint, &e);
+            error = Some(e.metric_kind());
             e.to_response()
         }
     };
-    stamp(gw, resp.headers_mut(), &ctx.snapshot.version, Some(ctx));
-    resp
+    stamp(gw, resp.headers_mut(), &ctx.snapshot.version, Some(&ctx));
+    if let Some(up) = &ctx.upstream_id {
+        resp.headers_mut()
+            .insert(crate::request_id::UPSTREAM_HEADER, up.clone());
+    }
+    if ctx.body_logs {
+        return (resp, None);
+    }
+    if ctx.upstream_id.is_none() {
+        ctx.upstream_id = resp
+            .headers()
+            .get(crate::request_id::UPSTREAM_HEADER)
+            .cloned();
+    }
+    let mut facts = Facts::take(&mut ctx, resp.status().as_u16());
+    facts.error = error;
+    (resp, Some(facts))
 }
 
 /// Writes the `x-switchyard-*` headers: the policy `version` always, and what `ctx`

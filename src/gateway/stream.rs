@@ -24,6 +24,11 @@
 //! it sends (a reference, not a copy; [`Tee`]) and hands them to the cache when
 //! the stream ends cleanly on its first endpoint with its finish reason sent. A
 //! stream that failed, was cut, or was continued elsewhere is not stored.
+//!
+//! The body writes the request's access line when it ends (or is dropped: the
+//! client went away), from its copy of the request's facts, the attempts its cursor
+//! made (the committed one timed to its last byte) and the usage it settles with;
+//! it polls inside the request's span, so its log lines name the request.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,6 +39,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
+use super::access::{End, Facts};
 use super::cache::Tee;
 use super::dispatch::{Cursor, Exchanged, Leg};
 use super::log::StreamStatus;
@@ -81,6 +87,15 @@ pub struct ClientStream {
     continued: bool,
     /// The frames sent so far, for the cache (`None`: not stored).
     tee: Option<Box<Tee>>,
+    /// The request's access-line facts (`None`: not logged here).
+    access: Option<Facts>,
+    /// The estimated prompt tokens, for the usage of a stream without a provider
+    /// count.
+    prompt_tokens: u64,
+    /// The request's span, entered while polling.
+    span: tracing::Span,
+    /// Time from the request's arrival to the stream's first content.
+    ttft: Option<std::time::Duration>,
 }
 
 impl ClientStream {
@@ -92,7 +107,8 @@ impl ClientStream {
         leg: Box<Leg>,
         cursor: Box<Cursor>,
     ) -> Self {
-        if leg.ttft.is_some() {
+        let ttft = leg.ttft.map(|_| started.elapsed());
+        if ttft.is_some() {
             gw.log.first_token(leg.ep, started);
         }
         ClientStream {
@@ -107,7 +123,19 @@ impl ClientStream {
             reported: None,
             continued: false,
             tee: None,
+            access: None,
+            prompt_tokens: 0,
+            span: tracing::Span::current(),
+            ttft,
         }
+    }
+
+    /// Writes the request's access line from `facts` when the stream ends;
+    /// `prompt_tokens` (estimated) is its input when the provider reports no usage.
+    pub(super) fn logging(mut self, facts: Facts, prompt_tokens: u64) -> Self {
+        self.access = Some(facts);
+        self.prompt_tokens = prompt_tokens;
+        self
     }
 
     /// Keeps the frames sent with `tee`, to store the stream when it ends cleanly.
@@ -122,25 +150,59 @@ impl ClientStream {
     /// each) out.
     pub(super) fn settling(mut self, permit: Arc<Permit>, prompt_tokens: u64) -> Self {
         self.permit = Some((permit, prompt_tokens));
+        self.prompt_tokens = prompt_tokens;
         self
     }
 
+    /// The stream's usage: the provider's report for a stream that completed
+    /// without a continuation, else the estimated prompt tokens in and the content
+    /// pieces sent (about a token each) out.
+    fn usage(&self) -> Usage {
+        match self.reported.filter(|_| !self.continued) {
+            Some(u) => u,
+            None => Usage::new(self.prompt_tokens, self.pieces),
+        }
+    }
+
     fn settle(&mut self) {
-        if let Some((permit, prompt)) = self.permit.take() {
-            let usage = match self.reported.filter(|_| !self.continued) {
-                Some(u) => u,
-                None => Usage::new(prompt, self.pieces),
-            };
-            permit.settle(Some(self.ep), &usage);
+        if let Some((permit, _)) = self.permit.take() {
+            permit.settle(Some(self.ep), &self.usage());
+        }
+    }
+
+    /// Copies the attempts of `cursor` into the access facts; `leg`: the committed
+    /// attempt's send time, which times it to now.
+    fn note(&mut self, cursor: &Cursor, leg: Option<Instant>) {
+        let Some(f) = &mut self.access else { return };
+        f.tried.clone_from(&cursor.tried);
+        if let (Some(began), Some(t)) = (leg, f.tried.last_mut()) {
+            *t = super::access::Try::new(t.ep as usize, t.status, began.elapsed());
         }
     }
 
     fn end(&mut self, status: StreamStatus) {
         self.state = State::Ended;
         self.settle();
-        if !self.logged {
-            self.logged = true;
-            self.gw.log.stream_ended(self.ep, self.started, status);
+        self.logged(status);
+    }
+
+    /// Counts the stream's end and writes its access line, once.
+    fn logged(&mut self, status: StreamStatus) {
+        if self.logged {
+            return;
+        }
+        self.logged = true;
+        self.gw.log.stream_ended(self.ep, self.started, status);
+        if let Some(mut f) = self.access.take() {
+            f.endpoint = Some(self.ep);
+            f.ttft = self.ttft;
+            f.usage = Some(self.usage());
+            let end = match status {
+                StreamStatus::Completed => End::Ok,
+                StreamStatus::Failed => End::StreamError,
+                StreamStatus::ClientGone => End::ClientGone,
+            };
+            f.emit(&self.gw, end);
         }
     }
 
@@ -160,6 +222,7 @@ impl ClientStream {
             ep,
             began,
             ttft,
+            ..
         } = *leg;
         let mut relay = relay;
         // A failed stream is never stored, even one whose answer was whole.
@@ -170,6 +233,7 @@ impl ClientStream {
         if sent.finished {
             // Only the end of the stream was lost; the answer itself (text or tool
             // calls) is whole: end it as a clean close would.
+            self.note(&cursor, Some(began));
             self.pending = Some(relay.close_after_finish());
             drop(relay);
             attempt.succeeded(ttft);
@@ -187,11 +251,16 @@ impl ClientStream {
             if e.kind != ErrorKind::ShuttingDown {
                 self.gw.log.upstream_error(ep, &e);
             }
+            self.note(&cursor, Some(began));
+            if let Some(t) = self.access.as_mut().and_then(|f| f.tried.last_mut()) {
+                t.status = e.upstream_status.unwrap_or(e.status());
+            }
             self.end_with_error(&e);
             return;
         }
         tracing::info!(error = %e, pieces = sent.pieces, "stream failed mid-answer; continuing on the next endpoint");
         cursor.failed_mid_stream(ep, e, began.elapsed());
+        self.note(&cursor, None);
         let continuing = Box::pin(async move {
             let mut cursor = *cursor;
             let result = cursor.run(Some(&sent)).await;
@@ -202,15 +271,10 @@ impl ClientStream {
     }
 }
 
-impl HttpBody for ClientStream {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.get_mut();
+impl ClientStream {
+    /// [`HttpBody::poll_frame`], inside the request's span.
+    fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self;
         loop {
             if let Some(b) = this.pending.take() {
                 return Poll::Ready(Some(Ok(Frame::data(b))));
@@ -228,9 +292,10 @@ impl HttpBody for ClientStream {
                         return Poll::Ready(Some(Ok(Frame::data(b))));
                     }
                     Poll::Ready(Some(Step::Done)) | Poll::Ready(None) => {
-                        if let State::Relaying(leg, _) =
+                        if let State::Relaying(leg, cursor) =
                             std::mem::replace(&mut this.state, State::Ended)
                         {
+                            this.note(&cursor, Some(leg.began));
                             let sent = leg.relay.sent();
                             this.pieces = sent.pieces;
                             this.reported = sent.usage;
@@ -267,14 +332,16 @@ impl HttpBody for ClientStream {
                         this.ep = leg.ep;
                         this.state = State::Relaying(leg, Box::new(cursor));
                     }
-                    Poll::Ready((_, Ok(Exchanged::Whole(_)))) => {
+                    Poll::Ready((cursor, Ok(Exchanged::Whole(_)))) => {
+                        this.note(&cursor, None);
                         let e = GatewayError::new(
                             ErrorKind::Internal,
                             "the continuation of a stream answered with a whole response",
                         );
                         this.end_with_error(&e);
                     }
-                    Poll::Ready((_, Err(mut e))) => {
+                    Poll::Ready((cursor, Err(mut e))) => {
+                        this.note(&cursor, None);
                         e.message = format!(
                             "the stream broke mid-answer and could not be continued: {}",
                             e.message
@@ -284,6 +351,23 @@ impl HttpBody for ClientStream {
                 },
             }
         }
+    }
+}
+
+impl HttpBody for ClientStream {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        // Polled inside the request's span (taken out for the call: no clone).
+        let span = std::mem::replace(&mut this.span, tracing::Span::none());
+        let polled = span.in_scope(|| this.poll_body(cx));
+        this.span = span;
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
@@ -299,15 +383,13 @@ impl Drop for ClientStream {
     fn drop(&mut self) {
         // Dropped before its end: the client went away. The attempt in flight (if
         // any) counts as neither success nor failure when it drops.
-        if let State::Relaying(leg, _) = &self.state {
+        let span = std::mem::replace(&mut self.span, tracing::Span::none());
+        let _in = span.enter();
+        if let State::Relaying(leg, cursor) = std::mem::replace(&mut self.state, State::Ended) {
             self.pieces = leg.relay.sent().pieces;
+            self.note(&cursor, Some(leg.began));
         }
         self.settle();
-        if !self.logged {
-            self.logged = true;
-            self.gw
-                .log
-                .stream_ended(self.ep, self.started, StreamStatus::ClientGone);
-        }
+        self.logged(StreamStatus::ClientGone);
     }
 }

@@ -52,12 +52,24 @@ def test_models_lists_the_logical_model(client):
 # ------------------------------------------------------------------------------- chat
 
 
+def test_request_id_sent_by_the_client_comes_back_as_request_id(client):
+    r = client.chat.completions.create(
+        model=LOGICAL_MODEL,
+        messages=PROMPT,
+        extra_headers={"x-request-id": "sdk-trace-16"},
+        **GREEDY,
+    )
+    assert r._request_id == "sdk-trace-16"
+
+
 def test_chat_non_streaming(client):
     r = client.chat.completions.create(model=LOGICAL_MODEL, messages=PROMPT, **GREEDY)
     assert r.object == "chat.completion"
     # The response names the logical model the client asked for, not the upstream's.
     assert r.model == LOGICAL_MODEL
     assert len(r.choices) == 1
+    # The SDK reads `x-request-id` into `_request_id`: Switchyard generates one.
+    assert r._request_id and r._request_id.startswith("req_"), r._request_id
     choice = r.choices[0]
     assert choice.message.role == "assistant"
     assert choice.message.content and choice.message.content.strip()

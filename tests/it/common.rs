@@ -126,6 +126,104 @@ pub fn serve(config: &str) -> Proc {
     )
 }
 
+/// The lines a child process wrote to stderr, collected as they arrive.
+#[derive(Clone, Default)]
+pub struct Logs(pub std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Logs {
+    /// The JSON access lines (`--log-format json`, target `switchyard::access`)
+    /// written so far whose `request_id` is `id`: their `fields` objects.
+    pub fn access(&self, id: &str) -> Vec<serde_json::Value> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["target"] == "switchyard::access")
+            .map(|v| v["fields"].clone())
+            .filter(|f| f["request_id"] == id)
+            .collect()
+    }
+
+    /// Waits (up to 10 s) until request `id` has an access line, and returns its
+    /// access lines.
+    pub async fn wait_access(&self, id: &str) -> Vec<serde_json::Value> {
+        let started = std::time::Instant::now();
+        loop {
+            let lines = self.access(id);
+            if !lines.is_empty() {
+                return lines;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "no access line for request {id}; stderr:\n{}",
+                self.0.lock().unwrap().join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Starts `switchyard serve` with `config`, writing JSON logs (warnings and the
+/// access lines) to a pipe collected into the returned [`Logs`].
+#[allow(clippy::zombie_processes)] // Proc's Drop kills and waits.
+pub fn serve_logged(config: &str) -> (Proc, Logs) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("switchyard.yaml");
+    std::fs::write(&path, config).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args([
+            "--log-format",
+            "json",
+            "--log",
+            "warn,switchyard::access=info",
+        ])
+        .args([
+            "serve",
+            "--config",
+            path.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start switchyard");
+    let logs = Logs::default();
+    let sink = logs.clone();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            sink.0.lock().unwrap().push(line);
+        }
+    });
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = reader.read_line(&mut line).expect("read stdout");
+        assert!(n > 0, "switchyard serve exited before listening");
+        if let Some(rest) = line.trim().strip_prefix("switchyard listening on") {
+            let addr: SocketAddr = rest.trim().parse().expect("address");
+            std::thread::spawn(move || {
+                let mut sink = String::new();
+                while reader.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {
+                    sink.clear();
+                }
+            });
+            // (Its stderr goes to `logs`, not to `Proc::stderr`.)
+            let proc = Proc {
+                child,
+                addr,
+                _dir: Some(dir),
+                stderr: Default::default(),
+            };
+            return (proc, logs);
+        }
+    }
+}
+
 /// Starts `switchyard serve` with `config` and policy files `(name, text)` in a
 /// `policies/` directory beside it.
 pub fn serve_with_policies(config: &str, policies: &[(&str, &str)]) -> Proc {

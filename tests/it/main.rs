@@ -14,6 +14,7 @@ mod fidelity;
 mod first_hour;
 mod limits;
 mod mock_formats;
+mod operator;
 mod policy;
 mod provider_bad_input;
 mod proxy;

@@ -1,0 +1,329 @@
+//! The access line: exactly one structured log line per chat request, written when
+//! its response body ends (the last byte sent, the stream's end, or the client gone).
+//!
+//! The line is one `tracing` event at `info` with target `switchyard::access`, so
+//! `--log-format json` makes it one JSON object and `--log` filters it like any other
+//! (`--log warn,switchyard::access=info` keeps only it and warnings). Its facts are
+//! the ones the phases already recorded in the [`RequestCtx`] ([`Facts`] takes them
+//! when the response is ready); the usage is the one the respond phase read for the
+//! rate-limit settlement (a whole answer) or the stream relay kept (a stream), never
+//! parsed again. The event is formatted once, by the subscriber.
+//!
+//! Who writes it:
+//! - a whole answer, an error, a cache hit: ingress's response body wrapper, from the
+//!   [`Facts`] [`super::Gateway::chat`] hands it, when the body ends or is dropped;
+//! - a stream from a provider: its body ([`super::stream`]), when it ends.
+//!
+//! The same moment records the per-request metrics that need the whole request:
+//! tokens, cost, attempts, retries and fallbacks ([`super::log::RequestLog::finished`]).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::HeaderValue;
+use smallvec::SmallVec;
+
+use super::cache::CacheStatus;
+use super::ctx::RequestCtx;
+use super::Gateway;
+use crate::api::Usage;
+use crate::error::GatewayError;
+use crate::policy::ast::PriorityLevel;
+use crate::routing::policy::PolicySnapshot;
+
+/// The access line's `api`: the inbound API of the request.
+pub const CHAT_API: &str = "openai.chat_completions";
+
+/// One upstream attempt, as the access line lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Try {
+    /// Endpoint index (the registry's).
+    pub ep: u32,
+    /// Its HTTP status: the provider's, or for a failure without one (no answer,
+    /// a timeout, a broken stream) the gateway's status for it (502, 504, ...); 200
+    /// for the attempt that served.
+    pub status: u16,
+    /// Milliseconds from sending it to its end (a stream: to its last byte).
+    pub ms: u32,
+}
+
+impl Try {
+    /// Attempt on endpoint `ep` that ended with `status` after `took`.
+    pub fn new(ep: usize, status: u16, took: Duration) -> Try {
+        Try {
+            ep: ep as u32,
+            status,
+            ms: took.as_millis().min(u128::from(u32::MAX)) as u32,
+        }
+    }
+}
+
+impl Try {
+    /// Attempt on endpoint `ep` that failed with `e` after `took`.
+    pub fn failed(ep: usize, e: &GatewayError, took: Duration) -> Try {
+        Try::new(ep, e.upstream_status.unwrap_or(e.status()), took)
+    }
+}
+
+/// Every attempt of one request, in order (inline up to four: no allocation).
+pub type Tried = SmallVec<[Try; 4]>;
+
+/// How a request ended, for its access line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The whole answer or the complete stream was sent (`outcome` `ok`).
+    Ok,
+    /// The request ended with an error (its kind, `GatewayError::metric_kind`).
+    Error(&'static str),
+    /// A stream that began with 200 ended with an error event.
+    StreamError,
+    /// The client went away before the end of the body.
+    ClientGone,
+}
+
+impl End {
+    fn outcome(self) -> &'static str {
+        match self {
+            End::Ok => "ok",
+            End::Error(_) => "error",
+            End::StreamError => "stream_error",
+            End::ClientGone => "client_gone",
+        }
+    }
+}
+
+/// What the access line of one request says, taken from its [`RequestCtx`].
+#[derive(Debug)]
+pub struct Facts {
+    /// The request id (`x-request-id`).
+    pub id: HeaderValue,
+    /// When the request's headers arrived.
+    pub started: Instant,
+    /// The caller's key id and org.
+    pub key: Option<String>,
+    /// The caller's organization.
+    pub org: Option<String>,
+    /// The logical model asked for (empty: the body was not parsed).
+    pub model: String,
+    /// The policy set the request ran on.
+    pub snapshot: Arc<PolicySnapshot>,
+    /// The route and rule that decided.
+    pub route: Option<String>,
+    /// The rule.
+    pub rule: Option<String>,
+    /// The strategy of the decision (`Some(None)`: built-in `priority`).
+    pub strategy: Option<Option<u32>>,
+    /// The request's final priority (after the policy's `set priority`).
+    pub priority: PriorityLevel,
+    /// Time its attempts waited in endpoint queues (`None`: none waited).
+    pub queue_wait: Option<Duration>,
+    /// Time it was held for the off-peak window (`None`: not held).
+    pub held: Option<Duration>,
+    /// Whether the client asked for a stream.
+    pub stream: bool,
+    /// What the cache phase did.
+    pub cache: Option<CacheStatus>,
+    /// Every attempt.
+    pub tried: Tried,
+    /// The endpoint that served (or the last one tried).
+    pub endpoint: Option<usize>,
+    /// Whether `endpoint` served the answer.
+    pub served: bool,
+    /// The final HTTP status of the response head.
+    pub status: u16,
+    /// Time to the first content of a stream.
+    pub ttft: Option<Duration>,
+    /// The served answer's usage (the provider's, or the gateway's estimate for a
+    /// stream that reported none).
+    pub usage: Option<Usage>,
+    /// The serving provider's id of its answer.
+    pub upstream_id: Option<HeaderValue>,
+    /// The error the request ended with (its kind), for a response made from one.
+    pub error: Option<&'static str>,
+}
+
+impl Facts {
+    /// Takes the facts out of `ctx` (the strings move; `ctx` is spent), for a
+    /// response with `status`.
+    pub fn take(ctx: &mut RequestCtx, status: u16) -> Facts {
+        Facts {
+            id: ctx.id.clone(),
+            started: ctx.started,
+            key: ctx.caller.api_key.take(),
+            org: ctx.caller.org.take(),
+            model: std::mem::take(&mut ctx.model),
+            snapshot: ctx.snapshot.clone(),
+            route: ctx.route.take(),
+            rule: ctx.rule.take(),
+            strategy: ctx.strategy,
+            priority: ctx.priority,
+            queue_wait: (!ctx.queued.is_zero()).then_some(ctx.queued),
+            held: ctx.held,
+            stream: ctx.stream,
+            cache: ctx.cache,
+            tried: std::mem::take(&mut ctx.tried),
+            endpoint: ctx.endpoint,
+            served: ctx.served,
+            status,
+            ttft: None,
+            usage: ctx.usage.take(),
+            upstream_id: ctx.upstream_id.take(),
+            error: None,
+        }
+    }
+
+    /// The facts of request `id` (arrived at `started`) that ended with `e` before
+    /// the gateway's phases ran (ingress could not read its body).
+    pub fn refused(gw: &Gateway, id: HeaderValue, started: Instant, e: &GatewayError) -> Facts {
+        let caller = crate::routing::features::Caller::default();
+        let mut ctx = RequestCtx::new(id, started, caller, gw.policy.load_full());
+        let mut facts = Facts::take(&mut ctx, e.status());
+        facts.error = Some(e.metric_kind());
+        facts
+    }
+
+    /// A copy of the facts of `ctx` for a stream's body, which outlives the respond
+    /// phase (the respond phase still reads `ctx` for the response headers).
+    pub fn copy(ctx: &RequestCtx) -> Facts {
+        Facts {
+            id: ctx.id.clone(),
+            started: ctx.started,
+            key: ctx.caller.api_key.clone(),
+            org: ctx.caller.org.clone(),
+            model: ctx.model.clone(),
+            snapshot: ctx.snapshot.clone(),
+            route: ctx.route.clone(),
+            rule: ctx.rule.clone(),
+            strategy: ctx.strategy,
+            priority: ctx.priority,
+            queue_wait: (!ctx.queued.is_zero()).then_some(ctx.queued),
+            held: ctx.held,
+            stream: ctx.stream,
+            cache: ctx.cache,
+            tried: ctx.tried.clone(),
+            endpoint: ctx.endpoint,
+            served: ctx.served,
+            status: 200,
+            ttft: None,
+            usage: None,
+            upstream_id: ctx.upstream_id.clone(),
+            error: None,
+        }
+    }
+
+    /// Writes the access line of a response whose body was sent whole (`complete`)
+    /// or dropped before its end (the client went away).
+    pub fn emit_body_end(&self, gw: &Gateway, complete: bool) {
+        let end = match (self.error, complete) {
+            (Some(kind), _) => End::Error(kind),
+            (None, true) => End::Ok,
+            (None, false) => End::ClientGone,
+        };
+        self.emit(gw, end);
+    }
+
+    /// Writes the access line for a request that ended as `end`, and records the
+    /// per-request metrics that need the whole request.
+    pub fn emit(&self, gw: &Gateway, end: End) {
+        let latency = self.started.elapsed();
+        let cost = gw.log.finished(self, end);
+        let endpoint = self
+            .endpoint
+            .and_then(|i| gw.registry.endpoints.get(i))
+            .filter(|_| self.served);
+        let hit = matches!(self.cache, Some(CacheStatus::Hit { .. }));
+        let provider = endpoint
+            .and_then(|e| gw.upstreams.get(e.provider))
+            .map(|u| u.name.as_str());
+        let endpoint_id = match (endpoint, hit) {
+            (_, true) => Some(super::log::CACHE_ENDPOINT),
+            (Some(e), false) => Some(&*e.id),
+            (None, false) => None,
+        };
+        let usage = self.usage.as_ref();
+        let details = |u: &Usage| {
+            (
+                u.prompt_tokens_details.map_or(0, |d| d.cached_tokens),
+                u.completion_tokens_details
+                    .map_or(0, |d| d.reasoning_tokens),
+            )
+        };
+        let (cached, reasoning) = usage.map(details).unzip();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let error = match end {
+            End::Error(kind) => Some(kind),
+            _ => None,
+        };
+        tracing::info!(
+            target: "switchyard::access",
+            request_id = crate::request_id::as_str(&self.id),
+            key = self.key.as_deref(),
+            org = self.org.as_deref(),
+            api = CHAT_API,
+            model = Some(&*self.model).filter(|m| !m.is_empty()),
+            policy = &*self.snapshot.version,
+            route = self.route.as_deref(),
+            rule = self.rule.as_deref(),
+            strategy = self.strategy.map(|s| strategy_name(&self.snapshot, s)),
+            priority = self.priority.as_str(),
+            queue_wait_ms = self.queue_wait.map(ms),
+            held_ms = self.held.map(ms),
+            attempts = %Attempts { gw, tried: &self.tried },
+            attempt_count = self.tried.len(),
+            endpoint = endpoint_id,
+            provider,
+            upstream_request_id = self.upstream_id.as_ref().map(crate::request_id::as_str),
+            status = self.status,
+            outcome = end.outcome(),
+            error,
+            stream = self.stream,
+            ttft_ms = self.ttft.map(ms),
+            latency_ms = ms(latency),
+            input_tokens = usage.map(|u| u.prompt_tokens),
+            output_tokens = usage.map(|u| u.completion_tokens),
+            cached_tokens = cached,
+            reasoning_tokens = reasoning,
+            cost_usd = cost,
+            cache = self.cache.map(CacheStatus::as_str),
+            "access"
+        );
+    }
+}
+
+/// The name of strategy `index` of `snapshot` (`None`: the built-in `priority`).
+fn strategy_name(snapshot: &PolicySnapshot, index: Option<u32>) -> &str {
+    match index {
+        None => "priority",
+        Some(i) => snapshot
+            .compiled
+            .checked()
+            .strategies
+            .get(i as usize)
+            .map_or("?", |s| s.name.as_str()),
+    }
+}
+
+/// The access line's `attempts`: `endpoint@provider:status:ms` per attempt, comma
+/// separated, written straight into the line.
+struct Attempts<'a> {
+    gw: &'a Gateway,
+    tried: &'a [Try],
+}
+
+impl fmt::Display for Attempts<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (n, t) in self.tried.iter().enumerate() {
+            let ep = self.gw.registry.endpoints.get(t.ep as usize);
+            let id = ep.map_or("?", |e| &*e.id);
+            let provider = ep
+                .and_then(|e| self.gw.upstreams.get(e.provider))
+                .map_or("?", |u| u.name.as_str());
+            if n > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{id}@{provider}:{}:{}", t.status, t.ms)?;
+        }
+        Ok(())
+    }
+}
