@@ -62,7 +62,10 @@ fn main() {
     };
     if bench {
         // One timed run of the target case, printed beside criterion's statistics.
-        for (name, text) in [("tenants", tenants(10_000)), ("token_bands", token_bands(10_000))] {
+        for (name, text) in [
+            ("tenants", tenants(10_000)),
+            ("token_bands", token_bands(10_000)),
+        ] {
             let t = Instant::now();
             let n = lint_once(&text);
             println!(

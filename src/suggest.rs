@@ -32,7 +32,13 @@ where
     candidates
         .into_iter()
         .filter(|c| *c != word)
-        .map(|c| (levenshtein(&lower, &c.to_lowercase()), levenshtein(word, c), c))
+        .map(|c| {
+            (
+                levenshtein(&lower, &c.to_lowercase()),
+                levenshtein(word, c),
+                c,
+            )
+        })
         .filter(|(d, _, _)| *d <= limit)
         .min_by_key(|(d, exact, _)| (*d, *exact))
         .map(|(_, _, c)| c)

@@ -434,13 +434,20 @@ fn lint_not_utf8_gives_a_code_and_a_location() {
     let p = dir.path().join("latin1.policy");
     std::fs::write(&p, b"route r {\n  # caf\xe9\n  default use model\n}\n").expect("writable");
     let o = run(
-        &["lint", "--config", c.to_str().unwrap_or(""), p.to_str().unwrap_or("")],
+        &[
+            "lint",
+            "--config",
+            c.to_str().unwrap_or(""),
+            p.to_str().unwrap_or(""),
+        ],
         dir.path(),
     );
     let text = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{text}");
     assert!(
-        text.contains("error[E0106]") && text.contains("latin1.policy:2:8") && text.contains("0xE9"),
+        text.contains("error[E0106]")
+            && text.contains("latin1.policy:2:8")
+            && text.contains("0xE9"),
         "{text}"
     );
 }
@@ -457,7 +464,13 @@ fn lint_deny_warnings_accepts_fallbacks_behind_filtering_strategies() {
         "route fast when request.stream {\n  fallback \"claude-sonnet\"\n  default use \"claude-sonnet\" via least_latency\n}\n\nroute cheap {\n  fallback \"gpt-4o\"\n  default use any via cost_optimized(max_latency = 1s)\n}\n",
     );
     let o = run(
-        &["lint", "--config", c.to_str().unwrap_or(""), "--deny-warnings", p.to_str().unwrap_or("")],
+        &[
+            "lint",
+            "--config",
+            c.to_str().unwrap_or(""),
+            "--deny-warnings",
+            p.to_str().unwrap_or(""),
+        ],
         dir.path(),
     );
     assert_success(&o);
@@ -474,15 +487,24 @@ fn test_command_skips_tests_over_the_budget() {
         "route r {\n  default use \"gpt-4o\"\n}\n\ntest \"many\" {\n  request { model = \"gpt-4o\" }\n  sample 500 by api_key\n  expect share endpoint \"openai/gpt-4o\" = 100% within 1%\n}\n\ntest \"one\" {\n  request { model = \"gpt-4o\" }\n  expect endpoint \"openai/gpt-4o\"\n}\n",
     );
     let p = p.to_str().unwrap_or("");
-    let o = run(&["test", "--config", c, "--test-budget", "100", p], dir.path());
+    let o = run(
+        &["test", "--config", c, "--test-budget", "100", p],
+        dir.path(),
+    );
     let text = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{text}");
-    assert!(text.contains("SKIP many") && text.contains("PASS one"), "{text}");
+    assert!(
+        text.contains("SKIP many") && text.contains("PASS one"),
+        "{text}"
+    );
     assert!(
         text.contains("1 passed, 0 failed, 1 skipped: over the total test budget of 100 requests"),
         "{text}"
     );
-    assert_success(&run(&["test", "--config", c, "--test-budget", "0", p], dir.path()));
+    assert_success(&run(
+        &["test", "--config", c, "--test-budget", "0", p],
+        dir.path(),
+    ));
     assert_success(&run(&["test", "--config", c, p], dir.path()));
 }
 
@@ -494,8 +516,17 @@ fn dry_run_reports_the_engine_that_decided() {
     for (engine, want) in [("interp", "interp"), ("jit", "jit"), ("both", "both")] {
         let o = run(
             &[
-                "dry-run", "--config", c.to_str().unwrap_or(""), "--request", req,
-                "--engine", engine, "--format", "json", "--time", "0",
+                "dry-run",
+                "--config",
+                c.to_str().unwrap_or(""),
+                "--request",
+                req,
+                "--engine",
+                engine,
+                "--format",
+                "json",
+                "--time",
+                "0",
             ],
             dir.path(),
         );

@@ -255,10 +255,13 @@ fn pest_error(e: pest::error::Error<Rule>, file: FileId, text: &str) -> Diagnost
     }
     match text.get(start..).and_then(|r| r.chars().next()) {
         Some('\u{feff}') => {
-            return d.with_help("the file contains a byte order mark (U+FEFF); save it as UTF-8 without a BOM")
+            return d.with_help(
+                "the file contains a byte order mark (U+FEFF); save it as UTF-8 without a BOM",
+            )
         }
         Some('\0') => {
-            return d.with_help("the file contains a NUL byte (U+0000); policy files are plain text")
+            return d
+                .with_help("the file contains a NUL byte (U+0000); policy files are plain text")
         }
         _ => {}
     }
@@ -296,7 +299,9 @@ fn unterminated_string(text: &str, pos: usize, file: FileId) -> Option<Diagnosti
             "this string is not closed: the line ends before its closing `\"`",
         )
         .with_span_label("unterminated string")
-        .with_help("add the closing `\"`; a string cannot span lines (write `\\n` for a line break)"),
+        .with_help(
+            "add the closing `\"`; a string cannot span lines (write `\\n` for a line break)",
+        ),
     )
 }
 

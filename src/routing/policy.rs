@@ -19,8 +19,8 @@ use crate::config::Config;
 use crate::policy::ast::Item;
 use crate::policy::diagnostic::render_all;
 use crate::policy::jit::engine::{run_tests_budgeted, EngineMode};
-use crate::policy::testing::DEFAULT_TEST_BUDGET;
 use crate::policy::jit::CompiledPolicySet;
+use crate::policy::testing::DEFAULT_TEST_BUDGET;
 use crate::policy::{
     parser, CheckedPolicySet, Registry, RegistryEndpoint, RegistryModel, SourceMap,
 };

@@ -131,10 +131,15 @@ impl Checker<'_> {
                             Diagnostic::error(
                                 codes::OUT_OF_RANGE,
                                 r.span,
-                                format!("the range of `{}` is empty: no number lies in it", p.name.name),
+                                format!(
+                                    "the range of `{}` is empty: no number lies in it",
+                                    p.name.name
+                                ),
                             )
                             .with_span_label("empty range")
-                            .with_help(format!("write `[{lo}, {lo}]` for the single value, or widen the range")),
+                            .with_help(format!(
+                                "write `[{lo}, {lo}]` for the single value, or widen the range"
+                            )),
                         );
                         ok = false;
                         None

@@ -234,10 +234,22 @@ impl<'a> Conv<'a> {
             _ => {
                 let s: BTreeSet<SVal> =
                     list.iter().map(|c| self.sval(*c)).collect::<Option<_>>()?;
-                let s = if negated {
-                    FinSet::NotIn(s)
-                } else {
-                    FinSet::In(s)
+                // Priorities and booleans have a finite universe: `not in` is the
+                // rest of it, so a list naming every level is provably always true.
+                let universe: Option<BTreeSet<SVal>> = match domain::kind(f).0 {
+                    Kind::Prio => Some(
+                        crate::policy::ast::PriorityLevel::ALL
+                            .iter()
+                            .map(|(_, l)| SVal::Prio(*l))
+                            .collect(),
+                    ),
+                    Kind::Bool => Some([SVal::Bool(false), SVal::Bool(true)].into()),
+                    _ => None,
+                };
+                let s = match (negated, universe) {
+                    (true, Some(u)) => FinSet::In(u.difference(&s).cloned().collect()),
+                    (true, None) => FinSet::NotIn(s),
+                    (false, _) => FinSet::In(s),
                 };
                 Some(Some(
                     Cube::of_field(FieldC::set(f, s)).into_iter().collect(),

@@ -43,9 +43,10 @@ fn range(e: &TExpr) -> Option<(String, Range)> {
                 EpField::Health | EpField::Capacity | EpField::ErrorRate | EpField::Quality => {
                     Range::Float(0.0, 1.0)
                 }
-                EpField::LatencyEwmaMs | EpField::TtftEwmaMs | EpField::CostIn | EpField::CostOut => {
-                    Range::Float(0.0, f64::INFINITY)
-                }
+                EpField::LatencyEwmaMs
+                | EpField::TtftEwmaMs
+                | EpField::CostIn
+                | EpField::CostOut => Range::Float(0.0, f64::INFINITY),
                 EpField::InFlight | EpField::ContextWindow => Range::Int(0, i64::MAX),
                 EpField::Weight | EpField::Priority => Range::Int(0, U32),
                 _ => return None,
@@ -139,8 +140,7 @@ fn check(e: &TExpr) -> Option<Diagnostic> {
         Range::Int(i, _) => i as f64,
         Range::Float(f, _) => f,
     };
-    d = if matches!(fr, Range::Float(lo, hi) if lo == 0.0 && hi == 1.0) && kv > 1.0 && kv <= 100.0
-    {
+    d = if matches!(fr, Range::Float(lo, hi) if lo == 0.0 && hi == 1.0) && kv > 1.0 && kv <= 100.0 {
         let frac = kv / 100.0;
         d.with_help(format!(
             "`{name}` is a fraction, not a percentage: write {frac:.2} (or {kv}%) for {kv} percent"
@@ -162,7 +162,12 @@ fn roots(set: &CheckedPolicySet) -> Vec<&TExpr> {
         v.extend(r.set_priority.iter().filter_map(|s| s.when.as_ref()));
         for rule in r.rules.iter().chain(std::iter::once(&r.default)) {
             v.extend(&rule.when);
-            v.extend(rule.body.set_priority.iter().filter_map(|s| s.when.as_ref()));
+            v.extend(
+                rule.body
+                    .set_priority
+                    .iter()
+                    .filter_map(|s| s.when.as_ref()),
+            );
             if let Some(CTerminal::Split(s)) = &rule.body.terminal {
                 v.extend(s.arms.iter().filter_map(|a| a.rollback.as_ref()));
             }

@@ -2,8 +2,8 @@
 //! overlaps at equal priority, and split keys (W0201..W0205, W0207).
 
 use super::dnf::Conv;
-use super::index::Index;
 use super::domain::{self, Cube, Dnf, FieldC};
+use super::index::Index;
 use super::{codes, witness, AstIndex};
 use crate::policy::checked::*;
 use crate::policy::diagnostic::Diagnostic;

@@ -273,7 +273,11 @@ fn lint_with_builtins(text: &str, reg: &Registry) -> Vec<Diagnostic> {
     }
     let id = m.add("t.policy", text);
     let out = lint_sources(&m, reg);
-    assert!(out.set.is_some(), "expected a valid policy: {:?}", out.diagnostics);
+    assert!(
+        out.set.is_some(),
+        "expected a valid policy: {:?}",
+        out.diagnostics
+    );
     out.diagnostics
         .into_iter()
         .filter(|d| d.span.is_some_and(|s| s.file == id))
@@ -310,7 +314,10 @@ fn w0206_is_quiet_when_the_strategy_can_drop_what_the_fallback_adds_back() {
     let wrr = "route r {\n  fallback endpoint \"azure/gpt-4o\"\n  default use \"gpt-4o\" via weighted_round_robin\n}\n";
     assert!(lint_with_builtins(wrr, &zero).is_empty());
     // With every weight positive the filter provably keeps both: the warning stays.
-    assert_eq!(codes(&lint_with_builtins(wrr, &reg)), [codes::UNUSED_TARGET]);
+    assert_eq!(
+        codes(&lint_with_builtins(wrr, &reg)),
+        [codes::UNUSED_TARGET]
+    );
     // A filter that is true for the call's arguments drops nothing either.
     let d = lint_with_builtins(
         "route r {\n  rule s when request.stream {\n    use \"gpt-4o\" via cost_optimized(strict = false)\n    fallback \"gpt-4o\"\n  }\n  default use model\n}\n",
@@ -326,7 +333,8 @@ fn a_fallback_covered_by_an_earlier_fallback_is_never_tried() {
     );
     assert_eq!(codes(&d), [codes::UNUSED_TARGET], "{d:?}");
     assert!(
-        d[0].message.contains("through the earlier fallback target \"claude-sonnet\""),
+        d[0].message
+            .contains("through the earlier fallback target \"claude-sonnet\""),
         "{}",
         d[0].message
     );
@@ -356,9 +364,16 @@ fn constant_conditions_on_request_priority() {
         "route r {\n  set priority high when request.priority < \"low\"\n  default use model\n}\n",
     );
     assert_eq!(codes(&d), [codes::CONSTANT_CONDITION], "{d:?}");
-    assert!(d[0].message.contains("`set priority high`"), "{}", d[0].message);
+    assert!(
+        d[0].message.contains("`set priority high`"),
+        "{}",
+        d[0].message
+    );
     // A real test on the priority stays quiet.
-    assert!(codes_of("route r when request.priority >= \"high\" {\n  default use model\n}\n").is_empty());
+    assert!(
+        codes_of("route r when request.priority >= \"high\" {\n  default use model\n}\n")
+            .is_empty()
+    );
 }
 
 #[test]
@@ -461,6 +476,9 @@ fn index_matches_pairwise_scan() {
         let slow = lint_text(&text);
         super::index::EXHAUSTIVE.with(|e| e.set(false));
         assert_eq!(fast, slow, "seed {seed}:\n{text}");
-        assert!(!slow.is_empty(), "seed {seed}: the generated route exercises the analyses");
+        assert!(
+            !slow.is_empty(),
+            "seed {seed}: the generated route exercises the analyses"
+        );
     }
 }
