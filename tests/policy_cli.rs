@@ -461,7 +461,7 @@ fn lint_deny_warnings_accepts_fallbacks_behind_filtering_strategies() {
     let p = write(
         dir.path(),
         "strategies.policy",
-        "route fast when request.stream {\n  fallback \"claude-sonnet\"\n  default use \"claude-sonnet\" via least_latency\n}\n\nroute cheap {\n  fallback \"gpt-4o\"\n  default use any via cost_optimized(max_latency = 1s)\n}\n",
+        "route fast when request.stream {\n  fallback \"claude-sonnet\"\n  default use \"claude-sonnet\" via least_latency\n}\n\nroute cheap priority -1 {\n  fallback \"gpt-4o\"\n  default use any via cost_optimized(max_latency = 1s)\n}\n",
     );
     let o = run(
         &[
