@@ -26,12 +26,22 @@ where
     I: IntoIterator<Item = &'a str>,
 {
     let limit = (word.chars().count() / 3).clamp(1, 3);
+    let lower = word.to_lowercase();
+    // Case is compared last: `GPT-4o` is one letter-case away from `gpt-4o`, not three
+    // edits, so it is suggested (ahead of any other near miss).
     candidates
         .into_iter()
-        .map(|c| (levenshtein(word, c), c))
-        .filter(|(d, c)| *d <= limit && *c != word)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
+        .filter(|c| *c != word)
+        .map(|c| {
+            (
+                levenshtein(&lower, &c.to_lowercase()),
+                levenshtein(word, c),
+                c,
+            )
+        })
+        .filter(|(d, _, _)| *d <= limit)
+        .min_by_key(|(d, exact, _)| (*d, *exact))
+        .map(|(_, _, c)| c)
 }
 
 #[cfg(test)]
@@ -51,5 +61,14 @@ mod tests {
         assert_eq!(did_you_mean("azur", names), Some("azure"));
         assert_eq!(did_you_mean("antropic", names), Some("anthropic"));
         assert_eq!(did_you_mean("zzz", names), None);
+    }
+
+    #[test]
+    fn letter_case_alone_is_a_near_miss() {
+        let models = ["gpt-4o", "gpt-4o-mini", "smollm"];
+        assert_eq!(did_you_mean("GPT-4o", models), Some("gpt-4o"));
+        assert_eq!(did_you_mean("gpt4o", models), Some("gpt-4o"));
+        assert_eq!(did_you_mean("SMOLLM", models), Some("smollm"));
+        assert_eq!(did_you_mean("gpt-4o", models), None);
     }
 }

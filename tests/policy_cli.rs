@@ -463,3 +463,111 @@ fn test_command_runs_the_off_peak_fixture_and_dry_run_takes_off_peak() {
         "{text}"
     );
 }
+
+#[test]
+fn lint_not_utf8_gives_a_code_and_a_location() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = config();
+    let p = dir.path().join("latin1.policy");
+    std::fs::write(&p, b"route r {\n  # caf\xe9\n  default use model\n}\n").expect("writable");
+    let o = run(
+        &[
+            "lint",
+            "--config",
+            c.to_str().unwrap_or(""),
+            p.to_str().unwrap_or(""),
+        ],
+        dir.path(),
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("error[E0106]")
+            && text.contains("latin1.policy:2:8")
+            && text.contains("0xE9"),
+        "{text}"
+    );
+}
+
+#[test]
+fn lint_deny_warnings_accepts_fallbacks_behind_filtering_strategies() {
+    // Regression (issue 19): W0206 said these fallbacks were never tried, though the
+    // strategies' `prefer` can drop the endpoints that the fallback adds back.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = config();
+    let p = write(
+        dir.path(),
+        "strategies.policy",
+        "route fast when request.stream {\n  fallback \"claude-sonnet\"\n  default use \"claude-sonnet\" via least_latency\n}\n\nroute cheap priority -1 {\n  fallback \"gpt-4o\"\n  default use any via cost_optimized(max_latency = 1s)\n}\n",
+    );
+    let o = run(
+        &[
+            "lint",
+            "--config",
+            c.to_str().unwrap_or(""),
+            "--deny-warnings",
+            p.to_str().unwrap_or(""),
+        ],
+        dir.path(),
+    );
+    assert_success(&o);
+}
+
+#[test]
+fn test_command_skips_tests_over_the_budget() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = config();
+    let c = c.to_str().unwrap_or("");
+    let p = write(
+        dir.path(),
+        "big.policy",
+        "route r {\n  default use \"gpt-4o\"\n}\n\ntest \"many\" {\n  request { model = \"gpt-4o\" }\n  sample 500 by api_key\n  expect share endpoint \"openai/gpt-4o\" = 100% within 1%\n}\n\ntest \"one\" {\n  request { model = \"gpt-4o\" }\n  expect endpoint \"openai/gpt-4o\"\n}\n",
+    );
+    let p = p.to_str().unwrap_or("");
+    let o = run(
+        &["test", "--config", c, "--test-budget", "100", p],
+        dir.path(),
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("SKIP many") && text.contains("PASS one"),
+        "{text}"
+    );
+    assert!(
+        text.contains("1 passed, 0 failed, 1 skipped: over the total test budget of 100 requests"),
+        "{text}"
+    );
+    assert_success(&run(
+        &["test", "--config", c, "--test-budget", "0", p],
+        dir.path(),
+    ));
+    assert_success(&run(&["test", "--config", c, p], dir.path()));
+}
+
+#[test]
+fn dry_run_reports_the_engine_that_decided() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = config();
+    let req = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}"#;
+    for (engine, want) in [("interp", "interp"), ("jit", "jit"), ("both", "both")] {
+        let o = run(
+            &[
+                "dry-run",
+                "--config",
+                c.to_str().unwrap_or(""),
+                "--request",
+                req,
+                "--engine",
+                engine,
+                "--format",
+                "json",
+                "--time",
+                "0",
+            ],
+            dir.path(),
+        );
+        assert_success(&o);
+        assert_eq!(json(&o)["engine"], want, "--engine {engine}");
+    }
+}

@@ -210,7 +210,7 @@ pub fn run(a: DryRunArgs) -> ExitCode {
             let doc = serde_json::json!({
                 "schema": "switchyard.dry-run/1",
                 "policy_version": set.version,
-                "engine": compiled.engine(),
+                "engine": decided_by(a.engine, compiled.engine()),
                 "request": feats,
                 "decision": decision,
                 "trace": trace.events,
@@ -226,6 +226,18 @@ pub fn run(a: DryRunArgs) -> ExitCode {
         ),
     }
     ExitCode::SUCCESS
+}
+
+/// The engine that made the decision shown: the one asked for (`jit` falls back to
+/// the interpreter for a set that does not compile), or `both` when both engines
+/// decided and agreed.
+fn decided_by(mode: EngineMode, compiled: crate::policy::Engine) -> &'static str {
+    use crate::policy::Engine;
+    match (mode, compiled) {
+        (EngineMode::Interp, _) | (_, Engine::Interp) => "interp",
+        (EngineMode::Jit, Engine::Jit) => "jit",
+        (EngineMode::Both, Engine::Jit) => "both",
+    }
 }
 
 fn human(version: &str, d: &Decision, events: &[TraceEvent], explain: bool) -> String {

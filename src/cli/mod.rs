@@ -104,6 +104,11 @@ pub struct TestArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "human")]
     pub format: policy::Format,
+    /// Total budget of the tests in test requests (a test decides one request, a
+    /// `sample N` test N); tests that do not fit are skipped and fail the run. `0`:
+    /// unlimited. The gateway's (re)load uses the default.
+    #[arg(long, default_value_t = crate::policy::testing::DEFAULT_TEST_BUDGET)]
+    pub test_budget: u64,
 }
 
 /// `switchyard serve` flags.
@@ -361,7 +366,13 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Lint(a) => policy::lint(&a.paths, a.config.as_deref(), a.format, a.deny_warnings),
         Command::Fmt(a) => policy::fmt(&a.paths, a.config.as_deref(), a.check),
-        Command::Test(a) => policy::test(&a.paths, a.config.as_deref(), a.format, a.engine),
+        Command::Test(a) => policy::test(
+            &a.paths,
+            a.config.as_deref(),
+            a.format,
+            a.engine,
+            (a.test_budget > 0).then_some(a.test_budget),
+        ),
         Command::DryRun(a) => dry_run::run(a),
         Command::Keys(k) => keys::run(k),
         Command::Mock(args) => {

@@ -21,7 +21,7 @@ use crate::config::{self, Config};
 use crate::policy::diagnostic::{render_all, Severity};
 use crate::policy::lint::{codes as lint_codes, lint_sources_with, LintOptions};
 use crate::policy::{Registry, SourceMap};
-use crate::routing::policy::{read_sources_from, registry_from_config};
+use crate::routing::policy::{read_sources_from, registry_from_config, LoadError};
 
 /// Output formats of the policy tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -98,7 +98,7 @@ pub struct Loaded {
 ///
 /// The sources are read exactly as `serve` reads them: the built-in strategies first
 /// (unless a file replaces one), then the policy files.
-pub fn load(paths: &[PathBuf], config: Option<&Path>) -> Result<Loaded, UsageError> {
+pub fn load(paths: &[PathBuf], config: Option<&Path>) -> Result<Loaded, LoadFailure> {
     let cfg = load_config(config)?;
     let roots = roots(paths, cfg.policies.dir.as_deref());
     if roots.is_empty() {
@@ -111,15 +111,46 @@ pub fn load(paths: &[PathBuf], config: Option<&Path>) -> Result<Loaded, UsageErr
             return Err(UsageError(format!(
                 "cannot read {}: no such file or directory",
                 r.display()
-            )));
+            ))
+            .into());
         }
     }
     Ok(Loaded {
         registry_note: crate::routing::policy::own_registry_note(&roots, &cfg),
         max_attempts: config::locate(config).map(|_| cfg.server.max_attempts),
         registry: registry_from_config(&cfg),
-        sources: read_sources_from(&roots).map_err(|e| UsageError(e.to_string()))?,
+        sources: read_sources_from(&roots).map_err(|e| match e {
+            // A file that is not UTF-8 is a problem in the policies: its diagnostic
+            // has a code and a location, and the exit code is 1.
+            LoadError::Invalid { rendered, .. } => LoadFailure::Policy(rendered),
+            e => LoadFailure::Usage(UsageError(e.to_string())),
+        })?,
     })
+}
+
+/// Why [`load`] failed.
+pub enum LoadFailure {
+    /// Bad flags, config or unreadable files: exit code 2.
+    Usage(UsageError),
+    /// A policy file that cannot be read as a policy (not UTF-8): its rendered
+    /// diagnostics, exit code 1.
+    Policy(String),
+}
+
+impl From<UsageError> for LoadFailure {
+    fn from(e: UsageError) -> LoadFailure {
+        LoadFailure::Usage(e)
+    }
+}
+
+fn load_failed(e: LoadFailure) -> ExitCode {
+    match e {
+        LoadFailure::Usage(u) => usage(u),
+        LoadFailure::Policy(rendered) => {
+            say!("{rendered}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn usage(e: UsageError) -> ExitCode {
@@ -136,7 +167,7 @@ pub fn lint(
 ) -> ExitCode {
     let l = match load(paths, config) {
         Ok(l) => l,
-        Err(e) => return usage(e),
+        Err(e) => return load_failed(e),
     };
     let opts = LintOptions {
         max_attempts: l.max_attempts,
@@ -226,10 +257,11 @@ pub fn test(
     config: Option<&Path>,
     format: Format,
     engine: crate::policy::jit::engine::EngineMode,
+    budget: Option<u64>,
 ) -> ExitCode {
     let l = match load(paths, config) {
         Ok(l) => l,
-        Err(e) => return usage(e),
+        Err(e) => return load_failed(e),
     };
     let set = match crate::policy::parse_and_check(&l.sources, &l.registry) {
         Ok(s) => s,
@@ -249,7 +281,7 @@ pub fn test(
     {
         eprintln!("note: the set runs on the interpreter: {why}");
     }
-    let report = crate::policy::jit::engine::run_tests(&compiled, engine);
+    let report = crate::policy::jit::engine::run_tests_budgeted(&compiled, engine, budget);
     match format {
         Format::Human => say!("{}", report.render()),
         Format::Json => say!(
@@ -257,7 +289,14 @@ pub fn test(
             serde_json::to_string_pretty(&report).unwrap_or_default()
         ),
     }
-    if report.failed > 0 {
+    if report.skipped > 0 {
+        eprintln!(
+            "note: {} test(s) skipped: together the tests need more than the budget of {} requests; raise it with --test-budget N (0: unlimited)",
+            report.skipped,
+            budget.unwrap_or(u64::MAX)
+        );
+    }
+    if report.failed > 0 || report.skipped > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

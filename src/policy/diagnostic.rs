@@ -340,6 +340,8 @@ pub mod codes {
     pub const BAD_LITERAL: &str = "E0104";
     /// The parser gave up: the input takes too much work to parse.
     pub const PARSE_LIMIT: &str = "E0105";
+    /// The file is not UTF-8 text.
+    pub const NOT_UTF8: &str = "E0106";
     /// Two definitions share a name.
     pub const DUPLICATE: &str = "E0201";
     /// Unknown strategy.

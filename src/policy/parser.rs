@@ -246,6 +246,9 @@ fn pest_error(e: pest::error::Error<Rule>, file: FileId, text: &str) -> Diagnost
     } else {
         format!("unexpected {found}")
     };
+    if let Some(d) = unterminated_string(text, start, file) {
+        return d;
+    }
     // A missing `}` shows up only where the next item begins (or at the end of the
     // file): name the block left open, which is where the fix goes.
     let at_item = found == "the end of the file"
@@ -263,6 +266,25 @@ fn pest_error(e: pest::error::Error<Rule>, file: FileId, text: &str) -> Diagnost
     let d = Diagnostic::error(codes::SYNTAX, span, message);
     if operator && found == "`=`" {
         return d.with_help("compare with `==`; a single `=` only assigns");
+    }
+    match text.get(start..).and_then(|r| r.chars().next()) {
+        Some('\u{feff}') => {
+            return d.with_help(
+                "the file contains a byte order mark (U+FEFF); save it as UTF-8 without a BOM",
+            )
+        }
+        Some('\0') => {
+            return d
+                .with_help("the file contains a NUL byte (U+0000); policy files are plain text")
+        }
+        _ => {}
+    }
+    if let Some(pct) = percent_before(text, start) {
+        return d.with_help(format!(
+            "`{pct}` is a percentage ({}); for the remainder operator put spaces around it: `{} % ...`",
+            percent_value(&pct),
+            pct.trim_end_matches('%')
+        ));
     }
     d
 }
@@ -310,6 +332,62 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, col)
 }
 
+/// E0101 for a string opened at `pos` that the line ends before closing.
+fn unterminated_string(text: &str, pos: usize, file: FileId) -> Option<Diagnostic> {
+    let rest = text.get(pos..)?;
+    if !rest.starts_with('"') {
+        return None;
+    }
+    let line = rest.lines().next().unwrap_or(rest);
+    let mut escaped = false;
+    for c in line.chars().skip(1) {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => return None,
+            _ => {}
+        }
+    }
+    let end = pos + line.trim_end_matches('\r').len();
+    Some(
+        Diagnostic::error(
+            codes::SYNTAX,
+            Span::new(file, pos, end.max(pos + 1)),
+            "this string is not closed: the line ends before its closing `\"`",
+        )
+        .with_span_label("unterminated string")
+        .with_help(
+            "add the closing `\"`; a string cannot span lines (write `\\n` for a line break)",
+        ),
+    )
+}
+
+/// The percentage literal (`10%`) that ends right before `pos`, if one does.
+fn percent_before(text: &str, pos: usize) -> Option<String> {
+    let before = text.get(..pos)?;
+    let body = before.strip_suffix('%')?;
+    let num: String = body
+        .chars()
+        .rev()
+        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == '_')
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    let next = text.get(pos..)?.chars().next()?;
+    (!num.is_empty() && (next.is_ascii_alphanumeric() || next == '_' || next == '('))
+        .then(|| format!("{num}%"))
+}
+
+/// `10%` → `0.1`, for help text.
+fn percent_value(pct: &str) -> String {
+    pct.trim_end_matches('%')
+        .replace('_', "")
+        .parse::<f64>()
+        .map(|v| format!("{}", v / 100.0))
+        .unwrap_or_else(|_| "a fraction".to_string())
+}
+
 /// "`x`" for the token at `pos`, or "the end of the file".
 fn found_at(text: &str, pos: usize) -> String {
     let rest = text.get(pos..).unwrap_or("");
@@ -320,6 +398,12 @@ fn found_at(text: &str, pos: usize) -> String {
             .take_while(|c| c.is_alphanumeric() || *c == '_')
             .take(40)
             .collect(),
+        Some(c)
+            if (c.is_control() && !c.is_whitespace())
+                || matches!(c, '\u{feff}' | '\u{200b}'..='\u{200d}' | '\u{2060}') =>
+        {
+            return invisible(c);
+        }
         Some(c) => c.to_string(),
     };
     match word.as_str() {
@@ -327,6 +411,17 @@ fn found_at(text: &str, pos: usize) -> String {
         _ if word.trim().is_empty() => "a line break".to_string(),
         _ => format!("`{word}`"),
     }
+}
+
+/// A visible name for an invisible character: "U+FEFF (a byte order mark)".
+fn invisible(c: char) -> String {
+    let what = match c {
+        '\u{feff}' => " (a byte order mark)",
+        '\0' => " (a NUL byte)",
+        '\u{200b}' => " (a zero-width space)",
+        _ => "",
+    };
+    format!("the invisible character U+{:04X}{what}", c as u32)
 }
 
 fn join_or(names: &[&str]) -> String {

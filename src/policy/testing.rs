@@ -32,6 +32,14 @@ use crate::suggest::did_you_mean;
 /// Largest `sample` count.
 pub const MAX_SAMPLE: u64 = 1_000_000;
 
+/// The default total budget of a set's tests, in test requests: a test without
+/// `sample` decides one request, `sample N` decides N (each on every engine run).
+/// Tests run in source order while the total fits; a test that would take the total
+/// past the budget is skipped and reported, so one huge test cannot stall a reload.
+/// The gateway uses this budget on every (re)load; `switchyard test --test-budget N`
+/// sets another.
+pub const DEFAULT_TEST_BUDGET: u64 = 200_000;
+
 /// A checked policy test.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CTest {
@@ -80,6 +88,12 @@ pub struct TestReport {
     pub passed: usize,
     /// Tests that failed.
     pub failed: usize,
+    /// Tests not run because they did not fit in the budget.
+    pub skipped: usize,
+    /// The total budget in test requests (`None`: unlimited).
+    pub budget: Option<u64>,
+    /// Test requests decided by the tests that ran.
+    pub requests: u64,
 }
 
 /// The result of one test.
@@ -93,6 +107,9 @@ pub struct CaseResult {
     pub passed: bool,
     /// One plain sentence per failed expectation, with its location.
     pub failures: Vec<String>,
+    /// Whether the test was skipped (over the budget); `passed` is false then.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub skipped: bool,
 }
 
 impl TestReport {
@@ -102,7 +119,13 @@ impl TestReport {
         for c in &self.cases {
             out.push_str(&format!(
                 "{} {} ({})\n",
-                if c.passed { "PASS" } else { "FAIL" },
+                if c.skipped {
+                    "SKIP"
+                } else if c.passed {
+                    "PASS"
+                } else {
+                    "FAIL"
+                },
                 c.name,
                 c.at
             ));
@@ -110,7 +133,15 @@ impl TestReport {
                 out.push_str(&format!("    {f}\n"));
             }
         }
-        out.push_str(&format!("{} passed, {} failed\n", self.passed, self.failed));
+        out.push_str(&format!("{} passed, {} failed", self.passed, self.failed));
+        if self.skipped > 0 {
+            out.push_str(&format!(
+                ", {} skipped: over the total test budget of {} requests",
+                self.skipped,
+                self.budget.unwrap_or(u64::MAX)
+            ));
+        }
+        out.push('\n');
         out
     }
 }
@@ -154,8 +185,45 @@ pub type DecideFn<'a> =
 /// [`crate::policy::jit::engine`], or both compared). An `Err` from `decide` is a
 /// failure of that test. Pure and deterministic.
 pub fn run_tests_with(set: &CheckedPolicySet, decide: &DecideFn<'_>) -> TestReport {
-    let mut report = TestReport::default();
+    run_tests_within(set, decide, None)
+}
+
+/// The number of test requests `t` decides: its `sample` count, else 1.
+pub fn test_requests(t: &CTest) -> u64 {
+    t.sample.as_ref().map_or(1, |(n, _)| *n)
+}
+
+/// As [`run_tests_with`], within a total `budget` of test requests
+/// ([`DEFAULT_TEST_BUDGET`]; `None`: unlimited). A test whose requests
+/// ([`test_requests`]) do not fit in what is left is skipped, with a sentence saying
+/// so; later, smaller tests still run.
+pub fn run_tests_within(
+    set: &CheckedPolicySet,
+    decide: &DecideFn<'_>,
+    budget: Option<u64>,
+) -> TestReport {
+    let mut report = TestReport {
+        budget,
+        ..TestReport::default()
+    };
     for t in &set.tests {
+        let cost = test_requests(t);
+        let left = budget.map(|b| b.saturating_sub(report.requests));
+        if let Some(left) = left.filter(|l| cost > *l) {
+            report.skipped += 1;
+            report.cases.push(CaseResult {
+                name: t.name.clone(),
+                at: set.sources.location(t.span),
+                passed: false,
+                failures: vec![format!(
+                    "not run: it decides {cost} requests and {left} of the total test budget of {} are left",
+                    budget.unwrap_or(u64::MAX)
+                )],
+                skipped: true,
+            });
+            continue;
+        }
+        report.requests += cost;
         let failures = run_one(set, t, decide);
         let passed = failures.is_empty();
         if passed {
@@ -168,6 +236,7 @@ pub fn run_tests_with(set: &CheckedPolicySet, decide: &DecideFn<'_>) -> TestRepo
             at: set.sources.location(t.span),
             passed,
             failures,
+            skipped: false,
         });
     }
     report

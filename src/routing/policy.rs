@@ -18,8 +18,9 @@ use std::time::SystemTime;
 use crate::config::Config;
 use crate::policy::ast::Item;
 use crate::policy::diagnostic::render_all;
-use crate::policy::jit::engine::{run_tests, EngineMode};
+use crate::policy::jit::engine::{run_tests_budgeted, EngineMode};
 use crate::policy::jit::CompiledPolicySet;
+use crate::policy::testing::DEFAULT_TEST_BUDGET;
 use crate::policy::{
     parser, CheckedPolicySet, Registry, RegistryEndpoint, RegistryModel, SourceMap,
 };
@@ -78,11 +79,32 @@ pub fn read_policy_file(path: &Path) -> Result<String, LoadError> {
             meta.len()
         )));
     }
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_string(&mut text))
+        .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
         .map_err(|e| err(e.to_string()))?;
-    Ok(text)
+    String::from_utf8(bytes).map_err(|e| {
+        let rendered = not_utf8(&path.display().to_string(), e.as_bytes(), e.utf8_error());
+        LoadError::Invalid { rendered, count: 1 }
+    })
+}
+
+/// The rendered E0106 diagnostic for a file that is not UTF-8, pointing at the first
+/// bad byte (shown as U+FFFD in the quoted line).
+fn not_utf8(name: &str, bytes: &[u8], e: std::str::Utf8Error) -> String {
+    use crate::policy::diagnostic::{codes, Diagnostic};
+    let at = e.valid_up_to();
+    let mut sources = SourceMap::new();
+    let file = sources.add(name, String::from_utf8_lossy(bytes).into_owned());
+    let byte = bytes.get(at).copied().unwrap_or(0);
+    let d = Diagnostic::error(
+        codes::NOT_UTF8,
+        crate::policy::Span::new(file, at, at + char::REPLACEMENT_CHARACTER.len_utf8()),
+        format!("the policy file is not valid UTF-8: byte 0x{byte:02X} at offset {at} does not start or continue a character"),
+    )
+    .with_span_label("not UTF-8")
+    .with_help("policy files are UTF-8 text; convert the file (for example `iconv -f latin1 -t utf-8`) or remove the byte");
+    render_all(&[d], &sources)
 }
 
 /// Largest number of policy files read from a directory.
@@ -506,13 +528,30 @@ pub fn compile(sources: SourceMap, registry: &Registry) -> Result<PolicySnapshot
         tracing::warn!(policy = %version, "policy set runs on the interpreter: {why}");
     }
     // The self-check runs the set's own tests on both engines: a disagreement between
-    // the compiled code and the interpreter refuses the set like a failing test.
-    let report = run_tests(&compiled, EngineMode::Both);
+    // the compiled code and the interpreter refuses the set like a failing test. The
+    // tests share one budget of test requests, so a huge `sample` cannot stall a
+    // reload: what does not fit is skipped and reported, the rest must pass.
+    let report = run_tests_budgeted(&compiled, EngineMode::Both, Some(DEFAULT_TEST_BUDGET));
     if report.failed > 0 {
         return Err(LoadError::TestsFailed {
             rendered: report.render(),
             failed: report.failed,
         });
+    }
+    if report.skipped > 0 {
+        let skipped: Vec<String> = report
+            .cases
+            .iter()
+            .filter(|c| c.skipped)
+            .map(|c| format!("{} ({})", c.name, c.at))
+            .collect();
+        tracing::warn!(
+            policy = %version,
+            budget = DEFAULT_TEST_BUDGET,
+            "{} policy test(s) not run on load, over the total test budget of {DEFAULT_TEST_BUDGET} requests: {}; run them with `switchyard test --test-budget N`",
+            report.skipped,
+            skipped.join(", ")
+        );
     }
     Ok(PolicySnapshot {
         reads_input_tokens: super::reads::reads_input_tokens(compiled.checked()),

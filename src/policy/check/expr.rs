@@ -41,6 +41,9 @@ pub struct StratScope {
     pub lets: Vec<(String, Ty, bool)>,
     /// Aggregates numbered so far.
     pub aggregates: u32,
+    /// Lets whose definition failed to check (already reported): their uses are
+    /// not reported again as undefined.
+    pub broken_lets: Vec<String>,
 }
 
 /// Everything expression checking needs besides the checker.
@@ -352,6 +355,9 @@ impl Checker<'_> {
                         }
                     }
                     return Some(texpr(TExprKind::Let(i as u32), ty, e));
+                }
+                if strat.broken_lets.iter().any(|n| n == name) {
+                    return None;
                 }
             }
             if strat.states.iter().any(|s| s == name) {

@@ -98,13 +98,52 @@ impl Checker<'_> {
                 LitKind::Str(_) => Ty::Str,
             };
             let range = match &p.range {
+                Some(r) if !matches!(ty, Ty::Int | Ty::Float) => {
+                    self.diags.push(
+                        Diagnostic::error(
+                            codes::OUT_OF_RANGE,
+                            r.span,
+                            format!(
+                                "the parameter `{}` is {}, so it cannot have a numeric range",
+                                p.name.name,
+                                ty.name()
+                            ),
+                        )
+                        .with_span_label("range on a non-number")
+                        .with_help("ranges apply to integer, float, percentage and duration parameters; remove this `in ...`"),
+                    );
+                    ok = false;
+                    None
+                }
                 Some(r) => match (lit_number(&r.lo), lit_number(&r.hi)) {
-                    (Some(lo), Some(hi)) if lo <= hi => Some(ParamRange {
-                        lo,
-                        lo_inclusive: r.lo_inclusive,
-                        hi,
-                        hi_inclusive: r.hi_inclusive,
-                    }),
+                    (Some(lo), Some(hi))
+                        if lo < hi || (lo == hi && r.lo_inclusive && r.hi_inclusive) =>
+                    {
+                        Some(ParamRange {
+                            lo,
+                            lo_inclusive: r.lo_inclusive,
+                            hi,
+                            hi_inclusive: r.hi_inclusive,
+                        })
+                    }
+                    (Some(lo), Some(hi)) if lo == hi => {
+                        self.diags.push(
+                            Diagnostic::error(
+                                codes::OUT_OF_RANGE,
+                                r.span,
+                                format!(
+                                    "the range of `{}` is empty: no number lies in it",
+                                    p.name.name
+                                ),
+                            )
+                            .with_span_label("empty range")
+                            .with_help(format!(
+                                "write `[{lo}, {lo}]` for the single value, or widen the range"
+                            )),
+                        );
+                        ok = false;
+                        None
+                    }
                     _ => {
                         self.diags.push(Diagnostic::error(
                             codes::OUT_OF_RANGE,
@@ -117,16 +156,16 @@ impl Checker<'_> {
                 },
                 None => implicit_range(&p.name.name),
             };
+            // The name stays defined even when its default is refused, so its uses
+            // are checked rather than reported again as undefined.
+            scope_names.params.push((p.name.name.clone(), ty));
             match self.param_value(&p.name.name, ty, &p.default, range) {
-                Some(default) => {
-                    params.push(CParam {
-                        name: p.name.name.clone(),
-                        ty,
-                        default,
-                        range,
-                    });
-                    scope_names.params.push((p.name.name.clone(), ty));
-                }
+                Some(default) => params.push(CParam {
+                    name: p.name.name.clone(),
+                    ty,
+                    default,
+                    range,
+                }),
                 None => ok = false,
             }
         }
@@ -163,6 +202,8 @@ impl Checker<'_> {
         let mut lets = Vec::new();
         let (mut require, mut prefer) = (Vec::new(), Vec::new());
         let mut score: Option<(TExpr, Span)> = None;
+        // Where the first `score` was written, whether or not it checked.
+        let mut score_at: Option<Span> = None;
         let mut pick: Option<Spanned<PickMode>> = None;
         let mut updates: Vec<(Event, Vec<(u32, TExpr)>)> = Vec::new();
         let mut events: HashMap<Event, Span> = HashMap::new();
@@ -188,7 +229,10 @@ impl Checker<'_> {
                             scope_names.lets.push((l.name.name.clone(), t.ty, saw));
                             lets.push((l.name.name.clone(), t));
                         }
-                        None => ok = false,
+                        None => {
+                            scope_names.broken_lets.push(l.name.name.clone());
+                            ok = false;
+                        }
                     }
                 }
                 StrategyItem::Require(e) | StrategyItem::Prefer(e) => {
@@ -212,18 +256,19 @@ impl Checker<'_> {
                     }
                 }
                 StrategyItem::Score(e) => {
-                    if let Some((_, first)) = &score {
+                    if let Some(first) = score_at {
                         self.diags.push(
                             Diagnostic::error(
                                 codes::BAD_STRATEGY,
                                 e.span,
                                 "a strategy has exactly one `score`",
                             )
-                            .with_label(*first, "first score here"),
+                            .with_label(first, "first score here"),
                         );
                         ok = false;
                         continue;
                     }
+                    score_at = Some(e.span);
                     let mut scope = Scope {
                         ctx: Ctx::Score,
                         strat: Some(&mut scope_names),
@@ -317,6 +362,10 @@ impl Checker<'_> {
             }
         }
         let Some((score, _)) = score else {
+            if score_at.is_some() {
+                // The score was written and its error is already reported.
+                return None;
+            }
             self.diags.push(
                 Diagnostic::error(
                     codes::BAD_STRATEGY,

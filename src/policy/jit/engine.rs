@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 use crate::policy::features::{RequestFeatures, StatsSnapshot};
 use crate::policy::interp::Decision;
-use crate::policy::testing::{run_tests_with, TestReport};
+use crate::policy::testing::{run_tests_within, TestReport};
 
 use super::{CompiledPolicySet, Engine};
 
@@ -158,7 +158,19 @@ pub fn decide_with(
 
 /// Runs the set's policy tests with `mode` (`Both`: a disagreement fails the test).
 pub fn run_tests(set: &CompiledPolicySet, mode: EngineMode) -> TestReport {
-    run_tests_with(set.checked(), &|r, s, seed| {
-        decide_with(set, mode, r, s, seed).map_err(|m| m.to_string())
-    })
+    run_tests_budgeted(set, mode, None)
+}
+
+/// Runs the set's policy tests with `mode` within a total `budget` of test requests
+/// ([`crate::policy::testing::run_tests_within`]; `None`: unlimited).
+pub fn run_tests_budgeted(
+    set: &CompiledPolicySet,
+    mode: EngineMode,
+    budget: Option<u64>,
+) -> TestReport {
+    run_tests_within(
+        set.checked(),
+        &|r, s, seed| decide_with(set, mode, r, s, seed).map_err(|m| m.to_string()),
+        budget,
+    )
 }

@@ -1,7 +1,8 @@
 //! Typed conditions → unions of cubes ([`super::domain`]), negation pushed to the
 //! leaves. Leaves the domains cannot express exactly become opaque atoms.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 
 use super::domain::{self, Cube, Dnf, FieldC, FinSet, Interval, Kind, SVal};
 use crate::policy::checked::*;
@@ -14,6 +15,9 @@ const EXACT: f64 = 9_007_199_254_740_992.0;
 pub struct Conv<'a> {
     set: &'a CheckedPolicySet,
     atoms: Vec<TExpr>,
+    /// Atom ids by [`shape`], so finding an atom does not scan every atom (a route
+    /// of thousands of rules has thousands of atoms).
+    by_shape: HashMap<u64, Vec<u32>>,
     fresh: u32,
     /// When true, every leaf reading `request.priority` is a fresh atom: `set
     /// priority` may change the value between two conditions of the scope.
@@ -32,6 +36,7 @@ impl<'a> Conv<'a> {
         Conv {
             set,
             atoms: Vec::new(),
+            by_shape: HashMap::new(),
             fresh: 1 << 30,
             priority_mutable,
         }
@@ -97,11 +102,14 @@ impl<'a> Conv<'a> {
             self.fresh += 1;
             self.fresh
         } else {
-            match self.atoms.iter().position(|a| a == e) {
-                Some(i) => i as u32,
+            let ids = self.by_shape.entry(shape(e)).or_default();
+            match ids.iter().find(|&&i| self.atoms[i as usize] == *e) {
+                Some(&i) => i,
                 None => {
+                    let id = self.atoms.len() as u32;
                     self.atoms.push(e.clone());
-                    (self.atoms.len() - 1) as u32
+                    ids.push(id);
+                    id
                 }
             }
         };
@@ -226,10 +234,22 @@ impl<'a> Conv<'a> {
             _ => {
                 let s: BTreeSet<SVal> =
                     list.iter().map(|c| self.sval(*c)).collect::<Option<_>>()?;
-                let s = if negated {
-                    FinSet::NotIn(s)
-                } else {
-                    FinSet::In(s)
+                // Priorities and booleans have a finite universe: `not in` is the
+                // rest of it, so a list naming every level is provably always true.
+                let universe: Option<BTreeSet<SVal>> = match domain::kind(f).0 {
+                    Kind::Prio => Some(
+                        crate::policy::ast::PriorityLevel::ALL
+                            .iter()
+                            .map(|(_, l)| SVal::Prio(*l))
+                            .collect(),
+                    ),
+                    Kind::Bool => Some([SVal::Bool(false), SVal::Bool(true)].into()),
+                    _ => None,
+                };
+                let s = match (negated, universe) {
+                    (true, Some(u)) => FinSet::In(u.difference(&s).cloned().collect()),
+                    (true, None) => FinSet::NotIn(s),
+                    (false, _) => FinSet::In(s),
                 };
                 Some(Some(
                     Cube::of_field(FieldC::set(f, s)).into_iter().collect(),
@@ -274,6 +294,28 @@ fn const_of(e: &TExpr) -> Option<Const> {
         },
         _ => None,
     }
+}
+
+/// A hash of `e`'s structure (node kinds and constants, not spans): equal
+/// expressions have equal shapes.
+fn shape(e: &TExpr) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    visit(e, &mut |x| {
+        std::mem::discriminant(&x.kind).hash(&mut h);
+        match &x.kind {
+            TExprKind::Const(c) => match c {
+                Const::Bool(b) => b.hash(&mut h),
+                Const::Int(i) => i.hash(&mut h),
+                Const::Float(f) => f.to_bits().hash(&mut h),
+                Const::Str(s) => s.hash(&mut h),
+                Const::Priority(p) => p.hash(&mut h),
+            },
+            TExprKind::Req(f) | TExprKind::Has(f) => f.hash(&mut h),
+            TExprKind::Param(i) | TExprKind::Let(i) | TExprKind::State(i) => i.hash(&mut h),
+            _ => {}
+        }
+    });
+    h.finish()
 }
 
 /// Whether `e` reads `request.priority` anywhere.

@@ -21,6 +21,9 @@ use super::source::{SourceMap, Span};
 pub mod dnf;
 pub mod domain;
 mod fallbacks;
+mod index;
+mod kept;
+mod ranges;
 mod rules;
 mod targets;
 pub mod witness;
@@ -131,7 +134,8 @@ pub fn lint_with(
 ) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     rules::lint(set, &AstIndex::new(files), &mut out);
-    targets::lint(files, &set.registry, &mut out);
+    ranges::lint(set, &mut out);
+    targets::lint(files, set, &mut out);
     fallbacks::lint(files, opts, &mut out);
     sort(&mut out);
     out

@@ -3,6 +3,7 @@
 
 use super::dnf::Conv;
 use super::domain::{self, Cube, Dnf, FieldC};
+use super::index::Index;
 use super::{codes, witness, AstIndex};
 use crate::policy::checked::*;
 use crate::policy::diagnostic::Diagnostic;
@@ -108,7 +109,9 @@ pub fn lint(set: &CheckedPolicySet, ix: &AstIndex, out: &mut Vec<Diagnostic>) {
 
 /// W0204 for a condition that is always true or always false; returns whether it was.
 fn constant(set: &CheckedPolicySet, e: &TExpr, owner: &str, out: &mut Vec<Diagnostic>) -> bool {
-    let mut conv = Conv::new(set, true);
+    // `request.priority` cannot change while one condition is evaluated, so it is a
+    // plain field here whatever `set priority` does between conditions.
+    let mut conv = Conv::new(set, false);
     let (t, f) = (conv.dnf(e, false), conv.dnf(e, true));
     let which = if domain::is_empty(&t) == Some(true) {
         "false"
@@ -117,10 +120,17 @@ fn constant(set: &CheckedPolicySet, e: &TExpr, owner: &str, out: &mut Vec<Diagno
     } else {
         return false;
     };
-    let effect = if which == "false" {
-        "it never applies"
+    let (effect, help) = if which == "false" {
+        (
+            "it never applies",
+            format!("no request satisfies it: fix the comparison, or remove {owner}"),
+        )
     } else {
-        "the condition can be removed"
+        (
+            "the condition can be removed",
+            "every request satisfies it: remove the `when` clause, or fix the comparison"
+                .to_string(),
+        )
     };
     out.push(
         Diagnostic::warning(
@@ -128,7 +138,8 @@ fn constant(set: &CheckedPolicySet, e: &TExpr, owner: &str, out: &mut Vec<Diagno
             e.span,
             format!("the condition of {owner} is always {which}, so {effect}"),
         )
-        .with_span_label(format!("always {which}")),
+        .with_span_label(format!("always {which}"))
+        .with_help(help),
     );
     true
 }
@@ -152,8 +163,12 @@ fn units(
                 .unwrap_or_else(domain::top)
         })
         .collect();
+    let mut index = Index::new(&conds);
     let mut in_ctx = Vec::new();
     for (j, b) in us.iter().enumerate() {
+        // Earlier units that can matter to `b` (the others cannot meet it), ascending.
+        let cands = index.candidates(j);
+        index.add(j);
         let bc = domain::and(ctx, &conds[j]);
         in_ctx.push(bc.clone());
         let label = format!("{} `{}`", b.what, b.name);
@@ -168,7 +183,10 @@ fn units(
                 b.name_span,
                 format!("{label} can never apply: its condition contradicts the route's condition"),
             )
-            .with_span_label("unreachable");
+            .with_span_label("unreachable")
+            .with_help(format!(
+                "no request the route takes can match {label}: move it to a route that takes such requests, widen the route's condition, or remove it"
+            ));
             if let Some(c) = ctx_expr {
                 d = d.with_label(c.span, "the route only takes requests matching this");
             }
@@ -176,7 +194,7 @@ fn units(
             continue;
         }
         let mut shadowed = false;
-        for a in us.iter().take(j) {
+        for a in cands.iter().map(|&i| &us[i]) {
             if !a.terminates {
                 continue;
             }
@@ -207,7 +225,7 @@ fn units(
         if shadowed || !b.terminates {
             continue;
         }
-        for (i, a) in us.iter().enumerate().take(j) {
+        for (i, a) in cands.iter().map(|&i| (i, &us[i])) {
             if !a.terminates || a.priority != b.priority || !differ(i, j) {
                 continue;
             }
@@ -289,7 +307,11 @@ fn split_key(
                 format!("the split in `{rule}` is keyed by `{key}`, which may be absent: every request without it lands in the same arm"),
             )
             .with_span_label("may be absent")
-            .with_help(format!("add `has({key})` to the rule's condition")),
+            .with_help(if rule == "default" {
+                format!("move the split into a rule `when has({key})`, and give the default a target for requests without it")
+            } else {
+                format!("add `has({key})` to the condition of rule `{rule}`")
+            }),
         );
     }
 }

@@ -260,3 +260,225 @@ fn scopes_are_boolean_facts_with_witnesses() {
         "{d:?}"
     );
 }
+
+/// Lints `text` with the built-in strategies against `reg`; the diagnostics of `text`
+/// only (the built-in files lint clean on their own, `shipped_policies_lint_clean`).
+fn lint_with_builtins(text: &str, reg: &Registry) -> Vec<Diagnostic> {
+    let mut m = SourceMap::new();
+    for (name, body) in crate::policy::tests::SHIPPED
+        .iter()
+        .filter(|(n, _)| n.contains("/builtin/"))
+    {
+        m.add(*name, *body);
+    }
+    let id = m.add("t.policy", text);
+    let out = lint_sources(&m, reg);
+    assert!(
+        out.set.is_some(),
+        "expected a valid policy: {:?}",
+        out.diagnostics
+    );
+    out.diagnostics
+        .into_iter()
+        .filter(|d| d.span.is_some_and(|s| s.file == id))
+        .collect()
+}
+
+fn codes(d: &[Diagnostic]) -> Vec<&'static str> {
+    d.iter().map(|d| d.code).collect()
+}
+
+#[test]
+fn w0206_is_quiet_when_the_strategy_can_drop_what_the_fallback_adds_back() {
+    let reg = Registry::example();
+    // `prefer` drops unhealthy endpoints; the fallback brings them back.
+    let d = lint_with_builtins(
+        "route r {\n  fallback \"claude-sonnet\"\n  default use \"claude-sonnet\" via least_latency\n}\n",
+        &reg,
+    );
+    assert!(d.is_empty(), "{d:?}");
+    let d = lint_with_builtins(
+        "route r {\n  fallback \"gpt-4o\"\n  default use any via cost_optimized(max_latency = 1s)\n}\n",
+        &reg,
+    );
+    assert!(d.is_empty(), "{d:?}");
+    // `require endpoint.weight > 0` drops a weight-0 endpoint for good.
+    let mut zero = Registry::example();
+    for m in &mut zero.models {
+        for e in &mut m.endpoints {
+            if e.id == "azure/gpt-4o" {
+                e.weight = 0;
+            }
+        }
+    }
+    let wrr = "route r {\n  fallback endpoint \"azure/gpt-4o\"\n  default use \"gpt-4o\" via weighted_round_robin\n}\n";
+    assert!(lint_with_builtins(wrr, &zero).is_empty());
+    // With every weight positive the filter provably keeps both: the warning stays.
+    assert_eq!(
+        codes(&lint_with_builtins(wrr, &reg)),
+        [codes::UNUSED_TARGET]
+    );
+    // A filter that is true for the call's arguments drops nothing either.
+    let d = lint_with_builtins(
+        "route r {\n  rule s when request.stream {\n    use \"gpt-4o\" via cost_optimized(strict = false)\n    fallback \"gpt-4o\"\n  }\n  default use model\n}\n",
+        &reg,
+    );
+    assert!(d.is_empty(), "prefer is still unknown: {d:?}");
+}
+
+#[test]
+fn a_fallback_covered_by_an_earlier_fallback_is_never_tried() {
+    let d = lint_text(
+        "route r {\n  fallback \"claude-sonnet\" -> endpoint \"bedrock/claude-sonnet\"\n  default use \"gpt-4o\"\n}\n",
+    );
+    assert_eq!(codes(&d), [codes::UNUSED_TARGET], "{d:?}");
+    assert!(
+        d[0].message
+            .contains("through the earlier fallback target \"claude-sonnet\""),
+        "{}",
+        d[0].message
+    );
+    assert_eq!(d[0].labels.len(), 1);
+    // Different endpoints: both are tried.
+    assert!(codes_of(
+        "route r {\n  fallback \"claude-sonnet\" -> \"smollm\"\n  default use \"gpt-4o\"\n}\n"
+    )
+    .is_empty());
+}
+
+#[test]
+fn constant_conditions_on_request_priority() {
+    for cond in [
+        "request.priority >= \"low\"",
+        "request.priority in [\"low\", \"normal\", \"high\", \"critical\"]",
+        "request.priority > \"critical\"",
+        "request.priority < \"low\"",
+    ] {
+        let d = lint_text(&format!(
+            "route r when {cond} {{\n  default use model\n}}\n"
+        ));
+        assert_eq!(codes(&d), [codes::CONSTANT_CONDITION], "{cond}: {d:?}");
+        assert!(d[0].help.is_some(), "{cond}: W0204 has a help line");
+    }
+    let d = lint_text(
+        "route r {\n  set priority high when request.priority < \"low\"\n  default use model\n}\n",
+    );
+    assert_eq!(codes(&d), [codes::CONSTANT_CONDITION], "{d:?}");
+    assert!(
+        d[0].message.contains("`set priority high`"),
+        "{}",
+        d[0].message
+    );
+    // A real test on the priority stays quiet.
+    assert!(
+        codes_of("route r when request.priority >= \"high\" {\n  default use model\n}\n")
+            .is_empty()
+    );
+}
+
+#[test]
+fn comparisons_outside_a_fields_range_are_constant() {
+    let d = lint_text(
+        "route r {\n  rule a when request.input_tokens > 9223372036854775807 { use \"smollm\" }\n  default use model\n}\n",
+    );
+    assert_eq!(codes(&d), [codes::CONSTANT_CONDITION], "{d:?}");
+    assert!(d[0].message.contains("always false"), "{}", d[0].message);
+    let d = lint_text(
+        "strategy calm() {\n  require endpoint.error_rate < 20\n  score = endpoint.latency_ewma_ms\n  pick min\n}\nroute r {\n  default use model via calm\n}\n",
+    );
+    assert_eq!(codes(&d), [codes::CONSTANT_CONDITION], "{d:?}");
+    assert_eq!(
+        d[0].message,
+        "this comparison is always true: `endpoint.error_rate` is in [0, 1]"
+    );
+    let help = d[0].help.clone().unwrap_or_default();
+    assert!(help.contains("0.20") && help.contains("20%"), "{help}");
+    // Inside the range, or as a percentage: quiet.
+    assert!(codes_of(
+        "strategy calm() {\n  require endpoint.error_rate < 20%\n  score = endpoint.latency_ewma_ms\n  pick min\n}\nroute r {\n  default use model via calm\n}\n"
+    )
+    .is_empty());
+    // A condition already reported as constant is not reported again per comparison.
+    let c = codes_of("route r when request.hour > 30 {\n  default use model\n}\n");
+    assert_eq!(c, [codes::CONSTANT_CONDITION]);
+}
+
+#[test]
+fn w0201_and_w0207_help_lines() {
+    let d = lint_text(
+        "route r when request.model == \"gpt-4o\" {\n  rule x when request.model == \"smollm\" { use \"smollm\" }\n  default use model\n}\n",
+    );
+    assert_eq!(codes(&d), [codes::UNREACHABLE]);
+    assert!(d[0].help.is_some());
+    let d = lint_text(
+        "route r {\n  default {\n    split by api_key { 50% -> use \"gpt-4o\" 50% -> use \"smollm\" }\n  }\n}\n",
+    );
+    assert_eq!(codes(&d), [codes::SPLIT_KEY_MAY_BE_ABSENT]);
+    let help = d[0].help.clone().unwrap_or_default();
+    assert!(!help.contains("the rule's condition"), "{help}");
+    assert!(help.contains("rule `when has(request.api_key)`"), "{help}");
+}
+
+/// A pseudo-random route of `n` rules over a few fields (tenant strings, token
+/// ranges, booleans, priorities, an opaque match), mixing priorities and targets.
+fn generated_route(n: usize, seed: u64) -> String {
+    let mut x = seed | 1;
+    let mut next = move |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % m
+    };
+    let mut s = String::from("route r {\n");
+    for i in 0..n {
+        let mut parts = Vec::new();
+        if next(3) > 0 {
+            parts.push(format!(
+                "has(metadata(\"t\")) and metadata(\"t\") == \"t{}\"",
+                next(12)
+            ));
+        }
+        if next(2) == 0 {
+            let lo = next(8) * 100;
+            parts.push(format!(
+                "request.input_tokens >= {lo} and request.input_tokens < {}",
+                lo + 100 * (1 + next(3))
+            ));
+        }
+        match next(5) {
+            0 => parts.push("request.stream".into()),
+            1 => parts.push("not request.tools".into()),
+            2 => parts.push("request.priority >= \"high\"".into()),
+            3 => parts.push("starts_with(request.model, \"gpt\")".into()),
+            _ => {}
+        }
+        let when = if parts.is_empty() {
+            String::new()
+        } else {
+            format!(" when {}", parts.join(" and "))
+        };
+        let target = ["\"gpt-4o\"", "\"smollm\"", "model"][next(3) as usize];
+        s.push_str(&format!(
+            "  rule r{i} priority {}{when} {{ use {target} }}\n",
+            next(2)
+        ));
+    }
+    s.push_str("  default use model\n}\n");
+    s
+}
+
+#[test]
+fn index_matches_pairwise_scan() {
+    for seed in 1..=12u64 {
+        let text = generated_route(60, seed);
+        let fast = lint_text(&text);
+        super::index::EXHAUSTIVE.with(|e| e.set(true));
+        let slow = lint_text(&text);
+        super::index::EXHAUSTIVE.with(|e| e.set(false));
+        assert_eq!(fast, slow, "seed {seed}:\n{text}");
+        assert!(
+            !slow.is_empty(),
+            "seed {seed}: the generated route exercises the analyses"
+        );
+    }
+}
