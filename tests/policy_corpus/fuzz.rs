@@ -10,7 +10,7 @@ use switchyard::policy::parser::parse_str;
 use switchyard::policy::{Registry, SourceMap};
 
 fn shipped() -> Vec<String> {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/policies");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/policies");
     let mut out = Vec::new();
     for dir in [root.to_string(), format!("{root}/builtin")] {
         for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
@@ -20,6 +20,7 @@ fn shipped() -> Vec<String> {
         }
     }
     out.sort();
+    assert!(out.len() > 5, "no shipped policies under {root}");
     out
 }
 

@@ -8,7 +8,7 @@ fn fmt(text: &str) -> String {
 }
 
 fn shipped() -> Vec<(String, String)> {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/policies");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/policies");
     let mut out = Vec::new();
     for dir in [root.to_string(), format!("{root}/builtin")] {
         for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
@@ -21,6 +21,7 @@ fn shipped() -> Vec<(String, String)> {
         }
     }
     out.sort();
+    assert!(out.len() > 5, "no shipped policies under {root}");
     out
 }
 
