@@ -138,7 +138,7 @@ async fn low_is_served_within_the_aging_bound_under_continuous_high_load() {
         let (g, tx) = (g.clone(), tx.clone());
         tokio::spawn(async move {
             loop {
-                let _ = queue(&g, PriorityLevel::High, "high", service, &tx);
+                drop(queue(&g, PriorityLevel::High, "high", service, &tx));
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         })

@@ -475,3 +475,62 @@ async fn a_policy_holds_with_hold_off_peak_and_reads_request_off_peak() {
     assert_eq!(r.headers["x-switchyard-rule"], "in_window");
     assert!(!r.headers.contains_key("x-switchyard-held-ms"));
 }
+
+#[tokio::test]
+async fn many_concurrent_requests_never_exceed_max_in_flight_and_leave_no_slot_behind() {
+    let (gw, _up) = gateway(30, 2, "");
+    let order = Arc::new(AtomicUsize::new(0));
+    let levels = ["low", "normal", "high"];
+    let tasks: Vec<_> = (0..40).map(|i| send(&gw, levels[i % 3], &order)).collect();
+    let mut most = 0;
+    while tasks.iter().any(|t| !t.is_finished()) {
+        most = most.max(queue(&gw).await["in_flight"].as_u64().unwrap_or(0));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap().0.status, 200);
+    }
+    assert!(most <= 2, "{most} in flight");
+    let q = queue(&gw).await;
+    assert_eq!(q["in_flight"], 0, "{q}");
+    let queued: u64 = (0..3)
+        .map(|l| q["levels"][l]["queued"].as_u64().unwrap())
+        .sum();
+    assert_eq!(queued, 0, "{q}");
+}
+
+#[tokio::test]
+async fn a_stream_holds_its_slot_until_the_client_leaves_mid_stream() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // One token a second, six tokens: the stream outlasts the steps below.
+    let up = mock(&["--tokens-per-s", "1", "--completion-tokens", "6"]);
+    let models = "  m: { endpoints: [ { provider: up, model: mock-1, max_in_flight: 1 } ] }\n";
+    let gw = serve(&config(&[("up", &up)], "", models));
+    let body = chat("m", true, "");
+    let mut conn = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = [0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf))
+        .await
+        .expect("stream head")
+        .unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    assert_eq!(queue(&gw).await["in_flight"], 1);
+    let order = Arc::new(AtomicUsize::new(0));
+    let next = send(&gw, "normal", &order);
+    until("the next request queues behind the stream", || async {
+        queued(&gw, "normal").await == 1
+    })
+    .await;
+    drop(conn);
+    let (r, _) = next.await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    until("no slot left behind", || async {
+        queue(&gw).await["in_flight"] == 0
+    })
+    .await;
+}
