@@ -4,10 +4,11 @@
 //! digits and `-_.:/+=@` (what tracing systems and the OpenAI SDKs send: UUIDs,
 //! `req_…`, base64); anything else (too long, spaces, control bytes, several values) is
 //! replaced by a generated id, so a log line can never be forged or bloated through
-//! it. A generated id is `req_` and 24 hex digits (96 random bits).
+//! it. A generated id is a random (version 4) UUID in its canonical lowercase form,
+//! as Envoy generates them.
 //!
-//! The id is echoed on every response (ingress), forwarded to the provider on every
-//! attempt of the request (`egress::forward`), named by the `request` tracing span
+//! The id is echoed on every response (ingress), sent to the provider on every
+//! attempt of the request (see [`upstream_value`] for when), named by the `request` tracing span
 //! that every log line of the request sits in, and is the access line's
 //! `request_id`. The provider's own id of the answer it served is echoed apart, as
 //! [`UPSTREAM_HEADER`], so a client can quote either to whom it concerns.
@@ -43,16 +44,56 @@ pub fn valid(id: &[u8]) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"-_.:/+=@".contains(b))
 }
 
-/// A new request id: `req_` and 24 lowercase hex digits.
+/// A new request id: a random version 4 UUID (RFC 9562 §5.4), canonical form
+/// `xxxxxxxx-xxxx-4xxx-Nxxx-xxxxxxxxxxxx` in lowercase hex (N is 8, 9, a or b).
 pub fn generate() -> HeaderValue {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bits: u128 = rand::random();
-    let mut buf = *b"req_000000000000000000000000";
-    for (i, b) in buf[4..].iter_mut().enumerate() {
-        *b = HEX[((bits >> (4 * i)) & 0xf) as usize];
+    // Version 4 in bits 48..52 (counting from the most significant), variant 10 in 64..66.
+    let bits = (bits & !(0xf << 76) & !(0x3 << 62)) | (0x4 << 76) | (0x2 << 62);
+    let mut buf = *b"00000000-0000-0000-0000-000000000000";
+    let mut nibble = 32;
+    for b in buf.iter_mut().filter(|b| **b != b'-') {
+        nibble -= 1;
+        *b = HEX[((bits >> (4 * nibble)) & 0xf) as usize];
     }
-    HeaderValue::from_bytes(&buf).unwrap_or(HeaderValue::from_static("req_unknown"))
+    HeaderValue::from_bytes(&buf).unwrap_or(HeaderValue::from_static(
+        "00000000-0000-4000-8000-000000000000",
+    ))
 }
+
+/// Whether `id` is a UUID written as 32 hex digits, plain or in the 8-4-4-4-12
+/// hyphenated form (either case).
+pub fn is_uuid(id: &[u8]) -> bool {
+    match id.len() {
+        32 => id.iter().all(u8::is_ascii_hexdigit),
+        36 => id.iter().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => *b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        }),
+        _ => false,
+    }
+}
+
+/// The `x-request-id` sent to providers for the request id `id`: `id` itself when it
+/// is a UUID ([`is_uuid`]; generated ids always are), else none.
+///
+/// Why not any id: some OpenAI-compatible servers read `x-request-id` as their own
+/// request id and refuse anything but a UUID. llama-cpp-python's server (through
+/// `starlette-context`'s request-id plugin) answers such a request with an empty
+/// HTTP 400, so a client's `x-request-id: trace-16` would fail every request sent
+/// to it. A client id that is not a UUID still names the request's log lines and
+/// access line, and is echoed back; the provider's own id comes back as
+/// [`UPSTREAM_HEADER`].
+pub fn upstream_value(id: &HeaderValue) -> Option<HeaderValue> {
+    is_uuid(id.as_bytes()).then(|| id.clone())
+}
+
+/// `x-client-request-id`: OpenAI's header for a caller's own id of a request
+/// (ASCII, at most 512 characters), which OpenAI records for support lookups. Sent
+/// to providers of kind `openai` only, set to the request id unless the client sent
+/// one (`egress::forward`).
+pub const CLIENT_HEADER: HeaderName = HeaderName::from_static("x-client-request-id");
 
 /// The provider's id of its answer, from its response `headers` (see
 /// [`UPSTREAM_HEADER`]); `None` when it sent none fit to be echoed.
@@ -79,18 +120,18 @@ mod tests {
         h.insert(HEADER, HeaderValue::from_static("trace-42:abc/def=="));
         assert_eq!(of(&h), "trace-42:abc/def==");
         h.insert(HEADER, HeaderValue::from_static("has space"));
-        assert!(of(&h).as_bytes().starts_with(b"req_"));
+        assert!(is_uuid(of(&h).as_bytes()));
         h.insert(
             HEADER,
             HeaderValue::from_str(&"a".repeat(MAX_LEN + 1)).unwrap(),
         );
-        assert!(of(&h).as_bytes().starts_with(b"req_"));
+        assert!(is_uuid(of(&h).as_bytes()));
         h.insert(HEADER, HeaderValue::from_str(&"a".repeat(MAX_LEN)).unwrap());
         assert_eq!(of(&h).len(), MAX_LEN);
         h.insert(HEADER, HeaderValue::from_static("one"));
         h.append(HEADER, HeaderValue::from_static("two"));
-        assert!(of(&h).as_bytes().starts_with(b"req_"));
-        assert!(of(&HeaderMap::new()).as_bytes().starts_with(b"req_"));
+        assert!(is_uuid(of(&h).as_bytes()));
+        assert!(is_uuid(of(&HeaderMap::new()).as_bytes()));
         assert!(!valid(b""));
     }
 
@@ -98,7 +139,30 @@ mod tests {
     fn generated_ids_are_distinct_and_well_formed() {
         let (a, b) = (generate(), generate());
         assert_ne!(a, b);
-        assert_eq!(a.len(), 28);
-        assert!(valid(a.as_bytes()));
+        for _ in 0..1000 {
+            let id = generate();
+            let s = id.to_str().unwrap();
+            assert_eq!(s.len(), 36);
+            assert!(valid(id.as_bytes()) && is_uuid(id.as_bytes()), "{s}");
+            assert_eq!(&s[14..15], "4", "{s}");
+            assert!("89ab".contains(&s[19..20]), "{s}");
+            assert_eq!(s, s.to_ascii_lowercase());
+        }
+    }
+
+    #[test]
+    fn only_uuid_ids_are_sent_upstream_as_x_request_id() {
+        for (id, sent) in [
+            ("3f2b8c1e-9a4d-4e7f-8b6a-0c1d2e3f4a5b", true),
+            ("3F2B8C1E-9A4D-4E7F-8B6A-0C1D2E3F4A5B", true),
+            ("3f2b8c1e9a4d4e7f8b6a0c1d2e3f4a5b", true),
+            ("sdk-trace-16", false),
+            ("3f2b8c1e-9a4d-4e7f-8b6a-0c1d2e3f4a5", false),
+            ("3f2b8c1e-9a4d-4e7f-8b6a_0c1d2e3f4a5b", false),
+            ("g f2b8c1e-9a4d-4e7f-8b6a-0c1d2e3f4a5", false),
+        ] {
+            let v = HeaderValue::from_str(id).unwrap();
+            assert_eq!(upstream_value(&v).is_some(), sent, "{id}");
+        }
     }
 }

@@ -12,10 +12,13 @@
 //! 2. Always forwarded: W3C Trace Context `traceparent` and `tracestate`, so a
 //!    trace continues through the gateway, and `x-request-id`, which the gateway
 //!    sets to the request's id (`crate::request_id`: the client's when valid, else
-//!    generated) before the first attempt.
+//!    generated) before the first attempt, when that id is a UUID
+//!    (`crate::request_id::upstream_value`), and removes otherwise.
 //! 3. `User-Agent`: the client's, with ` switchyard/VERSION` appended
 //!    (`switchyard/VERSION` alone when the client sent none).
-//! 4. Only to providers of kind `openai`: `OpenAI-Organization`, `OpenAI-Project`
+//! 4. Only to providers of kind `openai`: `X-Client-Request-Id` (OpenAI's header
+//!    for the caller's id of a request; the client's, else the gateway sets it to the
+//!    request id), `OpenAI-Organization`, `OpenAI-Project`
 //!    (they select the billing org and project of *OpenAI* accounts, meaningless
 //!    and possibly misread elsewhere) and the OpenAI SDKs' `x-stainless-*`
 //!    telemetry (SDK language, version, OS, retry count: OpenAI reads them; other
@@ -61,8 +64,10 @@ fn forwarded(name: &str, kind: ProviderKind, listed: &[Listed]) -> bool {
     }
     matches!(name, "traceparent" | "tracestate" | "x-request-id")
         || (kind == ProviderKind::OpenAi
-            && (matches!(name, "openai-organization" | "openai-project")
-                || name.starts_with("x-stainless-")))
+            && (matches!(
+                name,
+                "openai-organization" | "openai-project" | "x-client-request-id"
+            ) || name.starts_with("x-stainless-")))
         || listed.iter().any(|l| l.matches(name))
 }
 

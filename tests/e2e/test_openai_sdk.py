@@ -13,6 +13,7 @@ import statistics
 import time
 import urllib.error
 import urllib.request
+import uuid
 
 import openai
 import pytest
@@ -68,8 +69,9 @@ def test_chat_non_streaming(client):
     # The response names the logical model the client asked for, not the upstream's.
     assert r.model == LOGICAL_MODEL
     assert len(r.choices) == 1
-    # The SDK reads `x-request-id` into `_request_id`: Switchyard generates one.
-    assert r._request_id and r._request_id.startswith("req_"), r._request_id
+    # The SDK reads `x-request-id` into `_request_id`: Switchyard generates one, a UUID
+    # (which llama.cpp's server, like Envoy, accepts as its own request id).
+    assert r._request_id and str(uuid.UUID(r._request_id)) == r._request_id, r._request_id
     choice = r.choices[0]
     assert choice.message.role == "assistant"
     assert choice.message.content and choice.message.content.strip()

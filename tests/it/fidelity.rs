@@ -148,11 +148,23 @@ async fn client_headers_reach_the_provider_by_the_documented_rule() {
         Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
     );
     assert_eq!(to_openai.header("x-request-tag"), None, "not listed for oa");
+    // The SDK sent no id: the gateway's generated one (a UUID) goes as both.
+    let id = to_openai
+        .header("x-request-id")
+        .expect("a generated request id");
+    assert_eq!(id.len(), 36, "{id}");
+    assert_eq!(to_openai.header("x-client-request-id"), Some(id));
     let to_compat = compat_seen.lock().unwrap()[0].clone();
     assert_eq!(to_compat.header("x-request-tag"), Some("blue"));
     assert_eq!(to_compat.header("tracestate"), Some("vendor=x"));
     assert_eq!(to_compat.header("openai-organization"), None);
     assert_eq!(to_compat.header("x-stainless-lang"), None);
+    assert_eq!(
+        to_compat.header("x-client-request-id"),
+        None,
+        "OpenAI's own"
+    );
+    assert!(to_compat.header("x-request-id").is_some());
     assert_eq!(to_compat.header("authorization"), None, "c has no key");
     for seen in [&to_openai, &to_compat] {
         for (k, v) in &seen.headers {

@@ -102,19 +102,20 @@ async fn barrier(gw: &Proc, logs: &Logs, n: u32) {
 
 #[tokio::test]
 async fn client_request_id_is_echoed_forwarded_and_named_by_one_access_line() {
+    const ID: &str = "6c0f3a52-1b7e-4d2a-9f4e-2a7b9c0d1e3f";
     let (up, heads) = recording_upstream(vec![(200, "x-request-id: up-777\r\n", ANSWER)]);
     let (gw, logs) = serve_logged(&gateway_config(up, None, ""));
-    let r = chat_with_id(&gw, Some("client-abc.1"), &chat("m", false, "")).await;
+    let r = chat_with_id(&gw, Some(ID), &chat("m", false, "")).await;
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.headers["x-request-id"], "client-abc.1");
+    assert_eq!(r.headers["x-request-id"], ID);
     assert_eq!(r.headers["x-upstream-request-id"], "up-777");
     assert_eq!(
         forwarded_ids(&heads.lock().unwrap()[0]),
-        vec!["client-abc.1".to_string()]
+        vec![ID.to_string()]
     );
-    logs.wait_access("client-abc.1").await;
+    logs.wait_access(ID).await;
     barrier(&gw, &logs, 0).await;
-    let lines = logs.access("client-abc.1");
+    let lines = logs.access(ID);
     assert_eq!(lines.len(), 1, "{lines:?}");
     let l = &lines[0];
     assert_eq!(l["api"], "openai.chat_completions");
@@ -148,6 +149,36 @@ async fn client_request_id_is_echoed_forwarded_and_named_by_one_access_line() {
     assert!(l.get("ttft_ms").is_none(), "{l}");
 }
 
+/// Whether `id` is a version 4 UUID in canonical lowercase form (what the gateway
+/// generates).
+fn is_uuid(id: &str) -> bool {
+    let b = id.as_bytes();
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => c.is_ascii_digit() || (b'a'..=b'f').contains(c),
+        })
+        && b[14] == b'4'
+        && b"89ab".contains(&b[19])
+}
+
+/// The bug: every request failed with an empty 400 behind llama-cpp-python's
+/// server once the gateway sent every request id upstream, because that server
+/// refuses an `x-request-id` that is not a UUID. Such an id (the client's
+/// `sdk-trace-16`) is now kept, echoed and logged, but not sent upstream.
+#[tokio::test]
+async fn a_client_request_id_that_is_not_a_uuid_is_not_sent_upstream() {
+    let (up, heads) = recording_upstream(vec![(200, "", ANSWER)]);
+    let (gw, logs) = serve_logged(&gateway_config(up, None, ""));
+    let r = chat_with_id(&gw, Some("sdk-trace-16"), &chat("m", false, "")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.headers["x-request-id"], "sdk-trace-16");
+    let head = heads.lock().unwrap()[0].clone();
+    assert!(forwarded_ids(&head).is_empty(), "{head}");
+    assert!(!head.contains("x-client-request-id"), "OpenAI only: {head}");
+    assert_eq!(logs.wait_access("sdk-trace-16").await.len(), 1);
+}
+
 #[tokio::test]
 async fn a_missing_or_invalid_request_id_is_replaced_by_a_generated_one() {
     let (up, heads) = recording_upstream(vec![(200, "", ANSWER)]);
@@ -160,7 +191,7 @@ async fn a_missing_or_invalid_request_id_is_replaced_by_a_generated_one() {
         let r = chat_with_id(&gw, sent, &chat("m", false, "")).await;
         assert_eq!(r.status, 200, "{}", r.text());
         let id = r.headers["x-request-id"].to_str().unwrap().to_string();
-        assert!(id.starts_with("req_") && id.len() == 28, "{id}");
+        assert!(is_uuid(&id), "{id}");
         assert_eq!(forwarded_ids(&heads.lock().unwrap()[n]), vec![id.clone()]);
         assert_eq!(logs.wait_access(&id).await.len(), 1);
     }
@@ -168,10 +199,7 @@ async fn a_missing_or_invalid_request_id_is_replaced_by_a_generated_one() {
     for path in ["/v1/models", "/health", "/v1/nope"] {
         let r = get(&gw.url(path)).await;
         assert!(
-            r.headers["x-request-id"]
-                .to_str()
-                .unwrap()
-                .starts_with("req_"),
+            is_uuid(r.headers["x-request-id"].to_str().unwrap()),
             "{path}"
         );
     }
@@ -290,7 +318,8 @@ async fn a_stream_has_the_id_and_one_line_when_it_ends() {
     assert!(r.text().contains("[DONE]"), "{}", r.text());
     assert_eq!(r.headers["x-request-id"], "stream-1");
     assert_eq!(r.headers["x-upstream-request-id"], "up-s");
-    assert_eq!(forwarded_ids(&heads.lock().unwrap()[0]), vec!["stream-1"]);
+    // Not a UUID: kept and echoed, but not sent upstream (see the next test).
+    assert!(forwarded_ids(&heads.lock().unwrap()[0]).is_empty());
     logs.wait_access("stream-1").await;
     barrier(&gw, &logs, 2).await;
     let lines = logs.access("stream-1");
