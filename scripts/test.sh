@@ -3,11 +3,13 @@
 #   1. system packages (only those missing; apt-get only when something must be installed)
 #   2. a Python venv at .venv with the end-to-end test dependencies
 #   3. cargo fmt --check and cargo clippy (warnings are errors)
-#   4. cargo build --release (the binary the end-to-end tests drive)
-#   5. cargo test --release --all-targets (unit and integration tests, on the same
-#      release build: the dependencies compile once, not once per profile, and the
-#      differential and soak tests run at release speed)
-#   6. pytest tests/e2e: the official openai SDK -> switchyard -> a real llama.cpp server
+#   4. cargo test --all-targets (unit and integration tests, debug profile; this also
+#      builds target/debug/switchyard, the binary the end-to-end tests drive)
+#   5. pytest tests/e2e: the official openai SDK -> switchyard -> a real llama.cpp server
+#
+# Everything is built once, in one profile. The release profile (thin LTO) is for
+# running and measuring Switchyard, not for testing it: linking each of the ~17 test
+# targets with LTO took longer than all the tests (CI went from 22 to 53 minutes).
 #
 # Usage: scripts/test.sh            (from anywhere; it works from the repository root)
 # Environment:
@@ -34,7 +36,7 @@ fail() {
 }
 
 # ---------------------------------------------------------------------------------------
-section "1/6 system packages"
+section "1/5 system packages"
 need_apt=()
 if ! command -v cargo >/dev/null 2>&1; then
     fail "cargo not found: install Rust (rustup, toolchain 1.95 or newer) first"
@@ -69,7 +71,7 @@ cargo --version
 "$PYTHON" --version
 
 # ---------------------------------------------------------------------------------------
-section "2/6 python venv (.venv) with the end-to-end test dependencies"
+section "2/5 python venv (.venv) with the end-to-end test dependencies"
 VENV="$ROOT/.venv"
 if [ ! -x "$VENV/bin/python" ]; then
     echo "creating $VENV"
@@ -111,25 +113,21 @@ fi
 
 # ---------------------------------------------------------------------------------------
 if [ "${SWITCHYARD_SKIP_LINT:-0}" != 1 ]; then
-    section "3/6 cargo fmt --check, cargo clippy --all-targets -D warnings"
+    section "3/5 cargo fmt --check, cargo clippy --all-targets -D warnings"
     cargo fmt --all -- --check
     cargo clippy --all-targets --locked -- -D warnings
 else
-    section "3/6 lint skipped (SWITCHYARD_SKIP_LINT=1)"
+    section "3/5 lint skipped (SWITCHYARD_SKIP_LINT=1)"
 fi
 
 # ---------------------------------------------------------------------------------------
-section "4/6 cargo build --release"
-cargo build --release --locked
-BIN="$ROOT/target/release/switchyard"
+section "4/5 cargo test --all-targets (unit and integration tests)"
+cargo test --all-targets --locked
+BIN="$ROOT/target/debug/switchyard"
 [ -x "$BIN" ] || fail "$BIN was not built"
 
 # ---------------------------------------------------------------------------------------
-section "5/6 cargo test --release --all-targets (unit and integration tests)"
-cargo test --release --all-targets --locked
-
-# ---------------------------------------------------------------------------------------
-section "6/6 end-to-end: openai SDK -> switchyard -> llama.cpp server (pytest tests/e2e)"
+section "5/5 end-to-end: openai SDK -> switchyard -> llama.cpp server (pytest tests/e2e)"
 export SWITCHYARD_BIN="$BIN"
 set +e
 # shellcheck disable=SC2086 # PYTEST_ARGS is split on purpose

@@ -111,10 +111,17 @@ def find_gguf() -> Path:
 
 
 def switchyard_binary() -> Path:
+    """The binary under test: `$SWITCHYARD_BIN` (scripts/test.sh sets it to the debug
+    build its `cargo test` made), else target/release/switchyard, else target/debug's."""
     env = os.environ.get("SWITCHYARD_BIN")
-    path = Path(env).resolve() if env else REPO / "target" / "release" / "switchyard"
+    if env:
+        path = Path(env).resolve()
+    else:
+        path = REPO / "target" / "release" / "switchyard"
+        if not path.is_file():
+            path = REPO / "target" / "debug" / "switchyard"
     if not path.is_file():
-        pytest.fail(f"{path} not found: run `cargo build --release` (scripts/test.sh does)")
+        pytest.fail(f"{path} not found: run `cargo build` (scripts/test.sh does)")
     return path
 
 

@@ -18,7 +18,7 @@ import uuid
 import openai
 import pytest
 
-from conftest import LOGICAL_MODEL, TTFT_REPORT, UPSTREAM_MODEL, http_get
+from conftest import LOGICAL_MODEL, TTFT_REPORT, UPSTREAM_MODEL, http_get, switchyard_binary
 
 PROMPT = [{"role": "user", "content": "Name three colours of the rainbow."}]
 # Fixed length and sampling, so streamed and plain answers must match exactly.
@@ -298,7 +298,8 @@ def test_ttft_through_switchyard_vs_direct(client, direct_client, request):
         f"(SmolLM2-135M-Instruct Q4_1, llama-cpp-python server, 2 threads, max_tokens 8)",
         f"  direct to llama.cpp server: {med_direct * 1000:8.2f} ms "
         f"(min {min(direct) * 1000:.2f}, max {max(direct) * 1000:.2f})",
-        f"  through switchyard:         {med_via * 1000:8.2f} ms "
+        f"  through switchyard ({switchyard_binary().parent.name} build):"
+        f"{' ' * max(1, 8 - len(switchyard_binary().parent.name))}{med_via * 1000:8.2f} ms "
         f"(min {min(via) * 1000:.2f}, max {max(via) * 1000:.2f})",
         f"  difference of medians:      {(med_via - med_direct) * 1000:+8.2f} ms",
         f"  samples direct (ms):  {ms(direct)}",
