@@ -1,7 +1,8 @@
 //! Build script: records the git commit the binary is built from as
 //! `SWITCHYARD_COMMIT` (`switchyard --version`, `switchyard_build_info`).
 //!
-//! The commit is `git rev-parse --short=12 HEAD`; `unknown` when the source is not a
+//! The commit is `$SWITCHYARD_COMMIT` when set (the container build passes it), else
+//! `git rev-parse --short=12 HEAD`; `unknown` when the source is not a
 //! git checkout or git is not installed (a crate tarball, a bare copy). Uncommitted
 //! edits are not marked: telling them apart would rerun this script on every edit.
 
@@ -17,7 +18,13 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 fn main() {
-    let commit = git(&["rev-parse", "--short=12", "HEAD"]).filter(|c| !c.is_empty());
+    // A build without .git (the container image's) passes the commit in.
+    println!("cargo:rerun-if-env-changed=SWITCHYARD_COMMIT");
+    let given = std::env::var("SWITCHYARD_COMMIT")
+        .ok()
+        .filter(|c| !c.is_empty() && c != "unknown");
+    let commit =
+        given.or_else(|| git(&["rev-parse", "--short=12", "HEAD"]).filter(|c| !c.is_empty()));
     let commit = commit.unwrap_or_else(|| "unknown".to_string());
     println!("cargo:rustc-env=SWITCHYARD_COMMIT={commit}");
     // Rerun when HEAD moves (a commit, a checkout); in a worktree these files live

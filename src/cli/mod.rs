@@ -5,6 +5,7 @@
 //! exit code (0 success, 1 invalid input such as a bad config, 2 usage or I/O errors).
 
 mod dry_run;
+mod health;
 pub mod keys;
 pub mod policy;
 mod serve;
@@ -58,6 +59,20 @@ pub enum Command {
     /// Manage an API key file (`auth.key_file`).
     #[command(subcommand)]
     Keys(keys::KeysCommand),
+    /// Ask a running gateway's `/health` and exit 0 on HTTP 200, 1 otherwise (the
+    /// container image's healthcheck).
+    Health(health::HealthArgs),
+    /// Print a shell completion script, e.g.
+    /// `switchyard completions bash > /etc/bash_completion.d/switchyard`.
+    Completions(CompletionsArgs),
+}
+
+/// `switchyard completions` arguments.
+#[derive(Debug, clap::Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// `switchyard lint` flags.
@@ -375,6 +390,12 @@ pub fn main() -> ExitCode {
         ),
         Command::DryRun(a) => dry_run::run(a),
         Command::Keys(k) => keys::run(k),
+        Command::Health(a) => health::run(&a),
+        Command::Completions(a) => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(a.shell, &mut cmd, "switchyard", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
         Command::Mock(args) => {
             let opts = match args.options().map(|o| (o, args.format.wire())) {
                 Ok(o) => o,

@@ -83,7 +83,7 @@ pub fn parse_str(text: &str, file: Option<&Path>) -> Result<Config, ConfigErrors
     let file_name = file
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "<embedded>".to_string());
-    let root: Value = match serde_yaml::from_str(text) {
+    let mut root: Value = match serde_yaml::from_str(text) {
         Ok(v) => v,
         Err(e) => {
             let path = e
@@ -103,6 +103,14 @@ pub fn parse_str(text: &str, file: Option<&Path>) -> Result<Config, ConfigErrors
         .and_then(|p| p.parent())
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
+    let mut errors = Vec::new();
+    super::env::substitute(&mut root, "", &super::env::process_env, &mut errors);
+    if !errors.is_empty() {
+        return Err(ConfigErrors {
+            file: file_name,
+            errors,
+        });
+    }
     let mut v = Validator { errors: Vec::new() };
     let config = v.root(&root, &base_dir, &file_name);
     if v.errors.is_empty() {

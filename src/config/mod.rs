@@ -16,6 +16,7 @@
 pub mod auth;
 pub mod cache;
 mod defaults;
+mod env;
 pub mod headers;
 pub mod limits;
 mod load;

@@ -240,6 +240,7 @@ async fn errors_have_the_id_and_one_access_line() {
 
 #[tokio::test]
 async fn every_attempt_is_forwarded_the_id_and_listed_in_the_line() {
+    const TWO: &str = "0d9e8f7a-6b5c-4d3e-a2f1-0e9d8c7b6a59";
     let (a, a_heads) = recording_upstream(vec![(500, "", r#"{"error":{"message":"boom"}}"#)]);
     let (b, b_heads) = recording_upstream(vec![(200, "request-id: b-9\r\n", ANSWER)]);
     let (gw, logs) = serve_logged(&gateway_config(a, Some(b), ""));
@@ -248,7 +249,7 @@ async fn every_attempt_is_forwarded_the_id_and_listed_in_the_line() {
         "switchyard_fallbacks_total",
         &[("model", "m")],
     );
-    let r = chat_with_id(&gw, Some("two-tries"), &chat("m", false, "")).await;
+    let r = chat_with_id(&gw, Some(TWO), &chat("m", false, "")).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.headers["x-upstream-request-id"], "b-9");
     let a_ids: Vec<String> = a_heads
@@ -258,14 +259,11 @@ async fn every_attempt_is_forwarded_the_id_and_listed_in_the_line() {
         .flat_map(|h| forwarded_ids(h))
         .collect();
     assert!(
-        !a_ids.is_empty() && a_ids.iter().all(|i| i == "two-tries"),
+        !a_ids.is_empty() && a_ids.iter().all(|i| i == TWO),
         "{a_ids:?}"
     );
-    assert_eq!(
-        forwarded_ids(&b_heads.lock().unwrap()[0]),
-        vec!["two-tries"]
-    );
-    let lines = logs.wait_access("two-tries").await;
+    assert_eq!(forwarded_ids(&b_heads.lock().unwrap()[0]), vec![TWO]);
+    let lines = logs.wait_access(TWO).await;
     let l = &lines[0];
     let attempts = l["attempts"].as_str().unwrap();
     let parts: Vec<&str> = attempts.split(',').collect();

@@ -1,0 +1,184 @@
+//! Packaging (issue 16 part 6): `${VAR}` substitution in the config, the container
+//! image's configs, `switchyard health` (the image's healthcheck) and shell
+//! completions.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use crate::common::*;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs the binary in `cwd` with extra environment variables.
+fn switchyard(args: &[&str], cwd: &Path, env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+    c.args(args).current_dir(cwd).env("SWITCHYARD_LOG", "warn");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("the binary runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A config in a fresh directory; the directory lives as long as the guard.
+fn config_dir(yaml: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("switchyard.yaml"), yaml).unwrap();
+    dir
+}
+
+const WITH_VARS: &str = "server: { listen: \"${SY_PKG_LISTEN:-127.0.0.1:0}\", max_body_bytes: \"${SY_PKG_MAX_BODY}\" }\nproviders:\n  p: { kind: openai-compatible, base_url: \"http://${SY_PKG_HOST}:9/v1\" }\nmodels:\n  m: { endpoints: [ { provider: p, model: x } ] }\n";
+
+#[test]
+fn an_unset_variable_is_an_error_naming_the_value_and_the_variable() {
+    let dir = config_dir(WITH_VARS);
+    let o = switchyard(
+        &["serve", "--check", "-c", "switchyard.yaml"],
+        dir.path(),
+        &[("SY_PKG_MAX_BODY", "4096")],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("providers.p.base_url"), "{t}");
+    assert!(t.contains("`SY_PKG_HOST` is not set"), "{t}");
+    // The default of the other one applied: no complaint about server.listen.
+    assert!(!t.contains("server.listen"), "{t}");
+}
+
+#[test]
+fn a_whole_value_reference_keeps_its_type() {
+    let dir = config_dir(WITH_VARS);
+    let ok = switchyard(
+        &["serve", "--check", "-c", "switchyard.yaml"],
+        dir.path(),
+        &[("SY_PKG_MAX_BODY", "4096"), ("SY_PKG_HOST", "127.0.0.1")],
+    );
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok));
+    // Not a number: the ordinary type error at the value's path.
+    let bad = switchyard(
+        &["serve", "--check", "-c", "switchyard.yaml"],
+        dir.path(),
+        &[("SY_PKG_MAX_BODY", "lots"), ("SY_PKG_HOST", "127.0.0.1")],
+    );
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
+    assert!(
+        text(&bad).contains("server.max_body_bytes"),
+        "{}",
+        text(&bad)
+    );
+}
+
+#[tokio::test]
+async fn a_substituted_limit_is_the_one_enforced() {
+    let dir = config_dir(WITH_VARS);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["serve", "-c", "switchyard.yaml"])
+        .current_dir(dir.path())
+        .env("SWITCHYARD_LOG", "warn")
+        .env("SY_PKG_MAX_BODY", "2048")
+        .env("SY_PKG_HOST", "127.0.0.1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = {
+        use std::io::BufRead;
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        loop {
+            let line = lines.next().expect("a listening line").unwrap();
+            if let Some(a) = line.trim().strip_prefix("switchyard listening on") {
+                break a.trim().to_string();
+            }
+        }
+    };
+    let big = chat("m", false, &format!(r#","user":"{}""#, "y".repeat(3000)));
+    let r = post(&format!("http://{addr}/v1/chat/completions"), &big).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(r.status, 413, "{}", r.text());
+}
+
+#[test]
+fn the_container_configs_pass_serve_check() {
+    let deploy = root().join("deploy");
+    for file in ["switchyard.yaml", "compose.switchyard.yaml"] {
+        let o = switchyard(
+            &["serve", "--check", "-c", file],
+            &deploy,
+            &[("UPSTREAM_BASE_URL", "http://127.0.0.1:9/v1")],
+        );
+        assert_eq!(o.status.code(), Some(0), "{file}: {}", text(&o));
+    }
+    // The Dockerfile's healthcheck and entrypoint name commands that exist.
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    assert!(dockerfile.contains(r#"CMD ["switchyard", "health""#));
+    assert!(dockerfile.contains("USER 10001"));
+    assert!(dockerfile.contains("COPY deploy/switchyard.yaml"));
+}
+
+#[tokio::test]
+async fn health_exits_0_on_a_serving_gateway_and_1_on_a_closed_port() {
+    let m = mock(&[]);
+    let gw = serve(&config(
+        &[("p", &m)],
+        "",
+        "  m: { endpoints: [ { provider: p, model: x } ] }\n",
+    ));
+    let cwd = std::env::temp_dir();
+    let up = switchyard(&["health", "--url", &gw.url("/health")], &cwd, &[]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let ready = switchyard(&["health", "--url", &gw.url("/ready")], &cwd, &[]);
+    assert_eq!(ready.status.code(), Some(0), "{}", text(&ready));
+    // Another status is unhealthy.
+    let missing = switchyard(&["health", "--url", &gw.url("/nope")], &cwd, &[]);
+    assert_eq!(missing.status.code(), Some(1), "{}", text(&missing));
+    assert!(text(&missing).contains("HTTP 404"), "{}", text(&missing));
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let down = switchyard(
+        &[
+            "health",
+            "--url",
+            &format!("http://{closed}/health"),
+            "--timeout-ms",
+            "1000",
+        ],
+        &cwd,
+        &[],
+    );
+    assert_eq!(down.status.code(), Some(1), "{}", text(&down));
+    assert!(text(&down).starts_with("unhealthy:"), "{}", text(&down));
+    let bad = switchyard(&["health", "--url", "https://x/health"], &cwd, &[]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+}
+
+#[test]
+fn completions_are_generated_for_each_shell() {
+    let cwd = std::env::temp_dir();
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef switchyard"),
+        ("fish", "complete -c switchyard"),
+    ] {
+        let o = switchyard(&["completions", shell], &cwd, &[]);
+        assert_eq!(o.status.code(), Some(0), "{shell}: {}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains(marker), "{shell}: {out}");
+        for sub in ["serve", "dry-run", "keys", "health"] {
+            assert!(out.contains(sub), "{shell} completes {sub}");
+        }
+    }
+    let o = switchyard(&["completions", "tcsh"], &cwd, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
