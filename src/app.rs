@@ -180,12 +180,15 @@ impl App {
         let cell: PolicyCell = Arc::new(arc_swap::ArcSwap::from_pointee(policy));
         let reloader = Reloader::new(cell.clone(), &config, policy_dir);
         let stream_stop = StreamStop::new();
+        let tracer = crate::otel::Tracer::start(&config.telemetry, &*opts.env)
+            .map_err(|e| StartError::Providers(vec![e]))?;
         let gateway = Arc::new(Gateway::new(
             config,
             upstreams,
             cell,
             stream_stop.clone(),
             auth,
+            tracer,
         ));
         let watch_guard = if opts.watch {
             reloader.watch().map_err(StartError::Watch)?
@@ -346,6 +349,7 @@ impl App {
             server,
             tasks,
             _watch,
+            services,
             ..
         } = self;
         let _ = server.await;
@@ -353,5 +357,11 @@ impl App {
             t.abort();
         }
         drop(_watch);
+        // The spans of the last requests go out (at most 5 s more).
+        let tracer = services.gateway.tracer.clone();
+        if tracer.is_on() {
+            let _ =
+                tokio::task::spawn_blocking(move || tracer.shutdown(Duration::from_secs(5))).await;
+        }
     }
 }

@@ -26,6 +26,7 @@ pub mod gateway;
 pub mod ingress;
 pub mod limits;
 pub mod mock;
+pub mod otel;
 pub mod policy;
 pub mod providers;
 pub mod reload;

@@ -40,6 +40,7 @@
 //! | `switchyard_retries_total` | counter | `endpoint` |
 //! | `switchyard_fallbacks_total` | counter | `model` |
 //! | `switchyard_build_info` | gauge (always 1) | `version`, `commit` |
+//! | `switchyard_otel_spans_dropped_total` | counter | none |
 //!
 //! `endpoint` is `none` when a request failed before an endpoint was chosen; `status`
 //! is the HTTP status, or `stream_error` / `client_gone` for streams that began with
@@ -142,6 +143,9 @@ pub const RETRIES: &str = "switchyard_retries_total";
 pub const FALLBACKS: &str = "switchyard_fallbacks_total";
 /// Always 1; labels `version` (the crate version) and `commit` (see [`COMMIT`]).
 pub const BUILD_INFO: &str = "switchyard_build_info";
+
+/// Spans dropped because the trace export queue was full (`crate::otel`).
+pub const OTEL_SPANS_DROPPED: &str = "switchyard_otel_spans_dropped_total";
 
 /// The crate version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -273,6 +277,10 @@ pub fn install() -> Option<PrometheusHandle> {
             metrics::describe_counter!(
                 FALLBACKS,
                 "Attempts that moved to another endpoint after a failure, by model."
+            );
+            metrics::describe_counter!(
+                OTEL_SPANS_DROPPED,
+                "Spans dropped because the trace export queue was full."
             );
             metrics::describe_gauge!(BUILD_INFO, "Always 1: the version and commit serving.");
             metrics::gauge!(BUILD_INFO, "version" => VERSION, "commit" => COMMIT).set(1.0);

@@ -24,6 +24,9 @@ mod load_cache;
 #[path = "load_sched.rs"]
 mod load_sched;
 
+#[path = "load_telemetry.rs"]
+mod load_telemetry;
+
 /// Largest accepted `context_window`, in tokens.
 pub const MAX_CONTEXT_WINDOW: u64 = 100_000_000;
 
@@ -295,6 +298,7 @@ impl Validator {
                 "state",
                 "cache",
                 "scheduler",
+                "telemetry",
             ],
             "",
         );
@@ -319,6 +323,7 @@ impl Validator {
         let state = self.state(map.get("state").unwrap_or(&Value::Null));
         let cache = self.cache(map.get("cache").unwrap_or(&Value::Null));
         let scheduler = self.scheduler(map.get("scheduler").unwrap_or(&Value::Null));
+        let telemetry = self.telemetry(map.get("telemetry").unwrap_or(&Value::Null));
         Config {
             server,
             policies,
@@ -333,6 +338,7 @@ impl Validator {
             state,
             cache,
             scheduler,
+            telemetry,
             source: source.to_string(),
         }
     }

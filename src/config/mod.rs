@@ -23,6 +23,7 @@ mod load;
 mod mock;
 pub mod quality;
 pub mod sched;
+pub mod telemetry;
 
 pub use auth::{AdminConfig, AuthConfig, AuthMode, KeyEntry};
 pub use cache::{CacheConfig, CacheMode, Replay, Share};
@@ -32,6 +33,7 @@ pub use load::{parse_str, ConfigError, ConfigErrors};
 pub use mock::{ErrorShape, MockOptions, RetryAfterFormat};
 pub use quality::{Leaderboard, QualityConfig};
 pub use sched::{OffPeakConfig, QueueTimeouts, SchedConfig};
+pub use telemetry::{OtlpConfig, TelemetryConfig};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -122,6 +124,8 @@ pub struct Config {
     pub cache: CacheConfig,
     /// Priority queues and the off-peak hold (`scheduler:`, [`sched`]).
     pub scheduler: SchedConfig,
+    /// Trace export over OTLP (`telemetry:`, [`telemetry`]).
+    pub telemetry: TelemetryConfig,
     /// Where this config came from, for the startup log line.
     pub source: String,
 }

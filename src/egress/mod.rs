@@ -29,7 +29,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ::http::{Request, Response};
+use ::http::{HeaderValue, Request, Response};
 
 use crate::api::ChatRequest;
 use crate::body::Body;
@@ -81,6 +81,11 @@ pub struct UpstreamResponse {
 }
 
 impl Upstream {
+    /// The provider's base URL (`base_url` in config).
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
     /// The provider of `cfg`, sending through `transport`, with the API key read from
     /// its environment variable via `env`.
     ///
@@ -132,10 +137,14 @@ impl Upstream {
     /// The adapter's 400 when the request cannot be expressed for this provider; 502
     /// when the provider cannot be reached or the connection failed mid-exchange; 504
     /// when connect or first byte time out.
+    ///
+    /// `traceparent` (the attempt's span, when traced) replaces the client's
+    /// `traceparent`; without one the client's is forwarded as it came.
     pub async fn send(
         &self,
         model: &str,
         chat: &ChatRequest,
+        traceparent: Option<HeaderValue>,
     ) -> Result<UpstreamResponse, GatewayError> {
         let sent_at = Instant::now();
         let target = Target {
@@ -152,6 +161,9 @@ impl Upstream {
             &self.forward_headers,
             req.headers_mut(),
         );
+        if let Some(tp) = traceparent {
+            req.headers_mut().insert(crate::otel::TRACEPARENT, tp);
+        }
         match tokio::time::timeout(Duration::from_millis(head_ms), self.transport.send(req)).await {
             Err(_) => Err(self.first_byte_timeout()),
             Ok(Ok(response)) => Ok(UpstreamResponse { response, sent_at }),

@@ -141,6 +141,8 @@ pub struct Facts {
     pub upstream_id: Option<HeaderValue>,
     /// The error the request ended with (its kind), for a response made from one.
     pub error: Option<&'static str>,
+    /// The request's server span, ended with the access line.
+    pub trace: crate::otel::RequestTrace,
 }
 
 impl Facts {
@@ -170,6 +172,7 @@ impl Facts {
             usage: ctx.usage.take(),
             upstream_id: ctx.upstream_id.take(),
             error: None,
+            trace: std::mem::take(&mut ctx.trace),
         }
     }
 
@@ -209,6 +212,7 @@ impl Facts {
             usage: None,
             upstream_id: ctx.upstream_id.clone(),
             error: None,
+            trace: ctx.trace.clone(),
         }
     }
 
@@ -288,6 +292,42 @@ impl Facts {
             cache = self.cache.map(CacheStatus::as_str),
             "access"
         );
+        let error = match end {
+            End::Ok => None,
+            End::Error(kind) => Some(kind),
+            End::StreamError => Some("stream_error"),
+            End::ClientGone => Some("client_gone"),
+        };
+        self.trace.end(self.status, error, || {
+            use opentelemetry::KeyValue;
+            let mut attrs = vec![
+                KeyValue::new("switchyard.policy", self.snapshot.version.clone()),
+                KeyValue::new("switchyard.priority", self.priority.as_str()),
+                KeyValue::new("switchyard.attempts", self.tried.len() as i64),
+                KeyValue::new("switchyard.outcome", end.outcome()),
+            ];
+            let mut put = |k: &'static str, v: Option<&str>| {
+                if let Some(v) = v {
+                    attrs.push(KeyValue::new(k, v.to_string()));
+                }
+            };
+            put("switchyard.route", self.route.as_deref());
+            put("switchyard.rule", self.rule.as_deref());
+            put("switchyard.endpoint", endpoint_id);
+            put("switchyard.provider", provider);
+            put("switchyard.cache", self.cache.map(CacheStatus::as_str));
+            if let Some(u) = usage {
+                attrs.push(KeyValue::new(
+                    "gen_ai.usage.input_tokens",
+                    u.prompt_tokens as i64,
+                ));
+                attrs.push(KeyValue::new(
+                    "gen_ai.usage.output_tokens",
+                    u.completion_tokens as i64,
+                ));
+            }
+            attrs
+        });
     }
 }
 

@@ -80,6 +80,9 @@ pub struct RequestCtx {
     /// The response body writes the access line itself (a stream from a provider,
     /// which has its own copy of the facts): the respond phase hands none out.
     pub body_logs: bool,
+    /// The request's server span and the parent of its children (empty when
+    /// tracing is off, `crate::otel`).
+    pub trace: crate::otel::RequestTrace,
 }
 
 impl RequestCtx {
@@ -116,6 +119,7 @@ impl RequestCtx {
             usage: None,
             upstream_id: None,
             body_logs: false,
+            trace: Default::default(),
         }
     }
 }

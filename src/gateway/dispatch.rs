@@ -90,6 +90,8 @@ pub(super) struct Leg {
     pub ttft: Option<Duration>,
     /// The provider's id of its answer (`crate::request_id::upstream`).
     pub upstream_id: Option<http::HeaderValue>,
+    /// The attempt's span, ended when the stream ends.
+    pub span: crate::otel::ChildSpan,
 }
 
 /// The attempt loop over one request's plan, resumable: the response body of a
@@ -122,6 +124,8 @@ pub(super) struct Cursor {
     skipped_for: Option<Duration>,
     /// The shortest wait a skipped endpoint's provider asked for (`Retry-After`).
     throttled_for: Option<Duration>,
+    /// The request's trace: each attempt is a child span of it.
+    trace: crate::otel::RequestTrace,
 }
 
 /// Tries the plan in `ctx` until one endpoint answers; the aggregate error otherwise.
@@ -159,6 +163,7 @@ pub async fn dispatch(
         failed: Vec::new(),
         skipped_for: None,
         throttled_for: None,
+        trace: ctx.trace.clone(),
     };
     let result = cursor.run(None).await;
     ctx.queued = cursor.queued;
@@ -236,12 +241,34 @@ impl Cursor {
             let began = Instant::now();
             let attempt = Attempt::begin(&gw, ep, self.decided.clone(), probe).holding(slot);
             let track = self.pos + 1 < self.plan.len() && failover_allowed(&gw, &self.chat);
-            let e = match exchange(&gw, ep, &self.chat, attempt, resume, track).await {
+            let mut span = self.attempt_span(ep);
+            let exchanged = exchange(
+                &gw,
+                ep,
+                &self.chat,
+                attempt,
+                resume,
+                track,
+                &mut span,
+                &self.trace,
+            )
+            .await;
+            let e = match exchanged {
+                Ok(Exchanged::Stream(mut leg)) => {
+                    self.tried.push(Try::new(ep, 200, began.elapsed()));
+                    leg.span = span;
+                    return Ok(Exchanged::Stream(leg));
+                }
                 Ok(x) => {
                     self.tried.push(Try::new(ep, 200, began.elapsed()));
+                    span.end();
                     return Ok(x);
                 }
-                Err(e) => e,
+                Err(e) => {
+                    span.failed(&e);
+                    span.end();
+                    e
+                }
             };
             self.tried.push(Try::failed(ep, &e, began.elapsed()));
             gw.log
@@ -363,6 +390,25 @@ impl Cursor {
                 .and_then(|e| e.context_window)
                 .is_some_and(|w| w > floor && w >= tokens)
         })
+    }
+
+    /// The span of the attempt about to go to endpoint `ep` (empty when the
+    /// request is not traced).
+    fn attempt_span(&self, ep: usize) -> crate::otel::ChildSpan {
+        if !self.trace.is_on() {
+            return crate::otel::ChildSpan::default();
+        }
+        let endpoint = &self.gw.registry.endpoints[ep];
+        let up = &self.gw.upstreams[endpoint.provider];
+        self.trace.attempt(
+            self.attempts,
+            &self.chat,
+            &endpoint.id,
+            &endpoint.upstream_model,
+            &up.name,
+            up.kind,
+            up.base_url(),
+        )
     }
 
     fn advance(&mut self) {
@@ -501,7 +547,11 @@ fn continuation(up: &Upstream, chat: &ChatRequest, sent: &Sent) -> (Option<ChatR
 
 /// One attempt on endpoint `ep`: send, read the head, and either translate the whole
 /// answer or read the stream to its commit point. `resume`: the stream continues
-/// one that already sent this; `track`: keep the text sent, for a later failover.
+/// one that already sent this; `track`: keep the text sent, for a later failover;
+/// `span`: the attempt's span, whose `traceparent` goes upstream and which records
+/// a whole answer (the caller ends it, or a stream's body); `trace`: the
+/// request's, which records what the client received of a whole answer.
+#[allow(clippy::too_many_arguments)]
 async fn exchange(
     gw: &Arc<Gateway>,
     ep: usize,
@@ -509,6 +559,8 @@ async fn exchange(
     attempt: Attempt,
     resume: Option<&Sent>,
     track: bool,
+    span: &mut crate::otel::ChildSpan,
+    trace: &crate::otel::RequestTrace,
 ) -> Result<Exchanged, GatewayError> {
     let endpoint = &gw.registry.endpoints[ep];
     let up = &gw.upstreams[endpoint.provider];
@@ -520,7 +572,10 @@ async fn exchange(
         None => (None, None),
     };
     let request = continued.as_ref().unwrap_or(chat);
-    let sent = match up.send(&endpoint.upstream_model, request).await {
+    let sent = match up
+        .send(&endpoint.upstream_model, request, span.traceparent())
+        .await
+    {
         Ok(s) => s,
         Err(e) => return Err(attempt.failed(e)),
     };
@@ -604,15 +659,30 @@ async fn exchange(
             began: sent_at,
             ttft,
             upstream_id,
+            span: Default::default(),
         })));
     }
+    let mut upstream_model = None;
     let translated = match collect(upstream_body, idle, deadline, &up.name).await {
-        Ok(bytes) => up.adapter().response(&bytes, &chat.model),
+        Ok(bytes) => {
+            if span.is_on() {
+                upstream_model = crate::otel::Answer::parse(&bytes).model;
+            }
+            up.adapter().response(&bytes, &chat.model)
+        }
         Err(e) => Err(e),
     };
     match translated {
         Ok(out) => {
             attempt.succeeded(None);
+            if span.is_on() {
+                let mut answer = crate::otel::Answer::parse(&out);
+                trace.answered(&answer);
+                if upstream_model.is_some() {
+                    answer.model = upstream_model;
+                }
+                span.answered(parts.status.as_u16(), &answer);
+            }
             let mut resp = body::json(http::StatusCode::OK, out);
             if let Some(id) = upstream_id {
                 resp.headers_mut()

@@ -104,6 +104,8 @@ pub struct Gateway {
     pub cache: cache::CachePhase,
     /// Endpoint queues and the off-peak hold (`scheduler:`, `max_in_flight`).
     pub sched: crate::sched::Scheduler,
+    /// Trace export (`telemetry:`; off by default).
+    pub tracer: crate::otel::Tracer,
     /// Serializes every read-modify-write of strategy state: decisions that apply
     /// `on pick` updates (`route`) and `on success` / `on failure` updates
     /// (`outcome`), so stateful strategies see every earlier pick and outcome.
@@ -114,13 +116,14 @@ pub struct Gateway {
 impl Gateway {
     /// The gateway for `config`, sending through `upstreams` (one per provider, in
     /// config order), serving the policy set in `policy`, checking credentials with
-    /// `auth`.
+    /// `auth`, tracing requests with `tracer`.
     pub fn new(
         config: Config,
         upstreams: Vec<Upstream>,
         policy: PolicyCell,
         stream_stop: StreamStop,
         auth: crate::auth::Authenticator,
+        tracer: crate::otel::Tracer,
     ) -> Gateway {
         let registry = Registry::from_config(&config, |name| {
             config.providers.iter().position(|p| p.name == name)
@@ -143,6 +146,7 @@ impl Gateway {
             sched: crate::sched::Scheduler::new(&config.scheduler, &registry),
             log: RequestLog::new(&config, &registry),
             limits: crate::limits::Limiter::new(&config, &registry),
+            tracer,
             config,
             upstreams,
             registry,
@@ -173,6 +177,7 @@ impl Gateway {
         id: HeaderValue,
     ) -> (Response<Body>, Option<Facts>) {
         let mut ctx = RequestCtx::new(id, started, Caller::default(), self.policy.load_full());
+        ctx.trace = crate::otel::RequestTrace::start(&self.tracer, headers, started, &ctx.id);
         let result = self.phases(&mut ctx, body, headers).await;
         respond::respond(self, ctx, result)
     }
@@ -190,6 +195,7 @@ impl Gateway {
         admit::authenticate(self, ctx, headers)?;
         schedule::admit(ctx, headers)?;
         let mut chat = normalize::parse(ctx, body)?;
+        ctx.trace.requested(&chat);
         chat.headers = crate::egress::forward::candidates(headers);
         // Every attempt sends the request's id as `x-request-id` when it is a UUID
         // (`request_id::upstream_value` says why not otherwise), and as OpenAI's
@@ -206,9 +212,22 @@ impl Gateway {
         admit::check_model(ctx, &chat)?;
         limit::admit(self, ctx, &chat).await?;
         let features = normalize::request_features(self, ctx, &chat, headers);
+        let began = ctx.trace.now();
         let mut plan = route::route(self, ctx, &chat, &features)?;
         ctx.strategy = plan.call.as_ref().map(|c| c.strategy);
-        let mut ticket = match cache::lookup(self, ctx, &chat, headers, plan.cache).await? {
+        ctx.trace
+            .child_since("decide", began, || self.decision_attributes(ctx));
+        let began = ctx.trace.now();
+        let looked = cache::lookup(self, ctx, &chat, headers, plan.cache).await;
+        if let Some(status) = ctx.cache {
+            ctx.trace.child_since("cache lookup", began, || {
+                vec![opentelemetry::KeyValue::new(
+                    "switchyard.cache",
+                    status.as_str(),
+                )]
+            });
+        }
+        let mut ticket = match looked? {
             cache::Lookup::Served(resp) => return Ok(resp),
             cache::Lookup::Dispatch(ticket) => ticket,
         };
@@ -223,6 +242,33 @@ impl Gateway {
             cache::store_whole(self, ctx, ticket, &mut resp);
         }
         Ok(resp)
+    }
+
+    /// The `decide` span's attributes: the route, rule, strategy, priority and plan
+    /// the policy decision produced (traced requests only).
+    fn decision_attributes(&self, ctx: &RequestCtx) -> Vec<opentelemetry::KeyValue> {
+        use opentelemetry::KeyValue;
+        let mut attrs = vec![
+            KeyValue::new("switchyard.policy", ctx.snapshot.version.to_string()),
+            KeyValue::new("switchyard.priority", ctx.priority.as_str()),
+        ];
+        if let Some(r) = &ctx.route {
+            attrs.push(KeyValue::new("switchyard.route", r.clone()));
+        }
+        if let Some(r) = &ctx.rule {
+            attrs.push(KeyValue::new("switchyard.rule", r.clone()));
+        }
+        let plan: Vec<opentelemetry::StringValue> = ctx
+            .plan
+            .iter()
+            .filter_map(|&i| self.registry.endpoints.get(i))
+            .map(|e| e.id.to_string().into())
+            .collect();
+        attrs.push(KeyValue::new(
+            "switchyard.plan",
+            opentelemetry::Value::Array(plan.into()),
+        ));
+        attrs
     }
 
     /// Takes the decision lock (see the field); a poisoned lock is taken anyway, as

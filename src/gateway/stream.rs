@@ -222,6 +222,7 @@ impl ClientStream {
             ep,
             began,
             ttft,
+            mut span,
             ..
         } = *leg;
         let mut relay = relay;
@@ -237,11 +238,15 @@ impl ClientStream {
             self.pending = Some(relay.close_after_finish());
             drop(relay);
             attempt.succeeded(ttft);
+            streamed(&mut span, &sent);
+            span.end();
             self.end(StreamStatus::Completed);
             return;
         }
         drop(relay);
         let e = attempt.failed(e);
+        span.failed(&e);
+        span.end();
         let continuable = e.kind != ErrorKind::ShuttingDown
             && !sent.tool_calls
             && !sent.reasoning
@@ -292,11 +297,12 @@ impl ClientStream {
                         return Poll::Ready(Some(Ok(Frame::data(b))));
                     }
                     Poll::Ready(Some(Step::Done)) | Poll::Ready(None) => {
-                        if let State::Relaying(leg, cursor) =
+                        if let State::Relaying(mut leg, cursor) =
                             std::mem::replace(&mut this.state, State::Ended)
                         {
                             this.note(&cursor, Some(leg.began));
                             let sent = leg.relay.sent();
+                            streamed(&mut leg.span, sent);
                             this.pieces = sent.pieces;
                             this.reported = sent.usage;
                             if let Some(tee) = this.tee.take() {
@@ -305,6 +311,7 @@ impl ClientStream {
                                 }
                             }
                             leg.attempt.succeeded(leg.ttft);
+                            std::mem::take(&mut leg.span).end();
                         }
                         this.end(StreamStatus::Completed);
                     }
@@ -385,11 +392,26 @@ impl Drop for ClientStream {
         // any) counts as neither success nor failure when it drops.
         let span = std::mem::replace(&mut self.span, tracing::Span::none());
         let _in = span.enter();
-        if let State::Relaying(leg, cursor) = std::mem::replace(&mut self.state, State::Ended) {
+        if let State::Relaying(mut leg, cursor) = std::mem::replace(&mut self.state, State::Ended) {
             self.pieces = leg.relay.sent().pieces;
             self.note(&cursor, Some(leg.began));
+            leg.span.cancelled();
         }
         self.settle();
         self.logged(StreamStatus::ClientGone);
     }
+}
+
+/// Records on an attempt's `span` what its stream `sent`: the provider's answer
+/// id and its reported usage (when it reported one).
+fn streamed(span: &mut crate::otel::ChildSpan, sent: &crate::providers::Sent) {
+    if !span.is_on() {
+        return;
+    }
+    let answer = crate::otel::Answer {
+        id: Some(sent.id.clone()).filter(|id| !id.is_empty()),
+        usage: sent.usage,
+        ..Default::default()
+    };
+    span.answered(200, &answer);
 }

@@ -15,6 +15,7 @@ mod first_hour;
 mod limits;
 mod mock_formats;
 mod operator;
+mod otel;
 mod packaging;
 mod policy;
 mod provider_bad_input;
