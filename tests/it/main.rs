@@ -24,6 +24,7 @@ mod reload;
 mod resilience;
 mod scheduling;
 mod shutdown;
+mod status_page;
 mod sse_script;
 mod strategies;
 mod validation;
