@@ -85,8 +85,5 @@ pub fn decisions(gw: &Gateway) -> Response<Body> {
         capacity: decisions::CAPACITY,
         decisions: gw.decisions.newest_first(),
     };
-    body::json(
-        StatusCode::OK,
-        serde_json::to_vec(&b).unwrap_or_default(),
-    )
+    body::json(StatusCode::OK, serde_json::to_vec(&b).unwrap_or_default())
 }

@@ -306,8 +306,7 @@ impl Facts {
         latency_ms: f64,
     ) {
         if let (false, Some(ep)) = (hit, self.endpoint) {
-            gw.traffic
-                .record(ep, self.served && end == End::Ok, now);
+            gw.traffic.record(ep, self.served && end == End::Ok, now);
         }
         if self.model.is_empty() {
             return;

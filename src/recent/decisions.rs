@@ -146,7 +146,7 @@ impl DecisionRing {
             .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).clone())
             .filter(|d| d.seq > 0)
             .collect();
-        out.sort_by(|a, b| b.seq.cmp(&a.seq));
+        out.sort_by_key(|d| std::cmp::Reverse(d.seq));
         out
     }
 }

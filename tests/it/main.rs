@@ -24,7 +24,7 @@ mod reload;
 mod resilience;
 mod scheduling;
 mod shutdown;
-mod status_page;
 mod sse_script;
+mod status_page;
 mod strategies;
 mod validation;

@@ -50,7 +50,11 @@ fn endpoint<'a>(t: &'a Value, id: &str) -> &'a Value {
 }
 
 fn sum(v: &Value) -> u64 {
-    v.as_array().unwrap().iter().map(|n| n.as_u64().unwrap()).sum()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .sum()
 }
 
 #[tokio::test]
@@ -66,7 +70,11 @@ async fn traffic_counts_each_request_on_the_endpoint_it_ended_on() {
         .iter()
         .map(|e| e["id"].as_str().unwrap())
         .collect();
-    assert_eq!(ids, ["a/x", "a/x#2", "b/y", "bad/z"], "registry order: {empty}");
+    assert_eq!(
+        ids,
+        ["a/x", "a/x#2", "b/y", "bad/z"],
+        "registry order: {empty}"
+    );
     for e in empty["endpoints"].as_array().unwrap() {
         assert_eq!(e["requests"].as_array().unwrap().len(), 30);
         assert_eq!(e["errors"].as_array().unwrap().len(), 30);
@@ -195,7 +203,12 @@ async fn the_new_views_need_the_admin_key_and_the_page_holds_no_data() {
     assert!(csp.contains("default-src 'none'") && csp.contains("connect-src 'self'"));
     assert_eq!(page.text(), switchyard::admin::ui::PAGE);
     assert!(!page.text().contains("a/x"));
-    for path in ["/admin/endpoints", "/admin/traffic", "/admin/decisions", "/admin/policies"] {
+    for path in [
+        "/admin/endpoints",
+        "/admin/traffic",
+        "/admin/decisions",
+        "/admin/policies",
+    ] {
         assert!(page.text().contains(path), "the page reads {path}");
     }
     let r = request("POST", &gw.url("/ui"), "").await;
