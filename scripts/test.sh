@@ -5,7 +5,8 @@
 #   3. cargo fmt --check and cargo clippy (warnings are errors)
 #   4. cargo test --all-targets (unit and integration tests, debug profile; this also
 #      builds target/debug/switchyard, the binary the end-to-end tests drive)
-#   5. pytest tests/e2e: the official openai SDK -> switchyard -> a real llama.cpp server
+#   5. pytest tests/e2e: the official openai SDK -> switchyard -> a real llama.cpp server,
+#      and the status page /ui in headless Chromium (screenshot: target/e2e/status-page.png)
 #
 # Everything is built once, in one profile. The release profile (thin LTO) is for
 # running and measuring Switchyard, not for testing it: linking each of the ~17 test
@@ -55,6 +56,10 @@ command -v make >/dev/null 2>&1 || need_apt+=(make)
 # The shared rate-limit state test (tests/it/limits.rs) starts its own redis-server on a
 # free loopback port.
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+# The status page test (tests/e2e/test_status_page.py) loads /ui in headless Chromium;
+# DejaVu fonts keep its screenshot legible on a minimal system.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
 if ((${#need_apt[@]})); then
     echo "installing missing packages: ${need_apt[*]}"
     if [ "$(id -u)" -ne 0 ]; then
@@ -65,7 +70,7 @@ if ((${#need_apt[@]})); then
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need_apt[@]}"
 else
-    echo "all present: cargo, $PYTHON (with venv), cc, c++, make, redis-server"
+    echo "all present: cargo, $PYTHON (with venv), cc, c++, make, redis-server, chromium"
 fi
 cargo --version
 "$PYTHON" --version

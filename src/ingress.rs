@@ -6,7 +6,8 @@
 //! (`gateway::stamp`). Client authentication runs inside the gateway's chain (its
 //! admit phase); the operator endpoints (`/admin/*`, `/metrics`) are guarded here by
 //! [`AdminGuard`], and with `admin.listen` they are served only on their own
-//! listener ([`Surface`]).
+//! listener ([`Surface`]), like the status page `/ui` that shows them (the page is
+//! a static shell; its data comes from `/admin/*`, with the admin key).
 //!
 //! Every response carries the request's `x-request-id` ([`crate::request_id`]), and
 //! everything logged while serving it sits in a `request` span naming that id. A chat
@@ -50,16 +51,17 @@ pub struct Services {
 pub enum Surface {
     /// Everything (no `admin.listen`).
     All,
-    /// The client API, `/health` and `/ready`; `/admin/*` and `/metrics` are 404.
+    /// The client API, `/health` and `/ready`; `/admin/*`, `/metrics` and `/ui` are
+    /// 404.
     Public,
-    /// `/admin/*`, `/metrics`, `/health` and `/ready` only (the `admin.listen`
+    /// `/admin/*`, `/metrics`, `/ui`, `/health` and `/ready` only (the `admin.listen`
     /// listener).
     Admin,
 }
 
 impl Surface {
     fn serves(self, path: &str) -> bool {
-        let operator = path == "/metrics" || path.starts_with("/admin/");
+        let operator = matches!(path, "/metrics" | "/ui") || path.starts_with("/admin/");
         let both = matches!(path, "/health" | "/ready");
         match self {
             Surface::All => true,
@@ -200,6 +202,11 @@ async fn route(
         (&Method::GET, "/admin/endpoints") => crate::admin::endpoints::handle(gw),
         (&Method::GET, "/admin/policies") => crate::admin::policies::status(&svc.reloader),
         (&Method::POST, "/admin/reload") => crate::admin::policies::reload(&svc.reloader).await,
+        (&Method::GET, "/admin/traffic") => crate::admin::recent::traffic(gw),
+        (&Method::GET, "/admin/decisions") => crate::admin::recent::decisions(gw),
+        // The page shell carries no data; what it shows comes from `/admin/*` above,
+        // with the admin key (`admin::ui`).
+        (&Method::GET | &Method::HEAD, "/ui") => crate::admin::ui::page(),
         (
             _,
             "/v1/chat/completions"
@@ -209,7 +216,10 @@ async fn route(
             | "/metrics"
             | "/admin/endpoints"
             | "/admin/policies"
-            | "/admin/reload",
+            | "/admin/reload"
+            | "/admin/traffic"
+            | "/admin/decisions"
+            | "/ui",
         ) => {
             let allow = if matches!(path, "/v1/chat/completions" | "/admin/reload") {
                 "POST"

@@ -9,7 +9,7 @@
 //! ```
 //!
 //! Modules mirror it one layer each; `app` wires them together; `config`, `cli`,
-//! `admin`, `reload`, `telemetry` and `mock` sit beside it. `policy` is pure (no I/O,
+//! `admin`, `recent`, `reload`, `telemetry` and `mock` sit beside it. `policy` is pure (no I/O,
 //! no HTTP): everything above it may import it, it imports none of them.
 
 pub mod admin;
@@ -29,6 +29,7 @@ pub mod mock;
 pub mod otel;
 pub mod policy;
 pub mod providers;
+pub mod recent;
 pub mod reload;
 pub mod request_id;
 pub mod routing;

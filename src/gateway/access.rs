@@ -230,7 +230,8 @@ impl Facts {
     /// Writes the access line for a request that ended as `end`, and records the
     /// per-request metrics that need the whole request.
     pub fn emit(&self, gw: &Gateway, end: End) {
-        let latency = self.started.elapsed();
+        let now = Instant::now();
+        let latency = now.saturating_duration_since(self.started);
         let cost = gw.log.finished(self, end);
         let endpoint = self
             .endpoint
@@ -259,6 +260,7 @@ impl Facts {
             End::Error(kind) => Some(kind),
             _ => None,
         };
+        self.record_recent(gw, end, now, endpoint_id, hit, ms(latency));
         tracing::info!(
             target: "switchyard::access",
             request_id = crate::request_id::as_str(&self.id),
@@ -327,6 +329,48 @@ impl Facts {
                 ));
             }
             attrs
+        });
+    }
+}
+
+impl Facts {
+    /// Counts the request in its endpoint's traffic ring (not a cache hit: no
+    /// endpoint served it) and records its decision (once its body named a model).
+    fn record_recent(
+        &self,
+        gw: &Gateway,
+        end: End,
+        now: Instant,
+        endpoint_id: Option<&str>,
+        hit: bool,
+        latency_ms: f64,
+    ) {
+        if let (false, Some(ep)) = (hit, self.endpoint) {
+            gw.traffic.record(ep, self.served && end == End::Ok, now);
+        }
+        if self.model.is_empty() {
+            return;
+        }
+        let tried = self
+            .endpoint
+            .and_then(|i| gw.registry.endpoints.get(i))
+            .map_or("", |e| &*e.id);
+        gw.decisions.record(crate::recent::decisions::DecisionRef {
+            at_unix_ms: crate::reload::unix_ms(std::time::SystemTime::now()),
+            request_id: crate::request_id::as_str(&self.id),
+            model: &self.model,
+            policy: &self.snapshot.version,
+            route: self.route.as_deref().unwrap_or(""),
+            rule: self.rule.as_deref().unwrap_or(""),
+            strategy: self
+                .strategy
+                .map_or("", |s| strategy_name(&self.snapshot, s)),
+            endpoint: endpoint_id.unwrap_or(tried),
+            served: self.served || hit,
+            attempts: self.tried.len() as u32,
+            status: self.status,
+            outcome: end.outcome(),
+            latency_ms,
         });
     }
 }

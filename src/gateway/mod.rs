@@ -111,6 +111,12 @@ pub struct Gateway {
     /// (`outcome`), so stateful strategies see every earlier pick and outcome.
     decision_lock: Mutex<()>,
     models_json: Bytes,
+    /// Requests per endpoint over the last minutes (written by the log phase, read
+    /// by `GET /admin/traffic`).
+    pub traffic: crate::recent::Traffic,
+    /// The last routing decisions (written by the log phase, read by
+    /// `GET /admin/decisions`).
+    pub decisions: crate::recent::DecisionRing,
 }
 
 impl Gateway {
@@ -141,6 +147,7 @@ impl Gateway {
                 .unwrap_or_default(),
         );
         let cache = cache::CachePhase::new(&config, &registry, policy.load().set());
+        let registry_len = registry.endpoints.len();
         Gateway {
             cache,
             sched: crate::sched::Scheduler::new(&config.scheduler, &registry),
@@ -156,6 +163,8 @@ impl Gateway {
             auth,
             decision_lock: Mutex::new(()),
             models_json,
+            traffic: crate::recent::Traffic::new(registry_len),
+            decisions: crate::recent::DecisionRing::default(),
         }
     }
 

@@ -27,5 +27,6 @@ mod resilience;
 mod scheduling;
 mod shutdown;
 mod sse_script;
+mod status_page;
 mod strategies;
 mod validation;
