@@ -10,7 +10,8 @@
 # Usage: benches/load/run.sh [seconds] [connections]
 # Environment: ROUNDS (3), MODES ("json stream"), SWITCHYARD_BIN
 # (target/release/switchyard), PIN=1 to pin the measured proxy to CPU 0 and wrk and
-# the upstream to CPU 1 (taskset), SY_EXTRA_YAML (appended to the gateway's config).
+# the upstream to CPU 1 (taskset), ADMISSION=0 to run Switchyard without its API key
+# and limits (benches/load/admission.sh), SY_EXTRA_YAML (appended to its config).
 # Needs: wrk, nginx (apt-get install wrk nginx-light), python3, a release build.
 #
 # The upstream is one nginx worker answering with `return 200 '...'` (see upstream.sh):
@@ -64,13 +65,15 @@ $proxy_cpu nginx -c "$work/nginx.conf"
 
 key=sy-bench-key
 hash=$(printf %s "$key" | sha256sum | cut -d' ' -f1)
+admission="auth: { mode: keys, keys: [ { id: key-bench, hash: \"sha256:$hash\", org: bench } ] }
+limits: { global: { requests_per_min: 100000000, tokens_per_min: 100000000000 }, per_key: { requests_per_min: 100000000, tokens_per_min: 100000000000 } }"
+[ "${ADMISSION:-1}" = 0 ] && admission=""
 mkdir "$work/policies"
 cp benches/load/bench.policy "$work/policies/"
 cat > "$work/sy.yaml" <<YAML
 server: { listen: 127.0.0.1:$gport }
 policies: { dir: $work/policies }
-auth: { mode: keys, keys: [ { id: key-bench, hash: "sha256:$hash", org: bench } ] }
-limits: { global: { requests_per_min: 100000000, tokens_per_min: 100000000000 }, per_key: { requests_per_min: 100000000, tokens_per_min: 100000000000 } }
+$admission
 providers:
   up: { kind: openai-compatible, base_url: http://127.0.0.1:$uport/v1 }
   sse: { kind: openai-compatible, base_url: http://127.0.0.1:$uport/sse/v1 }
@@ -132,7 +135,7 @@ measure() { # target mode round
 for mode in $modes; do for t in direct nginx switchyard; do # warm-up
   $side_cpu wrk -t2 -c"$conns" -d1s -s "$work/$mode.lua" "$(url $t $mode)" >/dev/null
 done; done
-echo "# $(date -u +%FT%TZ) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg); wrk -t2 -c$conns -d${secs}s, $rounds rounds, pinned: ${PIN:-0}; $bin"
+echo "# $(date -u +%FT%TZ) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg); wrk -t2 -c$conns -d${secs}s, $rounds rounds, pinned: ${PIN:-0}, admission: ${ADMISSION:-1}; $bin"
 for r in $(seq "$rounds"); do
   for mode in $modes; do for t in direct nginx switchyard; do measure $t "$mode" "$r"; done; done
 done

@@ -236,10 +236,12 @@ impl ChunkScan {
             out.extend_from_slice(b"\"model\":");
             out.extend_from_slice(model_json);
             // The usage member may have been the only one.
-            let rest_empty = self.empty || (drop_usage && edits.len() == 1 && {
-                let r = &edits[0].0;
-                skip_ws(b, self.after_brace) == r.start && b.get(skip_ws(b, r.end)) == Some(&b'}')
-            });
+            let rest_empty = self.empty
+                || (drop_usage && edits.len() == 1 && {
+                    let r = &edits[0].0;
+                    skip_ws(b, self.after_brace) == r.start
+                        && b.get(skip_ws(b, r.end)) == Some(&b'}')
+                });
             if !rest_empty {
                 out.extend_from_slice(b",");
             }
@@ -316,13 +318,19 @@ mod tests {
             rewrite(s, false),
             r#"{"id":"c","model":"gpt-4o","choices":[],"usage":{"prompt_tokens":1}}"#
         );
-        assert_eq!(rewrite(s, true), r#"{"id":"c","model":"gpt-4o","choices":[]}"#);
+        assert_eq!(
+            rewrite(s, true),
+            r#"{"id":"c","model":"gpt-4o","choices":[]}"#
+        );
         let s = r#"{"usage":null, "model":"up","id":"c"}"#;
         assert_eq!(rewrite(s, true), r#"{"model":"gpt-4o","id":"c"}"#);
         let s = r#"{"id":"c","model":"up","usage":null}"#;
         assert_eq!(rewrite(s, true), r#"{"id":"c","model":"gpt-4o"}"#);
         let s = r#"{"id":"c","usage":null,"choices":[]}"#;
-        assert_eq!(rewrite(s, true), r#"{"model":"gpt-4o","id":"c","choices":[]}"#);
+        assert_eq!(
+            rewrite(s, true),
+            r#"{"model":"gpt-4o","id":"c","choices":[]}"#
+        );
         assert_eq!(rewrite(r#"{"usage":null}"#, true), r#"{"model":"gpt-4o"}"#);
         assert_eq!(rewrite(r#"{ }"#, true), r#"{"model":"gpt-4o" }"#);
         assert_eq!(rewrite(r#"{"a":1}"#, false), r#"{"model":"gpt-4o","a":1}"#);
@@ -341,7 +349,11 @@ mod tests {
     fn a_cut_or_malformed_chunk_is_refused() {
         let whole = r#"{"id":"c","choices":[{"delta":{"content":"a\"b"},"finish_reason":null}],"created":17}"#;
         for cut in 0..whole.len() {
-            assert!(scan(&whole[..cut]).is_err(), "cut at {cut}: {}", &whole[..cut]);
+            assert!(
+                scan(&whole[..cut]).is_err(),
+                "cut at {cut}: {}",
+                &whole[..cut]
+            );
         }
         assert!(scan(whole).is_ok());
         for bad in [
@@ -395,7 +407,11 @@ mod tests {
             assert_eq!(c.id.is_some(), present("id"), "{text}");
             assert_eq!(c.model.is_some(), v.get("model").is_some(), "{text}");
             let d = &v["choices"][0]["delta"]["content"];
-            assert_eq!(c.choices[0].content.is_some(), !d.is_null() && d != "", "{text}");
+            assert_eq!(
+                c.choices[0].content.is_some(),
+                !d.is_null() && d != "",
+                "{text}"
+            );
             let out = rewrite(&text, true);
             let w: serde_json::Value = serde_json::from_str(&out).unwrap();
             assert_eq!(w["model"], "gpt-4o", "{out}");

@@ -23,12 +23,12 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::common::Progress;
-use chunk::{ChoiceScan, ChunkScan};
 use super::{splice, Adapter, StreamContext, StreamStep, StreamTranscoder, Target};
 use crate::api::{ChatRequest, Message, StreamOptions, Usage};
 use crate::body::{self, Body};
 use crate::error::{ErrorKind, GatewayError};
 use crate::sse::SseEvent;
+use chunk::{ChoiceScan, ChunkScan};
 
 /// The OpenAI-format adapter.
 #[derive(Debug, Clone)]
