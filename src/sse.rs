@@ -65,6 +65,14 @@ impl SseParser {
 
     /// The next complete event, if the buffer holds one.
     pub fn next_event(&mut self) -> Option<SseEvent> {
+        let mut ev = SseEvent::default();
+        self.next_into(&mut ev).then_some(ev)
+    }
+
+    /// As [`SseParser::next_event`], writing the event into `ev` (its previous
+    /// contents replaced, its buffers reused): a relay that keeps one `SseEvent`
+    /// parses without allocating per event. Returns whether an event was written.
+    pub fn next_into(&mut self, ev: &mut SseEvent) -> bool {
         loop {
             if self.skip_lf && !self.buf.is_empty() {
                 if self.buf[0] == b'\n' {
@@ -78,49 +86,54 @@ impl SseParser {
                 .position(|&b| b == b'\n' || b == b'\r')
             else {
                 self.scanned = self.buf.len();
-                return None;
+                return false;
             };
             let end = self.scanned + found;
             self.scanned = 0;
-            let line = self.buf.split_to(end);
-            let terminator = self.buf[0];
-            self.buf.advance(1);
-            if terminator == b'\r' {
+            if self.buf[end] == b'\r' {
                 self.skip_lf = true;
             }
-            if line.is_empty() {
+            if end == 0 {
+                self.buf.advance(1);
                 if self.has_data {
                     self.has_data = false;
-                    return Some(SseEvent {
-                        event: self.event.take(),
-                        data: std::mem::take(&mut self.data),
-                    });
+                    // The parser keeps `ev`'s old buffer for the next event.
+                    std::mem::swap(&mut self.data, &mut ev.data);
+                    self.data.clear();
+                    ev.event = self.event.take();
+                    return true;
                 }
                 self.event = None;
                 continue;
             }
-            let line = String::from_utf8_lossy(&line);
-            if line.starts_with(':') {
-                continue;
+            self.line(end);
+            self.buf.advance(end + 1);
+        }
+    }
+
+    /// Takes in the line `buf[..end]` (not empty, its line end excluded).
+    fn line(&mut self, end: usize) {
+        let line = String::from_utf8_lossy(&self.buf[..end]);
+        if line.starts_with(':') {
+            return;
+        }
+        let (field, value) = match line.find(':') {
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(' ').unwrap_or(v))
             }
-            let (field, value) = match line.find(':') {
-                Some(i) => {
-                    let v = &line[i + 1..];
-                    (&line[..i], v.strip_prefix(' ').unwrap_or(v))
+            None => (&line[..], ""),
+        };
+        match field {
+            "data" => {
+                if self.has_data {
+                    self.data.push('\n');
                 }
-                None => (&line[..], ""),
-            };
-            match field {
-                "data" => {
-                    if self.has_data {
-                        self.data.push('\n');
-                    }
-                    self.data.push_str(value);
-                    self.has_data = true;
-                }
-                "event" => self.event = Some(value.to_string()),
-                _ => {}
+                self.data.push_str(value);
+                self.has_data = true;
             }
+            "event" => self.event = Some(value.to_string()),
+            _ => {}
         }
     }
 
@@ -208,6 +221,26 @@ mod tests {
         p.push(b"data: a\n\n: keep-alive\n").unwrap();
         assert!(p.next_event().is_some());
         assert!(p.finish().is_none(), "a comment is no event");
+    }
+
+    #[test]
+    fn a_reused_event_is_overwritten_whole() {
+        let mut p = SseParser::new();
+        p.push(b"event: e\ndata: first, longer\n\ndata: 2\n\ndata: 3\n\n")
+            .unwrap();
+        let mut ev = SseEvent::default();
+        let mut got = Vec::new();
+        while p.next_into(&mut ev) {
+            got.push(ev.clone());
+        }
+        assert_eq!(
+            got,
+            [("e", "first, longer"), ("", "2"), ("", "3")].map(|(e, d)| SseEvent {
+                event: (!e.is_empty()).then(|| e.to_string()),
+                data: d.to_string(),
+            })
+        );
+        assert!(!p.next_into(&mut ev));
     }
 
     #[test]

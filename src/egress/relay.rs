@@ -24,7 +24,7 @@ use tokio::time::{Instant, Sleep};
 use crate::body::Body;
 use crate::error::{ErrorKind, GatewayError};
 use crate::providers::{Sent, StreamStep, StreamTranscoder};
-use crate::sse::SseParser;
+use crate::sse::{SseEvent, SseParser};
 
 /// Ends every stream relayed with it: the shutdown token. When the shutdown drain
 /// runs out of time, the owner calls [`StreamStop::stop`] and each live relay ends
@@ -185,6 +185,8 @@ pub enum Step {
 pub struct SseRelay {
     upstream: Body,
     parser: SseParser,
+    /// The event being handled, reused so parsing allocates nothing per event.
+    event: SseEvent,
     transcoder: Box<dyn StreamTranscoder>,
     out: BytesMut,
     idle: Duration,
@@ -216,6 +218,7 @@ impl SseRelay {
         SseRelay {
             upstream,
             parser: SseParser::new(),
+            event: SseEvent::default(),
             transcoder,
             out: BytesMut::with_capacity(1024),
             idle,
@@ -430,9 +433,12 @@ impl SseRelay {
             );
             return;
         }
-        while let Some(ev) = self.parser.next_event() {
+        // The events of one frame go out as one write: room for all of them at once
+        // (a relayed event is about as long as the upstream's).
+        self.out.reserve(data.len() + 256);
+        while self.parser.next_into(&mut self.event) {
             self.events += 1;
-            match self.transcoder.event(&ev, &mut self.out) {
+            match self.transcoder.event(&self.event, &mut self.out) {
                 Ok(StreamStep::Continue) => {}
                 Ok(StreamStep::Done) => {
                     self.finish();

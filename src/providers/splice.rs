@@ -12,7 +12,8 @@
 
 use std::ops::Range;
 
-fn skip_ws(b: &[u8], mut i: usize) -> usize {
+/// Index of the first byte at or after `i` that is not JSON whitespace.
+pub(crate) fn skip_ws(b: &[u8], mut i: usize) -> usize {
     while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | b'\r') {
         i += 1;
     }
@@ -20,7 +21,7 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
 }
 
 /// Index just past the string starting at `b[i] == '"'`.
-fn skip_string(b: &[u8], mut i: usize) -> Option<usize> {
+pub(crate) fn skip_string(b: &[u8], mut i: usize) -> Option<usize> {
     i += 1;
     while i < b.len() {
         match b[i] {
@@ -33,7 +34,7 @@ fn skip_string(b: &[u8], mut i: usize) -> Option<usize> {
 }
 
 /// Index just past the value starting at `b[i]`.
-fn skip_value(b: &[u8], i: usize) -> Option<usize> {
+pub(crate) fn skip_value(b: &[u8], i: usize) -> Option<usize> {
     match *b.get(i)? {
         b'"' => skip_string(b, i),
         b'{' | b'[' => {

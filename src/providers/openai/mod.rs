@@ -28,6 +28,7 @@ use crate::api::{ChatRequest, Message, StreamOptions, Usage};
 use crate::body::{self, Body};
 use crate::error::{ErrorKind, GatewayError};
 use crate::sse::SseEvent;
+use chunk::{ChoiceScan, ChunkScan};
 
 /// The OpenAI-format adapter.
 #[derive(Debug, Clone)]
@@ -305,6 +306,8 @@ impl Adapter for OpenAi {
             (Value::Null, Value::Null)
         };
         Box::new(OpenAiStream {
+            model_json: serde_json::to_string(&ctx.logical_model).unwrap_or_default(),
+            scan: ChunkScan::default(),
             model: ctx.logical_model,
             include_usage: ctx.include_usage,
             prompt_tokens: ctx.prompt_tokens_estimate,
@@ -345,22 +348,90 @@ struct OpenAiStream {
     id: Value,
     created: Value,
     progress: Progress,
+    /// `model` as the JSON string literal written into every chunk.
+    model_json: String,
+    /// The last chunk's scan, kept so its buffers are reused.
+    scan: ChunkScan,
 }
 
 impl OpenAiStream {
-    /// Records the text and tool-call pieces of a pass-through chunk.
-    fn track(&mut self, delta: &DeltaView<'_>) -> Result<(), GatewayError> {
-        if let Some(t) = delta
-            .content
-            .filter(|t| t.get() != "\"\"" && t.get() != "null")
-        {
+    /// Handles one chunk (the data of an event that is neither `[DONE]` nor empty),
+    /// read with the targeted scanner ([`chunk`]): no JSON tree is built unless the
+    /// chunk reports an error, carries `usage`, is the first one (its `id` and
+    /// `created`), or the stream continues another.
+    fn chunk(
+        &mut self,
+        data: &str,
+        scan: &mut ChunkScan,
+        out: &mut BytesMut,
+    ) -> Result<StreamStep, GatewayError> {
+        let b = data.as_bytes();
+        scan.scan(b).map_err(|why| {
+            bad_chunk(format!(
+                "upstream sent a stream event that is not a chunk: {why}"
+            ))
+        })?;
+        if let Some(err) = &scan.error {
+            let v: Value = serde_json::from_slice(&b[err.clone()]).unwrap_or(Value::Null);
+            return Err(mid_stream_error(&v));
+        }
+        self.chunks = true;
+        if let Some(u) = &scan.usage {
+            self.usage_seen = true;
+            self.progress.sent.usage = reported_usage(&data[u.clone()]);
+            if scan.choices.is_empty() && !self.include_usage {
+                return Ok(StreamStep::Continue);
+            }
+        }
+        if self.id.is_null() {
+            let parse = |r: &Option<std::ops::Range<usize>>| {
+                r.clone()
+                    .and_then(|r| serde_json::from_slice(&b[r]).ok())
+                    .unwrap_or(Value::Null)
+            };
+            self.id = parse(&scan.id);
+            self.created = parse(&scan.created);
+            if let Value::String(id) = &self.id {
+                self.progress.sent.id = id.clone();
+            }
+            self.progress.sent.created = self.created.as_u64().unwrap_or_default();
+        }
+        for c in &scan.choices {
+            if c.finish {
+                self.finished = true;
+                self.progress.sent.finished = true;
+            }
+            if c.content.is_some() || c.tool_calls {
+                self.deltas += 1;
+            }
+        }
+        if self.progress.resuming() {
+            self.resumed(data, out)?;
+            return Ok(StreamStep::Continue);
+        }
+        for c in &scan.choices {
+            self.track(data, c)?;
+        }
+        // The client did not ask for usage (it was asked for on its behalf): every
+        // chunk's `usage` member (null, or a count on the last content chunk of
+        // some servers) is removed.
+        out.put_slice(b"data: ");
+        scan.write(b, self.model_json.as_bytes(), !self.include_usage, out);
+        out.put_slice(b"\n\n");
+        Ok(StreamStep::Continue)
+    }
+
+    /// Records the text and tool-call pieces of a pass-through chunk's choice; the
+    /// text is decoded only when it is tracked or skipped.
+    fn track(&mut self, data: &str, choice: &ChoiceScan) -> Result<(), GatewayError> {
+        if let Some(t) = &choice.content {
             if !self.progress.counted() {
-                let text: std::borrow::Cow<'_, str> = serde_json::from_str(t.get())
+                let text: std::borrow::Cow<'_, str> = serde_json::from_str(&data[t.clone()])
                     .map_err(|e| bad_chunk(format!("`delta.content` is not a string: {e}")))?;
                 self.progress.text(&text)?;
             }
         }
-        if delta.tool_calls.is_some() {
+        if choice.tool_calls {
             self.progress.tool();
         }
         Ok(())
@@ -475,42 +546,11 @@ struct ResponseView<'a> {
     choices: Option<&'a RawValue>,
 }
 
-/// The parts of a stream chunk the relay reads; everything else is skipped unparsed.
-#[derive(Deserialize)]
-struct ChunkView<'a> {
-    #[serde(default)]
-    choices: Option<Vec<ChoiceView<'a>>>,
-    #[serde(default, borrow)]
-    usage: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    error: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    id: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    created: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct ChoiceView<'a> {
-    #[serde(default, borrow)]
-    finish_reason: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    delta: Option<DeltaView<'a>>,
-}
-
-#[derive(Deserialize)]
-struct DeltaView<'a> {
-    #[serde(default, borrow)]
-    content: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    tool_calls: Option<&'a RawValue>,
-}
-
 pub use crate::sse::{write_done, write_event};
 
 /// The counts of an upstream `usage` object (missing counts are 0, the total is
 /// recomputed; cached and reasoning details kept when present).
-fn reported_usage(raw: &RawValue) -> Option<Usage> {
+fn reported_usage(raw: &str) -> Option<Usage> {
     #[derive(Deserialize)]
     struct Cached {
         #[serde(default)]
@@ -532,7 +572,7 @@ fn reported_usage(raw: &RawValue) -> Option<Usage> {
         #[serde(default)]
         completion_tokens_details: Option<Reasoning>,
     }
-    let c: Counts = serde_json::from_str(raw.get()).ok()?;
+    let c: Counts = serde_json::from_str(raw).ok()?;
     Some(
         Usage::new(c.prompt_tokens, c.completion_tokens)
             .with_cached(c.prompt_tokens_details.and_then(|d| d.cached_tokens))
@@ -594,74 +634,10 @@ impl StreamTranscoder for OpenAiStream {
         if data.is_empty() {
             return Ok(StreamStep::Continue);
         }
-        let chunk: ChunkView<'_> = serde_json::from_str(data).map_err(|e| {
-            GatewayError::new(
-                ErrorKind::BadUpstream,
-                format!("upstream sent a stream event that is not a chunk: {e}"),
-            )
-            .with_code(crate::error::Code::UpstreamBadResponse)
-        })?;
-        if let Some(err) = chunk.error {
-            let v: Value = serde_json::from_str(err.get()).unwrap_or(Value::Null);
-            return Err(mid_stream_error(&v));
-        }
-        self.chunks = true;
-        let choices = chunk.choices.as_deref().unwrap_or(&[]);
-        if let Some(u) = chunk.usage {
-            self.usage_seen = true;
-            self.progress.sent.usage = reported_usage(u);
-            if choices.is_empty() && !self.include_usage {
-                return Ok(StreamStep::Continue);
-            }
-        }
-        if self.id.is_null() {
-            let parse = |r: Option<&RawValue>| {
-                r.and_then(|r| serde_json::from_str(r.get()).ok())
-                    .unwrap_or(Value::Null)
-            };
-            self.id = parse(chunk.id);
-            self.created = parse(chunk.created);
-            if let Value::String(id) = &self.id {
-                self.progress.sent.id = id.clone();
-            }
-            self.progress.sent.created = self.created.as_u64().unwrap_or_default();
-        }
-        for c in choices {
-            if c.finish_reason.is_some() {
-                self.finished = true;
-                self.progress.sent.finished = true;
-            }
-            if let Some(d) = &c.delta {
-                let text = d
-                    .content
-                    .is_some_and(|t| t.get() != "\"\"" && t.get() != "null");
-                if text || d.tool_calls.is_some() {
-                    self.deltas += 1;
-                }
-            }
-        }
-        if self.progress.resuming() {
-            self.resumed(data, out)?;
-            return Ok(StreamStep::Continue);
-        }
-        for c in choices {
-            if let Some(d) = &c.delta {
-                self.track(d)?;
-            }
-        }
-        // The client did not ask for usage (it was asked for on its behalf): every
-        // chunk's `usage` member (null, or a count on the last content chunk of
-        // some servers) is removed.
-        let bytes = if self.include_usage {
-            splice::set_string(data.as_bytes(), "model", &self.model)
-        } else {
-            splice::set_string_dropping(data.as_bytes(), "model", &self.model, "usage")
-        }
-        .ok_or_else(|| bad_chunk("upstream stream event is not a JSON object".into()))?;
-        out.put_slice(b"data: ");
-        out.put_slice(&bytes);
-        out.put_slice(b"\n\n");
-        Ok(StreamStep::Continue)
+        let mut scan = std::mem::take(&mut self.scan);
+        let step = self.chunk(data, &mut scan, out);
+        self.scan = scan;
+        step
     }
 
     fn end(&mut self, out: &mut BytesMut) -> Result<(), GatewayError> {
@@ -686,5 +662,6 @@ impl StreamTranscoder for OpenAiStream {
     }
 }
 
+mod chunk;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,425 @@
+//! The targeted scanner of the OpenAI stream relay: one pass over a
+//! `chat.completion.chunk` that records, as byte ranges into its text, the few members
+//! the relay reads (`model`, `usage`, `error`, `id`, `created`, and per choice
+//! `finish_reason`, `delta.content`, `delta.tool_calls`), and skips the rest by bracket
+//! depth. The relay then writes the chunk with `model` replaced (and `usage` dropped
+//! when the client did not ask for it) straight into the client's buffer: no tree, no
+//! re-serialization and no allocation per event.
+//!
+//! Validation is structural: the top-level object and its choices must be well formed
+//! (keys, colons, commas, scalars that are `true`, `false`, `null` or numbers, nothing
+//! after the closing brace), and nested values below them must balance their brackets
+//! and strings. A cut event (the body ended inside it) always fails. Invalid JSON deep
+//! inside a member the relay does not read (a malformed escape in a tool-call argument)
+//! is relayed as the upstream sent it, as any byte-level proxy would.
+
+use std::ops::Range;
+
+use super::super::splice::{skip_string, skip_value, skip_ws};
+
+/// What one choice of a chunk carries, as the relay counts it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct ChoiceScan {
+    /// `finish_reason` is present and not `null`.
+    pub finish: bool,
+    /// `delta.content` when it is neither `null` nor `""` (the JSON value's range).
+    pub content: Option<Range<usize>>,
+    /// `delta.tool_calls` is present and not `null`.
+    pub tool_calls: bool,
+}
+
+/// The members of one chunk the relay reads. Value ranges include a string's quotes;
+/// a member whose value is `null` is recorded as absent (as serde reads an
+/// `Option`), except [`ChunkScan::usage_member`].
+#[derive(Debug, Default)]
+pub(super) struct ChunkScan {
+    /// Index just past the object's opening brace (where a missing `model` goes).
+    pub after_brace: usize,
+    /// The object has no members.
+    pub empty: bool,
+    /// The value of `model`, whatever it is.
+    pub model: Option<Range<usize>>,
+    /// The value of `usage`.
+    pub usage: Option<Range<usize>>,
+    /// The whole `usage` member, `null` or not: key to value with the comma that
+    /// separates it from a neighbour, so removing it leaves valid JSON.
+    pub usage_member: Option<Range<usize>>,
+    /// The value of `error`.
+    pub error: Option<Range<usize>>,
+    /// The value of `id`.
+    pub id: Option<Range<usize>>,
+    /// The value of `created`.
+    pub created: Option<Range<usize>>,
+    /// The elements of `choices` (kept between events so its buffer is reused).
+    pub choices: Vec<ChoiceScan>,
+}
+
+/// Whether the raw key (quotes included) is `key`; a key written with escapes is
+/// decoded first (`"mo\u0064el"` is `model` to every JSON reader).
+fn key_is(raw: &[u8], key: &str) -> bool {
+    let inner = &raw[1..raw.len() - 1];
+    if inner.contains(&b'\\') {
+        serde_json::from_slice::<String>(raw).is_ok_and(|k| k == key)
+    } else {
+        inner == key.as_bytes()
+    }
+}
+
+fn is_null(b: &[u8], v: &Range<usize>) -> bool {
+    &b[v.clone()] == b"null"
+}
+
+/// The value at `b[i]`, its end checked: strings and containers must close, a scalar
+/// must be a literal or look like a number.
+fn value(b: &[u8], i: usize) -> Result<Range<usize>, &'static str> {
+    let end = skip_value(b, i).ok_or("the event ends inside a value")?;
+    let v = &b[i..end];
+    let ok = match v.first() {
+        Some(b'"' | b'{' | b'[') => true,
+        Some(b'-' | b'0'..=b'9') => v
+            .iter()
+            .all(|c| matches!(c, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')),
+        _ => matches!(v, b"true" | b"false" | b"null"),
+    };
+    if ok {
+        Ok(i..end)
+    } else {
+        Err("a value is not JSON")
+    }
+}
+
+/// Walks the object at `b[i] == '{'`, calling `f(raw key, value range, member range)`
+/// for each member (the member range as [`ChunkScan::usage_member`] describes it).
+/// Returns the index past the closing brace.
+fn object(
+    b: &[u8],
+    i: usize,
+    mut f: impl FnMut(&[u8], Range<usize>, Range<usize>) -> Result<(), &'static str>,
+) -> Result<usize, &'static str> {
+    let mut i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b'}') {
+        return Ok(i + 1);
+    }
+    let mut prev_end: Option<usize> = None;
+    loop {
+        if b.get(i) != Some(&b'"') {
+            return Err("a member does not start with a key");
+        }
+        let key_start = i;
+        let key_end = skip_string(b, i).ok_or("the event ends inside a key")?;
+        i = skip_ws(b, key_end);
+        if b.get(i) != Some(&b':') {
+            return Err("a key is not followed by `:`");
+        }
+        let v = value(b, skip_ws(b, i + 1))?;
+        let after = skip_ws(b, v.end);
+        let member = match (b.get(after), prev_end) {
+            (Some(b','), _) => key_start..skip_ws(b, after + 1),
+            (_, Some(p)) => p..v.end,
+            (_, None) => key_start..v.end,
+        };
+        prev_end = Some(v.end);
+        f(&b[key_start..key_end], v, member)?;
+        match b.get(after) {
+            Some(b',') => i = skip_ws(b, after + 1),
+            Some(b'}') => return Ok(after + 1),
+            Some(_) => return Err("members are not separated by `,`"),
+            None => return Err("the event ends inside an object"),
+        }
+    }
+}
+
+/// Reads one element of `choices` (an object) into a [`ChoiceScan`].
+fn choice(b: &[u8], i: usize) -> Result<ChoiceScan, &'static str> {
+    let mut c = ChoiceScan::default();
+    object(b, i, |key, v, _| {
+        if key_is(key, "finish_reason") {
+            c.finish = !is_null(b, &v);
+        } else if key_is(key, "delta") && !is_null(b, &v) {
+            if b[v.start] != b'{' {
+                return Err("`delta` is not an object");
+            }
+            object(b, v.start, |key, v, _| {
+                if key_is(key, "content") {
+                    let raw = &b[v.clone()];
+                    c.content = (raw != b"null" && raw != b"\"\"").then_some(v);
+                } else if key_is(key, "tool_calls") {
+                    c.tool_calls = !is_null(b, &v);
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    })?;
+    Ok(c)
+}
+
+impl ChunkScan {
+    /// Scans the chunk `b` into `self` (cleared first).
+    ///
+    /// # Errors
+    /// What is wrong with the chunk, in a few words ("the event ends inside a
+    /// value", "`choices` is not a list"), when it is not a JSON object of the shape
+    /// above.
+    pub fn scan(&mut self, b: &[u8]) -> Result<(), &'static str> {
+        self.model = None;
+        self.usage = None;
+        self.usage_member = None;
+        self.error = None;
+        self.id = None;
+        self.created = None;
+        self.choices.clear();
+        let start = skip_ws(b, 0);
+        if b.get(start) != Some(&b'{') {
+            return Err("it is not a JSON object");
+        }
+        self.after_brace = start + 1;
+        self.empty = b.get(skip_ws(b, start + 1)) == Some(&b'}');
+        let mut choices = std::mem::take(&mut self.choices);
+        let end = object(b, start, |key, v, member| {
+            let present = !is_null(b, &v);
+            if key_is(key, "model") {
+                self.model = Some(v);
+            } else if key_is(key, "choices") {
+                if present {
+                    if b[v.start] != b'[' {
+                        return Err("`choices` is not a list");
+                    }
+                    elements(b, v.start, |i| {
+                        if b[i] != b'{' {
+                            return Err("an element of `choices` is not an object");
+                        }
+                        choices.push(choice(b, i)?);
+                        Ok(())
+                    })?;
+                }
+            } else if key_is(key, "usage") {
+                self.usage_member = Some(member);
+                self.usage = present.then_some(v);
+            } else if key_is(key, "error") {
+                self.error = present.then_some(v);
+            } else if key_is(key, "id") {
+                self.id = present.then_some(v);
+            } else if key_is(key, "created") {
+                self.created = present.then_some(v);
+            }
+            Ok(())
+        });
+        self.choices = choices;
+        let end = end?;
+        if skip_ws(b, end) != b.len() {
+            return Err("there is text after the object");
+        }
+        Ok(())
+    }
+
+    /// Appends the chunk `b` (as scanned) to `out` with `model` set to `model_json`
+    /// (a JSON string literal), added first when absent, and the `usage` member
+    /// removed when `drop_usage`; every other byte as the upstream sent it.
+    pub fn write(&self, b: &[u8], model_json: &[u8], drop_usage: bool, out: &mut bytes::BytesMut) {
+        let mut pos = 0;
+        let mut edits: [(Range<usize>, &[u8]); 2] = [(0..0, &[]), (0..0, &[])];
+        let mut n = 0;
+        if let Some(m) = &self.model {
+            edits[n] = (m.clone(), model_json);
+            n += 1;
+        }
+        if let (true, Some(u)) = (drop_usage, &self.usage_member) {
+            edits[n] = (u.clone(), &[]);
+            n += 1;
+        }
+        let edits = &mut edits[..n];
+        edits.sort_unstable_by_key(|(r, _)| r.start);
+        out.reserve(b.len() + model_json.len() + 10);
+        if self.model.is_none() {
+            out.extend_from_slice(&b[..self.after_brace]);
+            out.extend_from_slice(b"\"model\":");
+            out.extend_from_slice(model_json);
+            // The usage member may have been the only one.
+            let rest_empty = self.empty
+                || (drop_usage && edits.len() == 1 && {
+                    let r = &edits[0].0;
+                    skip_ws(b, self.after_brace) == r.start
+                        && b.get(skip_ws(b, r.end)) == Some(&b'}')
+                });
+            if !rest_empty {
+                out.extend_from_slice(b",");
+            }
+            pos = self.after_brace;
+        }
+        for (r, with) in edits.iter() {
+            out.extend_from_slice(&b[pos..r.start]);
+            out.extend_from_slice(with);
+            pos = r.end;
+        }
+        out.extend_from_slice(&b[pos..]);
+    }
+}
+
+/// Calls `f(index)` for the start of each element of the array at `b[i] == '['`.
+fn elements(
+    b: &[u8],
+    i: usize,
+    mut f: impl FnMut(usize) -> Result<(), &'static str>,
+) -> Result<usize, &'static str> {
+    let mut i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b']') {
+        return Ok(i + 1);
+    }
+    loop {
+        let v = value(b, i)?;
+        f(v.start)?;
+        i = skip_ws(b, v.end);
+        match b.get(i) {
+            Some(b',') => i = skip_ws(b, i + 1),
+            Some(b']') => return Ok(i + 1),
+            _ => return Err("elements of a list are not separated by `,`"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(s: &str) -> Result<ChunkScan, &'static str> {
+        let mut c = ChunkScan::default();
+        c.scan(s.as_bytes()).map(|()| c)
+    }
+
+    fn rewrite(s: &str, drop_usage: bool) -> String {
+        let c = scan(s).unwrap();
+        let mut out = bytes::BytesMut::new();
+        c.write(s.as_bytes(), br#""gpt-4o""#, drop_usage, &mut out);
+        String::from_utf8(out.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn the_members_the_relay_reads_are_found_and_null_ones_are_absent() {
+        let s = r#"{"id":"c1","created":17,"model":"m","choices":[{"index":0,"delta":{"content":"hi","tool_calls":null},"finish_reason":null},{"delta":{"content":"","tool_calls":[{"index":0}]},"finish_reason":"stop"}],"usage":null,"error":null}"#;
+        let c = scan(s).unwrap();
+        let at = |r: &Option<Range<usize>>| r.clone().map(|r| &s[r]);
+        assert_eq!(at(&c.id), Some(r#""c1""#));
+        assert_eq!(at(&c.created), Some("17"));
+        assert_eq!(at(&c.model), Some(r#""m""#));
+        assert_eq!((at(&c.usage), at(&c.error)), (None, None));
+        assert_eq!(at(&c.usage_member), Some(r#""usage":null,"#));
+        assert_eq!(c.choices.len(), 2);
+        assert_eq!(at(&c.choices[0].content), Some(r#""hi""#));
+        assert!(!c.choices[0].tool_calls && !c.choices[0].finish);
+        assert_eq!(c.choices[1].content, None, "empty text is no content");
+        assert!(c.choices[1].tool_calls && c.choices[1].finish);
+    }
+
+    #[test]
+    fn model_is_replaced_in_place_and_usage_dropped_on_request() {
+        let s = r#"{"id":"c","model":"up-1","choices":[],"usage":{"prompt_tokens":1}}"#;
+        assert_eq!(
+            rewrite(s, false),
+            r#"{"id":"c","model":"gpt-4o","choices":[],"usage":{"prompt_tokens":1}}"#
+        );
+        assert_eq!(
+            rewrite(s, true),
+            r#"{"id":"c","model":"gpt-4o","choices":[]}"#
+        );
+        let s = r#"{"usage":null, "model":"up","id":"c"}"#;
+        assert_eq!(rewrite(s, true), r#"{"model":"gpt-4o","id":"c"}"#);
+        let s = r#"{"id":"c","model":"up","usage":null}"#;
+        assert_eq!(rewrite(s, true), r#"{"id":"c","model":"gpt-4o"}"#);
+        let s = r#"{"id":"c","usage":null,"choices":[]}"#;
+        assert_eq!(
+            rewrite(s, true),
+            r#"{"model":"gpt-4o","id":"c","choices":[]}"#
+        );
+        assert_eq!(rewrite(r#"{"usage":null}"#, true), r#"{"model":"gpt-4o"}"#);
+        assert_eq!(rewrite(r#"{ }"#, true), r#"{"model":"gpt-4o" }"#);
+        assert_eq!(rewrite(r#"{"a":1}"#, false), r#"{"model":"gpt-4o","a":1}"#);
+    }
+
+    #[test]
+    fn only_top_level_and_escaped_keys_count() {
+        let s = r#"{"choices":[{"delta":{"content":"x","model":"inner"}}],"mod\u0065l":"up"}"#;
+        assert_eq!(
+            rewrite(s, false),
+            r#"{"choices":[{"delta":{"content":"x","model":"inner"}}],"mod\u0065l":"gpt-4o"}"#
+        );
+    }
+
+    #[test]
+    fn a_cut_or_malformed_chunk_is_refused() {
+        let whole = r#"{"id":"c","choices":[{"delta":{"content":"a\"b"},"finish_reason":null}],"created":17}"#;
+        for cut in 0..whole.len() {
+            assert!(
+                scan(&whole[..cut]).is_err(),
+                "cut at {cut}: {}",
+                &whole[..cut]
+            );
+        }
+        assert!(scan(whole).is_ok());
+        for bad in [
+            "[1]",
+            "not json",
+            r#"{"a":tru}"#,
+            r#"{"a":1}x"#,
+            r#"{"a" 1}"#,
+            r#"{"a":1 "b":2}"#,
+            r#"{"choices":{}}"#,
+            r#"{"choices":[1]}"#,
+            r#"{"choices":[{"delta":"x"}]}"#,
+            r#"{a:1}"#,
+        ] {
+            assert!(scan(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn agrees_with_serde_on_which_members_are_present() {
+        // Random chunks built from the members the relay reads, null or not, in any
+        // order, with whitespace: the scan finds what serde_json finds.
+        let mut seed = 0x9e3779b97f4a7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let values = [r#"null"#, r#""x""#, r#"{"k":[1,{"a":"}"}]}"#, "12", r#""""#];
+        for _ in 0..500 {
+            let mut members = Vec::new();
+            for key in ["id", "model", "usage", "error", "created", "other"] {
+                if next() % 3 != 0 {
+                    members.push(format!("\"{key}\" : {}", values[(next() % 5) as usize]));
+                }
+            }
+            let content = values[(next() % 5) as usize];
+            members.push(format!(
+                r#""choices":[{{"delta":{{"content":{content}}},"finish_reason":{}}}]"#,
+                values[(next() % 2) as usize]
+            ));
+            let n = members.len();
+            members.swap(0, (next() as usize) % n);
+            let text = format!("{{ {} }}", members.join(" ,"));
+            let c = scan(&text).unwrap();
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let present = |k: &str| v.get(k).is_some_and(|x| !x.is_null());
+            assert_eq!(c.usage.is_some(), present("usage"), "{text}");
+            assert_eq!(c.error.is_some(), present("error"), "{text}");
+            assert_eq!(c.id.is_some(), present("id"), "{text}");
+            assert_eq!(c.model.is_some(), v.get("model").is_some(), "{text}");
+            let d = &v["choices"][0]["delta"]["content"];
+            assert_eq!(
+                c.choices[0].content.is_some(),
+                !d.is_null() && d != "",
+                "{text}"
+            );
+            let out = rewrite(&text, true);
+            let w: serde_json::Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(w["model"], "gpt-4o", "{out}");
+            assert!(w.get("usage").is_none(), "{out}");
+            let mut v = v;
+            v.as_object_mut().unwrap().remove("usage");
+            v["model"] = "gpt-4o".into();
+            assert_eq!(w, v, "{text}");
+        }
+    }
+}
