@@ -104,6 +104,9 @@ pub struct Gateway {
     pub cache: cache::CachePhase,
     /// Endpoint queues and the off-peak hold (`scheduler:`, `max_in_flight`).
     pub sched: crate::sched::Scheduler,
+    /// The gateway-wide budget of buffered request body bytes
+    /// (`server.max_buffered_bytes`), charged by ingress as bodies arrive.
+    pub body_budget: Arc<crate::budget::BodyBudget>,
     /// Serializes every read-modify-write of strategy state: decisions that apply
     /// `on pick` updates (`route`) and `on success` / `on failure` updates
     /// (`outcome`), so stateful strategies see every earlier pick and outcome.
@@ -138,7 +141,14 @@ impl Gateway {
                 .unwrap_or_default(),
         );
         let cache = cache::CachePhase::new(&config, &registry, policy.load().set());
+        let body_budget = crate::budget::BodyBudget::new(
+            config
+                .server
+                .max_buffered_bytes
+                .unwrap_or_else(|| crate::budget::machine_default(config.server.max_body_bytes)),
+        );
         Gateway {
+            body_budget,
             cache,
             sched: crate::sched::Scheduler::new(&config.scheduler, &registry),
             log: RequestLog::new(&config, &registry),
