@@ -205,7 +205,7 @@ mod tests {
     #[test]
     fn the_machine_default_is_bounded() {
         let d = machine_default(10);
-        assert!(d <= MAX_DEFAULT && d >= 10, "{d}");
+        assert!((10..=MAX_DEFAULT).contains(&d), "{d}");
         assert_eq!(machine_default(MAX_DEFAULT + 1), MAX_DEFAULT + 1);
     }
 }
