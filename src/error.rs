@@ -106,6 +106,9 @@ pub enum ErrorKind {
     NoEndpoint,
     /// 503: the gateway is shutting down.
     ShuttingDown,
+    /// 503: the gateway holds as many buffered request bodies as
+    /// `server.max_buffered_bytes` allows and none freed up in time.
+    Overloaded,
     /// 504: the upstream did not answer (connect, first byte, idle or total timeout).
     UpstreamTimeout,
     /// 500: a Switchyard bug or misconfiguration.
@@ -125,7 +128,7 @@ impl ErrorKind {
             ErrorKind::PayloadTooLarge => 413,
             ErrorKind::Throttled | ErrorKind::RateLimited => 429,
             ErrorKind::BadUpstream => 502,
-            ErrorKind::NoEndpoint | ErrorKind::ShuttingDown => 503,
+            ErrorKind::NoEndpoint | ErrorKind::ShuttingDown | ErrorKind::Overloaded => 503,
             ErrorKind::UpstreamTimeout => 504,
             ErrorKind::Internal => 500,
         }
@@ -146,6 +149,7 @@ impl ErrorKind {
             ErrorKind::BadUpstream
             | ErrorKind::NoEndpoint
             | ErrorKind::ShuttingDown
+            | ErrorKind::Overloaded
             | ErrorKind::UpstreamTimeout => "api_error",
             ErrorKind::Internal => "server_error",
         }
@@ -166,7 +170,10 @@ impl ErrorKind {
             ErrorKind::RateLimited | ErrorKind::BadUpstream | ErrorKind::UpstreamTimeout => {
                 Fault::Upstream
             }
-            ErrorKind::NoEndpoint | ErrorKind::ShuttingDown | ErrorKind::Internal => Fault::Gateway,
+            ErrorKind::NoEndpoint
+            | ErrorKind::ShuttingDown
+            | ErrorKind::Overloaded
+            | ErrorKind::Internal => Fault::Gateway,
         }
     }
 
@@ -196,6 +203,7 @@ impl ErrorKind {
             ErrorKind::BadUpstream => "bad_upstream",
             ErrorKind::NoEndpoint => "no_endpoint",
             ErrorKind::ShuttingDown => "shutting_down",
+            ErrorKind::Overloaded => "overloaded",
             ErrorKind::UpstreamTimeout => "upstream_timeout",
             ErrorKind::Internal => "internal",
         }
@@ -261,6 +269,9 @@ pub enum Code {
     QueueTimeout,
     /// An endpoint's queue already holds `scheduler.max_queued` requests.
     QueueFull,
+    /// The gateway's budget of buffered request bodies (`server.max_buffered_bytes`)
+    /// had no room for the request's body in time.
+    Overloaded,
     /// The `x-switchyard-priority` header asks for a level above the key's
     /// `max_priority`.
     PriorityNotAllowed,
@@ -302,6 +313,7 @@ impl Code {
             Code::RateLimiterUnavailable => "rate_limiter_unavailable",
             Code::QueueTimeout => "queue_timeout",
             Code::QueueFull => "queue_full",
+            Code::Overloaded => "overloaded",
             Code::PriorityNotAllowed => "priority_not_allowed",
             Code::Provider(s) => s,
         }

@@ -151,20 +151,24 @@ async fn route(
             // Counted until the response body ends (streams included), and released
             // even when the client goes away and the future is dropped.
             let guard = gw.log.in_flight();
+            // The body's bytes in the buffer budget, held until the response body
+            // ends or the request is dropped (a client gone mid-body).
+            let mut charge = gw.body_budget.charge();
             let (parts, body) = req.into_parts();
-            let (resp, facts) =
-                match read_body(&parts.headers, body, gw.config.server.max_body_bytes).await {
-                    Ok(bytes) => gw.chat(bytes, &parts.headers, started, id.clone()).await,
-                    Err(e) => {
-                        let facts = Facts::refused(gw, id.clone(), started, &e);
-                        (e.to_response(), Some(facts))
-                    }
-                };
+            let limit = gw.config.server.max_body_bytes;
+            let (resp, facts) = match read_body(&parts.headers, body, limit, &mut charge).await {
+                Ok(bytes) => gw.chat(bytes, &parts.headers, started, id.clone()).await,
+                Err(e) => {
+                    let facts = Facts::refused(gw, id.clone(), started, &e);
+                    (e.to_response(), Some(facts))
+                }
+            };
             let access = facts.map(|f| (gw.clone(), f, tracing::Span::current()));
             resp.map(|b| {
                 Body::new(Guarded {
                     inner: b,
                     _guard: guard,
+                    _charge: charge,
                     access,
                 })
             })
@@ -186,6 +190,8 @@ async fn route(
         (&Method::GET, "/metrics") => match &svc.metrics {
             Some(h) => {
                 gw.cache.export_metrics();
+                // Read at scrape time: the request path keeps no gauge up to date.
+                metrics::gauge!("switchyard_buffered_body_bytes").set(gw.body_budget.used() as f64);
                 let mut r = Response::new(body::full(h.render()));
                 r.headers_mut().insert(
                     http::header::CONTENT_TYPE,
@@ -252,7 +258,10 @@ fn unknown_path(method: &Method, path: &str) -> Response<Body> {
 }
 
 /// Reads the body, refusing more than `limit` bytes with 413 (by `Content-Length`
-/// before reading, or while reading when the length is not declared).
+/// before reading, or while reading when the length is not declared), and charging
+/// every chunk to `charge` ([`crate::budget`]) before keeping it: 503 `overloaded`
+/// when the gateway's buffer budget has no room for it within
+/// [`crate::budget::WAIT`].
 ///
 /// A refused body is read and thrown away first, up to [`DRAIN_MAX_BYTES`] and
 /// [`DRAIN_TIMEOUT`], the way nginx discards one: a client that writes its whole body
@@ -263,6 +272,7 @@ async fn read_body(
     headers: &http::HeaderMap,
     mut body: Incoming,
     limit: usize,
+    charge: &mut crate::budget::Charge,
 ) -> Result<bytes::Bytes, GatewayError> {
     let too_large = || {
         GatewayError::new(
@@ -287,30 +297,37 @@ async fn read_body(
         }
         return Err(too_large());
     }
+    let deadline = tokio::time::Instant::now() + crate::budget::WAIT;
     let read = async {
-        let mut parts: Vec<bytes::Bytes> = Vec::new();
+        // One buffer of the declared length: the chunks are copied in as they come
+        // and dropped, so a body is held once (plus the chunk in hand), not as a list
+        // of chunks and then their concatenation.
+        let mut all = bytes::BytesMut::with_capacity(declared.unwrap_or(0) as usize);
+        let mut first: Option<bytes::Bytes> = None;
         let mut total = 0usize;
         while let Some(frame) = body.frame().await {
-            let Ok(data) = frame?.into_data() else {
+            let Ok(data) = frame.map_err(Read::Body)?.into_data() else {
                 continue;
             };
             total += data.len();
             if total > limit {
-                return Ok(None);
+                return Err(Read::TooLarge);
             }
-            parts.push(data);
-        }
-        Ok::<_, hyper::Error>(Some(match parts.len() {
-            0 => bytes::Bytes::new(),
-            1 => parts.swap_remove(0),
-            _ => {
-                let mut all = bytes::BytesMut::with_capacity(total);
-                for p in &parts {
-                    all.extend_from_slice(p);
+            charge
+                .add(data.len(), deadline)
+                .await
+                .map_err(Read::Budget)?;
+            // A body of one chunk is kept as it came, without a copy.
+            if first.is_none() && all.is_empty() {
+                first = Some(data);
+            } else {
+                if let Some(f) = first.take() {
+                    all.extend_from_slice(&f);
                 }
-                all.freeze()
+                all.extend_from_slice(&data);
             }
-        }))
+        }
+        Ok(first.unwrap_or_else(|| all.freeze()))
     };
     match tokio::time::timeout(BODY_TIMEOUT, read).await {
         Err(_) => Err(GatewayError::new(
@@ -321,16 +338,32 @@ async fn read_body(
             ),
         )
         .with_code(Code::RequestTimeout)),
-        Ok(Ok(Some(b))) => Ok(b),
-        Ok(Ok(None)) => {
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(Read::TooLarge)) => {
             discard(&mut body).await;
             Err(too_large())
         }
-        Ok(Err(e)) => Err(GatewayError::new(
+        Ok(Err(Read::Budget(e))) => {
+            // What was read is given back before the rest is thrown away.
+            *charge = charge.empty();
+            discard(&mut body).await;
+            Err(e)
+        }
+        Ok(Err(Read::Body(e))) => Err(GatewayError::new(
             ErrorKind::InvalidRequest,
             format!("could not read the request body: {e}"),
         )),
     }
+}
+
+/// Why reading a body stopped early.
+enum Read {
+    /// Over `max_body_bytes`.
+    TooLarge,
+    /// No room in the buffer budget in time.
+    Budget(GatewayError),
+    /// The connection failed.
+    Body(hyper::Error),
 }
 
 /// Most bytes of a refused body read and thrown away before the 413 is sent.
@@ -365,6 +398,7 @@ pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30)
 struct Guarded {
     inner: Body,
     _guard: InFlight,
+    _charge: crate::budget::Charge,
     access: Option<(Arc<Gateway>, Facts, tracing::Span)>,
 }
 

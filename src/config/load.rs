@@ -354,6 +354,7 @@ impl Validator {
             &[
                 "listen",
                 "max_body_bytes",
+                "max_buffered_bytes",
                 "drain_timeout_ms",
                 "first_byte_timeout_ms",
                 "header_timeout_ms",
@@ -383,6 +384,19 @@ impl Validator {
         }
         if let Some(n) = self.uint(map, "max_body_bytes", path, 1, 1 << 32) {
             cfg.max_body_bytes = n as usize;
+        }
+        if let Some(n) = self.uint(map, "max_buffered_bytes", path, 1, 1 << 40) {
+            if (n as usize) < cfg.max_body_bytes {
+                self.err(
+                    join(path, "max_buffered_bytes"),
+                    format!(
+                        "{n} is smaller than server.max_body_bytes ({}): a body of the largest accepted size could never be buffered",
+                        cfg.max_body_bytes
+                    ),
+                );
+            } else {
+                cfg.max_buffered_bytes = Some(n as usize);
+            }
         }
         if let Some(n) = self.uint(map, "drain_timeout_ms", path, 0, 3_600_000) {
             cfg.drain_timeout_ms = n;

@@ -150,6 +150,12 @@ pub struct ServerConfig {
     /// Largest accepted request body in bytes (`max_body_bytes`, default 10 MiB); larger
     /// bodies get HTTP 413.
     pub max_body_bytes: usize,
+    /// Most request body bytes the whole gateway holds buffered at once
+    /// (`max_buffered_bytes`; `None`, the default: [`crate::budget::machine_default`],
+    /// the smaller of total memory / 8 and 512 MiB). Bodies are charged as they are
+    /// read; a request whose body finds no room within 2 s gets 503 `overloaded` with
+    /// `Retry-After`. At least `max_body_bytes`.
+    pub max_buffered_bytes: Option<usize>,
     /// On SIGTERM/SIGINT, how long in-flight requests and streams may run before the
     /// process exits anyway (`drain_timeout_ms`, default 30 000 ms).
     pub drain_timeout_ms: u64,
@@ -197,6 +203,7 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             max_body_bytes: 10 * 1024 * 1024,
+            max_buffered_bytes: None,
             drain_timeout_ms: 30_000,
             first_byte_timeout_ms: 10_000,
             header_timeout_ms: 10_000,

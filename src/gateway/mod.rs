@@ -106,6 +106,9 @@ pub struct Gateway {
     pub sched: crate::sched::Scheduler,
     /// Trace export (`telemetry:`; off by default).
     pub tracer: crate::otel::Tracer,
+    /// The gateway-wide budget of buffered request body bytes
+    /// (`server.max_buffered_bytes`), charged by ingress as bodies arrive.
+    pub body_budget: Arc<crate::budget::BodyBudget>,
     /// Serializes every read-modify-write of strategy state: decisions that apply
     /// `on pick` updates (`route`) and `on success` / `on failure` updates
     /// (`outcome`), so stateful strategies see every earlier pick and outcome.
@@ -148,7 +151,14 @@ impl Gateway {
         );
         let cache = cache::CachePhase::new(&config, &registry, policy.load().set());
         let registry_len = registry.endpoints.len();
+        let body_budget = crate::budget::BodyBudget::new(
+            config
+                .server
+                .max_buffered_bytes
+                .unwrap_or_else(|| crate::budget::machine_default(config.server.max_body_bytes)),
+        );
         Gateway {
+            body_budget,
             cache,
             sched: crate::sched::Scheduler::new(&config.scheduler, &registry),
             log: RequestLog::new(&config, &registry),

@@ -150,7 +150,7 @@ impl Attempt {
         let stats = self
             .gw
             .stats
-            .snapshot_for_task(SystemTime::now(), &self.ctx.features.task);
+            .live(SystemTime::now(), &self.ctx.features.task);
         let outcome = Outcome {
             latency_ms: latency.as_secs_f64() * 1e3,
             ttft_ms: ttft.map(|t| t.as_secs_f64() * 1e3).unwrap_or(0.0),

@@ -1,7 +1,8 @@
 //! The route phase: the policy decision, turned into a plan of endpoint indices.
 //!
-//! The decision runs on the snapshot the request loaded and on a fresh statistics
-//! snapshot. A `reject` ends the request here; otherwise the plan (the chosen
+//! The decision runs on the policy snapshot the request loaded and reads the live
+//! endpoint statistics in place ([`crate::stats::LiveStats`]): only the endpoints it
+//! looks at, so its cost follows the model's endpoints, not the whole fleet's. A `reject` ends the request here; otherwise the plan (the chosen
 //! endpoint, then the fallback chain, without duplicates) goes into the context and
 //! the retry settings (retries, backoff, the fallback's `on` statuses) into the
 //! returned [`Plan`].
@@ -162,22 +163,18 @@ fn restrict(
 ///
 /// Decisions run without a lock. Only one that has `on pick` updates to apply
 /// (smooth weighted round-robin, for one) is discarded and made again under the
-/// gateway's decision lock on a fresh statistics snapshot, so every applied update
+/// gateway's decision lock on fresh statistics, so every applied update
 /// comes from a decision that saw all earlier picks, and requests whose strategy keeps
 /// no pick state never wait for one that does.
 fn decide(gw: &Gateway, snap: &PolicySnapshot, features: &RequestFeatures) -> Decision {
     let seed = rand::random::<u64>();
-    let stats = gw
-        .stats
-        .snapshot_for_task(SystemTime::now(), &features.task);
+    let stats = gw.stats.live(SystemTime::now(), &features.task);
     let decision = snap.compiled.decide(features, &stats, seed);
     if decision.state_updates.is_empty() {
         return decision;
     }
     let _guard = gw.lock_decisions();
-    let stats = gw
-        .stats
-        .snapshot_for_task(SystemTime::now(), &features.task);
+    let stats = gw.stats.live(SystemTime::now(), &features.task);
     let decision = snap.compiled.decide(features, &stats, seed);
     for u in &decision.state_updates {
         if let Some(slot) = gw.stats.index(&u.endpoint).and_then(|i| gw.stats.slot(i)) {

@@ -240,6 +240,37 @@ impl StatsSnapshot {
     }
 }
 
+/// Where a decision reads endpoint statistics: a [`StatsSnapshot`] (policy tests,
+/// `dry-run --stats`, `/admin/endpoints`) or the gateway's live store read in place
+/// (`crate::stats::LiveStats`), so a decision costs only the endpoints it looks at,
+/// not a copy of every endpoint's statistics.
+///
+/// A source is read for the candidates of the request's model (and of any model a
+/// route names), each at most a few times per decision.
+pub trait StatsSource {
+    /// The statistics of the endpoint with registry index `index` and id `id`
+    /// ([`crate::policy::registry::EndpointRef`]); defaults when the source does not
+    /// know it.
+    fn endpoint_stats(&self, index: usize, id: &str) -> std::borrow::Cow<'_, EndpointStats>;
+
+    /// Whether the runtime offers the endpoint to strategies
+    /// ([`EndpointStats::available`]): what [`StatsSource::endpoint_stats`] says,
+    /// without building the rest.
+    fn available(&self, index: usize, id: &str) -> bool {
+        self.endpoint_stats(index, id).available
+    }
+}
+
+impl StatsSource for StatsSnapshot {
+    fn endpoint_stats(&self, _index: usize, id: &str) -> std::borrow::Cow<'_, EndpointStats> {
+        self.get(id)
+    }
+
+    fn available(&self, _index: usize, id: &str) -> bool {
+        self.endpoints.get(id).is_none_or(|s| s.available)
+    }
+}
+
 /// What happened to a request sent to an endpoint, for `on success` / `on failure`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]

@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use super::ast::{Event, PriorityLevel};
 use super::checked::*;
-use super::features::{Outcome, RequestFeatures, StatsSnapshot};
+use super::features::{Outcome, RequestFeatures, StatsSource};
 use super::registry::EndpointRef;
 use super::status::FallbackOn;
 
@@ -213,7 +213,7 @@ pub struct Trace {
 pub fn decide(
     set: &CheckedPolicySet,
     req: &RequestFeatures,
-    stats: &StatsSnapshot,
+    stats: &dyn StatsSource,
     seed: u64,
 ) -> Decision {
     Run::new(set, req, stats, seed, false).decide()
@@ -223,7 +223,7 @@ pub fn decide(
 pub fn explain(
     set: &CheckedPolicySet,
     req: &RequestFeatures,
-    stats: &StatsSnapshot,
+    stats: &dyn StatsSource,
     seed: u64,
 ) -> (Decision, Trace) {
     let mut run = Run::new(set, req, stats, seed, true);
@@ -238,17 +238,13 @@ pub fn on_outcome(
     set: &CheckedPolicySet,
     call: &StrategyCall,
     req: &RequestFeatures,
-    stats: &StatsSnapshot,
+    stats: &dyn StatsSource,
     endpoint: &str,
     success: bool,
     outcome: &Outcome,
 ) -> Option<StateUpdate> {
     let s = set.strategies.get(call.strategy? as usize)?;
-    let cands: Vec<EndpointRef<'_>> = call
-        .candidates
-        .iter()
-        .filter_map(|id| set.registry.endpoint(id))
-        .collect();
+    let cands: Vec<EndpointRef<'_>> = set.registry.endpoints_by_id(&call.candidates);
     let event = if success {
         Event::Success
     } else {
@@ -329,36 +325,33 @@ pub(crate) fn candidates<'a>(
 ) -> Result<Vec<EndpointRef<'a>>, String> {
     let reg = &set.registry;
     Ok(match t {
-        CTarget::Model(m) => reg.endpoints().filter(|e| &e.model.name == m).collect(),
+        CTarget::Model(m) => reg
+            .model_endpoints(m)
+            .map(Iterator::collect)
+            .unwrap_or_default(),
         CTarget::Endpoint(id) => reg.endpoint(id).into_iter().collect(),
-        CTarget::RequestedModel => {
-            let v: Vec<_> = reg
-                .endpoints()
-                .filter(|e| e.model.name == req.model)
-                .collect();
-            if reg.model(&req.model).is_none() {
-                return Err(req.model.clone());
-            }
-            v
-        }
+        CTarget::RequestedModel => match reg.model_endpoints(&req.model) {
+            Some(v) => v.collect(),
+            None => return Err(req.model.clone()),
+        },
         CTarget::Any => reg.endpoints().collect(),
     })
 }
 
 /// The endpoints of `v` the runtime offers to strategies.
 pub(crate) fn available<'a>(
-    stats: &StatsSnapshot,
+    stats: &dyn StatsSource,
     v: Vec<EndpointRef<'a>>,
 ) -> Vec<EndpointRef<'a>> {
     v.into_iter()
-        .filter(|e| stats.get(&e.endpoint.id).available)
+        .filter(|e| stats.available(e.index, &e.endpoint.id))
         .collect()
 }
 
 struct Run<'a> {
     set: &'a CheckedPolicySet,
     req: &'a RequestFeatures,
-    stats: &'a StatsSnapshot,
+    stats: &'a dyn StatsSource,
     rng: SplitMix64,
     explain: bool,
     trace: Vec<TraceEvent>,
@@ -369,7 +362,7 @@ impl<'a> Run<'a> {
     fn new(
         set: &'a CheckedPolicySet,
         req: &'a RequestFeatures,
-        stats: &'a StatsSnapshot,
+        stats: &'a dyn StatsSource,
         seed: u64,
         explain: bool,
     ) -> Run<'a> {

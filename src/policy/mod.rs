@@ -23,7 +23,9 @@ pub use source::{FileId, SourceMap, Span};
 pub mod features;
 pub mod registry;
 
-pub use features::{Circuit, EndpointStats, Outcome, RequestFeatures, StatsSnapshot, NO_BUDGET};
+pub use features::{
+    Circuit, EndpointStats, Outcome, RequestFeatures, StatsSnapshot, StatsSource, NO_BUDGET,
+};
 pub use registry::{Registry, RegistryEndpoint, RegistryModel};
 pub mod check;
 pub mod checked;

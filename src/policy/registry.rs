@@ -82,6 +82,58 @@ impl Registry {
             })
     }
 
+    /// The endpoints of the logical model named `name`, with their indices, in
+    /// config order (`None`: no such model). Visits the models before it, not their
+    /// endpoints.
+    pub fn model_endpoints<'r>(
+        &'r self,
+        name: &str,
+    ) -> Option<impl Iterator<Item = EndpointRef<'r>> + 'r> {
+        let mut base = 0;
+        for model in &self.models {
+            if model.name == name {
+                return Some(
+                    model
+                        .endpoints
+                        .iter()
+                        .enumerate()
+                        .map(move |(i, endpoint)| EndpointRef {
+                            model,
+                            endpoint,
+                            index: base + i,
+                        }),
+                );
+            }
+            base += model.endpoints.len();
+        }
+        None
+    }
+
+    /// The endpoints with ids `ids`, in the order of `ids`; ids the registry does not
+    /// know are left out. Ids in registry order (a [`crate::policy::interp::StrategyCall`]'s
+    /// candidates) are found in one pass over the registry; others one by one.
+    pub fn endpoints_by_id<'r>(&'r self, ids: &[String]) -> Vec<EndpointRef<'r>> {
+        let mut out = Vec::with_capacity(ids.len());
+        let mut next = 0;
+        for e in self.endpoints() {
+            let Some(id) = ids.get(next) else { break };
+            // In registry order the first endpoint of an id is met first, as
+            // `endpoint` finds it; an id listed twice in a row is left to the slow
+            // path (`endpoint` would find the same endpoint twice).
+            if *id == e.endpoint.id {
+                out.push(e);
+                next += 1;
+                if ids.get(next) == Some(id) {
+                    break;
+                }
+            }
+        }
+        if next == ids.len() {
+            return out;
+        }
+        ids.iter().filter_map(|id| self.endpoint(id)).collect()
+    }
+
     /// The endpoint with id `id` (the first, if a config repeats an id).
     pub fn endpoint(&self, id: &str) -> Option<EndpointRef<'_>> {
         self.endpoints().find(|e| e.endpoint.id == id)

@@ -175,8 +175,21 @@ pub fn task(req: &ChatRequest) -> String {
         return "tool_use".into();
     }
     let last_user = req.messages.iter().rev().find(|m| m.role == "user");
-    let code = last_user.is_some_and(|m| m.content.to_string().contains("```"));
+    let code = last_user.is_some_and(|m| has_fence(&m.content));
     if code { "code" } else { "chat" }.into()
+}
+
+/// Whether the JSON text of `v` contains "```", found in place: serializing a large
+/// message just to search it would copy the whole prompt per request. JSON escaping
+/// never touches a backtick, so only strings and object keys can hold the fence.
+fn has_fence(v: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => s.contains("```"),
+        Value::Array(a) => a.iter().any(has_fence),
+        Value::Object(m) => m.iter().any(|(k, v)| k.contains("```") || has_fence(v)),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    }
 }
 
 #[cfg(test)]

@@ -135,6 +135,16 @@ impl Breaker {
         }
     }
 
+    /// [`Breaker::available`] and [`Breaker::state`] at `now`, under one lock.
+    pub fn offered(&self, now: Instant) -> (bool, CircuitState) {
+        match self.lock().state {
+            State::Closed => (true, CircuitState::Closed),
+            State::Open { until } if now < until => (false, CircuitState::Open),
+            State::Open { .. } => (true, CircuitState::HalfOpen),
+            State::HalfOpen { probing } => (!probing, CircuitState::HalfOpen),
+        }
+    }
+
     /// Time until the next probe may go, at `now` (`None`: closed or half-open).
     pub fn next_probe_in(&self, now: Instant) -> Option<Duration> {
         match self.lock().state {

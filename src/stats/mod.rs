@@ -32,7 +32,7 @@ pub mod ratelimit;
 mod store;
 
 pub use breaker::{Admission, Breaker, CircuitState, Transition};
-pub use store::{EndpointInfo, StatsStore};
+pub use store::{EndpointInfo, LiveStats, StatsStore};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -99,6 +99,9 @@ pub struct EndpointSlot {
     /// Successes slower than this (ms) count h = 0.5.
     latency_target_ms: Option<f64>,
     state: Mutex<BTreeMap<String, BTreeMap<String, f64>>>,
+    /// Whether `state` was ever written (it never empties again), so views of
+    /// stateless slots skip its lock.
+    has_state: std::sync::atomic::AtomicBool,
     /// Unix ms of the last health update (0: none yet), for recovery.
     health_at_ms: AtomicU64,
     recovery_half_life_ms: f64,
@@ -130,6 +133,7 @@ impl EndpointSlot {
             capacity_until_ms: AtomicU64::new(0),
             latency_target_ms: latency_target_ms.filter(|t| *t > 0.0),
             state: Mutex::new(BTreeMap::new()),
+            has_state: std::sync::atomic::AtomicBool::new(false),
             health_at_ms: AtomicU64::new(0),
             recovery_half_life_ms: breaker.recovery_half_life_ms as f64,
             breaker: Breaker::new(breaker),
@@ -279,23 +283,36 @@ impl EndpointSlot {
         st.entry(strategy.to_string())
             .or_default()
             .extend(slots.iter().map(|(k, v)| (k.clone(), *v)));
+        self.has_state.store(true, Ordering::Release);
     }
 
     /// The dynamic statistics as policies see them, at `now` (prices and quality left
     /// empty: [`StatsStore`] adds them).
     pub fn view(&self, now: SystemTime) -> EndpointStats {
+        self.view_at(unix_ms(now), Instant::now())
+    }
+
+    /// [`EndpointSlot::view`] at Unix ms `now_ms` and breaker clock `at`, so a
+    /// decision reading many endpoints reads the clocks once.
+    pub(crate) fn view_at(&self, now_ms: u64, at: Instant) -> EndpointStats {
         let until = self.capacity_until_ms.load(Ordering::Relaxed);
-        let capacity = if until != 0 && unix_ms(now) >= until {
+        let capacity = if until != 0 && now_ms >= until {
             1.0
         } else {
             self.capacity.get()
         };
-        let at = Instant::now();
+        let (available, circuit) = self.breaker.offered(at);
+        // Most slots never hold strategy state: skip the lock and the clone then.
+        let state = if self.has_state.load(Ordering::Acquire) {
+            self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        } else {
+            BTreeMap::new()
+        };
         EndpointStats {
-            available: self.breaker.available(at) && self.throttled_for(now).is_none(),
-            circuit: self.breaker.state(at).into(),
+            available: available && !self.throttled_at(now_ms),
+            circuit: circuit.into(),
             context_window: None,
-            health: self.health_at(unix_ms(now)),
+            health: self.health_at(now_ms),
             latency_ewma_ms: self.latency_ms.get(),
             ttft_ewma_ms: self.ttft_ms.get(),
             capacity,
@@ -304,8 +321,18 @@ impl EndpointSlot {
             cost_in_per_token: None,
             cost_out_per_token: None,
             quality: BTreeMap::new(),
-            state: self.state.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            state,
         }
+    }
+
+    /// Whether strategies are offered the endpoint at Unix ms `now_ms` and breaker
+    /// clock `at` ([`EndpointStats::available`] of [`EndpointSlot::view_at`]).
+    pub(crate) fn available_at(&self, now_ms: u64, at: Instant) -> bool {
+        !self.throttled_at(now_ms) && self.breaker.available(at)
+    }
+
+    fn throttled_at(&self, now_ms: u64) -> bool {
+        self.throttled_until_ms.load(Ordering::Relaxed) > now_ms
     }
 }
 

@@ -1,19 +1,22 @@
 //! [`StatsStore`]: every endpoint's live slot plus its static facts, and the
 //! [`StatsSnapshot`] a decision reads.
 //!
-//! A snapshot is built per decision. What never changes while the gateway runs
-//! (endpoint ids, prices per token, leaderboard scores, latency targets) is computed
-//! once here; per decision only the atomics are read and copied, the strategy state
-//! is cloned (under each endpoint's own mutex), and [`StatsStore::snapshot_for_task`]
-//! copies one quality score per endpoint (the request's task, the only one
-//! `endpoint.quality` can read) instead of the whole leaderboard row.
+//! What never changes while the gateway runs (endpoint ids, prices per token,
+//! leaderboard scores, latency targets) is computed once here. A decision reads the
+//! live slots in place through [`LiveStats`] ([`StatsStore::live`]): only the
+//! endpoints the policy looks at, when it looks, with the strategy state cloned (under
+//! the endpoint's own mutex) only for slots that hold some, and one quality score
+//! (the request's task, the only one `endpoint.quality` can read) instead of the
+//! whole leaderboard row. A whole [`StatsSnapshot`] is built only for
+//! `/admin/endpoints`, logs and tests.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use super::EndpointSlot;
 use crate::config::Config;
-use crate::policy::{EndpointStats, StatsSnapshot};
+use crate::policy::{EndpointStats, StatsSnapshot, StatsSource};
 
 /// What the store knows about one endpoint that does not change while it runs.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -149,28 +152,92 @@ impl StatsStore {
         self.build(now, Some(task))
     }
 
+    /// The statistics of every endpoint read in place at `now`, for deciding a
+    /// request of task category `task` ([`LiveStats`]): what a decision reads, with
+    /// nothing copied up front.
+    pub fn live<'s>(&'s self, now: SystemTime, task: &'s str) -> LiveStats<'s> {
+        LiveStats {
+            store: self,
+            now_ms: super::unix_ms(now),
+            clock: Instant::now(),
+            task,
+        }
+    }
+
     fn build(&self, now: SystemTime, task: Option<&str>) -> StatsSnapshot {
-        let endpoints = self
-            .infos
-            .iter()
-            .zip(&self.slots)
-            .map(|(info, slot)| {
-                let mut st: EndpointStats = slot.view(now);
-                st.cost_in_per_token = info.cost_in_per_token;
-                st.cost_out_per_token = info.cost_out_per_token;
-                st.quality = match task {
-                    None => info.quality.clone(),
-                    Some(t) => info
-                        .quality
-                        .get_key_value(t)
-                        .map(|(k, v)| (k.clone(), *v))
-                        .into_iter()
-                        .collect(),
-                };
-                (info.id.clone(), st)
+        let (now_ms, clock) = (super::unix_ms(now), Instant::now());
+        let endpoints = (0..self.slots.len())
+            .map(|i| {
+                (
+                    self.infos[i].id.clone(),
+                    self.stats_at(i, now_ms, clock, task),
+                )
             })
             .collect();
         StatsSnapshot { endpoints }
+    }
+
+    /// Endpoint `i`'s statistics as policies see them, with its prices and its
+    /// quality scores (only `task`'s when given).
+    fn stats_at(&self, i: usize, now_ms: u64, clock: Instant, task: Option<&str>) -> EndpointStats {
+        let info = &self.infos[i];
+        let mut st: EndpointStats = self.slots[i].view_at(now_ms, clock);
+        st.cost_in_per_token = info.cost_in_per_token;
+        st.cost_out_per_token = info.cost_out_per_token;
+        st.quality = match task {
+            None => info.quality.clone(),
+            Some(t) => info
+                .quality
+                .get_key_value(t)
+                .map(|(k, v)| (k.clone(), *v))
+                .into_iter()
+                .collect(),
+        };
+        st
+    }
+}
+
+/// The live statistics of a [`StatsStore`] as a decision's [`StatsSource`]: each
+/// endpoint the policy looks at is read from its slot's atomics when it looks, at
+/// one `now` for the whole decision. A decision over a model of N endpoints thus
+/// reads N slots, not every endpoint of every model, and allocates nothing for an
+/// endpoint without strategy state or quality scores.
+///
+/// The registry index the policy passes is the store's index (the registry, the
+/// statistics and the policy registry share one endpoint index space); an index
+/// whose id does not match (a registry that is not the store's) falls back to the
+/// id, and an unknown endpoint reads as the defaults, as in a [`StatsSnapshot`].
+#[derive(Debug, Clone, Copy)]
+pub struct LiveStats<'s> {
+    store: &'s StatsStore,
+    now_ms: u64,
+    clock: Instant,
+    task: &'s str,
+}
+
+impl LiveStats<'_> {
+    fn resolve(&self, index: usize, id: &str) -> Option<usize> {
+        match self.store.infos.get(index) {
+            Some(info) if info.id == id => Some(index),
+            _ => self.store.index(id),
+        }
+    }
+}
+
+impl StatsSource for LiveStats<'_> {
+    fn endpoint_stats(&self, index: usize, id: &str) -> Cow<'_, EndpointStats> {
+        match self.resolve(index, id) {
+            Some(i) => Cow::Owned(
+                self.store
+                    .stats_at(i, self.now_ms, self.clock, Some(self.task)),
+            ),
+            None => Cow::Owned(EndpointStats::default()),
+        }
+    }
+
+    fn available(&self, index: usize, id: &str) -> bool {
+        self.resolve(index, id)
+            .is_none_or(|i| self.store.slots[i].available_at(self.now_ms, self.clock))
     }
 }
 

@@ -6,6 +6,7 @@ mod app;
 mod attack;
 mod auth;
 mod bedrock;
+mod budget;
 mod cache;
 mod common;
 mod failover;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::policy::ast::{Event, JoinMode, PickMode};
 use crate::policy::checked::*;
-use crate::policy::features::{Outcome, RequestFeatures, StatsSnapshot};
+use crate::policy::features::{Outcome, RequestFeatures, StatsSource};
 use crate::policy::registry::EndpointRef;
 
 use super::eval::{EpCtx, Evaluator, StratCtx};
@@ -65,14 +65,14 @@ pub fn contexts<'a>(
     s: Option<&'a CStrategy>,
     args: &'a [Const],
     req: &'a RequestFeatures,
-    stats: &'a StatsSnapshot,
+    stats: &'a dyn StatsSource,
     cands: &[EndpointRef<'a>],
 ) -> Vec<EpCtx<'a>> {
     let mut out: Vec<EpCtx<'a>> = cands
         .iter()
         .map(|r| EpCtx {
             reg: *r,
-            stats: stats.get(&r.endpoint.id),
+            stats: stats.endpoint_stats(r.index, &r.endpoint.id),
             state: Vec::new(),
             score: 0.0,
             probability: 1.0,
@@ -129,7 +129,7 @@ pub fn rank<'a>(
     s: Option<&'a CStrategy>,
     args: &'a [Const],
     req: &'a RequestFeatures,
-    stats: &'a StatsSnapshot,
+    stats: &'a dyn StatsSource,
     mut cands: Vec<EndpointRef<'a>>,
     rng: Option<&mut SplitMix64>,
     explain: bool,
@@ -368,7 +368,7 @@ pub fn update<'a>(
     s: &'a CStrategy,
     args: &'a [Const],
     req: &'a RequestFeatures,
-    stats: &'a StatsSnapshot,
+    stats: &'a dyn StatsSource,
     cands: &[EndpointRef<'a>],
     endpoint: &str,
     event: Event,

@@ -1,6 +1,7 @@
 //! Interpreter tests: decisions, traces with locations, determinism.
 
 use super::*;
+use crate::policy::features::StatsSnapshot;
 use crate::policy::tests::{shipped, with_builtins};
 
 #[test]

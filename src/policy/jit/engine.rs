@@ -8,7 +8,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::policy::features::{RequestFeatures, StatsSnapshot};
+use crate::policy::features::{RequestFeatures, StatsSource};
 use crate::policy::interp::Decision;
 use crate::policy::testing::{run_tests_within, TestReport};
 
@@ -139,7 +139,7 @@ pub fn decide_with(
     set: &CompiledPolicySet,
     mode: EngineMode,
     req: &RequestFeatures,
-    stats: &StatsSnapshot,
+    stats: &dyn StatsSource,
     seed: u64,
 ) -> Result<Decision, Mismatch> {
     match mode {

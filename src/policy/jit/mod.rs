@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use crate::policy::ast::Event;
 use crate::policy::checked::{CheckedPolicySet, Const};
-use crate::policy::features::{Outcome, RequestFeatures, StatsSnapshot};
+use crate::policy::features::{Outcome, RequestFeatures, StatsSource};
 use crate::policy::interp::{self, Decision, StateUpdate, StrategyCall};
 
 pub mod codegen;
@@ -140,7 +140,7 @@ impl CompiledPolicySet {
 
     /// Decides for `req`: same signature and result as [`interp::decide`], on the
     /// compiled code when there is some.
-    pub fn decide(&self, req: &RequestFeatures, stats: &StatsSnapshot, seed: u64) -> Decision {
+    pub fn decide(&self, req: &RequestFeatures, stats: &dyn StatsSource, seed: u64) -> Decision {
         self.decide_on(self.engine(), req, stats, seed)
     }
 
@@ -149,7 +149,7 @@ impl CompiledPolicySet {
         &self,
         engine: Engine,
         req: &RequestFeatures,
-        stats: &StatsSnapshot,
+        stats: &dyn StatsSource,
         seed: u64,
     ) -> Decision {
         if let (Engine::Jit, Some(code)) = (engine, &self.code) {
@@ -167,7 +167,7 @@ impl CompiledPolicySet {
         engine: Engine,
         call: &StrategyCall,
         req: &RequestFeatures,
-        stats: &StatsSnapshot,
+        stats: &dyn StatsSource,
         endpoint: &str,
         success: bool,
         outcome: &Outcome,
@@ -206,7 +206,7 @@ impl CompiledPolicySet {
         args: &[Const],
         candidates: &[String],
         req: &RequestFeatures,
-        stats: &StatsSnapshot,
+        stats: &dyn StatsSource,
         seed: u64,
     ) -> Option<Vec<RankedCandidate>> {
         let s = self.set.strategies.get(strategy as usize)?;

@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 
 use crate::policy::ast::{Event, PriorityLevel};
 use crate::policy::checked::*;
-use crate::policy::features::{Outcome, RequestFeatures, StatsSnapshot};
+use crate::policy::features::{Outcome, RequestFeatures, StatsSource};
 use crate::policy::interp::eval::{reduce, EpCtx};
 use crate::policy::interp::hash::SplitMix64;
 use crate::policy::interp::strategy::{self, choose, contexts, probabilities};
@@ -31,7 +31,7 @@ pub struct JRun<'a> {
     set: &'a CheckedPolicySet,
     code: &'a JitCode,
     req: &'a RequestFeatures,
-    stats: &'a StatsSnapshot,
+    stats: &'a dyn StatsSource,
     rng: SplitMix64,
     priority: PriorityLevel,
     fv: Cells<48>,
@@ -58,7 +58,7 @@ impl<'a> JRun<'a> {
         set: &'a CheckedPolicySet,
         code: &'a JitCode,
         req: &'a RequestFeatures,
-        stats: &'a StatsSnapshot,
+        stats: &'a dyn StatsSource,
         seed: u64,
     ) -> JRun<'a> {
         let mut fv = Cells::from_elem(0, code.layout.req.len());
@@ -437,7 +437,5 @@ impl<'a> JRun<'a> {
 
 /// Candidate endpoint refs for `ids` (unknown ids skipped), as `on_outcome` does.
 pub fn refs<'a>(set: &'a CheckedPolicySet, ids: &[String]) -> Vec<EndpointRef<'a>> {
-    ids.iter()
-        .filter_map(|id| set.registry.endpoint(id))
-        .collect()
+    set.registry.endpoints_by_id(ids)
 }

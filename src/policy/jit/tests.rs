@@ -3,7 +3,7 @@
 
 use super::engine::{decide_with, run_tests, EngineMode};
 use super::*;
-use crate::policy::features::EndpointStats;
+use crate::policy::features::{EndpointStats, StatsSnapshot};
 use crate::policy::tests::{shipped, with_builtins};
 
 fn compiled(text: &str) -> CompiledPolicySet {
