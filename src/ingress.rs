@@ -191,7 +191,8 @@ async fn route(
             Some(h) => {
                 gw.cache.export_metrics();
                 // Read at scrape time: the request path keeps no gauge up to date.
-                metrics::gauge!("switchyard_buffered_body_bytes").set(gw.body_budget.used() as f64);
+                metrics::gauge!(crate::telemetry::BUFFERED_BODY_BYTES)
+                    .set(gw.body_budget.used() as f64);
                 let mut r = Response::new(body::full(h.render()));
                 r.headers_mut().insert(
                     http::header::CONTENT_TYPE,

@@ -70,6 +70,9 @@ pub const RELOAD_DURATION: &str = "switchyard_policy_reload_duration_seconds";
 /// Compiled policy modules alive (the serving set, plus older sets still finishing
 /// requests).
 pub const COMPILED_MODULES: &str = "switchyard_policy_compiled_modules";
+/// Request body bytes buffered now, against `server.max_buffered_bytes` (bytes; set
+/// when `/metrics` is scraped).
+pub const BUFFERED_BODY_BYTES: &str = "switchyard_buffered_body_bytes";
 /// 1 for the active policy version (label `version`), 0 for replaced ones.
 pub const VERSION_INFO: &str = "switchyard_policy_version_info";
 
@@ -200,6 +203,11 @@ pub fn install() -> Option<PrometheusHandle> {
                 "Time from a reload trigger to the swap or refusal."
             );
             metrics::describe_gauge!(COMPILED_MODULES, "Compiled policy modules alive.");
+            metrics::describe_gauge!(
+                BUFFERED_BODY_BYTES,
+                metrics::Unit::Bytes,
+                "Request body bytes buffered now (budget: server.max_buffered_bytes)."
+            );
             metrics::describe_gauge!(VERSION_INFO, "1 for the serving policy version.");
             metrics::describe_gauge!(SPEND, "Spend in USD by API key id, org and model.");
             metrics::describe_counter!(
