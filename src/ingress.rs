@@ -190,6 +190,7 @@ async fn route(
         (&Method::GET, "/metrics") => match &svc.metrics {
             Some(h) => {
                 gw.cache.export_metrics();
+                crate::telemetry::process::record();
                 // Read at scrape time: the request path keeps no gauge up to date.
                 metrics::gauge!(crate::telemetry::BUFFERED_BODY_BYTES)
                     .set(gw.body_budget.used() as f64);

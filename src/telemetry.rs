@@ -306,3 +306,136 @@ pub async fn upkeep(handle: PrometheusHandle) {
         metrics::gauge!(COMPILED_MODULES).set(crate::policy::jit::live_compiled_modules() as f64);
     }
 }
+
+/// The standard Prometheus process metrics (the names the Prometheus client
+/// libraries export, <https://prometheus.io/docs/instrumenting/writing_clientlibs/#process-metrics>),
+/// read from `/proc/self` when `/metrics` is scraped, so the request path pays
+/// nothing: `process_cpu_seconds_total` (user + system CPU, seconds),
+/// `process_resident_memory_bytes`, `process_virtual_memory_bytes`,
+/// `process_open_fds`, `process_max_fds`, `process_threads` and
+/// `process_start_time_seconds` (Unix time). On a system without `/proc` nothing is
+/// exported.
+pub mod process {
+    /// Reads `/proc/self` and sets the gauges; a file that cannot be read leaves its
+    /// series out.
+    pub fn record() {
+        static DESCRIBED: std::sync::Once = std::sync::Once::new();
+        DESCRIBED.call_once(|| {
+            // A gauge: `metrics` counters are whole numbers, and CPU seconds are not.
+            metrics::describe_gauge!(
+                "process_cpu_seconds_total",
+                metrics::Unit::Seconds,
+                "Total user and system CPU time spent, in seconds."
+            );
+            metrics::describe_gauge!(
+                "process_resident_memory_bytes",
+                metrics::Unit::Bytes,
+                "Resident memory size, in bytes."
+            );
+            metrics::describe_gauge!(
+                "process_virtual_memory_bytes",
+                metrics::Unit::Bytes,
+                "Virtual memory size, in bytes."
+            );
+            metrics::describe_gauge!("process_open_fds", "Open file descriptors.");
+            metrics::describe_gauge!("process_max_fds", "Limit of open file descriptors.");
+            metrics::describe_gauge!("process_threads", "Operating-system threads.");
+            metrics::describe_gauge!(
+                "process_start_time_seconds",
+                metrics::Unit::Seconds,
+                "Start time of the process since the Unix epoch, in seconds."
+            );
+        });
+        let Some(s) = read_stat() else { return };
+        // The clock tick of /proc times; 100 on every Linux ABI in use.
+        const TICKS: f64 = 100.0;
+        const PAGE: f64 = 4096.0;
+        metrics::gauge!("process_cpu_seconds_total").set((s.utime + s.stime) as f64 / TICKS);
+        metrics::gauge!("process_resident_memory_bytes").set(s.rss_pages as f64 * PAGE);
+        metrics::gauge!("process_virtual_memory_bytes").set(s.vsize as f64);
+        metrics::gauge!("process_threads").set(s.threads as f64);
+        if let Some(boot) = boot_time() {
+            metrics::gauge!("process_start_time_seconds").set(boot + s.start_ticks as f64 / TICKS);
+        }
+        if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+            metrics::gauge!("process_open_fds").set(dir.count() as f64);
+        }
+        if let Some(max) = max_fds() {
+            metrics::gauge!("process_max_fds").set(max);
+        }
+    }
+
+    /// The fields of `/proc/self/stat` used here.
+    #[derive(Debug, PartialEq)]
+    pub(crate) struct Stat {
+        pub utime: u64,
+        pub stime: u64,
+        pub threads: u64,
+        pub start_ticks: u64,
+        pub vsize: u64,
+        pub rss_pages: u64,
+    }
+
+    fn read_stat() -> Option<Stat> {
+        parse_stat(&std::fs::read_to_string("/proc/self/stat").ok()?)
+    }
+
+    /// Parses a `/proc/PID/stat` line (proc(5)); the command name, in parentheses,
+    /// may hold spaces and parentheses, so fields are counted after its last `)`.
+    pub(crate) fn parse_stat(line: &str) -> Option<Stat> {
+        let rest = &line[line.rfind(')')? + 1..];
+        // Fields from 3 (state) on; proc(5) numbers them from 1.
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let at = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
+        Some(Stat {
+            utime: at(14)?,
+            stime: at(15)?,
+            threads: at(20)?,
+            start_ticks: at(22)?,
+            vsize: at(23)?,
+            rss_pages: at(24)?,
+        })
+    }
+
+    fn boot_time() -> Option<f64> {
+        let text = std::fs::read_to_string("/proc/stat").ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    }
+
+    fn max_fds() -> Option<f64> {
+        let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+        let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+        line.split_whitespace().nth(3)?.parse::<f64>().ok()
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_stat_line_with_spaces_and_parentheses_in_the_name_parses() {
+            let line = "4242 (my (odd) name) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 75 0 0 20 0 9 0 123456 987654321 2048 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n";
+            assert_eq!(
+                parse_stat(line),
+                Some(Stat {
+                    utime: 250,
+                    stime: 75,
+                    threads: 9,
+                    start_ticks: 123456,
+                    vsize: 987654321,
+                    rss_pages: 2048,
+                })
+            );
+            assert_eq!(parse_stat("garbage"), None);
+            assert_eq!(parse_stat("1 (x) S 1 2"), None);
+        }
+
+        #[test]
+        fn this_process_reads() {
+            let s = read_stat().expect("/proc/self/stat on Linux");
+            assert!(s.threads >= 1 && s.rss_pages > 0, "{s:?}");
+        }
+    }
+}

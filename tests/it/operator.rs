@@ -472,6 +472,29 @@ async fn token_cost_and_build_metrics_are_exported_with_help() {
         build.contains("commit=\"") && build.ends_with(" 1"),
         "{build}"
     );
+    // The standard process metrics, read from /proc at scrape time.
+    let value = |name: &str| -> f64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {m}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert!(value("process_resident_memory_bytes") > 1e6);
+    assert!(value("process_open_fds") >= 3.0);
+    assert!(value("process_threads") >= 1.0);
+    assert!(value("process_max_fds") >= value("process_open_fds"));
+    let started = value("process_start_time_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        started > now - 3600.0 && started <= now + 5.0,
+        "{started} vs {now}"
+    );
+    assert!(value("process_cpu_seconds_total") >= 0.0);
     for name in series(&m) {
         assert!(m.contains(&format!("# HELP {name} ")), "no HELP for {name}");
     }
