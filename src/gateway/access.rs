@@ -319,14 +319,7 @@ impl Facts {
             put("switchyard.provider", provider);
             put("switchyard.cache", self.cache.map(CacheStatus::as_str));
             if let Some(u) = usage {
-                attrs.push(KeyValue::new(
-                    "gen_ai.usage.input_tokens",
-                    u.prompt_tokens as i64,
-                ));
-                attrs.push(KeyValue::new(
-                    "gen_ai.usage.output_tokens",
-                    u.completion_tokens as i64,
-                ));
+                crate::otel::span::push_usage(&mut attrs, u);
             }
             attrs
         });

@@ -33,7 +33,7 @@
 //! anyway and needs every field declared up front.
 
 mod export;
-mod span;
+pub(crate) mod span;
 
 pub use export::Tracer;
 pub use span::{Answer, ChildSpan, RequestTrace, TRACEPARENT};

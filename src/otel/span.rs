@@ -307,17 +307,24 @@ impl Answer {
             ));
         }
         if let Some(u) = &self.usage {
-            attrs.push(KeyValue::new(
-                "gen_ai.usage.input_tokens",
-                u.prompt_tokens as i64,
-            ));
-            attrs.push(KeyValue::new(
-                "gen_ai.usage.output_tokens",
-                u.completion_tokens as i64,
-            ));
+            push_usage(&mut attrs, u);
         }
         attrs
     }
+}
+
+/// Appends the GenAI usage attributes of `u` (`gen_ai.usage.input_tokens`,
+/// `gen_ai.usage.output_tokens`, tokens) to `attrs`: one place for the attempt and
+/// the server span.
+pub(crate) fn push_usage(attrs: &mut Vec<KeyValue>, u: &Usage) {
+    attrs.push(KeyValue::new(
+        "gen_ai.usage.input_tokens",
+        u.prompt_tokens as i64,
+    ));
+    attrs.push(KeyValue::new(
+        "gen_ai.usage.output_tokens",
+        u.completion_tokens as i64,
+    ));
 }
 
 /// A child span being recorded (an upstream attempt); empty when tracing is off.
