@@ -159,7 +159,7 @@ async fn route(
             let (resp, facts) = match read_body(&parts.headers, body, limit, &mut charge).await {
                 Ok(bytes) => gw.chat(bytes, &parts.headers, started, id.clone()).await,
                 Err(e) => {
-                    let facts = Facts::refused(gw, id.clone(), started, &e);
+                    let facts = Facts::refused(gw, id.clone(), &parts.headers, started, &e);
                     (e.to_response(), Some(facts))
                 }
             };

@@ -26,6 +26,7 @@ impl Validator {
                 "sample_ratio",
                 "timeout_ms",
                 "max_queue",
+                "headers",
             ],
             path,
         );
@@ -58,6 +59,7 @@ impl Validator {
         let max_queue = self
             .uint(otlp, "max_queue", path, 1, 1_000_000)
             .map_or(DEFAULT_MAX_QUEUE, |n| n as usize);
+        let headers = self.otlp_headers(otlp.get("headers"), &join(path, "headers"));
         TelemetryConfig {
             otlp: endpoint.map(|e| OtlpConfig {
                 traces_url: traces_url(&e),
@@ -65,7 +67,55 @@ impl Validator {
                 sample_ratio,
                 timeout_ms,
                 max_queue,
+                headers,
             }),
         }
+    }
+
+    /// `telemetry.otlp.headers`: a map of header name to value (a number or a
+    /// boolean is taken as its text); every bad entry is reported with its path.
+    fn otlp_headers(
+        &mut self,
+        value: Option<&Value>,
+        path: &str,
+    ) -> Vec<(http::HeaderName, http::HeaderValue)> {
+        let Some(value) = value.filter(|v| !v.is_null()) else {
+            return Vec::new();
+        };
+        let Some(map) = self.mapping(value, path) else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(map.len());
+        for (k, v) in map {
+            let name = match k {
+                Value::String(s) => s.clone(),
+                _ => {
+                    self.err(path, "header names must be strings");
+                    continue;
+                }
+            };
+            let at = join(path, &name);
+            let text = match v {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                Value::Bool(b) => b.to_string(),
+                _ => {
+                    self.err(at, "expected a header value (a string)");
+                    continue;
+                }
+            };
+            let Ok(header) = http::HeaderName::from_bytes(name.as_bytes()) else {
+                self.err(at, format!("\"{name}\" is not a header name"));
+                continue;
+            };
+            match http::HeaderValue::from_str(&text) {
+                Ok(v) => out.push((header, v)),
+                Err(_) => self.err(
+                    at,
+                    "is not a valid header value (control characters such as a line break are not allowed)",
+                ),
+            }
+        }
+        out
     }
 }

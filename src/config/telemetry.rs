@@ -37,6 +37,12 @@ pub struct OtlpConfig {
     /// Spans that may wait for export (`max_queue`, default [`DEFAULT_MAX_QUEUE`]);
     /// spans ending while it is full are dropped and counted.
     pub max_queue: usize,
+    /// Headers sent with every export (`headers`, a map of name to value, e.g. a
+    /// collector's API key as `${VAR}`), in the order given. They are added to
+    /// those of `OTEL_EXPORTER_OTLP_HEADERS` / `OTEL_EXPORTER_OTLP_TRACES_HEADERS`
+    /// and win over them for the same name. Values are sent as written (no
+    /// percent-decoding, unlike the variables' W3C Baggage form).
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
 }
 
 /// The traces URL for a base OTLP/HTTP `endpoint`: [`TRACES_PATH`] appended
@@ -109,6 +115,7 @@ mod tests {
             (1.0, DEFAULT_TIMEOUT_MS, DEFAULT_MAX_QUEUE)
         );
         assert_eq!(o.service_name, None);
+        assert!(o.headers.is_empty());
         let t = parse(
             "telemetry: { otlp: { endpoint: \"https://c/v1/traces\", service_name: gw, sample_ratio: 0.25, timeout_ms: 500, max_queue: 10 } }",
         )
@@ -117,6 +124,40 @@ mod tests {
         assert_eq!(o.traces_url, "https://c/v1/traces");
         assert_eq!(o.service_name.as_deref(), Some("gw"));
         assert_eq!((o.sample_ratio, o.timeout_ms, o.max_queue), (0.25, 500, 10));
+        let t = parse(
+            "telemetry: { otlp: { endpoint: \"http://c:4318\", headers: { x-api-key: \"s3cr%20t\", Authorization: \"Basic abc\" } } }",
+        )
+        .unwrap();
+        let headers: Vec<(String, String)> = t
+            .otlp
+            .unwrap()
+            .headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_string()))
+            .collect();
+        assert_eq!(
+            headers,
+            [
+                ("x-api-key".to_string(), "s3cr%20t".to_string()),
+                ("authorization".to_string(), "Basic abc".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_otlp_headers_are_errors_naming_the_header() {
+        let e = parse(
+            "telemetry: { otlp: { endpoint: \"http://c:4318\", headers: { \"bad name\": x, ok: \"line\\nbreak\", n: 3, l: [1] } } }",
+        )
+        .unwrap_err();
+        assert!(e.contains("telemetry.otlp.headers.bad name"), "{e}");
+        assert!(e.contains("telemetry.otlp.headers.ok"), "{e}");
+        assert!(e.contains("telemetry.otlp.headers.l"), "{e}");
+        // A number is a value written without quotes: taken as its text.
+        assert!(!e.contains("telemetry.otlp.headers.n"), "{e}");
+        let e = parse("telemetry: { otlp: { endpoint: \"http://c:4318\", headers: [a] } }")
+            .unwrap_err();
+        assert!(e.contains("telemetry.otlp.headers"), "{e}");
     }
 
     #[test]

@@ -180,6 +180,19 @@ impl ClientStream {
         }
     }
 
+    /// Records on the request's server span what the client received of a
+    /// stream that ended with its answer whole: the answer id, the client's
+    /// model, the finish reason (the usage is added with the access line).
+    fn answered(&self, sent: &crate::providers::Sent) {
+        let Some(f) = self.access.as_ref().filter(|f| f.trace.is_on()) else {
+            return;
+        };
+        let mut answer = stream_answer(sent);
+        answer.model = Some(f.model.clone()).filter(|m| !m.is_empty());
+        answer.usage = None;
+        f.trace.answered(&answer);
+    }
+
     fn end(&mut self, status: StreamStatus) {
         self.state = State::Ended;
         self.settle();
@@ -240,6 +253,7 @@ impl ClientStream {
             attempt.succeeded(ttft);
             streamed(&mut span, &sent);
             span.end();
+            self.answered(&sent);
             self.end(StreamStatus::Completed);
             return;
         }
@@ -303,6 +317,7 @@ impl ClientStream {
                             this.note(&cursor, Some(leg.began));
                             let sent = leg.relay.sent();
                             streamed(&mut leg.span, sent);
+                            this.answered(sent);
                             this.pieces = sent.pieces;
                             this.reported = sent.usage;
                             if let Some(tee) = this.tee.take() {
@@ -402,16 +417,20 @@ impl Drop for ClientStream {
     }
 }
 
-/// Records on an attempt's `span` what its stream `sent`: the provider's answer
-/// id and its reported usage (when it reported one).
-fn streamed(span: &mut crate::otel::ChildSpan, sent: &crate::providers::Sent) {
-    if !span.is_on() {
-        return;
-    }
-    let answer = crate::otel::Answer {
+/// What a stream `sent`, as the trace spans record it: the provider's answer id,
+/// the model it named, the finish reason and its reported usage (each when known).
+fn stream_answer(sent: &crate::providers::Sent) -> crate::otel::Answer {
+    crate::otel::Answer {
         id: Some(sent.id.clone()).filter(|id| !id.is_empty()),
+        model: sent.model.clone(),
+        finish_reasons: sent.finish_reason.iter().cloned().collect(),
         usage: sent.usage,
-        ..Default::default()
-    };
-    span.answered(200, &answer);
+    }
+}
+
+/// Records on an attempt's `span` what its stream `sent` ([`stream_answer`]).
+fn streamed(span: &mut crate::otel::ChildSpan, sent: &crate::providers::Sent) {
+    if span.is_on() {
+        span.answered(200, &stream_answer(sent));
+    }
 }
