@@ -401,8 +401,14 @@ async fn a_streams_server_span_ends_after_its_stream_with_the_final_usage() {
         strs_attr(server, "gen_ai.response.finish_reasons"),
         Some(vec!["stop".to_string()])
     );
-    assert_eq!(str_attr(server, "gen_ai.response.model").as_deref(), Some("m"));
-    assert_eq!(str_attr(server, "gen_ai.response.id").as_deref(), Some("up-s"));
+    assert_eq!(
+        str_attr(server, "gen_ai.response.model").as_deref(),
+        Some("m")
+    );
+    assert_eq!(
+        str_attr(server, "gen_ai.response.id").as_deref(),
+        Some("up-s")
+    );
     assert!(
         server.end_time_unix_nano >= attempt.end_time_unix_nano,
         "the server span ends with the stream, after its attempt"
@@ -556,7 +562,10 @@ async fn otlp_headers_from_the_config_and_the_environment_reach_the_collector() 
         &[
             ("OTLP_TEST_KEY", "s3cret"),
             // The W3C Baggage form of the standard variable: percent-decoded.
-            ("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=acme%20co,x-both=from-env"),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "x-tenant=acme%20co,x-both=from-env",
+            ),
         ],
     );
     let r = request_with(
