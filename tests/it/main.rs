@@ -1,6 +1,7 @@
 //! Integration tests: the real binary (and, in `app`, the gateway started in
 //! process), on loopback ephemeral ports, in one test binary.
 
+mod access_log;
 mod anthropic;
 mod app;
 mod attack;
