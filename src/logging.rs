@@ -84,9 +84,14 @@ pub fn init(filter: &str, format: LogFormat) {
         .json()
         .with_ansi(false)
         .with_writer(FileWriter)
-        .with_filter(tracing_subscriber::filter::filter_fn(|m| {
-            m.target() == ACCESS_TARGET && ACCESS_FILE.get().is_some()
-        }));
+        .with_filter(
+            tracing_subscriber::filter::filter_fn(|m| {
+                m.target() == ACCESS_TARGET && ACCESS_FILE.get().is_some()
+            })
+            // Access lines are `info`: the hint keeps `debug!`/`trace!` call sites
+            // behind the global level check when stderr's filter is coarser.
+            .with_max_level_hint(tracing::Level::INFO),
+        );
     let _ = tracing_subscriber::registry()
         .with(stderr.with_filter(filter))
         .with(file)
