@@ -26,6 +26,7 @@ pub mod error;
 pub mod gateway;
 pub mod ingress;
 pub mod limits;
+pub mod lsp;
 pub mod mock;
 pub mod otel;
 pub mod policy;

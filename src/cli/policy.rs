@@ -115,10 +115,11 @@ pub fn load(paths: &[PathBuf], config: Option<&Path>) -> Result<Loaded, LoadFail
             .into());
         }
     }
+    let (registry, opts) = lint_context(&cfg, config::locate(config).is_some());
     Ok(Loaded {
         registry_note: crate::routing::policy::own_registry_note(&roots, &cfg),
-        max_attempts: config::locate(config).map(|_| cfg.server.max_attempts),
-        registry: registry_from_config(&cfg),
+        max_attempts: opts.max_attempts,
+        registry,
         sources: read_sources_from(&roots).map_err(|e| match e {
             // A file that is not UTF-8 is a problem in the policies: its diagnostic
             // has a code and a location, and the exit code is 1.
@@ -126,6 +127,45 @@ pub fn load(paths: &[PathBuf], config: Option<&Path>) -> Result<Loaded, LoadFail
             e => LoadFailure::Usage(UsageError(e.to_string())),
         })?,
     })
+}
+
+/// What a config tells the policy checks: its registry, and the lint options it
+/// implies (`server.max_attempts` when the config is a file, `from_file`; the
+/// default when it is the built-in config). Shared by `lint`, `test` and the
+/// language server, so they check against the same things.
+pub fn lint_context(cfg: &Config, from_file: bool) -> (Registry, LintOptions) {
+    (
+        registry_from_config(cfg),
+        LintOptions {
+            max_attempts: from_file.then_some(cfg.server.max_attempts),
+        },
+    )
+}
+
+/// The config that governs the policy file `file`, for the language server: the
+/// nearest `switchyard.yaml` in the file's directory or above it, else the built-in
+/// config (as `lint` without `--config` and without `./switchyard.yaml`). Returns
+/// the config and the path of its file (`None`: built-in).
+///
+/// # Errors
+/// The found file cannot be read or is not a valid config.
+pub fn config_for_file(file: &Path) -> Result<(Config, Option<PathBuf>), UsageError> {
+    let found = file
+        .ancestors()
+        .skip(1)
+        .map(|d| d.join("switchyard.yaml"))
+        .find(|p| p.is_file());
+    let cfg = load_config_at(found.as_deref())?;
+    Ok((cfg, found))
+}
+
+/// The config at `path`, or the built-in config (providers enabled by their API-key
+/// variables, as `serve` does) when `path` is `None`; never `./switchyard.yaml`.
+fn load_config_at(path: Option<&Path>) -> Result<Config, UsageError> {
+    match path {
+        Some(p) => load_config(Some(p)),
+        None => Ok(config::embedded(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty())).0),
+    }
 }
 
 /// Why [`load`] failed.

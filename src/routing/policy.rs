@@ -407,6 +407,14 @@ fn read_roots(roots: &[PathBuf], tool_names: bool) -> Result<SourceMap, LoadErro
             user.push((name, text));
         }
     }
+    Ok(with_builtins(user))
+}
+
+/// The sources of a set made of the operator's files `user` (`(name, text)` in load
+/// order): the built-in strategies first, minus those a file replaces, then the
+/// files. The one place that decides which built-ins a set keeps, for the gateway,
+/// the policy tools and the language server alike.
+pub fn with_builtins(user: Vec<(String, String)>) -> SourceMap {
     // Strategy names the operator defines; a parse failure here is reported later by
     // the full parse, so it is simply skipped.
     let mut defined = std::collections::HashSet::new();
@@ -435,7 +443,7 @@ fn read_roots(roots: &[PathBuf], tool_names: bool) -> Result<SourceMap, LoadErro
     for (name, text) in user {
         sources.add(name, text);
     }
-    Ok(sources)
+    sources
 }
 
 /// The text of a built-in file as the gateway embeds it: its `route` and `test` items

@@ -692,3 +692,4 @@ fn to_float_const(t: TExpr) -> TExpr {
 }
 
 mod calls;
+pub use calls::FUNCTIONS;
