@@ -127,3 +127,6 @@ pub fn serve(rx: &mpsc::Receiver<Incoming>, out: impl Write) -> u8 {
         server.publish();
     }
 }
+
+#[cfg(test)]
+mod tests;

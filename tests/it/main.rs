@@ -14,6 +14,7 @@ mod failures;
 mod fidelity;
 mod first_hour;
 mod limits;
+mod lsp;
 mod mock_formats;
 mod operator;
 mod otel;
