@@ -5,6 +5,7 @@
 //! exit code (0 success, 1 invalid input such as a bad config, 2 usage or I/O errors).
 
 mod dry_run;
+mod explain;
 mod health;
 pub mod keys;
 pub mod policy;
@@ -66,6 +67,9 @@ pub enum Command {
     /// (diagnostics, hover, go to definition, completion, formatting): what an
     /// editor starts.
     Lsp(LspArgs),
+    /// Explain a diagnostic code (`E0401`, `W0206`, ...) with an example and the
+    /// fix; without a code, list them all.
+    Explain(explain::ExplainArgs),
     /// Print a shell completion script, e.g.
     /// `switchyard completions bash > /etc/bash_completion.d/switchyard`.
     Completions(CompletionsArgs),
@@ -405,6 +409,7 @@ pub fn main() -> ExitCode {
         Command::Keys(k) => keys::run(k),
         Command::Health(a) => health::run(&a),
         Command::Lsp(_) => crate::lsp::run(),
+        Command::Explain(a) => explain::run(&a),
         Command::Completions(a) => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(a.shell, &mut cmd, "switchyard", &mut std::io::stdout());
