@@ -21,7 +21,7 @@ use crate::config::{self, Config};
 use crate::policy::diagnostic::{render_all, Severity};
 use crate::policy::lint::{codes as lint_codes, lint_sources_with, LintOptions};
 use crate::policy::{Registry, SourceMap};
-use crate::routing::policy::{read_sources_from, registry_from_config, LoadError};
+use crate::routing::policy::{lint_context, read_sources_from, LoadError};
 
 /// Output formats of the policy tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -127,45 +127,6 @@ pub fn load(paths: &[PathBuf], config: Option<&Path>) -> Result<Loaded, LoadFail
             e => LoadFailure::Usage(UsageError(e.to_string())),
         })?,
     })
-}
-
-/// What a config tells the policy checks: its registry, and the lint options it
-/// implies (`server.max_attempts` when the config is a file, `from_file`; the
-/// default when it is the built-in config). Shared by `lint`, `test` and the
-/// language server, so they check against the same things.
-pub fn lint_context(cfg: &Config, from_file: bool) -> (Registry, LintOptions) {
-    (
-        registry_from_config(cfg),
-        LintOptions {
-            max_attempts: from_file.then_some(cfg.server.max_attempts),
-        },
-    )
-}
-
-/// The config that governs the policy file `file`, for the language server: the
-/// nearest `switchyard.yaml` in the file's directory or above it, else the built-in
-/// config (as `lint` without `--config` and without `./switchyard.yaml`). Returns
-/// the config and the path of its file (`None`: built-in).
-///
-/// # Errors
-/// The found file cannot be read or is not a valid config.
-pub fn config_for_file(file: &Path) -> Result<(Config, Option<PathBuf>), UsageError> {
-    let found = file
-        .ancestors()
-        .skip(1)
-        .map(|d| d.join("switchyard.yaml"))
-        .find(|p| p.is_file());
-    let cfg = load_config_at(found.as_deref())?;
-    Ok((cfg, found))
-}
-
-/// The config at `path`, or the built-in config (providers enabled by their API-key
-/// variables, as `serve` does) when `path` is `None`; never `./switchyard.yaml`.
-fn load_config_at(path: Option<&Path>) -> Result<Config, UsageError> {
-    match path {
-        Some(p) => load_config(Some(p)),
-        None => Ok(config::embedded(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty())).0),
-    }
 }
 
 /// Why [`load`] failed.

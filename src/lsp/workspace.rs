@@ -17,13 +17,13 @@ use std::path::{Path, PathBuf};
 
 use lsp_types::Url;
 
-use crate::cli::policy::{config_for_file, lint_context};
 use crate::config::Config;
 use crate::policy::diagnostic::{codes, Diagnostic};
 use crate::policy::lint::{lint_sources_with, LintOptions};
 use crate::policy::{Registry, SourceMap};
 use crate::routing::policy::{
-    is_policy_file, policy_dir, policy_files, read_policy_file, with_builtins, LoadError, BUILTIN,
+    builtin_config, config_for_file, is_policy_file, lint_context, policy_dir, policy_files,
+    read_policy_file, with_builtins, LoadError, BUILTIN,
 };
 
 /// The open buffers, by URI.
@@ -92,7 +92,7 @@ impl Documents {
         let Some(path) = uri_path(uri) else {
             return (SetKey::Buffer(uri.clone()), Ok((builtin_config(), None)));
         };
-        let cfg = config_for_file(&path).map_err(|e| e.0);
+        let cfg = config_for_file(&path);
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let own = SetKey::Dir {
             root: dir,
@@ -206,11 +206,6 @@ fn disk_files(root: &Path, recursive: bool) -> Vec<PathBuf> {
         .collect();
     out.sort();
     out
-}
-
-/// The built-in config, as `lint` uses it when there is no config file.
-fn builtin_config() -> Config {
-    crate::config::embedded(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty())).0
 }
 
 impl SetView {
