@@ -180,14 +180,13 @@ pub fn definition(ix: &SetIndex<'_>, offset: usize) -> Vec<Location> {
             &n,
             &[DefKind::Param, DefKind::Let, DefKind::State],
         ),
-        Subject::Model(n) => config_location(ix, yaml::model_offset, &n, None),
+        Subject::Model(n) => config_location(ix, yaml::model_offset, &n),
         Subject::Endpoint(id) => {
             let model = ix.view.registry.endpoint(&id).map(|e| e.model.name.clone());
             config_location(
                 ix,
                 |y, id| yaml::endpoint_offset(y, id, model.as_deref()),
                 &id,
-                None,
             )
         }
         Subject::Field(..) | Subject::Function(_) => Vec::new(),
@@ -204,11 +203,12 @@ fn local_def(ix: &SetIndex<'_>, offset: usize, name: &str, kinds: &[DefKind]) ->
         .collect()
 }
 
+/// Where `find` locates `name` in the set's `switchyard.yaml` (none without a
+/// config file).
 fn config_location(
     ix: &SetIndex<'_>,
     find: impl Fn(&str, &str) -> Option<usize>,
     name: &str,
-    _: Option<()>,
 ) -> Vec<Location> {
     let Some(path) = &ix.view.config_path else {
         return Vec::new();

@@ -141,6 +141,13 @@ impl Documents {
             }
             SetKey::Dir { root, recursive } => {
                 let mut paths = disk_files(root, *recursive);
+                // Open buffers by canonical path: the client's URI may name the file
+                // through a symbolic link, and diagnostics must go to that URI.
+                let open_at: HashMap<PathBuf, &Url> = self
+                    .open
+                    .keys()
+                    .filter_map(|u| uri_path(u).map(|p| (p, u)))
+                    .collect();
                 for u in self.open.keys() {
                     if let Some(p) = uri_path(u) {
                         let inside = if *recursive {
@@ -153,10 +160,21 @@ impl Documents {
                         }
                     }
                 }
+                // The asking buffer belongs to its set even under another file name
+                // (a language mode chosen by hand).
+                if let Some(p) =
+                    uri_path(uri).filter(|p| self.open.contains_key(uri) && !paths.contains(p))
+                {
+                    paths.push(p);
+                }
                 paths.sort();
                 for p in paths {
-                    let Ok(u) = Url::from_file_path(&p) else {
-                        continue;
+                    let u = match open_at.get(&p) {
+                        Some(u) => (*u).clone(),
+                        None => match Url::from_file_path(&p) {
+                            Ok(u) => u,
+                            Err(()) => continue,
+                        },
                     };
                     let text = match self.open.get(&u) {
                         Some((_, t)) => t.clone(),
