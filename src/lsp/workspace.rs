@@ -237,3 +237,72 @@ impl SetView {
         lint_sources_with(&self.sources, &self.registry, &self.opts).diagnostics
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = "policies: { dir: policies }\nproviders: { p: { kind: mock } }\nmodels: { m: { endpoints: [ { provider: p, model: mock-1 } ] } }\n";
+
+    fn url(p: &Path) -> Url {
+        Url::from_file_path(p).unwrap()
+    }
+
+    #[test]
+    fn the_set_is_the_configs_policy_dir_or_the_files_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::write(root.join("switchyard.yaml"), CONFIG).unwrap();
+        std::fs::create_dir_all(root.join("policies/team")).unwrap();
+        std::fs::create_dir_all(root.join("scratch")).unwrap();
+        std::fs::write(
+            root.join("policies/a.policy"),
+            "route a when not request.stream { default use \"m\" }\n",
+        )
+        .unwrap();
+        let nested = root.join("policies/team/b.policy");
+        std::fs::write(
+            &nested,
+            "route b when request.stream { default use \"m\" }\n",
+        )
+        .unwrap();
+        let mut docs = Documents::default();
+        // In the config's policies.dir (here in a subdirectory): the whole dir.
+        let (key, view) = docs.read_set(&url(&nested));
+        assert_eq!(
+            key,
+            SetKey::Dir {
+                root: root.join("policies"),
+                recursive: true
+            }
+        );
+        assert_eq!(view.uris.len(), 2);
+        assert!(view.config_path.is_some() && view.blocked.is_empty());
+        assert!(view.lint().is_empty(), "{:?}", view.lint());
+        // An open, unsaved buffer of the set is checked with it: a duplicate route.
+        let new = url(&root.join("policies/new.policy"));
+        docs.open
+            .insert(new.clone(), (1, "route a { default use \"m\" }\n".into()));
+        let (_, view) = docs.read_set(&new);
+        assert_eq!(view.uris.len(), 3);
+        assert!(view.lint().iter().any(|d| d.code == "E0201"));
+        // Outside policies.dir: the file's own directory, still the config's registry.
+        let other = root.join("scratch/c.policy");
+        docs.open
+            .insert(url(&other), (1, "route c { default use \"m\" }\n".into()));
+        let (key, view) = docs.read_set(&url(&other));
+        assert_eq!(
+            key,
+            SetKey::Dir {
+                root: root.join("scratch"),
+                recursive: false
+            }
+        );
+        assert!(view.lint().is_empty(), "{:?}", view.lint());
+        // A config that does not load blocks the set with one message.
+        std::fs::write(root.join("switchyard.yaml"), "models: [").unwrap();
+        let (_, view) = docs.read_set(&url(&other));
+        assert_eq!(view.blocked.len(), 1);
+        assert!(view.blocked[0].1.starts_with("the config cannot be used"));
+    }
+}
