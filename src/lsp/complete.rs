@@ -37,8 +37,9 @@ pub fn complete(ix: &SetIndex<'_>, offset: usize) -> Vec<CompletionItem> {
             }
             return strings(ix, &c, i, t.start + 1, &li);
         }
-        Some((i, t)) if t.end <= offset => (offset, Some(i)),
-        _ => (offset, c.at.and_then(|i| i.checked_sub(1))),
+        // Not inside a word: the previous token is the last one that ends before the
+        // cursor (spaces may separate them).
+        _ => (offset, c.code.iter().rposition(|t| t.end <= offset)),
     };
     let range = li.range(&file.text, typed_from, offset);
     let prev = i_prev.map_or("", |j| c.text(j));

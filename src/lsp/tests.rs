@@ -99,3 +99,62 @@ proptest! {
         }
     }
 }
+
+/// The labels completed at the end of `text` (an untitled buffer, built-in config).
+fn labels_at_end(text: &str) -> Vec<String> {
+    let uri = Url::parse("untitled:c.policy").unwrap();
+    let mut docs = Documents::default();
+    docs.open.insert(uri.clone(), (1, text.to_string()));
+    let (_, view) = docs.read_set(&uri);
+    let ix = SetIndex::new(&view, &uri).unwrap();
+    complete::complete(&ix, text.len())
+        .into_iter()
+        .map(|i| i.label)
+        .collect()
+}
+
+#[test]
+fn completion_by_position() {
+    let has = |v: &[String], w: &[&str]| w.iter().all(|x| v.iter().any(|l| l == x));
+    let l = labels_at_end("route r {\n  default use model via least_latency(");
+    assert!(has(&l, &["beta", "min_health"]), "{l:?}");
+    let l = labels_at_end("route r {\n  default use model via ");
+    assert!(has(&l, &["least_latency", "exp3", "priority"]), "{l:?}");
+    let l = labels_at_end("strategy s(k = 1) {\n  state w = 1.0\n  score = state.");
+    assert_eq!(l, vec!["w".to_string()]);
+    let l = labels_at_end("strategy s(k = 1) {\n  score = k\n  pick ");
+    assert_eq!(l, vec!["min", "max", "weighted", "sample"]);
+    let l = labels_at_end("strategy s(k = 1) {\n  score = endpoint.");
+    assert!(has(&l, &["health", "latency_ewma_ms", "circuit"]), "{l:?}");
+    let l = labels_at_end("route r {\n  ");
+    assert!(has(&l, &["rule", "default", "fallback"]), "{l:?}");
+    assert!(!l.contains(&"score".to_string()), "{l:?}");
+    let l = labels_at_end("strategy s(k = 1) {\n  let x = 2\n  score = ");
+    assert!(has(&l, &["k", "x", "endpoint", "logsumexp"]), "{l:?}");
+    let l = labels_at_end("# request.");
+    assert!(l.is_empty(), "{l:?}");
+}
+
+#[test]
+fn the_reference_documents_every_field_and_function_of_the_tables() {
+    use crate::policy::check::expr::FUNCTIONS;
+    use crate::policy::checked::{EpField, OutcomeField, ReqField};
+    let doc = include_str!("../../docs/policy-language.md");
+    let fields = ReqField::NAMED
+        .iter()
+        .map(|f| ("request", f.0))
+        .chain(EpField::NAMED.iter().map(|f| ("endpoint", f.0)))
+        .chain(OutcomeField::NAMED.iter().map(|f| ("outcome", f.0)));
+    for (ns, name) in fields {
+        assert!(
+            doc.contains(&format!("`{ns}.{name}`")) || doc.contains(&format!("`.{name}`")),
+            "{ns}.{name} is not in docs/policy-language.md"
+        );
+    }
+    for (name, ..) in FUNCTIONS {
+        assert!(
+            doc.contains(&format!("`{name}(")) || doc.contains(&format!("`{name}`")),
+            "{name} is not in docs/policy-language.md"
+        );
+    }
+}
