@@ -112,9 +112,13 @@ async fn queued_high_requests_are_served_before_queued_low_ones() {
         high_pos.iter().max() < low_pos.iter().min(),
         "high {high_pos:?} low {low_pos:?}"
     );
+    // Each of the four waited in the queue. (At least: on a loaded machine an attempt
+    // may time out upstream and its retry queue again, which counts once more.)
     let q = queue(&gw).await;
-    assert_eq!(q["levels"][0]["admitted_after_wait"], 2, "{q}");
-    assert_eq!(q["levels"][2]["admitted_after_wait"], 2, "{q}");
+    for level in [0, 2] {
+        let waited = q["levels"][level]["admitted_after_wait"].as_u64();
+        assert!(waited.is_some_and(|n| n >= 2), "{q}");
+    }
 }
 
 #[tokio::test]
