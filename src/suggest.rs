@@ -1,23 +1,35 @@
 //! "Did you mean" suggestions for misspelt names in config and policy files.
 //!
-//! Uses the Levenshtein edit distance; a candidate is suggested when it is within a
-//! third of the word's length (at least 1, at most 3 edits), the usual rule of thumb
-//! used by compilers such as rustc for identifier suggestions.
+//! Uses the optimal string alignment distance (Levenshtein's insertions, deletions and
+//! substitutions, plus a swap of two adjacent characters as one edit, so `mokc` is one
+//! edit from `mock`, as in rustc's suggestions); a candidate is suggested when it is
+//! within a third of the word's length (at least 1, at most 3 edits), the usual rule of
+//! thumb used by compilers such as rustc for identifier suggestions.
 
-/// Edit distance (insertions, deletions, substitutions) between `a` and `b`, by chars.
-pub fn levenshtein(a: &str, b: &str) -> usize {
-    let b_chars: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b_chars.len()).collect();
-    let mut cur = vec![0; b_chars.len() + 1];
-    for (i, ca) in a.chars().enumerate() {
+/// Edit distance between `a` and `b`, by chars: insertions, deletions, substitutions
+/// and transpositions of two adjacent chars each cost 1 (the optimal string
+/// alignment distance: no substring is edited twice).
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    // Three rows of the dynamic programme: i - 2, i - 1 and i.
+    let mut before: Vec<usize> = vec![0; b.len() + 1];
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for i in 0..a.len() {
         cur[0] = i + 1;
-        for (j, cb) in b_chars.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        for j in 0..b.len() {
+            let cost = usize::from(a[i] != b[j]);
+            let mut d = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+            if i > 0 && j > 0 && a[i] == b[j - 1] && a[i - 1] == b[j] {
+                d = d.min(before[j - 1] + 1);
+            }
+            cur[j + 1] = d;
         }
+        std::mem::swap(&mut before, &mut prev);
         std::mem::swap(&mut prev, &mut cur);
     }
-    prev[b_chars.len()]
+    prev[b.len()]
 }
 
 /// The closest of `candidates` to `word`, if one is close enough to be a likely typo.
@@ -34,8 +46,8 @@ where
         .filter(|c| *c != word)
         .map(|c| {
             (
-                levenshtein(&lower, &c.to_lowercase()),
-                levenshtein(word, c),
+                edit_distance(&lower, &c.to_lowercase()),
+                edit_distance(word, c),
                 c,
             )
         })
@@ -50,9 +62,22 @@ mod tests {
 
     #[test]
     fn distances() {
-        assert_eq!(levenshtein("azur", "azure"), 1);
-        assert_eq!(levenshtein("", "abc"), 3);
-        assert_eq!(levenshtein("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("azur", "azure"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        // A swap of two neighbours is one edit, not two.
+        assert_eq!(edit_distance("mokc", "mock"), 1);
+        assert_eq!(edit_distance("ab", "ba"), 1);
+        assert_eq!(edit_distance("ca", "abc"), 3);
+    }
+
+    /// Newcomer walk (issue 18): `kind: mokc` got no suggestion, since a transposed
+    /// pair is two Levenshtein edits and the limit for four letters is one.
+    #[test]
+    fn a_transposed_pair_is_suggested() {
+        let kinds = ["openai", "anthropic", "gemini", "bedrock", "mock"];
+        assert_eq!(did_you_mean("mokc", kinds), Some("mock"));
+        assert_eq!(did_you_mean("gemnii", kinds), Some("gemini"));
     }
 
     #[test]

@@ -98,24 +98,35 @@ impl JwtVerifier {
     /// The verifier for `cfg`, reading the HS256 secret from `env` and the JWKS file.
     ///
     /// # Errors
-    /// A sentence: the secret's variable is unset, or the JWKS file is bad.
+    /// A sentence naming every problem at once (the secret's variable is unset, the
+    /// JWKS file is bad), `; `-separated, so one `serve --check` shows them all.
     pub fn new(cfg: &JwtConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Self, String> {
-        let hs256 = match &cfg.hs256_secret_env {
-            None => None,
-            Some(var) => {
-                let secret = env(var).ok_or_else(|| {
-                    format!("auth.jwt.hs256_secret_env: environment variable {var} is not set")
-                })?;
-                Some(DecodingKey::from_secret(secret.as_bytes()))
-            }
-        };
-        let jwks = match &cfg.jwks_file {
-            None => None,
-            Some(p) => Some(
-                Reloading::new(p.clone(), Jwks::read)
-                    .map_err(|e| format!("auth.jwt.jwks_file: {}", e.join("; ")))?,
-            ),
-        };
+        let mut problems = Vec::new();
+        let hs256 = cfg
+            .hs256_secret_env
+            .as_ref()
+            .and_then(|var| match env(var) {
+                Some(secret) => Some(DecodingKey::from_secret(secret.as_bytes())),
+                None => {
+                    problems.push(format!(
+                        "auth.jwt.hs256_secret_env: environment variable {var} is not set"
+                    ));
+                    None
+                }
+            });
+        let jwks =
+            cfg.jwks_file
+                .as_ref()
+                .and_then(|p| match Reloading::new(p.clone(), Jwks::read) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        problems.push(format!("auth.jwt.jwks_file: {}", e.join("; ")));
+                        None
+                    }
+                });
+        if !problems.is_empty() {
+            return Err(problems.join("; "));
+        }
         Ok(JwtVerifier {
             cfg: cfg.clone(),
             hs256,

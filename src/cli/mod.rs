@@ -40,7 +40,7 @@ pub use crate::logging::LogFormat;
 pub enum Command {
     /// Run the gateway.
     Serve(ServeArgs),
-    /// Run a provider emulator speaking OpenAI's API (for tests and load runs).
+    /// Run a provider emulator speaking OpenAI's, Anthropic's, Gemini's or Bedrock's API (--format; for tests and load runs).
     Mock(MockArgs),
     /// Check policies: errors and lint warnings with locations.
     Lint(LintArgs),

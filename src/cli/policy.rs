@@ -220,6 +220,12 @@ pub fn fmt(paths: &[PathBuf], config: Option<&Path>, check: bool) -> ExitCode {
             Ok(f) => f,
             Err(e) => return usage(e),
         };
+    if files.is_empty() && paths.is_empty() {
+        // As lint and test say: with nothing to read, say so rather than pass silently.
+        eprintln!(
+            "note: no policy files given and the config has no policies.dir: nothing to format (pass paths or --config)"
+        );
+    }
     let (mut changed, mut broken) = (0, 0);
     for f in &files {
         let text = match std::fs::read_to_string(f) {

@@ -50,7 +50,7 @@ pub struct Decision {
     pub status: u16,
     /// `ok`, `error`, `stream_error` or `client_gone` (the access line's `outcome`).
     pub outcome: &'static str,
-    /// Total latency, ms.
+    /// Total latency, ms, to the microsecond (`3.163`, not `3.1630830000000003`).
     pub latency_ms: f64,
 }
 
@@ -135,7 +135,7 @@ impl DecisionRing {
         slot.attempts = d.attempts;
         slot.status = d.status;
         slot.outcome = d.outcome;
-        slot.latency_ms = d.latency_ms;
+        slot.latency_ms = (d.latency_ms * 1e3).round() / 1e3;
     }
 
     /// The decisions held, newest first.
@@ -187,6 +187,18 @@ mod tests {
         assert_eq!(got[CAPACITY - 1].request_id, "req-7");
         assert_eq!(got[0].seq, (CAPACITY + 7) as u64);
         assert_eq!((got[0].strategy.as_str(), got[0].outcome), ("exp3", "ok"));
+    }
+
+    /// Newcomer walk (issue 18): `/admin/decisions` showed `3.1630830000000003`.
+    #[test]
+    fn latency_is_kept_to_the_microsecond() {
+        let ring = DecisionRing::default();
+        let mut r = d("x");
+        r.latency_ms = 3.1630830000000003;
+        ring.record(r);
+        assert_eq!(ring.newest_first()[0].latency_ms, 3.163);
+        let text = serde_json::to_string(&ring.newest_first()[0]).unwrap();
+        assert!(text.contains("\"latency_ms\":3.163"), "{text}");
     }
 
     #[test]

@@ -52,6 +52,47 @@ fn serve_with_a_missing_config_exits_2_as_an_io_error() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
 }
 
+/// Newcomer walk: `fmt --check` with nothing to read passed silently where `lint` and
+/// `test` say that no policy files were given.
+#[test]
+fn fmt_with_no_policy_files_says_so_like_lint() {
+    let dir = tempfile::tempdir().unwrap();
+    for cmd in ["fmt", "lint", "test"] {
+        let o = switchyard(
+            &[cmd, "--check"][..if cmd == "fmt" { 2 } else { 1 }],
+            dir.path(),
+        );
+        assert!(
+            text(&o).contains("no policy files given"),
+            "{cmd}: {}",
+            text(&o)
+        );
+    }
+}
+
+/// Newcomer walk: the README's JWT block reported its unset secret variable first and
+/// its missing JWKS file only on the next run; both come in one `--check`.
+#[test]
+fn serve_check_names_every_jwt_setup_problem_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("switchyard.yaml"),
+        "auth:\n  mode: jwt\n  jwt:\n    hs256_secret_env: SWITCHYARD_TEST_UNSET_SECRET\n    jwks_file: jwks.json\n",
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["serve", "--check", "-c", "switchyard.yaml"])
+        .current_dir(dir.path())
+        .env("SWITCHYARD_LOG", "warn")
+        .env_remove("SWITCHYARD_TEST_UNSET_SECRET")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("SWITCHYARD_TEST_UNSET_SECRET is not set"), "{t}");
+    assert!(t.contains("auth.jwt.jwks_file"), "{t}");
+}
+
 /// `serve --check` passed a config whose authentication `serve` then could not set
 /// up (an API key file that does not exist).
 #[test]
