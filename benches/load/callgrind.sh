@@ -25,7 +25,7 @@ cleanup() {
 trap cleanup EXIT
 . benches/load/setup.sh
 start_upstream ""
-SWITCHYARD_LOG=warn,switchyard::access=info valgrind --tool=callgrind --dump-instr=no \
+SWITCHYARD_LOG=warn valgrind --tool=callgrind --dump-instr=no \
   --callgrind-out-file="$work/cg.out" "$bin" serve --config "$work/sy.yaml" \
   >/dev/null 2>"$work/gateway.log" &
 gpid=$!

@@ -28,7 +28,7 @@ trap cleanup EXIT
 NGINX_CONNS=16384 . benches/load/setup.sh
 start_upstream ""
 start_nginx ""
-SWITCHYARD_LOG=warn,switchyard::access=info "$bin" serve --config "$work/sy.yaml" >/dev/null 2>"$work/gateway.log" &
+SWITCHYARD_LOG=warn "$bin" serve --config "$work/sy.yaml" >/dev/null 2>"$work/gateway.log" &
 gpid=$!
 check_gateway
 

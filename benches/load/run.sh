@@ -34,8 +34,8 @@ if [ "${PIN:-0}" = 1 ]; then proxy_cpu="taskset -c 0"; side_cpu="taskset -c 1"; 
 . benches/load/setup.sh
 start_upstream "$side_cpu"
 start_nginx "$proxy_cpu"
-# Logs (the access line of every request, warnings) go to stderr, a file here.
-SWITCHYARD_LOG=warn,switchyard::access=info $proxy_cpu "$bin" serve --config "$work/sy.yaml" >/dev/null 2>"$work/gateway.log" &
+# Warnings go to stderr (gateway.log); the access lines to the access log file.
+SWITCHYARD_LOG=warn $proxy_cpu "$bin" serve --config "$work/sy.yaml" >/dev/null 2>"$work/gateway.log" &
 gpid=$!
 check_gateway
 

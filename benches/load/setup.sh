@@ -9,8 +9,8 @@
 #
 # Switchyard's features: the policy set benches/load/bench.policy (three rules every
 # request evaluates, then weighted round-robin, a stateful strategy), metrics (always
-# on), the access line (`switchyard::access=info`, on stderr: the callers write it
-# to "$work/gateway.log"),
+# on), the access log (one JSON line per request, to the file "$work/logs/access.log"
+# through its background writer; stderr gets warnings only, in "$work/gateway.log"),
 # API-key authentication with one key, and global and per-key request and token
 # limits high enough never to refuse (every request is checked and charged).
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
@@ -59,6 +59,7 @@ providers:
 models:
   bench: { endpoints: [ { provider: up, model: mock-1 } ] }
   bench-stream: { endpoints: [ { provider: sse, model: mock-1 } ] }
+telemetry: { access_log: { path: $work/logs/access.log, rotation: never } }
 ${SY_EXTRA_YAML:-}
 YAML
 
