@@ -23,14 +23,14 @@ pub(crate) fn skip_ws(b: &[u8], mut i: usize) -> usize {
 /// Index just past the string starting at `b[i] == '"'`.
 pub(crate) fn skip_string(b: &[u8], mut i: usize) -> Option<usize> {
     i += 1;
-    while i < b.len() {
-        match b[i] {
-            b'\\' => i += 2,
-            b'"' => return Some(i + 1),
-            _ => i += 1,
+    loop {
+        // The next quote or backslash, found a word at a time.
+        i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
+        if b[i] == b'"' {
+            return Some(i + 1);
         }
+        i += 2;
     }
-    None
 }
 
 /// Index just past the value starting at `b[i]`.
