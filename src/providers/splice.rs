@@ -203,10 +203,10 @@ pub fn set_string_parts(
     first: Option<&str>,
 ) -> Option<Vec<bytes::Bytes>> {
     let mut new = Vec::with_capacity(value.len() + key.len() + 8);
-    let (cut, empty) = match find(json, key)? {
+    let cut = match find(json, key)? {
         Field::Found(r) => {
             push_json_string(&mut new, value);
-            (r, false)
+            r
         }
         Field::Missing { after_brace, empty } => {
             push_json_string(&mut new, key);
@@ -215,18 +215,16 @@ pub fn set_string_parts(
             if !empty {
                 new.push(b',');
             }
-            (after_brace..after_brace, empty)
+            after_brace..after_brace
         }
     };
     let mut parts = Vec::with_capacity(4);
     if let Some(member) = first {
         let after_brace = skip_ws(json, 0) + 1;
+        // `key` is a member by now, so a comma always follows.
         let mut m = Vec::with_capacity(member.len() + 1);
         m.extend_from_slice(member.as_bytes());
-        // A missing key on an empty object was the only member so far.
-        if !(empty && cut.start == after_brace) {
-            m.push(b',');
-        }
+        m.push(b',');
         parts.push(json.slice(..after_brace));
         parts.push(bytes::Bytes::from(m));
         parts.push(json.slice(after_brace..cut.start));
