@@ -27,6 +27,7 @@ pub mod gateway;
 pub mod ingress;
 pub mod limits;
 pub mod logging;
+pub mod lsp;
 pub mod mock;
 pub mod otel;
 pub mod policy;

@@ -5,6 +5,7 @@
 //! exit code (0 success, 1 invalid input such as a bad config, 2 usage or I/O errors).
 
 mod dry_run;
+mod explain;
 mod health;
 pub mod keys;
 pub mod policy;
@@ -55,9 +56,25 @@ pub enum Command {
     /// Ask a running gateway's `/health` and exit 0 on HTTP 200, 1 otherwise (the
     /// container image's healthcheck).
     Health(health::HealthArgs),
+    /// Serve the Language Server Protocol on stdin/stdout for `.policy` files
+    /// (diagnostics, hover, go to definition, completion, formatting): what an
+    /// editor starts.
+    Lsp(LspArgs),
+    /// Explain a diagnostic code (`E0401`, `W0206`, ...) with an example and the
+    /// fix; without a code, list them all.
+    Explain(explain::ExplainArgs),
     /// Print a shell completion script, e.g.
     /// `switchyard completions bash > /etc/bash_completion.d/switchyard`.
     Completions(CompletionsArgs),
+}
+
+/// `switchyard lsp` flags.
+#[derive(Debug, clap::Args)]
+pub struct LspArgs {
+    /// Talk over stdin/stdout (the only transport, and the default; accepted
+    /// because LSP clients such as vscode-languageclient pass it).
+    #[arg(long)]
+    pub stdio: bool,
 }
 
 /// `switchyard completions` arguments.
@@ -353,6 +370,8 @@ pub fn main() -> ExitCode {
         Command::DryRun(a) => dry_run::run(a),
         Command::Keys(k) => keys::run(k),
         Command::Health(a) => health::run(&a),
+        Command::Lsp(_) => crate::lsp::run(),
+        Command::Explain(a) => explain::run(&a),
         Command::Completions(a) => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(a.shell, &mut cmd, "switchyard", &mut std::io::stdout());

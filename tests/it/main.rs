@@ -15,6 +15,7 @@ mod failures;
 mod fidelity;
 mod first_hour;
 mod limits;
+mod lsp;
 mod mock_formats;
 mod operator;
 mod otel;
