@@ -108,10 +108,7 @@ struct Fields<'a>(&'a Event<'a>);
 impl serde::Serialize for Fields<'_> {
     fn serialize<Z: serde::Serializer>(&self, s: Z) -> Result<Z::Ok, Z::Error> {
         let map = s.serialize_map(Some(self.0.fields().count()))?;
-        let mut v = FieldVisitor {
-            map,
-            state: Ok(()),
-        };
+        let mut v = FieldVisitor { map, state: Ok(()) };
         self.0.record(&mut v);
         v.state?;
         v.map.end()
@@ -309,8 +306,10 @@ mod tests {
     /// Lines written by a subscriber with `format`, for a few events inside a span.
     fn lines<F>(format: F) -> String
     where
-        F: for<'a> FormatEvent<tracing_subscriber::Registry, tracing_subscriber::fmt::format::JsonFields>
-            + Send
+        F: for<'a> FormatEvent<
+                tracing_subscriber::Registry,
+                tracing_subscriber::fmt::format::JsonFields,
+            > + Send
             + Sync
             + 'static,
     {
@@ -365,9 +364,15 @@ mod tests {
         use std::time::{Duration, UNIX_EPOCH};
         let at = |s: u64, n: u32| Timestamp(UNIX_EPOCH + Duration::new(s, n)).to_string();
         assert_eq!(at(0, 0), "1970-01-01T00:00:00.000000Z");
-        assert_eq!(at(1_796_191_355, 123_456_789), "2026-12-02T06:02:35.123456Z");
+        assert_eq!(
+            at(1_796_191_355, 123_456_789),
+            "2026-12-02T06:02:35.123456Z"
+        );
         assert_eq!(at(951_782_400, 0), "2000-02-29T00:00:00.000000Z");
-        assert_eq!(at(4_107_542_399, 999_999_999), "2100-02-28T23:59:59.999999Z");
+        assert_eq!(
+            at(4_107_542_399, 999_999_999),
+            "2100-02-28T23:59:59.999999Z"
+        );
         let before = Timestamp(UNIX_EPOCH - Duration::new(1, 500_000_000)).to_string();
         assert_eq!(before, "1969-12-31T23:59:58.500000Z");
     }
