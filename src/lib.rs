@@ -13,6 +13,7 @@
 //! no HTTP): everything above it may import it, it imports none of them.
 
 pub mod admin;
+pub mod alloc;
 pub mod api;
 pub mod app;
 pub mod auth;

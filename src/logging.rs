@@ -27,6 +27,8 @@ use tracing_subscriber::Layer as _;
 
 use crate::config::telemetry::{AccessFileConfig, Rotation};
 
+mod access_json;
+
 /// The target of the access lines (`gateway::access`).
 pub const ACCESS_TARGET: &str = "switchyard::access";
 
@@ -78,10 +80,14 @@ pub fn init(filter: &str, format: LogFormat) {
         .with_writer(std::io::stderr);
     let stderr = match format {
         LogFormat::Text => stderr.boxed(),
-        LogFormat::Json => stderr.json().boxed(),
+        LogFormat::Json => stderr
+            .json()
+            .event_format(access_json::AccessJson::default())
+            .boxed(),
     };
     let file = tracing_subscriber::fmt::layer()
         .json()
+        .event_format(access_json::AccessJson::default())
         .with_ansi(false)
         .with_writer(FileWriter)
         .with_filter(

@@ -134,7 +134,11 @@ pub async fn serve<H, F>(
             let guard = activity.start(req.version() == Version::HTTP_2);
             let fits = header_bytes(req.headers()) <= limits.max_header_bytes;
             let too_large = (!fits).then(|| crate::request_id::of(req.headers()));
-            let fut = fits.then(|| handler(req, peer));
+            // Boxed per request: hyper keeps the service's future in a box made once
+            // per connection and sized to it, and moves it there whole. The request
+            // path's future is kilobytes; boxed, an idle connection holds a pointer
+            // and hyper moves eight bytes.
+            let fut = fits.then(|| Box::pin(handler(req, peer)));
             async move {
                 let resp = match (fut, too_large) {
                     (Some(fut), _) => fut.await,

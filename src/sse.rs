@@ -81,10 +81,7 @@ impl SseParser {
                 }
                 self.skip_lf = false;
             }
-            let Some(found) = self.buf[self.scanned..]
-                .iter()
-                .position(|&b| b == b'\n' || b == b'\r')
-            else {
+            let Some(found) = memchr::memchr2(b'\n', b'\r', &self.buf[self.scanned..]) else {
                 self.scanned = self.buf.len();
                 return false;
             };
@@ -113,10 +110,16 @@ impl SseParser {
 
     /// Takes in the line `buf[..end]` (not empty, its line end excluded).
     fn line(&mut self, end: usize) {
-        let line = String::from_utf8_lossy(&self.buf[..end]);
-        if line.starts_with(':') {
+        let raw = &self.buf[..end];
+        if raw[0] == b':' {
             return;
         }
+        // Valid UTF-8 (every provider sends it) is checked without a copy; anything
+        // else is read with replacement characters.
+        let line = match std::str::from_utf8(raw) {
+            Ok(s) => std::borrow::Cow::Borrowed(s),
+            Err(_) => String::from_utf8_lossy(raw),
+        };
         let (field, value) = match line.find(':') {
             Some(i) => {
                 let v = &line[i + 1..];

@@ -17,11 +17,7 @@
 # The upstream is one nginx worker answering with `return 200 '...'` (see upstream.sh):
 # the cheapest static upstream, so it takes the least CPU from the measured proxy.
 # nginx `proxy_pass` runs one worker with a keep-alive upstream pool. Switchyard runs
-# with its features on: the policy set benches/load/bench.policy (three rules that
-# every request evaluates, then weighted round-robin, a stateful strategy), metrics
-# (always on), the access line (`switchyard::access=info`, written to /dev/null),
-# API-key authentication with one key, and global and per-key request and token
-# limits high enough never to refuse (every request is checked and charged).
+# with every feature on (see setup.sh, which writes all three configs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-6}; conns=${2:-64}; rounds=${ROUNDS:-3}; modes=${MODES:-json stream}
@@ -34,92 +30,15 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-uport=$(port); nport=$(port); gport=$(port)
 if [ "${PIN:-0}" = 1 ]; then proxy_cpu="taskset -c 0"; side_cpu="taskset -c 1"; else proxy_cpu=""; side_cpu=""; fi
-
-. benches/load/upstream.sh
-$side_cpu nginx -c "$work/upstream.conf"
-
-cat > "$work/nginx.conf" <<NGINX
-worker_processes 1;
-pid $work/nginx.pid;
-error_log $work/nginx-error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  upstream up { server 127.0.0.1:$uport; keepalive 128; keepalive_requests 1000000; }
-  server {
-    listen 127.0.0.1:$nport;
-    location / {
-      proxy_pass http://up;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-    }
-  }
-}
-NGINX
-$proxy_cpu nginx -c "$work/nginx.conf"
-
-key=sy-bench-key
-hash=$(printf %s "$key" | sha256sum | cut -d' ' -f1)
-admission="auth: { mode: keys, keys: [ { id: key-bench, hash: \"sha256:$hash\", org: bench } ] }
-limits: { global: { requests_per_min: 100000000, tokens_per_min: 100000000000 }, per_key: { requests_per_min: 100000000, tokens_per_min: 100000000000 } }"
-[ "${ADMISSION:-1}" = 0 ] && admission=""
-mkdir "$work/policies"
-cp benches/load/bench.policy "$work/policies/"
-cat > "$work/sy.yaml" <<YAML
-server: { listen: 127.0.0.1:$gport }
-policies: { dir: $work/policies }
-$admission
-providers:
-  up: { kind: openai-compatible, base_url: http://127.0.0.1:$uport/v1 }
-  sse: { kind: openai-compatible, base_url: http://127.0.0.1:$uport/sse/v1 }
-models:
-  bench: { endpoints: [ { provider: up, model: mock-1 } ] }
-  bench-stream: { endpoints: [ { provider: sse, model: mock-1 } ] }
-${SY_EXTRA_YAML:-}
-YAML
-# The access lines go to stdout (/dev/null); warnings and errors to gateway.log.
-SWITCHYARD_LOG=warn,switchyard::access=info $proxy_cpu "$bin" serve --config "$work/sy.yaml" >/dev/null 2>"$work/gateway.log" &
+. benches/load/setup.sh
+start_upstream "$side_cpu"
+start_nginx "$proxy_cpu"
+# Warnings go to stderr (gateway.log); the access lines to the access log file.
+SWITCHYARD_LOG=warn $proxy_cpu "$bin" serve --config "$work/sy.yaml" >/dev/null 2>"$work/gateway.log" &
 gpid=$!
+check_gateway
 
-for mode in json stream; do
-  model=bench; [ $mode = stream ] && model=bench-stream
-  sed "s/MODEL/$model/" benches/load/chat.lua > "$work/$mode.lua"
-  [ $mode = stream ] && sed -i 's/"max_tokens":16}/"max_tokens":16,"stream":true,"stream_options":{"include_usage":true}}/' "$work/$mode.lua"
-  echo "wrk.headers[\"Authorization\"] = \"Bearer $key\"" >> "$work/$mode.lua"
-done
-path() { [ "$1" = stream ] && echo /sse/v1/chat/completions || echo /v1/chat/completions; }
-url() { # target mode
-  case $1 in
-    direct) echo "http://127.0.0.1:$uport$(path "$2")" ;;
-    nginx) echo "http://127.0.0.1:$nport$(path "$2")" ;;
-    switchyard) echo "http://127.0.0.1:$gport/v1/chat/completions" ;;
-  esac
-}
-pid_of() {
-  case $1 in
-    direct) pgrep -P "$(cat "$work/upstream.pid")" ;;
-    nginx) pgrep -P "$(cat "$work/nginx.pid")" ;;
-    switchyard) echo "$gpid" ;;
-  esac
-}
-for _ in $(seq 50); do curl -sf "http://127.0.0.1:$gport/health" >/dev/null && break; sleep 0.1; done
-curl -sf "http://127.0.0.1:$gport/health" >/dev/null || { cat "$work/gateway.log" >&2; exit 1; }
-
-# One request per mode through Switchyard, checked, so a broken setup fails loudly.
-body() { sed -n "s/^wrk.body = '\(.*\)'$/\1/p" "$work/$1.lua"; }
-out=$(curl -sf -H "Authorization: Bearer $key" -H 'content-type: application/json' -d "$(body json)" "$(url switchyard json)")
-echo "$out" | grep -q '"model":"bench"' || { echo "bad JSON answer: $out" >&2; exit 1; }
-out=$(curl -sfN -H "Authorization: Bearer $key" -H 'content-type: application/json' -d "$(body stream)" "$(url switchyard stream)")
-[ "$(echo "$out" | grep -c '^data: ')" = 24 ] && echo "$out" | grep -q '^data: \[DONE\]' \
-  && ! echo "$out" | grep -q mock-1 || { echo "bad stream: $out" >&2; exit 1; }
-
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 res="$work/results"
 measure() { # target mode round
   local pid t0 t1 out

@@ -7,6 +7,7 @@
 //! the retry settings (retries, backoff, the fallback's `on` statuses) into the
 //! returned [`Plan`].
 
+use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
 use super::ctx::RequestCtx;
@@ -161,21 +162,28 @@ fn restrict(
 
 /// Runs the policy for `features` on `snap`, applying `on pick` state updates.
 ///
-/// Decisions run without a lock. Only one that has `on pick` updates to apply
-/// (smooth weighted round-robin, for one) is discarded and made again under the
-/// gateway's decision lock on fresh statistics, so every applied update
-/// comes from a decision that saw all earlier picks, and requests whose strategy keeps
-/// no pick state never wait for one that does.
+/// A decision that applies `on pick` updates (smooth weighted round-robin, for one)
+/// runs under the gateway's decision lock on fresh statistics, so every applied
+/// update comes from a decision that saw all earlier picks. Other decisions run
+/// without the lock, so requests whose strategy keeps no pick state never wait for
+/// one that does. Which kind a decision is shows only once it is made: when the
+/// previous decision applied updates, this one is made under the lock at once (one
+/// decision, as traffic to a stateful strategy comes in runs); otherwise it is made
+/// without, and made again under the lock should it return updates after all.
 fn decide(gw: &Gateway, snap: &PolicySnapshot, features: &RequestFeatures) -> Decision {
     let seed = rand::random::<u64>();
-    let stats = gw.stats.live(SystemTime::now(), &features.task);
-    let decision = snap.compiled.decide(features, &stats, seed);
-    if decision.state_updates.is_empty() {
-        return decision;
+    if !gw.picks_updated.load(Ordering::Relaxed) {
+        let stats = gw.stats.live(SystemTime::now(), &features.task);
+        let decision = snap.compiled.decide(features, &stats, seed);
+        if decision.state_updates.is_empty() {
+            return decision;
+        }
     }
     let _guard = gw.lock_decisions();
     let stats = gw.stats.live(SystemTime::now(), &features.task);
     let decision = snap.compiled.decide(features, &stats, seed);
+    gw.picks_updated
+        .store(!decision.state_updates.is_empty(), Ordering::Relaxed);
     for u in &decision.state_updates {
         if let Some(slot) = gw.stats.index(&u.endpoint).and_then(|i| gw.stats.slot(i)) {
             slot.set_state(&u.strategy, &u.slots);

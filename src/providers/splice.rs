@@ -23,14 +23,14 @@ pub(crate) fn skip_ws(b: &[u8], mut i: usize) -> usize {
 /// Index just past the string starting at `b[i] == '"'`.
 pub(crate) fn skip_string(b: &[u8], mut i: usize) -> Option<usize> {
     i += 1;
-    while i < b.len() {
-        match b[i] {
-            b'\\' => i += 2,
-            b'"' => return Some(i + 1),
-            _ => i += 1,
+    loop {
+        // The next quote or backslash, found a word at a time.
+        i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
+        if b[i] == b'"' {
+            return Some(i + 1);
         }
+        i += 2;
     }
-    None
 }
 
 /// Index just past the value starting at `b[i]`.
@@ -191,6 +191,52 @@ pub fn push_json_string(out: &mut Vec<u8>, s: &str) {
     let _ = serde_json::to_writer(&mut *out, s);
 }
 
+/// `json` with top-level `key` set to the string `value` (added if absent) and, when
+/// `first` is given, that member text (`"key":value`) inserted as the first member:
+/// the same bytes as [`set_string`] then [`insert_member`], as parts that share
+/// `json`'s memory (the client's body is not copied, however large; only the new
+/// text is). `None` if `json` is not an object.
+pub fn set_string_parts(
+    json: &bytes::Bytes,
+    key: &str,
+    value: &str,
+    first: Option<&str>,
+) -> Option<Vec<bytes::Bytes>> {
+    let mut new = Vec::with_capacity(value.len() + key.len() + 8);
+    let cut = match find(json, key)? {
+        Field::Found(r) => {
+            push_json_string(&mut new, value);
+            r
+        }
+        Field::Missing { after_brace, empty } => {
+            push_json_string(&mut new, key);
+            new.push(b':');
+            push_json_string(&mut new, value);
+            if !empty {
+                new.push(b',');
+            }
+            after_brace..after_brace
+        }
+    };
+    let mut parts = Vec::with_capacity(4);
+    if let Some(member) = first {
+        let after_brace = skip_ws(json, 0) + 1;
+        // `key` is a member by now, so a comma always follows.
+        let mut m = Vec::with_capacity(member.len() + 1);
+        m.extend_from_slice(member.as_bytes());
+        m.push(b',');
+        parts.push(json.slice(..after_brace));
+        parts.push(bytes::Bytes::from(m));
+        parts.push(json.slice(after_brace..cut.start));
+    } else {
+        parts.push(json.slice(..cut.start));
+    }
+    parts.push(bytes::Bytes::from(new));
+    parts.push(json.slice(cut.end..));
+    parts.retain(|p| !p.is_empty());
+    Some(parts)
+}
+
 /// `json` with top-level `key` set to the string `value` (added if absent), every other
 /// byte unchanged. `None` if `json` is not an object.
 pub fn set_string(json: &[u8], key: &str, value: &str) -> Option<Vec<u8>> {
@@ -253,6 +299,29 @@ mod tests {
         let out = insert_member(b"{}", r#""s":1"#).unwrap();
         assert_eq!(out, br#"{"s":1}"#);
         assert!(insert_member(b"[1]", r#""s":1"#).is_none());
+    }
+
+    #[test]
+    fn parts_are_the_bytes_of_set_string_and_insert_member() {
+        let member = r#""stream_options":{"include_usage":true}"#;
+        for json in [
+            r#"{"model":"a","messages":[{"model":"x"}]}"#,
+            r#" { "messages" : [] , "model" : "a" } "#,
+            r#"{"messages":[]}"#,
+            r#"{}"#,
+            r#"{ }"#,
+            r#"{"mod\u0065l":"a","x":1}"#,
+        ] {
+            let bytes = bytes::Bytes::from(json);
+            let joined = |parts: Vec<bytes::Bytes>| -> Vec<u8> { parts.concat() };
+            let set = set_string(json.as_bytes(), "model", "b\"c").unwrap();
+            let parts = set_string_parts(&bytes, "model", "b\"c", None).unwrap();
+            assert_eq!(joined(parts), set, "{json}");
+            let both = insert_member(&set, member).unwrap();
+            let parts = set_string_parts(&bytes, "model", "b\"c", Some(member)).unwrap();
+            assert_eq!(joined(parts), both, "{json}");
+        }
+        assert!(set_string_parts(&bytes::Bytes::from_static(b"[1]"), "model", "b", None).is_none());
     }
 
     fn set(json: &str, v: &str) -> String {

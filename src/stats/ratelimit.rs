@@ -101,6 +101,15 @@ fn text<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
 /// Reads the capacity from `headers` at time `now`; `None` when the provider sent no
 /// rate-limit headers (or only unusable ones).
 pub fn capacity(headers: &HeaderMap, now: SystemTime) -> Option<Capacity> {
+    // Most answers carry none: one pass over the names (a handful) instead of the
+    // eighteen lookups below, each of which hashes its name.
+    let reported = headers.keys().any(|k| {
+        let k = k.as_str();
+        k.starts_with("x-ratelimit-") || k.starts_with("anthropic-ratelimit-")
+    });
+    if !reported {
+        return None;
+    }
     let mut best: Option<Capacity> = None;
     let mut consider = |limit: Option<f64>, remaining: Option<f64>, reset: Option<Duration>| {
         let (Some(l), Some(r)) = (limit, remaining) else {

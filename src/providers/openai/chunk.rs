@@ -54,14 +54,17 @@ pub(super) struct ChunkScan {
     pub choices: Vec<ChoiceScan>,
 }
 
-/// Whether the raw key (quotes included) is `key`; a key written with escapes is
-/// decoded first (`"mo\u0064el"` is `model` to every JSON reader).
-fn key_is(raw: &[u8], key: &str) -> bool {
+/// A key's text: the raw bytes between its quotes, or, for a key written with
+/// escapes, its decoded text (`"mo\u0064el"` is `model` to every JSON reader).
+fn key(raw: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     let inner = &raw[1..raw.len() - 1];
-    if inner.contains(&b'\\') {
-        serde_json::from_slice::<String>(raw).is_ok_and(|k| k == key)
-    } else {
-        inner == key.as_bytes()
+    if memchr::memchr(b'\\', inner).is_none() {
+        return std::borrow::Cow::Borrowed(inner);
+    }
+    match serde_json::from_slice::<String>(raw) {
+        Ok(k) => std::borrow::Cow::Owned(k.into_bytes()),
+        // Not a key any reader accepts: matches none of the relay's.
+        Err(_) => std::borrow::Cow::Borrowed(b""),
     }
 }
 
@@ -88,70 +91,155 @@ fn value(b: &[u8], i: usize) -> Result<Range<usize>, &'static str> {
     }
 }
 
-/// Walks the object at `b[i] == '{'`, calling `f(raw key, value range, member range)`
-/// for each member (the member range as [`ChunkScan::usage_member`] describes it).
-/// Returns the index past the closing brace.
-fn object(
-    b: &[u8],
+/// The members of one object, read in one pass: [`Members::next`] gives a member's
+/// raw key and where its value starts; the caller reads the value to its end (with
+/// [`value`], or by walking it) and hands that end to [`Members::value_ends`], which
+/// checks what follows and returns the member's range (key to value, with the comma
+/// that separates it from the next member or, for the last, from the previous one).
+struct Members<'a> {
+    b: &'a [u8],
+    /// Where the next key starts (or the closing brace).
     i: usize,
-    mut f: impl FnMut(&[u8], Range<usize>, Range<usize>) -> Result<(), &'static str>,
-) -> Result<usize, &'static str> {
-    let mut i = skip_ws(b, i + 1);
-    if b.get(i) == Some(&b'}') {
-        return Ok(i + 1);
+    key_start: usize,
+    /// End of the previous member's value.
+    prev_end: Option<usize>,
+    /// Index past the closing brace, once read.
+    end: Option<usize>,
+}
+
+impl<'a> Members<'a> {
+    /// The members of the object at `b[i] == '{'`.
+    fn of(b: &'a [u8], i: usize) -> Members<'a> {
+        let i = skip_ws(b, i + 1);
+        let end = (b.get(i) == Some(&b'}')).then_some(i + 1);
+        Members {
+            b,
+            i,
+            key_start: i,
+            prev_end: None,
+            end,
+        }
     }
-    let mut prev_end: Option<usize> = None;
-    loop {
+
+    /// The next member's raw key (quotes included) and the index where its value
+    /// starts; `None` after the closing brace.
+    fn next(&mut self) -> Result<Option<(&'a [u8], usize)>, &'static str> {
+        if self.end.is_some() {
+            return Ok(None);
+        }
+        let (b, i) = (self.b, self.i);
         if b.get(i) != Some(&b'"') {
             return Err("a member does not start with a key");
         }
-        let key_start = i;
         let key_end = skip_string(b, i).ok_or("the event ends inside a key")?;
-        i = skip_ws(b, key_end);
-        if b.get(i) != Some(&b':') {
+        let colon = skip_ws(b, key_end);
+        if b.get(colon) != Some(&b':') {
             return Err("a key is not followed by `:`");
         }
-        let v = value(b, skip_ws(b, i + 1))?;
-        let after = skip_ws(b, v.end);
-        let member = match (b.get(after), prev_end) {
-            (Some(b','), _) => key_start..skip_ws(b, after + 1),
-            (_, Some(p)) => p..v.end,
-            (_, None) => key_start..v.end,
+        self.key_start = i;
+        let v = skip_ws(b, colon + 1);
+        if v >= b.len() {
+            return Err("the event ends inside a value");
+        }
+        Ok(Some((&b[i..key_end], v)))
+    }
+
+    /// The value of the member [`Members::next`] gave ended at `v_end`: moves past
+    /// the `,` or `}` after it and returns the member's range.
+    fn value_ends(&mut self, v_end: usize) -> Result<Range<usize>, &'static str> {
+        let b = self.b;
+        let after = skip_ws(b, v_end);
+        let member = match (b.get(after), self.prev_end) {
+            (Some(b','), _) => self.key_start..skip_ws(b, after + 1),
+            (_, Some(p)) => p..v_end,
+            (_, None) => self.key_start..v_end,
         };
-        prev_end = Some(v.end);
-        f(&b[key_start..key_end], v, member)?;
+        self.prev_end = Some(v_end);
         match b.get(after) {
-            Some(b',') => i = skip_ws(b, after + 1),
-            Some(b'}') => return Ok(after + 1),
+            Some(b',') => self.i = skip_ws(b, after + 1),
+            Some(b'}') => self.end = Some(after + 1),
             Some(_) => return Err("members are not separated by `,`"),
             None => return Err("the event ends inside an object"),
         }
+        Ok(member)
+    }
+
+    /// Index past the closing brace (once [`Members::next`] returned `None`).
+    fn end(&self) -> usize {
+        self.end.unwrap_or(self.b.len())
     }
 }
 
-/// Reads one element of `choices` (an object) into a [`ChoiceScan`].
-fn choice(b: &[u8], i: usize) -> Result<ChoiceScan, &'static str> {
+/// Reads the element of `choices` at `b[i] == '{'` into a [`ChoiceScan`]; returns
+/// it and the index past it.
+fn choice(b: &[u8], i: usize) -> Result<(ChoiceScan, usize), &'static str> {
     let mut c = ChoiceScan::default();
-    object(b, i, |key, v, _| {
-        if key_is(key, "finish_reason") {
-            c.finish = (!is_null(b, &v)).then_some(v);
-        } else if key_is(key, "delta") && !is_null(b, &v) {
-            if b[v.start] != b'{' {
-                return Err("`delta` is not an object");
-            }
-            object(b, v.start, |key, v, _| {
-                if key_is(key, "content") {
-                    let raw = &b[v.clone()];
-                    c.content = (raw != b"null" && raw != b"\"\"").then_some(v);
-                } else if key_is(key, "tool_calls") {
-                    c.tool_calls = !is_null(b, &v);
+    let mut m = Members::of(b, i);
+    while let Some((k, vs)) = m.next()? {
+        let k = key(k);
+        let v_end = match &*k {
+            b"delta" if b[vs] == b'{' => {
+                let mut d = Members::of(b, vs);
+                while let Some((k, vs)) = d.next()? {
+                    let v = value(b, vs)?;
+                    match &*key(k) {
+                        b"content" => {
+                            let raw = &b[v.clone()];
+                            c.content = (raw != b"null" && raw != b"\"\"").then_some(v.clone());
+                        }
+                        b"tool_calls" => c.tool_calls = !is_null(b, &v),
+                        _ => {}
+                    }
+                    d.value_ends(v.end)?;
                 }
-                Ok(())
-            })?;
+                d.end()
+            }
+            b"delta" => {
+                let v = value(b, vs)?;
+                if !is_null(b, &v) {
+                    return Err("`delta` is not an object");
+                }
+                v.end
+            }
+            b"finish_reason" => {
+                let v = value(b, vs)?;
+                let end = v.end;
+                c.finish = (!is_null(b, &v)).then_some(v);
+                end
+            }
+            _ => value(b, vs)?.end,
+        };
+        m.value_ends(v_end)?;
+    }
+    Ok((c, m.end()))
+}
+
+/// Reads the `choices` list at `b[i] == '['` into `out`; returns the index past it.
+fn choices(b: &[u8], i: usize, out: &mut Vec<ChoiceScan>) -> Result<usize, &'static str> {
+    let mut i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b']') {
+        return Ok(i + 1);
+    }
+    loop {
+        match b.get(i) {
+            Some(b'{') => {}
+            None => return Err("the event ends inside a value"),
+            Some(_) => {
+                // Still a cut or malformed value first, as the scan reads it.
+                value(b, i)?;
+                return Err("an element of `choices` is not an object");
+            }
         }
-        Ok(())
-    })?;
-    Ok(c)
+        let (c, end) = choice(b, i)?;
+        out.push(c);
+        i = skip_ws(b, end);
+        match b.get(i) {
+            Some(b',') => i = skip_ws(b, i + 1),
+            Some(b']') => return Ok(i + 1),
+            None => return Err("the event ends inside a value"),
+            _ => return Err("elements of a list are not separated by `,`"),
+        }
+    }
 }
 
 impl ChunkScan {
@@ -175,39 +263,32 @@ impl ChunkScan {
         }
         self.after_brace = start + 1;
         self.empty = b.get(skip_ws(b, start + 1)) == Some(&b'}');
-        let mut choices = std::mem::take(&mut self.choices);
-        let end = object(b, start, |key, v, member| {
-            let present = !is_null(b, &v);
-            if key_is(key, "model") {
-                self.model = Some(v);
-            } else if key_is(key, "choices") {
-                if present {
-                    if b[v.start] != b'[' {
-                        return Err("`choices` is not a list");
-                    }
-                    elements(b, v.start, |i| {
-                        if b[i] != b'{' {
-                            return Err("an element of `choices` is not an object");
-                        }
-                        choices.push(choice(b, i)?);
-                        Ok(())
-                    })?;
-                }
-            } else if key_is(key, "usage") {
-                self.usage_member = Some(member);
-                self.usage = present.then_some(v);
-            } else if key_is(key, "error") {
-                self.error = present.then_some(v);
-            } else if key_is(key, "id") {
-                self.id = present.then_some(v);
-            } else if key_is(key, "created") {
-                self.created = present.then_some(v);
+        let mut m = Members::of(b, start);
+        while let Some((k, vs)) = m.next()? {
+            let k = key(k);
+            if &*k == b"choices" && b[vs] == b'[' {
+                // Walked once, element by element: nothing is skipped first.
+                let end = choices(b, vs, &mut self.choices)?;
+                m.value_ends(end)?;
+                continue;
             }
-            Ok(())
-        });
-        self.choices = choices;
-        let end = end?;
-        if skip_ws(b, end) != b.len() {
+            let v = value(b, vs)?;
+            let member = m.value_ends(v.end)?;
+            let present = !is_null(b, &v);
+            match &*k {
+                b"model" => self.model = Some(v),
+                b"choices" if present => return Err("`choices` is not a list"),
+                b"usage" => {
+                    self.usage_member = Some(member);
+                    self.usage = present.then_some(v);
+                }
+                b"error" => self.error = present.then_some(v),
+                b"id" => self.id = present.then_some(v),
+                b"created" => self.created = present.then_some(v),
+                _ => {}
+            }
+        }
+        if skip_ws(b, m.end()) != b.len() {
             return Err("there is text after the object");
         }
         Ok(())
@@ -253,28 +334,6 @@ impl ChunkScan {
             pos = r.end;
         }
         out.extend_from_slice(&b[pos..]);
-    }
-}
-
-/// Calls `f(index)` for the start of each element of the array at `b[i] == '['`.
-fn elements(
-    b: &[u8],
-    i: usize,
-    mut f: impl FnMut(usize) -> Result<(), &'static str>,
-) -> Result<usize, &'static str> {
-    let mut i = skip_ws(b, i + 1);
-    if b.get(i) == Some(&b']') {
-        return Ok(i + 1);
-    }
-    loop {
-        let v = value(b, i)?;
-        f(v.start)?;
-        i = skip_ws(b, v.end);
-        match b.get(i) {
-            Some(b',') => i = skip_ws(b, i + 1),
-            Some(b']') => return Ok(i + 1),
-            _ => return Err("elements of a list are not separated by `,`"),
-        }
     }
 }
 

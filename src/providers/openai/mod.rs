@@ -85,22 +85,6 @@ struct Outgoing<'a> {
     extra: &'a Map<String, Value>,
 }
 
-/// Whether `hay` contains `needle` (a short ASCII needle).
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    let Some(&first) = needle.first() else {
-        return true;
-    };
-    let mut i = 0;
-    while let Some(p) = hay[i..].iter().position(|&b| b == first) {
-        let at = i + p;
-        if hay[at..].starts_with(needle) {
-            return true;
-        }
-        i = at + 1;
-    }
-    false
-}
-
 /// Removes `cache_control` from an object, and from the objects of its `content`
 /// array (content parts) or `function` member (tools). Returns whether any was
 /// removed.
@@ -212,28 +196,33 @@ impl Adapter for OpenAi {
                         .is_some()
             })
         } else {
-            contains(&chat.raw, b"cache_control\"")
+            memchr::memmem::find(&chat.raw, b"cache_control\"").is_some()
         };
         // The splice path: the client's bytes with `model` replaced, and the usage
         // request added when the client sent no `stream_options` at all.
+        // The body is sent as parts of the client's bytes around the new text, not
+        // copied: one copy of a large prompt in memory, not two.
         let spliced = if chat.raw.is_empty() || strip {
             None
         } else if !ask_usage {
-            splice::set_string(&chat.raw, "model", target.model)
+            splice::set_string_parts(&chat.raw, "model", target.model, None)
         } else if chat.stream_options.is_none()
             // `"stream_options": null` parses as none but is in the bytes (the name
             // inside a message only costs the serializing path).
-            && !contains(&chat.raw, b"stream_options\"")
+            && memchr::memmem::find(&chat.raw, b"stream_options\"").is_none()
         {
-            splice::set_string(&chat.raw, "model", target.model).and_then(|j| {
-                splice::insert_member(&j, r#""stream_options":{"include_usage":true}"#)
-            })
+            splice::set_string_parts(
+                &chat.raw,
+                "model",
+                target.model,
+                Some(r#""stream_options":{"include_usage":true}"#),
+            )
         } else {
             None
         };
-        let json = match spliced {
-            Some(j) => j,
-            None => self.serialize(target, chat, ask_usage, strip)?,
+        let body = match spliced {
+            Some(parts) => body::parts(parts),
+            None => body::full(self.serialize(target, chat, ask_usage, strip)?),
         };
         let uri = match &self.azure_api_version {
             None => format!("{}/chat/completions", target.base_url),
@@ -268,7 +257,7 @@ impl Adapter for OpenAi {
             value.set_sensitive(true);
             builder = builder.header(name, value);
         }
-        builder.body(body::full(json)).map_err(|e| {
+        builder.body(body).map_err(|e| {
             GatewayError::new(
                 ErrorKind::Internal,
                 format!("could not build upstream request: {e}"),

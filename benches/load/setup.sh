@@ -1,0 +1,101 @@
+# Sourced by the side-by-side load scripts (run.sh, conns.sh, callgrind.sh): writes the
+# configs of the static upstream (upstream.sh), nginx `proxy_pass` in front of it and
+# Switchyard in front of it with every feature on, and the wrk request scripts
+# "$work/json.lua" and "$work/stream.lua". Needs: $work (a scratch directory).
+# Sets: port(), uport, nport, gport, key, and the functions start_upstream,
+# start_nginx, url TARGET MODE, pid_of TARGET, check_gateway.
+# Environment: ADMISSION=0 leaves out Switchyard's API key and limits, SY_EXTRA_YAML
+# is appended to its config, NGINX_CONNS sets nginx's worker_connections (4096).
+#
+# Switchyard's features: the policy set benches/load/bench.policy (three rules every
+# request evaluates, then weighted round-robin, a stateful strategy), metrics (always
+# on), the access log (one JSON line per request, to the file "$work/logs/access.log"
+# through its background writer; stderr gets warnings only, in "$work/gateway.log"),
+# API-key authentication with one key, and global and per-key request and token
+# limits high enough never to refuse (every request is checked and charged).
+port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+uport=$(port); nport=$(port); gport=$(port)
+. benches/load/upstream.sh
+start_upstream() { $1 nginx -c "$work/upstream.conf"; }
+
+cat > "$work/nginx.conf" <<NGINX
+worker_processes 1;
+pid $work/nginx.pid;
+error_log $work/nginx-error.log;
+events { worker_connections ${NGINX_CONNS:-4096}; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  upstream up { server 127.0.0.1:$uport; keepalive 128; keepalive_requests 1000000; }
+  server {
+    listen 127.0.0.1:$nport;
+    location / {
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+NGINX
+start_nginx() { $1 nginx -c "$work/nginx.conf"; }
+
+key=sy-bench-key
+hash=$(printf %s "$key" | sha256sum | cut -d' ' -f1)
+admission="auth: { mode: keys, keys: [ { id: key-bench, hash: \"sha256:$hash\", org: bench } ] }
+limits: { global: { requests_per_min: 100000000, tokens_per_min: 100000000000 }, per_key: { requests_per_min: 100000000, tokens_per_min: 100000000000 } }"
+[ "${ADMISSION:-1}" = 0 ] && admission=""
+# The policy directory's parent is watched too (a deleted and recreated directory is
+# noticed), so nothing else is written there: the logs stay in "$work".
+mkdir -p "$work/etc/policies"
+cp benches/load/bench.policy "$work/etc/policies/"
+cat > "$work/sy.yaml" <<YAML
+server: { listen: 127.0.0.1:$gport }
+policies: { dir: $work/etc/policies }
+$admission
+providers:
+  up: { kind: openai-compatible, base_url: http://127.0.0.1:$uport/v1 }
+  sse: { kind: openai-compatible, base_url: http://127.0.0.1:$uport/sse/v1 }
+models:
+  bench: { endpoints: [ { provider: up, model: mock-1 } ] }
+  bench-stream: { endpoints: [ { provider: sse, model: mock-1 } ] }
+telemetry: { access_log: { path: $work/logs/access.log, rotation: never } }
+${SY_EXTRA_YAML:-}
+YAML
+
+for _m in json stream; do
+  _model=bench; [ $_m = stream ] && _model=bench-stream
+  sed "s/MODEL/$_model/" benches/load/chat.lua > "$work/$_m.lua"
+  [ $_m = stream ] && sed -i 's/"max_tokens":16}/"max_tokens":16,"stream":true,"stream_options":{"include_usage":true}}/' "$work/$_m.lua"
+  echo "wrk.headers[\"Authorization\"] = \"Bearer $key\"" >> "$work/$_m.lua"
+done
+path() { [ "$1" = stream ] && echo /sse/v1/chat/completions || echo /v1/chat/completions; }
+url() { # target mode
+  case $1 in
+    direct) echo "http://127.0.0.1:$uport$(path "$2")" ;;
+    nginx) echo "http://127.0.0.1:$nport$(path "$2")" ;;
+    switchyard) echo "http://127.0.0.1:$gport/v1/chat/completions" ;;
+  esac
+}
+pid_of() { # the process serving TARGET (nginx: its one worker)
+  case $1 in
+    direct) pgrep -P "$(cat "$work/upstream.pid")" ;;
+    nginx) pgrep -P "$(cat "$work/nginx.pid")" ;;
+    switchyard) echo "$gpid" ;;
+  esac
+}
+# Waits for Switchyard's /health (up to $1 tenths of a second), then sends one request
+# per mode through it and checks the answers, so a broken setup fails loudly.
+check_gateway() {
+  for _ in $(seq "${1:-50}"); do curl -sf "http://127.0.0.1:$gport/health" >/dev/null && break; sleep 0.1; done
+  curl -sf "http://127.0.0.1:$gport/health" >/dev/null || { cat "$work/gateway.log" >&2; exit 1; }
+  local out
+  out=$(curl -sf -H "Authorization: Bearer $key" -H 'content-type: application/json' -d "$(body json)" "$(url switchyard json)")
+  echo "$out" | grep -q '"model":"bench"' || { echo "bad JSON answer: $out" >&2; exit 1; }
+  out=$(curl -sfN -H "Authorization: Bearer $key" -H 'content-type: application/json' -d "$(body stream)" "$(url switchyard stream)")
+  [ "$(echo "$out" | grep -c '^data: ')" = 24 ] && echo "$out" | grep -q '^data: \[DONE\]' \
+    && ! echo "$out" | grep -q mock-1 || { echo "bad stream: $out" >&2; exit 1; }
+}
+body() { sed -n "s/^wrk.body = '\(.*\)'$/\1/p" "$work/$1.lua"; }
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }

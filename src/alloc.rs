@@ -1,0 +1,227 @@
+//! The binary's global allocator: mimalloc, with blocks of [`LARGE`] bytes and more
+//! mapped straight from the OS (issue 17, memory after bursts of large bodies).
+//!
+//! mimalloc serves a freed multi-megabyte block back to its arena and gives the pages
+//! to the OS only after its purge delay (1 s) *and* when some later allocation on the
+//! owning thread runs its arena collection. After a burst of large request bodies the
+//! worker threads often go quiet, so hundreds of megabytes could stay resident until
+//! the next request (`benches/load/bodies.sh`: 212 MB ten seconds after one burst, 30 MB
+//! after another, depending on which thread allocated last). A request body, its
+//! parsed prompt and a large answer are such blocks; a mapping of their own is returned
+//! by `munmap` the moment they are freed, and grows by `mremap` without a copy. The
+//! cost, a system call and the page faults per block, is small beside copying a
+//! megabyte; everything below [`LARGE`] (all of the request path's small buffers) stays
+//! with mimalloc.
+//!
+//! Which allocator owns a block follows from its layout alone (size at least [`LARGE`],
+//! alignment at most [`PAGE`]), which `dealloc` and `realloc` receive unchanged, so no
+//! header or lookup is needed.
+#![allow(unsafe_code)] // A global allocator is `unsafe` by definition (see Cargo.toml's lints).
+
+use std::alloc::{GlobalAlloc, Layout};
+
+/// Smallest block mapped from the OS: 1 MiB.
+pub const LARGE: usize = 1 << 20;
+
+/// Largest alignment a mapping guarantees: the 4 KiB page.
+pub const PAGE: usize = 4096;
+
+/// mimalloc for small blocks, `mmap` for blocks of [`LARGE`] bytes and more.
+pub struct Allocator;
+
+/// Whether a block of `layout` is mapped from the OS (on Linux, which has `mremap`;
+/// elsewhere mimalloc serves every block).
+fn mapped(layout: &Layout) -> bool {
+    cfg!(target_os = "linux") && layout.size() >= LARGE && layout.align() <= PAGE
+}
+
+/// A new anonymous private mapping of `size` bytes (zeroed by the OS), or null.
+#[cfg(target_os = "linux")]
+fn map(size: usize) -> *mut u8 {
+    // SAFETY: an anonymous private mapping at an address of the kernel's choosing
+    // touches no existing memory.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        std::ptr::null_mut()
+    } else {
+        p.cast()
+    }
+}
+
+/// The mapping of `old` bytes at `ptr` resized to `new` bytes, moved (contents kept)
+/// when it cannot grow in place; null on failure (the old mapping then stays).
+///
+/// # Safety
+/// `ptr` is a mapping of `old` bytes made by [`map`] or [`remap`].
+#[cfg(target_os = "linux")]
+unsafe fn remap(ptr: *mut u8, old: usize, new: usize) -> *mut u8 {
+    // SAFETY: the caller's contract.
+    let p = unsafe { libc::mremap(ptr.cast(), old, new, libc::MREMAP_MAYMOVE) };
+    if p == libc::MAP_FAILED {
+        std::ptr::null_mut()
+    } else {
+        p.cast()
+    }
+}
+
+/// Returns a mapping of `size` bytes at `ptr` to the OS.
+///
+/// # Safety
+/// `ptr` is a mapping of `size` bytes made by [`map`] or [`remap`], not used after.
+#[cfg(target_os = "linux")]
+unsafe fn unmap(ptr: *mut u8, size: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { libc::munmap(ptr.cast(), size) };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn map(_size: usize) -> *mut u8 {
+    unreachable!("blocks are mapped on Linux only")
+}
+
+#[cfg(not(target_os = "linux"))]
+unsafe fn remap(_ptr: *mut u8, _old: usize, _new: usize) -> *mut u8 {
+    unreachable!("blocks are mapped on Linux only")
+}
+
+#[cfg(not(target_os = "linux"))]
+unsafe fn unmap(_ptr: *mut u8, _size: usize) {
+    unreachable!("blocks are mapped on Linux only")
+}
+
+// SAFETY: every block is served whole by one allocator, chosen by `mapped(layout)`,
+// and returned to the same one, since callers pass the block's own layout back.
+unsafe impl GlobalAlloc for Allocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if mapped(&layout) {
+            map(layout.size())
+        } else {
+            // SAFETY: the caller's contract for `layout`, passed on.
+            unsafe { mimalloc::MiMalloc.alloc(layout) }
+        }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if mapped(&layout) {
+            map(layout.size()) // anonymous mappings are zero-filled
+        } else {
+            // SAFETY: as `alloc`.
+            unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) }
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if mapped(&layout) {
+            // SAFETY: `ptr` is a mapping of `layout.size()` bytes made by `map`.
+            unsafe { unmap(ptr, layout.size()) };
+        } else {
+            // SAFETY: `ptr` came from mimalloc with this layout.
+            unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) }
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller guarantees `layout.align()` and `new_size` form a layout.
+        let new = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        match (mapped(&layout), mapped(&new)) {
+            (false, false) => {
+                // SAFETY: a mimalloc block resized within mimalloc.
+                unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) }
+            }
+            (true, true) => {
+                // SAFETY: `ptr` is a mapping of `layout.size()` bytes.
+                unsafe { remap(ptr, layout.size(), new_size) }
+            }
+            _ => {
+                // Across the threshold: a new block from the other allocator.
+                // SAFETY: `new` is a valid layout of non-zero size (the old block's
+                // size or the new one is at least LARGE, and new_size > 0 by contract).
+                let p = unsafe { self.alloc(new) };
+                if !p.is_null() {
+                    // SAFETY: both blocks hold at least the smaller size and do not
+                    // overlap; the old one is freed with its own layout.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(ptr, p, layout.size().min(new_size));
+                        self.dealloc(ptr, layout);
+                    }
+                }
+                p
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fills `n` bytes at `p` with a pattern from `seed`.
+    unsafe fn fill(p: *mut u8, n: usize, seed: u8) {
+        for i in 0..n {
+            unsafe { *p.add(i) = (i as u8).wrapping_mul(31).wrapping_add(seed) };
+        }
+    }
+
+    /// Whether the first `n` bytes at `p` hold the pattern of `seed`.
+    unsafe fn holds(p: *const u8, n: usize, seed: u8) -> bool {
+        (0..n).all(|i| unsafe { *p.add(i) } == (i as u8).wrapping_mul(31).wrapping_add(seed))
+    }
+
+    #[test]
+    fn blocks_keep_their_contents_across_every_resize() {
+        let a = Allocator;
+        // small -> small -> large -> larger -> smaller large -> small
+        let sizes = [100, 5000, LARGE + 7, 3 * LARGE, LARGE, 64];
+        let mut layout = Layout::from_size_align(sizes[0], 8).unwrap();
+        let mut p = unsafe { a.alloc(layout) };
+        assert!(!p.is_null());
+        unsafe { fill(p, layout.size(), 3) };
+        for &size in &sizes[1..] {
+            let keep = layout.size().min(size);
+            p = unsafe { a.realloc(p, layout, size) };
+            assert!(!p.is_null(), "realloc to {size}");
+            assert!(
+                unsafe { holds(p, keep, 3) },
+                "contents kept into {size} bytes"
+            );
+            layout = Layout::from_size_align(size, 8).unwrap();
+            unsafe { fill(p, size, 3) };
+        }
+        unsafe { a.dealloc(p, layout) };
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn large_blocks_are_page_aligned_zeroed_and_writable() {
+        let a = Allocator;
+        let layout = Layout::from_size_align(2 * LARGE + 1, PAGE).unwrap();
+        assert!(mapped(&layout));
+        let p = unsafe { a.alloc_zeroed(layout) };
+        assert!(!p.is_null());
+        assert_eq!(p as usize % PAGE, 0);
+        assert!((0..layout.size()).all(|i| unsafe { *p.add(i) } == 0));
+        unsafe { fill(p, layout.size(), 9) };
+        assert!(unsafe { holds(p, layout.size(), 9) });
+        unsafe { a.dealloc(p, layout) };
+    }
+
+    #[test]
+    fn alignment_above_a_page_stays_with_mimalloc() {
+        let a = Allocator;
+        let layout = Layout::from_size_align(LARGE, 2 * PAGE).unwrap();
+        assert!(!mapped(&layout));
+        let p = unsafe { a.alloc(layout) };
+        assert!(!p.is_null());
+        assert_eq!(p as usize % (2 * PAGE), 0);
+        unsafe { a.dealloc(p, layout) };
+    }
+}
