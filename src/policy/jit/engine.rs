@@ -88,7 +88,10 @@ pub fn diff(interp: &Decision, jit: &Decision) -> Option<Mismatch> {
         .or_else(|| differ("strategy", &a.strategy, &b.strategy))
         .or_else(|| differ("endpoint", &a.endpoint, &b.endpoint))
         .or_else(|| differ("model", &a.model, &b.model))
-        .or_else(|| differ("fallbacks", &a.fallbacks, &b.fallbacks))
+        .or_else(|| {
+            let (x, y): (Vec<_>, Vec<_>) = (a.fallbacks().collect(), b.fallbacks().collect());
+            differ("fallbacks", &x, &y)
+        })
         .or_else(|| differ("retries", &a.retries, &b.retries))
         .or_else(|| differ("backoff_ms", &a.backoff_ms, &b.backoff_ms))
         .or_else(|| differ("fallback_on", &a.fallback_on, &b.fallback_on))
