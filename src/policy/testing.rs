@@ -98,6 +98,14 @@ pub struct TestReport {
     pub budget: Option<u64>,
     /// Test requests decided by the tests that ran.
     pub requests: u64,
+    /// Of the passed tests, those whose inputs were unchanged since an earlier run
+    /// and were checked on the compiled code alone ([`run::run_tests_parallel`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reused: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The result of one test.

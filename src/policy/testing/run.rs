@@ -10,17 +10,21 @@
 //! - the routes the interpreter tried for its requests, in order: every route up to
 //!   the one that took them (all of them when some request matched none), each a
 //!   function of its own text (conditions, rules, splits, fallbacks, names);
-//! - the strategies those routes use (each a function of its own text).
+//! - the strategies those routes use (each a function of its own text);
+//! - the code of the engines ([`ENGINE`]).
 //!
-//! Nothing else of a set reaches a decision (there are no other global definitions;
-//! interned ids and regex indices are derived from these texts). A passed test is
+//! Nothing else of a set reaches a decision (there are no other global definitions,
+//! and deciding reads no clock, environment or configuration beyond the registry;
+//! interned ids and regex indices are derived from these texts, and the digest of a
+//! decision names strategies and strings by content). A passed test is
 //! remembered under a content hash of its text, with a hash of that list of inputs in
 //! the set it passed in ([`deps`]) and a digest of the interpreter's decisions. In the
 //! next set, a test whose inputs hash the same would get the same decisions from the
 //! interpreter, so its expectations hold again; only the compiled code is new. Such a
 //! test is therefore run on the JIT alone, and passes only if the digest of the JIT's
 //! decisions equals the interpreter's from before (the comparison `--engine both`
-//! makes, through a 128-bit digest); otherwise it runs in full on both engines.
+//! makes, through a 128-bit digest) and those decisions meet its expectations;
+//! otherwise it runs in full on both engines. A failed test is never remembered.
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
@@ -40,9 +44,27 @@ pub type SyncDecide<'a> = super::DecideFn<'a>;
 const CHUNK: u64 = 500;
 
 /// What passed in one run of a set's tests, for the next run ([`run_tests_parallel`]).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct TestResults {
+    /// The engine code the passes were found with ([`ENGINE`]).
+    engine: &'static str,
     passed: HashMap<u128, Passed>,
+}
+
+/// The version of the code that decides and checks (the interpreter, the JIT, this
+/// runner): the package version and the commit built from. Results found by other
+/// code are never reused. They live in memory only, so today this cannot differ
+/// within a process; it keeps a pass from outliving a change of the engines should
+/// results ever be kept across processes.
+pub const ENGINE: &str = concat!(env!("CARGO_PKG_VERSION"), "+", env!("SWITCHYARD_COMMIT"));
+
+impl Default for TestResults {
+    fn default() -> Self {
+        TestResults {
+            engine: ENGINE,
+            passed: HashMap::new(),
+        }
+    }
 }
 
 impl TestResults {
@@ -54,6 +76,13 @@ impl TestResults {
     /// Whether nothing is remembered.
     pub fn is_empty(&self) -> bool {
         self.passed.is_empty()
+    }
+
+    /// The same passes, as if found by engine code `engine` (tests of the stamp).
+    #[cfg(test)]
+    fn found_by(mut self, engine: &'static str) -> TestResults {
+        self.engine = engine;
+        self
     }
 }
 
@@ -142,6 +171,7 @@ pub fn run_tests_parallel(
         report.requests += cost;
         let key = xxh3_128(set.sources.slice(t.span).as_bytes());
         let mode = previous
+            .filter(|p| p.engine == ENGINE)
             .and_then(|p| p.passed.get(&key))
             .filter(|p| ctx.deps(p.reach) == p.deps)
             .map_or(Mode::Full, |p| Mode::Check(*p));
@@ -170,11 +200,19 @@ pub fn run_tests_parallel(
         merged
     };
     let mut parts = work(&runs);
-    // Remembered passes whose JIT decisions differ run again in full.
+    // A remembered pass holds only if the JIT's decisions equal the interpreter's
+    // remembered ones and, belt and braces, meet the test's expectations themselves;
+    // otherwise the test runs again in full.
+    let holds = |i: usize, c: &Passed, p: &Part| {
+        p.error.is_none()
+            && p.digest == c.decisions
+            && super::failures_of(set, &set.tests[i], p.failures.clone(), None, &p.counts)
+                .is_empty()
+    };
     let again: Vec<(usize, u128, Mode)> = runs
         .iter()
         .zip(&parts)
-        .filter(|((_, _, m), p)| matches!(m, Mode::Check(c) if p.error.is_some() || p.digest != c.decisions))
+        .filter(|((i, _, m), p)| matches!(m, Mode::Check(c) if !holds(*i, c, p)))
         .map(|((i, k, _), _)| (*i, *k, Mode::Full))
         .collect();
     if !again.is_empty() {
@@ -208,6 +246,7 @@ pub fn run_tests_parallel(
         let passed = failures.is_empty();
         if passed {
             report.passed += 1;
+            report.reused += usize::from(matches!(mode, Mode::Check(_)));
             results.passed.insert(*key, remember);
         } else {
             report.failed += 1;
@@ -295,7 +334,7 @@ fn run_range(
         match decide(&t.request, &t.stats, t.seed) {
             Ok(d) => {
                 part.failures = super::expect_failures(set, t, &d);
-                part.digest = digest(0, &d, &mut buf);
+                part.digest = digest(set, 0, &d, &mut buf);
                 part.reach = ctx.reach(&d);
             }
             Err(e) => part.error = Some((0, e)),
@@ -332,7 +371,7 @@ fn run_range(
                 }
             }
         }
-        part.digest = part.digest.wrapping_add(digest(i, &d, &mut buf));
+        part.digest = part.digest.wrapping_add(digest(set, i, &d, &mut buf));
         part.reach = part.reach.max(ctx.reach(&d));
     }
     part
@@ -368,7 +407,9 @@ struct Deps<'s> {
 
 impl<'s> Deps<'s> {
     fn new(set: &'s CheckedPolicySet) -> Deps<'s> {
-        let registry = xxh3_128(&serde_json::to_vec(&set.registry).unwrap_or_default());
+        // Debug rather than serde: it cannot fail and tells every float apart (JSON
+        // writes NaN and infinities alike as null).
+        let registry = xxh3_128(format!("{:?}", set.registry).as_bytes());
         let position = set
             .routes
             .iter()
@@ -455,13 +496,13 @@ fn float_bits(v: f64) -> u64 {
     }
 }
 
-fn consts(h: &mut H<'_>, args: &[Const]) {
+fn consts(set: &CheckedPolicySet, h: &mut H<'_>, args: &[Const]) {
     for a in args {
         match a {
             Const::Bool(v) => (0u8, u64::from(*v)).hash(h),
             Const::Int(i) => (1u8, *i as u64).hash(h),
             Const::Float(f) => (2u8, float_bits(*f)).hash(h),
-            Const::Str(s) => (3u8, u64::from(s.0)).hash(h),
+            Const::Str(s) => (3u8, set.strings.resolve(*s)).hash(h),
             Const::Priority(p) => (4u8, p.as_str()).hash(h),
         }
     }
@@ -470,7 +511,7 @@ fn consts(h: &mut H<'_>, args: &[Const]) {
 /// The digest of decision `d` of request `i`: every field `--engine both` compares
 /// (the fallbacks through the plan, which determines them for a given registry),
 /// 128 bits.
-pub(crate) fn digest(i: u64, d: &Decision, buf: &mut Vec<u8>) -> u128 {
+pub(crate) fn digest(set: &CheckedPolicySet, i: u64, d: &Decision, buf: &mut Vec<u8>) -> u128 {
     // Destructured without `..`: a new field of `Decision` must be added here.
     let Decision {
         route,
@@ -520,9 +561,17 @@ pub(crate) fn digest(i: u64, d: &Decision, buf: &mut Vec<u8>) -> u128 {
     match call {
         None => 0u8.hash(h),
         Some(c) => {
-            (1u8, c.strategy, &c.candidates).hash(h);
-            consts(h, &c.args);
+            // By name and content, not by index or interned id: those depend on the
+            // rest of the set, the decision does not.
+            let strategy = c
+                .strategy
+                .map(|s| set.strategies.get(s as usize).map(|s| s.name.as_str()));
+            (1u8, strategy, &c.candidates).hash(h);
+            consts(set, h, &c.args);
         }
     }
     xxh3_128(buf)
 }
+
+#[cfg(test)]
+mod tests;
