@@ -25,7 +25,12 @@ use rand::{Rng, SeedableRng};
 
 use switchyard::cache::{verify, Cache, Settings};
 
+/// Entries stored under `cargo bench` (the million).
 const ENTRIES: usize = 1_000_000;
+/// Entries stored when `cargo test --all-targets` smoke-runs this binary in the
+/// debug profile (no `--bench`): enough to exercise every path, fast enough for CI
+/// (storing the million in debug took over 4 minutes there).
+const SMOKE_ENTRIES: usize = 10_000;
 const SCOPES: u128 = 64;
 
 /// Runs a future that never waits (L1 only, no Redis) to completion.
@@ -48,6 +53,11 @@ fn prompt(rng: &mut SmallRng, vocab: &[String]) -> String {
 }
 
 fn main() {
+    let entries = if std::env::args().any(|a| a == "--bench") {
+        ENTRIES
+    } else {
+        SMOKE_ENTRIES
+    };
     let mut rng = SmallRng::seed_from_u64(14);
     let vocab: Vec<String> = (0..600)
         .map(|i| {
@@ -60,14 +70,14 @@ fn main() {
         })
         .collect();
     let cache = Cache::new(&Settings {
-        capacity: ENTRIES as u64 + 1000,
+        capacity: entries as u64 + 1000,
         ..Settings::default()
     })
     .expect("cache");
     let payload = Bytes::from_static(b"{\"choices\":[]}");
     let mut stored = Vec::with_capacity(1000);
-    eprintln!("storing {ENTRIES} entries...");
-    for i in 0..ENTRIES {
+    eprintln!("storing {entries} entries...");
+    for i in 0..entries {
         let text = prompt(&mut rng, &vocab);
         let scope = i as u128 % SCOPES;
         ready(cache.put(
@@ -75,7 +85,7 @@ fn main() {
             payload.clone(),
             Duration::from_secs(3600),
         ));
-        if i % (ENTRIES / 1000) == 0 {
+        if i % (entries / 1000) == 0 {
             stored.push((scope, text));
         }
     }

@@ -5,7 +5,9 @@
 #   3. cargo fmt --check and cargo clippy (warnings are errors)
 #   4. cargo test --all-targets (unit and integration tests, debug profile; this also
 #      builds target/debug/switchyard, the binary the end-to-end tests drive)
-#   5. pytest tests/e2e: the official openai SDK -> switchyard -> a real llama.cpp server,
+#   5. the editor grammar: npm ci in editors/vscode, then node --test (the TextMate
+#      grammar under VS Code's engine against every shipped policy)
+#   6. pytest tests/e2e: the official openai SDK -> switchyard -> a real llama.cpp server,
 #      and the status page /ui in headless Chromium (screenshot: target/e2e/status-page.png)
 #
 # Everything is built once, in one profile. The release profile (thin LTO) is for
@@ -37,7 +39,7 @@ fail() {
 }
 
 # ---------------------------------------------------------------------------------------
-section "1/5 system packages"
+section "1/6 system packages"
 need_apt=()
 if ! command -v cargo >/dev/null 2>&1; then
     fail "cargo not found: install Rust (rustup, toolchain 1.95 or newer) first"
@@ -60,6 +62,9 @@ command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 # DejaVu fonts keep its screenshot legible on a minimal system.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
+# The editor grammar test (editors/vscode/test) runs under node with npm's packages.
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 if ((${#need_apt[@]})); then
     echo "installing missing packages: ${need_apt[*]}"
     if [ "$(id -u)" -ne 0 ]; then
@@ -70,13 +75,13 @@ if ((${#need_apt[@]})); then
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need_apt[@]}"
 else
-    echo "all present: cargo, $PYTHON (with venv), cc, c++, make, redis-server, chromium"
+    echo "all present: cargo, $PYTHON (with venv), cc, c++, make, redis-server, chromium, node, npm"
 fi
 cargo --version
 "$PYTHON" --version
 
 # ---------------------------------------------------------------------------------------
-section "2/5 python venv (.venv) with the end-to-end test dependencies"
+section "2/6 python venv (.venv) with the end-to-end test dependencies"
 VENV="$ROOT/.venv"
 if [ ! -x "$VENV/bin/python" ]; then
     echo "creating $VENV"
@@ -118,21 +123,29 @@ fi
 
 # ---------------------------------------------------------------------------------------
 if [ "${SWITCHYARD_SKIP_LINT:-0}" != 1 ]; then
-    section "3/5 cargo fmt --check, cargo clippy --all-targets -D warnings"
+    section "3/6 cargo fmt --check, cargo clippy --all-targets -D warnings"
     cargo fmt --all -- --check
     cargo clippy --all-targets --locked -- -D warnings
 else
-    section "3/5 lint skipped (SWITCHYARD_SKIP_LINT=1)"
+    section "3/6 lint skipped (SWITCHYARD_SKIP_LINT=1)"
 fi
 
 # ---------------------------------------------------------------------------------------
-section "4/5 cargo test --all-targets (unit and integration tests)"
+section "4/6 cargo test --all-targets (unit and integration tests)"
 cargo test --all-targets --locked
 BIN="$ROOT/target/debug/switchyard"
 [ -x "$BIN" ] || fail "$BIN was not built"
 
 # ---------------------------------------------------------------------------------------
-section "5/5 end-to-end: openai SDK -> switchyard -> llama.cpp server (pytest tests/e2e)"
+section "5/6 editor grammar: editors/vscode (npm ci, node --test)"
+(
+    cd editors/vscode
+    npm ci --no-audit --no-fund --loglevel=error
+    node --test test/
+)
+
+# ---------------------------------------------------------------------------------------
+section "6/6 end-to-end: openai SDK -> switchyard -> llama.cpp server (pytest tests/e2e)"
 export SWITCHYARD_BIN="$BIN"
 set +e
 # shellcheck disable=SC2086 # PYTEST_ARGS is split on purpose

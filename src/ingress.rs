@@ -159,7 +159,7 @@ async fn route(
             let (resp, facts) = match read_body(&parts.headers, body, limit, &mut charge).await {
                 Ok(bytes) => gw.chat(bytes, &parts.headers, started, id.clone()).await,
                 Err(e) => {
-                    let facts = Facts::refused(gw, id.clone(), started, &e);
+                    let facts = Facts::refused(gw, id.clone(), &parts.headers, started, &e);
                     (e.to_response(), Some(facts))
                 }
             };
@@ -191,6 +191,8 @@ async fn route(
             Some(h) => {
                 gw.cache.export_metrics();
                 crate::telemetry::process::record();
+                metrics::counter!(crate::telemetry::ACCESS_LOG_DROPPED)
+                    .absolute(crate::logging::dropped_lines() as u64);
                 // Read at scrape time: the request path keeps no gauge up to date.
                 metrics::gauge!(crate::telemetry::BUFFERED_BODY_BYTES)
                     .set(gw.body_budget.used() as f64);
@@ -430,6 +432,13 @@ impl http_body::Body for Guarded {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
         let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        if let std::task::Poll::Ready(Some(Ok(frame))) = &polled {
+            if let (Some((gw, facts, _)), Some(data)) = (self.access.as_mut(), frame.data_ref()) {
+                if let Some(b) = facts.bodies.as_mut() {
+                    b.sent(data, gw.config.telemetry.access_log.max_body_bytes);
+                }
+            }
+        }
         match &polled {
             std::task::Poll::Ready(None) => self.log(true),
             std::task::Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.log(true),

@@ -26,6 +26,8 @@ pub mod error;
 pub mod gateway;
 pub mod ingress;
 pub mod limits;
+pub mod logging;
+pub mod lsp;
 pub mod mock;
 pub mod otel;
 pub mod policy;

@@ -132,12 +132,15 @@ pub async fn serve<H, F>(
         let io = EdgeIo::new(stream, activity.clone(), limits);
         let service = service_fn(move |req: Request<Incoming>| {
             let guard = activity.start(req.version() == Version::HTTP_2);
-            let fut = (header_bytes(req.headers()) <= limits.max_header_bytes)
-                .then(|| handler(req, peer));
+            let fits = header_bytes(req.headers()) <= limits.max_header_bytes;
+            let too_large = (!fits).then(|| crate::request_id::of(req.headers()));
+            let fut = fits.then(|| handler(req, peer));
             async move {
-                let resp = match fut {
-                    Some(fut) => fut.await,
-                    None => headers_too_large(&limits),
+                let resp = match (fut, too_large) {
+                    (Some(fut), _) => fut.await,
+                    (None, id) => {
+                        headers_too_large(&limits, id.unwrap_or_else(crate::request_id::generate))
+                    }
                 };
                 Ok::<_, Infallible>(resp.map(|body| Tracked::new(body, guard)))
             }
@@ -182,12 +185,21 @@ fn header_bytes(headers: &HeaderMap) -> usize {
         .sum()
 }
 
-/// The 431 for a head over `max_header_bytes` that hyper itself accepted.
-fn headers_too_large(limits: &ConnLimits) -> Response<Body> {
-    crate::body::json(
+/// The 431 for a head over `max_header_bytes` that hyper itself accepted, with
+/// request id `id` (the client's when valid, as for any request).
+fn headers_too_large(limits: &ConnLimits, id: http::HeaderValue) -> Response<Body> {
+    tracing::info!(
+        request_id = crate::request_id::as_str(&id),
+        status = 431,
+        max_header_bytes = limits.max_header_bytes,
+        "refused a request whose header section is too large"
+    );
+    let mut resp = crate::body::json(
         StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         canned::error_body(431, limits),
-    )
+    );
+    resp.headers_mut().insert(crate::request_id::HEADER, id);
+    resp
 }
 
 /// Resolves when the process receives SIGTERM or SIGINT (Ctrl-C).

@@ -41,6 +41,7 @@
 //! | `switchyard_fallbacks_total` | counter | `model` |
 //! | `switchyard_build_info` | gauge (always 1) | `version`, `commit` |
 //! | `switchyard_otel_spans_dropped_total` | counter | none |
+//! | `switchyard_access_log_dropped_total` | counter | none |
 //!
 //! `endpoint` is `none` when a request failed before an endpoint was chosen; `status`
 //! is the HTTP status, or `stream_error` / `client_gone` for streams that began with
@@ -149,6 +150,9 @@ pub const BUILD_INFO: &str = "switchyard_build_info";
 
 /// Spans dropped because the trace export queue was full (`crate::otel`).
 pub const OTEL_SPANS_DROPPED: &str = "switchyard_otel_spans_dropped_total";
+/// Access lines not written to the access-log file because its queue was full
+/// (`crate::logging`; set when `/metrics` is scraped).
+pub const ACCESS_LOG_DROPPED: &str = "switchyard_access_log_dropped_total";
 
 /// The crate version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -289,6 +293,10 @@ pub fn install() -> Option<PrometheusHandle> {
             metrics::describe_counter!(
                 OTEL_SPANS_DROPPED,
                 "Spans dropped because the trace export queue was full."
+            );
+            metrics::describe_counter!(
+                ACCESS_LOG_DROPPED,
+                "Access lines not written to the access-log file because its queue was full."
             );
             metrics::describe_gauge!(BUILD_INFO, "Always 1: the version and commit serving.");
             metrics::gauge!(BUILD_INFO, "version" => VERSION, "commit" => COMMIT).set(1.0);

@@ -571,3 +571,31 @@ fn dry_run_reports_the_engine_that_decided() {
         assert_eq!(json(&o)["engine"], want, "--engine {engine}");
     }
 }
+
+#[test]
+fn explain_prints_a_code_s_text_and_refuses_an_unknown_code() {
+    let o = run(&["explain", "e0401"], root());
+    assert_success(&o);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.starts_with("# E0401: unknown logical model"), "{text}");
+    assert!(
+        text.contains("## Example") && text.contains("## Fix"),
+        "{text}"
+    );
+    let o = run(&["explain"], root());
+    assert_success(&o);
+    let list = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with("W0210  attempts-exceed-cap")),
+        "{list}"
+    );
+    let o = run(&["explain", "X1234"], root());
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("not a Switchyard diagnostic code"), "{err}");
+    assert!(
+        err.contains("E01xx syntax") && err.contains("W02xx lint warnings"),
+        "{err}"
+    );
+}

@@ -5,6 +5,7 @@
 //! exit code (0 success, 1 invalid input such as a bad config, 2 usage or I/O errors).
 
 mod dry_run;
+mod explain;
 mod health;
 pub mod keys;
 pub mod policy;
@@ -32,14 +33,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Log output format.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
+pub use crate::logging::LogFormat;
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
@@ -62,9 +56,25 @@ pub enum Command {
     /// Ask a running gateway's `/health` and exit 0 on HTTP 200, 1 otherwise (the
     /// container image's healthcheck).
     Health(health::HealthArgs),
+    /// Serve the Language Server Protocol on stdin/stdout for `.policy` files
+    /// (diagnostics, hover, go to definition, completion, formatting): what an
+    /// editor starts.
+    Lsp(LspArgs),
+    /// Explain a diagnostic code (`E0401`, `W0206`, ...) with an example and the
+    /// fix; without a code, list them all.
+    Explain(explain::ExplainArgs),
     /// Print a shell completion script, e.g.
     /// `switchyard completions bash > /etc/bash_completion.d/switchyard`.
     Completions(CompletionsArgs),
+}
+
+/// `switchyard lsp` flags.
+#[derive(Debug, clap::Args)]
+pub struct LspArgs {
+    /// Talk over stdin/stdout (the only transport, and the default; accepted
+    /// because LSP clients such as vscode-languageclient pass it).
+    #[arg(long)]
+    pub stdio: bool,
 }
 
 /// `switchyard completions` arguments.
@@ -336,37 +346,6 @@ fn flag_choice<T: std::str::FromStr<Err = String>>(s: &str) -> Result<T, String>
     })
 }
 
-fn init_tracing(filter: &str, format: LogFormat) {
-    // cranelift logs every compiled function at `info`; keep that out of the gateway's
-    // logs unless the filter asks for it by name.
-    let filter = if filter.contains("cranelift") {
-        filter.to_string()
-    } else {
-        format!("{filter},cranelift_jit=warn,cranelift_codegen=warn,cranelift_module=warn")
-    };
-    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,cranelift_jit=warn,cranelift_codegen=warn")
-    });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(colour(
-            std::io::IsTerminal::is_terminal(&std::io::stderr()),
-            std::env::var_os("NO_COLOR").as_deref(),
-        ))
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
-}
-
-/// Whether log lines carry ANSI colour: only on a terminal, and never when `NO_COLOR`
-/// is set to anything but the empty string (<https://no-color.org>), so redirected
-/// logs hold plain text.
-fn colour(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
-    is_terminal && no_color.is_none_or(|v| v.is_empty())
-}
-
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -376,7 +355,7 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(&cli.log, cli.log_format);
+    crate::logging::init(&cli.log, cli.log_format);
     match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Lint(a) => policy::lint(&a.paths, a.config.as_deref(), a.format, a.deny_warnings),
@@ -391,6 +370,8 @@ pub fn main() -> ExitCode {
         Command::DryRun(a) => dry_run::run(a),
         Command::Keys(k) => keys::run(k),
         Command::Health(a) => health::run(&a),
+        Command::Lsp(_) => crate::lsp::run(),
+        Command::Explain(a) => explain::run(&a),
         Command::Completions(a) => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(a.shell, &mut cmd, "switchyard", &mut std::io::stdout());
@@ -479,16 +460,6 @@ mod tests {
         assert!(e.contains("--retry-after-ms"), "{e}");
         let e = mock_args(&["--context-window", "0"]).unwrap_err();
         assert!(e.contains("--context-window"), "{e}");
-    }
-
-    /// Issue 18: colour codes were written into redirected log files.
-    #[test]
-    fn log_colour_only_on_a_terminal_and_never_with_no_color() {
-        use std::ffi::OsStr;
-        assert!(colour(true, None));
-        assert!(colour(true, Some(OsStr::new(""))));
-        assert!(!colour(false, None));
-        assert!(!colour(true, Some(OsStr::new("1"))));
     }
 
     /// Issue 18: `switchyard mock` reported bad flag values in Rust's words

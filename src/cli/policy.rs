@@ -21,7 +21,7 @@ use crate::config::{self, Config};
 use crate::policy::diagnostic::{render_all, Severity};
 use crate::policy::lint::{codes as lint_codes, lint_sources_with, LintOptions};
 use crate::policy::{Registry, SourceMap};
-use crate::routing::policy::{read_sources_from, registry_from_config, LoadError};
+use crate::routing::policy::{lint_context, read_sources_from, LoadError};
 
 /// Output formats of the policy tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -115,10 +115,11 @@ pub fn load(paths: &[PathBuf], config: Option<&Path>) -> Result<Loaded, LoadFail
             .into());
         }
     }
+    let (registry, opts) = lint_context(&cfg, config::locate(config).is_some());
     Ok(Loaded {
         registry_note: crate::routing::policy::own_registry_note(&roots, &cfg),
-        max_attempts: config::locate(config).map(|_| cfg.server.max_attempts),
-        registry: registry_from_config(&cfg),
+        max_attempts: opts.max_attempts,
+        registry,
         sources: read_sources_from(&roots).map_err(|e| match e {
             // A file that is not UTF-8 is a problem in the policies: its diagnostic
             // has a code and a location, and the exit code is 1.

@@ -12,7 +12,8 @@ use crate::config;
 ///
 /// Exit codes: 0, 1 an invalid config or policy set (or a provider or authentication
 /// that cannot be set up from it), 2 an I/O error (an unreadable config or policy
-/// file, an address in use, an unwatchable policy directory).
+/// file, an address in use, an unwatchable policy directory, an access-log file that
+/// cannot be opened).
 pub fn run(args: ServeArgs) -> ExitCode {
     let (mut config, source_line) = match config::locate_and_load(args.config.as_deref()) {
         Ok(c) => c,
@@ -37,6 +38,19 @@ pub fn run(args: ServeArgs) -> ExitCode {
     };
     if config.models.is_empty() {
         eprintln!("warning: the config defines no models: every chat request will get 404");
+    }
+    // The access log's file sink (`telemetry.access_log.path`): opened before the
+    // first request; `--check` only makes sure it can be.
+    if let Some(file) = &config.telemetry.access_log.file {
+        let opened = if args.check {
+            crate::logging::check_access_file(file)
+        } else {
+            crate::logging::open_access_file(file)
+        };
+        if let Err(e) = opened {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
     }
     let rt = match runtime() {
         Ok(rt) => rt,
@@ -86,6 +100,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         app.shutdown();
         app.wait().await;
         tracing::info!("switchyard stopped");
+        crate::logging::close_access_file();
         ExitCode::SUCCESS
     })
 }

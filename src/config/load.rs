@@ -323,7 +323,7 @@ impl Validator {
         let state = self.state(map.get("state").unwrap_or(&Value::Null));
         let cache = self.cache(map.get("cache").unwrap_or(&Value::Null));
         let scheduler = self.scheduler(map.get("scheduler").unwrap_or(&Value::Null));
-        let telemetry = self.telemetry(map.get("telemetry").unwrap_or(&Value::Null));
+        let telemetry = self.telemetry(map.get("telemetry").unwrap_or(&Value::Null), base_dir);
         Config {
             server,
             policies,

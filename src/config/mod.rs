@@ -33,7 +33,7 @@ pub use load::{parse_str, ConfigError, ConfigErrors};
 pub use mock::{ErrorShape, MockOptions, RetryAfterFormat};
 pub use quality::{Leaderboard, QualityConfig};
 pub use sched::{OffPeakConfig, QueueTimeouts, SchedConfig};
-pub use telemetry::{OtlpConfig, TelemetryConfig};
+pub use telemetry::{AccessLogConfig, OtlpConfig, TelemetryConfig};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -16,6 +16,11 @@
 //!
 //! The same moment records the per-request metrics that need the whole request:
 //! tokens, cost, attempts, retries and fallbacks ([`super::log::RequestLog::finished`]).
+//!
+//! With `telemetry.access_log.bodies` on, the line also carries the bodies
+//! ([`LoggedBodies`]): the request as read, the start of the response as sent, and a
+//! stream's assistant text, each cut to `max_body_bytes` with its whole size beside
+//! it. Off (the default), nothing is kept.
 
 use std::fmt;
 use std::sync::Arc;
@@ -144,6 +149,48 @@ pub struct Facts {
     pub error: Option<&'static str>,
     /// The request's server span, ended with the access line.
     pub trace: crate::otel::RequestTrace,
+    /// The bodies for the line (`None`: `telemetry.access_log.bodies` is off).
+    pub bodies: Option<Box<LoggedBodies>>,
+}
+
+/// The bodies of one request for its access line (`telemetry.access_log.bodies`).
+#[derive(Debug, Default)]
+pub struct LoggedBodies {
+    /// The request body as read (shared with the request path: no copy).
+    pub request: bytes::Bytes,
+    /// The first bytes of the response body as sent to the client, up to the
+    /// configured bound.
+    pub response: Vec<u8>,
+    /// Bytes of the response body sent in all.
+    pub response_len: u64,
+    /// A stream's assistant text as the client received it (`None`: not a stream,
+    /// or its text outgrew what the gateway keeps, 256 KiB).
+    pub text: Option<String>,
+}
+
+impl LoggedBodies {
+    /// Notes a piece of the response body sent to the client, keeping the first
+    /// `max` bytes.
+    pub fn sent(&mut self, data: &[u8], max: usize) {
+        self.response_len += data.len() as u64;
+        let room = max.saturating_sub(self.response.len());
+        self.response
+            .extend_from_slice(&data[..room.min(data.len())]);
+    }
+}
+
+/// The first `max` bytes of `bytes` as text, cut at a character boundary; bytes that
+/// are not UTF-8 become U+FFFD.
+fn cut(bytes: &[u8], max: usize) -> std::borrow::Cow<'_, str> {
+    let mut end = max.min(bytes.len());
+    if let Err(e) = std::str::from_utf8(&bytes[..end]) {
+        // A cut inside a character: end before it (an error further in is real
+        // invalid UTF-8, shown as U+FFFD below).
+        if e.error_len().is_none() {
+            end = e.valid_up_to();
+        }
+    }
+    String::from_utf8_lossy(&bytes[..end])
 }
 
 impl Facts {
@@ -174,14 +221,29 @@ impl Facts {
             upstream_id: ctx.upstream_id.take(),
             error: None,
             trace: std::mem::take(&mut ctx.trace),
+            bodies: ctx.request_body.take().map(|request| {
+                Box::new(LoggedBodies {
+                    request,
+                    ..LoggedBodies::default()
+                })
+            }),
         }
     }
 
-    /// The facts of request `id` (arrived at `started`) that ended with `e` before
-    /// the gateway's phases ran (ingress could not read its body).
-    pub fn refused(gw: &Gateway, id: HeaderValue, started: Instant, e: &GatewayError) -> Facts {
+    /// The facts of request `id` (arrived at `started` with `headers`) that ended
+    /// with `e` before the gateway's phases ran (ingress could not read its body:
+    /// 413, a body timeout, the buffer budget). Its server span is started here, so
+    /// a refused request is traced like any other (a client's `traceparent` kept).
+    pub fn refused(
+        gw: &Gateway,
+        id: HeaderValue,
+        headers: &http::HeaderMap,
+        started: Instant,
+        e: &GatewayError,
+    ) -> Facts {
         let caller = crate::routing::features::Caller::default();
         let mut ctx = RequestCtx::new(id, started, caller, gw.policy.load_full());
+        ctx.trace = crate::otel::RequestTrace::start(&gw.tracer, headers, started, &ctx.id);
         let mut facts = Facts::take(&mut ctx, e.status());
         facts.error = Some(e.metric_kind());
         facts
@@ -214,6 +276,12 @@ impl Facts {
             upstream_id: ctx.upstream_id.clone(),
             error: None,
             trace: ctx.trace.clone(),
+            bodies: ctx.request_body.clone().map(|request| {
+                Box::new(LoggedBodies {
+                    request,
+                    ..LoggedBodies::default()
+                })
+            }),
         }
     }
 
@@ -262,6 +330,8 @@ impl Facts {
             _ => None,
         };
         self.record_recent(gw, end, now, endpoint_id, hit, ms(latency));
+        let max = gw.config.telemetry.access_log.max_body_bytes;
+        let bodies = self.bodies.as_deref();
         tracing::info!(
             target: "switchyard::access",
             request_id = crate::request_id::as_str(&self.id),
@@ -293,6 +363,14 @@ impl Facts {
             reasoning_tokens = reasoning,
             cost_usd = cost,
             cache = self.cache.map(CacheStatus::as_str),
+            request_body = bodies.map(|b| cut(&b.request, max)).as_deref(),
+            request_body_bytes = bodies.map(|b| b.request.len()),
+            response_body = bodies.map(|b| cut(&b.response, max)).as_deref(),
+            response_body_bytes = bodies.map(|b| b.response_len),
+            response_text = bodies
+                .and_then(|b| b.text.as_deref())
+                .map(|t| cut(t.as_bytes(), max))
+                .as_deref(),
             "access"
         );
         let error = match end {

@@ -81,6 +81,9 @@ pub struct RequestCtx {
     /// The response body writes the access line itself (a stream from a provider,
     /// which has its own copy of the facts): the respond phase hands none out.
     pub body_logs: bool,
+    /// The request body as read, kept for the access line when
+    /// `telemetry.access_log.bodies` is on (a reference to the same bytes, no copy).
+    pub request_body: Option<bytes::Bytes>,
     /// The request's server span and the parent of its children (empty when
     /// tracing is off, `crate::otel`).
     pub trace: crate::otel::RequestTrace,
@@ -120,6 +123,7 @@ impl RequestCtx {
             usage: None,
             upstream_id: None,
             body_logs: false,
+            request_body: None,
             trace: Default::default(),
         }
     }

@@ -240,7 +240,10 @@ impl Cursor {
             self.endpoint = Some(ep);
             let began = Instant::now();
             let attempt = Attempt::begin(&gw, ep, self.decided.clone(), probe).holding(slot);
-            let track = self.pos + 1 < self.plan.len() && failover_allowed(&gw, &self.chat);
+            // The text sent is kept for a failover, and for the access line's
+            // `response_text` when bodies are logged.
+            let track = (self.pos + 1 < self.plan.len() && failover_allowed(&gw, &self.chat))
+                || (gw.config.telemetry.access_log.bodies && self.chat.is_stream());
             let mut span = self.attempt_span(ep);
             let exchanged = exchange(
                 &gw,

@@ -197,6 +197,9 @@ impl Gateway {
     ) -> (Response<Body>, Option<Facts>) {
         let mut ctx = RequestCtx::new(id, started, Caller::default(), self.policy.load_full());
         ctx.trace = crate::otel::RequestTrace::start(&self.tracer, headers, started, &ctx.id);
+        if self.config.telemetry.access_log.bodies {
+            ctx.request_body = Some(body.clone());
+        }
         let result = self.phases(&mut ctx, body, headers).await;
         respond::respond(self, ctx, result)
     }

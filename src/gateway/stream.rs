@@ -180,6 +180,27 @@ impl ClientStream {
         }
     }
 
+    /// Keeps the text a stream's legs sent for the access line's
+    /// `response_text`, when bodies are logged.
+    fn keep_text(&mut self, sent: &crate::providers::Sent) {
+        if let Some(b) = self.access.as_mut().and_then(|f| f.bodies.as_mut()) {
+            b.text = (!sent.untracked).then(|| sent.text.clone());
+        }
+    }
+
+    /// Records on the request's server span what the client received of a
+    /// stream that ended with its answer whole: the answer id, the client's
+    /// model, the finish reason (the usage is added with the access line).
+    fn answered(&self, sent: &crate::providers::Sent) {
+        let Some(f) = self.access.as_ref().filter(|f| f.trace.is_on()) else {
+            return;
+        };
+        let mut answer = stream_answer(sent);
+        answer.model = Some(f.model.clone()).filter(|m| !m.is_empty());
+        answer.usage = None;
+        f.trace.answered(&answer);
+    }
+
     fn end(&mut self, status: StreamStatus) {
         self.state = State::Ended;
         self.settle();
@@ -194,6 +215,10 @@ impl ClientStream {
         self.logged = true;
         self.gw.log.stream_ended(self.ep, self.started, status);
         if let Some(mut f) = self.access.take() {
+            // The last bytes (`[DONE]`, or the error event) go out after the line.
+            if let (Some(b), Some(p)) = (f.bodies.as_mut(), &self.pending) {
+                b.sent(p, self.gw.config.telemetry.access_log.max_body_bytes);
+            }
             f.endpoint = Some(self.ep);
             f.ttft = self.ttft;
             f.usage = Some(self.usage());
@@ -229,6 +254,7 @@ impl ClientStream {
         // A failed stream is never stored, even one whose answer was whole.
         self.tee = None;
         let sent = relay.sent().clone();
+        self.keep_text(&sent);
         self.pieces = sent.pieces;
         self.continued = true;
         if sent.finished {
@@ -240,6 +266,7 @@ impl ClientStream {
             attempt.succeeded(ttft);
             streamed(&mut span, &sent);
             span.end();
+            self.answered(&sent);
             self.end(StreamStatus::Completed);
             return;
         }
@@ -303,6 +330,8 @@ impl ClientStream {
                             this.note(&cursor, Some(leg.began));
                             let sent = leg.relay.sent();
                             streamed(&mut leg.span, sent);
+                            this.answered(sent);
+                            this.keep_text(sent);
                             this.pieces = sent.pieces;
                             this.reported = sent.usage;
                             if let Some(tee) = this.tee.take() {
@@ -374,6 +403,14 @@ impl HttpBody for ClientStream {
         let span = std::mem::replace(&mut this.span, tracing::Span::none());
         let polled = span.in_scope(|| this.poll_body(cx));
         this.span = span;
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let (Some(b), Some(data)) = (
+                this.access.as_mut().and_then(|f| f.bodies.as_mut()),
+                frame.data_ref(),
+            ) {
+                b.sent(data, this.gw.config.telemetry.access_log.max_body_bytes);
+            }
+        }
         polled
     }
 
@@ -394,6 +431,7 @@ impl Drop for ClientStream {
         let _in = span.enter();
         if let State::Relaying(mut leg, cursor) = std::mem::replace(&mut self.state, State::Ended) {
             self.pieces = leg.relay.sent().pieces;
+            self.keep_text(leg.relay.sent());
             self.note(&cursor, Some(leg.began));
             leg.span.cancelled();
         }
@@ -402,16 +440,20 @@ impl Drop for ClientStream {
     }
 }
 
-/// Records on an attempt's `span` what its stream `sent`: the provider's answer
-/// id and its reported usage (when it reported one).
-fn streamed(span: &mut crate::otel::ChildSpan, sent: &crate::providers::Sent) {
-    if !span.is_on() {
-        return;
-    }
-    let answer = crate::otel::Answer {
+/// What a stream `sent`, as the trace spans record it: the provider's answer id,
+/// the model it named, the finish reason and its reported usage (each when known).
+fn stream_answer(sent: &crate::providers::Sent) -> crate::otel::Answer {
+    crate::otel::Answer {
         id: Some(sent.id.clone()).filter(|id| !id.is_empty()),
+        model: sent.model.clone(),
+        finish_reasons: sent.finish_reason.iter().cloned().collect(),
         usage: sent.usage,
-        ..Default::default()
-    };
-    span.answered(200, &answer);
+    }
+}
+
+/// Records on an attempt's `span` what its stream `sent` ([`stream_answer`]).
+fn streamed(span: &mut crate::otel::ChildSpan, sent: &crate::providers::Sent) {
+    if span.is_on() {
+        span.answered(200, &stream_answer(sent));
+    }
 }

@@ -75,6 +75,7 @@ impl Tracer {
                     sample_ratio: 1.0,
                     timeout_ms: telemetry::DEFAULT_TIMEOUT_MS,
                     max_queue: telemetry::DEFAULT_MAX_QUEUE,
+                    headers: Vec::new(),
                 }
             }
         };
@@ -84,7 +85,7 @@ impl Tracer {
             .or_else(|| env("OTEL_SERVICE_NAME"))
             .unwrap_or_else(|| telemetry::DEFAULT_SERVICE_NAME.to_string());
         let timeout = Duration::from_millis(otlp.timeout_ms);
-        let client = HyperExport::new(timeout)?;
+        let client = HyperExport::new(timeout, otlp.headers.clone())?;
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_http_client(client)
@@ -238,13 +239,19 @@ struct HyperExport {
     client: ExportClient,
     runtime: tokio::runtime::Handle,
     timeout: Duration,
+    /// `telemetry.otlp.headers`, set on every export (over the SDK's own headers
+    /// from `OTEL_EXPORTER_OTLP_HEADERS` for the same name).
+    headers: Arc<[(http::HeaderName, http::HeaderValue)]>,
 }
 
 /// The largest collector answer read, in bytes (an OTLP answer is a few bytes).
 const MAX_ANSWER: usize = 64 * 1024;
 
 impl HyperExport {
-    fn new(timeout: Duration) -> Result<HyperExport, String> {
+    fn new(
+        timeout: Duration,
+        headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    ) -> Result<HyperExport, String> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| "telemetry.otlp: trace export needs a tokio runtime".to_string())?;
         let mut http = HttpConnector::new();
@@ -264,6 +271,7 @@ impl HyperExport {
             client,
             runtime,
             timeout,
+            headers: headers.into(),
         })
     }
 }
@@ -272,8 +280,11 @@ impl HyperExport {
 impl opentelemetry_http::HttpClient for HyperExport {
     async fn send_bytes(
         &self,
-        request: http::Request<Bytes>,
+        mut request: http::Request<Bytes>,
     ) -> Result<http::Response<Bytes>, opentelemetry_http::HttpError> {
+        for (name, value) in self.headers.iter() {
+            request.headers_mut().insert(name.clone(), value.clone());
+        }
         let client = self.client.clone();
         let timeout = self.timeout;
         let task = self.runtime.spawn(async move {

@@ -149,28 +149,31 @@ pub enum ReqField {
 }
 
 impl ReqField {
-    /// Fixed `request.NAME` fields with their type and optionality.
-    pub const NAMED: [(&'static str, ReqField, Ty, bool); 15] = [
-        ("model", ReqField::Model, Ty::Str, false),
-        ("input_tokens", ReqField::InputTokens, Ty::Int, false),
-        ("max_tokens", ReqField::MaxTokens, Ty::Int, true),
-        ("temperature", ReqField::Temperature, Ty::Float, true),
-        ("stream", ReqField::Stream, Ty::Bool, false),
-        ("tools", ReqField::Tools, Ty::Bool, false),
-        ("messages", ReqField::Messages, Ty::Int, false),
-        ("api_key", ReqField::ApiKey, Ty::Str, true),
-        ("org", ReqField::Org, Ty::Str, true),
-        ("priority", ReqField::Priority, Ty::Priority, false),
-        ("hour", ReqField::Hour, Ty::Int, false),
-        ("weekday", ReqField::Weekday, Ty::Int, false),
-        ("task", ReqField::Task, Ty::Str, false),
+    /// Fixed `request.NAME` fields with their type, optionality and reference line
+    /// (unit and meaning, as `docs/policy-language.md` gives them): the one table the
+    /// checker, the linter and the language server's hover and completion read.
+    pub const NAMED: [(&'static str, ReqField, Ty, bool, &'static str); 15] = [
+        ("model", ReqField::Model, Ty::Str, false, "The logical model the client asked for (the request's `model`)."),
+        ("input_tokens", ReqField::InputTokens, Ty::Int, false, "Input tokens of the request (tokens; counted with the model's tokenizer where one exists, else estimated)."),
+        ("max_tokens", ReqField::MaxTokens, Ty::Int, true, "The client's output cap (tokens), when it set one."),
+        ("temperature", ReqField::Temperature, Ty::Float, true, "The sampling temperature, when the client set one."),
+        ("stream", ReqField::Stream, Ty::Bool, false, "Whether the client asked for a server-sent event stream."),
+        ("tools", ReqField::Tools, Ty::Bool, false, "Whether the request carries tool definitions."),
+        ("messages", ReqField::Messages, Ty::Int, false, "Number of messages in the request (count)."),
+        ("api_key", ReqField::ApiKey, Ty::Str, true, "The caller's API key id (never the key itself), when authenticated by key."),
+        ("org", ReqField::Org, Ty::Str, true, "The caller's organization, when known."),
+        ("priority", ReqField::Priority, Ty::Priority, false, "The request priority after the `set priority` statements run so far: `low < normal < high < critical` (default `normal`)."),
+        ("hour", ReqField::Hour, Ty::Int, false, "Hour of the day, 0 to 23 (UTC)."),
+        ("weekday", ReqField::Weekday, Ty::Int, false, "Day of the week, 1 (Monday) to 7 (Sunday) (UTC, ISO 8601)."),
+        ("task", ReqField::Task, Ty::Str, false, "Task category for quality scores: `chat`, `code` or `tool_use`."),
         (
             "budget_remaining",
             ReqField::BudgetRemaining,
             Ty::Float,
             false,
+            "USD: the least spend left among the budgets of the caller's key and organization for the current UTC day and month, as of admission; `1e18` when no budget applies.",
         ),
-        ("off_peak", ReqField::OffPeak, Ty::Bool, false),
+        ("off_peak", ReqField::OffPeak, Ty::Bool, false, "Whether the gateway's configured off-peak window (`scheduler.off_peak`) holds now; false when none is configured."),
     ];
 }
 
@@ -216,25 +219,26 @@ pub enum EpField {
 }
 
 impl EpField {
-    /// All `endpoint.NAME` fields with their type.
-    pub const NAMED: [(&'static str, EpField, Ty); 17] = [
-        ("id", EpField::Id, Ty::Str),
-        ("provider", EpField::Provider, Ty::Str),
-        ("upstream_model", EpField::UpstreamModel, Ty::Str),
-        ("model", EpField::Model, Ty::Str),
-        ("health", EpField::Health, Ty::Float),
-        ("latency_ewma_ms", EpField::LatencyEwmaMs, Ty::Float),
-        ("ttft_ewma_ms", EpField::TtftEwmaMs, Ty::Float),
-        ("capacity", EpField::Capacity, Ty::Float),
-        ("in_flight", EpField::InFlight, Ty::Int),
-        ("error_rate", EpField::ErrorRate, Ty::Float),
-        ("cost_in", EpField::CostIn, Ty::Float),
-        ("cost_out", EpField::CostOut, Ty::Float),
-        ("quality", EpField::Quality, Ty::Float),
-        ("weight", EpField::Weight, Ty::Int),
-        ("priority", EpField::Priority, Ty::Int),
-        ("context_window", EpField::ContextWindow, Ty::Int),
-        ("circuit", EpField::Circuit, Ty::Str),
+    /// All `endpoint.NAME` fields with their type and reference line (unit and
+    /// meaning): the one table the checker, the linter and the language server read.
+    pub const NAMED: [(&'static str, EpField, Ty, &'static str); 17] = [
+        ("id", EpField::Id, Ty::Str, "The endpoint's name in the registry (`name` in `switchyard.yaml`, default `provider/model`)."),
+        ("provider", EpField::Provider, Ty::Str, "The endpoint's provider (a key of `providers:`)."),
+        ("upstream_model", EpField::UpstreamModel, Ty::Str, "The model id (or Azure deployment) sent to the provider."),
+        ("model", EpField::Model, Ty::Str, "The logical model the endpoint serves."),
+        ("health", EpField::Health, Ty::Float, "Health H in [0, 1]: EWMA of outcomes (1 success, 0 failure), alpha 0.1."),
+        ("latency_ewma_ms", EpField::LatencyEwmaMs, Ty::Float, "EWMA of the total latency (milliseconds)."),
+        ("ttft_ewma_ms", EpField::TtftEwmaMs, Ty::Float, "EWMA of the time to first token (milliseconds)."),
+        ("capacity", EpField::Capacity, Ty::Float, "Rate-limit headroom C in [0, 1] from the provider's rate-limit headers."),
+        ("in_flight", EpField::InFlight, Ty::Int, "Requests in flight to the endpoint now (count)."),
+        ("error_rate", EpField::ErrorRate, Ty::Float, "EWMA error rate in [0, 1] (a fraction: 5% is 0.05)."),
+        ("cost_in", EpField::CostIn, Ty::Float, "Price of an input token (USD per token)."),
+        ("cost_out", EpField::CostOut, Ty::Float, "Price of an output token (USD per token)."),
+        ("quality", EpField::Quality, Ty::Float, "Quality score in [0, 1] for `request.task` (0 if unknown)."),
+        ("weight", EpField::Weight, Ty::Int, "The endpoint's `weight` in the registry (share among equal priorities; 0 disables)."),
+        ("priority", EpField::Priority, Ty::Int, "The endpoint's `priority` in the registry (lower is preferred)."),
+        ("context_window", EpField::ContextWindow, Ty::Int, "Context window (tokens): config `context_window`, a `stats` entry may override it; 0 when unknown."),
+        ("circuit", EpField::Circuit, Ty::Str, "The circuit breaker's state: `\"closed\"`, `\"half_open\"` or `\"open\"`."),
     ];
 }
 
@@ -252,12 +256,32 @@ pub enum OutcomeField {
 }
 
 impl OutcomeField {
-    /// All `outcome.NAME` fields with their type.
-    pub const NAMED: [(&'static str, OutcomeField, Ty); 4] = [
-        ("latency_ms", OutcomeField::LatencyMs, Ty::Float),
-        ("ttft_ms", OutcomeField::TtftMs, Ty::Float),
-        ("input_tokens", OutcomeField::InputTokens, Ty::Int),
-        ("output_tokens", OutcomeField::OutputTokens, Ty::Int),
+    /// All `outcome.NAME` fields with their type and reference line.
+    pub const NAMED: [(&'static str, OutcomeField, Ty, &'static str); 4] = [
+        (
+            "latency_ms",
+            OutcomeField::LatencyMs,
+            Ty::Float,
+            "Total latency of the finished request (milliseconds).",
+        ),
+        (
+            "ttft_ms",
+            OutcomeField::TtftMs,
+            Ty::Float,
+            "Time to first token of the finished request (milliseconds).",
+        ),
+        (
+            "input_tokens",
+            OutcomeField::InputTokens,
+            Ty::Int,
+            "Input tokens billed (tokens).",
+        ),
+        (
+            "output_tokens",
+            OutcomeField::OutputTokens,
+            Ty::Int,
+            "Output tokens billed (tokens).",
+        ),
     ];
 }
 

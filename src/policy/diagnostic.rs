@@ -398,6 +398,7 @@ pub mod codes {
         (TOO_DEEP, "nesting deeper than the limit"),
         (BAD_LITERAL, "malformed literal"),
         (PARSE_LIMIT, "input takes too much work to parse"),
+        (NOT_UTF8, "file is not UTF-8 text"),
         (DUPLICATE, "duplicate name"),
         (UNKNOWN_STRATEGY, "unknown strategy"),
         (UNKNOWN_FIELD, "unknown field"),

@@ -30,6 +30,7 @@ pub use features::{
 pub use registry::{Registry, RegistryEndpoint, RegistryModel};
 pub mod check;
 pub mod checked;
+pub mod explain;
 pub mod fmt;
 pub mod interp;
 pub mod jit;

@@ -803,6 +803,12 @@ impl ChunkWriter {
         }
     }
 
+    /// Records the model the provider says generated the stream (for the
+    /// attempt's trace span; the chunks carry the client's model).
+    pub fn set_upstream_model(&mut self, model: String) {
+        self.progress.sent.model = Some(model);
+    }
+
     /// The completion id, empty until set.
     pub fn id(&self) -> &str {
         &self.progress.sent.id
@@ -936,6 +942,7 @@ impl ChunkWriter {
     /// The chunk carrying the finish reason, with an empty delta.
     pub fn finish(&mut self, out: &mut BytesMut, reason: &str) {
         self.progress.sent.finished = true;
+        self.progress.sent.finish_reason = Some(reason.to_string());
         self.write(out, Delta::default(), Some(reason));
     }
 

@@ -114,6 +114,14 @@ pub struct Sent {
     /// The usage the provider reported in the stream, if it did (what the gateway
     /// settles rate limits and spend with, instead of an estimate).
     pub usage: Option<crate::api::Usage>,
+    /// The finish reason sent to the client (OpenAI's words: `stop`, `length`,
+    /// `tool_calls`, ...), once sent; for the attempt's trace span
+    /// (`gen_ai.response.finish_reasons`). With `n` > 1, the last one sent.
+    pub finish_reason: Option<String>,
+    /// The model the provider said generated the stream (OpenAI's chunk `model`,
+    /// Anthropic's `message_start` `message.model`, Gemini's `modelVersion`), for
+    /// `gen_ai.response.model`; `None` when the provider does not say.
+    pub model: Option<String>,
 }
 
 /// How a stream continues another one that failed after its commit point.

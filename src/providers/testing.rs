@@ -51,6 +51,8 @@ pub struct Replay {
     pub result: Result<(), GatewayError>,
     /// Whether `produced_content` was true at the end.
     pub content: bool,
+    /// What the transcoder says it sent (`StreamTranscoder::sent`) at the end.
+    pub sent: crate::providers::Sent,
 }
 
 impl Replay {
@@ -155,6 +157,7 @@ pub fn replay(mut t: Box<dyn StreamTranscoder>, lines: &str, named: bool) -> Rep
         done,
         result,
         content: t.produced_content(),
+        sent: t.sent().clone(),
     }
 }
 

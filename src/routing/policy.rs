@@ -285,6 +285,47 @@ pub fn registry_from_config(config: &Config) -> Registry {
     )
 }
 
+/// What a config tells the policy checks: its registry, and the lint options it
+/// implies (`server.max_attempts` when the config is a file, `from_file`; the
+/// default when it is the built-in config). Shared by `lint`, `test` and the
+/// language server, so they check against the same things.
+pub fn lint_context(cfg: &Config, from_file: bool) -> (Registry, crate::policy::lint::LintOptions) {
+    (
+        registry_from_config(cfg),
+        crate::policy::lint::LintOptions {
+            max_attempts: from_file.then_some(cfg.server.max_attempts),
+        },
+    )
+}
+
+/// The config that governs the policy file `file`, for the language server: the
+/// nearest `switchyard.yaml` in the file's directory or above it, else the built-in
+/// config (providers enabled by their API-key variables, as `switchyard lint` uses it
+/// without `--config` and without `./switchyard.yaml`). Returns the config and the
+/// path of its file (`None`: built-in).
+///
+/// # Errors
+/// The found file cannot be read or is not a valid config, as one message.
+pub fn config_for_file(file: &Path) -> Result<(Config, Option<PathBuf>), String> {
+    let found = file
+        .ancestors()
+        .skip(1)
+        .map(|d| d.join("switchyard.yaml"))
+        .find(|p| p.is_file());
+    let cfg = match &found {
+        Some(p) => crate::config::locate_and_load(Some(p))
+            .map(|(c, _)| c)
+            .map_err(|e| e.to_string())?,
+        None => builtin_config(),
+    };
+    Ok((cfg, found))
+}
+
+/// The built-in config as the tools use it when there is no config file.
+pub fn builtin_config() -> Config {
+    crate::config::embedded(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty())).0
+}
+
 /// Whether `path` is a policy file worth reading: `*.policy`, not hidden, not an
 /// editor's swap or backup file.
 pub fn is_policy_file(path: &Path) -> bool {
@@ -410,6 +451,14 @@ fn read_roots(roots: &[PathBuf], tool_names: bool) -> Result<SourceMap, LoadErro
             user.push((name, text));
         }
     }
+    Ok(with_builtins(user))
+}
+
+/// The sources of a set made of the operator's files `user` (`(name, text)` in load
+/// order): the built-in strategies first, minus those a file replaces, then the
+/// files. The one place that decides which built-ins a set keeps, for the gateway,
+/// the policy tools and the language server alike.
+pub fn with_builtins(user: Vec<(String, String)>) -> SourceMap {
     // Strategy names the operator defines; a parse failure here is reported later by
     // the full parse, so it is simply skipped.
     let mut defined = std::collections::HashSet::new();
@@ -438,7 +487,7 @@ fn read_roots(roots: &[PathBuf], tool_names: bool) -> Result<SourceMap, LoadErro
     for (name, text) in user {
         sources.add(name, text);
     }
-    Ok(sources)
+    sources
 }
 
 /// The text of a built-in file as the gateway embeds it: its `route` and `test` items

@@ -6,6 +6,10 @@
 //! head over its 400 KiB read buffer. [`recognise`] knows that head exactly and builds
 //! the complete JSON response written in its place; [`error_body`] is the same body for
 //! the 431 the service gives a head over `server.max_header_bytes`.
+//!
+//! Like every other response, these carry an `x-request-id`: a generated one, since
+//! the head they refuse could not be read, and the same id is in the log line
+//! (`debug`) that records the refusal.
 
 use std::io::IoSlice;
 
@@ -53,10 +57,17 @@ pub(super) fn recognise(bufs: &[IoSlice<'_>], limits: &ConnLimits) -> Option<Rep
     }
     let (version, status, reason, date) = parse_canned(head)?;
     let body = error_body(status, limits);
-    let mut bytes = Vec::with_capacity(160 + body.len());
+    let id = crate::request_id::generate();
+    let id = crate::request_id::as_str(&id);
+    tracing::debug!(
+        request_id = id,
+        status,
+        "refused a request head hyper could not parse"
+    );
+    let mut bytes = Vec::with_capacity(220 + body.len());
     bytes.extend_from_slice(
         format!(
-            "{version} {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+            "{version} {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\nx-request-id: {id}\r\n",
             body.len()
         )
         .as_bytes(),
@@ -151,6 +162,11 @@ mod tests {
         assert!(head.starts_with("HTTP/1.1 414 URI Too Long\r\n"), "{head}");
         assert!(head.contains("\r\ncontent-type: application/json\r\n"));
         assert!(head.contains(&format!("\r\ncontent-length: {}\r\n", body.len())));
+        let id = head
+            .split("\r\n")
+            .find_map(|l| l.strip_prefix("x-request-id: "))
+            .expect("a request id");
+        assert!(crate::request_id::is_uuid(id.as_bytes()), "{id}");
         assert!(head.ends_with("\r\ndate: Tue, 01 Dec 2026 09:06:57 GMT"));
         let v: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(v["error"]["code"], "uri_too_long");

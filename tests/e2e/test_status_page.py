@@ -5,7 +5,8 @@ A gateway in front of two `switchyard mock` providers gets some traffic, then th
 is loaded: it must show both endpoints and a traffic chart with at least one bar of
 nonzero height. The screenshot is kept as target/e2e/status-page.png. A second gateway
 with an admin key checks that the page shows the key form and none of the data when it
-has no key (the data views answer 401).
+has no key (the data views answer 401), and a third, driven over the DevTools protocol
+(`cdp.py`), types a wrong key and then the right one into the form.
 
 Chromium runs with the flags this closed network needs (no QUIC, no background
 networking, no component updates), a throwaway profile, and a virtual time budget so
@@ -173,3 +174,44 @@ def test_status_page_asks_for_the_admin_key_and_shows_nothing_without_it():
             assert parsed.find("main", id="main", style="display: none;"), dom[:3000]
             assert not [a for a in parsed.find("tr") if "data-endpoint" in a]
             assert "fast/mock-model" not in dom
+
+
+def test_typing_the_admin_key_into_the_status_page_shows_the_data():
+    """A person at the page: a wrong key is refused with a message, the right one
+    (typed, then Enter) shows the endpoints, is cleared from the field and kept in
+    the tab, so a reload does not ask again. Driven over the DevTools protocol
+    (`cdp.Browser`), since `--dump-dom` cannot type."""
+    from cdp import Browser
+
+    secret = "status-page-typed-secret"
+    with running_mock("openai") as fast, running_mock("openai") as slow:
+        config = two_mock_config(fast, slow, admin=secret)
+        with running_gateway(config, "switchyard-status-page-typed") as gw, Browser(chromium()) as b:
+            for _ in range(4):
+                assert chat(gw, "chat") == 200
+            b.navigate(f"{gw.base_url}/ui")
+            b.wait_for("document.getElementById('login').style.display === 'block'", "the key form")
+            assert b.eval("document.getElementById('main').style.display") == "none"
+
+            b.type_text("#key", "not-the-key")
+            b.press_enter()
+            refused = b.wait_for(
+                "document.getElementById('login-error').textContent", "the refusal message"
+            )
+            assert refused == "that key was refused", refused
+            assert b.eval("document.querySelectorAll('tr[data-endpoint]').length") == 0
+
+            b.type_text("#key", secret)
+            b.press_enter()
+            b.wait_for("document.querySelectorAll('tr[data-endpoint]').length === 2", "the endpoint rows")
+            assert b.eval("document.getElementById('login').style.display") == "none"
+            assert b.eval("document.getElementById('key').value") == "", "the field is cleared"
+            assert b.eval("sessionStorage.getItem('switchyard.admin_key')") == secret
+            rows = b.eval("[...document.querySelectorAll('tr[data-endpoint]')].map(r => r.dataset.endpoint).sort()")
+            assert rows == ["fast/mock-model", "slow/mock-model"], rows
+            b.screenshot(ARTIFACT.with_name("status-page-after-key.png"))
+
+            # The key stays with the tab: a reload shows the data without asking.
+            b.send("Page.reload")
+            b.wait_for("document.querySelectorAll('tr[data-endpoint]').length === 2", "the rows after a reload")
+            assert b.eval("document.getElementById('login').style.display") == "none"

@@ -66,11 +66,21 @@ impl Proc {
     }
 }
 
-#[allow(clippy::zombie_processes)] // Proc's Drop kills and waits.
 fn spawn(args: &[&str], marker: &str, dir: Option<tempfile::TempDir>) -> Proc {
+    spawn_env(args, marker, dir, &[])
+}
+
+#[allow(clippy::zombie_processes)] // Proc's Drop kills and waits.
+fn spawn_env(
+    args: &[&str],
+    marker: &str,
+    dir: Option<tempfile::TempDir>,
+    env: &[(&str, &str)],
+) -> Proc {
     let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
         .args(args)
         .env("SWITCHYARD_LOG", "warn")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -115,14 +125,20 @@ pub fn mock(flags: &[&str]) -> Proc {
 
 /// Starts `switchyard serve` with `config` (YAML text).
 pub fn serve(config: &str) -> Proc {
+    serve_with_env(config, &[])
+}
+
+/// Starts `switchyard serve` with `config` and the variables `env` set.
+pub fn serve_with_env(config: &str, env: &[(&str, &str)]) -> Proc {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("switchyard.yaml");
     std::fs::write(&path, config).unwrap();
     let p = path.to_str().unwrap().to_string();
-    spawn(
+    spawn_env(
         &["serve", "--config", &p, "--listen", "127.0.0.1:0"],
         "switchyard listening on",
         Some(dir),
+        env,
     )
 }
 

@@ -1,6 +1,7 @@
 //! Integration tests: the real binary (and, in `app`, the gateway started in
 //! process), on loopback ephemeral ports, in one test binary.
 
+mod access_log;
 mod anthropic;
 mod app;
 mod attack;
@@ -14,6 +15,7 @@ mod failures;
 mod fidelity;
 mod first_hour;
 mod limits;
+mod lsp;
 mod mock_formats;
 mod operator;
 mod otel;

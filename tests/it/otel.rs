@@ -18,7 +18,7 @@ use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 
-use super::common::{chat, request_with, serve, Proc};
+use super::common::{chat, request_with, serve, serve_with_env, Proc};
 
 /// Serves `handle` on a fresh loopback port, one task per connection.
 async fn http_server<F, Fut>(handle: F) -> SocketAddr
@@ -45,9 +45,9 @@ where
     addr
 }
 
-/// The spans a receiver got, in arrival order.
+/// The spans a receiver got, in arrival order, and the headers of each export.
 #[derive(Clone, Default)]
-struct Received(Arc<Mutex<Vec<Span>>>);
+struct Received(Arc<Mutex<Vec<Span>>>, Arc<Mutex<Vec<http::HeaderMap>>>);
 
 impl Received {
     /// Waits (polling, 30 s at most) until `done` holds for the spans received.
@@ -79,6 +79,7 @@ async fn receiver() -> (SocketAddr, Received) {
                 .headers()
                 .get("content-type")
                 .is_some_and(|v| v == "application/x-protobuf");
+            sink.1.lock().unwrap().push(req.headers().clone());
             let body = req.into_body().collect().await.unwrap().to_bytes();
             let status = match ExportTraceServiceRequest::decode(body) {
                 Ok(export) if path_ok && protobuf => {
@@ -173,6 +174,21 @@ fn str_attr(s: &Span, key: &str) -> Option<String> {
     match attrs(s).remove(key)? {
         Value::StringValue(v) => Some(v),
         other => panic!("{key} is not a string: {other:?}"),
+    }
+}
+
+fn strs_attr(s: &Span, key: &str) -> Option<Vec<String>> {
+    match attrs(s).remove(key)? {
+        Value::ArrayValue(a) => Some(
+            a.values
+                .iter()
+                .map(|v| match &v.value {
+                    Some(Value::StringValue(s)) => s.clone(),
+                    other => panic!("{key} holds a non-string: {other:?}"),
+                })
+                .collect(),
+        ),
+        other => panic!("{key} is not an array: {other:?}"),
     }
 }
 
@@ -371,6 +387,28 @@ async fn a_streams_server_span_ends_after_its_stream_with_the_final_usage() {
         str_attr(attempt, "gen_ai.response.id").as_deref(),
         Some("up-s")
     );
+    // The finish reason and the model of a stream, as for a whole answer: the
+    // provider's model on the attempt, the client's on the server span.
+    assert_eq!(
+        strs_attr(attempt, "gen_ai.response.finish_reasons"),
+        Some(vec!["stop".to_string()])
+    );
+    assert_eq!(
+        str_attr(attempt, "gen_ai.response.model").as_deref(),
+        Some("up-model-2024")
+    );
+    assert_eq!(
+        strs_attr(server, "gen_ai.response.finish_reasons"),
+        Some(vec!["stop".to_string()])
+    );
+    assert_eq!(
+        str_attr(server, "gen_ai.response.model").as_deref(),
+        Some("m")
+    );
+    assert_eq!(
+        str_attr(server, "gen_ai.response.id").as_deref(),
+        Some("up-s")
+    );
     assert!(
         server.end_time_unix_nano >= attempt.end_time_unix_nano,
         "the server span ends with the stream, after its attempt"
@@ -469,4 +507,83 @@ async fn without_telemetry_the_clients_traceparent_is_forwarded_unchanged() {
     .await;
     assert_eq!(r.status, 200);
     assert_eq!(seen.0.lock().unwrap().clone(), [Some(tp)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_before_its_body_is_read_is_traced() {
+    let (collector, got) = receiver().await;
+    let (up, seen) = upstream().await;
+    let gw = serve(&format!(
+        "providers:\n  up: {{ kind: openai-compatible, base_url: http://{up}/v1 }}\n\
+         models:\n  m: {{ endpoints: [ {{ provider: up, model: good-model }} ] }}\n\
+         server: {{ max_body_bytes: 1024 }}\n{}",
+        telemetry(collector)
+    ));
+    let trace = "5c2f6b9e0d1a4c3b8e7f6a5b4c3d2e1f";
+    let r = request_with(
+        "POST",
+        &gw.url("/v1/chat/completions"),
+        &[
+            ("traceparent", &format!("00-{trace}-{CLIENT_SPAN}-01")),
+            ("x-request-id", "otel-refused-1"),
+        ],
+        chat("m", false, &format!(r#","user":"{}""#, "x".repeat(2000))),
+    )
+    .await;
+    assert_eq!(r.status, 413, "{}", r.text());
+    let spans = got
+        .wait("the refused request's server span", |s| {
+            !of_trace(s, trace).is_empty()
+        })
+        .await;
+    let t = of_trace(&spans, trace);
+    let server = server_span(&t);
+    assert_eq!(hex(&server.parent_span_id), CLIENT_SPAN);
+    assert_eq!(
+        str_attr(server, "switchyard.request_id").as_deref(),
+        Some("otel-refused-1")
+    );
+    assert_eq!(int_attr(server, "http.response.status_code"), Some(413));
+    assert!(str_attr(server, "error.type").is_some(), "{server:#?}");
+    assert!(seen.0.lock().unwrap().is_empty(), "nothing went upstream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otlp_headers_from_the_config_and_the_environment_reach_the_collector() {
+    let (collector, got) = receiver().await;
+    let (up, _seen) = upstream().await;
+    let config = format!(
+        "providers:\n  up: {{ kind: openai-compatible, base_url: http://{up}/v1 }}\n\
+         models:\n  m: {{ endpoints: [ {{ provider: up, model: good-model }} ] }}\n\
+         telemetry: {{ otlp: {{ endpoint: \"http://{collector}\", timeout_ms: 2000, headers: {{ x-api-key: \"k-${{OTLP_TEST_KEY}}\", x-both: from-config }} }} }}\n"
+    );
+    let gw = serve_with_env(
+        &config,
+        &[
+            ("OTLP_TEST_KEY", "s3cret"),
+            // The W3C Baggage form of the standard variable: percent-decoded.
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "x-tenant=acme%20co,x-both=from-env",
+            ),
+        ],
+    );
+    let r = request_with(
+        "POST",
+        &gw.url("/v1/chat/completions"),
+        &[],
+        chat("m", false, ""),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    got.wait("a span", |s| !s.is_empty()).await;
+    let headers = got.1.lock().unwrap().clone();
+    let h = headers.first().expect("one export");
+    assert_eq!(h.get("x-api-key").unwrap(), "k-s3cret");
+    assert_eq!(h.get("x-tenant").unwrap(), "acme co");
+    assert_eq!(
+        h.get_all("x-both").iter().collect::<Vec<_>>(),
+        ["from-config"],
+        "the config wins over the variable"
+    );
 }

@@ -112,6 +112,33 @@ fn the_readme_policy_tool_commands_run_at_the_repository_root() {
     );
 }
 
+/// Issue 19: the `switchyard explain` commands of "Editor support" run as written.
+#[test]
+fn the_readme_explain_commands_run() {
+    let block = blocks(&readme(), "sh")
+        .into_iter()
+        .find(|b| b.contains("switchyard explain"))
+        .expect("the explain block");
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_switchyard"))
+        .parent()
+        .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("sh")
+        .args(["-ec", &block])
+        .current_dir(root())
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{block}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("# W0206: unused-target"), "{stdout}");
+    assert!(stdout.contains("E0101  syntax error"), "{stdout}");
+}
+
 /// Issue 18: the README's mock example and its llama.cpp example both used port 8081.
 #[test]
 fn readme_example_upstream_ports_do_not_clash() {

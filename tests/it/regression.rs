@@ -400,13 +400,31 @@ async fn a_request_in_flight_outlasting_every_deadline_is_not_cut() {
 }
 
 // Bug: hyper's own 400 / 414 / 431 answers had empty bodies instead of OpenAI error
-// JSON.
+// JSON (and, later, no `x-request-id`, which every other response has).
+
+/// The `x-request-id` of a response head.
+fn head_request_id(head: &str) -> Option<&str> {
+    head.split("\r\n").find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("x-request-id").then(|| v.trim())
+    })
+}
+
+/// Asserts that a refused head's answer names a generated (UUID) request id.
+fn assert_generated_request_id(head: &str) {
+    let id = head_request_id(head).unwrap_or_else(|| panic!("no x-request-id in:\n{head}"));
+    assert!(
+        id.len() == 36 && id.split('-').map(str::len).eq([8, 4, 4, 4, 12]),
+        "not a UUID: {id}"
+    );
+}
 
 #[test]
 fn a_malformed_request_line_gets_a_json_400() {
     let gw = serve_edge("");
     let r = exchange(&gw, b"GET /v1/models HTTP/1.1 junk\r\nHost: x\r\n\r\n");
     assert_eq!(r.status, 400, "{}", r.head);
+    assert_generated_request_id(&r.head);
     let e = r.error();
     assert_eq!(e["code"], "malformed_request");
     assert!(
@@ -424,6 +442,7 @@ fn a_100_kb_uri_gets_a_json_414() {
         format!("GET {uri} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
     );
     assert_eq!(r.status, 414, "{}", r.head);
+    assert_generated_request_id(&r.head);
     let e = r.error();
     assert_eq!(e["code"], "uri_too_long");
     assert!(e["message"].as_str().unwrap().contains("URI"), "{e}");
@@ -435,9 +454,11 @@ fn a_100_kb_header_gets_a_json_431() {
     let big = "a".repeat(100 * 1024);
     let r = exchange(
         &gw,
-        format!("GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n").as_bytes(),
+        format!("GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Request-Id: big-head-1\r\nX-Big: {big}\r\n\r\n").as_bytes(),
     );
     assert_eq!(r.status, 431, "{}", r.head);
+    // Refused by the service, which read the head: the client's id is kept.
+    assert_eq!(head_request_id(&r.head), Some("big-head-1"), "{}", r.head);
     let e = r.error();
     assert_eq!(e["code"], "headers_too_large");
     assert!(
@@ -456,6 +477,7 @@ fn more_than_100_header_fields_get_a_json_431() {
         format!("GET /v1/models HTTP/1.1\r\nHost: x\r\n{fields}\r\n").as_bytes(),
     );
     assert_eq!(r.status, 431, "{}", r.head);
+    assert_generated_request_id(&r.head);
     assert_eq!(r.error()["code"], "headers_too_large");
 }
 

@@ -239,7 +239,7 @@ impl Checker<'_> {
                     );
                 }
                 match ReqField::NAMED.iter().find(|(n, ..)| *n == name) {
-                    Some((_, f, ty, _)) => self.read_req(*f, *ty, e, scope),
+                    Some((_, f, ty, ..)) => self.read_req(*f, *ty, e, scope),
                     None => {
                         let names: Vec<&str> = ReqField::NAMED.iter().map(|(n, ..)| *n).collect();
                         self.unknown_field(e, parts, &names)
@@ -254,7 +254,7 @@ impl Checker<'_> {
                     );
                 }
                 match EpField::NAMED.iter().find(|(n, ..)| *n == name) {
-                    Some((_, f, ty)) => Some(texpr(TExprKind::Ep(*f), *ty, e)),
+                    Some((_, f, ty, _)) => Some(texpr(TExprKind::Ep(*f), *ty, e)),
                     None => {
                         let names: Vec<&str> = EpField::NAMED.iter().map(|(n, ..)| *n).collect();
                         self.unknown_field(e, parts, &names)
@@ -285,7 +285,7 @@ impl Checker<'_> {
                     );
                 }
                 match OutcomeField::NAMED.iter().find(|(n, ..)| *n == name) {
-                    Some((_, f, ty)) => Some(texpr(TExprKind::Outcome(*f), *ty, e)),
+                    Some((_, f, ty, _)) => Some(texpr(TExprKind::Outcome(*f), *ty, e)),
                     None => {
                         let names: Vec<&str> =
                             OutcomeField::NAMED.iter().map(|(n, ..)| *n).collect();
@@ -692,3 +692,4 @@ fn to_float_const(t: TExpr) -> TExpr {
 }
 
 mod calls;
+pub use calls::FUNCTIONS;

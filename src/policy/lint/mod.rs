@@ -8,7 +8,8 @@
 //! "shadowed" are claimed only when provable, and overlap witnesses are checked with
 //! the interpreter's own evaluator before they are shown.
 //!
-//! The warning codes are stable; `docs/lint.md` lists them with examples.
+//! The warning codes are stable; `docs/lint.md` lists them, and
+//! `src/policy/explain/` explains each with an example.
 
 use std::collections::HashMap;
 

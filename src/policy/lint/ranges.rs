@@ -51,7 +51,7 @@ fn range(e: &TExpr) -> Option<(String, Range)> {
                 EpField::Weight | EpField::Priority => Range::Int(0, U32),
                 _ => return None,
             };
-            let name = EpField::NAMED.iter().find(|(_, g, _)| g == f)?.0;
+            let name = EpField::NAMED.iter().find(|(_, g, ..)| g == f)?.0;
             (format!("endpoint.{name}"), r)
         }
         _ => return None,

@@ -64,6 +64,8 @@ enum Event<'a> {
 struct StartMessage {
     id: String,
     #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
     usage: AnthropicUsage,
 }
 
@@ -221,6 +223,9 @@ impl StreamTranscoder for AnthropicStream {
         match ev {
             Event::MessageStart { message } => {
                 self.w.set_id(message.id);
+                if let Some(m) = message.model {
+                    self.w.set_upstream_model(m);
+                }
                 self.usage = message.usage;
                 self.w.start(out);
             }

@@ -278,6 +278,9 @@ fn recorded_text_stream() {
         assert!(r.text().starts_with("Hello! I'm doing well"));
         assert_eq!(r.finish_reasons(), ["stop"]);
         assert!(r.content);
+        // For the attempt's trace span: the model Anthropic named, the reason sent.
+        assert_eq!(r.sent.model.as_deref(), Some("claude-sonnet-4-5-20250929"));
+        assert_eq!(r.sent.finish_reason.as_deref(), Some("stop"));
         if include_usage {
             assert_eq!(
                 r.usage_chunks()[0]["usage"],

@@ -555,6 +555,7 @@ fn replay_bytes(bytes: &[u8], sizes: &[usize], include_usage: bool) -> Replay {
         done,
         result,
         content: t.produced_content(),
+        sent: t.sent().clone(),
     }
 }
 

@@ -42,6 +42,9 @@ struct GenerateResponse {
     prompt_feedback: Option<PromptFeedback>,
     #[serde(default)]
     response_id: Option<String>,
+    /// The model version that answered (e.g. `gemini-2.5-flash-001`).
+    #[serde(default)]
+    model_version: Option<String>,
     /// Present when a stream event reports an error instead.
     #[serde(default)]
     error: Option<ErrorDetail>,

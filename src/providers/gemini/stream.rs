@@ -262,6 +262,9 @@ impl StreamTranscoder for GeminiStream {
         if self.w.id().is_empty() {
             self.w
                 .set_id(r.response_id.unwrap_or_else(|| random_id("chatcmpl-")));
+            if let Some(m) = r.model_version {
+                self.w.set_upstream_model(m);
+            }
         }
         self.w.start(out);
         if let Some(u) = r.usage_metadata.and_then(|u| u.to_openai()) {

@@ -279,6 +279,8 @@ fn recorded_text_stream() {
             .text()
             .starts_with("There are **3** \"r\"s in strawberry."));
         assert_eq!(r.finish_reasons(), ["stop"]);
+        assert_eq!(r.sent.model.as_deref(), Some("gemini-3-pro-preview"));
+        assert_eq!(r.sent.finish_reason.as_deref(), Some("stop"));
         if include_usage {
             let u = &r.usage_chunks()[0]["usage"];
             assert_eq!(u["prompt_tokens"], 9);

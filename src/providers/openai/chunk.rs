@@ -20,8 +20,8 @@ use super::super::splice::{skip_string, skip_value, skip_ws};
 /// What one choice of a chunk carries, as the relay counts it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct ChoiceScan {
-    /// `finish_reason` is present and not `null`.
-    pub finish: bool,
+    /// `finish_reason` when present and not `null` (the JSON value's range).
+    pub finish: Option<Range<usize>>,
     /// `delta.content` when it is neither `null` nor `""` (the JSON value's range).
     pub content: Option<Range<usize>>,
     /// `delta.tool_calls` is present and not `null`.
@@ -134,7 +134,7 @@ fn choice(b: &[u8], i: usize) -> Result<ChoiceScan, &'static str> {
     let mut c = ChoiceScan::default();
     object(b, i, |key, v, _| {
         if key_is(key, "finish_reason") {
-            c.finish = !is_null(b, &v);
+            c.finish = (!is_null(b, &v)).then_some(v);
         } else if key_is(key, "delta") && !is_null(b, &v) {
             if b[v.start] != b'{' {
                 return Err("`delta` is not an object");
@@ -306,9 +306,10 @@ mod tests {
         assert_eq!(at(&c.usage_member), Some(r#""usage":null,"#));
         assert_eq!(c.choices.len(), 2);
         assert_eq!(at(&c.choices[0].content), Some(r#""hi""#));
-        assert!(!c.choices[0].tool_calls && !c.choices[0].finish);
+        assert!(!c.choices[0].tool_calls && c.choices[0].finish.is_none());
         assert_eq!(c.choices[1].content, None, "empty text is no content");
-        assert!(c.choices[1].tool_calls && c.choices[1].finish);
+        assert!(c.choices[1].tool_calls);
+        assert_eq!(at(&c.choices[1].finish), Some(r#""stop""#));
     }
 
     #[test]

@@ -394,12 +394,16 @@ impl OpenAiStream {
             if let Value::String(id) = &self.id {
                 self.progress.sent.id = id.clone();
             }
+            if let Value::String(m) = parse(&scan.model) {
+                self.progress.sent.model = Some(m);
+            }
             self.progress.sent.created = self.created.as_u64().unwrap_or_default();
         }
         for c in &scan.choices {
-            if c.finish {
+            if let Some(r) = &c.finish {
                 self.finished = true;
                 self.progress.sent.finished = true;
+                self.progress.sent.finish_reason = serde_json::from_slice(&b[r.clone()]).ok();
             }
             if c.content.is_some() || c.tool_calls {
                 self.deltas += 1;

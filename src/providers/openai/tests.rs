@@ -261,6 +261,9 @@ fn usage_asked_for_the_gateway_is_stripped_from_every_chunk_and_recorded() {
     assert!(!text.contains("\"usage\""), "no usage member left");
     assert!(text.contains("\"obfuscation\""), "other members untouched");
     let reported = t.sent().usage.expect("the provider's usage is kept");
+    // For the attempt's trace span: the provider's model and finish reason.
+    assert_eq!(t.sent().model.as_deref(), Some("gpt-4.1-nano-2025-04-14"));
+    assert_eq!(t.sent().finish_reason.as_deref(), Some("stop"));
     assert_eq!(reported.prompt_tokens, 16);
     assert_eq!(reported.completion_tokens, 300);
     assert_eq!(

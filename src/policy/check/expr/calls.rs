@@ -8,33 +8,35 @@ use crate::suggest::did_you_mean;
 
 use super::{facts, texpr, to_float, Checker, Ctx, Scope};
 
-/// Every built-in function name, for did-you-mean.
-pub const FUNCTIONS: &[&str] = &[
-    "has",
-    "header",
-    "metadata",
-    "scope",
-    "starts_with",
-    "ends_with",
-    "contains",
-    "glob",
-    "matches",
-    "min",
-    "max",
-    "abs",
-    "exp",
-    "ln",
-    "sqrt",
-    "pow",
-    "clamp",
-    "float",
-    "if",
-    "count",
-    "sum",
-    "mean",
-    "lowest",
-    "highest",
-    "logsumexp",
+/// Every built-in function: name, signature and reference line (what it returns and
+/// where it may be used), for did-you-mean and the language server's hover and
+/// completion. Keep in step with `docs/policy-language.md` ("Functions").
+pub const FUNCTIONS: &[(&str, &str, &str)] = &[
+    ("has", "has(optional) -> Bool", "Whether an optional value is present: `request.max_tokens`, `request.temperature`, `request.api_key`, `request.org`, `header(..)`, `metadata(..)`. Reading an optional value needs this guard."),
+    ("header", "header(\"name\") -> Str (optional)", "A request header's value; the name is case-insensitive. Guard it with `has()`."),
+    ("metadata", "metadata(\"key\") -> Str (optional)", "A request metadata entry. Guard it with `has()`."),
+    ("scope", "scope(\"name\") -> Bool", "Whether the caller's verified credential carries the OAuth2 scope `name` (exact, case-sensitive); false for API keys."),
+    ("starts_with", "starts_with(s, \"prefix\") -> Bool", "Whether string `s` starts with the literal prefix."),
+    ("ends_with", "ends_with(s, \"suffix\") -> Bool", "Whether string `s` ends with the literal suffix."),
+    ("contains", "contains(s, \"part\") -> Bool", "Whether string `s` contains the literal text."),
+    ("glob", "glob(s, \"gpt-4*\") -> Bool", "Whether `s` matches the glob: `*` any run, `?` one character, everything else literal."),
+    ("matches", "matches(s, \"regex\") -> Bool", "Whether `s` matches the regular expression (regex crate syntax, compiled at load)."),
+    ("min", "min(a, b) -> number", "`a` if `a <= b`, else `b` (Int if both are Int, else Float)."),
+    ("max", "max(a, b) -> number", "`a` if `a >= b`, else `b` (Int if both are Int, else Float)."),
+    ("abs", "abs(x) -> number", "Absolute value (Int saturates: `abs(MIN) = MAX`)."),
+    ("exp", "exp(x) -> Float", "e to the power `x`."),
+    ("ln", "ln(x) -> Float", "Natural logarithm."),
+    ("sqrt", "sqrt(x) -> Float", "Square root."),
+    ("pow", "pow(x, y) -> Float", "`x` to the power `y`."),
+    ("clamp", "clamp(x, lo, hi) -> number", "`min(max(x, lo), hi)`."),
+    ("float", "float(x) -> Float", "`x` as a Float."),
+    ("if", "if(c, a, b) -> type of a and b", "`a` when `c` holds, else `b`; only the chosen branch runs."),
+    ("count", "count() -> Int", "Strategies: the number of candidates."),
+    ("sum", "sum(e) -> Float", "Strategies: the sum of `e` over the candidates (0 over none)."),
+    ("mean", "mean(e) -> Float", "Strategies: the mean of `e` over the candidates (NaN over none)."),
+    ("lowest", "lowest(e) -> Float", "Strategies: the smallest `e` over the candidates (+inf over none; NaN skipped)."),
+    ("highest", "highest(e) -> Float", "Strategies: the largest `e` over the candidates (-inf over none; NaN skipped)."),
+    ("logsumexp", "logsumexp(e) -> Float", "Strategies: ln of the sum of exp(e) over the candidates, computed without overflow."),
 ];
 
 impl Checker<'_> {
@@ -115,7 +117,7 @@ impl Checker<'_> {
                     }
                     ExprKind::Path(p) if p.len() == 2 && p[0].name == "request" => {
                         match ReqField::NAMED.iter().find(|(n, ..)| *n == p[1].name) {
-                            Some((_, f, _, true)) => Some(*f),
+                            Some((_, f, _, true, _)) => Some(*f),
                             Some(_) => {
                                 self.diags.push(Diagnostic::error(
                                     codes::TYPE_MISMATCH,
@@ -286,7 +288,7 @@ impl Checker<'_> {
                         name.span,
                         format!("`{n}` is not a known function"),
                     )
-                    .with_did_you_mean(did_you_mean(n, FUNCTIONS.iter().copied())),
+                    .with_did_you_mean(did_you_mean(n, FUNCTIONS.iter().map(|f| f.0))),
                 );
                 None
             }
