@@ -2,7 +2,8 @@ use super::*;
 use crate::policy::jit::engine::self_check;
 use crate::policy::{parse_and_check, CompiledPolicySet, Registry, RequestFeatures, SourceMap};
 
-const STRATEGY: &str = "strategy s(beta = 0.0) {\n  score = endpoint.latency_ewma_ms + beta\n  pick min\n}\n";
+const STRATEGY: &str =
+    "strategy s(beta = 0.0) {\n  score = endpoint.latency_ewma_ms + beta\n  pick min\n}\n";
 
 const ROUTES: &str = r#"route a priority 10 when request.model == "gpt-4o-mini" {
   default use "gpt-4o-mini"
@@ -76,7 +77,10 @@ fn only_tests_that_reached_an_edited_route_run_again() {
     let (_, reused, _) = check(&compiled(STRATEGY, &edited, TESTS, &reg), Some(&first));
     assert_eq!(reused, 3);
     // Route a comes first: every test's requests were tried against it.
-    let edited = ROUTES.replace("\"gpt-4o-mini\" {", "\"gpt-4o-mini\" and not request.tools {");
+    let edited = ROUTES.replace(
+        "\"gpt-4o-mini\" {",
+        "\"gpt-4o-mini\" and not request.tools {",
+    );
     let (_, reused, _) = check(&compiled(STRATEGY, &edited, TESTS, &reg), Some(&first));
     assert_eq!(reused, 0);
     // A route inserted after a and before b: t_a keeps its inputs.
@@ -122,7 +126,12 @@ fn a_reused_test_whose_compiled_decisions_differ_runs_again_in_full() {
         Ok(d)
     };
     let (report, _) = run_tests_parallel(set, &full, &wrong, None, Some(&first), 2);
-    assert_eq!((report.passed, report.reused), (4, 0), "{}", report.render());
+    assert_eq!(
+        (report.passed, report.reused),
+        (4, 0),
+        "{}",
+        report.render()
+    );
     // A full run that fails is reported as usual.
     let failing = |_: &RequestFeatures, _: &crate::policy::StatsSnapshot, _: u64| {
         Err("the engines disagree".to_string())
@@ -160,7 +169,12 @@ fn changed_declared_stats_or_engine_code_run_the_test_again() {
     let tests = TESTS.replace("latency_ewma_ms = 100", "latency_ewma_ms = 5_000");
     let c = compiled(STRATEGY, ROUTES, &tests, &reg);
     let (report, results) = self_check(&c, None, Some(&first));
-    assert_eq!((report.passed, report.reused), (4, 3), "{}", report.render());
+    assert_eq!(
+        (report.passed, report.reused),
+        (4, 3),
+        "{}",
+        report.render()
+    );
     // ... and its new result is what is remembered: the old stats no longer match.
     let (_, reused, _) = check(&compiled(STRATEGY, ROUTES, TESTS, &reg), Some(&results));
     assert_eq!(reused, 3);
@@ -185,5 +199,10 @@ fn a_reused_test_cannot_hide_a_failure() {
     assert_eq!(results.len(), 3, "a failure is not remembered");
     // Run again on the same set: the failure is found again, not taken from memory.
     let (report, _) = self_check(&c, None, Some(&results));
-    assert_eq!((report.failed, report.reused), (1, 3), "{}", report.render());
+    assert_eq!(
+        (report.failed, report.reused),
+        (1, 3),
+        "{}",
+        report.render()
+    );
 }
