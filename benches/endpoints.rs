@@ -62,7 +62,7 @@ fn main() {
             c.bench_function(&format!("decide: {strategy}, {n} endpoints"), |b| {
                 b.iter(|| {
                     seed = seed.wrapping_add(1);
-                    let stats = store.live(SystemTime::now(), &req.task);
+                    let stats = store.live(SystemTime::now());
                     black_box(snap.compiled.decide(black_box(&req), &stats, seed))
                 })
             });

@@ -38,7 +38,8 @@ use tokio::sync::Notify;
 use crate::config::Config;
 use crate::policy::Registry;
 use crate::routing::policy::{
-    compile, read_sources, registry_from_config, LoadError, PolicyCell, PolicySnapshot, BUILTIN,
+    compile_after, read_sources, registry_from_config, LoadError, PolicyCell, PolicySnapshot,
+    BUILTIN,
 };
 use crate::telemetry::{RELOADS, RELOAD_DURATION, VERSION_INFO};
 
@@ -202,12 +203,11 @@ impl Reloader {
         let force = self.force.swap(false, Ordering::SeqCst);
         let dir = self.dir.clone();
         let registry = self.registry.clone();
-        let serving = self.policy.load();
+        let serving = self.policy.load_full();
         let current = serving.version.clone();
         let compare = current.clone();
         let had_operator_files = serving.operator_files().next().is_some();
         let serving_now = serving.serving();
-        drop(serving);
         let built = tokio::task::spawn_blocking(move || {
             if let Some(d) = dir.as_deref().filter(|d| !d.is_dir()) {
                 return Err(LoadError::Io(format!(
@@ -228,7 +228,7 @@ impl Reloader {
                     EMPTY_HINT
                 )));
             }
-            compile(sources, &registry).map(Some)
+            compile_after(sources, &registry, Some(&serving)).map(Some)
         })
         .await;
         let elapsed = started.elapsed();

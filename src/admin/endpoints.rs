@@ -90,8 +90,7 @@ pub fn selection(
             .collect();
         for s in &set.strategies {
             let args: Vec<_> = s.params.iter().map(|p| p.default).collect();
-            let ranked =
-                strategy::rank(set, Some(s), &args, &req, stats, cands.clone(), None, true);
+            let ranked = strategy::rank(set, s, &args, &req, stats, &cands, None, true);
             let sampled = matches!(s.pick, PickMode::Weighted | PickMode::Sample);
             let first = ranked.order.first().map(|c| c.reg.endpoint.id.as_str());
             for e in model.endpoints.iter() {

@@ -242,7 +242,7 @@ fn decided_by(mode: EngineMode, compiled: crate::policy::Engine) -> &'static str
 
 fn human(version: &str, d: &Decision, events: &[TraceEvent], explain: bool) -> String {
     let mut s = format!("policy version {version}\n");
-    let or_none = |o: &Option<String>| o.clone().unwrap_or_else(|| "-".into());
+    let or_none = |o: &Option<crate::policy::names::Name>| o.as_deref().unwrap_or("-").to_string();
     match &d.reject {
         Some(r) => s.push_str(&format!(
             "decision: reject {} \"{}\"\n",
@@ -273,7 +273,7 @@ fn human(version: &str, d: &Decision, events: &[TraceEvent], explain: bool) -> S
             }
         ));
     }
-    let fb: Vec<&str> = d.fallbacks.iter().map(|f| f.endpoint.as_str()).collect();
+    let fb: Vec<&str> = d.fallbacks().map(|f| f.endpoint).collect();
     s.push_str(&format!(
         "  fallbacks: {}\n",
         if fb.is_empty() {

@@ -35,6 +35,7 @@ use super::Gateway;
 use crate::api::Usage;
 use crate::error::GatewayError;
 use crate::policy::ast::PriorityLevel;
+use crate::policy::names::Name;
 use crate::routing::policy::PolicySnapshot;
 
 /// The access line's `api`: the inbound API of the request.
@@ -114,9 +115,9 @@ pub struct Facts {
     /// The policy set the request ran on.
     pub snapshot: Arc<PolicySnapshot>,
     /// The route and rule that decided.
-    pub route: Option<String>,
+    pub route: Option<Name>,
     /// The rule.
-    pub rule: Option<String>,
+    pub rule: Option<Name>,
     /// The strategy of the decision (`Some(None)`: built-in `priority`).
     pub strategy: Option<Option<u32>>,
     /// The request's final priority (after the policy's `set priority`).

@@ -14,6 +14,7 @@ use http::HeaderValue;
 use super::access::Tried;
 use crate::api::Usage;
 use crate::auth::Principal;
+use crate::policy::names::Name;
 use crate::routing::features::Caller;
 use crate::routing::policy::PolicySnapshot;
 
@@ -39,9 +40,9 @@ pub struct RequestCtx {
     /// The logical model asked for (normalize phase; empty before it).
     pub model: String,
     /// The route that took the request (route phase; `None`: none matched).
-    pub route: Option<String>,
+    pub route: Option<Name>,
     /// The rule (or `default`) that decided (route phase).
-    pub rule: Option<String>,
+    pub rule: Option<Name>,
     /// The strategy behind the decision (route phase; `Some(None)`: the built-in
     /// `priority`; `None`: no strategy ran).
     pub strategy: Option<Option<u32>>,

@@ -62,7 +62,6 @@ pub use respond::{
 };
 pub use schedule::{DEFER_HEADER, HELD_HEADER, PRIORITY_HEADER, QUEUED_HEADER};
 
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -114,9 +113,6 @@ pub struct Gateway {
     /// `on pick` updates (`route`) and `on success` / `on failure` updates
     /// (`outcome`), so stateful strategies see every earlier pick and outcome.
     decision_lock: Mutex<()>,
-    /// The last decision made under `decision_lock` applied `on pick` updates: the
-    /// next one is made under the lock at once (`route::decide`).
-    picks_updated: AtomicBool,
     models_json: Bytes,
     /// Requests per endpoint over the last minutes (written by the log phase, read
     /// by `GET /admin/traffic`).
@@ -176,7 +172,6 @@ impl Gateway {
             stream_stop,
             auth,
             decision_lock: Mutex::new(()),
-            picks_updated: AtomicBool::new(false),
             models_json,
             traffic: crate::recent::Traffic::new(registry_len),
             decisions: crate::recent::DecisionRing::default(),

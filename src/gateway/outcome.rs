@@ -147,10 +147,7 @@ impl Attempt {
         // Read-modify-write of the state: under the decision lock, so concurrent
         // outcomes (and `on pick` decisions) of the same strategy never lose updates.
         let _guard = self.gw.lock_decisions();
-        let stats = self
-            .gw
-            .stats
-            .live(SystemTime::now(), &self.ctx.features.task);
+        let stats = self.gw.stats.live(SystemTime::now());
         let outcome = Outcome {
             latency_ms: latency.as_secs_f64() * 1e3,
             ttft_ms: ttft.map(|t| t.as_secs_f64() * 1e3).unwrap_or(0.0),
@@ -167,8 +164,8 @@ impl Attempt {
             success,
             &outcome,
         );
-        if let (Some(u), Some(slot)) = (update, self.gw.stats.slot(self.ep_idx)) {
-            slot.set_state(&u.strategy, &u.slots);
+        if let Some(u) = update {
+            self.gw.stats.set_state(self.ep_idx, &u.strategy, &u.slots);
         }
     }
 }

@@ -7,7 +7,6 @@
 //! the retry settings (retries, backoff, the fallback's `on` statuses) into the
 //! returned [`Plan`].
 
-use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
 use super::ctx::RequestCtx;
@@ -99,12 +98,19 @@ pub fn route(
         }
         return Err(e);
     }
-    let mut plan = Vec::with_capacity(chosen.len());
-    for i in chosen {
-        if i < gw.registry.endpoints.len() && !plan.contains(&i) {
-            plan.push(i);
-        }
-    }
+    // The policy's plan, without unknown indices and repeats (one bit per endpoint,
+    // so a long plan costs no quadratic search).
+    let mut plan = chosen;
+    let known = gw.registry.endpoints.len();
+    let mut seen: smallvec::SmallVec<[u64; 4]> = smallvec::smallvec![0; known.div_ceil(64)];
+    plan.retain(|&i| {
+        let Some(w) = seen.get_mut(i / 64).filter(|_| i < known) else {
+            return false;
+        };
+        let fresh = *w & (1 << (i % 64)) == 0;
+        *w |= 1 << (i % 64);
+        fresh
+    });
     restrict(gw, ctx, &mut plan, &chat.model)?;
     super::fit::fit(gw, ctx, &mut plan, chat, features)?;
     if plan.is_empty() {
@@ -162,31 +168,31 @@ fn restrict(
 
 /// Runs the policy for `features` on `snap`, applying `on pick` state updates.
 ///
-/// A decision that applies `on pick` updates (smooth weighted round-robin, for one)
-/// runs under the gateway's decision lock on fresh statistics, so every applied
-/// update comes from a decision that saw all earlier picks. Other decisions run
-/// without the lock, so requests whose strategy keeps no pick state never wait for
-/// one that does. Which kind a decision is shows only once it is made: when the
-/// previous decision applied updates, this one is made under the lock at once (one
-/// decision, as traffic to a stateful strategy comes in runs); otherwise it is made
-/// without, and made again under the lock should it return updates after all.
+/// Decisions run without a lock. One that has `on pick` updates to apply (smooth
+/// weighted round-robin, for one) takes the gateway's decision lock; if some strategy
+/// state was written since it started reading ([`crate::stats::StatsStore::state_writes`]),
+/// it is discarded and made again under the lock on fresh statistics. So every
+/// applied update comes from a decision that saw all earlier picks, requests whose
+/// strategy keeps no pick state never wait for one that does, and an uncontended
+/// stateful request decides once.
 fn decide(gw: &Gateway, snap: &PolicySnapshot, features: &RequestFeatures) -> Decision {
     let seed = rand::random::<u64>();
-    if !gw.picks_updated.load(Ordering::Relaxed) {
-        let stats = gw.stats.live(SystemTime::now(), &features.task);
-        let decision = snap.compiled.decide(features, &stats, seed);
-        if decision.state_updates.is_empty() {
-            return decision;
-        }
+    let writes = gw.stats.state_writes();
+    let stats = gw.stats.live(SystemTime::now());
+    let decision = snap.compiled.decide(features, &stats, seed);
+    if decision.state_updates.is_empty() {
+        return decision;
     }
     let _guard = gw.lock_decisions();
-    let stats = gw.stats.live(SystemTime::now(), &features.task);
-    let decision = snap.compiled.decide(features, &stats, seed);
-    gw.picks_updated
-        .store(!decision.state_updates.is_empty(), Ordering::Relaxed);
+    let decision = if gw.stats.state_writes() == writes {
+        decision
+    } else {
+        let stats = gw.stats.live(SystemTime::now());
+        snap.compiled.decide(features, &stats, seed)
+    };
     for u in &decision.state_updates {
-        if let Some(slot) = gw.stats.index(&u.endpoint).and_then(|i| gw.stats.slot(i)) {
-            slot.set_state(&u.strategy, &u.slots);
+        if let Some(i) = gw.stats.resolve(u.index, &u.endpoint) {
+            gw.stats.set_state(i, &u.strategy, &u.slots);
         }
     }
     decision

@@ -122,6 +122,7 @@ pub fn check(
         return Err(d);
     }
     Ok(CheckedPolicySet {
+        names: super::names::Names::new(&routes, &strategies, registry),
         strings: c.strings,
         regexes: c.regexes,
         routes,

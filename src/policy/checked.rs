@@ -472,11 +472,15 @@ impl CTarget {
 pub struct CUse {
     /// Where.
     pub target: CTarget,
+    /// The target as policies write it ([`CTarget::describe`]), shared by the
+    /// decisions that name it.
+    pub described: super::names::Name,
     /// Strategy index in [`CheckedPolicySet::strategies`]; `None` is the built-in
     /// `priority` strategy (registry priority, then weight, then config order).
     pub strategy: Option<u32>,
-    /// Every parameter's value, defaults filled in, in declaration order.
-    pub args: Vec<Const>,
+    /// Every parameter's value, defaults filled in, in declaration order (shared
+    /// with the strategy calls of decisions).
+    pub args: std::sync::Arc<[Const]>,
     /// The `use` action.
     pub span: Span,
 }
@@ -751,6 +755,8 @@ pub struct CheckedPolicySet {
     pub sources: SourceMap,
     /// FNV-1a 64 of every file's name and text, hex: the policy version.
     pub version: String,
+    /// The names decisions report, shared ([`super::names`]).
+    pub names: super::names::Names,
 }
 
 impl CheckedPolicySet {

@@ -96,12 +96,17 @@ impl RequestFeatures {
         }
     }
 
-    /// The header `name` (case-insensitive).
+    /// The header `name` (case-insensitive; names are kept lowercased).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .get(name)
-            .or_else(|| self.headers.get(&name.to_ascii_lowercase()))
-            .map(String::as_str)
+        match self.headers.get(name) {
+            Some(v) => Some(v),
+            // Only a name with capitals can differ from its lowercased form.
+            None if name.bytes().any(|b| b.is_ascii_uppercase()) => self
+                .headers
+                .get(&name.to_ascii_lowercase())
+                .map(String::as_str),
+            None => None,
+        }
     }
 
     /// Whether the caller's credential carries scope `name` (exact, case-sensitive,
@@ -231,6 +236,16 @@ pub struct StatsSnapshot {
 }
 
 impl StatsSnapshot {
+    /// Applies a decision's or an outcome's state update, as the gateway applies it
+    /// to its live statistics (for tests and tools that replay decisions).
+    pub fn apply(&mut self, u: &super::interp::StateUpdate) {
+        let e = self.endpoints.entry(u.endpoint.to_string()).or_default();
+        let m = e.state.entry(u.strategy.to_string()).or_default();
+        for (k, v) in &u.slots {
+            m.insert(k.to_string(), *v);
+        }
+    }
+
     /// The statistics of `id` (defaults if absent).
     pub fn get(&self, id: &str) -> std::borrow::Cow<'_, EndpointStats> {
         match self.endpoints.get(id) {
@@ -240,34 +255,114 @@ impl StatsSnapshot {
     }
 }
 
-/// Where a decision reads endpoint statistics: a [`StatsSnapshot`] (policy tests,
-/// `dry-run --stats`, `/admin/endpoints`) or the gateway's live store read in place
-/// (`crate::stats::LiveStats`), so a decision costs only the endpoints it looks at,
-/// not a copy of every endpoint's statistics.
-///
-/// A source is read for the candidates of the request's model (and of any model a
-/// route names), each at most a few times per decision.
-pub trait StatsSource {
-    /// The statistics of the endpoint with registry index `index` and id `id`
-    /// ([`crate::policy::registry::EndpointRef`]); defaults when the source does not
-    /// know it.
-    fn endpoint_stats(&self, index: usize, id: &str) -> std::borrow::Cow<'_, EndpointStats>;
+/// One endpoint's statistics as a decision reads them: numbers only, with the quality
+/// score of the request's task category picked out (`endpoint.quality`). What
+/// [`StatsSource::stats`] returns; the gateway builds it from an endpoint's atomics in
+/// place, without copying maps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EpStats {
+    /// See [`EndpointStats::available`].
+    pub available: bool,
+    /// See [`EndpointStats::health`].
+    pub health: f64,
+    /// See [`EndpointStats::latency_ewma_ms`].
+    pub latency_ewma_ms: f64,
+    /// See [`EndpointStats::ttft_ewma_ms`].
+    pub ttft_ewma_ms: f64,
+    /// See [`EndpointStats::capacity`].
+    pub capacity: f64,
+    /// See [`EndpointStats::in_flight`].
+    pub in_flight: u64,
+    /// See [`EndpointStats::error_rate`].
+    pub error_rate: f64,
+    /// See [`EndpointStats::cost_in_per_token`].
+    pub cost_in_per_token: Option<f64>,
+    /// See [`EndpointStats::cost_out_per_token`].
+    pub cost_out_per_token: Option<f64>,
+    /// The quality score of the request's task category, in [0, 1] (0 when unknown).
+    pub quality: f64,
+    /// See [`EndpointStats::context_window`].
+    pub context_window: Option<u64>,
+    /// See [`EndpointStats::circuit`].
+    pub circuit: Circuit,
+}
 
-    /// Whether the runtime offers the endpoint to strategies
-    /// ([`EndpointStats::available`]): what [`StatsSource::endpoint_stats`] says,
-    /// without building the rest.
-    fn available(&self, index: usize, id: &str) -> bool {
-        self.endpoint_stats(index, id).available
+impl Default for EpStats {
+    fn default() -> Self {
+        EndpointStats::default().for_task("")
     }
 }
 
+impl EndpointStats {
+    /// The numbers a decision for a request of task category `task` reads.
+    pub fn for_task(&self, task: &str) -> EpStats {
+        EpStats {
+            available: self.available,
+            health: self.health,
+            latency_ewma_ms: self.latency_ewma_ms,
+            ttft_ewma_ms: self.ttft_ewma_ms,
+            capacity: self.capacity,
+            in_flight: self.in_flight,
+            error_rate: self.error_rate,
+            cost_in_per_token: self.cost_in_per_token,
+            cost_out_per_token: self.cost_out_per_token,
+            quality: self.quality.get(task).copied().unwrap_or(0.0),
+            context_window: self.context_window,
+            circuit: self.circuit,
+        }
+    }
+}
+
+/// Where a decision reads endpoint statistics: a [`StatsSnapshot`] (policy tests,
+/// `dry-run --stats`, `/admin/endpoints`) or the gateway's live store read in place
+/// (`crate::stats::LiveStats`), so a decision costs only the endpoints it looks at,
+/// not a copy of every endpoint's statistics, and allocates nothing for them.
+///
+/// A source is read for the candidates of the request's model (and of any model a
+/// route names), each at most a few times per decision. Endpoints are named by
+/// registry index and id ([`crate::policy::registry::EndpointRef`]); a source that
+/// does not know one answers with the defaults ([`EndpointStats::default`]).
+pub trait StatsSource {
+    /// The statistics of the endpoint for a request of task category `task`.
+    fn stats(&self, index: usize, id: &str, task: &str) -> EpStats;
+
+    /// Whether the runtime offers the endpoint to strategies
+    /// ([`EndpointStats::available`]), without reading the rest.
+    fn available(&self, index: usize, id: &str) -> bool;
+
+    /// Calls `f` with the endpoint's state slots for strategy `strategy` (slot name →
+    /// value, [`EndpointStats::state`]), if it holds any; not at all otherwise.
+    fn state(
+        &self,
+        index: usize,
+        id: &str,
+        strategy: &str,
+        f: &mut dyn FnMut(&BTreeMap<String, f64>),
+    );
+}
+
 impl StatsSource for StatsSnapshot {
-    fn endpoint_stats(&self, _index: usize, id: &str) -> std::borrow::Cow<'_, EndpointStats> {
-        self.get(id)
+    fn stats(&self, _index: usize, id: &str, task: &str) -> EpStats {
+        match self.endpoints.get(id) {
+            Some(s) => s.for_task(task),
+            None => EpStats::default(),
+        }
     }
 
     fn available(&self, _index: usize, id: &str) -> bool {
         self.endpoints.get(id).is_none_or(|s| s.available)
+    }
+
+    fn state(
+        &self,
+        _index: usize,
+        id: &str,
+        strategy: &str,
+        f: &mut dyn FnMut(&BTreeMap<String, f64>),
+    ) {
+        if let Some(m) = self.endpoints.get(id).and_then(|s| s.state.get(strategy)) {
+            f(m);
+        }
     }
 }
 

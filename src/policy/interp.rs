@@ -21,11 +21,14 @@
 //!    available endpoints in registry priority order, without repeats. An empty plan
 //!    is a 503 rejection.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
 use super::ast::{Event, PriorityLevel};
 use super::checked::*;
 use super::features::{Outcome, RequestFeatures, StatsSource};
+use super::names::{Name, PlanNames};
 use super::registry::EndpointRef;
 use super::status::FallbackOn;
 
@@ -37,28 +40,29 @@ use eval::Evaluator;
 use hash::SplitMix64;
 
 /// Where the request goes, or why it is refused.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+///
+/// Names are shared with the checked set ([`Name`]): a decision copies pointers, and
+/// its plan is endpoint indices; [`Decision::fallbacks`] names the rest of the plan.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
     /// The route that took the request (`None`: no route matched).
-    pub route: Option<String>,
+    pub route: Option<Name>,
     /// The rule that decided (`default` for the default).
-    pub rule: Option<String>,
+    pub rule: Option<Name>,
     /// The split arm, when a split decided.
     pub split: Option<SplitChoice>,
     /// The target as written (`"gpt-4o"`, `endpoint "x"`, `model`, `any`).
-    pub target: Option<String>,
+    pub target: Option<Name>,
     /// The strategy that chose the endpoint.
-    pub strategy: Option<String>,
+    pub strategy: Option<Name>,
     /// The chosen endpoint id.
-    pub endpoint: Option<String>,
+    pub endpoint: Option<Name>,
     /// The chosen endpoint's logical model.
-    pub model: Option<String>,
-    /// The rest of the plan, in order.
-    pub fallbacks: Vec<PlanStep>,
+    pub model: Option<Name>,
     /// The whole plan as endpoint indices (registry order, see
     /// [`super::registry::EndpointRef::index`]): the chosen endpoint, then the
-    /// fallbacks. What the gateway dispatches over; the ids above are for people.
-    #[serde(skip)]
+    /// fallbacks. What the gateway dispatches over; [`Decision::fallbacks`] and the
+    /// names above are for people.
     pub plan: Vec<usize>,
     /// Extra attempts per endpoint on retryable errors.
     pub retries: u32,
@@ -67,7 +71,6 @@ pub struct Decision {
     /// The fallback's `on` statuses: an attempt failing with one of them moves on to
     /// the next endpoint of the plan even if it would otherwise return to the client
     /// ([`FallbackOn::matches`]). `None`: no `on` clause.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback_on: Option<FallbackOn>,
     /// The request's final priority.
     pub priority: PriorityLevel,
@@ -82,8 +85,73 @@ pub struct Decision {
     /// `on pick` state updates to apply.
     pub state_updates: Vec<StateUpdate>,
     /// What to hand back to [`on_outcome`] (not serialized).
-    #[serde(skip)]
     pub call: Option<StrategyCall>,
+    /// The names of the registry's endpoints, for [`Decision::fallbacks`].
+    pub names: PlanNames,
+}
+
+impl Decision {
+    /// The rest of the plan after the chosen endpoint, in order, with names.
+    pub fn fallbacks(&self) -> impl ExactSizeIterator<Item = PlanStep<'_>> + '_ {
+        self.plan.iter().skip(1).map(|&i| match self.names.get(i) {
+            Some(n) => PlanStep {
+                endpoint: &n.id,
+                model: &n.model,
+                provider: &n.provider,
+            },
+            None => PlanStep {
+                endpoint: "",
+                model: "",
+                provider: "",
+            },
+        })
+    }
+}
+
+/// The JSON form of a decision (`dry-run --json`, test reports): every field but the
+/// plan indices and the strategy call, with the fallbacks named.
+impl Serialize for Decision {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct View<'a> {
+            route: Option<&'a str>,
+            rule: Option<&'a str>,
+            split: Option<&'a SplitChoice>,
+            target: Option<&'a str>,
+            strategy: Option<&'a str>,
+            endpoint: Option<&'a str>,
+            model: Option<&'a str>,
+            fallbacks: Vec<PlanStep<'a>>,
+            retries: u32,
+            backoff_ms: Option<(u64, u64)>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            fallback_on: Option<&'a FallbackOn>,
+            priority: PriorityLevel,
+            cache: Option<CacheSetting>,
+            hold_off_peak: bool,
+            reject: Option<&'a Rejection>,
+            state_updates: &'a [StateUpdate],
+        }
+        View {
+            route: self.route.as_deref(),
+            rule: self.rule.as_deref(),
+            split: self.split.as_ref(),
+            target: self.target.as_deref(),
+            strategy: self.strategy.as_deref(),
+            endpoint: self.endpoint.as_deref(),
+            model: self.model.as_deref(),
+            fallbacks: self.fallbacks().collect(),
+            retries: self.retries,
+            backoff_ms: self.backoff_ms,
+            fallback_on: self.fallback_on.as_ref(),
+            priority: self.priority,
+            cache: self.cache,
+            hold_off_peak: self.hold_off_peak,
+            reject: self.reject.as_ref(),
+            state_updates: &self.state_updates,
+        }
+        .serialize(s)
+    }
 }
 
 /// The split arm chosen.
@@ -99,15 +167,15 @@ pub struct SplitChoice {
     pub rolled_back: bool,
 }
 
-/// One step of the endpoint plan.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PlanStep {
+/// One step of the endpoint plan, named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PlanStep<'a> {
     /// Endpoint id.
-    pub endpoint: String,
+    pub endpoint: &'a str,
     /// Its logical model.
-    pub model: String,
+    pub model: &'a str,
     /// Its provider.
-    pub provider: String,
+    pub provider: &'a str,
 }
 
 /// A refusal.
@@ -123,13 +191,30 @@ pub struct Rejection {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StateUpdate {
     /// Endpoint id.
-    pub endpoint: String,
+    #[serde(serialize_with = "name_str")]
+    pub endpoint: Name,
+    /// The endpoint's registry index (not serialized).
+    #[serde(skip)]
+    pub index: usize,
     /// Strategy name (the key in [`super::EndpointStats::state`]).
-    pub strategy: String,
+    #[serde(serialize_with = "name_str")]
+    pub strategy: Name,
     /// The event that produced it.
     pub event: Event,
     /// Slot → new value.
-    pub slots: std::collections::BTreeMap<String, f64>,
+    #[serde(serialize_with = "name_map")]
+    pub slots: std::collections::BTreeMap<Name, f64>,
+}
+
+fn name_str<S: serde::Serializer>(n: &Name, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(n)
+}
+
+fn name_map<S: serde::Serializer>(
+    m: &std::collections::BTreeMap<Name, f64>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_map(m.iter().map(|(k, v)| (&**k, v)))
 }
 
 /// The strategy invocation behind a decision, for outcome updates.
@@ -137,10 +222,10 @@ pub struct StateUpdate {
 pub struct StrategyCall {
     /// Strategy index (`None`: built-in `priority`).
     pub strategy: Option<u32>,
-    /// Argument values.
-    pub args: Vec<Const>,
-    /// Candidate endpoint ids, in registry order.
-    pub candidates: Vec<String>,
+    /// Argument values (shared with the `use` that made the call).
+    pub args: Arc<[Const]>,
+    /// Candidate endpoints by registry index, in registry order.
+    pub candidates: Vec<usize>,
 }
 
 /// One condition leaf evaluated: comparison, `in`, string test or `has`.
@@ -243,8 +328,9 @@ pub fn on_outcome(
     success: bool,
     outcome: &Outcome,
 ) -> Option<StateUpdate> {
-    let s = set.strategies.get(call.strategy? as usize)?;
-    let cands: Vec<EndpointRef<'_>> = set.registry.endpoints_by_id(&call.candidates);
+    let si = call.strategy?;
+    let s = set.strategies.get(si as usize)?;
+    let cands: Vec<EndpointRef<'_>> = set.registry.endpoints_at(&call.candidates);
     let event = if success {
         Event::Success
     } else {
@@ -252,7 +338,7 @@ pub fn on_outcome(
     };
     strategy::update(
         set,
-        s,
+        (si, s),
         &call.args,
         req,
         stats,
@@ -265,16 +351,21 @@ pub fn on_outcome(
 
 /// `use model via priority`: the decision when no route matches. (Shared with the
 /// JIT's host side, like the helpers below, so the engines cannot drift apart.)
-pub(crate) static IMPLICIT_USE: std::sync::LazyLock<CUse> = std::sync::LazyLock::new(|| CUse {
-    target: CTarget::RequestedModel,
-    strategy: None,
-    args: Vec::new(),
-    span: Default::default(),
+pub(crate) static IMPLICIT_USE: std::sync::LazyLock<CUse> = std::sync::LazyLock::new(|| {
+    let target = CTarget::RequestedModel;
+    CUse {
+        described: Arc::from(target.describe()),
+        target,
+        strategy: None,
+        args: Arc::from([]),
+        span: Default::default(),
+    }
 });
 
 impl Decision {
-    /// A decision with nothing decided yet, at `priority`.
-    pub(crate) fn blank(priority: PriorityLevel) -> Decision {
+    /// A decision with nothing decided yet, at `priority`, naming endpoints with
+    /// `names`.
+    pub(crate) fn blank(priority: PriorityLevel, names: &PlanNames) -> Decision {
         Decision {
             route: None,
             rule: None,
@@ -283,7 +374,6 @@ impl Decision {
             strategy: None,
             endpoint: None,
             model: None,
-            fallbacks: Vec::new(),
             plan: Vec::new(),
             retries: 0,
             backoff_ms: None,
@@ -294,6 +384,7 @@ impl Decision {
             reject: None,
             state_updates: Vec::new(),
             call: None,
+            names: names.clone(),
         }
     }
 }
@@ -322,7 +413,7 @@ pub(crate) fn candidates<'a>(
     set: &'a CheckedPolicySet,
     req: &RequestFeatures,
     t: &CTarget,
-) -> Result<Vec<EndpointRef<'a>>, String> {
+) -> Result<Refs<'a>, String> {
     let reg = &set.registry;
     Ok(match t {
         CTarget::Model(m) => reg
@@ -339,14 +430,13 @@ pub(crate) fn candidates<'a>(
 }
 
 /// The endpoints of `v` the runtime offers to strategies.
-pub(crate) fn available<'a>(
-    stats: &dyn StatsSource,
-    v: Vec<EndpointRef<'a>>,
-) -> Vec<EndpointRef<'a>> {
-    v.into_iter()
-        .filter(|e| stats.available(e.index, &e.endpoint.id))
-        .collect()
+pub(crate) fn available<'a>(stats: &dyn StatsSource, mut v: Refs<'a>) -> Refs<'a> {
+    v.retain(|e| stats.available(e.index, &e.endpoint.id));
+    v
 }
+
+/// Endpoints of a target or a plan, on the stack up to eight.
+pub type Refs<'a> = smallvec::SmallVec<[EndpointRef<'a>; 8]>;
 
 struct Run<'a> {
     set: &'a CheckedPolicySet,
@@ -401,7 +491,7 @@ impl<'a> Run<'a> {
 
     fn decide(&mut self) -> Decision {
         let set = self.set;
-        for route in &set.routes {
+        for (ri, route) in set.routes.iter().enumerate() {
             if let Some(w) = &route.when {
                 if !self.cond(w, || format!("route {}", route.name)) {
                     continue;
@@ -413,7 +503,8 @@ impl<'a> Run<'a> {
             let mut cache = route.cache;
             let mut hold = route.hold_off_peak;
             let mut fallback = route.fallback.as_ref();
-            for rule in route.rules.iter().chain(std::iter::once(&route.default)) {
+            let rules = route.rules.iter().chain(std::iter::once(&route.default));
+            for (ki, rule) in rules.enumerate() {
                 if let Some(w) = &rule.when {
                     if !self.cond(w, || format!("rule {}", rule.name)) {
                         continue;
@@ -429,8 +520,8 @@ impl<'a> Run<'a> {
                     continue;
                 };
                 let mut d = self.terminal(terminal, &rule.name, fallback);
-                d.route = Some(route.name.clone());
-                d.rule = Some(rule.name.clone());
+                d.route = set.names.route(ri);
+                d.rule = set.names.rule(ri, ki);
                 d.cache = cache;
                 d.hold_off_peak = hold;
                 d.priority = self.priority;
@@ -460,7 +551,7 @@ impl<'a> Run<'a> {
             CTerminal::Reject {
                 status, message, ..
             } => {
-                let mut d = Decision::blank(self.priority);
+                let mut d = Decision::blank(self.priority, self.set.names.endpoints());
                 d.reject = Some(Rejection {
                     status: *status,
                     message: message.clone(),
@@ -493,7 +584,7 @@ impl<'a> Run<'a> {
                     }
                 }
                 let Some(a) = s.arms.get(arm) else {
-                    return Decision::blank(self.priority);
+                    return Decision::blank(self.priority, self.set.names.endpoints());
                 };
                 let mut d = self.dispatch(&a.action, fallback);
                 d.split = Some(SplitChoice {
@@ -537,8 +628,8 @@ impl<'a> Run<'a> {
     }
 
     fn dispatch(&mut self, u: &'a CUse, fallback: Option<&CFallback>) -> Decision {
-        let mut d = Decision::blank(self.priority);
-        d.target = Some(u.target.describe());
+        let mut d = Decision::blank(self.priority, self.set.names.endpoints());
+        d.target = Some(u.described.clone());
         let cands = match candidates(self.set, self.req, &u.target) {
             Ok(c) => available(self.stats, c),
             Err(model) => {
@@ -550,38 +641,48 @@ impl<'a> Run<'a> {
             }
         };
         let strat = u.strategy.and_then(|i| self.set.strategies.get(i as usize));
-        d.strategy = Some(
-            strat
-                .map(|s| s.name.clone())
-                .unwrap_or_else(|| "priority".to_string()),
-        );
+        d.strategy = Some(self.set.names.strategy(u.strategy));
         d.call = Some(StrategyCall {
             strategy: u.strategy,
             args: u.args.clone(),
-            candidates: cands.iter().map(|c| c.endpoint.id.clone()).collect(),
+            candidates: cands.iter().map(|c| c.index).collect(),
         });
-        let ranked = strategy::rank(
-            self.set,
-            strat,
-            &u.args,
-            self.req,
-            self.stats,
-            cands.clone(),
-            Some(&mut self.rng),
-            self.explain,
-        );
-        self.trace.extend(ranked.events);
-        let mut plan: Vec<EndpointRef<'a>> = ranked.order.iter().map(|c| c.reg).collect();
-        if let (Some(s), Some(first)) = (strat, ranked.order.first()) {
-            let id = first.reg.endpoint.id.clone();
+        let (mut plan, first) = match strat {
+            None => {
+                let mut plan = cands.clone();
+                strategy::builtin(&mut plan, Some(&mut self.rng));
+                if self.explain {
+                    self.trace.extend(strategy::builtin_events(&plan));
+                }
+                (plan, None)
+            }
+            Some(s) => {
+                let ranked = strategy::rank(
+                    self.set,
+                    s,
+                    &u.args,
+                    self.req,
+                    self.stats,
+                    &cands,
+                    Some(&mut self.rng),
+                    self.explain,
+                );
+                self.trace.extend(ranked.events);
+                let plan: Refs<'a> = ranked.order.iter().map(|c| c.reg).collect();
+                let first = plan.first().copied();
+                (plan, first)
+            }
+        };
+        if let (Some(si), Some(s), Some(first)) = (u.strategy, strat, first) {
+            let id: &str = &first.endpoint.id;
             if let Some(up) = strategy::update(
                 self.set,
-                s,
+                (si, s),
                 &u.args,
                 self.req,
                 self.stats,
                 &cands,
-                &id,
+                id,
                 Event::Pick,
                 None,
             ) {
@@ -596,7 +697,7 @@ impl<'a> Run<'a> {
                 )
             });
         }
-        write_plan(&mut d, plan, &u.target);
+        write_plan(&mut d, &plan, &u.target);
         d
     }
 }
@@ -606,9 +707,9 @@ impl<'a> Run<'a> {
 /// it. Shared by the interpreter and the JIT's host side so the plans cannot drift.
 pub fn apply_fallback<'a>(
     d: &mut Decision,
-    plan: &mut Vec<EndpointRef<'a>>,
+    plan: &mut Refs<'a>,
     f: &CFallback,
-    mut endpoints_of: impl FnMut(&CTarget) -> Vec<EndpointRef<'a>>,
+    mut endpoints_of: impl FnMut(&CTarget) -> Refs<'a>,
 ) {
     d.retries = f.retries;
     d.fallback_on = f.on.clone();
@@ -619,7 +720,8 @@ pub fn apply_fallback<'a>(
         let mut more = endpoints_of(t);
         strategy::builtin_order(&mut more);
         for e in more {
-            if !plan.iter().any(|p| p.endpoint.id == e.endpoint.id) {
+            let seen = |p: &EndpointRef<'_>| p.index == e.index || p.endpoint.id == e.endpoint.id;
+            if !plan.iter().any(seen) {
                 plan.push(e);
             }
         }
@@ -628,20 +730,12 @@ pub fn apply_fallback<'a>(
 
 /// Writes `plan` into `d`: its first endpoint is the choice, the rest the fallbacks;
 /// an empty plan is a 503 rejection naming `target`.
-pub fn write_plan(d: &mut Decision, plan: Vec<EndpointRef<'_>>, target: &CTarget) {
+pub fn write_plan(d: &mut Decision, plan: &[EndpointRef<'_>], target: &CTarget) {
     d.plan = plan.iter().map(|e| e.index).collect();
-    let mut steps = plan.into_iter();
-    match steps.next() {
+    match plan.first().and_then(|first| d.names.get(first.index)) {
         Some(first) => {
-            d.endpoint = Some(first.endpoint.id.clone());
-            d.model = Some(first.model.name.clone());
-            d.fallbacks = steps
-                .map(|e| PlanStep {
-                    endpoint: e.endpoint.id.clone(),
-                    model: e.model.name.clone(),
-                    provider: e.endpoint.provider.clone(),
-                })
-                .collect();
+            d.endpoint = Some(first.id.clone());
+            d.model = Some(first.model.clone());
         }
         None => {
             d.reject = Some(Rejection {

@@ -24,7 +24,8 @@ pub mod features;
 pub mod registry;
 
 pub use features::{
-    Circuit, EndpointStats, Outcome, RequestFeatures, StatsSnapshot, StatsSource, NO_BUDGET,
+    Circuit, EndpointStats, EpStats, Outcome, RequestFeatures, StatsSnapshot, StatsSource,
+    NO_BUDGET,
 };
 pub use registry::{Registry, RegistryEndpoint, RegistryModel};
 pub mod check;
@@ -34,6 +35,7 @@ pub mod fmt;
 pub mod interp;
 pub mod jit;
 pub mod lint;
+pub mod names;
 pub mod status;
 pub mod testing;
 

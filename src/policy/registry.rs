@@ -134,6 +134,33 @@ impl Registry {
         ids.iter().filter_map(|id| self.endpoint(id)).collect()
     }
 
+    /// The endpoints with registry indices `indices`, in that order; indices past
+    /// the end are left out. Ascending indices (a
+    /// [`crate::policy::interp::StrategyCall`]'s candidates) are found in one pass.
+    pub fn endpoints_at<'r>(&'r self, indices: &[usize]) -> Vec<EndpointRef<'r>> {
+        let mut out = Vec::with_capacity(indices.len());
+        let mut all = self.endpoints().peekable();
+        let mut sorted = true;
+        for &i in indices {
+            while all.next_if(|e| e.index < i).is_some() {}
+            match all.peek() {
+                Some(e) if e.index == i => out.push(*e),
+                _ => {
+                    sorted = false;
+                    break;
+                }
+            }
+        }
+        if sorted {
+            return out;
+        }
+        let all: Vec<EndpointRef<'r>> = self.endpoints().collect();
+        indices
+            .iter()
+            .filter_map(|&i| all.get(i).copied())
+            .collect()
+    }
+
     /// The endpoint with id `id` (the first, if a config repeats an id).
     pub fn endpoint(&self, id: &str) -> Option<EndpointRef<'_>> {
         self.endpoints().find(|e| e.endpoint.id == id)

@@ -43,7 +43,7 @@ impl StatusItem {
 /// the same endpoint are unchanged), even a status such as 400 that would otherwise be
 /// returned to the client at once. A status that does not match is handled as without
 /// the clause.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FallbackOn {
     items: Vec<StatusItem>,
 }

@@ -29,6 +29,10 @@ use super::features::{Circuit, EndpointStats, RequestFeatures, StatsSnapshot};
 use super::interp::{decide, Decision};
 use crate::suggest::did_you_mean;
 
+pub mod run;
+
+pub use run::{run_tests_parallel, TestResults};
+
 /// Largest `sample` count.
 pub const MAX_SAMPLE: u64 = 1_000_000;
 
@@ -94,6 +98,14 @@ pub struct TestReport {
     pub budget: Option<u64>,
     /// Test requests decided by the tests that ran.
     pub requests: u64,
+    /// Of the passed tests, those whose inputs were unchanged since an earlier run
+    /// and were checked on the compiled code alone ([`run::run_tests_parallel`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reused: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The result of one test.
@@ -148,26 +160,49 @@ impl TestReport {
 
 /// The value of decision field `f`, as tests spell it.
 pub fn field_value(d: &Decision, f: ExpectField) -> String {
-    let s = |o: &Option<String>| o.clone().unwrap_or_else(|| "none".to_string());
+    field_str(d, f, |s| s.to_string())
+}
+
+/// Whether decision field `f` is `want`, as tests spell it (no allocation: it runs
+/// for every request of a `sample`).
+pub fn field_is(d: &Decision, f: ExpectField, want: &str) -> bool {
     match f {
-        ExpectField::Route => s(&d.route),
-        ExpectField::Rule => s(&d.rule),
-        ExpectField::Endpoint => s(&d.endpoint),
-        ExpectField::Model => s(&d.model),
-        ExpectField::Strategy => s(&d.strategy),
-        ExpectField::Arm => d
-            .split
-            .as_ref()
-            .map(|a| a.arm.to_string())
-            .unwrap_or_else(|| "none".into()),
-        ExpectField::Priority => d.priority.as_str().to_string(),
-        ExpectField::Cache => match d.cache {
-            Some(c) if c.on && c.exact => "exact".into(),
-            Some(c) if c.on => "on".into(),
-            Some(_) => "off".into(),
-            None => "default".into(),
+        // The arm's decimal form without formatting it: the same number, written
+        // without a sign or leading zeros.
+        ExpectField::Arm => match &d.split {
+            Some(a) => {
+                let canonical = !want.starts_with('+') && (want == "0" || !want.starts_with('0'));
+                canonical && want.parse::<u32>().ok() == Some(a.arm)
+            }
+            None => want == "none",
         },
-        ExpectField::Hold => if d.hold_off_peak { "off_peak" } else { "none" }.into(),
+        _ => field_str(d, f, |s| s == want),
+    }
+}
+
+/// Applies `k` to the text of field `f` of `d` (an arm's number is formatted).
+fn field_str<T>(d: &Decision, f: ExpectField, k: impl FnOnce(&str) -> T) -> T {
+    fn s(o: &Option<crate::policy::names::Name>) -> &str {
+        o.as_deref().unwrap_or("none")
+    }
+    match f {
+        ExpectField::Route => k(s(&d.route)),
+        ExpectField::Rule => k(s(&d.rule)),
+        ExpectField::Endpoint => k(s(&d.endpoint)),
+        ExpectField::Model => k(s(&d.model)),
+        ExpectField::Strategy => k(s(&d.strategy)),
+        ExpectField::Arm => match &d.split {
+            Some(a) => k(&a.arm.to_string()),
+            None => k("none"),
+        },
+        ExpectField::Priority => k(d.priority.as_str()),
+        ExpectField::Cache => k(match d.cache {
+            Some(c) if c.on && c.exact => "exact",
+            Some(c) if c.on => "on",
+            Some(_) => "off",
+            None => "default",
+        }),
+        ExpectField::Hold => k(if d.hold_off_peak { "off_peak" } else { "none" }),
     }
 }
 
@@ -177,13 +212,14 @@ pub fn run_tests(set: &CheckedPolicySet) -> TestReport {
 }
 
 /// A decision procedure for [`run_tests_with`]: request, stats, seed → decision, or a
-/// message that fails the test (e.g. two engines disagreeing).
+/// message that fails the test (e.g. two engines disagreeing). Called from several
+/// threads at once.
 pub type DecideFn<'a> =
-    dyn Fn(&RequestFeatures, &StatsSnapshot, u64) -> Result<Decision, String> + 'a;
+    dyn Fn(&RequestFeatures, &StatsSnapshot, u64) -> Result<Decision, String> + Sync + 'a;
 
 /// Runs every test of `set`, deciding with `decide` (an engine of
 /// [`crate::policy::jit::engine`], or both compared). An `Err` from `decide` is a
-/// failure of that test. Pure and deterministic.
+/// failure of that test. Deterministic.
 pub fn run_tests_with(set: &CheckedPolicySet, decide: &DecideFn<'_>) -> TestReport {
     run_tests_within(set, decide, None)
 }
@@ -193,130 +229,110 @@ pub fn test_requests(t: &CTest) -> u64 {
     t.sample.as_ref().map_or(1, |(n, _)| *n)
 }
 
+/// The number of threads test runs use: the machine's parallelism.
+pub fn test_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// As [`run_tests_with`], within a total `budget` of test requests
 /// ([`DEFAULT_TEST_BUDGET`]; `None`: unlimited). A test whose requests
 /// ([`test_requests`]) do not fit in what is left is skipped, with a sentence saying
-/// so; later, smaller tests still run.
+/// so; later, smaller tests still run. The tests run on [`test_threads`] threads
+/// ([`run::run_tests_parallel`]); the report is the same as one thread's.
 pub fn run_tests_within(
     set: &CheckedPolicySet,
     decide: &DecideFn<'_>,
     budget: Option<u64>,
 ) -> TestReport {
-    let mut report = TestReport {
-        budget,
-        ..TestReport::default()
-    };
-    for t in &set.tests {
-        let cost = test_requests(t);
-        let left = budget.map(|b| b.saturating_sub(report.requests));
-        if let Some(left) = left.filter(|l| cost > *l) {
-            report.skipped += 1;
-            report.cases.push(CaseResult {
-                name: t.name.clone(),
-                at: set.sources.location(t.span),
-                passed: false,
-                failures: vec![format!(
-                    "not run: it decides {cost} requests and {left} of the total test budget of {} are left",
-                    budget.unwrap_or(u64::MAX)
-                )],
-                skipped: true,
-            });
-            continue;
-        }
-        report.requests += cost;
-        let failures = run_one(set, t, decide);
-        let passed = failures.is_empty();
-        if passed {
-            report.passed += 1;
-        } else {
-            report.failed += 1;
-        }
-        report.cases.push(CaseResult {
-            name: t.name.clone(),
-            at: set.sources.location(t.span),
-            passed,
-            failures,
-            skipped: false,
-        });
-    }
-    report
+    run::run_tests_parallel(set, decide, decide, budget, None, test_threads()).0
 }
 
-fn run_one(set: &CheckedPolicySet, t: &CTest, decide: &DecideFn<'_>) -> Vec<String> {
-    let mut failures = Vec::new();
+/// The report entry of test `t`, skipped: it decides `cost` requests and only `left`
+/// of the total `budget` are left.
+fn skipped_case(
+    set: &CheckedPolicySet,
+    t: &CTest,
+    cost: u64,
+    left: u64,
+    budget: Option<u64>,
+) -> CaseResult {
+    CaseResult {
+        name: t.name.clone(),
+        at: set.sources.location(t.span),
+        passed: false,
+        failures: vec![format!(
+            "not run: it decides {cost} requests and {left} of the total test budget of {} are left",
+            budget.unwrap_or(u64::MAX)
+        )],
+        skipped: true,
+    }
+}
+
+/// The failed expectations of a test without `sample`, given its decision.
+fn expect_failures(set: &CheckedPolicySet, t: &CTest, d: &Decision) -> Vec<String> {
     let at = |e: &CExpect| set.sources.location(e.span);
-    let at_test = set.sources.location(t.span);
-    let Some((n, key)) = &t.sample else {
-        let d = match decide(&t.request, &t.stats, t.seed) {
-            Ok(d) => d,
-            Err(e) => return vec![format!("{at_test}: {e}")],
-        };
-        for e in &t.expects {
-            match &e.kind {
-                CExpectKind::Is(f, want) => {
-                    let got = field_value(&d, *f);
-                    if &got != want {
-                        failures.push(format!(
-                            "{}: expected {} `{want}`, got `{got}`",
-                            at(e),
-                            f.as_str()
-                        ));
-                    }
-                }
-                CExpectKind::Reject(status) => match &d.reject {
-                    Some(r) if r.status == *status => {}
-                    Some(r) => failures.push(format!(
-                        "{}: expected a {status} rejection, got {} ({})",
+    let mut failures = Vec::new();
+    for e in &t.expects {
+        match &e.kind {
+            CExpectKind::Is(f, want) => {
+                if !field_is(d, *f, want) {
+                    failures.push(format!(
+                        "{}: expected {} `{want}`, got `{}`",
                         at(e),
-                        r.status,
-                        r.message
-                    )),
-                    None => failures.push(format!(
-                        "{}: expected a {status} rejection, but the request went to `{}`",
-                        at(e),
-                        d.endpoint.as_deref().unwrap_or("none")
-                    )),
-                },
-                CExpectKind::Share(..) => {}
-            }
-        }
-        return failures;
-    };
-    let mut counts: Vec<u64> = vec![0; t.expects.len()];
-    for i in 0..*n {
-        let mut req = t.request.clone();
-        let mut seed = t.seed;
-        let k = format!("key-{i}");
-        match key {
-            CSplitKey::ApiKey => req.api_key = Some(k),
-            CSplitKey::Org => req.org = Some(k),
-            CSplitKey::Header(h) => {
-                req.headers.insert(h.clone(), k);
-            }
-            CSplitKey::Metadata(m) => {
-                req.metadata.insert(m.clone(), k);
-            }
-            CSplitKey::Random => seed = seed.wrapping_add(i),
-        }
-        let d = match decide(&req, &t.stats, seed) {
-            Ok(d) => d,
-            Err(e) => return vec![format!("{at_test}: request {i}: {e}")],
-        };
-        for (j, e) in t.expects.iter().enumerate() {
-            if let CExpectKind::Share(f, v, ..) = &e.kind {
-                if &field_value(&d, *f) == v {
-                    counts[j] += 1;
+                        f.as_str(),
+                        field_value(d, *f)
+                    ));
                 }
             }
+            CExpectKind::Reject(status) => match &d.reject {
+                Some(r) if r.status == *status => {}
+                Some(r) => failures.push(format!(
+                    "{}: expected a {status} rejection, got {} ({})",
+                    at(e),
+                    r.status,
+                    r.message
+                )),
+                None => failures.push(format!(
+                    "{}: expected a {status} rejection, but the request went to `{}`",
+                    at(e),
+                    d.endpoint.as_deref().unwrap_or("none")
+                )),
+            },
+            CExpectKind::Share(..) => {}
         }
     }
+    failures
+}
+
+/// The failures of test `t` from what its requests found: `failures` of its
+/// expectations (a test without `sample`), the first request that failed to decide
+/// (`error`), and the matches of each `expect share` (`counts`, by expectation).
+fn failures_of(
+    set: &CheckedPolicySet,
+    t: &CTest,
+    failures: Vec<String>,
+    error: Option<(u64, String)>,
+    counts: &[u64],
+) -> Vec<String> {
+    let at_test = set.sources.location(t.span);
+    let Some((n, _)) = &t.sample else {
+        return match error {
+            Some((_, e)) => vec![format!("{at_test}: {e}")],
+            None => failures,
+        };
+    };
+    if let Some((i, e)) = error {
+        return vec![format!("{at_test}: request {i}: {e}")];
+    }
+    let mut out = Vec::new();
     for (j, e) in t.expects.iter().enumerate() {
         if let CExpectKind::Share(f, v, share, tol) = &e.kind {
-            let got = (counts[j] as f64) * 10_000.0 / (*n).max(1) as f64;
+            let hits = counts.get(j).copied().unwrap_or(0);
+            let got = (hits as f64) * 10_000.0 / (*n).max(1) as f64;
             if (got - *share as f64).abs() > *tol as f64 {
-                failures.push(format!(
+                out.push(format!(
                     "{}: expected {} `{v}` in {:.2}% ± {:.2}% of {n} requests, got {:.2}%",
-                    at(e),
+                    set.sources.location(e.span),
                     f.as_str(),
                     *share as f64 / 100.0,
                     *tol as f64 / 100.0,
@@ -325,7 +341,7 @@ fn run_one(set: &CheckedPolicySet, t: &CTest, decide: &DecideFn<'_>) -> Vec<Stri
             }
         }
     }
-    failures
+    out
 }
 
 /// Checks every `test` item of `files`.

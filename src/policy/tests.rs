@@ -94,10 +94,11 @@ fn weighted_round_robin_is_exact() {
     let mut counts = std::collections::BTreeMap::<String, u32>::new();
     for i in 0..1000 {
         let d = decide(&set, &req, &stats, i);
-        *counts.entry(d.endpoint.clone().unwrap()).or_default() += 1;
-        for u in d.state_updates {
-            let e = stats.endpoints.entry(u.endpoint).or_default();
-            e.state.entry(u.strategy).or_default().extend(u.slots);
+        *counts
+            .entry(d.endpoint.as_deref().unwrap().to_string())
+            .or_default() += 1;
+        for u in &d.state_updates {
+            stats.apply(u);
         }
     }
     assert_eq!(counts.values().copied().collect::<Vec<_>>(), vec![500, 500]);
@@ -111,7 +112,7 @@ fn exp3_learns_the_fast_arm_and_keeps_exploring() {
     let mut fast = 0;
     for i in 0..3000u64 {
         let d = decide(&set, &req, &stats, i);
-        let ep = d.endpoint.clone().unwrap();
+        let ep = d.endpoint.as_deref().unwrap().to_string();
         let latency = if ep == "anthropic/claude-sonnet" {
             500.0
         } else {
@@ -126,14 +127,7 @@ fn exp3_learns_the_fast_arm_and_keeps_exploring() {
             ..Outcome::default()
         };
         let u = on_outcome(&set, call, &req, &stats, &ep, true, &out).unwrap();
-        stats
-            .endpoints
-            .entry(u.endpoint)
-            .or_default()
-            .state
-            .entry(u.strategy)
-            .or_default()
-            .extend(u.slots);
+        stats.apply(&u);
     }
     assert!(fast >= 700, "fast arm got {fast} of the last 1000");
     assert!(fast <= 1000 - 80, "exploration floor gamma/K kept: {fast}");

@@ -52,14 +52,7 @@ fn set(reg: &Registry, via: &str) -> CheckedPolicySet {
 }
 
 fn apply(stats: &mut StatsSnapshot, u: StateUpdate) {
-    stats
-        .endpoints
-        .entry(u.endpoint)
-        .or_default()
-        .state
-        .entry(u.strategy)
-        .or_default()
-        .extend(u.slots);
+    stats.apply(&u);
 }
 
 /// Endpoint id → pick probability from a decision's trace.
@@ -98,7 +91,7 @@ fn weighted_round_robin_stays_within_one_of_the_exact_share() {
     let mut counts = vec![0u32; weights.len()];
     for n in 1..=1000u32 {
         let d = decide(&set, &req, &stats, u64::from(n));
-        let ep = d.endpoint.clone().unwrap();
+        let ep = d.endpoint.as_deref().unwrap().to_string();
         counts[eps.iter().position(|(id, _)| *id == ep).unwrap()] += 1;
         for u in d.state_updates {
             apply(&mut stats, u);
@@ -162,6 +155,7 @@ fn least_latency_follows_a_change_within_the_ewma_horizon() {
             decide(&set, &req, &store.snapshot(SystemTime::now()), 0)
                 .endpoint
                 .unwrap()
+                .to_string()
         };
         assert_eq!(pick(), "a");
         let n = ewma_crossing(before, after, b_ms);
@@ -194,7 +188,7 @@ fn exp3_run(means: &[f64], fails: &[f64], rounds: u64, seed: u64) -> (Vec<u32>, 
             assert!(p.is_finite(), "round {round}: probability {p}");
             min_p = min_p.min(*p);
         }
-        let ep = d.endpoint.clone().unwrap();
+        let ep = d.endpoint.as_deref().unwrap().to_string();
         let i = ids.iter().position(|x| *x == ep).unwrap();
         if round >= rounds - 1000 {
             last[i] += 1;

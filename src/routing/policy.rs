@@ -18,9 +18,9 @@ use std::time::SystemTime;
 use crate::config::Config;
 use crate::policy::ast::Item;
 use crate::policy::diagnostic::render_all;
-use crate::policy::jit::engine::{run_tests_budgeted, EngineMode};
+use crate::policy::jit::engine::self_check;
 use crate::policy::jit::CompiledPolicySet;
-use crate::policy::testing::DEFAULT_TEST_BUDGET;
+use crate::policy::testing::{TestResults, DEFAULT_TEST_BUDGET};
 use crate::policy::{
     parser, CheckedPolicySet, Registry, RegistryEndpoint, RegistryModel, SourceMap,
 };
@@ -125,6 +125,9 @@ pub struct PolicySnapshot {
     /// does the request path count input tokens with the model's tokenizer for
     /// the policy (else it gets the cheap estimate).
     pub reads_input_tokens: bool,
+    /// What the set's tests found when it was loaded, so the next load runs again
+    /// only the tests whose inputs changed ([`compile_after`]).
+    pub test_results: TestResults,
 }
 
 /// The live policy set: one atomic pointer that requests load once and reloads swap
@@ -565,6 +568,22 @@ pub fn policy_dir(config: &Config) -> Result<Option<PathBuf>, LoadError> {
 /// [`LoadError::Invalid`] with every diagnostic rendered, or
 /// [`LoadError::TestsFailed`] with the failing cases.
 pub fn compile(sources: SourceMap, registry: &Registry) -> Result<PolicySnapshot, LoadError> {
+    compile_after(sources, registry, None)
+}
+
+/// [`compile`] for a reload after `previous` (the set serving now): tests whose
+/// inputs are unchanged since `previous` was loaded (their text, the registry, the
+/// routes their requests reached and the strategies those use) run on the compiled
+/// code alone and must reproduce the interpreter's remembered decisions; the others
+/// run in full on both engines ([`crate::policy::testing::run`]).
+///
+/// # Errors
+/// As [`compile`].
+pub fn compile_after(
+    sources: SourceMap,
+    registry: &Registry,
+    previous: Option<&PolicySnapshot>,
+) -> Result<PolicySnapshot, LoadError> {
     let files: Vec<String> = sources.files().map(|(_, f)| f.name.clone()).collect();
     let set =
         crate::policy::parse_and_check(&sources, registry).map_err(|diags| LoadError::Invalid {
@@ -580,7 +599,11 @@ pub fn compile(sources: SourceMap, registry: &Registry) -> Result<PolicySnapshot
     // the compiled code and the interpreter refuses the set like a failing test. The
     // tests share one budget of test requests, so a huge `sample` cannot stall a
     // reload: what does not fit is skipped and reported, the rest must pass.
-    let report = run_tests_budgeted(&compiled, EngineMode::Both, Some(DEFAULT_TEST_BUDGET));
+    let (report, test_results) = self_check(
+        &compiled,
+        Some(DEFAULT_TEST_BUDGET),
+        previous.map(|p| &p.test_results),
+    );
     if report.failed > 0 {
         return Err(LoadError::TestsFailed {
             rendered: report.render(),
@@ -603,6 +626,7 @@ pub fn compile(sources: SourceMap, registry: &Registry) -> Result<PolicySnapshot
         );
     }
     Ok(PolicySnapshot {
+        test_results,
         reads_input_tokens: super::reads::reads_input_tokens(compiled.checked()),
         version,
         compiled,

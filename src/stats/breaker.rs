@@ -18,6 +18,7 @@
 //! The state machine takes the time as an argument, so tests drive it with their own
 //! clock; the gateway passes `Instant::now()`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -95,6 +96,11 @@ struct Inner {
 pub struct Breaker {
     cfg: BreakerConfig,
     inner: Mutex<Inner>,
+    /// Whether `inner.state` is `Closed`, written under the lock after every change:
+    /// the common case (closed) is read without the lock, so a decision over many
+    /// endpoints takes no lock per endpoint. A reader that sees `true` while a
+    /// transition is being made reads the breaker as it was just before it.
+    closed: AtomicBool,
 }
 
 /// What changed in an outcome or admission, for the caller to report.
@@ -109,6 +115,7 @@ impl Breaker {
                 cooldown: Duration::from_millis(cfg.cooldown_ms),
             }),
             cfg,
+            closed: AtomicBool::new(true),
         }
     }
 
@@ -116,8 +123,23 @@ impl Breaker {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether the breaker is closed, without the lock (see `closed`).
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Sets the state (under the lock `g` of this breaker) and its lock-free mirror.
+    fn set(&self, g: &mut Inner, state: State) {
+        g.state = state;
+        self.closed
+            .store(matches!(state, State::Closed), Ordering::Release);
+    }
+
     /// The state at `now` (an open breaker whose cooldown has passed is half-open).
     pub fn state(&self, now: Instant) -> CircuitState {
+        if self.is_closed() {
+            return CircuitState::Closed;
+        }
         match self.lock().state {
             State::Closed => CircuitState::Closed,
             State::Open { until } if now < until => CircuitState::Open,
@@ -128,6 +150,9 @@ impl Breaker {
     /// Whether strategies are offered the endpoint at `now`: closed, or half-open with
     /// the probe not yet taken.
     pub fn available(&self, now: Instant) -> bool {
+        if self.is_closed() {
+            return true;
+        }
         match self.lock().state {
             State::Closed => true,
             State::Open { until } => now >= until,
@@ -137,6 +162,9 @@ impl Breaker {
 
     /// [`Breaker::available`] and [`Breaker::state`] at `now`, under one lock.
     pub fn offered(&self, now: Instant) -> (bool, CircuitState) {
+        if self.is_closed() {
+            return (true, CircuitState::Closed);
+        }
         match self.lock().state {
             State::Closed => (true, CircuitState::Closed),
             State::Open { until } if now < until => (false, CircuitState::Open),
@@ -147,6 +175,9 @@ impl Breaker {
 
     /// Time until the next probe may go, at `now` (`None`: closed or half-open).
     pub fn next_probe_in(&self, now: Instant) -> Option<Duration> {
+        if self.is_closed() {
+            return None;
+        }
         match self.lock().state {
             State::Open { until } if now < until => Some(until - now),
             _ => None,
@@ -161,16 +192,19 @@ impl Breaker {
     /// Asks to send one attempt at `now`; a half-open breaker lets exactly one probe
     /// through until that probe ends.
     pub fn admit(&self, now: Instant) -> (Admission, Transition) {
+        if self.is_closed() {
+            return (Admission::Allow, None);
+        }
         let mut g = self.lock();
         match g.state {
             State::Closed => (Admission::Allow, None),
             State::Open { until } if now < until => (Admission::Reject(until - now), None),
             State::Open { .. } => {
-                g.state = State::HalfOpen { probing: true };
+                self.set(&mut g, State::HalfOpen { probing: true });
                 (Admission::Probe, Some(CircuitState::HalfOpen))
             }
             State::HalfOpen { probing: false } => {
-                g.state = State::HalfOpen { probing: true };
+                self.set(&mut g, State::HalfOpen { probing: true });
                 (Admission::Probe, None)
             }
             State::HalfOpen { probing: true } => (Admission::Reject(Duration::ZERO), None),
@@ -193,15 +227,18 @@ impl Breaker {
         let max = Duration::from_millis(self.cfg.max_cooldown_ms.max(self.cfg.cooldown_ms));
         match (g.state, probe) {
             (State::HalfOpen { .. }, true) if success => {
-                g.state = State::Closed;
+                self.set(&mut g, State::Closed);
                 g.cooldown = base;
                 Some(CircuitState::Closed)
             }
             (State::HalfOpen { .. }, true) => {
                 let cooldown = g.cooldown;
-                g.state = State::Open {
-                    until: now + cooldown,
-                };
+                self.set(
+                    &mut g,
+                    State::Open {
+                        until: now + cooldown,
+                    },
+                );
                 g.cooldown = (cooldown * 2).min(max);
                 Some(CircuitState::Open)
             }
@@ -209,9 +246,12 @@ impl Breaker {
                 if !success && health < self.cfg.open_below && samples >= self.cfg.min_samples =>
             {
                 let cooldown = g.cooldown;
-                g.state = State::Open {
-                    until: now + cooldown,
-                };
+                self.set(
+                    &mut g,
+                    State::Open {
+                        until: now + cooldown,
+                    },
+                );
                 g.cooldown = (cooldown * 2).min(max);
                 Some(CircuitState::Open)
             }
@@ -225,7 +265,7 @@ impl Breaker {
     pub fn probe_abandoned(&self) {
         let mut g = self.lock();
         if let State::HalfOpen { probing: true } = g.state {
-            g.state = State::HalfOpen { probing: false };
+            self.set(&mut g, State::HalfOpen { probing: false });
         }
     }
 }

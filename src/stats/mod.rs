@@ -39,9 +39,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::policy::EndpointStats;
 #[cfg(doc)]
 use crate::policy::StatsSnapshot;
+use crate::policy::{EndpointStats, EpStats};
 
 /// EWMA weight of latency and TTFT samples (seed 001, least-latency: α = 0.3).
 pub const LATENCY_ALPHA: f64 = 0.3;
@@ -277,12 +277,23 @@ impl EndpointSlot {
         self.capacity_until_ms.store(until, Ordering::Relaxed);
     }
 
-    /// Sets strategy state slots.
-    pub fn set_state(&self, strategy: &str, slots: &BTreeMap<String, f64>) {
+    /// Sets strategy state slots (allocating only for a strategy or slot the
+    /// endpoint has no value for yet).
+    pub fn set_state<K: AsRef<str>>(&self, strategy: &str, slots: &BTreeMap<K, f64>) {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.entry(strategy.to_string())
-            .or_default()
-            .extend(slots.iter().map(|(k, v)| (k.clone(), *v)));
+        if !st.contains_key(strategy) {
+            st.insert(strategy.to_string(), BTreeMap::new());
+        }
+        if let Some(m) = st.get_mut(strategy) {
+            for (k, v) in slots {
+                match m.get_mut(k.as_ref()) {
+                    Some(old) => *old = *v,
+                    None => {
+                        m.insert(k.as_ref().to_string(), *v);
+                    }
+                }
+            }
+        }
         self.has_state.store(true, Ordering::Release);
     }
 
@@ -322,6 +333,45 @@ impl EndpointSlot {
             cost_out_per_token: None,
             quality: BTreeMap::new(),
             state,
+        }
+    }
+
+    /// The numbers of [`EndpointSlot::view_at`] as a decision reads them (prices
+    /// and quality left unset: [`StatsStore`] adds them), without the strategy state
+    /// ([`EndpointSlot::with_state`] reads it).
+    pub(crate) fn numbers_at(&self, now_ms: u64, at: Instant) -> EpStats {
+        let until = self.capacity_until_ms.load(Ordering::Relaxed);
+        let capacity = if until != 0 && now_ms >= until {
+            1.0
+        } else {
+            self.capacity.get()
+        };
+        let (available, circuit) = self.breaker.offered(at);
+        EpStats {
+            available: available && !self.throttled_at(now_ms),
+            health: self.health_at(now_ms),
+            latency_ewma_ms: self.latency_ms.get(),
+            ttft_ewma_ms: self.ttft_ms.get(),
+            capacity,
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+            error_rate: self.error_rate.get(),
+            cost_in_per_token: None,
+            cost_out_per_token: None,
+            quality: 0.0,
+            context_window: None,
+            circuit: circuit.into(),
+        }
+    }
+
+    /// Calls `f` with the state slots of `strategy` (under the slot's state lock), if
+    /// the endpoint holds any.
+    pub fn with_state(&self, strategy: &str, f: &mut dyn FnMut(&BTreeMap<String, f64>)) {
+        if !self.has_state.load(Ordering::Acquire) {
+            return;
+        }
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = st.get(strategy) {
+            f(m);
         }
     }
 

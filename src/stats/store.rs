@@ -10,13 +10,13 @@
 //! whole leaderboard row. A whole [`StatsSnapshot`] is built only for
 //! `/admin/endpoints`, logs and tests.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime};
 
 use super::EndpointSlot;
 use crate::config::Config;
-use crate::policy::{EndpointStats, StatsSnapshot, StatsSource};
+use crate::policy::{EndpointStats, EpStats, StatsSnapshot, StatsSource};
 
 /// What the store knows about one endpoint that does not change while it runs.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -40,6 +40,8 @@ pub struct StatsStore {
     infos: Vec<EndpointInfo>,
     slots: Vec<EndpointSlot>,
     index: HashMap<String, usize>,
+    /// Strategy state writes so far ([`StatsStore::set_state`]).
+    state_writes: AtomicU64,
 }
 
 impl StatsStore {
@@ -80,6 +82,7 @@ impl StatsStore {
             infos,
             slots,
             index,
+            state_writes: AtomicU64::new(0),
         }
     }
 
@@ -139,6 +142,32 @@ impl StatsStore {
         self.index.get(id).copied()
     }
 
+    /// The index of the endpoint with (registry) index `index` and id `id`: `index`
+    /// itself when the ids agree (the registry and the store share one index space),
+    /// else the index of `id`.
+    pub fn resolve(&self, index: usize, id: &str) -> Option<usize> {
+        match self.infos.get(index) {
+            Some(info) if info.id == id => Some(index),
+            _ => self.index(id),
+        }
+    }
+
+    /// Sets strategy state slots of endpoint `i` ([`EndpointSlot::set_state`]) and
+    /// counts the write ([`StatsStore::state_writes`]).
+    pub fn set_state<K: AsRef<str>>(&self, i: usize, strategy: &str, slots: &BTreeMap<K, f64>) {
+        if let Some(slot) = self.slots.get(i) {
+            slot.set_state(strategy, slots);
+            self.state_writes.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// How many strategy state writes [`StatsStore::set_state`] has made: a decision
+    /// that read the state after this count was `n`, when the count is still `n`,
+    /// saw every write.
+    pub fn state_writes(&self) -> u64 {
+        self.state_writes.load(Ordering::Acquire)
+    }
+
     /// A snapshot of every endpoint at `now` with every quality score (for
     /// `/admin/endpoints`, logs and `dry-run --stats` files).
     pub fn snapshot(&self, now: SystemTime) -> StatsSnapshot {
@@ -152,15 +181,13 @@ impl StatsStore {
         self.build(now, Some(task))
     }
 
-    /// The statistics of every endpoint read in place at `now`, for deciding a
-    /// request of task category `task` ([`LiveStats`]): what a decision reads, with
-    /// nothing copied up front.
-    pub fn live<'s>(&'s self, now: SystemTime, task: &'s str) -> LiveStats<'s> {
+    /// The statistics of every endpoint read in place at `now` ([`LiveStats`]): what
+    /// a decision reads, with nothing copied up front.
+    pub fn live(&self, now: SystemTime) -> LiveStats<'_> {
         LiveStats {
             store: self,
             now_ms: super::unix_ms(now),
             clock: Instant::now(),
-            task,
         }
     }
 
@@ -200,8 +227,8 @@ impl StatsStore {
 /// The live statistics of a [`StatsStore`] as a decision's [`StatsSource`]: each
 /// endpoint the policy looks at is read from its slot's atomics when it looks, at
 /// one `now` for the whole decision. A decision over a model of N endpoints thus
-/// reads N slots, not every endpoint of every model, and allocates nothing for an
-/// endpoint without strategy state or quality scores.
+/// reads N slots, not every endpoint of every model, and allocates nothing: strategy
+/// state is read under the endpoint's own lock, in place.
 ///
 /// The registry index the policy passes is the store's index (the registry, the
 /// statistics and the policy registry share one endpoint index space); an index
@@ -212,26 +239,36 @@ pub struct LiveStats<'s> {
     store: &'s StatsStore,
     now_ms: u64,
     clock: Instant,
-    task: &'s str,
 }
 
 impl LiveStats<'_> {
     fn resolve(&self, index: usize, id: &str) -> Option<usize> {
-        match self.store.infos.get(index) {
-            Some(info) if info.id == id => Some(index),
-            _ => self.store.index(id),
-        }
+        self.store.resolve(index, id)
     }
 }
 
 impl StatsSource for LiveStats<'_> {
-    fn endpoint_stats(&self, index: usize, id: &str) -> Cow<'_, EndpointStats> {
-        match self.resolve(index, id) {
-            Some(i) => Cow::Owned(
-                self.store
-                    .stats_at(i, self.now_ms, self.clock, Some(self.task)),
-            ),
-            None => Cow::Owned(EndpointStats::default()),
+    fn stats(&self, index: usize, id: &str, task: &str) -> EpStats {
+        let Some(i) = self.resolve(index, id) else {
+            return EpStats::default();
+        };
+        let info = &self.store.infos[i];
+        let mut st = self.store.slots[i].numbers_at(self.now_ms, self.clock);
+        st.cost_in_per_token = info.cost_in_per_token;
+        st.cost_out_per_token = info.cost_out_per_token;
+        st.quality = info.quality.get(task).copied().unwrap_or(0.0);
+        st
+    }
+
+    fn state(
+        &self,
+        index: usize,
+        id: &str,
+        strategy: &str,
+        f: &mut dyn FnMut(&BTreeMap<String, f64>),
+    ) {
+        if let Some(i) = self.resolve(index, id) {
+            self.store.slots[i].with_state(strategy, f);
         }
     }
 

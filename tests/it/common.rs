@@ -246,7 +246,10 @@ pub fn serve_with_policies(config: &str, policies: &[(&str, &str)]) -> Proc {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("policies")).unwrap();
     for (name, text) in policies {
-        std::fs::write(dir.path().join("policies").join(name), text).unwrap();
+        // Names may have folders (`builtin/x.policy`).
+        let file = dir.path().join("policies").join(name);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, text).unwrap();
     }
     let path = dir.path().join("switchyard.yaml");
     std::fs::write(&path, format!("policies: {{ dir: policies }}\n{config}")).unwrap();

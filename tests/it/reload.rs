@@ -328,6 +328,126 @@ async fn save_to_serving_latency_1000_rules() {
     );
 }
 
+/// The shipped policy set (`examples/policies/`, the built-in strategies with their
+/// tests included) served against its own registry (`examples/policies/switchyard.yaml`,
+/// every provider the in-process mock with the file's prices): `(file name, text)`
+/// of every policy file, and the config's providers and models.
+fn shipped_set() -> (Vec<(String, String)>, String) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/policies");
+    let mut files = Vec::new();
+    for dir in [root.clone(), root.join("builtin")] {
+        let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "policy"))
+            .collect();
+        names.sort();
+        for p in names {
+            let name = p.strip_prefix(&root).unwrap().display().to_string();
+            files.push((name, std::fs::read_to_string(&p).unwrap()));
+        }
+    }
+    let yaml = std::fs::read_to_string(root.join("switchyard.yaml")).unwrap();
+    let mut cfg: serde_yaml::Value = serde_yaml::from_str(&yaml).unwrap();
+    let map = cfg.as_mapping_mut().unwrap();
+    map.remove("policies");
+    for (_, p) in map.get_mut("providers").unwrap().as_mapping_mut().unwrap() {
+        let pricing = p.get("pricing").cloned();
+        let mut mock = serde_yaml::Mapping::new();
+        mock.insert("kind".into(), "mock".into());
+        if let Some(pricing) = pricing {
+            mock.insert("pricing".into(), pricing);
+        }
+        *p = serde_yaml::Value::Mapping(mock);
+    }
+    (files, serde_yaml::to_string(&cfg).unwrap())
+}
+
+/// The policy version a request to model `mock` runs on.
+async fn serving_version(gw: &Proc) -> String {
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        &chat("mock", false, r#","max_tokens":1"#),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.headers["x-switchyard-policy"]
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Save → new version serving with the shipped policies and their tests (every
+/// reload runs the set's own tests, `sample` distributions included): 20 saves of
+/// each of three edits that keep the tests passing, alternating two texts of one
+/// file: a late route (`canary.policy`: the rollback threshold), an early route
+/// (`reject.policy`: a message), and a built-in strategy (`least_latency`'s
+/// `min_health`). Figures for the README; no timing assertion. Run in release:
+/// `cargo test --release --test it save_to_serving -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore]
+async fn save_to_serving_latency_shipped_policies() {
+    let (files, config) = shipped_set();
+    let named: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    let gw = serve_with_policies(&config, &named);
+    let dir = gw._dir.as_ref().unwrap().path().join("policies");
+    let edits = [
+        (
+            "canary.policy",
+            "endpoint.health < 0.8",
+            "endpoint.health < 0.75",
+        ),
+        (
+            "reject.policy",
+            "has an unpaid balance.",
+            "has an unpaid balance!",
+        ),
+        (
+            "builtin/least_latency.policy",
+            "min_health = 0.3 in",
+            "min_health = 0.31 in",
+        ),
+    ];
+    for (file, from, to) in edits {
+        let original = &files.iter().find(|(n, _)| n == file).unwrap().1;
+        assert!(original.contains(from), "{file} has no `{from}`");
+        let texts = [original.replacen(from, to, 1), original.clone()];
+        let path = dir.join(file);
+        let mut version = serving_version(&gw).await;
+        let mut samples = Vec::new();
+        for i in 0..20usize {
+            let saved = Instant::now();
+            let tmp = path.with_file_name(".edit.policy.swp");
+            std::fs::write(&tmp, &texts[i % 2]).unwrap();
+            std::fs::rename(&tmp, &path).unwrap();
+            loop {
+                let v = serving_version(&gw).await;
+                if v != version {
+                    version = v;
+                    break;
+                }
+                let st = admin(&gw).await;
+                assert!(st["last_error"].is_null(), "{file}: {st}");
+                assert!(saved.elapsed() < Duration::from_secs(10), "{file}");
+            }
+            samples.push(saved.elapsed());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        samples.sort();
+        println!(
+            "save -> serving, shipped policies and their tests, {file} edited, 20 saves: median {:.1} ms, max {:.1} ms, min {:.1} ms",
+            (samples[9] + samples[10]).as_secs_f64() * 1e3 / 2.0,
+            samples[19].as_secs_f64() * 1e3,
+            samples[0].as_secs_f64() * 1e3
+        );
+    }
+    let st = admin(&gw).await;
+    println!("last rebuild: {} ms", st["last_reload_ms"]);
+}
+
 #[tokio::test]
 async fn reading_the_files_does_not_trigger_more_reloads() {
     let s = setup(&[]);

@@ -522,10 +522,12 @@ impl<'a> Checker<'a> {
                 }
             }
         };
+        let target = target?;
         Some(CUse {
-            target: target?,
+            described: target.describe().into(),
+            target,
             strategy,
-            args,
+            args: args.into(),
             span: u.span,
         })
     }

@@ -14,7 +14,7 @@
 
 use crate::policy::ast::PriorityLevel;
 use crate::policy::checked::*;
-use crate::policy::features::{EndpointStats, Outcome, RequestFeatures};
+use crate::policy::features::{EpStats, Outcome, RequestFeatures};
 use crate::policy::registry::{EndpointRef, RegistryEndpoint};
 
 use super::Leaf;
@@ -62,15 +62,19 @@ impl V<'_> {
 pub struct EpCtx<'a> {
     /// Registry entry.
     pub reg: EndpointRef<'a>,
-    /// Statistics (defaults when the snapshot lacks the endpoint).
-    pub stats: std::borrow::Cow<'a, EndpointStats>,
-    /// Strategy state slot values (initialized).
-    pub state: Vec<f64>,
+    /// Statistics for the request's task (defaults when the source lacks the
+    /// endpoint).
+    pub stats: EpStats,
+    /// Strategy state slot values (initialized), by slot index.
+    pub state: StateSlots,
     /// Score (in `on` blocks).
     pub score: f64,
     /// Pick probability (in `on` blocks).
     pub probability: f64,
 }
+
+/// Strategy state slot values of one endpoint, on the stack up to four slots.
+pub type StateSlots = smallvec::SmallVec<[f64; 4]>;
 
 /// The strategy in scope.
 pub struct StratCtx<'a> {
@@ -184,7 +188,7 @@ pub fn reduce(f: AggFn, values: &[f64]) -> f64 {
 
 /// `endpoint.context_window`: the statistics' override, else the registry's window,
 /// else 0 (unknown), saturated to `i64`. Shared with the JIT's host side.
-pub fn context_window(e: &RegistryEndpoint, s: &EndpointStats) -> i64 {
+pub fn context_window(e: &RegistryEndpoint, s: &EpStats) -> i64 {
     let w = s.context_window.or(e.context_window).unwrap_or(0);
     i64::try_from(w).unwrap_or(i64::MAX)
 }
@@ -290,7 +294,7 @@ impl<'a, 's> Evaluator<'a, 's> {
             EpField::ErrorRate => V::F(s.error_rate),
             EpField::CostIn => V::F(s.cost_in_per_token.unwrap_or(e.input_per_mtok / 1e6)),
             EpField::CostOut => V::F(s.cost_out_per_token.unwrap_or(e.output_per_mtok / 1e6)),
-            EpField::Quality => V::F(s.quality.get(&self.req.task).copied().unwrap_or(0.0)),
+            EpField::Quality => V::F(s.quality),
             EpField::Weight => V::I(i64::from(e.weight)),
             EpField::Priority => V::I(i64::from(e.priority)),
             EpField::ContextWindow => V::I(context_window(e, s)),

@@ -8,7 +8,9 @@ use crate::policy::checked::*;
 use crate::policy::features::{Outcome, RequestFeatures, StatsSource};
 use crate::policy::registry::EndpointRef;
 
-use super::eval::{EpCtx, Evaluator, StratCtx};
+use smallvec::SmallVec;
+
+use super::eval::{EpCtx, Evaluator, StateSlots, StratCtx};
 use super::hash::SplitMix64;
 use super::{StateUpdate, TraceEvent};
 
@@ -59,7 +61,10 @@ pub fn weighted_first(cands: &mut [EndpointRef<'_>], rng: &mut SplitMix64) {
     }
 }
 
-/// Builds endpoint contexts with initialized state slots.
+/// Builds endpoint contexts with initialized state slots: each candidate's
+/// statistics for the request's task, and for a strategy with state, its slots
+/// (missing ones at the slot's initial value, or the mean of the candidates that have
+/// one for `join mean`).
 pub fn contexts<'a>(
     set: &'a CheckedPolicySet,
     s: Option<&'a CStrategy>,
@@ -72,15 +77,26 @@ pub fn contexts<'a>(
         .iter()
         .map(|r| EpCtx {
             reg: *r,
-            stats: stats.endpoint_stats(r.index, &r.endpoint.id),
-            state: Vec::new(),
+            stats: stats.stats(r.index, &r.endpoint.id, &req.task),
+            state: StateSlots::new(),
             score: 0.0,
             probability: 1.0,
         })
         .collect();
-    let Some(s) = s else {
+    let Some(s) = s.filter(|s| !s.states.is_empty()) else {
         return out;
     };
+    // The known slot values, candidate by candidate (one read of each candidate's
+    // state), `n` per candidate.
+    let n = s.states.len();
+    let mut known: SmallVec<[Option<f64>; 16]> = smallvec::smallvec![None; out.len() * n];
+    for (c, row) in out.iter().zip(known.chunks_mut(n)) {
+        stats.state(c.reg.index, &c.reg.endpoint.id, &s.name, &mut |m| {
+            for (v, st) in row.iter_mut().zip(&s.states) {
+                *v = m.get(&st.name).copied();
+            }
+        });
+    }
     for (slot, st) in s.states.iter().enumerate() {
         let mut strat = StratCtx {
             strategy: s,
@@ -98,23 +114,14 @@ pub fn contexts<'a>(
             leaves: None,
         };
         let init = ev.number(&st.init);
-        let known: Vec<Option<f64>> = out
-            .iter()
-            .map(|c| {
-                c.stats
-                    .state
-                    .get(&s.name)
-                    .and_then(|m| m.get(&st.name))
-                    .copied()
-            })
-            .collect();
-        let present: Vec<f64> = known.iter().flatten().copied().collect();
+        let column = || known.iter().skip(slot).step_by(n);
+        let present: SmallVec<[f64; 16]> = column().flatten().copied().collect();
         let join = if st.join == JoinMode::Mean && !present.is_empty() {
             present.iter().sum::<f64>() / present.len() as f64
         } else {
             init
         };
-        for (c, k) in out.iter_mut().zip(known) {
+        for (c, k) in out.iter_mut().zip(column()) {
             debug_assert_eq!(c.state.len(), slot);
             c.state.push(k.unwrap_or(join));
         }
@@ -122,44 +129,44 @@ pub fn contexts<'a>(
     out
 }
 
-/// Runs strategy `s` (or the built-in order when `None`) over `cands`.
+/// The built-in `priority` strategy over `cands`, in place: [`builtin_order`], then
+/// (with `rng`) [`weighted_first`]. It reads no statistics.
+pub fn builtin(cands: &mut [EndpointRef<'_>], rng: Option<&mut SplitMix64>) {
+    builtin_order(cands);
+    if let Some(rng) = rng {
+        weighted_first(cands, rng);
+    }
+}
+
+/// The trace events of the built-in strategy's order `cands` (score: registry
+/// priority).
+pub fn builtin_events(cands: &[EndpointRef<'_>]) -> Vec<TraceEvent> {
+    cands
+        .iter()
+        .map(|c| TraceEvent::Candidate {
+            strategy: super::super::check::BUILTIN_PRIORITY.to_string(),
+            endpoint: c.endpoint.id.clone(),
+            score: f64::from(c.endpoint.priority),
+            probability: None,
+            excluded: None,
+        })
+        .collect()
+}
+
+/// Runs strategy `s` over `cands`.
 #[allow(clippy::too_many_arguments)]
 pub fn rank<'a>(
     set: &'a CheckedPolicySet,
-    s: Option<&'a CStrategy>,
+    s: &'a CStrategy,
     args: &'a [Const],
     req: &'a RequestFeatures,
     stats: &'a dyn StatsSource,
-    mut cands: Vec<EndpointRef<'a>>,
+    cands: &[EndpointRef<'a>],
     rng: Option<&mut SplitMix64>,
     explain: bool,
 ) -> Ranked<'a> {
-    let name = s
-        .map(|s| s.name.clone())
-        .unwrap_or_else(|| "priority".to_string());
-    let Some(s) = s else {
-        builtin_order(&mut cands);
-        if let Some(rng) = rng {
-            weighted_first(&mut cands, rng);
-        }
-        let order = contexts(set, None, args, req, stats, &cands);
-        let events = if explain {
-            order
-                .iter()
-                .map(|c| TraceEvent::Candidate {
-                    strategy: name.clone(),
-                    endpoint: c.reg.endpoint.id.clone(),
-                    score: f64::from(c.reg.endpoint.priority),
-                    probability: None,
-                    excluded: None,
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        return Ranked { order, events };
-    };
-    let all = contexts(set, Some(s), args, req, stats, &cands);
+    let name = s.name.clone();
+    let all = contexts(set, Some(s), args, req, stats, cands);
     let mut events = Vec::new();
     // Filters see every candidate; aggregates range over the survivors.
     let mut kept = Vec::new();
@@ -280,18 +287,25 @@ fn score_all<'a>(
 /// score / Σ scores with non-positive and non-finite scores counting 0 (all zero:
 /// uniform); 1 for `min`/`max`.
 pub fn probabilities(pick: PickMode, scores: &[f64]) -> Vec<f64> {
+    let mut out = vec![0.0; scores.len()];
+    probabilities_into(pick, scores, &mut out);
+    out
+}
+
+/// [`probabilities`] written into `out` (as long as `scores`).
+pub fn probabilities_into(pick: PickMode, scores: &[f64], out: &mut [f64]) {
     let weight = |x: f64| if x.is_finite() && x > 0.0 { x } else { 0.0 };
     let total: f64 = scores.iter().map(|&x| weight(x)).sum();
     let n = scores.len().max(1) as f64;
-    scores
-        .iter()
-        .map(|&x| weight(x))
-        .map(|w| match pick {
-            PickMode::Weighted | PickMode::Sample if total > 0.0 && total.is_finite() => w / total,
+    for (p, &x) in out.iter_mut().zip(scores) {
+        *p = match pick {
+            PickMode::Weighted | PickMode::Sample if total > 0.0 && total.is_finite() => {
+                weight(x) / total
+            }
             PickMode::Weighted | PickMode::Sample => 1.0 / n,
             _ => 1.0,
-        })
-        .collect()
+        };
+    }
 }
 
 /// Orders the candidates after the pick (shared with the JIT). Min/max: by score, NaN
@@ -304,6 +318,11 @@ pub fn probabilities(pick: PickMode, scores: &[f64]) -> Vec<f64> {
 /// `pick min` a negative NaN then sorted before every number, against "NaN scores
 /// lose".
 pub fn order_rest(mode: PickMode, rest: &mut [EpCtx<'_>]) {
+    order_rest_by(mode, rest, |c| (c.score, c.probability));
+}
+
+/// [`order_rest`] over any items, given each one's (score, probability).
+pub fn order_rest_by<T>(mode: PickMode, rest: &mut [T], key: impl Fn(&T) -> (f64, f64)) {
     use std::cmp::Ordering;
     fn nan_last(a: f64, b: f64) -> Ordering {
         match (a.is_nan(), b.is_nan()) {
@@ -314,9 +333,9 @@ pub fn order_rest(mode: PickMode, rest: &mut [EpCtx<'_>]) {
         }
     }
     match mode {
-        PickMode::Min => rest.sort_by(|a, b| nan_last(a.score, b.score)),
-        PickMode::Max => rest.sort_by(|a, b| nan_last(-a.score, -b.score)),
-        _ => rest.sort_by(|a, b| nan_last(-a.probability, -b.probability)),
+        PickMode::Min => rest.sort_by(|a, b| nan_last(key(a).0, key(b).0)),
+        PickMode::Max => rest.sort_by(|a, b| nan_last(-key(a).0, -key(b).0)),
+        _ => rest.sort_by(|a, b| nan_last(-key(a).1, -key(b).1)),
     }
 }
 
@@ -324,37 +343,53 @@ pub fn order_rest(mode: PickMode, rest: &mut [EpCtx<'_>]) {
 /// Weighted/sample: one draw `u` in [0, 1); the first candidate whose cumulative
 /// probability exceeds `u`. `None` only without candidates. (Public for the JIT.)
 pub fn choose(mode: PickMode, cands: &[EpCtx<'_>], rng: Option<&mut SplitMix64>) -> Option<usize> {
-    if cands.is_empty() {
+    choose_by(
+        mode,
+        cands.len(),
+        |i| (cands[i].score, cands[i].probability),
+        rng,
+    )
+}
+
+/// [`choose`] over `n` candidates, given candidate `i`'s (score, probability).
+pub fn choose_by(
+    mode: PickMode,
+    n: usize,
+    key: impl Fn(usize) -> (f64, f64),
+    rng: Option<&mut SplitMix64>,
+) -> Option<usize> {
+    if n == 0 {
         return None;
     }
     match mode {
         PickMode::Min | PickMode::Max => {
-            let mut best: Option<usize> = None;
-            for (i, c) in cands.iter().enumerate() {
-                if c.score.is_nan() {
+            let mut best: Option<(usize, f64)> = None;
+            for i in 0..n {
+                let score = key(i).0;
+                if score.is_nan() {
                     continue;
                 }
                 let better = match best {
                     None => true,
-                    Some(b) if mode == PickMode::Min => c.score < cands[b].score,
-                    Some(b) => c.score > cands[b].score,
+                    Some((_, b)) if mode == PickMode::Min => score < b,
+                    Some((_, b)) => score > b,
                 };
                 if better {
-                    best = Some(i);
+                    best = Some((i, score));
                 }
             }
-            Some(best.unwrap_or(0))
+            Some(best.map_or(0, |(i, _)| i))
         }
         PickMode::Weighted | PickMode::Sample => {
             let u = rng.map(|r| r.unit()).unwrap_or(0.0);
             let mut acc = 0.0;
-            for (i, c) in cands.iter().enumerate() {
-                acc += c.probability;
+            for i in 0..n {
+                acc += key(i).1;
                 if u < acc {
                     return Some(i);
                 }
             }
-            Some(cands.len() - 1)
+            Some(n - 1)
         }
     }
 }
@@ -365,7 +400,7 @@ pub fn choose(mode: PickMode, cands: &[EpCtx<'_>], rng: Option<&mut SplitMix64>)
 #[allow(clippy::too_many_arguments)]
 pub fn update<'a>(
     set: &'a CheckedPolicySet,
-    s: &'a CStrategy,
+    (si, s): (u32, &'a CStrategy),
     args: &'a [Const],
     req: &'a RequestFeatures,
     stats: &'a dyn StatsSource,
@@ -396,13 +431,15 @@ pub fn update<'a>(
     let mut slots = BTreeMap::new();
     for (slot, value) in assigns {
         let v = ev.number(value);
-        if let Some(st) = s.states.get(*slot as usize) {
-            slots.insert(st.name.clone(), v);
+        if let Some(name) = set.names.slot(si, *slot) {
+            slots.insert(name, v);
         }
     }
+    let me = &ctxs[me].reg;
     Some(StateUpdate {
-        endpoint: endpoint.to_string(),
-        strategy: s.name.clone(),
+        endpoint: set.names.endpoints().get(me.index)?.id.clone(),
+        index: me.index,
+        strategy: set.names.strategy(Some(si)),
         event,
         slots,
     })

@@ -13,7 +13,11 @@
 //! over strings), candidate lists, state initialization and `join mean`, aggregate
 //! reductions, pick, ordering and the plan.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+// Looked up on every decision (use sites, guards): FxHash, as for the rule index (the
+// keys are small integers of the set itself).
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::policy::ast::Event;
 use crate::policy::checked::*;
@@ -246,9 +250,9 @@ pub fn compile(set: &CheckedPolicySet, opts: JitOptions) -> Result<JitCode, Stri
     let mut p = Pending {
         fns: Vec::new(),
         select: Vec::new(),
-        guards: HashMap::new(),
-        sites: HashMap::new(),
-        by_args: HashMap::new(),
+        guards: HashMap::default(),
+        sites: HashMap::default(),
+        by_args: HashMap::default(),
         instances: Vec::new(),
         set,
     };

@@ -8,9 +8,11 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::policy::features::{RequestFeatures, StatsSource};
+use crate::policy::features::{RequestFeatures, StatsSnapshot, StatsSource};
 use crate::policy::interp::Decision;
-use crate::policy::testing::{run_tests_within, TestReport};
+use crate::policy::testing::{
+    run_tests_parallel, run_tests_within, test_threads, TestReport, TestResults,
+};
 
 use super::{CompiledPolicySet, Engine};
 
@@ -88,7 +90,10 @@ pub fn diff(interp: &Decision, jit: &Decision) -> Option<Mismatch> {
         .or_else(|| differ("strategy", &a.strategy, &b.strategy))
         .or_else(|| differ("endpoint", &a.endpoint, &b.endpoint))
         .or_else(|| differ("model", &a.model, &b.model))
-        .or_else(|| differ("fallbacks", &a.fallbacks, &b.fallbacks))
+        .or_else(|| {
+            let (x, y): (Vec<_>, Vec<_>) = (a.fallbacks().collect(), b.fallbacks().collect());
+            differ("fallbacks", &x, &y)
+        })
         .or_else(|| differ("retries", &a.retries, &b.retries))
         .or_else(|| differ("backoff_ms", &a.backoff_ms, &b.backoff_ms))
         .or_else(|| differ("fallback_on", &a.fallback_on, &b.fallback_on))
@@ -159,6 +164,26 @@ pub fn decide_with(
 /// Runs the set's policy tests with `mode` (`Both`: a disagreement fails the test).
 pub fn run_tests(set: &CompiledPolicySet, mode: EngineMode) -> TestReport {
     run_tests_budgeted(set, mode, None)
+}
+
+/// The self-check of a set on (re)load: its tests on both engines within a total
+/// `budget` of test requests, on every core, re-running in full only the tests whose
+/// inputs changed since `previous` (the results of the last run; the others run on
+/// the JIT alone against the interpreter's remembered decisions, see
+/// [`crate::policy::testing::run`]). Returns the report and the results to pass to
+/// the next run.
+pub fn self_check(
+    set: &CompiledPolicySet,
+    budget: Option<u64>,
+    previous: Option<&TestResults>,
+) -> (TestReport, TestResults) {
+    let full = |r: &RequestFeatures, s: &StatsSnapshot, seed: u64| {
+        decide_with(set, EngineMode::Both, r, s, seed).map_err(|m| m.to_string())
+    };
+    let jit = |r: &RequestFeatures, s: &StatsSnapshot, seed: u64| {
+        Ok(set.decide_on(Engine::Jit, r, s, seed))
+    };
+    run_tests_parallel(set.checked(), &full, &jit, budget, previous, test_threads())
 }
 
 /// Runs the set's policy tests with `mode` within a total `budget` of test requests

@@ -325,7 +325,6 @@ impl Layout {
         &self,
         set: &CheckedPolicySet,
         strings: &Strings,
-        r: &RequestFeatures,
         c: &EpCtx<'_>,
         out: &mut [u64],
     ) {
@@ -347,7 +346,7 @@ impl Layout {
                         .cost_out_per_token
                         .unwrap_or(e.output_per_mtok / 1e6)
                         .to_bits(),
-                    EpField::Quality => s.quality.get(&r.task).copied().unwrap_or(0.0).to_bits(),
+                    EpField::Quality => s.quality.to_bits(),
                     EpField::Weight => u64::from(e.weight),
                     EpField::Priority => u64::from(e.priority),
                     EpField::ContextWindow => context_window(e, s) as u64,
@@ -366,6 +365,18 @@ impl Layout {
                 EpSlot::Score => c.score.to_bits(),
                 EpSlot::Probability => c.probability.to_bits(),
             };
+        }
+    }
+
+    /// Writes the score and probability cells of one endpoint vector (filled by
+    /// [`Layout::fill_ep`] before `c` was scored) from `c`.
+    pub fn fill_scored(&self, c: &EpCtx<'_>, out: &mut [u64]) {
+        for (cell, slot) in out.iter_mut().zip(&self.ep) {
+            match slot {
+                EpSlot::Score => *cell = c.score.to_bits(),
+                EpSlot::Probability => *cell = c.probability.to_bits(),
+                _ => {}
+            }
         }
     }
 

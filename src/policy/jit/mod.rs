@@ -193,7 +193,8 @@ impl CompiledPolicySet {
         interp::on_outcome(&self.set, call, req, stats, endpoint, success, outcome)
     }
 
-    /// Ranks the available endpoints among `candidates` (ids) with strategy
+    /// Ranks the available endpoints among `candidates` (registry indices, as in a
+    /// [`StrategyCall`]) with strategy
     /// `strategy` and `args` on a chosen engine: plan order with scores and
     /// probabilities (`None`: no such strategy). On the JIT this needs a `use` of the
     /// same strategy with the same arguments somewhere in the set; otherwise it runs
@@ -204,7 +205,7 @@ impl CompiledPolicySet {
         engine: Engine,
         strategy: u32,
         args: &[Const],
-        candidates: &[String],
+        candidates: &[usize],
         req: &RequestFeatures,
         stats: &dyn StatsSource,
         seed: u64,
@@ -228,11 +229,11 @@ impl CompiledPolicySet {
         let mut rng = interp::hash::SplitMix64::new(seed);
         let r = interp::strategy::rank(
             &self.set,
-            Some(s),
+            s,
             args,
             req,
             stats,
-            cands,
+            &cands,
             Some(&mut rng),
             false,
         );

@@ -15,9 +15,11 @@ use crate::policy::checked::*;
 use crate::policy::features::{Outcome, RequestFeatures, StatsSource};
 use crate::policy::interp::eval::{reduce, EpCtx};
 use crate::policy::interp::hash::SplitMix64;
-use crate::policy::interp::strategy::{self, choose, contexts, probabilities};
+use crate::policy::interp::strategy::{
+    self, choose_by, contexts, order_rest_by, probabilities_into,
+};
 use crate::policy::interp::{
-    apply_fallback, available, candidates, split_bucket, write_plan, Decision, Rejection,
+    apply_fallback, available, candidates, split_bucket, write_plan, Decision, Refs, Rejection,
     SplitChoice, StateUpdate, StrategyCall, IMPLICIT_USE,
 };
 use crate::policy::registry::EndpointRef;
@@ -97,8 +99,8 @@ impl<'a> JRun<'a> {
         };
         let site = (ri as u32, out[1] as u32);
         let mut d = self.terminal(rule.body.terminal.as_ref()?, &rule.name, fallback, site)?;
-        d.route = Some(route.name.clone());
-        d.rule = Some(rule.name.clone());
+        d.route = self.set.names.route(ri);
+        d.rule = self.set.names.rule(ri, usize::try_from(out[1]).ok()?);
         d.cache = cache;
         d.hold_off_peak = out[5] != 0;
         d.priority = self.priority;
@@ -116,7 +118,7 @@ impl<'a> JRun<'a> {
             CTerminal::Reject {
                 status, message, ..
             } => {
-                let mut d = Decision::blank(self.priority);
+                let mut d = Decision::blank(self.priority, self.set.names.endpoints());
                 d.reject = Some(Rejection {
                     status: *status,
                     message: message.clone(),
@@ -142,7 +144,7 @@ impl<'a> JRun<'a> {
                     }
                 }
                 let Some(a) = s.arms.get(arm) else {
-                    return Some(Decision::blank(self.priority));
+                    return Some(Decision::blank(self.priority, self.set.names.endpoints()));
                 };
                 let mut d =
                     self.dispatch(&a.action, fallback, Some((site.0, site.1, arm as u32)))?;
@@ -164,7 +166,7 @@ impl<'a> JRun<'a> {
             for (c, cell) in ctxs.iter().zip(v.chunks_mut(n)) {
                 self.code
                     .layout
-                    .fill_ep(self.set, &self.code.strings, self.req, c, cell);
+                    .fill_ep(self.set, &self.code.strings, c, cell);
             }
         }
         v
@@ -216,14 +218,15 @@ impl<'a> JRun<'a> {
         n: usize,
         rows: Option<&[usize]>,
         outcome: Option<&Outcome>,
-    ) -> Option<Vec<f64>> {
-        let mut out = vec![0.0; s.aggregates as usize];
+    ) -> Option<Rows<f64>> {
+        let mut out: Rows<f64> = smallvec::smallvec![0.0; s.aggregates as usize];
         if inst.aggs.is_empty() {
             return Some(out);
         }
         let aux = self.aux(self.req.priority, n, outcome, &[]);
+        let mut values: Rows<f64> = SmallVec::with_capacity(n);
         for (idx, f, func) in &inst.aggs {
-            let mut values: Rows<f64> = SmallVec::with_capacity(n);
+            values.clear();
             for i in 0..n {
                 let row = rows.map_or(Some(i), |r| r.get(i).copied())?;
                 values.push(f64::from_bits(self.call(
@@ -239,11 +242,12 @@ impl<'a> JRun<'a> {
         Some(out)
     }
 
-    /// Scores every context (aggregates over exactly these), filling `score` and
-    /// `probability` as the interpreter's `score_all` does. Context `i`'s vector is
-    /// row `rows[i]` of `eps` (row `i` when `rows` is `None`); the vectors must have
-    /// been filled before scoring (score 0, probability 1, as `contexts` makes them).
-    fn score_all(
+    /// Scores the contexts `ctxs[rows[i]]` (every context when `rows` is `None`),
+    /// aggregates over exactly these, filling `score` and `probability` as the
+    /// interpreter's `score_all` does. Context `j`'s vector is row `j` of `eps`; the
+    /// vectors must have been filled before scoring (score 0, probability 1, as
+    /// `contexts` makes them).
+    fn score_rows(
         &self,
         inst: &StratCode,
         s: &CStrategy,
@@ -251,7 +255,7 @@ impl<'a> JRun<'a> {
         eps: &[u64],
         rows: Option<&[usize]>,
     ) -> Option<()> {
-        let n = ctxs.len();
+        let n = rows.map_or(ctxs.len(), <[usize]>::len);
         let aggs = self.aggregates(inst, s, eps, n, rows, None)?;
         let aux = self.aux(self.req.priority, n, None, &aggs);
         let mut scores: Rows<f64> = SmallVec::with_capacity(n);
@@ -263,8 +267,11 @@ impl<'a> JRun<'a> {
                 &aux,
             )?));
         }
-        let probs = probabilities(s.pick, &scores);
-        for (i, c) in ctxs.iter_mut().enumerate() {
+        let mut probs: Rows<f64> = smallvec::smallvec![0.0; n];
+        probabilities_into(s.pick, &scores, &mut probs);
+        for i in 0..n {
+            let row = rows.map_or(Some(i), |r| r.get(i).copied())?;
+            let c = ctxs.get_mut(row)?;
             c.score = scores[i];
             c.probability = probs[i];
         }
@@ -279,15 +286,32 @@ impl<'a> JRun<'a> {
         args: &'a [Const],
         cands: &[EndpointRef<'a>],
     ) -> Option<Vec<EpCtx<'a>>> {
-        let all = contexts(self.set, Some(s), args, self.req, self.stats, cands);
+        let r = self.rank_rows(inst, s, args, cands)?;
+        Some(
+            r.order
+                .iter()
+                .filter_map(|&i| r.all.get(i).cloned())
+                .collect(),
+        )
+    }
+
+    /// Ranks `cands` with a compiled instance: every candidate's context and vector,
+    /// and the plan order as indices into them (see [`RankedRows`]).
+    fn rank_rows(
+        &mut self,
+        inst: &StratCode,
+        s: &'a CStrategy,
+        args: &'a [Const],
+        cands: &[EndpointRef<'a>],
+    ) -> Option<RankedRows<'a>> {
+        let mut all = contexts(self.set, Some(s), args, self.req, self.stats, cands);
         // One vector per candidate, reused for scoring the kept ones.
         let eps = self.ep_vectors(&all);
         let aux = self.aux(self.req.priority, 0, None, &[]);
-        let mut kept = Vec::with_capacity(all.len());
         let mut rows: Rows<usize> = SmallVec::with_capacity(all.len());
         let (mut any_preferred, mut any_plain) = (false, false);
         let mut preferred: Rows<bool> = SmallVec::with_capacity(all.len());
-        for (i, c) in all.into_iter().enumerate() {
+        for i in 0..all.len() {
             let bits = self.call(inst.filter, self.ep_of(&eps, i), &aux)?;
             if bits & 1 == 0 {
                 continue;
@@ -297,31 +321,35 @@ impl<'a> JRun<'a> {
             any_plain |= !p;
             preferred.push(p);
             rows.push(i);
-            kept.push(c);
         }
         if any_preferred && any_plain {
-            let mut i = 0;
-            kept.retain(|_| {
-                i += 1;
-                preferred[i - 1]
-            });
             let mut i = 0;
             rows.retain(|_| {
                 i += 1;
                 preferred[i - 1]
             });
         }
-        self.score_all(inst, s, &mut kept, &eps, Some(&rows))?;
-        let chosen = choose(s.pick, &kept, Some(&mut self.rng));
+        self.score_rows(inst, s, &mut all, &eps, Some(&rows))?;
+        let scored_all = rows.len() == all.len();
+        let key = |i: usize| {
+            all.get(i)
+                .map_or((f64::NAN, 0.0), |c| (c.score, c.probability))
+        };
+        let chosen = choose_by(s.pick, rows.len(), |k| key(rows[k]), Some(&mut self.rng));
         if let Some(c) = chosen.filter(|c| *c > 0) {
             // The pick first, the rest in their order before the sort below.
-            kept[..=c].rotate_right(1);
+            rows[..=c].rotate_right(1);
         }
-        let rest = kept
+        let rest = rows
             .get_mut(usize::from(chosen.is_some())..)
             .unwrap_or_default();
-        strategy::order_rest(s.pick, rest);
-        Some(kept)
+        order_rest_by(s.pick, rest, |&i| key(i));
+        Some(RankedRows {
+            all,
+            eps,
+            order: rows,
+            scored_all,
+        })
     }
 
     /// The interpreter's `strategy::update` for a compiled instance (`Some(None)`: no
@@ -341,24 +369,49 @@ impl<'a> JRun<'a> {
             return Some(None);
         };
         let mut ctxs = contexts(self.set, Some(s), args, self.req, self.stats, cands);
-        let unscored = self.ep_vectors(&ctxs);
-        self.score_all(inst, s, &mut ctxs, &unscored, None)?;
         let Some(me) = ctxs.iter().position(|c| c.reg.endpoint.id == endpoint) else {
             return Some(None);
         };
-        let eps = self.ep_vectors(&ctxs);
-        let aggs = self.aggregates(inst, s, &eps, ctxs.len(), None, outcome)?;
+        let mut eps = self.ep_vectors(&ctxs);
+        self.score_rows(inst, s, &mut ctxs, &eps, None)?;
+        self.assign(inst, &ctxs, &mut eps, me, assigns, event, outcome)
+    }
+
+    /// The state update of `assigns` (the block for `event`) for context `me` among
+    /// `ctxs`, scored over all of them; `eps` are their vectors, filled before
+    /// scoring (their score and probability cells are written here).
+    #[allow(clippy::too_many_arguments)]
+    fn assign(
+        &self,
+        inst: &StratCode,
+        ctxs: &[EpCtx<'a>],
+        eps: &mut [u64],
+        me: usize,
+        assigns: &[(u32, usize)],
+        event: Event,
+        outcome: Option<&Outcome>,
+    ) -> Option<Option<StateUpdate>> {
+        let s = self.set.strategies.get(inst.strategy as usize)?;
+        let n = self.code.layout.ep.len();
+        if n > 0 {
+            for (c, cells) in ctxs.iter().zip(eps.chunks_mut(n)) {
+                self.code.layout.fill_scored(c, cells);
+            }
+        }
+        let aggs = self.aggregates(inst, s, eps, ctxs.len(), None, outcome)?;
         let aux = self.aux(self.req.priority, ctxs.len(), outcome, &aggs);
         let mut slots = BTreeMap::new();
         for (slot, f) in assigns {
-            let v = f64::from_bits(self.call(*f, self.ep_of(&eps, me), &aux)?);
-            if let Some(st) = s.states.get(*slot as usize) {
-                slots.insert(st.name.clone(), v);
+            let v = f64::from_bits(self.call(*f, self.ep_of(eps, me), &aux)?);
+            if let Some(name) = self.set.names.slot(inst.strategy, *slot) {
+                slots.insert(name, v);
             }
         }
+        let index = ctxs.get(me)?.reg.index;
         Some(Some(StateUpdate {
-            endpoint: endpoint.to_string(),
-            strategy: s.name.clone(),
+            endpoint: self.set.names.endpoints().get(index)?.id.clone(),
+            index,
+            strategy: self.set.names.strategy(Some(inst.strategy)),
             event,
             slots,
         }))
@@ -370,8 +423,8 @@ impl<'a> JRun<'a> {
         fallback: Option<&CFallback>,
         site: Option<(u32, u32, u32)>,
     ) -> Option<Decision> {
-        let mut d = Decision::blank(self.priority);
-        d.target = Some(u.target.describe());
+        let mut d = Decision::blank(self.priority, self.set.names.endpoints());
+        d.target = Some(u.described.clone());
         let cands = match candidates(self.set, self.req, &u.target) {
             Ok(c) => available(self.stats, c),
             Err(model) => {
@@ -383,45 +436,43 @@ impl<'a> JRun<'a> {
             }
         };
         let strat = u.strategy.and_then(|i| self.set.strategies.get(i as usize));
-        d.strategy = Some(
-            strat
-                .map(|s| s.name.clone())
-                .unwrap_or_else(|| "priority".to_string()),
-        );
+        d.strategy = Some(self.set.names.strategy(u.strategy));
         d.call = Some(StrategyCall {
             strategy: u.strategy,
             args: u.args.clone(),
-            candidates: cands.iter().map(|c| c.endpoint.id.clone()).collect(),
+            candidates: cands.iter().map(|c| c.index).collect(),
         });
         let code = self.code;
         let inst = match (strat, site) {
             (Some(_), Some(site)) => Some(code.instances.get(*code.sites.get(&site)?)?),
             _ => None,
         };
-        let order = match (strat, inst) {
-            (Some(s), Some(inst)) => self.rank(inst, s, &u.args, &cands)?,
+        let mut plan: Refs<'a> = match (strat, inst) {
+            (Some(s), Some(inst)) => {
+                let mut r = self.rank_rows(inst, s, &u.args, &cands)?;
+                let plan = r.order.iter().filter_map(|&i| r.all.get(i)).map(|c| c.reg);
+                let plan = plan.collect();
+                let pick = inst.updates.iter().find(|(e, _)| *e == Event::Pick);
+                if let (Some((_, assigns)), Some(&me)) = (pick, r.order.first()) {
+                    // `on pick` sees every candidate scored (aggregates over all of
+                    // them), as the interpreter's `update` does; the ranking scored
+                    // only the kept ones unless that was all.
+                    if !r.scored_all {
+                        self.score_rows(inst, s, &mut r.all, &r.eps, None)?;
+                    }
+                    let up =
+                        self.assign(inst, &r.all, &mut r.eps, me, assigns, Event::Pick, None)?;
+                    d.state_updates.extend(up);
+                }
+                plan
+            }
             (Some(_), None) => return None,
             (None, _) => {
-                strategy::rank(
-                    self.set,
-                    None,
-                    &u.args,
-                    self.req,
-                    self.stats,
-                    cands.clone(),
-                    Some(&mut self.rng),
-                    false,
-                )
-                .order
+                let mut plan = cands.clone();
+                strategy::builtin(&mut plan, Some(&mut self.rng));
+                plan
             }
         };
-        let mut plan: Vec<EndpointRef<'a>> = order.iter().map(|c| c.reg).collect();
-        if let (Some(s), Some(inst), Some(first)) = (strat, inst, order.first()) {
-            let id: &'a str = &first.reg.endpoint.id;
-            if let Some(up) = self.update(inst, s, &u.args, &cands, id, Event::Pick, None)? {
-                d.state_updates.push(up);
-            }
-        }
         if let Some(f) = fallback {
             apply_fallback(&mut d, &mut plan, f, |t| {
                 available(
@@ -430,12 +481,23 @@ impl<'a> JRun<'a> {
                 )
             });
         }
-        write_plan(&mut d, plan, &u.target);
+        write_plan(&mut d, &plan, &u.target);
         Some(d)
     }
 }
 
-/// Candidate endpoint refs for `ids` (unknown ids skipped), as `on_outcome` does.
-pub fn refs<'a>(set: &'a CheckedPolicySet, ids: &[String]) -> Vec<EndpointRef<'a>> {
-    set.registry.endpoints_by_id(ids)
+/// A compiled ranking: every candidate's context (`all`, scored: all of them when
+/// `scored_all`, else the kept ones) and vector (`eps`, row `i` for `all[i]`), and
+/// the plan order as indices into `all`.
+struct RankedRows<'a> {
+    all: Vec<EpCtx<'a>>,
+    eps: Cells<64>,
+    order: Rows<usize>,
+    scored_all: bool,
+}
+
+/// Candidate endpoint refs for registry indices `ids` (unknown ones skipped), as
+/// `on_outcome` does.
+pub fn refs<'a>(set: &'a CheckedPolicySet, ids: &[usize]) -> Vec<EndpointRef<'a>> {
+    set.registry.endpoints_at(ids)
 }

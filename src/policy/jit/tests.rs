@@ -330,8 +330,8 @@ fn nan_score_sign_bit_does_not_move_an_endpoint_up_the_plan() {
         ));
         let req = RequestFeatures::for_model("gpt-4o");
         let d = decide_with(&c, EngineMode::Both, &req, stats, 7).unwrap_or_else(|m| panic!("{m}"));
-        let mut ids = vec![d.endpoint.unwrap_or_default()];
-        ids.extend(d.fallbacks.into_iter().map(|s| s.endpoint));
+        let mut ids = vec![d.endpoint.as_deref().unwrap_or_default().to_string()];
+        ids.extend(d.fallbacks().map(|s| s.endpoint.to_string()));
         ids
     };
     // openai/gpt-4o, the first in registry order, scores NaN.

@@ -1,0 +1,577 @@
+//! Running a set's tests: within the total budget, spread over the machine's cores,
+//! and remembering what passed ([`TestResults`]) so the next load of an edited set
+//! runs again only the tests whose result can have changed.
+//!
+//! # What a cached pass rests on
+//!
+//! A test's decisions are a function of exactly:
+//! - the test's own text (request, statistics, seed, `sample`, expectations);
+//! - the registry;
+//! - the routes the interpreter tried for its requests, in order: every route up to
+//!   the one that took them (all of them when some request matched none), each a
+//!   function of its own text (conditions, rules, splits, fallbacks, names);
+//! - the strategies those routes use (each a function of its own text);
+//! - the code of the engines ([`ENGINE`]).
+//!
+//! Nothing else of a set reaches a decision (there are no other global definitions,
+//! and deciding reads no clock, environment or configuration beyond the registry;
+//! interned ids and regex indices are derived from these texts, and the digest of a
+//! decision names strategies and strings by content). A passed test is
+//! remembered under a content hash of its text, with a hash of that list of inputs in
+//! the set it passed in ([`deps`]) and a digest of the interpreter's decisions. In the
+//! next set, a test whose inputs hash the same would get the same decisions from the
+//! interpreter, so its expectations hold again; only the compiled code is new. Such a
+//! test is therefore run on the JIT alone, and passes only if the digest of the JIT's
+//! decisions equals the interpreter's from before (the comparison `--engine both`
+//! makes, through a 128-bit digest) and those decisions meet its expectations;
+//! otherwise it runs in full on both engines. A failed test is never remembered.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use xxhash_rust::xxh3::{xxh3_128, Xxh3};
+
+use super::{field_is, CExpectKind, CTest, CaseResult, TestReport};
+use crate::policy::checked::{CSplitKey, CTerminal, CheckedPolicySet, Const};
+use crate::policy::interp::Decision;
+
+/// Decides one test request ([`super::DecideFn`]), from several threads at once.
+pub type SyncDecide<'a> = super::DecideFn<'a>;
+
+/// Test requests per unit of work handed to a thread.
+const CHUNK: u64 = 500;
+
+/// What passed in one run of a set's tests, for the next run ([`run_tests_parallel`]).
+#[derive(Debug, Clone)]
+pub struct TestResults {
+    /// The engine code the passes were found with ([`ENGINE`]).
+    engine: &'static str,
+    passed: HashMap<u128, Passed>,
+}
+
+/// The version of the code that decides and checks (the interpreter, the JIT, this
+/// runner): the package version and the commit built from. Results found by other
+/// code are never reused. They live in memory only, so today this cannot differ
+/// within a process; it keeps a pass from outliving a change of the engines should
+/// results ever be kept across processes.
+pub const ENGINE: &str = concat!(env!("CARGO_PKG_VERSION"), "+", env!("SWITCHYARD_COMMIT"));
+
+impl Default for TestResults {
+    fn default() -> Self {
+        TestResults {
+            engine: ENGINE,
+            passed: HashMap::new(),
+        }
+    }
+}
+
+impl TestResults {
+    /// Number of remembered passes.
+    pub fn len(&self) -> usize {
+        self.passed.len()
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.passed.is_empty()
+    }
+
+    /// The same passes, as if found by engine code `engine` (tests of the stamp).
+    #[cfg(test)]
+    fn found_by(mut self, engine: &'static str) -> TestResults {
+        self.engine = engine;
+        self
+    }
+}
+
+/// One remembered pass.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Passed {
+    /// The last route position the test's requests reached (`usize::MAX`: all).
+    reach: usize,
+    /// [`deps`] at that reach in the set it passed in.
+    deps: u128,
+    /// The interpreter's decisions, digested ([`digest`], summed).
+    decisions: u128,
+}
+
+/// How a test runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    /// On the engines `full` decides with.
+    Full,
+    /// A remembered pass: the JIT alone, compared with the remembered digest.
+    Check(Passed),
+}
+
+/// What one range of a test's requests found.
+#[derive(Debug, Default)]
+struct Part {
+    /// Failed expectations (a test without `sample`).
+    failures: Vec<String>,
+    /// The first request that failed to decide: index and message.
+    error: Option<(u64, String)>,
+    /// Matches per `expect share` (by expectation index).
+    counts: Vec<u64>,
+    /// Sum of the decisions' digests.
+    digest: u128,
+    /// The last route position reached (`usize::MAX`: some request matched none).
+    reach: usize,
+}
+
+impl Part {
+    fn merge(&mut self, o: Part) {
+        self.failures.extend(o.failures);
+        if let Some((i, e)) = o.error {
+            if self.error.as_ref().is_none_or(|(j, _)| i < *j) {
+                self.error = Some((i, e));
+            }
+        }
+        if self.counts.len() < o.counts.len() {
+            self.counts.resize(o.counts.len(), 0);
+        }
+        for (a, b) in self.counts.iter_mut().zip(o.counts) {
+            *a += b;
+        }
+        self.digest = self.digest.wrapping_add(o.digest);
+        self.reach = self.reach.max(o.reach);
+    }
+}
+
+/// Runs the tests of `set` as [`super::run_tests_within`] does (same budget, same
+/// report), deciding with `full`, on up to `threads` threads. With `previous` (the
+/// results of an earlier run) a test whose inputs are unchanged is run on `jit`
+/// alone and checked against its remembered decisions (see the module doc). Returns
+/// the report and the passes to remember.
+pub fn run_tests_parallel(
+    set: &CheckedPolicySet,
+    full: &SyncDecide<'_>,
+    jit: &SyncDecide<'_>,
+    budget: Option<u64>,
+    previous: Option<&TestResults>,
+    threads: usize,
+) -> (TestReport, TestResults) {
+    let ctx = Deps::new(set);
+    let mut report = TestReport {
+        budget,
+        ..TestReport::default()
+    };
+    // Which tests run (the budget, in source order) and how.
+    let mut runs: Vec<(usize, u128, Mode)> = Vec::new();
+    let mut skipped: HashMap<usize, CaseResult> = HashMap::new();
+    for (i, t) in set.tests.iter().enumerate() {
+        let cost = super::test_requests(t);
+        let left = budget.map(|b| b.saturating_sub(report.requests));
+        if let Some(left) = left.filter(|l| cost > *l) {
+            skipped.insert(i, super::skipped_case(set, t, cost, left, budget));
+            continue;
+        }
+        report.requests += cost;
+        let key = xxh3_128(set.sources.slice(t.span).as_bytes());
+        let mode = previous
+            .filter(|p| p.engine == ENGINE)
+            .and_then(|p| p.passed.get(&key))
+            .filter(|p| ctx.deps(p.reach) == p.deps)
+            .map_or(Mode::Full, |p| Mode::Check(*p));
+        runs.push((i, key, mode));
+    }
+    let work = |runs: &[(usize, u128, Mode)]| -> Vec<Part> {
+        let mut units = Vec::new();
+        for (r, (i, _, _)) in runs.iter().enumerate() {
+            let n = super::test_requests(&set.tests[*i]);
+            let mut start = 0;
+            while start < n {
+                let end = (start + CHUNK).min(n);
+                units.push((r, start..end));
+                start = end;
+            }
+        }
+        let parts = in_parallel(&units, threads, |(r, range)| {
+            let (i, _, mode) = runs[*r];
+            let decide = if mode == Mode::Full { full } else { jit };
+            run_range(set, &ctx, &set.tests[i], range.clone(), decide)
+        });
+        let mut merged: Vec<Part> = runs.iter().map(|_| Part::default()).collect();
+        for ((r, _), p) in units.iter().zip(parts) {
+            merged[*r].merge(p);
+        }
+        merged
+    };
+    let mut parts = work(&runs);
+    // A remembered pass holds only if the JIT's decisions equal the interpreter's
+    // remembered ones and, belt and braces, meet the test's expectations themselves;
+    // otherwise the test runs again in full.
+    let holds = |i: usize, c: &Passed, p: &Part| {
+        p.error.is_none()
+            && p.digest == c.decisions
+            && super::failures_of(set, &set.tests[i], p.failures.clone(), None, &p.counts)
+                .is_empty()
+    };
+    let again: Vec<(usize, u128, Mode)> = runs
+        .iter()
+        .zip(&parts)
+        .filter(|((i, _, m), p)| matches!(m, Mode::Check(c) if !holds(*i, c, p)))
+        .map(|((i, k, _), _)| (*i, *k, Mode::Full))
+        .collect();
+    if !again.is_empty() {
+        let redone = work(&again);
+        for ((i, _, _), p) in again.iter().zip(redone) {
+            if let Some(r) = runs.iter().position(|(j, _, _)| j == i) {
+                runs[r].2 = Mode::Full;
+                parts[r] = p;
+            }
+        }
+    }
+    let mut results = TestResults::default();
+    let mut outcomes: HashMap<usize, CaseResult> = HashMap::new();
+    for ((i, key, mode), part) in runs.iter().zip(parts) {
+        let t = &set.tests[*i];
+        let (failures, remember) = match mode {
+            Mode::Check(p) => (Vec::new(), *p),
+            Mode::Full => {
+                let reach = part.reach;
+                let remember = Passed {
+                    reach,
+                    deps: ctx.deps(reach),
+                    decisions: part.digest,
+                };
+                (
+                    super::failures_of(set, t, part.failures, part.error, &part.counts),
+                    remember,
+                )
+            }
+        };
+        let passed = failures.is_empty();
+        if passed {
+            report.passed += 1;
+            report.reused += usize::from(matches!(mode, Mode::Check(_)));
+            results.passed.insert(*key, remember);
+        } else {
+            report.failed += 1;
+        }
+        outcomes.insert(
+            *i,
+            CaseResult {
+                name: t.name.clone(),
+                at: set.sources.location(t.span),
+                passed,
+                failures,
+                skipped: false,
+            },
+        );
+    }
+    for i in 0..set.tests.len() {
+        if let Some(c) = skipped.remove(&i) {
+            report.skipped += 1;
+            report.cases.push(c);
+        } else if let Some(c) = outcomes.remove(&i) {
+            report.cases.push(c);
+        }
+    }
+    (report, results)
+}
+
+/// Runs `f` over `units` on up to `threads` threads (the calling one included);
+/// results in the order of `units`.
+fn in_parallel<U: Sync, R: Send>(
+    units: &[U],
+    threads: usize,
+    f: impl Fn(&U) -> R + Sync,
+) -> Vec<R> {
+    let threads = threads.clamp(1, units.len().max(1));
+    if threads == 1 {
+        return units.iter().map(&f).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let worker = || {
+        let mut out = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(u) = units.get(i) else { break };
+            out.push((i, f(u)));
+        }
+        out
+    };
+    let mut all: Vec<(usize, R)> = std::thread::scope(|s| {
+        let others: Vec<_> = (1..threads).map(|_| s.spawn(worker)).collect();
+        let mut all = worker();
+        for h in others {
+            // A worker that panicked: its units are missing; run them here below.
+            if let Ok(v) = h.join() {
+                all.extend(v);
+            }
+        }
+        all
+    });
+    all.sort_by_key(|(i, _)| *i);
+    let mut out = Vec::with_capacity(units.len());
+    let mut got = all.into_iter().peekable();
+    for (i, u) in units.iter().enumerate() {
+        match got.next_if(|(j, _)| *j == i) {
+            Some((_, r)) => out.push(r),
+            None => out.push(f(u)),
+        }
+    }
+    out
+}
+
+/// Decides requests `range` of `t` (all of a test without `sample`).
+fn run_range(
+    set: &CheckedPolicySet,
+    ctx: &Deps<'_>,
+    t: &CTest,
+    range: Range<u64>,
+    decide: &SyncDecide<'_>,
+) -> Part {
+    let mut part = Part {
+        counts: vec![0; t.expects.len()],
+        ..Part::default()
+    };
+    let mut buf = Vec::with_capacity(256);
+    let Some((_, key)) = &t.sample else {
+        match decide(&t.request, &t.stats, t.seed) {
+            Ok(d) => {
+                part.failures = super::expect_failures(set, t, &d);
+                part.digest = digest(set, 0, &d, &mut buf);
+                part.reach = ctx.reach(&d);
+            }
+            Err(e) => part.error = Some((0, e)),
+        }
+        return part;
+    };
+    let mut req = t.request.clone();
+    let mut k = String::new();
+    for i in range {
+        let mut seed = t.seed;
+        k.clear();
+        {
+            use std::fmt::Write;
+            let _ = write!(k, "key-{i}");
+        }
+        match key {
+            CSplitKey::ApiKey => set_to(&mut req.api_key, &k),
+            CSplitKey::Org => set_to(&mut req.org, &k),
+            CSplitKey::Header(h) => set_in(&mut req.headers, h, &k),
+            CSplitKey::Metadata(m) => set_in(&mut req.metadata, m, &k),
+            CSplitKey::Random => seed = seed.wrapping_add(i),
+        }
+        let d = match decide(&req, &t.stats, seed) {
+            Ok(d) => d,
+            Err(e) => {
+                part.error = Some((i, e));
+                return part;
+            }
+        };
+        for (j, e) in t.expects.iter().enumerate() {
+            if let CExpectKind::Share(f, v, ..) = &e.kind {
+                if field_is(&d, *f, v) {
+                    part.counts[j] += 1;
+                }
+            }
+        }
+        part.digest = part.digest.wrapping_add(digest(set, i, &d, &mut buf));
+        part.reach = part.reach.max(ctx.reach(&d));
+    }
+    part
+}
+
+fn set_to(slot: &mut Option<String>, v: &str) {
+    let s = slot.get_or_insert_with(String::new);
+    s.clear();
+    s.push_str(v);
+}
+
+fn set_in(map: &mut std::collections::BTreeMap<String, String>, key: &str, v: &str) {
+    match map.get_mut(key) {
+        Some(s) => {
+            s.clear();
+            s.push_str(v);
+        }
+        None => {
+            map.insert(key.to_string(), v.to_string());
+        }
+    }
+}
+
+/// The inputs of a test's decisions in one set (see the module doc).
+struct Deps<'s> {
+    set: &'s CheckedPolicySet,
+    registry: u128,
+    /// Route name → position in evaluation order.
+    position: HashMap<&'s str, usize>,
+    /// Per route, the strategies its rules use (indices).
+    strategies: Vec<BTreeSet<u32>>,
+}
+
+impl<'s> Deps<'s> {
+    fn new(set: &'s CheckedPolicySet) -> Deps<'s> {
+        // Debug rather than serde: it cannot fail and tells every float apart (JSON
+        // writes NaN and infinities alike as null).
+        let registry = xxh3_128(format!("{:?}", set.registry).as_bytes());
+        let position = set
+            .routes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.name.as_str(), i))
+            .collect();
+        let strategies = set
+            .routes
+            .iter()
+            .map(|r| {
+                let mut used = BTreeSet::new();
+                for rule in r.rules.iter().chain(std::iter::once(&r.default)) {
+                    match &rule.body.terminal {
+                        Some(CTerminal::Use(u)) => used.extend(u.strategy),
+                        Some(CTerminal::Split(s)) => {
+                            used.extend(s.arms.iter().filter_map(|a| a.action.strategy))
+                        }
+                        Some(CTerminal::Reject { .. }) | None => {}
+                    }
+                }
+                used
+            })
+            .collect();
+        Deps {
+            set,
+            registry,
+            position,
+            strategies,
+        }
+    }
+
+    /// The route position that decided `d` (`usize::MAX`: no route did).
+    fn reach(&self, d: &Decision) -> usize {
+        d.route
+            .as_deref()
+            .and_then(|r| self.position.get(r).copied())
+            .unwrap_or(usize::MAX)
+    }
+
+    /// A hash of the registry, the text of every route up to position `reach` in
+    /// order, and the text of every strategy those routes use.
+    fn deps(&self, reach: usize) -> u128 {
+        let set = self.set;
+        let mut h = Xxh3::new();
+        h.update(&self.registry.to_le_bytes());
+        let mut used = BTreeSet::new();
+        let last = reach.min(set.routes.len().saturating_sub(1));
+        for (r, strategies) in set.routes.iter().zip(&self.strategies).take(last + 1) {
+            text(&mut h, set.sources.slice(r.span));
+            used.extend(strategies.iter().copied());
+        }
+        h.update(b"\xffstrategies");
+        for s in used.iter().filter_map(|i| set.strategies.get(*i as usize)) {
+            text(&mut h, set.sources.slice(s.span));
+        }
+        h.digest128()
+    }
+}
+
+fn text(h: &mut Xxh3, s: &str) {
+    h.update(&(s.len() as u64).to_le_bytes());
+    h.update(s.as_bytes());
+}
+
+/// A std `Hasher` over XXH3 (the 64-bit `finish` is unused: [`digest`] takes the
+/// 128-bit value).
+struct H<'b>(&'b mut Vec<u8>);
+
+impl Hasher for H<'_> {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+    }
+    fn finish(&self) -> u64 {
+        0
+    }
+}
+
+/// Float bits as `--engine both` compares them: every NaN alike.
+fn float_bits(v: f64) -> u64 {
+    if v.is_nan() {
+        f64::NAN.to_bits()
+    } else {
+        v.to_bits()
+    }
+}
+
+fn consts(set: &CheckedPolicySet, h: &mut H<'_>, args: &[Const]) {
+    for a in args {
+        match a {
+            Const::Bool(v) => (0u8, u64::from(*v)).hash(h),
+            Const::Int(i) => (1u8, *i as u64).hash(h),
+            Const::Float(f) => (2u8, float_bits(*f)).hash(h),
+            Const::Str(s) => (3u8, set.strings.resolve(*s)).hash(h),
+            Const::Priority(p) => (4u8, p.as_str()).hash(h),
+        }
+    }
+}
+
+/// The digest of decision `d` of request `i`: every field `--engine both` compares
+/// (the fallbacks through the plan, which determines them for a given registry),
+/// 128 bits.
+pub(crate) fn digest(set: &CheckedPolicySet, i: u64, d: &Decision, buf: &mut Vec<u8>) -> u128 {
+    // Destructured without `..`: a new field of `Decision` must be added here.
+    let Decision {
+        route,
+        rule,
+        split,
+        target,
+        strategy,
+        endpoint,
+        model,
+        plan,
+        retries,
+        backoff_ms,
+        fallback_on,
+        priority,
+        cache,
+        hold_off_peak,
+        reject,
+        state_updates,
+        call,
+        names: _,
+    } = d;
+    buf.clear();
+    let h = &mut H(buf);
+    i.hash(h);
+    for s in [route, rule, target, strategy, endpoint, model] {
+        s.as_deref().hash(h);
+    }
+    split
+        .as_ref()
+        .map(|s| (s.arm, s.bucket, s.key_present, s.rolled_back))
+        .hash(h);
+    plan.hash(h);
+    (retries, backoff_ms).hash(h);
+    fallback_on.hash(h);
+    priority.as_str().hash(h);
+    cache.map(|c| (c.on, c.ttl_ms, c.exact)).hash(h);
+    hold_off_peak.hash(h);
+    reject.as_ref().map(|r| (r.status, &r.message)).hash(h);
+    state_updates.len().hash(h);
+    for u in state_updates {
+        (&*u.endpoint, &*u.strategy, u.event).hash(h);
+        u.slots.len().hash(h);
+        for (k, v) in &u.slots {
+            (k, float_bits(*v)).hash(h);
+        }
+    }
+    match call {
+        None => 0u8.hash(h),
+        Some(c) => {
+            // By name and content, not by index or interned id: those depend on the
+            // rest of the set, the decision does not.
+            let strategy = c
+                .strategy
+                .map(|s| set.strategies.get(s as usize).map(|s| s.name.as_str()));
+            (1u8, strategy, &c.candidates).hash(h);
+            consts(set, h, &c.args);
+        }
+    }
+    xxh3_128(buf)
+}
+
+#[cfg(test)]
+mod tests;

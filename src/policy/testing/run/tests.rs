@@ -1,0 +1,208 @@
+use super::*;
+use crate::policy::jit::engine::self_check;
+use crate::policy::{parse_and_check, CompiledPolicySet, Registry, RequestFeatures, SourceMap};
+
+const STRATEGY: &str =
+    "strategy s(beta = 0.0) {\n  score = endpoint.latency_ewma_ms + beta\n  pick min\n}\n";
+
+const ROUTES: &str = r#"route a priority 10 when request.model == "gpt-4o-mini" {
+  default use "gpt-4o-mini"
+}
+route b when request.model == "gpt-4o" {
+  default use model via s
+}
+route c {
+  default use model
+}
+"#;
+
+const TESTS: &str = r#"test "t_a" {
+  request { model = "gpt-4o-mini" }
+  expect route a
+}
+test "t_b" {
+  request { model = "gpt-4o" }
+  stats { "azure/gpt-4o" { latency_ewma_ms = 100 } }
+  expect route b
+  expect endpoint "openai/gpt-4o"
+}
+test "t_c" {
+  request { model = "claude-sonnet" }
+  expect route c
+}
+test "t_s" {
+  request { model = "gpt-4o" }
+  sample 100 by api_key
+  expect share route b = 100% within 0%
+}
+"#;
+
+fn compiled(strategy: &str, routes: &str, tests: &str, reg: &Registry) -> CompiledPolicySet {
+    let mut src = SourceMap::new();
+    src.add("s.policy", strategy);
+    src.add("routes.policy", routes);
+    src.add("tests.policy", tests);
+    let set = parse_and_check(&src, reg).unwrap_or_else(|d| panic!("{d:?}"));
+    CompiledPolicySet::compile(set)
+}
+
+/// Runs the self-check of the set after `previous`; returns (passed, reused, results).
+fn check(c: &CompiledPolicySet, previous: Option<&TestResults>) -> (usize, usize, TestResults) {
+    let (report, results) = self_check(c, None, previous);
+    assert_eq!(report.failed, 0, "{}", report.render());
+    (report.passed, report.reused, results)
+}
+
+#[test]
+fn an_unchanged_set_reuses_every_test_and_a_first_run_none() {
+    let reg = Registry::example();
+    let c = compiled(STRATEGY, ROUTES, TESTS, &reg);
+    let (passed, reused, first) = check(&c, None);
+    assert_eq!((passed, reused), (4, 0));
+    assert_eq!(first.len(), 4);
+    let again = compiled(STRATEGY, ROUTES, TESTS, &reg);
+    let (passed, reused, _) = check(&again, Some(&first));
+    assert_eq!((passed, reused), (4, 4));
+}
+
+#[test]
+fn only_tests_that_reached_an_edited_route_run_again() {
+    let reg = Registry::example();
+    let (_, _, first) = check(&compiled(STRATEGY, ROUTES, TESTS, &reg), None);
+    // Route c is the last: only t_c reached it.
+    let edited = ROUTES.replace(
+        "route c {\n  default use model",
+        "route c {\n  rule x when request.stream { use model }\n  default use model",
+    );
+    let (_, reused, _) = check(&compiled(STRATEGY, &edited, TESTS, &reg), Some(&first));
+    assert_eq!(reused, 3);
+    // Route a comes first: every test's requests were tried against it.
+    let edited = ROUTES.replace(
+        "\"gpt-4o-mini\" {",
+        "\"gpt-4o-mini\" and not request.tools {",
+    );
+    let (_, reused, _) = check(&compiled(STRATEGY, &edited, TESTS, &reg), Some(&first));
+    assert_eq!(reused, 0);
+    // A route inserted after a and before b: t_a keeps its inputs.
+    let edited = format!(
+        "{ROUTES}route z priority 5 when request.model == \"smollm\" {{\n  default use model\n}}\n"
+    );
+    let (_, reused, _) = check(&compiled(STRATEGY, &edited, TESTS, &reg), Some(&first));
+    assert_eq!(reused, 1);
+}
+
+#[test]
+fn an_edited_strategy_test_or_registry_runs_its_tests_again() {
+    let reg = Registry::example();
+    let (_, _, first) = check(&compiled(STRATEGY, ROUTES, TESTS, &reg), None);
+    // Strategy s is used by route b, which t_b and t_s reach (t_c reaches c through b).
+    let strategy = STRATEGY.replace("beta = 0.0", "beta = 1.0");
+    let (_, reused, _) = check(&compiled(&strategy, ROUTES, TESTS, &reg), Some(&first));
+    assert_eq!(reused, 1, "only t_a reaches no route using s");
+    // A changed test is a new test.
+    let tests = TESTS.replace("expect route c", "expect route c\n  expect rule default");
+    let (_, reused, _) = check(&compiled(STRATEGY, ROUTES, &tests, &reg), Some(&first));
+    assert_eq!(reused, 3);
+    // Another registry: nothing is reused.
+    let mut other = reg.clone();
+    other.models[0].endpoints[1].priority = 3;
+    let (_, reused, _) = check(&compiled(STRATEGY, ROUTES, TESTS, &other), Some(&first));
+    assert_eq!(reused, 0);
+}
+
+#[test]
+fn a_reused_test_whose_compiled_decisions_differ_runs_again_in_full() {
+    let reg = Registry::example();
+    let c = compiled(STRATEGY, ROUTES, TESTS, &reg);
+    let (_, _, first) = check(&c, None);
+    let set = c.checked();
+    let full = |r: &RequestFeatures, s: &crate::policy::StatsSnapshot, seed: u64| {
+        Ok(crate::policy::interp::decide(set, r, s, seed))
+    };
+    // A "compiled" engine that disagrees on every decision's priority.
+    let wrong = |r: &RequestFeatures, s: &crate::policy::StatsSnapshot, seed: u64| {
+        let mut d = crate::policy::interp::decide(set, r, s, seed);
+        d.priority = crate::policy::ast::PriorityLevel::Critical;
+        Ok(d)
+    };
+    let (report, _) = run_tests_parallel(set, &full, &wrong, None, Some(&first), 2);
+    assert_eq!(
+        (report.passed, report.reused),
+        (4, 0),
+        "{}",
+        report.render()
+    );
+    // A full run that fails is reported as usual.
+    let failing = |_: &RequestFeatures, _: &crate::policy::StatsSnapshot, _: u64| {
+        Err("the engines disagree".to_string())
+    };
+    let (report, results) = run_tests_parallel(set, &failing, &wrong, None, Some(&first), 2);
+    assert_eq!(report.failed, 4, "{}", report.render());
+    assert!(results.is_empty(), "failures are not remembered");
+    let sample = report.cases.iter().find(|c| c.name == "t_s").unwrap();
+    assert!(
+        sample.failures[0].contains("request 0: the engines disagree"),
+        "{:?}",
+        sample.failures
+    );
+}
+
+#[test]
+fn the_report_does_not_depend_on_the_thread_count() {
+    let reg = Registry::example();
+    let c = compiled(STRATEGY, ROUTES, TESTS, &reg);
+    let set = c.checked();
+    let decide = |r: &RequestFeatures, s: &crate::policy::StatsSnapshot, seed: u64| {
+        Ok(crate::policy::interp::decide(set, r, s, seed))
+    };
+    let one = run_tests_parallel(set, &decide, &decide, Some(50), None, 1).0;
+    let four = run_tests_parallel(set, &decide, &decide, Some(50), None, 4).0;
+    assert_eq!(one, four);
+    assert_eq!((one.passed, one.skipped), (3, 1), "t_s is over the budget");
+}
+
+#[test]
+fn changed_declared_stats_or_engine_code_run_the_test_again() {
+    let reg = Registry::example();
+    let (_, _, first) = check(&compiled(STRATEGY, ROUTES, TESTS, &reg), None);
+    // The statistics a test declares are part of it: t_b alone runs again.
+    let tests = TESTS.replace("latency_ewma_ms = 100", "latency_ewma_ms = 5_000");
+    let c = compiled(STRATEGY, ROUTES, &tests, &reg);
+    let (report, results) = self_check(&c, None, Some(&first));
+    assert_eq!(
+        (report.passed, report.reused),
+        (4, 3),
+        "{}",
+        report.render()
+    );
+    // ... and its new result is what is remembered: the old stats no longer match.
+    let (_, reused, _) = check(&compiled(STRATEGY, ROUTES, TESTS, &reg), Some(&results));
+    assert_eq!(reused, 3);
+    // Results found by other engine code are not reused at all.
+    let other = first.found_by("0.0.0+other");
+    let (_, reused, _) = check(&compiled(STRATEGY, ROUTES, TESTS, &reg), Some(&other));
+    assert_eq!(reused, 0);
+}
+
+#[test]
+fn a_reused_test_cannot_hide_a_failure() {
+    let reg = Registry::example();
+    let (_, _, first) = check(&compiled(STRATEGY, ROUTES, TESTS, &reg), None);
+    // The strategy now prefers the slowest endpoint: t_b's expectation fails, and
+    // the failure is reported although t_b passed before.
+    let strategy = STRATEGY.replace("pick min", "pick max");
+    let c = compiled(&strategy, ROUTES, TESTS, &reg);
+    let (report, results) = self_check(&c, None, Some(&first));
+    assert_eq!(report.failed, 1, "{}", report.render());
+    let failed: Vec<_> = report.cases.iter().filter(|c| !c.passed).collect();
+    assert_eq!(failed[0].name, "t_b");
+    assert_eq!(results.len(), 3, "a failure is not remembered");
+    // Run again on the same set: the failure is found again, not taken from memory.
+    let (report, _) = self_check(&c, None, Some(&results));
+    assert_eq!(
+        (report.failed, report.reused),
+        (1, 3),
+        "{}",
+        report.render()
+    );
+}
