@@ -387,3 +387,68 @@ fn a_named_error_event_ends_the_stream_with_its_message() {
     let (_, r) = relay_raw(&format!("{ROLE}event: error\ndata: not json\n\n"));
     assert!(r.unwrap_err().message.contains("not json"));
 }
+
+/// The client's events for the upstream SSE `text` fed in reads of `step` bytes.
+fn relay_split(text: &[u8], step: usize) -> (Vec<String>, Result<(), GatewayError>) {
+    let mut t = OpenAi::standard().stream(StreamContext {
+        logical_model: "m\u{e9}".into(),
+        include_usage: false,
+        prompt_tokens_estimate: 0,
+        track: true,
+        resume: None,
+    });
+    let mut out = BytesMut::new();
+    let mut parser = SseParser::new();
+    let mut ev = crate::sse::SseEvent::default();
+    let mut r = None;
+    'reads: for read in text.chunks(step) {
+        parser.push(read).unwrap();
+        while parser.next_into(&mut ev) {
+            match t.event(&ev, &mut out) {
+                Ok(StreamStep::Continue) => {}
+                Ok(StreamStep::Done) => {
+                    r = Some(Ok(()));
+                    break 'reads;
+                }
+                Err(e) => {
+                    r = Some(Err(e));
+                    break 'reads;
+                }
+            }
+        }
+    }
+    let r = r.unwrap_or_else(|| t.end(&mut out));
+    // Read back as a client would: with an SSE parser.
+    let mut client = SseParser::new();
+    client.push(&out).unwrap();
+    let events = std::iter::from_fn(|| client.next_event())
+        .map(|e| e.data)
+        .collect();
+    (events, r)
+}
+
+#[test]
+fn a_chunk_sent_as_several_data_lines_reaches_the_client_as_one_json_event() {
+    // `data:` lines of one event join with `\n` (WHATWG); the chunk's JSON then holds
+    // newlines, which must not end the client's event early.
+    let text = "data: {\"id\":\"c1\",\r\ndata:\"model\":\"up\",\"choices\":[{\"index\":0,\n: ping\ndata: \"delta\":{\"content\":\"h\u{e9}\\n\"},\"finish_reason\":null}]}\r\r\
+                data: {\"id\":\"c1\",\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"},\"finish_reason\":null},\r\n\
+                data: {\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+                data:[DONE]\r\n\r\n";
+    for step in 1..=text.len() {
+        let (events, r) = relay_split(text.as_bytes(), step);
+        r.unwrap_or_else(|e| panic!("reads of {step}: {e:?}"));
+        assert_eq!(events.len(), 3, "reads of {step}: {events:?}");
+        assert_eq!(events[2], "[DONE]", "reads of {step}");
+        let mut content = String::new();
+        for e in &events[..2] {
+            let v: Value = serde_json::from_str(e)
+                .unwrap_or_else(|err| panic!("reads of {step}: {err}: {e:?}"));
+            assert_eq!(v["model"], "m\u{e9}", "{e}");
+            content.push_str(v["choices"][0]["delta"]["content"].as_str().unwrap());
+        }
+        assert_eq!(content, "h\u{e9}\nx", "reads of {step}");
+        let last: Value = serde_json::from_str(&events[1]).unwrap();
+        assert_eq!(last["choices"][1]["finish_reason"], "stop");
+    }
+}
