@@ -409,7 +409,22 @@ impl OpenAiStream {
         // chunk's `usage` member (null, or a count on the last content chunk of
         // some servers) is removed.
         out.put_slice(b"data: ");
-        scan.write(b, self.model_json.as_bytes(), !self.include_usage, out);
+        if memchr::memchr(b'\n', b).is_none() {
+            scan.write(b, self.model_json.as_bytes(), !self.include_usage, out);
+        } else {
+            // The upstream sent the chunk as several `data:` lines (joined with `\n`,
+            // JSON whitespace): written raw, a newline would end the client's line
+            // and cut the event. Each line goes out as a `data:` line of its own, so
+            // the client joins the same text.
+            let mut one = BytesMut::with_capacity(b.len() + self.model_json.len() + 10);
+            scan.write(b, self.model_json.as_bytes(), !self.include_usage, &mut one);
+            for (i, line) in one[..].split(|&c| c == b'\n').enumerate() {
+                if i > 0 {
+                    out.put_slice(b"\ndata: ");
+                }
+                out.put_slice(line);
+            }
+        }
         out.put_slice(b"\n\n");
         Ok(StreamStep::Continue)
     }
