@@ -208,8 +208,15 @@ impl Adapter for OpenAi {
             splice::set_string_parts(&chat.raw, "model", target.model, None)
         } else if chat.stream_options.is_none()
             // `"stream_options": null` parses as none but is in the bytes (the name
-            // inside a message only costs the serializing path).
+            // inside a message only costs the serializing path), perhaps written with
+            // escapes (`"stream_option\u0073"`), which only a walk of the top level
+            // tells apart from escapes in the text.
             && memchr::memmem::find(&chat.raw, b"stream_options\"").is_none()
+            && (memchr::memmem::find(&chat.raw, b"\\u").is_none()
+                || matches!(
+                    splice::find(&chat.raw, "stream_options"),
+                    Some(splice::Field::Missing { .. })
+                ))
         {
             splice::set_string_parts(
                 &chat.raw,
