@@ -452,3 +452,21 @@ fn a_chunk_sent_as_several_data_lines_reaches_the_client_as_one_json_event() {
         assert_eq!(last["choices"][1]["finish_reason"], "stop");
     }
 }
+
+#[test]
+fn cache_control_markers_written_with_escapes_are_removed_too() {
+    // `"cache_contro\u006c"` is the key `cache_control` to every JSON reader.
+    let raw = r#"{"model":"m","messages":[
+        {"role":"system","content":[{"type":"text","text":"long","cache_contro\u006c":{"type":"ephemeral"}}]},
+        {"role":"user","content":"hi","\u0063ache_control":{"type":"ephemeral"}}],
+        "tools":[{"type":"function","function":{"name":"f"},"cache_co\u006etrol":{"type":"ephemeral"}}]}"#;
+    let c = ChatRequest::parse_bytes(bytes::Bytes::from(raw.to_string())).unwrap();
+    let v = sent(&c);
+    assert_eq!(
+        v["messages"][0]["content"][0],
+        serde_json::json!({"type": "text", "text": "long"})
+    );
+    assert!(v["messages"][1].get("cache_control").is_none(), "{v}");
+    assert!(v["tools"][0].get("cache_control").is_none(), "{v}");
+    assert_eq!(v["model"], "up");
+}
