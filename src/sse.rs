@@ -247,6 +247,26 @@ mod tests {
     }
 
     #[test]
+    fn a_leading_byte_order_mark_is_ignored_wherever_the_reads_split_it() {
+        // WHATWG 9.2.6: one leading U+FEFF is ignored; the first line is a field.
+        let text = "\u{feff}data: {\"x\":1}\r\n\r\ndata: \u{feff}b\n\n";
+        for cut in 0..=text.len() {
+            let mut p = SseParser::new();
+            let mut got = Vec::new();
+            for part in [&text.as_bytes()[..cut], &text.as_bytes()[cut..]] {
+                for b in part.chunks(1) {
+                    p.push(b).unwrap();
+                    got.extend(all(&mut p).into_iter().map(|e| e.data));
+                }
+            }
+            assert_eq!(got, ["{\"x\":1}", "\u{feff}b"], "cut at {cut}");
+        }
+        let mut p = SseParser::new();
+        p.push("\u{feff}".as_bytes()).unwrap();
+        assert!(p.next_event().is_none() && p.finish().is_none());
+    }
+
+    #[test]
     fn partial_is_detected() {
         let mut p = SseParser::new();
         p.push(b"data: {\"x\"").unwrap();
