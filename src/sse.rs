@@ -43,7 +43,13 @@ pub struct SseParser {
     /// Bytes of `buf` already searched for a line end (keeps parsing linear when an
     /// event arrives in many small reads).
     scanned: usize,
+    /// The stream's first bytes were read past a leading byte order mark (WHATWG:
+    /// one leading U+FEFF is ignored).
+    past_bom: bool,
 }
+
+/// U+FEFF in UTF-8.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 impl SseParser {
     /// A parser with nothing buffered.
@@ -73,6 +79,17 @@ impl SseParser {
     /// contents replaced, its buffers reused): a relay that keeps one `SseEvent`
     /// parses without allocating per event. Returns whether an event was written.
     pub fn next_into(&mut self, ev: &mut SseEvent) -> bool {
+        if !self.past_bom {
+            if self.buf.len() < BOM.len() && BOM.starts_with(&self.buf) {
+                // Perhaps a byte order mark cut by the read: wait for the rest.
+                return false;
+            }
+            if self.buf.starts_with(BOM) {
+                self.buf.advance(BOM.len());
+            }
+            self.past_bom = true;
+            self.scanned = 0;
+        }
         loop {
             if self.skip_lf && !self.buf.is_empty() {
                 if self.buf[0] == b'\n' {
