@@ -196,9 +196,9 @@ impl Adapter for OpenAi {
                     .is_some_and(|parts| parts.iter().any(|p| p.get("cache_control").is_some()))
         }) || chat.tools.iter().flatten().any(|t| {
             t.get("cache_control").is_some()
-                || t.get("content").and_then(Value::as_array).is_some_and(|parts| {
-                    parts.iter().any(|p| p.get("cache_control").is_some())
-                })
+                || t.get("content")
+                    .and_then(Value::as_array)
+                    .is_some_and(|parts| parts.iter().any(|p| p.get("cache_control").is_some()))
                 || t.get("function")
                     .and_then(|f| f.get("cache_control"))
                     .is_some()
