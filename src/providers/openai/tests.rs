@@ -470,3 +470,25 @@ fn cache_control_markers_written_with_escapes_are_removed_too() {
     assert!(v["tools"][0].get("cache_control").is_none(), "{v}");
     assert_eq!(v["model"], "up");
 }
+
+#[test]
+fn an_upstream_model_named_twice_never_reaches_the_client() {
+    // A server that writes `model` twice: whichever one a client's JSON reader keeps,
+    // it must be the logical name.
+    let body = r#"{"id":"x","model":"up-secret","object":"chat.completion","created":0,"mod\u0065l":"up-secret","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}"#;
+    let out = OpenAi::standard().response(body.as_bytes(), "m").unwrap();
+    let text = String::from_utf8(out.to_vec()).unwrap();
+    assert!(!text.contains("up-secret"), "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["model"], "m");
+    assert_eq!(v["choices"][0]["message"]["content"], "ok");
+    let chunk = "data: {\"id\":\"c1\",\"model\":\"up-secret\",\"created\":3,\"model\":\"up-secret\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}],\"usage\":null}\n\ndata: [DONE]\n\n";
+    let (events, r) = relay_raw(chunk);
+    r.unwrap();
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert!(!events[0].contains("up-secret"), "{events:?}");
+    let v: Value = serde_json::from_str(&events[0]).unwrap();
+    assert_eq!(v["model"], "m");
+    assert_eq!(v["choices"][0]["delta"]["content"], "Hi");
+    assert!(v.get("usage").is_none(), "{v}");
+}
