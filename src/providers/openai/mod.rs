@@ -19,7 +19,6 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use http::{HeaderValue, Method};
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::common::Progress;
@@ -29,6 +28,7 @@ use crate::body::{self, Body};
 use crate::error::{ErrorKind, GatewayError};
 use crate::sse::SseEvent;
 use chunk::{ChoiceScan, ChunkScan};
+use view::ResponseView;
 
 /// The OpenAI-format adapter.
 #[derive(Debug, Clone)]
@@ -291,6 +291,16 @@ impl Adapter for OpenAi {
         if !view.choices.is_some_and(|c| c.get().starts_with('[')) {
             return Err(bad("upstream response has no `choices` list".into()));
         }
+        if view.models > 1 {
+            // Named twice: parsed whole, so that one `model` (the logical name) is left
+            // whichever of the two a client's reader would have kept.
+            let mut v: Map<String, Value> = serde_json::from_slice(body)
+                .map_err(|e| bad(format!("upstream response is not a JSON object: {e}")))?;
+            v.insert("model".into(), Value::String(logical_model.into()));
+            return serde_json::to_vec(&v)
+                .map(Bytes::from)
+                .map_err(|e| bad(format!("could not encode the response: {e}")));
+        }
         splice::set_string(body, "model", logical_model)
             .map(Bytes::from)
             .ok_or_else(|| bad("upstream response is not a JSON object".into()))
@@ -416,6 +426,21 @@ impl OpenAiStream {
         }
         for c in &scan.choices {
             self.track(data, c)?;
+        }
+        if scan.model_twice {
+            // Named twice: parsed whole, so that one `model` (the logical name) is left
+            // whichever of the two a client's reader would have kept.
+            let mut v: Map<String, Value> = serde_json::from_str(data).map_err(|e| {
+                bad_chunk(format!(
+                    "upstream sent a stream event that is not a chunk: {e}"
+                ))
+            })?;
+            v.insert("model".into(), Value::String(self.model.clone()));
+            if !self.include_usage {
+                v.remove("usage");
+            }
+            write_event(out, &v);
+            return Ok(StreamStep::Continue);
         }
         // The client did not ask for usage (it was asked for on its behalf): every
         // chunk's `usage` member (null, or a count on the last content chunk of
@@ -559,13 +584,6 @@ impl OpenAiStream {
     }
 }
 
-/// Just enough of a chat completion to know it is one.
-#[derive(Deserialize)]
-struct ResponseView<'a> {
-    #[serde(default, borrow)]
-    choices: Option<&'a RawValue>,
-}
-
 pub use crate::sse::{write_done, write_event};
 
 /// The counts of an upstream `usage` object (missing counts are 0, the total is
@@ -685,3 +703,4 @@ impl StreamTranscoder for OpenAiStream {
 mod chunk;
 #[cfg(test)]
 mod tests;
+mod view;
