@@ -347,3 +347,44 @@ async fn the_forwarded_body_is_the_clients_bytes_with_only_model_replaced() {
         assert_eq!(forwarded(&url, &json_seen, body).await, None, "{body}");
     }
 }
+
+#[tokio::test]
+async fn an_upstream_stream_in_any_legal_sse_framing_reaches_the_client_whole() {
+    // A byte order mark, CRLF and CR line ends, a comment, `data:` without its space,
+    // and one chunk spread over three `data:` lines.
+    const SSE: &str = "\u{feff}: ping\r\ndata:{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\r\ndata: \"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"h\u{e9}\"},\r\ndata: \"finish_reason\":null}]}\r\n\r\ndata: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"llo\"},\"finish_reason\":null},{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\r\rdata: [DONE]\r\r";
+    let (up, _) = recording_upstream(200, "text/event-stream", SSE);
+    let gw = start_app(
+        &format!("providers:\n  c: {{ kind: openai-compatible, base_url: http://{up}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: c, model: x }} ] }}\n"),
+        &[],
+    )
+    .await;
+    let r = request_with(
+        "POST",
+        &gw.url("/v1/chat/completions"),
+        &[],
+        chat("m", true, ""),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut parser = switchyard::sse::SseParser::new();
+    parser.push(&r.body).unwrap();
+    let events: Vec<String> = std::iter::from_fn(|| parser.next_event())
+        .map(|e| e.data)
+        .collect();
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("[DONE]"),
+        "{events:?}"
+    );
+    let mut text = String::new();
+    for e in &events[..events.len() - 1] {
+        let v: serde_json::Value =
+            serde_json::from_str(e).unwrap_or_else(|err| panic!("{err}: {e:?}"));
+        assert_eq!(v["model"], "m", "{e}");
+        if let Some(t) = v["choices"][0]["delta"]["content"].as_str() {
+            text.push_str(t);
+        }
+    }
+    assert_eq!(text, "h\u{e9}llo", "{events:?}");
+}
