@@ -215,6 +215,28 @@ mod tests {
     }
 
     #[test]
+    fn page_aligned_blocks_keep_their_alignment_and_contents_across_the_threshold() {
+        let a = Allocator;
+        // small (mimalloc) -> exactly LARGE (mapped) -> LARGE - 1 (mimalloc) -> one
+        // byte -> large again, every block page-aligned as its layout asks.
+        let sizes = [PAGE, LARGE, LARGE - 1, 1, 5 * LARGE + 3];
+        let mut layout = Layout::from_size_align(sizes[0], PAGE).unwrap();
+        let mut p = unsafe { a.alloc(layout) };
+        assert!(!p.is_null());
+        unsafe { fill(p, layout.size(), 5) };
+        for &size in &sizes[1..] {
+            let keep = layout.size().min(size);
+            p = unsafe { a.realloc(p, layout, size) };
+            assert!(!p.is_null(), "realloc to {size}");
+            assert_eq!(p as usize % PAGE, 0, "{size} bytes page-aligned");
+            assert!(unsafe { holds(p, keep, 5) }, "contents kept into {size}");
+            layout = Layout::from_size_align(size, PAGE).unwrap();
+            unsafe { fill(p, size, 5) };
+        }
+        unsafe { a.dealloc(p, layout) };
+    }
+
+    #[test]
     fn alignment_above_a_page_stays_with_mimalloc() {
         let a = Allocator;
         let layout = Layout::from_size_align(LARGE, 2 * PAGE).unwrap();

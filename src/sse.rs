@@ -43,7 +43,13 @@ pub struct SseParser {
     /// Bytes of `buf` already searched for a line end (keeps parsing linear when an
     /// event arrives in many small reads).
     scanned: usize,
+    /// The stream's first bytes were read past a leading byte order mark (WHATWG:
+    /// one leading U+FEFF is ignored).
+    past_bom: bool,
 }
+
+/// U+FEFF in UTF-8.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 impl SseParser {
     /// A parser with nothing buffered.
@@ -73,6 +79,17 @@ impl SseParser {
     /// contents replaced, its buffers reused): a relay that keeps one `SseEvent`
     /// parses without allocating per event. Returns whether an event was written.
     pub fn next_into(&mut self, ev: &mut SseEvent) -> bool {
+        if !self.past_bom {
+            if self.buf.len() < BOM.len() && BOM.starts_with(&self.buf) {
+                // Perhaps a byte order mark cut by the read: wait for the rest.
+                return false;
+            }
+            if self.buf.starts_with(BOM) {
+                self.buf.advance(BOM.len());
+            }
+            self.past_bom = true;
+            self.scanned = 0;
+        }
         loop {
             if self.skip_lf && !self.buf.is_empty() {
                 if self.buf[0] == b'\n' {
@@ -244,6 +261,26 @@ mod tests {
             })
         );
         assert!(!p.next_into(&mut ev));
+    }
+
+    #[test]
+    fn a_leading_byte_order_mark_is_ignored_wherever_the_reads_split_it() {
+        // WHATWG 9.2.6: one leading U+FEFF is ignored; the first line is a field.
+        let text = "\u{feff}data: {\"x\":1}\r\n\r\ndata: \u{feff}b\n\n";
+        for cut in 0..=text.len() {
+            let mut p = SseParser::new();
+            let mut got = Vec::new();
+            for part in [&text.as_bytes()[..cut], &text.as_bytes()[cut..]] {
+                for b in part.chunks(1) {
+                    p.push(b).unwrap();
+                    got.extend(all(&mut p).into_iter().map(|e| e.data));
+                }
+            }
+            assert_eq!(got, ["{\"x\":1}", "\u{feff}b"], "cut at {cut}");
+        }
+        let mut p = SseParser::new();
+        p.push("\u{feff}".as_bytes()).unwrap();
+        assert!(p.next_event().is_none() && p.finish().is_none());
     }
 
     #[test]

@@ -257,3 +257,134 @@ async fn a_gemini_image_it_cannot_take_is_refused_before_any_upstream_call() {
     assert_eq!(e["type"], "invalid_request_error");
     assert!(seen.lock().unwrap().is_empty(), "no upstream call");
 }
+
+/// The exact bytes `body` reaches the upstream as, with its Content-Length (the body
+/// of a 200 answer; `None` when the gateway refused the request).
+async fn forwarded(url: &str, seen: &Mutex<Vec<Seen>>, body: &str) -> Option<(String, usize)> {
+    let before = seen.lock().unwrap().len();
+    let r = request_with("POST", url, &[], body.to_string()).await;
+    if r.status == 400 {
+        return None;
+    }
+    assert_eq!(r.status, 200, "{body:.200}: {}", r.text());
+    let got = seen.lock().unwrap()[before].clone();
+    assert_eq!(got.header("transfer-encoding"), None, "{body:.200}");
+    let length = got
+        .header("content-length")
+        .and_then(|v| v.parse().ok())
+        .expect("a content-length");
+    Some((got.body, length))
+}
+
+#[tokio::test]
+async fn the_forwarded_body_is_the_clients_bytes_with_only_model_replaced() {
+    const SSE: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    let (json_up, json_seen) = recording_upstream(200, "application/json", COMPLETION);
+    let (sse_up, sse_seen) = recording_upstream(200, "text/event-stream", SSE);
+    let gw = start_app(
+        &format!("providers:\n  j: {{ kind: openai-compatible, base_url: http://{json_up}/v1 }}\n  s: {{ kind: openai-compatible, base_url: http://{sse_up}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: j, model: \"up-\u{e9}/\u{1f600}\" }} ] }}\n  st: {{ endpoints: [ {{ provider: s, model: \"up-\u{e9}/\u{1f600}\" }} ] }}\n"),
+        &[],
+    )
+    .await;
+    let url = gw.url("/v1/chat/completions");
+    let new = "\"up-\u{e9}/\u{1f600}\"";
+    let big = "\u{e9}x\\\"{[".repeat(6000); // past 16 KiB: sent as parts, not joined
+    let cases: Vec<(String, String)> = [
+        (r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#.to_string(), "m"),
+        (" \r\n\t{ \n\"messages\" :\r\n [ { \"role\" : \"user\" , \"content\" : \"the \\\"model\\\": \\\"m\\\"\" , \"model\":\"m\" } ] ,\n\t\"model\"\r\n:\t\"m\"\n ,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"model\":{\"type\":\"string\"}}}}]\n}\n\r\n".to_string(), "m"),
+        (r#"{"mo\u0064el":"m","messages":[{"role":"user","content":"hi"}]}"#.to_string(), "m"),
+        (format!(r#"{{"messages":[{{"role":"user","content":"{big}"}}],"model":"m","seed":1}}"#), "m"),
+        (format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{big}"}}]}}"#), "m"),
+    ]
+    .into_iter()
+    .map(|(body, logical)| {
+        // The logical name is the last top-level string equal to it in these bodies.
+        let (key_at, _) = body
+            .rmatch_indices(&format!("\"{logical}\""))
+            .next()
+            .unwrap();
+        let want = format!("{}{new}{}", &body[..key_at], &body[key_at + logical.len() + 2..]);
+        (body, want)
+    })
+    .collect();
+    for (body, want) in &cases {
+        let (got, length) = forwarded(&url, &json_seen, body).await.expect("accepted");
+        assert_eq!(&got, want, "{body:.300}");
+        assert_eq!(length, want.len(), "{body:.300}");
+    }
+    // Streams without stream_options: the usage request goes first, the rest as sent.
+    for (body, want) in &cases {
+        let body = body.replacen("\"m\"", "\"st\"", usize::MAX);
+        let want = want.replacen("\"m\"", "\"st\"", usize::MAX);
+        let body = body.replacen("\"messages\"", "\"stream\":true,\"messages\"", 1);
+        let want = want.replacen("\"messages\"", "\"stream\":true,\"messages\"", 1);
+        let brace = want.find('{').unwrap() + 1;
+        let want = format!(
+            "{}\"stream_options\":{{\"include_usage\":true}},{}",
+            &want[..brace],
+            &want[brace..]
+        );
+        let (got, length) = forwarded(&url, &sse_seen, &body).await.expect("accepted");
+        assert_eq!(got, want, "{body:.300}");
+        assert_eq!(length, want.len(), "{body:.300}");
+    }
+    // A stream_options the upstream would read as null (written with an escape) is
+    // not left beside the inserted one: the upstream must see include_usage: true.
+    let body = r#"{"model":"st","stream":true,"stream_option\u0073":null,"messages":[{"role":"user","content":"hi"}]}"#;
+    let (got, _) = forwarded(&url, &sse_seen, body).await.expect("accepted");
+    let v: serde_json::Value = serde_json::from_str(&got).unwrap();
+    assert_eq!(
+        v["stream_options"],
+        serde_json::json!({"include_usage": true}),
+        "{got}"
+    );
+    // Two `model` keys, or a byte order mark: refused (400), never half-replaced.
+    for body in [
+        r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"model":"m"}"#,
+        r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"mo\u0064el":"m"}"#,
+        "\u{feff}{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+    ] {
+        assert_eq!(forwarded(&url, &json_seen, body).await, None, "{body}");
+    }
+}
+
+#[tokio::test]
+async fn an_upstream_stream_in_any_legal_sse_framing_reaches_the_client_whole() {
+    // A byte order mark, CRLF and CR line ends, a comment, `data:` without its space,
+    // and one chunk spread over three `data:` lines.
+    const SSE: &str = "\u{feff}: ping\r\ndata:{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\r\ndata: \"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"h\u{e9}\"},\r\ndata: \"finish_reason\":null}]}\r\n\r\ndata: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"llo\"},\"finish_reason\":null},{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\r\rdata: [DONE]\r\r";
+    let (up, _) = recording_upstream(200, "text/event-stream", SSE);
+    let gw = start_app(
+        &format!("providers:\n  c: {{ kind: openai-compatible, base_url: http://{up}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: c, model: x }} ] }}\n"),
+        &[],
+    )
+    .await;
+    let r = request_with(
+        "POST",
+        &gw.url("/v1/chat/completions"),
+        &[],
+        chat("m", true, ""),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut parser = switchyard::sse::SseParser::new();
+    parser.push(&r.body).unwrap();
+    let events: Vec<String> = std::iter::from_fn(|| parser.next_event())
+        .map(|e| e.data)
+        .collect();
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("[DONE]"),
+        "{events:?}"
+    );
+    let mut text = String::new();
+    for e in &events[..events.len() - 1] {
+        let v: serde_json::Value =
+            serde_json::from_str(e).unwrap_or_else(|err| panic!("{err}: {e:?}"));
+        assert_eq!(v["model"], "m", "{e}");
+        if let Some(t) = v["choices"][0]["delta"]["content"].as_str() {
+            text.push_str(t);
+        }
+    }
+    assert_eq!(text, "h\u{e9}llo", "{events:?}");
+}

@@ -37,8 +37,11 @@ pub(super) struct ChunkScan {
     pub after_brace: usize,
     /// The object has no members.
     pub empty: bool,
-    /// The value of `model`, whatever it is.
+    /// The value of `model`, whatever it is (the last one).
     pub model: Option<Range<usize>>,
+    /// The chunk has more than one `model` member ([`ChunkScan::write`] replaces
+    /// only the last).
+    pub model_twice: bool,
     /// The value of `usage`.
     pub usage: Option<Range<usize>>,
     /// The whole `usage` member, `null` or not: key to value with the comma that
@@ -251,6 +254,7 @@ impl ChunkScan {
     /// above.
     pub fn scan(&mut self, b: &[u8]) -> Result<(), &'static str> {
         self.model = None;
+        self.model_twice = false;
         self.usage = None;
         self.usage_member = None;
         self.error = None;
@@ -276,7 +280,10 @@ impl ChunkScan {
             let member = m.value_ends(v.end)?;
             let present = !is_null(b, &v);
             match &*k {
-                b"model" => self.model = Some(v),
+                b"model" => {
+                    self.model_twice |= self.model.is_some();
+                    self.model = Some(v);
+                }
                 b"choices" if present => return Err("`choices` is not a list"),
                 b"usage" => {
                     self.usage_member = Some(member);

@@ -19,7 +19,6 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use http::{HeaderValue, Method};
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::common::Progress;
@@ -29,6 +28,7 @@ use crate::body::{self, Body};
 use crate::error::{ErrorKind, GatewayError};
 use crate::sse::SseEvent;
 use chunk::{ChoiceScan, ChunkScan};
+use view::ResponseView;
 
 /// The OpenAI-format adapter.
 #[derive(Debug, Clone)]
@@ -183,21 +183,26 @@ impl Adapter for OpenAi {
     ) -> Result<http::Request<Body>, GatewayError> {
         // Ask for usage on every stream the client did not ask it for.
         let ask_usage = self.stream_usage && chat.is_stream() && !chat.wants_usage_chunk();
-        let strip = if chat.raw.is_empty() {
-            chat.messages.iter().any(|m| {
-                m.extra.contains_key("cache_control")
-                    || m.content
-                        .as_array()
-                        .is_some_and(|parts| parts.iter().any(|p| p.get("cache_control").is_some()))
-            }) || chat.tools.iter().flatten().any(|t| {
-                t.get("cache_control").is_some()
-                    || t.get("function")
-                        .and_then(|f| f.get("cache_control"))
-                        .is_some()
-            })
-        } else {
-            memchr::memmem::find(&chat.raw, b"cache_control\"").is_some()
-        };
+        // Read from the parsed request, whose keys are decoded: a marker written with
+        // escapes (`"cache_contro\u006c"`) is one too, which a search of the bytes
+        // misses. A handful of map lookups per message, and no pass over the body.
+        let strip = chat.messages.iter().any(|m| {
+            m.extra.contains_key("cache_control")
+                || m.extra
+                    .get("function")
+                    .is_some_and(|f| f.get("cache_control").is_some())
+                || m.content
+                    .as_array()
+                    .is_some_and(|parts| parts.iter().any(|p| p.get("cache_control").is_some()))
+        }) || chat.tools.iter().flatten().any(|t| {
+            t.get("cache_control").is_some()
+                || t.get("content")
+                    .and_then(Value::as_array)
+                    .is_some_and(|parts| parts.iter().any(|p| p.get("cache_control").is_some()))
+                || t.get("function")
+                    .and_then(|f| f.get("cache_control"))
+                    .is_some()
+        });
         // The splice path: the client's bytes with `model` replaced, and the usage
         // request added when the client sent no `stream_options` at all.
         // The body is sent as parts of the client's bytes around the new text, not
@@ -208,8 +213,15 @@ impl Adapter for OpenAi {
             splice::set_string_parts(&chat.raw, "model", target.model, None)
         } else if chat.stream_options.is_none()
             // `"stream_options": null` parses as none but is in the bytes (the name
-            // inside a message only costs the serializing path).
+            // inside a message only costs the serializing path), perhaps written with
+            // escapes (`"stream_option\u0073"`), which only a walk of the top level
+            // tells apart from escapes in the text.
             && memchr::memmem::find(&chat.raw, b"stream_options\"").is_none()
+            && (memchr::memmem::find(&chat.raw, b"\\u").is_none()
+                || matches!(
+                    splice::find(&chat.raw, "stream_options"),
+                    Some(splice::Field::Missing { .. })
+                ))
         {
             splice::set_string_parts(
                 &chat.raw,
@@ -278,6 +290,16 @@ impl Adapter for OpenAi {
         })?;
         if !view.choices.is_some_and(|c| c.get().starts_with('[')) {
             return Err(bad("upstream response has no `choices` list".into()));
+        }
+        if view.models > 1 {
+            // Named twice: parsed whole, so that one `model` (the logical name) is left
+            // whichever of the two a client's reader would have kept.
+            let mut v: Map<String, Value> = serde_json::from_slice(body)
+                .map_err(|e| bad(format!("upstream response is not a JSON object: {e}")))?;
+            v.insert("model".into(), Value::String(logical_model.into()));
+            return serde_json::to_vec(&v)
+                .map(Bytes::from)
+                .map_err(|e| bad(format!("could not encode the response: {e}")));
         }
         splice::set_string(body, "model", logical_model)
             .map(Bytes::from)
@@ -405,11 +427,41 @@ impl OpenAiStream {
         for c in &scan.choices {
             self.track(data, c)?;
         }
+        if scan.model_twice {
+            // Named twice: parsed whole, so that one `model` (the logical name) is left
+            // whichever of the two a client's reader would have kept.
+            let mut v: Map<String, Value> = serde_json::from_str(data).map_err(|e| {
+                bad_chunk(format!(
+                    "upstream sent a stream event that is not a chunk: {e}"
+                ))
+            })?;
+            v.insert("model".into(), Value::String(self.model.clone()));
+            if !self.include_usage {
+                v.remove("usage");
+            }
+            write_event(out, &v);
+            return Ok(StreamStep::Continue);
+        }
         // The client did not ask for usage (it was asked for on its behalf): every
         // chunk's `usage` member (null, or a count on the last content chunk of
         // some servers) is removed.
         out.put_slice(b"data: ");
-        scan.write(b, self.model_json.as_bytes(), !self.include_usage, out);
+        if memchr::memchr(b'\n', b).is_none() {
+            scan.write(b, self.model_json.as_bytes(), !self.include_usage, out);
+        } else {
+            // The upstream sent the chunk as several `data:` lines (joined with `\n`,
+            // JSON whitespace): written raw, a newline would end the client's line
+            // and cut the event. Each line goes out as a `data:` line of its own, so
+            // the client joins the same text.
+            let mut one = BytesMut::with_capacity(b.len() + self.model_json.len() + 10);
+            scan.write(b, self.model_json.as_bytes(), !self.include_usage, &mut one);
+            for (i, line) in one[..].split(|&c| c == b'\n').enumerate() {
+                if i > 0 {
+                    out.put_slice(b"\ndata: ");
+                }
+                out.put_slice(line);
+            }
+        }
         out.put_slice(b"\n\n");
         Ok(StreamStep::Continue)
     }
@@ -532,13 +584,6 @@ impl OpenAiStream {
     }
 }
 
-/// Just enough of a chat completion to know it is one.
-#[derive(Deserialize)]
-struct ResponseView<'a> {
-    #[serde(default, borrow)]
-    choices: Option<&'a RawValue>,
-}
-
 pub use crate::sse::{write_done, write_event};
 
 /// The counts of an upstream `usage` object (missing counts are 0, the total is
@@ -658,3 +703,4 @@ impl StreamTranscoder for OpenAiStream {
 mod chunk;
 #[cfg(test)]
 mod tests;
+mod view;

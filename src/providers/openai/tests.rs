@@ -387,3 +387,108 @@ fn a_named_error_event_ends_the_stream_with_its_message() {
     let (_, r) = relay_raw(&format!("{ROLE}event: error\ndata: not json\n\n"));
     assert!(r.unwrap_err().message.contains("not json"));
 }
+
+/// The client's events for the upstream SSE `text` fed in reads of `step` bytes.
+fn relay_split(text: &[u8], step: usize) -> (Vec<String>, Result<(), GatewayError>) {
+    let mut t = OpenAi::standard().stream(StreamContext {
+        logical_model: "m\u{e9}".into(),
+        include_usage: false,
+        prompt_tokens_estimate: 0,
+        track: true,
+        resume: None,
+    });
+    let mut out = BytesMut::new();
+    let mut parser = SseParser::new();
+    let mut ev = crate::sse::SseEvent::default();
+    let mut r = None;
+    'reads: for read in text.chunks(step) {
+        parser.push(read).unwrap();
+        while parser.next_into(&mut ev) {
+            match t.event(&ev, &mut out) {
+                Ok(StreamStep::Continue) => {}
+                Ok(StreamStep::Done) => {
+                    r = Some(Ok(()));
+                    break 'reads;
+                }
+                Err(e) => {
+                    r = Some(Err(e));
+                    break 'reads;
+                }
+            }
+        }
+    }
+    let r = r.unwrap_or_else(|| t.end(&mut out));
+    // Read back as a client would: with an SSE parser.
+    let mut client = SseParser::new();
+    client.push(&out).unwrap();
+    let events = std::iter::from_fn(|| client.next_event())
+        .map(|e| e.data)
+        .collect();
+    (events, r)
+}
+
+#[test]
+fn a_chunk_sent_as_several_data_lines_reaches_the_client_as_one_json_event() {
+    // `data:` lines of one event join with `\n` (WHATWG); the chunk's JSON then holds
+    // newlines, which must not end the client's event early.
+    let text = "data: {\"id\":\"c1\",\r\ndata:\"model\":\"up\",\"choices\":[{\"index\":0,\n: ping\ndata: \"delta\":{\"content\":\"h\u{e9}\\n\"},\"finish_reason\":null}]}\r\r\
+                data: {\"id\":\"c1\",\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"},\"finish_reason\":null},\r\n\
+                data: {\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+                data:[DONE]\r\n\r\n";
+    for step in 1..=text.len() {
+        let (events, r) = relay_split(text.as_bytes(), step);
+        r.unwrap_or_else(|e| panic!("reads of {step}: {e:?}"));
+        assert_eq!(events.len(), 3, "reads of {step}: {events:?}");
+        assert_eq!(events[2], "[DONE]", "reads of {step}");
+        let mut content = String::new();
+        for e in &events[..2] {
+            let v: Value = serde_json::from_str(e)
+                .unwrap_or_else(|err| panic!("reads of {step}: {err}: {e:?}"));
+            assert_eq!(v["model"], "m\u{e9}", "{e}");
+            content.push_str(v["choices"][0]["delta"]["content"].as_str().unwrap());
+        }
+        assert_eq!(content, "h\u{e9}\nx", "reads of {step}");
+        let last: Value = serde_json::from_str(&events[1]).unwrap();
+        assert_eq!(last["choices"][1]["finish_reason"], "stop");
+    }
+}
+
+#[test]
+fn cache_control_markers_written_with_escapes_are_removed_too() {
+    // `"cache_contro\u006c"` is the key `cache_control` to every JSON reader.
+    let raw = r#"{"model":"m","messages":[
+        {"role":"system","content":[{"type":"text","text":"long","cache_contro\u006c":{"type":"ephemeral"}}]},
+        {"role":"user","content":"hi","\u0063ache_control":{"type":"ephemeral"}}],
+        "tools":[{"type":"function","function":{"name":"f"},"cache_co\u006etrol":{"type":"ephemeral"}}]}"#;
+    let c = ChatRequest::parse_bytes(bytes::Bytes::from(raw.to_string())).unwrap();
+    let v = sent(&c);
+    assert_eq!(
+        v["messages"][0]["content"][0],
+        serde_json::json!({"type": "text", "text": "long"})
+    );
+    assert!(v["messages"][1].get("cache_control").is_none(), "{v}");
+    assert!(v["tools"][0].get("cache_control").is_none(), "{v}");
+    assert_eq!(v["model"], "up");
+}
+
+#[test]
+fn an_upstream_model_named_twice_never_reaches_the_client() {
+    // A server that writes `model` twice: whichever one a client's JSON reader keeps,
+    // it must be the logical name.
+    let body = r#"{"id":"x","model":"up-secret","object":"chat.completion","created":0,"mod\u0065l":"up-secret","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}"#;
+    let out = OpenAi::standard().response(body.as_bytes(), "m").unwrap();
+    let text = String::from_utf8(out.to_vec()).unwrap();
+    assert!(!text.contains("up-secret"), "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["model"], "m");
+    assert_eq!(v["choices"][0]["message"]["content"], "ok");
+    let chunk = "data: {\"id\":\"c1\",\"model\":\"up-secret\",\"created\":3,\"model\":\"up-secret\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}],\"usage\":null}\n\ndata: [DONE]\n\n";
+    let (events, r) = relay_raw(chunk);
+    r.unwrap();
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert!(!events[0].contains("up-secret"), "{events:?}");
+    let v: Value = serde_json::from_str(&events[0]).unwrap();
+    assert_eq!(v["model"], "m");
+    assert_eq!(v["choices"][0]["delta"]["content"], "Hi");
+    assert!(v.get("usage").is_none(), "{v}");
+}

@@ -206,3 +206,41 @@ fn a_reused_test_cannot_hide_a_failure() {
         report.render()
     );
 }
+
+#[test]
+fn endpoint_order_in_the_registry_is_an_input_and_its_failure_is_reported() {
+    // Equal priorities and weights: the built-in `priority` strategy draws by weight
+    // over the endpoints in config order (with the test's seed), and the order is in
+    // the registry only: reversing it changes the pick, no policy text changes.
+    let mut reg = Registry::example();
+    let sonnet = reg
+        .models
+        .iter_mut()
+        .find(|m| m.name == "claude-sonnet")
+        .unwrap();
+    for e in &mut sonnet.endpoints {
+        e.priority = 1;
+    }
+    let tests = format!(
+        "{TESTS}test \"t_order\" {{\n  request {{ model = \"claude-sonnet\" }}\n  expect endpoint \"bedrock/claude-sonnet\"\n}}\n"
+    );
+    let (passed, _, first) = check(&compiled(STRATEGY, ROUTES, &tests, &reg), None);
+    assert_eq!(passed, 5);
+    let mut swapped = reg.clone();
+    let sonnet = swapped
+        .models
+        .iter_mut()
+        .find(|m| m.name == "claude-sonnet")
+        .unwrap();
+    sonnet.endpoints.reverse();
+    let c = compiled(STRATEGY, ROUTES, &tests, &swapped);
+    let (report, _) = self_check(&c, None, Some(&first));
+    assert_eq!(
+        (report.failed, report.reused),
+        (1, 0),
+        "{}",
+        report.render()
+    );
+    let failed: Vec<_> = report.cases.iter().filter(|c| !c.passed).collect();
+    assert_eq!(failed[0].name, "t_order");
+}
