@@ -14,15 +14,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-20}; top=${2:-25}; modes=${MODES:-json stream}
-bin=${SWITCHYARD_BIN:-target/release/switchyard}
-[ -x "$bin" ] || cargo build --release
-work=$(mktemp -d)
-cleanup() {
-  kill $(jobs -p) 2>/dev/null || true
-  for p in "$work"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
 . benches/load/setup.sh
 start_upstream ""
 SWITCHYARD_LOG=warn valgrind --tool=callgrind --dump-instr=no \

@@ -16,15 +16,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-8}; shift || true
 counts=${*:-64 512 2048}; rounds=${ROUNDS:-1}; idle=${IDLE:-2048}
-bin=${SWITCHYARD_BIN:-target/release/switchyard}
-[ -x "$bin" ] || cargo build --release
-work=$(mktemp -d)
-cleanup() {
-  kill $(jobs -p) 2>/dev/null || true
-  for p in "$work"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
 NGINX_CONNS=16384 . benches/load/setup.sh
 start_upstream ""
 start_nginx ""

@@ -21,15 +21,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-6}; conns=${2:-64}; rounds=${ROUNDS:-3}; modes=${MODES:-json stream}
-bin=${SWITCHYARD_BIN:-target/release/switchyard}
-[ -x "$bin" ] || cargo build --release
-work=$(mktemp -d)
-cleanup() {
-  kill $(jobs -p) 2>/dev/null || true
-  for p in "$work"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
 if [ "${PIN:-0}" = 1 ]; then proxy_cpu="taskset -c 0"; side_cpu="taskset -c 1"; else proxy_cpu=""; side_cpu=""; fi
 . benches/load/setup.sh
 start_upstream "$side_cpu"

@@ -1,8 +1,10 @@
 # Sourced by the side-by-side load scripts (run.sh, conns.sh, callgrind.sh): writes the
 # configs of the static upstream (upstream.sh), nginx `proxy_pass` in front of it and
 # Switchyard in front of it with every feature on, and the wrk request scripts
-# "$work/json.lua" and "$work/stream.lua". Needs: $work (a scratch directory).
-# Sets: port(), uport, nport, gport, key, and the functions start_upstream,
+# "$work/json.lua" and "$work/stream.lua" in a scratch directory $work, removed (and
+# every process the script started stopped) on exit. Sets: bin (SWITCHYARD_BIN, else
+# target/release/switchyard, built if missing), work, port(), uport, nport, gport,
+# key, and the functions start_upstream,
 # start_nginx, url TARGET MODE, pid_of TARGET, check_gateway.
 # Environment: ADMISSION=0 leaves out Switchyard's API key and limits, SY_EXTRA_YAML
 # is appended to its config, NGINX_CONNS sets nginx's worker_connections (4096).
@@ -13,6 +15,15 @@
 # through its background writer; stderr gets warnings only, in "$work/gateway.log"),
 # API-key authentication with one key, and global and per-key request and token
 # limits high enough never to refuse (every request is checked and charged).
+bin=${SWITCHYARD_BIN:-target/release/switchyard}
+[ -x "$bin" ] || cargo build --release
+work=$(mktemp -d)
+cleanup() {
+  kill $(jobs -p) 2>/dev/null || true
+  for p in "$work"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 uport=$(port); nport=$(port); gport=$(port)
 . benches/load/upstream.sh

@@ -306,13 +306,7 @@ impl EndpointSlot {
     /// [`EndpointSlot::view`] at Unix ms `now_ms` and breaker clock `at`, so a
     /// decision reading many endpoints reads the clocks once.
     pub(crate) fn view_at(&self, now_ms: u64, at: Instant) -> EndpointStats {
-        let until = self.capacity_until_ms.load(Ordering::Relaxed);
-        let capacity = if until != 0 && now_ms >= until {
-            1.0
-        } else {
-            self.capacity.get()
-        };
-        let (available, circuit) = self.breaker.offered(at);
+        let n = self.numbers_at(now_ms, at);
         // Most slots never hold strategy state: skip the lock and the clone then.
         let state = if self.has_state.load(Ordering::Acquire) {
             self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -320,15 +314,15 @@ impl EndpointSlot {
             BTreeMap::new()
         };
         EndpointStats {
-            available: available && !self.throttled_at(now_ms),
-            circuit: circuit.into(),
+            available: n.available,
+            circuit: n.circuit,
             context_window: None,
-            health: self.health_at(now_ms),
-            latency_ewma_ms: self.latency_ms.get(),
-            ttft_ewma_ms: self.ttft_ms.get(),
-            capacity,
-            in_flight: self.in_flight.load(Ordering::Relaxed),
-            error_rate: self.error_rate.get(),
+            health: n.health,
+            latency_ewma_ms: n.latency_ewma_ms,
+            ttft_ewma_ms: n.ttft_ewma_ms,
+            capacity: n.capacity,
+            in_flight: n.in_flight,
+            error_rate: n.error_rate,
             cost_in_per_token: None,
             cost_out_per_token: None,
             quality: BTreeMap::new(),
