@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::common::{chat, request_with, start_app};
+use crate::common::{chat, request_with, start_app, InProcess};
 
 /// One request as the upstream received it: head (lowercase header names) and body.
 #[derive(Debug, Clone, Default)]
@@ -182,11 +182,7 @@ async fn client_headers_reach_the_provider_by_the_documented_rule() {
 async fn a_stream_asks_the_upstream_for_usage_and_the_client_sees_none_it_did_not_ask_for() {
     const SSE: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"ok\"},\"finish_reason\":null}],\"usage\":null}\n\ndata: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":null}\n\ndata: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":34,\"completion_tokens\":1,\"total_tokens\":35}}\n\ndata: [DONE]\n\n";
     let (up, seen) = recording_upstream(200, "text/event-stream", SSE);
-    let gw = start_app(
-        &format!("providers:\n  c: {{ kind: openai-compatible, base_url: http://{up}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: c, model: x }} ] }}\n"),
-        &[],
-    )
-    .await;
+    let gw = one_provider_gateway("c", up).await;
     let url = gw.url("/v1/chat/completions");
     let r = request_with("POST", &url, &[], chat("m", true, "")).await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -214,11 +210,7 @@ async fn a_stream_asks_the_upstream_for_usage_and_the_client_sees_none_it_did_no
 async fn an_upstream_5xx_traceback_never_reaches_the_client() {
     const TRACE: &str = "Traceback (most recent call last):\n  File \"/srv/app.py\", line 12, in handler\n    key = os.environ['SECRET_KEY']\nKeyError: 'SECRET_KEY=sk-live-123'";
     let (up, seen) = recording_upstream(500, "text/plain", TRACE);
-    let gw = start_app(
-        &format!("providers:\n  flaky: {{ kind: openai-compatible, base_url: http://{up}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: flaky, model: x }} ] }}\n"),
-        &[],
-    )
-    .await;
+    let gw = one_provider_gateway("flaky", up).await;
     let r = request_with(
         "POST",
         &gw.url("/v1/chat/completions"),
@@ -354,11 +346,7 @@ async fn an_upstream_stream_in_any_legal_sse_framing_reaches_the_client_whole() 
     // and one chunk spread over three `data:` lines.
     const SSE: &str = "\u{feff}: ping\r\ndata:{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\r\ndata: \"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"h\u{e9}\"},\r\ndata: \"finish_reason\":null}]}\r\n\r\ndata: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"llo\"},\"finish_reason\":null},{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\r\rdata: [DONE]\r\r";
     let (up, _) = recording_upstream(200, "text/event-stream", SSE);
-    let gw = start_app(
-        &format!("providers:\n  c: {{ kind: openai-compatible, base_url: http://{up}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: c, model: x }} ] }}\n"),
-        &[],
-    )
-    .await;
+    let gw = one_provider_gateway("c", up).await;
     let r = request_with(
         "POST",
         &gw.url("/v1/chat/completions"),
@@ -387,4 +375,14 @@ async fn an_upstream_stream_in_any_legal_sse_framing_reaches_the_client_whole() 
         }
     }
     assert_eq!(text, "h\u{e9}llo", "{events:?}");
+}
+
+/// The gateway in process with model `m` served by one OpenAI-compatible provider
+/// `name` at `up` (its upstream model `x`).
+async fn one_provider_gateway(name: &str, up: SocketAddr) -> InProcess {
+    start_app(
+        &format!("providers:\n  {name}: {{ kind: openai-compatible, base_url: http://{up}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: {name}, model: x }} ] }}\n"),
+        &[],
+    )
+    .await
 }
