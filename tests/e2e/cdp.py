@@ -18,7 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-# The flags this closed network needs (see test_status_page.run_chromium).
+# The flags this closed network needs, for this browser and for
+# test_status_page.run_chromium's one-shot runs.
 FLAGS = [
     "--headless",
     "--no-sandbox",

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from cdp import FLAGS as CHROMIUM_FLAGS
+
 from conftest import REPO, Service, running_gateway, running_mock
 
 ARTIFACT = REPO / "target" / "e2e" / "status-page.png"
@@ -45,18 +47,9 @@ def run_chromium(url: str, *mode: str) -> str:
     with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
         cmd = [
             chromium(),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
+            *CHROMIUM_FLAGS,
             f"--user-data-dir={profile}",
             "--virtual-time-budget=8000",
-            "--window-size=1200,1000",
             *mode,
             url,
         ]
