@@ -9,17 +9,17 @@
 //!   [`open_access_file`] has opened it. Until then (and in every command but `serve`)
 //!   its filter refuses every event, so the layer costs nothing.
 //!
-//! The file is written by a background thread through a bounded queue
-//! (`tracing-appender`'s non-blocking writer, [`FILE_QUEUE_LINES`] lines): a request
-//! never waits for the disk. When the queue is full (the disk cannot keep up) lines
-//! are dropped and counted (`switchyard_access_log_dropped_total`, read at scrape
-//! time by [`dropped_lines`]). Files rotate by time (`rotation`) and the oldest beyond
-//! `max_files` are deleted, by `tracing-appender`'s rolling appender; at shutdown
-//! [`close_access_file`] flushes what is queued.
+//! The file is written in batches by a background thread ([`batch`]: lines are
+//! appended to a bounded buffer, [`batch::MAX_PENDING_BYTES`], and written every
+//! [`batch::FLUSH_DELAY`]): a request never waits for the disk. When the buffer is
+//! full (the disk cannot keep up) lines are dropped whole and counted
+//! (`switchyard_access_log_dropped_total`, read at scrape time by [`dropped_lines`]).
+//! Files rotate by time (`rotation`) and the oldest beyond `max_files` are deleted,
+//! by `tracing-appender`'s rolling appender; at shutdown [`close_access_file`] writes
+//! what is pending.
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
-use tracing_appender::non_blocking::{ErrorCounter, NonBlocking, WorkerGuard};
 use tracing_subscriber::fmt::writer::{EitherWriter, MakeWriter};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -28,15 +28,10 @@ use tracing_subscriber::Layer as _;
 use crate::config::telemetry::{AccessFileConfig, Rotation};
 
 mod access_json;
+pub(crate) mod batch;
 
 /// The target of the access lines (`gateway::access`).
 pub const ACCESS_TARGET: &str = "switchyard::access";
-
-/// Access lines that may wait for the file writer thread before new ones are
-/// dropped. With bodies of `max_body_bytes` 4 KiB a line is under 10 KiB, so the
-/// queue holds at most about 80 MiB in the worst case, and about 8 MiB of ordinary
-/// lines.
-pub const FILE_QUEUE_LINES: usize = 8192;
 
 /// Log output format (`--log-format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -47,15 +42,8 @@ pub enum LogFormat {
     Json,
 }
 
-/// The open access-log file: its writer, the guard that flushes it, and the count
-/// of lines dropped.
-struct AccessFile {
-    writer: NonBlocking,
-    guard: Mutex<Option<WorkerGuard>>,
-    dropped: ErrorCounter,
-}
-
-static ACCESS_FILE: OnceLock<AccessFile> = OnceLock::new();
+/// The open access-log file (none until [`open_access_file`]).
+static ACCESS_FILE: OnceLock<batch::BatchFile> = OnceLock::new();
 
 /// Installs the process's subscriber: stderr filtered by `filter` (tracing
 /// `EnvFilter` syntax; an invalid filter falls back to `info`) in `format`, and the
@@ -119,19 +107,16 @@ pub fn colour(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
 /// the path and the system's reason), or a file is already open.
 pub fn open_access_file(cfg: &AccessFileConfig) -> Result<(), String> {
     let appender = rolling(cfg)?;
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(true)
-        .buffered_lines_limit(FILE_QUEUE_LINES)
-        .thread_name("switchyard-access-log")
-        .finish(appender);
-    let dropped = writer.error_counter();
-    ACCESS_FILE
-        .set(AccessFile {
-            writer,
-            guard: Mutex::new(Some(guard)),
-            dropped,
-        })
-        .map_err(|_| "the access log file is already open".to_string())?;
+    if ACCESS_FILE.get().is_some() {
+        return Err("the access log file is already open".to_string());
+    }
+    let file = batch::BatchFile::start(appender, "switchyard-access-log").map_err(|e| {
+        format!("telemetry.access_log.path: cannot start the access log writer: {e}")
+    })?;
+    if let Err(file) = ACCESS_FILE.set(file) {
+        file.close();
+        return Err("the access log file is already open".to_string());
+    }
     // The layer's filter read "no file" for every call site so far; ask again.
     tracing::callsite::rebuild_interest_cache();
     Ok(())
@@ -180,30 +165,29 @@ fn rolling(
     })
 }
 
-/// Flushes the access-log file's queue and stops its writer thread (shutdown);
-/// access lines after this are not written to the file.
+/// Writes the access-log file's pending lines and stops its writer thread
+/// (shutdown); access lines after this are not written to the file.
 pub fn close_access_file() {
     if let Some(f) = ACCESS_FILE.get() {
-        let guard = f.guard.lock().map(|mut g| g.take()).unwrap_or(None);
-        drop(guard);
+        f.close();
     }
 }
 
-/// Access lines dropped so far because the file writer's queue was full (0 when no
-/// file is open).
+/// Access lines dropped so far because the file writer's buffer was full (0 when
+/// no file is open).
 pub fn dropped_lines() -> usize {
-    ACCESS_FILE.get().map_or(0, |f| f.dropped.dropped_lines())
+    ACCESS_FILE.get().map_or(0, batch::BatchFile::dropped)
 }
 
 /// The file layer's writer: the open file's queue, or nothing before one is open.
 struct FileWriter;
 
 impl<'a> MakeWriter<'a> for FileWriter {
-    type Writer = EitherWriter<NonBlocking, std::io::Sink>;
+    type Writer = EitherWriter<batch::LineWriter<'static>, std::io::Sink>;
 
     fn make_writer(&'a self) -> Self::Writer {
         match ACCESS_FILE.get() {
-            Some(f) => EitherWriter::A(f.writer.clone()),
+            Some(f) => EitherWriter::A(f.writer()),
             None => EitherWriter::B(std::io::sink()),
         }
     }
