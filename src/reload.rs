@@ -30,13 +30,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use notify::{RecommendedWatcher, RecursiveMode};
-use notify_debouncer_full::{new_debouncer, DebounceEventResult, Debouncer, RecommendedCache};
+use notify::{RecommendedWatcher, RecursiveMode, Watcher as _};
 use serde::Serialize;
 use tokio::sync::Notify;
 
 use crate::config::Config;
 use crate::policy::Registry;
+
+mod debounce;
 use crate::routing::policy::{
     compile_after, read_sources, registry_from_config, LoadError, PolicyCell, PolicySnapshot,
     BUILTIN,
@@ -55,7 +56,7 @@ fn sources_builtin_count(sources: &crate::policy::SourceMap) -> usize {
 }
 
 /// Keeps the policy watch alive; dropping it stops the watch.
-pub struct WatchGuard(Arc<Mutex<Option<Debouncer<RecommendedWatcher, RecommendedCache>>>>);
+pub struct WatchGuard(Arc<Mutex<Option<RecommendedWatcher>>>);
 
 impl Drop for WatchGuard {
     fn drop(&mut self) {
@@ -298,63 +299,63 @@ impl Reloader {
         // parent and event paths compare.
         let dir = normalized(&std::path::absolute(&dir).unwrap_or(dir));
         let me = Arc::downgrade(self);
-        let shared: Arc<Mutex<Option<Debouncer<RecommendedWatcher, RecommendedCache>>>> =
-            Arc::new(Mutex::new(None));
+        let shared: Arc<Mutex<Option<RecommendedWatcher>>> = Arc::new(Mutex::new(None));
         let handle = Arc::downgrade(&shared);
         let watched = dir.clone();
-        let debouncer = new_debouncer(DEBOUNCE, None, move |res: DebounceEventResult| {
+        let debouncer = debounce::watcher(DEBOUNCE, move |burst| {
             let Some(me) = me.upgrade() else { return };
-            match res {
-                Ok(events) => {
-                    let reappeared = events.iter().any(|e| {
-                        matches!(
-                            e.kind,
-                            notify::EventKind::Create(_)
-                                | notify::EventKind::Modify(notify::event::ModifyKind::Name(_))
-                        ) && e.paths.contains(&watched)
-                    });
-                    if reappeared {
-                        // Watch again off this thread: `watch` takes the debouncer's
-                        // own lock, which is held while this handler runs.
-                        let (handle, dir) = (handle.clone(), watched.clone());
-                        let me = Arc::clone(&me);
-                        std::thread::spawn(move || {
-                            if let Some(shared) = handle.upgrade() {
-                                let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
-                                if let Some(d) = guard.as_mut() {
-                                    // Drop the old watch first: when the path now names
-                                    // another directory (a symlink swapped, a directory
-                                    // renamed away and another renamed in) the old
-                                    // directory's watches stay alive otherwise, and its
-                                    // saves keep triggering rebuilds. Gone already (a
-                                    // deleted directory) is fine.
-                                    let _ = d.unwatch(&dir);
-                                    match d.watch(&dir, RecursiveMode::Recursive) {
-                                        Ok(()) => tracing::info!(dir = %dir.display(), "policy directory reappeared; watching it again"),
-                                        Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the policy directory again"),
-                                    }
-                                }
-                            }
-                            me.request(false);
-                        });
-                        return;
-                    }
-                    // Reads (open, close-after-read) are access events: the rebuild's own
-                    // reads would otherwise trigger the next rebuild, forever.
-                    let changed = events.iter().any(|e| {
-                        !matches!(e.kind, notify::EventKind::Access(_))
-                            && e.paths.iter().any(|p| p.starts_with(&watched) && relevant(p))
-                    });
-                    if changed {
-                        me.request(false);
+            let mut events = Vec::with_capacity(burst.len());
+            let mut failed = false;
+            for res in burst {
+                match res {
+                    Ok(e) => events.push(e),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "policy watcher error");
+                        failed = true;
                     }
                 }
-                Err(errors) => {
-                    for e in errors {
-                        tracing::warn!(error = %e, "policy watcher error");
+            }
+            let reappeared = events.iter().any(|e| {
+                matches!(
+                    e.kind,
+                    notify::EventKind::Create(_)
+                        | notify::EventKind::Modify(notify::event::ModifyKind::Name(_))
+                ) && e.paths.contains(&watched)
+            });
+            if reappeared {
+                // Watch again off this thread, as a reload may take a while and the
+                // watch's lock is the guard's.
+                let (handle, dir) = (handle.clone(), watched.clone());
+                let me = Arc::clone(&me);
+                std::thread::spawn(move || {
+                    if let Some(shared) = handle.upgrade() {
+                        let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
+                        if let Some(d) = guard.as_mut() {
+                            // Drop the old watch first: when the path now names
+                            // another directory (a symlink swapped, a directory
+                            // renamed away and another renamed in) the old
+                            // directory's watches stay alive otherwise, and its
+                            // saves keep triggering rebuilds. Gone already (a
+                            // deleted directory) is fine.
+                            let _ = d.unwatch(&dir);
+                            match d.watch(&dir, RecursiveMode::Recursive) {
+                                Ok(()) => tracing::info!(dir = %dir.display(), "policy directory reappeared; watching it again"),
+                                Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the policy directory again"),
+                            }
+                        }
                     }
                     me.request(false);
-                }
+                });
+                return;
+            }
+            // Reads (open, close-after-read) are access events: the rebuild's own
+            // reads would otherwise trigger the next rebuild, forever.
+            let changed = events.iter().any(|e| {
+                !matches!(e.kind, notify::EventKind::Access(_))
+                    && e.paths.iter().any(|p| p.starts_with(&watched) && relevant(p))
+            });
+            if changed || failed {
+                me.request(false);
             }
         })
         .map_err(|e| format!("cannot start the policy watcher: {e}"))?;
