@@ -6,7 +6,10 @@
 //! and forwarded untouched, so a new OpenAI parameter works through the gateway on the
 //! day it ships.
 
+pub mod messages;
 pub mod validate;
+
+pub use messages::Messages;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -18,8 +21,10 @@ use crate::error::GatewayError;
 pub struct ChatRequest {
     /// The logical model the client asked for (rewritten per endpoint upstream).
     pub model: String,
-    /// The conversation; validated to be non-empty.
-    pub messages: Vec<Message>,
+    /// The conversation; validated to be non-empty. Reads as a `Vec<Message>`; the
+    /// gateway sets a large body's decoded copy aside while it waits on the upstream
+    /// ([`Messages::set_aside`]).
+    pub messages: Messages,
     /// Server-sent events instead of one JSON body.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
@@ -76,6 +81,22 @@ pub struct Message {
     /// Other message fields (`name`, `tool_calls`, `tool_call_id`, ...).
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+impl Message {
+    /// Whether the message carries an Anthropic prompt-caching `cache_control`
+    /// marker: on itself, on its `function`, or on a content part.
+    pub fn has_cache_control(&self) -> bool {
+        self.extra.contains_key("cache_control")
+            || self
+                .extra
+                .get("function")
+                .is_some_and(|f| f.get("cache_control").is_some())
+            || self
+                .content
+                .as_array()
+                .is_some_and(|parts| parts.iter().any(|p| p.get("cache_control").is_some()))
+    }
 }
 
 /// Roles OpenAI accepts.
@@ -263,20 +284,7 @@ impl ChatRequest {
     /// A quick estimate of input tokens: about 4 characters per token, plus 4 tokens of
     /// framing per message (OpenAI's rule of thumb from its token-counting cookbook).
     pub fn estimated_input_tokens(&self) -> u64 {
-        let chars: usize = self
-            .messages
-            .iter()
-            .map(|m| match &m.content {
-                Value::String(s) => s.len(),
-                Value::Array(parts) => parts
-                    .iter()
-                    .filter_map(|p| p.get("text").and_then(Value::as_str))
-                    .map(str::len)
-                    .sum(),
-                _ => 0,
-            })
-            .sum();
-        (chars as u64).div_ceil(4) + 4 * self.messages.len() as u64
+        (self.messages.text_len() as u64).div_ceil(4) + 4 * self.messages.count() as u64
     }
 }
 

@@ -253,6 +253,7 @@ impl Gateway {
             cache::Lookup::Served(resp) => return Ok(resp),
             cache::Lookup::Dispatch(ticket) => ticket,
         };
+        normalize::set_aside_messages(&mut chat);
         schedule::hold(self, ctx).await;
         let decided = Arc::new(outcome::DecisionContext {
             snapshot: ctx.snapshot.clone(),

@@ -32,6 +32,29 @@ pub fn parse(ctx: &mut RequestCtx, body: Bytes) -> Result<ChatRequest, GatewayEr
     Ok(chat)
 }
 
+/// Bodies of at least this many bytes have their decoded messages set aside by
+/// [`set_aside_messages`] (64 KiB: far above a typical chat request, whose
+/// messages stay decoded, and whose path is unchanged).
+pub const SET_ASIDE_FROM: usize = 64 * 1024;
+
+/// Frees the decoded copy of a large body's messages once the phases that read
+/// them (validation, features, limits, the cache key) are done, so that it is not
+/// held while the request waits in a queue or on the upstream: the messages are
+/// decoded again from the received body, which the request keeps anyway, only if an
+/// attempt reads them (see [`crate::api::messages`]). Does nothing for bodies under
+/// [`SET_ASIDE_FROM`] bytes, or when a layer has changed the request (`raw` cleared).
+pub fn set_aside_messages(chat: &mut ChatRequest) {
+    if chat.raw.len() < SET_ASIDE_FROM {
+        return;
+    }
+    if let Some(crate::providers::splice::Field::Found(range)) =
+        crate::providers::splice::find(&chat.raw, "messages")
+    {
+        let source = chat.raw.slice(range);
+        chat.messages.set_aside(source);
+    }
+}
+
 /// The policy features of `chat` with the client's `headers`, for the caller in
 /// `ctx`, at the current time.
 ///
@@ -64,4 +87,62 @@ pub fn request_features(
 /// same counter the token buckets charge).
 pub fn input_tokens(gw: &Gateway, chat: &ChatRequest) -> u64 {
     gw.limits.token_counter().count(chat)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::{anthropic::Anthropic, openai::OpenAi, Adapter, Target};
+    use http_body_util::BodyExt;
+
+    /// A chat request with one user message of `len` bytes of text with escapes.
+    fn body(len: usize) -> Bytes {
+        let text = "say \"hi\" \u{e9}\n".repeat(len / 12 + 1);
+        let v = serde_json::json!({
+            "model": "m", "max_tokens": 5, "seed": 1,
+            "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": text}],
+        });
+        Bytes::from(serde_json::to_vec(&v).unwrap())
+    }
+
+    fn sent(adapter: &dyn Adapter, chat: &ChatRequest) -> Bytes {
+        let t = Target {
+            base_url: "http://h/v1",
+            model: "up",
+            api_key: Some("k"),
+        };
+        let req = adapter.request(&t, chat).unwrap();
+        futures_util::FutureExt::now_or_never(req.into_body().collect())
+            .unwrap()
+            .unwrap()
+            .to_bytes()
+    }
+
+    #[test]
+    fn large_bodies_set_aside_their_messages_and_send_the_same() {
+        let raw = body(SET_ASIDE_FROM);
+        let kept = ChatRequest::parse_bytes(raw.clone()).unwrap();
+        let mut chat = ChatRequest::parse_bytes(raw.clone()).unwrap();
+        set_aside_messages(&mut chat);
+        assert!(!chat.messages.is_decoded());
+        assert_eq!(chat.estimated_input_tokens(), kept.estimated_input_tokens());
+        // An OpenAI-format attempt sends the received bytes without decoding them.
+        let openai = OpenAi::standard();
+        assert_eq!(sent(&openai, &chat), sent(&openai, &kept));
+        assert!(!chat.messages.is_decoded());
+        // A translation decodes them again, and sends what it sends without.
+        assert_eq!(sent(&Anthropic, &chat), sent(&Anthropic, &kept));
+        assert!(chat.messages.is_decoded());
+    }
+
+    #[test]
+    fn small_or_changed_bodies_keep_their_messages() {
+        let mut small = ChatRequest::parse_bytes(body(1000)).unwrap();
+        set_aside_messages(&mut small);
+        assert!(small.messages.is_decoded());
+        let mut changed = ChatRequest::parse_bytes(body(SET_ASIDE_FROM)).unwrap();
+        changed.raw = Bytes::new();
+        set_aside_messages(&mut changed);
+        assert!(changed.messages.is_decoded());
+    }
 }

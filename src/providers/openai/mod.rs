@@ -123,7 +123,7 @@ impl OpenAi {
                 .unwrap_or_default(),
         });
         let (messages, tools) = if strip {
-            let mut messages = chat.messages.clone();
+            let mut messages = chat.messages.to_vec();
             let mut dropped = 0;
             for m in &mut messages {
                 dropped += usize::from(strip_cache_control(&mut m.extra));
@@ -186,23 +186,16 @@ impl Adapter for OpenAi {
         // Read from the parsed request, whose keys are decoded: a marker written with
         // escapes (`"cache_contro\u006c"`) is one too, which a search of the bytes
         // misses. A handful of map lookups per message, and no pass over the body.
-        let strip = chat.messages.iter().any(|m| {
-            m.extra.contains_key("cache_control")
-                || m.extra
-                    .get("function")
-                    .is_some_and(|f| f.get("cache_control").is_some())
-                || m.content
-                    .as_array()
-                    .is_some_and(|parts| parts.iter().any(|p| p.get("cache_control").is_some()))
-        }) || chat.tools.iter().flatten().any(|t| {
-            t.get("cache_control").is_some()
-                || t.get("content")
-                    .and_then(Value::as_array)
-                    .is_some_and(|parts| parts.iter().any(|p| p.get("cache_control").is_some()))
-                || t.get("function")
-                    .and_then(|f| f.get("cache_control"))
-                    .is_some()
-        });
+        let strip = chat.messages.has_cache_control()
+            || chat.tools.iter().flatten().any(|t| {
+                t.get("cache_control").is_some()
+                    || t.get("content")
+                        .and_then(Value::as_array)
+                        .is_some_and(|parts| parts.iter().any(|p| p.get("cache_control").is_some()))
+                    || t.get("function")
+                        .and_then(|f| f.get("cache_control"))
+                        .is_some()
+            });
         // The splice path: the client's bytes with `model` replaced, and the usage
         // request added when the client sent no `stream_options` at all.
         // The body is sent as parts of the client's bytes around the new text, not
