@@ -468,7 +468,7 @@ impl<'a> JRun<'a> {
             }
             (Some(_), None) => return None,
             (None, _) => {
-                let mut plan = cands.clone();
+                let mut plan = cands;
                 strategy::builtin(&mut plan, Some(&mut self.rng));
                 plan
             }
