@@ -178,7 +178,10 @@ fn restrict(
 fn decide(gw: &Gateway, snap: &PolicySnapshot, features: &RequestFeatures) -> Decision {
     let seed = rand::random::<u64>();
     let writes = gw.stats.state_writes();
-    let live = || gw.stats.live_for(SystemTime::now(), &snap.set().registry, &snap.stats_aligned);
+    let live = || {
+        gw.stats
+            .live_for(SystemTime::now(), &snap.set().registry, &snap.stats_aligned)
+    };
     let stats = live();
     let decision = snap.compiled.decide(features, &stats, seed);
     if decision.state_updates.is_empty() {

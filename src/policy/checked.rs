@@ -798,14 +798,17 @@ impl CStrategy {
             .chain(&self.require)
             .chain(&self.prefer)
             .chain(std::iter::once(&self.score))
-            .chain(self.updates.iter().flat_map(|(_, u)| u.iter().map(|(_, e)| e)))
+            .chain(
+                self.updates
+                    .iter()
+                    .flat_map(|(_, u)| u.iter().map(|(_, e)| e)),
+            )
     }
 
     /// Computes [`CStrategy::reads_stats`] from the expressions.
     pub fn compute_reads_stats(&self) -> bool {
-        self.exprs().any(|e| {
-            e.any_node(&mut |k| matches!(k, TExprKind::Ep(f) if f.from_stats()))
-        })
+        self.exprs()
+            .any(|e| e.any_node(&mut |k| matches!(k, TExprKind::Ep(f) if f.from_stats())))
     }
 }
 

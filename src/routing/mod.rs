@@ -10,6 +10,8 @@ pub mod reads;
 
 #[cfg(test)]
 mod builtin_tests;
+#[cfg(test)]
+mod live_tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -162,7 +162,10 @@ mod tests {
         assert!(t.column("exp3", "served").is_none());
         assert_eq!(
             t.strategy_of(1, "exp3"),
-            Some(BTreeMap::from([("n".to_string(), 1.0), ("w".to_string(), 2.5)]))
+            Some(BTreeMap::from([
+                ("n".to_string(), 1.0),
+                ("w".to_string(), 2.5)
+            ]))
         );
         assert_eq!(t.strategy_of(2, "rr"), None);
         assert_eq!(t.strategy_of(0, "rr").unwrap()["served"], 7.0);
