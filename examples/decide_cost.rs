@@ -135,11 +135,12 @@ fn endpoints_loop(strategy: &str, e: usize, n: u64) {
         slot.record(std::time::Duration::from_millis(100 + i as u64), true);
         if strategy == "weighted_round_robin" {
             let served = [("served".to_string(), i as f64)].into();
-            slot.set_state("weighted_round_robin", &served);
+            store.set_state(i, "weighted_round_robin", &served);
         }
     }
     for i in 0..n {
-        let stats = store.live(SystemTime::now());
+        // As the gateway reads them: indices trusted once the registry was compared.
+        let stats = store.live_for(SystemTime::now(), &snap.set().registry, &snap.stats_aligned);
         black_box(snap.compiled.decide(black_box(&req), &stats, i));
     }
 }

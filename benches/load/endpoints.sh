@@ -17,6 +17,9 @@
 #                         the instructions of one `wrk -t1` run divided by its
 #                         requests (use fewer connections, e.g. 4: valgrind runs
 #                         the gateway on one thread).
+#   KEEP=DIR              with CALLGRIND=1, keeps each dump as DIR/cg.POLICY.E
+#                         with its request count in DIR/cg.POLICY.E.requests (read
+#                         them with benches/load/cgtop.py DUMP REQUESTS)
 # Prints one line per run (compare the counts within a round).
 # Needs: wrk, a release build (or SWITCHYARD_BIN); valgrind for CALLGRIND=1.
 set -euo pipefail
@@ -75,6 +78,11 @@ YAML
     reqs=$(echo "$out" | awk '/requests in/ {print $1}')
     kill $gpid; wait $gpid 2>/dev/null || true
     ir=$(cat "$work"/cg.$e.*.1 | awk '/^summary:/ {s += $2} END {print s}')
+    if [ -n "${KEEP:-}" ]; then
+      mkdir -p "$KEEP"
+      cat "$work"/cg.$e.*.1 > "$KEEP/cg.$policy.$e"
+      echo "$reqs" > "$KEEP/cg.$policy.$e.requests"
+    fi
     rm -f "$work"/cg.$e.*
     python3 -c "print(f'$e endpoints: {$ir / $reqs:.0f} instructions per request ($reqs requests)')"
   else

@@ -36,6 +36,9 @@ pub fn fit(
     chat: &ChatRequest,
     features: &RequestFeatures,
 ) -> Result<(), GatewayError> {
+    if !gw.registry.has_limits {
+        return Ok(());
+    }
     let eps = &gw.registry.endpoints;
     let cap = chat.output_cap();
     let windows = plan.iter().any(|&i| eps[i].has_context_window());

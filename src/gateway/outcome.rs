@@ -147,7 +147,11 @@ impl Attempt {
         // Read-modify-write of the state: under the decision lock, so concurrent
         // outcomes (and `on pick` decisions) of the same strategy never lose updates.
         let _guard = self.gw.lock_decisions();
-        let stats = self.gw.stats.live(SystemTime::now());
+        let snap = &self.ctx.snapshot;
+        let stats =
+            self.gw
+                .stats
+                .live_for(SystemTime::now(), &snap.set().registry, &snap.stats_aligned);
         let outcome = Outcome {
             latency_ms: latency.as_secs_f64() * 1e3,
             ttft_ms: ttft.map(|t| t.as_secs_f64() * 1e3).unwrap_or(0.0),

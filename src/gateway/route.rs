@@ -178,7 +178,11 @@ fn restrict(
 fn decide(gw: &Gateway, snap: &PolicySnapshot, features: &RequestFeatures) -> Decision {
     let seed = rand::random::<u64>();
     let writes = gw.stats.state_writes();
-    let stats = gw.stats.live(SystemTime::now());
+    let live = || {
+        gw.stats
+            .live_for(SystemTime::now(), &snap.set().registry, &snap.stats_aligned)
+    };
+    let stats = live();
     let decision = snap.compiled.decide(features, &stats, seed);
     if decision.state_updates.is_empty() {
         return decision;
@@ -187,7 +191,7 @@ fn decide(gw: &Gateway, snap: &PolicySnapshot, features: &RequestFeatures) -> De
     let decision = if gw.stats.state_writes() == writes {
         decision
     } else {
-        let stats = gw.stats.live(SystemTime::now());
+        let stats = live();
         snap.compiled.decide(features, &stats, seed)
     };
     for u in &decision.state_updates {

@@ -219,6 +219,21 @@ pub enum EpField {
 }
 
 impl EpField {
+    /// Whether the field's value comes from the endpoint's statistics (live numbers,
+    /// or values the statistics may override: prices, context window), not from
+    /// the registry alone.
+    pub fn from_stats(self) -> bool {
+        !matches!(
+            self,
+            EpField::Id
+                | EpField::Provider
+                | EpField::UpstreamModel
+                | EpField::Model
+                | EpField::Weight
+                | EpField::Priority
+        )
+    }
+
     /// All `endpoint.NAME` fields with their type and reference line (unit and
     /// meaning): the one table the checker, the linter and the language server read.
     pub const NAMED: [(&'static str, EpField, Ty, &'static str); 17] = [
@@ -379,6 +394,38 @@ pub struct TExpr {
     pub ty: Ty,
     /// The source it came from.
     pub span: Span,
+}
+
+impl TExpr {
+    /// Whether `pred` holds for this expression or any expression inside it.
+    pub fn any_node(&self, pred: &mut impl FnMut(&TExprKind) -> bool) -> bool {
+        if pred(&self.kind) {
+            return true;
+        }
+        match &self.kind {
+            TExprKind::Const(_)
+            | TExprKind::Req(_)
+            | TExprKind::Has(_)
+            | TExprKind::Ep(_)
+            | TExprKind::State(_)
+            | TExprKind::Param(_)
+            | TExprKind::Let(_)
+            | TExprKind::Outcome(_)
+            | TExprKind::Score
+            | TExprKind::Probability
+            | TExprKind::Count => false,
+            TExprKind::ToFloat(a) | TExprKind::Not(a) | TExprKind::Neg(a) => a.any_node(pred),
+            TExprKind::And(a, b)
+            | TExprKind::Or(a, b)
+            | TExprKind::Arith(_, a, b)
+            | TExprKind::Cmp(_, a, b) => a.any_node(pred) || b.any_node(pred),
+            TExprKind::In(a, _, _) | TExprKind::Match(_, a, _) | TExprKind::Agg(_, _, a) => {
+                a.any_node(pred)
+            }
+            TExprKind::Math(_, args) => args.iter().any(|a| a.any_node(pred)),
+            TExprKind::If(c, a, b) => c.any_node(pred) || a.any_node(pred) || b.any_node(pred),
+        }
+    }
 }
 
 /// Typed expression kinds.
@@ -732,8 +779,37 @@ pub struct CStrategy {
     pub aggregates: u32,
     /// Updates per event: (slot index, new value), applied all at once.
     pub updates: Vec<(Event, Vec<(u32, TExpr)>)>,
+    /// Whether some expression of the strategy reads an endpoint field that comes
+    /// from the statistics ([`EpField::from_stats`]); when none does, a decision
+    /// does not read the candidates' statistics at all.
+    pub reads_stats: bool,
     /// The definition.
     pub span: Span,
+}
+
+impl CStrategy {
+    /// Every expression of the strategy: state initialisers, lets, filters, the
+    /// score and the `on` updates.
+    pub fn exprs(&self) -> impl Iterator<Item = &TExpr> {
+        self.states
+            .iter()
+            .map(|st| &st.init)
+            .chain(self.lets.iter().map(|(_, e)| e))
+            .chain(&self.require)
+            .chain(&self.prefer)
+            .chain(std::iter::once(&self.score))
+            .chain(
+                self.updates
+                    .iter()
+                    .flat_map(|(_, u)| u.iter().map(|(_, e)| e)),
+            )
+    }
+
+    /// Computes [`CStrategy::reads_stats`] from the expressions.
+    pub fn compute_reads_stats(&self) -> bool {
+        self.exprs()
+            .any(|e| e.any_node(&mut |k| matches!(k, TExprKind::Ep(f) if f.from_stats())))
+    }
 }
 
 /// A checked set of policy files: the only input the interpreter accepts.

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::ast::PriorityLevel;
+use super::registry::EndpointRef;
 
 /// `request.budget_remaining` when no budget applies to the caller, USD (10^18: more
 /// than any budget the config accepts, so `request.budget_remaining < X` is false).
@@ -339,6 +340,28 @@ pub trait StatsSource {
         strategy: &str,
         f: &mut dyn FnMut(&BTreeMap<String, f64>),
     );
+
+    /// The state slots named `slots` of strategy `strategy` for every endpoint of
+    /// `eps`, row by row: `out[k * slots.len() + j]` becomes endpoint `k`'s slot `j`
+    /// (left as it is where the endpoint holds none). The default asks
+    /// [`StatsSource::state`] endpoint by endpoint; a source that can look the names
+    /// up once for all endpoints does so.
+    fn states(
+        &self,
+        eps: &[EndpointRef<'_>],
+        strategy: &str,
+        slots: &[&str],
+        out: &mut [Option<f64>],
+    ) {
+        let n = slots.len();
+        for (e, row) in eps.iter().zip(out.chunks_mut(n.max(1))) {
+            self.state(e.index, &e.endpoint.id, strategy, &mut |m| {
+                for (v, name) in row.iter_mut().zip(slots) {
+                    *v = m.get(*name).copied();
+                }
+            });
+        }
+    }
 }
 
 impl StatsSource for StatsSnapshot {

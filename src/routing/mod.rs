@@ -10,6 +10,8 @@ pub mod reads;
 
 #[cfg(test)]
 mod builtin_tests;
+#[cfg(test)]
+mod live_tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -87,6 +89,10 @@ pub struct Registry {
     pub models: HashMap<Arc<str>, Model>,
     /// Model names in config order (for `GET /v1/models`).
     pub model_order: Vec<Arc<str>>,
+    /// Whether some endpoint has a `context_window` or `max_output_tokens`: without
+    /// one, no plan needs checking against them ([`crate::gateway`]'s fit phase
+    /// skips its scans).
+    pub has_limits: bool,
 }
 
 impl Registry {
@@ -116,6 +122,7 @@ impl Registry {
                     max_output_tokens: e.max_output_tokens,
                     max_in_flight: e.max_in_flight,
                 });
+                reg.has_limits |= e.context_window.is_some() || e.max_output_tokens.is_some();
             }
             let eps = &reg.endpoints;
             idx.sort_by_key(|&i| (eps[i].priority, std::cmp::Reverse(eps[i].weight)));

@@ -128,6 +128,11 @@ pub struct PolicySnapshot {
     /// What the set's tests found when it was loaded, so the next load runs again
     /// only the tests whose inputs changed ([`compile_after`]).
     pub test_results: TestResults,
+    /// Whether the set's registry is the gateway statistics' (same endpoints, same
+    /// order), with the id of the statistics store that was compared: filled by the
+    /// first decision ([`crate::stats::StatsStore::live_for`]), so the comparison
+    /// runs once per loaded set instead of once per endpoint read.
+    pub stats_aligned: std::sync::OnceLock<(u64, bool)>,
 }
 
 /// The live policy set: one atomic pointer that requests load once and reloads swap
@@ -632,6 +637,7 @@ pub fn compile_after(
         compiled,
         files,
         loaded_at: SystemTime::now(),
+        stats_aligned: std::sync::OnceLock::new(),
     })
 }
 

@@ -2,9 +2,9 @@
 //!
 //! One slot per endpoint holds atomics only (EWMAs stored as `f64` bits and updated by
 //! compare-and-swap), so recording an outcome never takes a lock shared with other
-//! endpoints or with the request path. Strategy state (for example Exp3 weights) is a
-//! small map per endpoint behind its own mutex, touched only by strategies that
-//! declare state.
+//! endpoints or with the request path. Strategy state (for example Exp3 weights) is
+//! kept by the store, one column of atomics per strategy slot ([`state`]), touched
+//! only by strategies that declare state.
 //!
 //! Formulas (seed 001, "Egress and Health Monitoring" and "Routing Strategies"):
 //! - latency and TTFT: EWMA with α = 0.3, the first sample taken as is;
@@ -29,6 +29,7 @@
 
 pub mod breaker;
 pub mod ratelimit;
+mod state;
 mod store;
 
 pub use breaker::{Admission, Breaker, CircuitState, Transition};
@@ -36,7 +37,6 @@ pub use store::{EndpointInfo, LiveStats, StatsStore};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[cfg(doc)]
@@ -98,10 +98,6 @@ pub struct EndpointSlot {
     capacity_until_ms: AtomicU64,
     /// Successes slower than this (ms) count h = 0.5.
     latency_target_ms: Option<f64>,
-    state: Mutex<BTreeMap<String, BTreeMap<String, f64>>>,
-    /// Whether `state` was ever written (it never empties again), so views of
-    /// stateless slots skip its lock.
-    has_state: std::sync::atomic::AtomicBool,
     /// Unix ms of the last health update (0: none yet), for recovery.
     health_at_ms: AtomicU64,
     recovery_half_life_ms: f64,
@@ -132,8 +128,6 @@ impl EndpointSlot {
             capacity: AtomicF64::new(1.0),
             capacity_until_ms: AtomicU64::new(0),
             latency_target_ms: latency_target_ms.filter(|t| *t > 0.0),
-            state: Mutex::new(BTreeMap::new()),
-            has_state: std::sync::atomic::AtomicBool::new(false),
             health_at_ms: AtomicU64::new(0),
             recovery_half_life_ms: breaker.recovery_half_life_ms as f64,
             breaker: Breaker::new(breaker),
@@ -277,28 +271,8 @@ impl EndpointSlot {
         self.capacity_until_ms.store(until, Ordering::Relaxed);
     }
 
-    /// Sets strategy state slots (allocating only for a strategy or slot the
-    /// endpoint has no value for yet).
-    pub fn set_state<K: AsRef<str>>(&self, strategy: &str, slots: &BTreeMap<K, f64>) {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if !st.contains_key(strategy) {
-            st.insert(strategy.to_string(), BTreeMap::new());
-        }
-        if let Some(m) = st.get_mut(strategy) {
-            for (k, v) in slots {
-                match m.get_mut(k.as_ref()) {
-                    Some(old) => *old = *v,
-                    None => {
-                        m.insert(k.as_ref().to_string(), *v);
-                    }
-                }
-            }
-        }
-        self.has_state.store(true, Ordering::Release);
-    }
-
-    /// The dynamic statistics as policies see them, at `now` (prices and quality left
-    /// empty: [`StatsStore`] adds them).
+    /// The dynamic statistics as policies see them, at `now` (prices, quality and
+    /// strategy state left empty: [`StatsStore`] adds them).
     pub fn view(&self, now: SystemTime) -> EndpointStats {
         self.view_at(unix_ms(now), Instant::now())
     }
@@ -307,12 +281,6 @@ impl EndpointSlot {
     /// decision reading many endpoints reads the clocks once.
     pub(crate) fn view_at(&self, now_ms: u64, at: Instant) -> EndpointStats {
         let n = self.numbers_at(now_ms, at);
-        // Most slots never hold strategy state: skip the lock and the clone then.
-        let state = if self.has_state.load(Ordering::Acquire) {
-            self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
-        } else {
-            BTreeMap::new()
-        };
         EndpointStats {
             available: n.available,
             circuit: n.circuit,
@@ -326,13 +294,13 @@ impl EndpointSlot {
             cost_in_per_token: None,
             cost_out_per_token: None,
             quality: BTreeMap::new(),
-            state,
+            state: BTreeMap::new(),
         }
     }
 
     /// The numbers of [`EndpointSlot::view_at`] as a decision reads them (prices
     /// and quality left unset: [`StatsStore`] adds them), without the strategy state
-    /// ([`EndpointSlot::with_state`] reads it).
+    /// (the store keeps it).
     pub(crate) fn numbers_at(&self, now_ms: u64, at: Instant) -> EpStats {
         let until = self.capacity_until_ms.load(Ordering::Relaxed);
         let capacity = if until != 0 && now_ms >= until {
@@ -354,18 +322,6 @@ impl EndpointSlot {
             quality: 0.0,
             context_window: None,
             circuit: circuit.into(),
-        }
-    }
-
-    /// Calls `f` with the state slots of `strategy` (under the slot's state lock), if
-    /// the endpoint holds any.
-    pub fn with_state(&self, strategy: &str, f: &mut dyn FnMut(&BTreeMap<String, f64>)) {
-        if !self.has_state.load(Ordering::Acquire) {
-            return;
-        }
-        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(m) = st.get(strategy) {
-            f(m);
         }
     }
 

@@ -12,11 +12,17 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Instant, SystemTime};
 
+use super::state::StateTable;
 use super::EndpointSlot;
 use crate::config::Config;
+use crate::policy::registry::{EndpointRef, Registry};
 use crate::policy::{EndpointStats, EpStats, StatsSnapshot, StatsSource};
+
+/// Source of [`StatsStore`] ids (0 is never handed out).
+static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// What the store knows about one endpoint that does not change while it runs.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -40,8 +46,12 @@ pub struct StatsStore {
     infos: Vec<EndpointInfo>,
     slots: Vec<EndpointSlot>,
     index: HashMap<String, usize>,
+    /// Strategy state of every endpoint.
+    state: StateTable,
     /// Strategy state writes so far ([`StatsStore::set_state`]).
     state_writes: AtomicU64,
+    /// Unique among the stores of this process, for [`StatsStore::live_for`]'s cache.
+    id: u64,
 }
 
 impl StatsStore {
@@ -79,10 +89,12 @@ impl StatsStore {
             .map(|(i, e)| (e.id.clone(), i))
             .collect();
         StatsStore {
+            state: StateTable::new(infos.len()),
             infos,
             slots,
             index,
             state_writes: AtomicU64::new(0),
+            id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -152,11 +164,12 @@ impl StatsStore {
         }
     }
 
-    /// Sets strategy state slots of endpoint `i` ([`EndpointSlot::set_state`]) and
-    /// counts the write ([`StatsStore::state_writes`]).
+    /// Sets strategy state slots of endpoint `i` (slot name → value; other slots
+    /// keep their values) and counts the write ([`StatsStore::state_writes`]); an
+    /// unknown index is ignored.
     pub fn set_state<K: AsRef<str>>(&self, i: usize, strategy: &str, slots: &BTreeMap<K, f64>) {
-        if let Some(slot) = self.slots.get(i) {
-            slot.set_state(strategy, slots);
+        if i < self.slots.len() {
+            self.state.set(i, strategy, slots);
             self.state_writes.fetch_add(1, Ordering::Release);
         }
     }
@@ -188,7 +201,46 @@ impl StatsStore {
             store: self,
             now_ms: super::unix_ms(now),
             clock: Instant::now(),
+            aligned: false,
         }
+    }
+
+    /// As [`StatsStore::live`], for decisions on policies checked against
+    /// `registry`: when the registry's endpoints are this store's, in the same order
+    /// (as when both come from one config), the [`LiveStats`] takes the index a
+    /// decision passes as is, without comparing the endpoint's id per read. The
+    /// comparison (one pass over the endpoints) runs once per registry and store:
+    /// `aligned` keeps its result (pass a cell that lives with `registry`, such as
+    /// the policy snapshot's); a cell filled for another store is not trusted, the
+    /// comparison then runs again.
+    pub fn live_for(
+        &self,
+        now: SystemTime,
+        registry: &Registry,
+        aligned: &OnceLock<(u64, bool)>,
+    ) -> LiveStats<'_> {
+        let (id, ok) = *aligned.get_or_init(|| (self.id, self.aligned_with(registry)));
+        let ok = if id == self.id {
+            ok
+        } else {
+            self.aligned_with(registry)
+        };
+        LiveStats {
+            aligned: ok,
+            ..self.live(now)
+        }
+    }
+
+    /// Whether endpoint `i` of `registry` is endpoint `i` here, for every `i`.
+    pub fn aligned_with(&self, registry: &Registry) -> bool {
+        let mut n = 0;
+        for e in registry.endpoints() {
+            match self.infos.get(e.index) {
+                Some(info) if info.id == e.endpoint.id => n += 1,
+                _ => return false,
+            }
+        }
+        n == self.infos.len()
     }
 
     fn build(&self, now: SystemTime, task: Option<&str>) -> StatsSnapshot {
@@ -211,6 +263,7 @@ impl StatsStore {
         let mut st: EndpointStats = self.slots[i].view_at(now_ms, clock);
         st.cost_in_per_token = info.cost_in_per_token;
         st.cost_out_per_token = info.cost_out_per_token;
+        st.state = self.state.all_of(i);
         st.quality = match task {
             None => info.quality.clone(),
             Some(t) => info
@@ -228,21 +281,30 @@ impl StatsStore {
 /// endpoint the policy looks at is read from its slot's atomics when it looks, at
 /// one `now` for the whole decision. A decision over a model of N endpoints thus
 /// reads N slots, not every endpoint of every model, and allocates nothing: strategy
-/// state is read under the endpoint's own lock, in place.
+/// state is read in place, one atomic per candidate and slot
+/// ([`StatsSource::states`]).
 ///
 /// The registry index the policy passes is the store's index (the registry, the
 /// statistics and the policy registry share one endpoint index space); an index
 /// whose id does not match (a registry that is not the store's) falls back to the
 /// id, and an unknown endpoint reads as the defaults, as in a [`StatsSnapshot`].
+/// Made by [`StatsStore::live_for`] for a registry known to be the store's, it
+/// takes the index without comparing ids.
 #[derive(Debug, Clone, Copy)]
 pub struct LiveStats<'s> {
     store: &'s StatsStore,
     now_ms: u64,
     clock: Instant,
+    /// The policy registry's indices are this store's ([`StatsStore::aligned_with`]).
+    aligned: bool,
 }
 
 impl LiveStats<'_> {
+    #[inline]
     fn resolve(&self, index: usize, id: &str) -> Option<usize> {
+        if self.aligned && index < self.store.slots.len() {
+            return Some(index);
+        }
         self.store.resolve(index, id)
     }
 }
@@ -267,8 +329,34 @@ impl StatsSource for LiveStats<'_> {
         strategy: &str,
         f: &mut dyn FnMut(&BTreeMap<String, f64>),
     ) {
-        if let Some(i) = self.resolve(index, id) {
-            self.store.slots[i].with_state(strategy, f);
+        if let Some(m) = self
+            .resolve(index, id)
+            .and_then(|i| self.store.state.strategy_of(i, strategy))
+        {
+            f(&m);
+        }
+    }
+
+    fn states(
+        &self,
+        eps: &[EndpointRef<'_>],
+        strategy: &str,
+        slots: &[&str],
+        out: &mut [Option<f64>],
+    ) {
+        let n = slots.len();
+        for (j, slot) in slots.iter().enumerate() {
+            let Some(col) = self.store.state.column(strategy, slot) else {
+                continue;
+            };
+            for (k, e) in eps.iter().enumerate() {
+                if let (Some(i), Some(cell)) = (
+                    self.resolve(e.index, &e.endpoint.id),
+                    out.get_mut(k * n + j),
+                ) {
+                    *cell = col.get(i);
+                }
+            }
         }
     }
 

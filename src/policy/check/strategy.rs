@@ -387,18 +387,23 @@ impl Checker<'_> {
             );
             return None;
         };
-        ok.then(|| CStrategy {
-            name: s.name.name.clone(),
-            params,
-            states,
-            lets,
-            require,
-            prefer,
-            score,
-            pick: pick.node,
-            aggregates: scope_names.aggregates,
-            updates,
-            span: s.span,
+        ok.then(|| {
+            let mut c = CStrategy {
+                name: s.name.name.clone(),
+                params,
+                states,
+                lets,
+                require,
+                prefer,
+                score,
+                pick: pick.node,
+                aggregates: scope_names.aggregates,
+                updates,
+                reads_stats: true,
+                span: s.span,
+            };
+            c.reads_stats = c.compute_reads_stats();
+            c
         })
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::policy::ast::{Event, JoinMode, PickMode};
 use crate::policy::checked::*;
-use crate::policy::features::{Outcome, RequestFeatures, StatsSource};
+use crate::policy::features::{EpStats, Outcome, RequestFeatures, StatsSource};
 use crate::policy::registry::EndpointRef;
 
 use smallvec::SmallVec;
@@ -73,11 +73,19 @@ pub fn contexts<'a>(
     stats: &'a dyn StatsSource,
     cands: &[EndpointRef<'a>],
 ) -> Vec<EpCtx<'a>> {
+    // A strategy that reads no statistics field cannot tell them from the
+    // defaults: skip reading them.
+    let read = s.is_none_or(|s| s.reads_stats);
+    let unread = EpStats::default();
     let mut out: Vec<EpCtx<'a>> = cands
         .iter()
         .map(|r| EpCtx {
             reg: *r,
-            stats: stats.stats(r.index, &r.endpoint.id, &req.task),
+            stats: if read {
+                stats.stats(r.index, &r.endpoint.id, &req.task)
+            } else {
+                unread
+            },
             state: StateSlots::new(),
             score: 0.0,
             probability: 1.0,
@@ -86,17 +94,12 @@ pub fn contexts<'a>(
     let Some(s) = s.filter(|s| !s.states.is_empty()) else {
         return out;
     };
-    // The known slot values, candidate by candidate (one read of each candidate's
-    // state), `n` per candidate.
+    // The known slot values, candidate by candidate, `n` per candidate (the
+    // source looks the slot names up once for all candidates).
     let n = s.states.len();
     let mut known: SmallVec<[Option<f64>; 16]> = smallvec::smallvec![None; out.len() * n];
-    for (c, row) in out.iter().zip(known.chunks_mut(n)) {
-        stats.state(c.reg.index, &c.reg.endpoint.id, &s.name, &mut |m| {
-            for (v, st) in row.iter_mut().zip(&s.states) {
-                *v = m.get(&st.name).copied();
-            }
-        });
-    }
+    let names: SmallVec<[&str; 4]> = s.states.iter().map(|st| st.name.as_str()).collect();
+    stats.states(cands, &s.name, &names, &mut known);
     for (slot, st) in s.states.iter().enumerate() {
         let mut strat = StratCtx {
             strategy: s,

@@ -65,6 +65,9 @@ pub struct StratCode {
     pub score: usize,
     /// Per event: (slot, function) in assignment order.
     pub updates: Vec<(Event, Vec<(u32, usize)>)>,
+    /// The endpoint cells these functions read (ascending): the only ones the host
+    /// fills for them ([`super::layout::Layout::fill_ep_cells`]).
+    pub cells: Vec<u32>,
 }
 
 /// A compiled set: code, the layout it reads, and where each use site's code is.
@@ -164,6 +167,7 @@ impl Pending<'_> {
             strategy: Some((s, &u.args)),
         };
         let e = |r: Result<Node, super::lower::LowerError>| r.map_err(|e| e.0);
+        let mark = lo.layout.ep_mark();
         let all = |lo: &mut Lowerer<'_>, v: &[TExpr]| -> Result<Node, String> {
             let mut acc = Node::Bool(true);
             for x in v.iter().rev() {
@@ -217,6 +221,7 @@ impl Pending<'_> {
             aggs,
             score,
             updates,
+            cells: lo.layout.ep_reads_since(mark),
         });
         let i = self.instances.len() - 1;
         self.by_args.insert(key, i);

@@ -102,6 +102,46 @@ pub enum AuxSlot {
     Agg(u32),
 }
 
+/// The value of cell `slot` of endpoint context `c`'s vector.
+fn ep_value(set: &CheckedPolicySet, strings: &Strings, c: &EpCtx<'_>, slot: EpSlot) -> u64 {
+    let (e, s) = (c.reg.endpoint, &c.stats);
+    match slot {
+        EpSlot::Field(f) => match f {
+            EpField::Health => s.health.to_bits(),
+            EpField::LatencyEwmaMs => s.latency_ewma_ms.to_bits(),
+            EpField::TtftEwmaMs => s.ttft_ewma_ms.to_bits(),
+            EpField::Capacity => s.capacity.to_bits(),
+            EpField::InFlight => sat(s.in_flight),
+            EpField::ErrorRate => s.error_rate.to_bits(),
+            EpField::CostIn => s
+                .cost_in_per_token
+                .unwrap_or(e.input_per_mtok / 1e6)
+                .to_bits(),
+            EpField::CostOut => s
+                .cost_out_per_token
+                .unwrap_or(e.output_per_mtok / 1e6)
+                .to_bits(),
+            EpField::Quality => s.quality.to_bits(),
+            EpField::Weight => u64::from(e.weight),
+            EpField::Priority => u64::from(e.priority),
+            EpField::ContextWindow => context_window(e, s) as u64,
+            // Registry strings and circuit states are all in the table.
+            _ => u64::from(
+                strings
+                    .known(ep_str(c, f).unwrap_or(""))
+                    .unwrap_or(u32::MAX),
+            ),
+        },
+        EpSlot::Atom(t, f, pat) => {
+            let v = ep_str(c, f).unwrap_or("");
+            u64::from(run_test(set, t.test(), v, set.strings.resolve(pat)))
+        }
+        EpSlot::State(i) => c.state.get(i as usize).copied().unwrap_or(0.0).to_bits(),
+        EpSlot::Score => c.score.to_bits(),
+        EpSlot::Probability => c.probability.to_bits(),
+    }
+}
+
 /// Slot lists of the three vectors, each with its index.
 #[derive(Debug, Default)]
 pub struct Layout {
@@ -114,6 +154,9 @@ pub struct Layout {
     req_ix: HashMap<ReqSlot, u32>,
     ep_ix: HashMap<EpSlot, u32>,
     aux_ix: HashMap<AuxSlot, u32>,
+    /// Every endpoint cell index handed out by [`Layout::ep`], in call order (see
+    /// [`Layout::ep_reads_since`]).
+    ep_reads: Vec<u32>,
 }
 
 fn intern_slot<T: Copy + Eq + std::hash::Hash>(
@@ -135,7 +178,23 @@ impl Layout {
 
     /// The index of endpoint cell `s`, allocating it.
     pub fn ep(&mut self, s: EpSlot) -> u32 {
-        intern_slot(&mut self.ep, &mut self.ep_ix, s)
+        let i = intern_slot(&mut self.ep, &mut self.ep_ix, s);
+        self.ep_reads.push(i);
+        i
+    }
+
+    /// A mark for [`Layout::ep_reads_since`].
+    pub fn ep_mark(&self) -> usize {
+        self.ep_reads.len()
+    }
+
+    /// The endpoint cells handed out since `mark` (ascending, once each): the
+    /// cells the code lowered since then reads.
+    pub fn ep_reads_since(&self, mark: usize) -> Vec<u32> {
+        let mut v = self.ep_reads.get(mark..).unwrap_or_default().to_vec();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// The index of aux cell `s`, allocating it.
@@ -328,43 +387,26 @@ impl Layout {
         c: &EpCtx<'_>,
         out: &mut [u64],
     ) {
-        let (e, s) = (c.reg.endpoint, &c.stats);
         for (cell, slot) in out.iter_mut().zip(&self.ep) {
-            *cell = match *slot {
-                EpSlot::Field(f) => match f {
-                    EpField::Health => s.health.to_bits(),
-                    EpField::LatencyEwmaMs => s.latency_ewma_ms.to_bits(),
-                    EpField::TtftEwmaMs => s.ttft_ewma_ms.to_bits(),
-                    EpField::Capacity => s.capacity.to_bits(),
-                    EpField::InFlight => sat(s.in_flight),
-                    EpField::ErrorRate => s.error_rate.to_bits(),
-                    EpField::CostIn => s
-                        .cost_in_per_token
-                        .unwrap_or(e.input_per_mtok / 1e6)
-                        .to_bits(),
-                    EpField::CostOut => s
-                        .cost_out_per_token
-                        .unwrap_or(e.output_per_mtok / 1e6)
-                        .to_bits(),
-                    EpField::Quality => s.quality.to_bits(),
-                    EpField::Weight => u64::from(e.weight),
-                    EpField::Priority => u64::from(e.priority),
-                    EpField::ContextWindow => context_window(e, s) as u64,
-                    // Registry strings and circuit states are all in the table.
-                    _ => u64::from(
-                        strings
-                            .known(ep_str(c, f).unwrap_or(""))
-                            .unwrap_or(u32::MAX),
-                    ),
-                },
-                EpSlot::Atom(t, f, pat) => {
-                    let v = ep_str(c, f).unwrap_or("");
-                    u64::from(run_test(set, t.test(), v, set.strings.resolve(pat)))
-                }
-                EpSlot::State(i) => c.state.get(i as usize).copied().unwrap_or(0.0).to_bits(),
-                EpSlot::Score => c.score.to_bits(),
-                EpSlot::Probability => c.probability.to_bits(),
-            };
+            *cell = ep_value(set, strings, c, *slot);
+        }
+    }
+
+    /// Fills only the cells `cells` of one endpoint vector (the others keep their
+    /// values): for code that reads no other cell ([`Layout::ep_reads_since`]).
+    pub fn fill_ep_cells(
+        &self,
+        set: &CheckedPolicySet,
+        strings: &Strings,
+        c: &EpCtx<'_>,
+        out: &mut [u64],
+        cells: &[u32],
+    ) {
+        for &i in cells {
+            let i = i as usize;
+            if let (Some(cell), Some(slot)) = (out.get_mut(i), self.ep.get(i)) {
+                *cell = ep_value(set, strings, c, *slot);
+            }
         }
     }
 

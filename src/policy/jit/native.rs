@@ -8,7 +8,9 @@
 //!    `finalize_definitions`. The pointers never leave this struct: callers use
 //!    [`Native::call_expr`] / [`Native::call_select`], which borrow `&self`. The code
 //!    is freed (`free_memory`) only in `Drop`, which runs when no borrow of `self`
-//!    exists, so no compiled function is running or callable then.
+//!    exists, so no compiled function is running or callable then. A [`BoundExpr`]
+//!    ([`Native::bind_expr`]) holds a pointer for the lifetime of a borrow of `self`
+//!    and of the vectors it was bound to, so the same holds for it.
 //! 2. **Every call matches the function's real signature.** Functions are declared by
 //!    [`super::codegen::Builder`] with exactly two shapes (selection: two `i64`
 //!    pointers, no result; expression: three `i64` pointers, one `i64` result) and the
@@ -16,7 +18,9 @@
 //!    is refused, not attempted.
 //! 3. **Every memory access is in bounds.** Compiled code loads only at constant cell
 //!    offsets, each checked at code generation against the vector lengths recorded
-//!    here (`lens`); the call wrappers refuse slices shorter than those lengths and
+//!    here (`lens`); the call wrappers refuse slices shorter than those lengths (a
+//!    [`BoundExpr`] checked its request and aux vectors when bound, and checks each
+//!    endpoint vector per call) and
 //!    the output array has exactly [`OUT_CELLS`] cells, the only cells the selection
 //!    function stores to. No pointer is retained by compiled code after it returns.
 //! 4. **No traps, unwinding or panics cross the boundary.** Generated code contains no
@@ -32,6 +36,7 @@
 //!    `Sync`/`Send` for [`Native`] (raw pointers are neither by default).
 #![allow(unsafe_code)] // The crate denies `unsafe`; this module is its one exception.
 
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -157,6 +162,32 @@ impl Native {
         Some(func(req.as_ptr(), ep.as_ptr(), aux.as_ptr()))
     }
 
+    /// Expression function `f` bound to the request vector `req` and the aux vector
+    /// `aux`, for calls over many endpoint vectors that check `f`, `req` and `aux`
+    /// once; `None` where [`Native::call_expr`] would refuse the call.
+    pub fn bind_expr<'n>(
+        &'n self,
+        f: usize,
+        req: &'n [u64],
+        aux: &'n [u64],
+    ) -> Option<BoundExpr<'n>> {
+        let &(shape, ptr) = self.fns.get(f)?;
+        if shape != Shape::Expr || req.len() < self.lens[0] || aux.len() < self.lens[2] {
+            return None;
+        }
+        // SAFETY: as in `call_expr`; the pointer lives in the returned value, which
+        // borrows `self`, `req` and `aux` (argument 1), and is called only through
+        // `BoundExpr::call`, which checks the endpoint vector (argument 3).
+        let func = unsafe { std::mem::transmute::<*const u8, ExprFn>(ptr) };
+        Some(BoundExpr {
+            func,
+            req: req.as_ptr(),
+            aux: aux.as_ptr(),
+            ep_len: self.lens[1],
+            _borrows: PhantomData,
+        })
+    }
+
     /// Calls selection function `f`; `None` if `f` is not one or `req` is too short.
     pub fn call_select(&self, f: usize, req: &[u64]) -> Option<[u64; OUT_CELLS]> {
         let &(shape, ptr) = self.fns.get(f)?;
@@ -168,6 +199,27 @@ impl Native {
         let func = unsafe { std::mem::transmute::<*const u8, SelectFn>(ptr) };
         func(req.as_ptr(), out.as_mut_ptr());
         Some(out)
+    }
+}
+
+/// An expression function with its request and aux vectors
+/// ([`Native::bind_expr`]).
+pub struct BoundExpr<'n> {
+    func: ExprFn,
+    req: *const u64,
+    aux: *const u64,
+    ep_len: usize,
+    _borrows: PhantomData<(&'n Native, &'n [u64])>,
+}
+
+impl BoundExpr<'_> {
+    /// Calls the function on endpoint vector `ep`; `None` if `ep` is too short.
+    #[inline]
+    pub fn call(&self, ep: &[u64]) -> Option<u64> {
+        if ep.len() < self.ep_len {
+            return None;
+        }
+        Some((self.func)(self.req, ep.as_ptr(), self.aux))
     }
 }
 

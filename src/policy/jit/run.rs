@@ -159,14 +159,18 @@ impl<'a> JRun<'a> {
         }
     }
 
-    fn ep_vectors(&self, ctxs: &[EpCtx<'_>]) -> Cells<64> {
+    /// One endpoint vector per context; with `cells`, only those cells are filled
+    /// (the rest stay 0): for the functions of an instance, which read no other.
+    fn ep_vectors(&self, ctxs: &[EpCtx<'_>], cells: Option<&[u32]>) -> Cells<64> {
         let n = self.code.layout.ep.len();
         let mut v = Cells::from_elem(0, n * ctxs.len());
         if n > 0 {
+            let (layout, strings) = (&self.code.layout, &self.code.strings);
             for (c, cell) in ctxs.iter().zip(v.chunks_mut(n)) {
-                self.code
-                    .layout
-                    .fill_ep(self.set, &self.code.strings, c, cell);
+                match cells {
+                    Some(cells) => layout.fill_ep_cells(self.set, strings, c, cell, cells),
+                    None => layout.fill_ep(self.set, strings, c, cell),
+                }
             }
         }
         v
@@ -198,7 +202,7 @@ impl<'a> JRun<'a> {
     fn rollback_fires(&mut self, u: &CUse, guard: usize) -> Option<bool> {
         let cands = candidates(self.set, self.req, &u.target).unwrap_or_default();
         let ctxs = contexts(self.set, None, &[], self.req, self.stats, &cands);
-        let eps = self.ep_vectors(&ctxs);
+        let eps = self.ep_vectors(&ctxs, None);
         let aux = self.aux(self.priority, 0, None, &[]);
         for i in 0..ctxs.len() {
             if self.call(guard, self.ep_of(&eps, i), &aux)? != 0 {
@@ -226,14 +230,11 @@ impl<'a> JRun<'a> {
         let aux = self.aux(self.req.priority, n, outcome, &[]);
         let mut values: Rows<f64> = SmallVec::with_capacity(n);
         for (idx, f, func) in &inst.aggs {
+            let call = self.code.native.bind_expr(*func, &self.fv, &aux)?;
             values.clear();
             for i in 0..n {
                 let row = rows.map_or(Some(i), |r| r.get(i).copied())?;
-                values.push(f64::from_bits(self.call(
-                    *func,
-                    self.ep_of(eps, row),
-                    &aux,
-                )?));
+                values.push(f64::from_bits(call.call(self.ep_of(eps, row))?));
             }
             if let Some(slot) = out.get_mut(*idx as usize) {
                 *slot = reduce(*f, &values);
@@ -259,13 +260,10 @@ impl<'a> JRun<'a> {
         let aggs = self.aggregates(inst, s, eps, n, rows, None)?;
         let aux = self.aux(self.req.priority, n, None, &aggs);
         let mut scores: Rows<f64> = SmallVec::with_capacity(n);
+        let score = self.code.native.bind_expr(inst.score, &self.fv, &aux)?;
         for i in 0..n {
             let row = rows.map_or(Some(i), |r| r.get(i).copied())?;
-            scores.push(f64::from_bits(self.call(
-                inst.score,
-                self.ep_of(eps, row),
-                &aux,
-            )?));
+            scores.push(f64::from_bits(score.call(self.ep_of(eps, row))?));
         }
         let mut probs: Rows<f64> = smallvec::smallvec![0.0; n];
         probabilities_into(s.pick, &scores, &mut probs);
@@ -306,13 +304,14 @@ impl<'a> JRun<'a> {
     ) -> Option<RankedRows<'a>> {
         let mut all = contexts(self.set, Some(s), args, self.req, self.stats, cands);
         // One vector per candidate, reused for scoring the kept ones.
-        let eps = self.ep_vectors(&all);
+        let eps = self.ep_vectors(&all, Some(&inst.cells));
         let aux = self.aux(self.req.priority, 0, None, &[]);
         let mut rows: Rows<usize> = SmallVec::with_capacity(all.len());
         let (mut any_preferred, mut any_plain) = (false, false);
         let mut preferred: Rows<bool> = SmallVec::with_capacity(all.len());
+        let filter = self.code.native.bind_expr(inst.filter, &self.fv, &aux)?;
         for i in 0..all.len() {
-            let bits = self.call(inst.filter, self.ep_of(&eps, i), &aux)?;
+            let bits = filter.call(self.ep_of(&eps, i))?;
             if bits & 1 == 0 {
                 continue;
             }
@@ -372,7 +371,7 @@ impl<'a> JRun<'a> {
         let Some(me) = ctxs.iter().position(|c| c.reg.endpoint.id == endpoint) else {
             return Some(None);
         };
-        let mut eps = self.ep_vectors(&ctxs);
+        let mut eps = self.ep_vectors(&ctxs, Some(&inst.cells));
         self.score_rows(inst, s, &mut ctxs, &eps, None)?;
         self.assign(inst, &ctxs, &mut eps, me, assigns, event, outcome)
     }
@@ -468,7 +467,7 @@ impl<'a> JRun<'a> {
             }
             (Some(_), None) => return None,
             (None, _) => {
-                let mut plan = cands.clone();
+                let mut plan = cands;
                 strategy::builtin(&mut plan, Some(&mut self.rng));
                 plan
             }

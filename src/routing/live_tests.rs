@@ -1,0 +1,125 @@
+//! Decisions on the gateway's live statistics ([`crate::stats::LiveStats`]) equal
+//! decisions on a [`StatsSnapshot`] of the same numbers and state, on both engines
+//! (issue 17: the live path reads state by column and trusts registry indices, the
+//! snapshot path looks everything up by name).
+
+use std::time::{Duration, SystemTime};
+
+use super::policy::{compile, read_sources, registry_from_config, PolicySnapshot};
+use crate::policy::jit::Engine;
+use crate::policy::{RequestFeatures, StatsSnapshot, StatsSource};
+use crate::stats::StatsStore;
+
+/// Model `m` with endpoints of `weights`, and the built-ins plus `route r { default
+/// use model via VIA }`.
+fn setup(weights: &[u32], via: &str) -> (PolicySnapshot, StatsStore) {
+    let eps: Vec<String> = weights
+        .iter()
+        .enumerate()
+        .map(|(i, w)| format!("{{ provider: p, model: e{i}, weight: {w} }}"))
+        .collect();
+    let yaml = format!(
+        "providers: {{ p: {{ kind: mock }} }}\nmodels: {{ m: {{ endpoints: [ {} ] }} }}\n",
+        eps.join(", ")
+    );
+    let config = crate::config::parse_str(&yaml, None).expect("config");
+    let mut sources = read_sources(None).expect("built-ins");
+    sources.add(
+        "t.policy",
+        format!("route r {{\n  default use model via {via}\n}}\n"),
+    );
+    let snap = compile(sources, &registry_from_config(&config)).expect("policy");
+    (snap, StatsStore::from_config(&config))
+}
+
+#[test]
+fn weighted_round_robin_on_live_state_matches_the_snapshot_on_both_engines() {
+    let (snap, store) = setup(&[5, 3, 0, 2, 1], "weighted_round_robin");
+    let wrr = snap
+        .set()
+        .strategies
+        .iter()
+        .find(|s| s.name == "weighted_round_robin")
+        .unwrap();
+    assert!(!wrr.reads_stats, "reads weights and state only");
+    let req = RequestFeatures::for_model("m");
+    let mut mirror = StatsSnapshot::default();
+    let mut seq = Vec::new();
+    for seed in 0..60u64 {
+        let live = store.live_for(SystemTime::now(), &snap.set().registry, &snap.stats_aligned);
+        let on_live = snap.compiled.decide_on(Engine::Jit, &req, &live, seed);
+        let on_interp = snap.compiled.decide_on(Engine::Interp, &req, &live, seed);
+        let on_snapshot = snap.compiled.decide_on(Engine::Interp, &req, &mirror, seed);
+        assert_eq!(on_live.plan, on_snapshot.plan, "pick {seed}");
+        assert_eq!(on_interp.plan, on_snapshot.plan, "pick {seed}");
+        assert_eq!(on_live.state_updates, on_snapshot.state_updates);
+        for u in on_live.state_updates {
+            store.set_state(u.index, &u.strategy, &u.slots);
+            mirror.apply(&u);
+        }
+        seq.push(on_live.plan[0]);
+    }
+    assert_eq!(snap.stats_aligned.get().map(|a| a.1), Some(true));
+    // Weight 0 is never picked; the others get their exact share over 11 x 5 picks.
+    let count = |i: usize| seq[..55].iter().filter(|&&p| p == i).count();
+    assert_eq!(
+        [count(0), count(1), count(2), count(3), count(4)],
+        [25, 15, 0, 10, 5]
+    );
+    assert_eq!(
+        store.snapshot(SystemTime::now()).endpoints["p/e0"].state["weighted_round_robin"]["served"],
+        mirror.endpoints["p/e0"].state["weighted_round_robin"]["served"]
+    );
+}
+
+#[test]
+fn least_latency_reads_statistics_and_matches_the_snapshot() {
+    let (snap, store) = setup(&[1, 1, 1], "least_latency");
+    let s = snap
+        .set()
+        .strategies
+        .iter()
+        .find(|s| s.name == "least_latency");
+    assert!(s.unwrap().reads_stats);
+    for (i, ms) in [300u64, 100, 200].iter().enumerate() {
+        store
+            .slot(i)
+            .unwrap()
+            .record(Duration::from_millis(*ms), true);
+    }
+    let req = RequestFeatures::for_model("m");
+    let now = SystemTime::now();
+    let live = store.live_for(now, &snap.set().registry, &snap.stats_aligned);
+    let mirror = store.snapshot_for_task(now, &req.task);
+    for engine in [Engine::Jit, Engine::Interp] {
+        let d = snap.compiled.decide_on(engine, &req, &live, 1);
+        assert_eq!(d.plan, vec![1, 2, 0], "{engine:?}");
+        assert_eq!(
+            d.plan,
+            snap.compiled.decide_on(engine, &req, &mirror, 1).plan
+        );
+    }
+}
+
+#[test]
+fn a_registry_that_is_not_the_stores_is_read_by_id() {
+    let (snap, _) = setup(&[1, 1], "least_latency");
+    // The same ids in the other order: index 0 of the registry is index 1 here.
+    let store = StatsStore::new(vec!["p/e1".into(), "p/e0".into()]);
+    store
+        .slot(1)
+        .unwrap()
+        .record(Duration::from_millis(40), true);
+    let reg = &snap.set().registry;
+    assert!(!store.aligned_with(reg));
+    let live = store.live_for(SystemTime::now(), reg, &snap.stats_aligned);
+    assert_eq!(live.stats(0, "p/e0", "").latency_ewma_ms, 40.0);
+    assert_eq!(live.stats(1, "p/e1", "").latency_ewma_ms, 0.0);
+    // A cell filled for another store is not trusted by this one.
+    let (_, other) = setup(&[1, 1], "least_latency");
+    let cell = std::sync::OnceLock::new();
+    let _ = other.live_for(SystemTime::now(), reg, &cell);
+    assert_eq!(cell.get().map(|a| a.1), Some(true));
+    let live = store.live_for(SystemTime::now(), reg, &cell);
+    assert_eq!(live.stats(0, "p/e0", "").latency_ewma_ms, 40.0);
+}
