@@ -216,7 +216,12 @@ impl Reloader {
                     EMPTY_HINT
                 )));
             }
+            let reading = Instant::now();
             let sources = read_sources(dir.as_deref())?;
+            tracing::debug!(
+                read_ms = reading.elapsed().as_secs_f64() * 1e3,
+                "policy files read"
+            );
             if !force && crate::policy::check::version(&sources) == compare {
                 return Ok(None);
             }
