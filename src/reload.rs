@@ -64,8 +64,18 @@ impl Drop for WatchGuard {
     }
 }
 
-/// How long the watcher waits for a burst of events to settle.
-pub const DEBOUNCE: Duration = Duration::from_millis(25);
+/// How long the watcher waits after a change to a path before acting on it. Editors
+/// write a file within a millisecond (in place, or a temp file renamed over it), and a
+/// burst that straddles the wait only costs one more rebuild (the permit coalesces
+/// triggers, and unchanged files stop at the content hash), so the wait is short: it
+/// is part of every save's time to serving. Later events on the path do not extend
+/// it (`notify-debouncer-full` emits each event once it is this old).
+pub const DEBOUNCE: Duration = Duration::from_millis(10);
+
+/// How often the debouncer looks for settled events: a save waits [`DEBOUNCE`] plus
+/// up to this long. The default (a quarter of the wait) would wake an idle gateway
+/// 400 times a second.
+pub const DEBOUNCE_TICK: Duration = Duration::from_millis(5);
 
 /// The last reload failure.
 #[derive(Debug, Clone, Serialize)]
@@ -307,7 +317,7 @@ impl Reloader {
             Arc::new(Mutex::new(None));
         let handle = Arc::downgrade(&shared);
         let watched = dir.clone();
-        let debouncer = new_debouncer(DEBOUNCE, None, move |res: DebounceEventResult| {
+        let debouncer = new_debouncer(DEBOUNCE, Some(DEBOUNCE_TICK), move |res: DebounceEventResult| {
             let Some(me) = me.upgrade() else { return };
             match res {
                 Ok(events) => {
