@@ -466,33 +466,80 @@ fn read_roots(roots: &[PathBuf], tool_names: bool) -> Result<SourceMap, LoadErro
 pub fn with_builtins(user: Vec<(String, String)>) -> SourceMap {
     // Strategy names the operator defines; a parse failure here is reported later by
     // the full parse, so it is simply skipped.
-    let mut defined = std::collections::HashSet::new();
-    for (name, text) in &user {
-        if let Ok((_, file)) = parser::parse_str(name, text) {
-            for item in &file.items {
-                if let Item::Strategy(s) = item {
-                    defined.insert(s.name.name.clone());
-                }
-            }
-        }
-    }
+    let defined: std::collections::HashSet<String> = user_strategies(&user)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .collect();
     let mut sources = SourceMap::new();
-    for (name, text) in BUILTIN {
-        let replaced = parser::parse_str(name, text)
-            .map(|(_, f)| {
-                f.items
-                    .iter()
-                    .any(|i| matches!(i, Item::Strategy(s) if defined.contains(&s.name.name)))
-            })
-            .unwrap_or(false);
-        if !replaced {
-            sources.add(*name, embeddable(name, text));
+    for ((name, _), (names, kept)) in BUILTIN.iter().zip(builtin_info()) {
+        if !names.iter().any(|n| defined.contains(n)) {
+            sources.add(*name, kept.clone());
         }
     }
     for (name, text) in user {
         sources.add(name, text);
     }
     sources
+}
+
+/// The names of the strategies `text` defines (`None`: it does not parse).
+fn strategy_names(name: &str, text: &str) -> Option<Vec<String>> {
+    let (_, file) = parser::parse_str(name, text).ok()?;
+    Some(
+        file.items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Strategy(s) => Some(s.name.name.clone()),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+/// Per built-in file, in [`BUILTIN`] order: the strategies it defines and its
+/// [`embeddable`] text. The files are compiled in, so this is worked out once per
+/// process rather than parsed again on every load and reload.
+fn builtin_info() -> &'static [(Vec<String>, String)] {
+    static INFO: std::sync::OnceLock<Vec<(Vec<String>, String)>> = std::sync::OnceLock::new();
+    INFO.get_or_init(|| {
+        BUILTIN
+            .iter()
+            .map(|(name, text)| {
+                let names = strategy_names(name, text).unwrap_or_default();
+                (names, embeddable(name, text))
+            })
+            .collect()
+    })
+}
+
+/// The strategies each of the operator's files `user` defines (`None`: the file does
+/// not parse). A reload sees mostly the files of the last load again, so the answer
+/// per file text (an XXH3-128 of it) is kept from one call to the next; only the
+/// texts of the latest call are kept, so the memory is that of one set's names.
+fn user_strategies(user: &[(String, String)]) -> Vec<Option<Vec<String>>> {
+    type Cache = std::collections::HashMap<u128, Option<Vec<String>>>;
+    static LAST: std::sync::Mutex<Option<Cache>> = std::sync::Mutex::new(None);
+    let last = LAST
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+        .unwrap_or_default();
+    let mut now = Cache::with_capacity(user.len());
+    let out = user
+        .iter()
+        .map(|(name, text)| {
+            let key = xxhash_rust::xxh3::xxh3_128(text.as_bytes());
+            let names = match last.get(&key).or_else(|| now.get(&key)) {
+                Some(n) => n.clone(),
+                None => strategy_names(name, text),
+            };
+            now.insert(key, names.clone());
+            names
+        })
+        .collect();
+    *LAST.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+    out
 }
 
 /// The text of a built-in file as the gateway embeds it: its `route` and `test` items
@@ -590,13 +637,16 @@ pub fn compile_after(
     previous: Option<&PolicySnapshot>,
 ) -> Result<PolicySnapshot, LoadError> {
     let files: Vec<String> = sources.files().map(|(_, f)| f.name.clone()).collect();
+    let started = std::time::Instant::now();
     let set =
         crate::policy::parse_and_check(&sources, registry).map_err(|diags| LoadError::Invalid {
             rendered: render_all(&diags, &sources),
             count: diags.len(),
         })?;
     let version = set.version.clone();
+    let checked = started.elapsed();
     let compiled = CompiledPolicySet::compile(set);
+    let compiled_at = started.elapsed();
     if let Some(why) = compiled.fallback_reason() {
         tracing::warn!(policy = %version, "policy set runs on the interpreter: {why}");
     }
@@ -608,6 +658,18 @@ pub fn compile_after(
         &compiled,
         Some(DEFAULT_TEST_BUDGET),
         previous.map(|p| &p.test_results),
+    );
+    // Where a load's time goes, for `RUST_LOG=switchyard::routing=debug` (issue 17).
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    tracing::debug!(
+        policy = %version,
+        parse_check_ms = ms(checked),
+        compile_ms = ms(compiled_at - checked),
+        tests_ms = ms(started.elapsed() - compiled_at),
+        tests = report.cases.len(),
+        tests_reused = report.reused,
+        test_requests = report.requests,
+        "policy set built"
     );
     if report.failed > 0 {
         return Err(LoadError::TestsFailed {

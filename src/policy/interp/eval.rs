@@ -302,13 +302,15 @@ impl<'a, 's> Evaluator<'a, 's> {
         }
     }
 
-    fn leaf(&mut self, e: &TExpr, value: bool, saw: Vec<String>) {
+    /// Records a trace leaf when explaining; `saw` (the operands as shown) is only
+    /// called then, so a plain decision formats nothing.
+    fn leaf(&mut self, e: &TExpr, value: bool, saw: impl FnOnce() -> Vec<String>) {
         if let Some(leaves) = &mut self.leaves {
             leaves.push(Leaf {
                 at: self.set.sources.location(e.span),
                 text: self.set.sources.slice(e.span).to_string(),
                 value,
-                saw,
+                saw: saw(),
             });
         }
     }
@@ -330,7 +332,7 @@ impl<'a, 's> Evaluator<'a, 's> {
             TExprKind::Req(f) => self.req_field(*f),
             TExprKind::Has(f) => {
                 let v = self.has(*f);
-                self.leaf(e, v, Vec::new());
+                self.leaf(e, v, Vec::new);
                 V::B(v)
             }
             TExprKind::Ep(f) => self.ep_field(*f),
@@ -399,7 +401,7 @@ impl<'a, 's> Evaluator<'a, 's> {
                     (V::P(p), V::P(q)) => cmp_ord(*op, p, q),
                     (p, q) => cmp_ord(*op, p.f(), q.f()),
                 };
-                self.leaf(e, v, vec![x.show(), y.show()]);
+                self.leaf(e, v, || vec![x.show(), y.show()]);
                 V::B(v)
             }
             TExprKind::In(x, list, negated) => {
@@ -412,7 +414,7 @@ impl<'a, 's> Evaluator<'a, 's> {
                     }
                 });
                 let r = found != *negated;
-                self.leaf(e, r, vec![v.show()]);
+                self.leaf(e, r, || vec![v.show()]);
                 V::B(r)
             }
             TExprKind::Match(test, x, pat) => {
@@ -430,7 +432,7 @@ impl<'a, 's> Evaluator<'a, 's> {
                         .get(*i as usize)
                         .is_some_and(|re| re.is_match(s)),
                 };
-                self.leaf(e, r, vec![v.show()]);
+                self.leaf(e, r, || vec![v.show()]);
                 V::B(r)
             }
             TExprKind::Math(f, args) => self.math(*f, args),
