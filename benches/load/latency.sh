@@ -15,8 +15,7 @@ secs=${1:-10}; rate=${RATE:-500}; conns=${CONNS:-10}; rounds=${ROUNDS:-3}; modes
 . benches/load/setup.sh
 start_upstream ""
 start_nginx ""
-SWITCHYARD_LOG=warn "$bin" serve --config "$work/sy.yaml" >/dev/null 2>"$work/gateway.log" &
-gpid=$!
+start_gateway ""
 check_gateway
 delay_ms=$(python3 -c "print($conns * 1000 / $rate)")
 for m in $modes; do

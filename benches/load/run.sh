@@ -26,8 +26,7 @@ if [ "${PIN:-0}" = 1 ]; then proxy_cpu="taskset -c 0"; side_cpu="taskset -c 1"; 
 start_upstream "$side_cpu"
 start_nginx "$proxy_cpu"
 # Warnings go to stderr (gateway.log); the access lines to the access log file.
-SWITCHYARD_LOG=warn $proxy_cpu "$bin" serve --config "$work/sy.yaml" >/dev/null 2>"$work/gateway.log" &
-gpid=$!
+start_gateway "$proxy_cpu"
 check_gateway
 
 res="$work/results"

@@ -5,7 +5,7 @@
 # every process the script started stopped) on exit. Sets: bin (SWITCHYARD_BIN, else
 # target/release/switchyard, built if missing), work, port(), uport, nport, gport,
 # key, and the functions start_upstream,
-# start_nginx, url TARGET MODE, pid_of TARGET, check_gateway.
+# start_nginx, start_gateway (sets gpid), url TARGET MODE, pid_of TARGET, check_gateway.
 # Environment: ADMISSION=0 leaves out Switchyard's API key and limits, SY_EXTRA_YAML
 # is appended to its config, NGINX_CONNS sets nginx's worker_connections (4096).
 #
@@ -50,6 +50,9 @@ http {
 }
 NGINX
 start_nginx() { $1 nginx -c "$work/nginx.conf"; }
+# Starts Switchyard in the background (warnings to "$work/gateway.log"), prefixed by
+# $1 (e.g. a taskset), and sets gpid.
+start_gateway() { SWITCHYARD_LOG=warn $1 "$bin" serve --config "$work/sy.yaml" >/dev/null 2>"$work/gateway.log" & gpid=$!; }
 
 key=sy-bench-key
 hash=$(printf %s "$key" | sha256sum | cut -d' ' -f1)

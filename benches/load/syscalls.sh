@@ -14,8 +14,7 @@ secs=${1:-4}; modes=${MODES:-json stream}
 . benches/load/setup.sh
 start_upstream ""
 start_nginx ""
-SWITCHYARD_LOG=warn "$bin" serve --config "$work/sy.yaml" >/dev/null 2>"$work/gateway.log" &
-gpid=$!
+start_gateway ""
 check_gateway
 echo "# $(date -u +%FT%TZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $bin"
 for mode in $modes; do for t in nginx switchyard; do

@@ -77,30 +77,12 @@ fn strategy_reads(s: &CStrategy) -> bool {
 }
 
 fn expr_reads(e: &TExpr) -> bool {
-    match &e.kind {
-        TExprKind::Req(ReqField::InputTokens) | TExprKind::Has(ReqField::InputTokens) => true,
-        TExprKind::Const(_)
-        | TExprKind::Req(_)
-        | TExprKind::Has(_)
-        | TExprKind::Ep(_)
-        | TExprKind::State(_)
-        | TExprKind::Param(_)
-        | TExprKind::Let(_)
-        | TExprKind::Outcome(_)
-        | TExprKind::Score
-        | TExprKind::Probability
-        | TExprKind::Count => false,
-        TExprKind::ToFloat(a) | TExprKind::Not(a) | TExprKind::Neg(a) => expr_reads(a),
-        TExprKind::And(a, b)
-        | TExprKind::Or(a, b)
-        | TExprKind::Arith(_, a, b)
-        | TExprKind::Cmp(_, a, b) => expr_reads(a) || expr_reads(b),
-        TExprKind::In(a, _, _) | TExprKind::Match(_, a, _) | TExprKind::Agg(_, _, a) => {
-            expr_reads(a)
-        }
-        TExprKind::Math(_, args) => args.iter().any(expr_reads),
-        TExprKind::If(c, a, b) => expr_reads(c) || expr_reads(a) || expr_reads(b),
-    }
+    e.any_node(&mut |k| {
+        matches!(
+            k,
+            TExprKind::Req(ReqField::InputTokens) | TExprKind::Has(ReqField::InputTokens)
+        )
+    })
 }
 
 #[cfg(test)]
