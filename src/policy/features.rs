@@ -288,9 +288,32 @@ pub struct EpStats {
     pub circuit: Circuit,
 }
 
+impl EpStats {
+    /// An endpoint nothing is known about: [`EndpointStats::default`] for any task
+    /// (available, healthy, 0 ms, capacity 1, no cost, quality 0, circuit closed).
+    /// A constant, since a policy test or `dry-run` asks for it for every endpoint of
+    /// every decision without statistics, and building it through an
+    /// [`EndpointStats`] made and dropped two maps each time (issue 17).
+    pub const UNKNOWN: EpStats = EpStats {
+        available: true,
+        health: 1.0,
+        latency_ewma_ms: 0.0,
+        ttft_ewma_ms: 0.0,
+        capacity: 1.0,
+        in_flight: 0,
+        error_rate: 0.0,
+        cost_in_per_token: None,
+        cost_out_per_token: None,
+        quality: 0.0,
+        context_window: None,
+        circuit: Circuit::Closed,
+    };
+}
+
 impl Default for EpStats {
+    /// [`EpStats::UNKNOWN`].
     fn default() -> Self {
-        EndpointStats::default().for_task("")
+        EpStats::UNKNOWN
     }
 }
 
@@ -368,7 +391,7 @@ impl StatsSource for StatsSnapshot {
     fn stats(&self, _index: usize, id: &str, task: &str) -> EpStats {
         match self.endpoints.get(id) {
             Some(s) => s.for_task(task),
-            None => EpStats::default(),
+            None => EpStats::UNKNOWN,
         }
     }
 
@@ -401,4 +424,19 @@ pub struct Outcome {
     pub input_tokens: u64,
     /// Output tokens billed (`outcome.output_tokens`).
     pub output_tokens: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_endpoint_stats_are_the_default_endpoint_stats_for_any_task() {
+        let mut known = EndpointStats::default();
+        assert_eq!(EpStats::UNKNOWN, known.for_task(""));
+        assert_eq!(EpStats::UNKNOWN, known.for_task("code"));
+        known.quality.insert("code".into(), 0.9);
+        assert_ne!(EpStats::UNKNOWN, known.for_task("code"));
+        assert_eq!(EpStats::default(), EpStats::UNKNOWN);
+    }
 }

@@ -153,7 +153,9 @@ impl CompiledPolicySet {
         seed: u64,
     ) -> Decision {
         if let (Engine::Jit, Some(code)) = (engine, &self.code) {
-            if let Some(d) = run::JRun::new(&self.set, code, req, stats, seed).decide() {
+            let mut d = Decision::blank(req.priority, self.set.names.endpoints());
+            let mut run = run::JRun::new(&self.set, code, req, stats, seed);
+            if run.decide_into(&mut d).is_some() {
                 return d;
             }
         }

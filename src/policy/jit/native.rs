@@ -76,6 +76,20 @@ pub fn new_module(optimize: bool) -> Result<JITModule, String> {
     flags.set("is_pic", "false").map_err(|e| e.to_string())?;
     let opt = if optimize { "speed" } else { "none" };
     flags.set("opt_level", opt).map_err(|e| e.to_string())?;
+    // Cranelift's IR verifier took about a fifth of the instructions of compiling a
+    // 1,000-rule set (issue 17, `examples/decide_cost.rs compile1000` under
+    // callgrind). It checks our code generator, not the policy: debug builds, which
+    // run the test suite and the JIT-against-interpreter property tests, keep it on;
+    // release builds leave it off, as wasmtime does by default. A release load still
+    // runs the set's own tests on both engines before it serves.
+    let verify = if cfg!(debug_assertions) {
+        "true"
+    } else {
+        "false"
+    };
+    flags
+        .set("enable_verifier", verify)
+        .map_err(|e| e.to_string())?;
     let isa = cranelift_native::builder()
         .map_err(|e| format!("host machine is not supported: {e}"))?
         .finish(cranelift_codegen::settings::Flags::new(flags))

@@ -79,12 +79,17 @@ impl<'a> JRun<'a> {
         }
     }
 
-    /// The decision (same result as `interp::decide`).
-    pub fn decide(&mut self) -> Option<Decision> {
+    /// The decision (same result as `interp::decide`), written into `d`, which must
+    /// arrive as [`Decision::blank`] for the set's endpoints. Built in place: a
+    /// `Decision` is a few hundred bytes, and returning it up the chain of calls
+    /// below copied it at every level (issue 17, `examples/decide_cost.rs`). `None`:
+    /// a compiled call was refused, and `d` holds a partial decision to discard.
+    pub fn decide_into(&mut self, d: &mut Decision) -> Option<()> {
         let out = self.code.native.call_select(self.code.select, &self.fv)?;
         self.priority = prio_level(out[2]);
         if out[0] == NONE {
-            return self.dispatch(&IMPLICIT_USE, None, None);
+            d.priority = self.priority;
+            return self.dispatch(d, &IMPLICIT_USE, None, None);
         }
         let ri = usize::try_from(out[0]).ok()?;
         let route = self.set.routes.get(ri)?;
@@ -98,34 +103,36 @@ impl<'a> JRun<'a> {
             k => rule_at(route, k)?.body.fallback.as_ref(),
         };
         let site = (ri as u32, out[1] as u32);
-        let mut d = self.terminal(rule.body.terminal.as_ref()?, &rule.name, fallback, site)?;
+        d.priority = self.priority;
+        self.terminal(d, rule.body.terminal.as_ref()?, &rule.name, fallback, site)?;
         d.route = self.set.names.route(ri);
         d.rule = self.set.names.rule(ri, usize::try_from(out[1]).ok()?);
         d.cache = cache;
         d.hold_off_peak = out[5] != 0;
         d.priority = self.priority;
-        Some(d)
+        Some(())
     }
 
+    /// Decides by terminal `t` into `d` (blank, with the request's final priority).
     fn terminal(
         &mut self,
+        d: &mut Decision,
         t: &'a CTerminal,
         rule: &str,
         fallback: Option<&CFallback>,
         site: (u32, u32),
-    ) -> Option<Decision> {
+    ) -> Option<()> {
         match t {
             CTerminal::Reject {
                 status, message, ..
             } => {
-                let mut d = Decision::blank(self.priority, self.set.names.endpoints());
                 d.reject = Some(Rejection {
                     status: *status,
                     message: message.clone(),
                 });
-                Some(d)
+                Some(())
             }
-            CTerminal::Use(u) => self.dispatch(u, fallback, Some((site.0, site.1, NO_ARM))),
+            CTerminal::Use(u) => self.dispatch(d, u, fallback, Some((site.0, site.1, NO_ARM))),
             CTerminal::Split(s) => {
                 let (bucket, present) = split_bucket(s, rule, self.req, &mut self.rng);
                 let mut arm = s
@@ -144,17 +151,16 @@ impl<'a> JRun<'a> {
                     }
                 }
                 let Some(a) = s.arms.get(arm) else {
-                    return Some(Decision::blank(self.priority, self.set.names.endpoints()));
+                    return Some(());
                 };
-                let mut d =
-                    self.dispatch(&a.action, fallback, Some((site.0, site.1, arm as u32)))?;
+                self.dispatch(d, &a.action, fallback, Some((site.0, site.1, arm as u32)))?;
                 d.split = Some(SplitChoice {
                     arm: arm as u32,
                     bucket,
                     key_present: present,
                     rolled_back,
                 });
-                Some(d)
+                Some(())
             }
         }
     }
@@ -162,8 +168,17 @@ impl<'a> JRun<'a> {
     /// One endpoint vector per context; with `cells`, only those cells are filled
     /// (the rest stay 0): for the functions of an instance, which read no other.
     fn ep_vectors(&self, ctxs: &[EpCtx<'_>], cells: Option<&[u32]>) -> Cells<64> {
+        let mut v = Cells::new();
+        self.ep_vectors_into(ctxs, cells, &mut v);
+        v
+    }
+
+    /// [`JRun::ep_vectors`] into `v` (emptied first), which the caller keeps on its
+    /// stack: returning the vectors by value copied their inline cells.
+    fn ep_vectors_into(&self, ctxs: &[EpCtx<'_>], cells: Option<&[u32]>, v: &mut Cells<64>) {
         let n = self.code.layout.ep.len();
-        let mut v = Cells::from_elem(0, n * ctxs.len());
+        v.clear();
+        v.resize(n * ctxs.len(), 0);
         if n > 0 {
             let (layout, strings) = (&self.code.layout, &self.code.strings);
             for (c, cell) in ctxs.iter().zip(v.chunks_mut(n)) {
@@ -173,7 +188,6 @@ impl<'a> JRun<'a> {
                 }
             }
         }
-        v
     }
 
     fn ep_of<'v>(&self, v: &'v [u64], i: usize) -> &'v [u64] {
@@ -284,7 +298,8 @@ impl<'a> JRun<'a> {
         args: &'a [Const],
         cands: &[EndpointRef<'a>],
     ) -> Option<Vec<EpCtx<'a>>> {
-        let r = self.rank_rows(inst, s, args, cands)?;
+        let mut eps = Cells::new();
+        let r = self.rank_rows(inst, s, args, cands, &mut eps)?;
         Some(
             r.order
                 .iter()
@@ -293,25 +308,28 @@ impl<'a> JRun<'a> {
         )
     }
 
-    /// Ranks `cands` with a compiled instance: every candidate's context and vector,
-    /// and the plan order as indices into them (see [`RankedRows`]).
+    /// Ranks `cands` with a compiled instance: every candidate's context, and the
+    /// plan order as indices into them (see [`RankedRows`]); their vectors are left
+    /// in `eps` (row `i` for context `i`).
     fn rank_rows(
         &mut self,
         inst: &StratCode,
         s: &'a CStrategy,
         args: &'a [Const],
         cands: &[EndpointRef<'a>],
+        eps: &mut Cells<64>,
     ) -> Option<RankedRows<'a>> {
         let mut all = contexts(self.set, Some(s), args, self.req, self.stats, cands);
         // One vector per candidate, reused for scoring the kept ones.
-        let eps = self.ep_vectors(&all, Some(&inst.cells));
+        self.ep_vectors_into(&all, Some(&inst.cells), eps);
+        let eps: &[u64] = eps;
         let aux = self.aux(self.req.priority, 0, None, &[]);
         let mut rows: Rows<usize> = SmallVec::with_capacity(all.len());
         let (mut any_preferred, mut any_plain) = (false, false);
         let mut preferred: Rows<bool> = SmallVec::with_capacity(all.len());
         let filter = self.code.native.bind_expr(inst.filter, &self.fv, &aux)?;
         for i in 0..all.len() {
-            let bits = filter.call(self.ep_of(&eps, i))?;
+            let bits = filter.call(self.ep_of(eps, i))?;
             if bits & 1 == 0 {
                 continue;
             }
@@ -328,7 +346,7 @@ impl<'a> JRun<'a> {
                 preferred[i - 1]
             });
         }
-        self.score_rows(inst, s, &mut all, &eps, Some(&rows))?;
+        self.score_rows(inst, s, &mut all, eps, Some(&rows))?;
         let scored_all = rows.len() == all.len();
         let key = |i: usize| {
             all.get(i)
@@ -345,7 +363,6 @@ impl<'a> JRun<'a> {
         order_rest_by(s.pick, rest, |&i| key(i));
         Some(RankedRows {
             all,
-            eps,
             order: rows,
             scored_all,
         })
@@ -416,24 +433,27 @@ impl<'a> JRun<'a> {
         }))
     }
 
+    /// Decides by `use` `u` into `d` (blank, with the request's final priority).
     fn dispatch(
         &mut self,
+        d: &mut Decision,
         u: &'a CUse,
         fallback: Option<&CFallback>,
         site: Option<(u32, u32, u32)>,
-    ) -> Option<Decision> {
-        let mut d = Decision::blank(self.priority, self.set.names.endpoints());
+    ) -> Option<()> {
         d.target = Some(u.described.clone());
-        let cands = match candidates(self.set, self.req, &u.target) {
-            Ok(c) => available(self.stats, c),
+        let mut cands = match candidates(self.set, self.req, &u.target) {
+            Ok(c) => c,
             Err(model) => {
                 d.reject = Some(Rejection {
                     status: 404,
                     message: format!("The model `{model}` does not exist."),
                 });
-                return Some(d);
+                return Some(());
             }
         };
+        // `available` in place: passing the candidates through it by value copied them.
+        cands.retain(|e| self.stats.available(e.index, &e.endpoint.id));
         let strat = u.strategy.and_then(|i| self.set.strategies.get(i as usize));
         d.strategy = Some(self.set.names.strategy(u.strategy));
         d.call = Some(StrategyCall {
@@ -448,7 +468,8 @@ impl<'a> JRun<'a> {
         };
         let mut plan: Refs<'a> = match (strat, inst) {
             (Some(s), Some(inst)) => {
-                let mut r = self.rank_rows(inst, s, &u.args, &cands)?;
+                let mut eps = Cells::new();
+                let mut r = self.rank_rows(inst, s, &u.args, &cands, &mut eps)?;
                 let plan = r.order.iter().filter_map(|&i| r.all.get(i)).map(|c| c.reg);
                 let plan = plan.collect();
                 let pick = inst.updates.iter().find(|(e, _)| *e == Event::Pick);
@@ -457,10 +478,9 @@ impl<'a> JRun<'a> {
                     // them), as the interpreter's `update` does; the ranking scored
                     // only the kept ones unless that was all.
                     if !r.scored_all {
-                        self.score_rows(inst, s, &mut r.all, &r.eps, None)?;
+                        self.score_rows(inst, s, &mut r.all, &eps, None)?;
                     }
-                    let up =
-                        self.assign(inst, &r.all, &mut r.eps, me, assigns, Event::Pick, None)?;
+                    let up = self.assign(inst, &r.all, &mut eps, me, assigns, Event::Pick, None)?;
                     d.state_updates.extend(up);
                 }
                 plan
@@ -473,24 +493,23 @@ impl<'a> JRun<'a> {
             }
         };
         if let Some(f) = fallback {
-            apply_fallback(&mut d, &mut plan, f, |t| {
+            apply_fallback(d, &mut plan, f, |t| {
                 available(
                     self.stats,
                     candidates(self.set, self.req, t).unwrap_or_default(),
                 )
             });
         }
-        write_plan(&mut d, &plan, &u.target);
-        Some(d)
+        write_plan(d, &plan, &u.target);
+        Some(())
     }
 }
 
 /// A compiled ranking: every candidate's context (`all`, scored: all of them when
-/// `scored_all`, else the kept ones) and vector (`eps`, row `i` for `all[i]`), and
-/// the plan order as indices into `all`.
+/// `scored_all`, else the kept ones) and the plan order as indices into `all`. The
+/// candidates' vectors (row `i` for `all[i]`) stay in the caller's buffer.
 struct RankedRows<'a> {
     all: Vec<EpCtx<'a>>,
-    eps: Cells<64>,
     order: Rows<usize>,
     scored_all: bool,
 }
