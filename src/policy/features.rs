@@ -174,20 +174,23 @@ pub struct EndpointStats {
 }
 
 impl Default for EndpointStats {
+    /// An endpoint nothing is known about: the numbers of [`EpStats::UNKNOWN`], no
+    /// quality scores, no strategy state.
     fn default() -> Self {
+        let u = EpStats::UNKNOWN;
         EndpointStats {
-            available: true,
-            health: 1.0,
-            latency_ewma_ms: 0.0,
-            ttft_ewma_ms: 0.0,
-            capacity: 1.0,
-            in_flight: 0,
-            error_rate: 0.0,
-            cost_in_per_token: None,
-            cost_out_per_token: None,
+            available: u.available,
+            health: u.health,
+            latency_ewma_ms: u.latency_ewma_ms,
+            ttft_ewma_ms: u.ttft_ewma_ms,
+            capacity: u.capacity,
+            in_flight: u.in_flight,
+            error_rate: u.error_rate,
+            cost_in_per_token: u.cost_in_per_token,
+            cost_out_per_token: u.cost_out_per_token,
             quality: BTreeMap::new(),
-            context_window: None,
-            circuit: Circuit::Closed,
+            context_window: u.context_window,
+            circuit: u.circuit,
             state: BTreeMap::new(),
         }
     }
@@ -289,8 +292,9 @@ pub struct EpStats {
 }
 
 impl EpStats {
-    /// An endpoint nothing is known about: [`EndpointStats::default`] for any task
-    /// (available, healthy, 0 ms, capacity 1, no cost, quality 0, circuit closed).
+    /// An endpoint nothing is known about (available, healthy, 0 ms, capacity 1, no
+    /// cost, quality 0, circuit closed): what [`EndpointStats::default`] gives for any
+    /// task, and where its numbers come from.
     /// A constant, since a policy test or `dry-run` asks for it for every endpoint of
     /// every decision without statistics, and building it through an
     /// [`EndpointStats`] made and dropped two maps each time (issue 17).

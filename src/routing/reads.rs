@@ -66,14 +66,7 @@ fn body_reads(b: &CBody) -> bool {
 }
 
 fn strategy_reads(s: &CStrategy) -> bool {
-    s.states.iter().any(|st| expr_reads(&st.init))
-        || s.lets.iter().any(|(_, e)| expr_reads(e))
-        || s.require.iter().any(expr_reads)
-        || s.prefer.iter().any(expr_reads)
-        || expr_reads(&s.score)
-        || s.updates
-            .iter()
-            .any(|(_, u)| u.iter().any(|(_, e)| expr_reads(e)))
+    s.exprs().any(expr_reads)
 }
 
 fn expr_reads(e: &TExpr) -> bool {

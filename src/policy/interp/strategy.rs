@@ -76,7 +76,6 @@ pub fn contexts<'a>(
     // A strategy that reads no statistics field cannot tell them from the
     // defaults: skip reading them.
     let read = s.is_none_or(|s| s.reads_stats);
-    let unread = EpStats::default();
     let mut out: Vec<EpCtx<'a>> = cands
         .iter()
         .map(|r| EpCtx {
@@ -84,7 +83,7 @@ pub fn contexts<'a>(
             stats: if read {
                 stats.stats(r.index, &r.endpoint.id, &req.task)
             } else {
-                unread
+                EpStats::UNKNOWN
             },
             state: StateSlots::new(),
             score: 0.0,
