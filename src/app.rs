@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::{Config, ProviderConfig, ProviderKind};
+use crate::config::{Config, ProviderConfig, ProviderKind, RuntimeMode};
 use crate::egress::http::HttpTransport;
 use crate::egress::relay::StreamStop;
 use crate::egress::{Transport, Upstream};
@@ -84,8 +84,9 @@ pub fn upstreams(
 ) -> Result<Vec<Upstream>, Vec<String>> {
     let mut upstreams = Vec::new();
     let mut errors = Vec::new();
+    let pools = per_core_threads(&config.server).unwrap_or(0);
     for p in &config.providers {
-        match Upstream::new(p, env, transport(p)) {
+        match Upstream::new(p, env, transport(p, pools)) {
             Ok(u) => upstreams.push(u),
             Err(e) => errors.push(e),
         }
@@ -97,12 +98,20 @@ pub fn upstreams(
     }
 }
 
-fn transport(p: &ProviderConfig) -> Arc<dyn Transport> {
+/// A provider's transport; `per_core` serving threads each get their own connection
+/// pool (see [`HttpTransport::new`]).
+fn transport(p: &ProviderConfig, per_core: usize) -> Arc<dyn Transport> {
     if p.kind == ProviderKind::Mock {
         Arc::new(crate::mock::InProcess::new(p.mock.clone()))
     } else {
-        Arc::new(HttpTransport::new(&p.name, &p.timeouts))
+        Arc::new(HttpTransport::new(&p.name, &p.timeouts, per_core))
     }
+}
+
+/// The number of per-core serving threads `server` asks for, or `None` for the
+/// shared work-stealing runtime (`server.runtime: shared`).
+pub fn per_core_threads(server: &crate::config::ServerConfig) -> Option<usize> {
+    (server.runtime == RuntimeMode::PerCore).then(|| server.serving_threads())
 }
 
 /// A running gateway: its listener, services and background tasks.
@@ -127,6 +136,7 @@ impl std::fmt::Debug for App {
 /// binding), and what [`App::start`] binds and serves.
 pub struct Prepared {
     listen: SocketAddr,
+    per_core: Option<usize>,
     admin_listen: Option<SocketAddr>,
     drain: Duration,
     limits: crate::server::ConnLimits,
@@ -174,6 +184,7 @@ impl App {
         let admin_listen = config.admin.listen;
         let metrics = crate::telemetry::install();
         let listen = config.server.listen;
+        let per_core = per_core_threads(&config.server);
         let drain = Duration::from_millis(config.server.drain_timeout_ms);
         let limits = crate::server::ConnLimits::from_config(&config.server);
         let policy_dir = crate::routing::policy::policy_dir(&config).ok().flatten();
@@ -197,6 +208,7 @@ impl App {
         };
         Ok(Prepared {
             listen,
+            per_core,
             admin_listen,
             drain,
             limits,
@@ -231,6 +243,7 @@ impl App {
     pub async fn serve(prepared: Prepared) -> Result<App, StartError> {
         let Prepared {
             listen,
+            per_core,
             admin_listen,
             drain,
             limits,
@@ -241,13 +254,15 @@ impl App {
             stream_stop,
             watch_guard,
         } = prepared;
-        let listener = TcpListener::bind(listen)
-            .await
-            .map_err(|source| StartError::Bind {
-                addr: listen,
-                source,
-            })?;
-        let addr = listener.local_addr().unwrap_or(listen);
+        let listeners = match per_core {
+            Some(n) => crate::server::bind_per_core(listen, n),
+            None => TcpListener::bind(listen).await.map(|l| vec![l]),
+        }
+        .map_err(|source| StartError::Bind {
+            addr: listen,
+            source,
+        })?;
+        let addr = listeners[0].local_addr().unwrap_or(listen);
         let admin_listener = match admin_listen {
             None => None,
             Some(a) => Some(
@@ -297,14 +312,31 @@ impl App {
                 limits,
             )));
         }
-        let server = tokio::spawn(crate::server::serve(
-            listener,
-            move |req, peer| crate::ingress::handle(svc.clone(), req, peer, surface),
-            on_shutdown,
-            drain,
-            move || stream_stop.stop(),
-            limits,
-        ));
+        let handler = move |req, peer| crate::ingress::handle(svc.clone(), req, peer, surface);
+        let server = if per_core.is_some() {
+            let threads = crate::server::spawn_per_core(
+                listeners,
+                handler,
+                drain,
+                move || stream_stop.stop(),
+                limits,
+            )
+            .map_err(|source| StartError::Bind {
+                addr: listen,
+                source,
+            })?;
+            tokio::spawn(threads.run_until(on_shutdown))
+        } else {
+            let listener = listeners.into_iter().next().expect("one listener");
+            tokio::spawn(crate::server::serve(
+                listener,
+                handler,
+                on_shutdown,
+                drain,
+                move || stream_stop.stop(),
+                limits,
+            ))
+        };
         Ok(App {
             addr,
             admin_addr,

@@ -346,10 +346,14 @@ fn flag_choice<T: std::str::FromStr<Err = String>>(s: &str) -> Result<T, String>
     })
 }
 
-fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
+/// The process's multi-threaded runtime, with `workers` threads (tokio's default, one
+/// per CPU or `TOKIO_WORKER_THREADS`, when `None`).
+fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = workers {
+        b.worker_threads(n.max(1));
+    }
+    b.enable_all().build()
 }
 
 /// Entry point of the binary.
@@ -385,7 +389,7 @@ pub fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let rt = match runtime() {
+            let rt = match runtime(None) {
                 Ok(rt) => rt,
                 Err(e) => {
                     eprintln!("error: cannot start the async runtime: {e}");

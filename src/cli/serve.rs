@@ -52,7 +52,13 @@ pub fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let rt = match runtime() {
+    // With per-core serving threads (each with its own runtime) this runtime keeps
+    // only the background work: reloads, upkeep, the admin listener, Redis.
+    let workers = match config.server.runtime {
+        config::RuntimeMode::PerCore => Some(1),
+        config::RuntimeMode::Shared => config.server.threads,
+    };
+    let rt = match runtime(workers) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -11,7 +11,7 @@ use serde_yaml::{Mapping, Value};
 use super::MockOptions;
 use super::{
     BreakerConfig, Config, EndpointConfig, ModelConfig, PoliciesConfig, Pricing, ProviderConfig,
-    ProviderKind, QualityConfig, ServerConfig, Timeouts,
+    ProviderKind, QualityConfig, RuntimeMode, ServerConfig, Timeouts,
 };
 use crate::suggest::did_you_mean;
 
@@ -364,9 +364,25 @@ impl Validator {
                 "max_attempts",
                 "stream_failover",
                 "metrics_caller_labels",
+                "runtime",
+                "threads",
             ],
             path,
         );
+        if let Some(m) = self.choice(
+            map,
+            "runtime",
+            path,
+            &[
+                ("per_core", RuntimeMode::PerCore),
+                ("shared", RuntimeMode::Shared),
+            ],
+        ) {
+            cfg.runtime = m;
+        }
+        if let Some(n) = self.uint(map, "threads", path, 1, 256) {
+            cfg.threads = Some(n as usize);
+        }
         if let Some(b) = self.boolean(map, "stream_failover", path) {
             cfg.stream_failover = b;
         }
@@ -1013,6 +1029,29 @@ models:
                 "missing {w:?} in {text:#?}"
             );
         }
+    }
+
+    #[test]
+    fn server_runtime_and_threads() {
+        let c = parse_str("server: { runtime: shared, threads: 3 }\n", None).unwrap();
+        assert_eq!(c.server.runtime, RuntimeMode::Shared);
+        assert_eq!(c.server.serving_threads(), 3);
+        let d = parse_str("server: {}\n", None).unwrap();
+        assert_eq!(d.server.runtime, RuntimeMode::PerCore);
+        assert_eq!(d.server.threads, None);
+        assert!(d.server.serving_threads() >= 1);
+        let errs = parse_str("server: { runtime: per-core, threads: 0 }\n", None).unwrap_err();
+        let text: Vec<String> = errs.errors.iter().map(ToString::to_string).collect();
+        assert!(
+            text.iter()
+                .any(|e| e
+                    .starts_with("server.runtime: \"per-core\" is not one of: per_core, shared")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter().any(|e| e.starts_with("server.threads:")),
+            "{text:?}"
+        );
     }
 
     #[test]

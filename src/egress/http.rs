@@ -30,16 +30,22 @@ type HttpClient = Client<HttpsConnector<HttpConnector>, Body>;
 pub struct HttpTransport {
     provider: String,
     connect_ms: u64,
-    client: HttpClient,
+    /// One pool per serving thread ([`crate::server::core_index`]): index 0 for the
+    /// shared runtime, 1 to N for the per-core threads.
+    clients: Box<[HttpClient]>,
 }
 
 impl HttpTransport {
-    /// The client of provider `provider`, with its `connect_ms` timeout.
-    pub fn new(provider: &str, timeouts: &Timeouts) -> HttpTransport {
+    /// The client of provider `provider`, with its `connect_ms` timeout and
+    /// `per_core + 1` connection pools: one for each per-core serving thread
+    /// ([`crate::server::core_index`] 1 to `per_core`) and one for every other
+    /// thread. A request takes the pool of the thread it runs on, so its upstream
+    /// connection's task is on that thread too and no wake-up crosses threads.
+    pub fn new(provider: &str, timeouts: &Timeouts, per_core: usize) -> HttpTransport {
         HttpTransport {
             provider: provider.to_string(),
             connect_ms: timeouts.connect_ms,
-            client: http_client(timeouts),
+            clients: (0..=per_core).map(|_| http_client(timeouts)).collect(),
         }
     }
 
@@ -87,7 +93,10 @@ impl HttpTransport {
 
 impl Transport for HttpTransport {
     fn send(&self, req: Request<Body>) -> SendFuture<'_> {
-        let fut = self.client.request(req);
+        let i = crate::server::core_index();
+        // Index 0 always exists; a thread beyond the pools (none today) shares it.
+        let client = self.clients.get(i).unwrap_or(&self.clients[0]);
+        let fut = client.request(req);
         Box::pin(async move {
             match fut.await {
                 Ok(r) => Ok(r.map(|b| b.map_err(|e| Box::new(e) as BoxError).boxed_unsync())),

@@ -6,12 +6,26 @@ use crate::common::*;
 
 #[tokio::test]
 async fn sigterm_lets_in_flight_streams_finish() {
+    in_flight_stream_finishes("").await;
+}
+
+/// The same drain with the shared work-stealing runtime (`server.runtime: shared`;
+/// the default is one runtime per core).
+#[tokio::test]
+async fn sigterm_lets_in_flight_streams_finish_on_the_shared_runtime() {
+    in_flight_stream_finishes("server: { runtime: shared }\n").await;
+}
+
+async fn in_flight_stream_finishes(server_yaml: &str) {
     // 16 tokens at 20 tokens/s: the stream takes about 0.8 s.
     let m = mock(&["--tokens-per-s", "20"]);
-    let mut gw = serve(&config(
-        &[("up", &m)],
-        "",
-        "  m:\n    endpoints:\n      - { provider: up, model: x }\n",
+    let mut gw = serve(&format!(
+        "{server_yaml}{}",
+        config(
+            &[("up", &m)],
+            "",
+            "  m:\n    endpoints:\n      - { provider: up, model: x }\n",
+        )
     ));
     let url = gw.url("/v1/chat/completions");
     let inflight = tokio::spawn(async move { post(&url, &chat("m", true, "")).await });
@@ -35,10 +49,51 @@ async fn sigterm_lets_in_flight_streams_finish() {
 
 #[tokio::test]
 async fn streams_still_running_at_the_drain_deadline_end_with_an_error_event() {
+    stream_cut_by_drain_deadline("").await;
+}
+
+#[tokio::test]
+async fn streams_still_running_at_the_drain_deadline_end_with_an_error_event_on_the_shared_runtime()
+{
+    stream_cut_by_drain_deadline("runtime: shared, ").await;
+}
+
+/// With four per-core threads, streams on every thread still running at the drain
+/// deadline each end with the error event (every thread runs its own drain).
+#[tokio::test]
+async fn streams_on_every_per_core_thread_end_with_an_error_event_at_the_drain_deadline() {
+    let m = mock(&["--tokens-per-s", "4"]);
+    let gw = serve(&format!(
+        "server: {{ drain_timeout_ms: 300, runtime: per_core, threads: 4 }}\n{}",
+        config(
+            &[("up", &m)],
+            "",
+            "  m:\n    endpoints:\n      - { provider: up, model: x }\n"
+        )
+    ));
+    let url = gw.url("/v1/chat/completions");
+    // Each request on its own connection: the kernel spreads them over the threads.
+    let inflight: Vec<_> = (0..12)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { post(&url, &chat("m", true, "")).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    gw.terminate();
+    for r in inflight {
+        let r = r.await.unwrap();
+        assert_eq!(r.status, 200);
+        let last: serde_json::Value = serde_json::from_str(r.events().last().unwrap()).unwrap();
+        assert_eq!(last["error"]["code"], "gateway_shutdown", "{}", r.text());
+    }
+}
+
+async fn stream_cut_by_drain_deadline(server_keys: &str) {
     // 16 tokens at 4 tokens/s: about 4 s, far past a 300 ms drain.
     let m = mock(&["--tokens-per-s", "4"]);
     let gw = serve(&format!(
-        "server: {{ drain_timeout_ms: 300 }}\n{}",
+        "server: {{ {server_keys}drain_timeout_ms: 300 }}\n{}",
         config(
             &[("up", &m)],
             "",
