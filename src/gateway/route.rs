@@ -102,15 +102,21 @@ pub fn route(
     // so a long plan costs no quadratic search).
     let mut plan = chosen;
     let known = gw.registry.endpoints.len();
-    let mut seen: smallvec::SmallVec<[u64; 4]> = smallvec::smallvec![0; known.div_ceil(64)];
-    plan.retain(|&i| {
-        let Some(w) = seen.get_mut(i / 64).filter(|_| i < known) else {
-            return false;
-        };
-        let fresh = *w & (1 << (i % 64)) == 0;
-        *w |= 1 << (i % 64);
-        fresh
-    });
+    let mut words: smallvec::SmallVec<[u64; 4]> = smallvec::smallvec![0; known.div_ceil(64)];
+    let words = words.as_mut_slice();
+    let mut kept = 0;
+    for j in 0..plan.len() {
+        let i = plan[j];
+        if let Some(w) = words.get_mut(i / 64).filter(|_| i < known) {
+            let bit = 1 << (i % 64);
+            if *w & bit == 0 {
+                *w |= bit;
+                plan[kept] = i;
+                kept += 1;
+            }
+        }
+    }
+    plan.truncate(kept);
     restrict(gw, ctx, &mut plan, &chat.model)?;
     super::fit::fit(gw, ctx, &mut plan, chat, features)?;
     if plan.is_empty() {

@@ -358,6 +358,26 @@ pub trait StatsSource {
     /// ([`EndpointStats::available`]), without reading the rest.
     fn available(&self, index: usize, id: &str) -> bool;
 
+    /// Keeps the endpoints of `v` the runtime offers to strategies
+    /// ([`StatsSource::available`] of each), in order. One call per candidate list:
+    /// through `dyn StatsSource` this is one indirect call for the whole list, and
+    /// each source's own `available` is called directly (issue 17: a model with 128
+    /// endpoints paid an indirect call per endpoint per decision).
+    fn retain_available(&self, v: &mut smallvec::SmallVec<[EndpointRef<'_>; 8]>) {
+        // Compacts in place over one slice (`SmallVec::retain` swaps element by
+        // element, and indexing the `SmallVec` itself checks where it lives each time).
+        let s = v.as_mut_slice();
+        let mut kept = 0;
+        for i in 0..s.len() {
+            let e = s[i];
+            if self.available(e.index, &e.endpoint.id) {
+                s[kept] = e;
+                kept += 1;
+            }
+        }
+        v.truncate(kept);
+    }
+
     /// Calls `f` with the endpoint's state slots for strategy `strategy` (slot name →
     /// value, [`EndpointStats::state`]), if it holds any; not at all otherwise.
     fn state(

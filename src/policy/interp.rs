@@ -224,8 +224,27 @@ pub struct StrategyCall {
     pub strategy: Option<u32>,
     /// Argument values (shared with the `use` that made the call).
     pub args: Arc<[Const]>,
-    /// Candidate endpoints by registry index, in registry order.
+    /// Candidate endpoints by registry index, in registry order; empty for the
+    /// built-in `priority` order, which keeps no state and so has no outcome update
+    /// to run over them.
     pub candidates: Vec<usize>,
+}
+
+impl StrategyCall {
+    /// The call of `u`'s strategy over `cands` (`stateful`: a policy strategy, whose
+    /// outcome updates need the candidates; the built-in order records none, so a
+    /// decision over a model's 128 endpoints copies no list it never reads).
+    pub(crate) fn new(u: &CUse, stateful: bool, cands: &[EndpointRef<'_>]) -> StrategyCall {
+        StrategyCall {
+            strategy: u.strategy,
+            args: u.args.clone(),
+            candidates: if stateful {
+                cands.iter().map(|c| c.index).collect()
+            } else {
+                Vec::new()
+            },
+        }
+    }
 }
 
 /// One condition leaf evaluated: comparison, `in`, string test or `has`.
@@ -431,7 +450,7 @@ pub(crate) fn candidates<'a>(
 
 /// The endpoints of `v` the runtime offers to strategies.
 pub(crate) fn available<'a>(stats: &dyn StatsSource, mut v: Refs<'a>) -> Refs<'a> {
-    v.retain(|e| stats.available(e.index, &e.endpoint.id));
+    stats.retain_available(&mut v);
     v
 }
 
@@ -642,11 +661,7 @@ impl<'a> Run<'a> {
         };
         let strat = u.strategy.and_then(|i| self.set.strategies.get(i as usize));
         d.strategy = Some(self.set.names.strategy(u.strategy));
-        d.call = Some(StrategyCall {
-            strategy: u.strategy,
-            args: u.args.clone(),
-            candidates: cands.iter().map(|c| c.index).collect(),
-        });
+        d.call = Some(StrategyCall::new(u, strat.is_some(), &cands));
         let (mut plan, first) = match strat {
             None => {
                 let mut plan = cands.clone();
@@ -716,15 +731,50 @@ pub fn apply_fallback<'a>(
     if f.backoff_max_ms > 0 {
         d.backoff_ms = Some((f.backoff_min_ms, f.backoff_max_ms));
     }
+    if f.chain.is_empty() {
+        return;
+    }
+    // Registry indices already in the plan, one bit each: a chain over a model's
+    // hundreds of endpoints costs no quadratic search (issue 17). Indices and ids
+    // name endpoints one to one within a registry.
+    let mut seen = Bits::default();
+    for e in plan.iter() {
+        seen.insert(e.index);
+    }
     for t in &f.chain {
         let mut more = endpoints_of(t);
         strategy::builtin_order(&mut more);
         for e in more {
-            let seen = |p: &EndpointRef<'_>| p.index == e.index || p.endpoint.id == e.endpoint.id;
-            if !plan.iter().any(seen) {
+            if seen.insert(e.index) {
                 plan.push(e);
             }
         }
+    }
+}
+
+/// A set of small integers (registry indices), one bit each, on the stack up to 256.
+#[derive(Default)]
+pub(crate) struct Bits(smallvec::SmallVec<[u64; 4]>);
+
+impl Bits {
+    /// Adds `i`; `true` when it was not in the set yet.
+    #[inline]
+    pub(crate) fn insert(&mut self, i: usize) -> bool {
+        let b = 1u64 << (i % 64);
+        let w = match self.0.get_mut(i / 64) {
+            Some(w) => w,
+            None => self.grow(i / 64),
+        };
+        let fresh = *w & b == 0;
+        *w |= b;
+        fresh
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, w: usize) -> &mut u64 {
+        self.0.resize(w + 1, 0);
+        &mut self.0[w]
     }
 }
 

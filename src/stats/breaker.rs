@@ -149,10 +149,14 @@ impl Breaker {
 
     /// Whether strategies are offered the endpoint at `now`: closed, or half-open with
     /// the probe not yet taken.
+    #[inline]
     pub fn available(&self, now: Instant) -> bool {
-        if self.is_closed() {
-            return true;
-        }
+        self.is_closed() || self.available_unless_closed(now)
+    }
+
+    /// [`Breaker::available`] past the closed fast path: the state under the lock.
+    #[inline(never)]
+    fn available_unless_closed(&self, now: Instant) -> bool {
         match self.lock().state {
             State::Closed => true,
             State::Open { until } => now >= until,

@@ -327,6 +327,7 @@ impl EndpointSlot {
 
     /// Whether strategies are offered the endpoint at Unix ms `now_ms` and breaker
     /// clock `at` ([`EndpointStats::available`] of [`EndpointSlot::view_at`]).
+    #[inline]
     pub(crate) fn available_at(&self, now_ms: u64, at: Instant) -> bool {
         !self.throttled_at(now_ms) && self.breaker.available(at)
     }

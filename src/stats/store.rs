@@ -360,6 +360,7 @@ impl StatsSource for LiveStats<'_> {
         }
     }
 
+    #[inline]
     fn available(&self, index: usize, id: &str) -> bool {
         self.resolve(index, id)
             .is_none_or(|i| self.store.slots[i].available_at(self.now_ms, self.clock))

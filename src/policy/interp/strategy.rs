@@ -24,12 +24,18 @@ pub struct Ranked<'a> {
 
 /// Registry priority ascending, then weight descending, then config order.
 pub fn builtin_order<'a>(cands: &mut [EndpointRef<'a>]) {
-    cands.sort_by(|a, b| {
+    let order = |a: &EndpointRef<'_>, b: &EndpointRef<'_>| {
         a.endpoint
             .priority
             .cmp(&b.endpoint.priority)
             .then(b.endpoint.weight.cmp(&a.endpoint.weight))
-    });
+    };
+    // A model's endpoints are usually listed in this order already (or all alike):
+    // checking costs a few instructions per endpoint, the stable sort several times
+    // that, and sorting sorted input changes nothing.
+    if !cands.is_sorted_by(|a, b| order(a, b).is_le()) {
+        cands.sort_by(order);
+    }
 }
 
 /// The built-in `priority` strategy's draw: among the leading candidates of equal

@@ -150,3 +150,71 @@ fn scope_is_true_only_for_a_scope_the_caller_carries() {
     req.scopes = vec!["zeta".into(), "beta".into()];
     assert_eq!(decide(&set, &req, &stats, 0).rule.as_deref(), Some("beta"));
 }
+
+#[test]
+fn fallback_chain_adds_each_endpoint_once_after_the_plan() {
+    // Issue 17: the chain's duplicate check is a bitset over registry indices (it
+    // was a search of the plan per endpoint); the plan keeps its order and no
+    // endpoint repeats, whichever target names it again.
+    let set = with_builtins(
+        "route r { fallback \"gpt-4o\" -> any -> \"claude-sonnet\" default use \"gpt-4o\" }",
+    )
+    .unwrap();
+    let req = RequestFeatures::for_model("gpt-4o");
+    for seed in 0..20 {
+        let d = decide(&set, &req, &StatsSnapshot::default(), seed);
+        let mut seen = std::collections::BTreeSet::new();
+        assert!(d.plan.iter().all(|i| seen.insert(*i)), "{:?}", d.plan);
+        assert_eq!(
+            d.plan.len(),
+            set.registry.endpoints().count(),
+            "{:?}",
+            d.plan
+        );
+        let ids: Vec<String> = d.plan[..2]
+            .iter()
+            .map(|&i| d.names.get(i).unwrap().id.to_string())
+            .collect();
+        assert_eq!(
+            ids,
+            ["openai/gpt-4o", "azure/gpt-4o"],
+            "the use's plan leads"
+        );
+    }
+}
+
+#[test]
+fn bits_insert_reports_new_indices_and_grows_past_its_first_words() {
+    let mut b = Bits::default();
+    assert!(b.insert(3));
+    assert!(!b.insert(3));
+    assert!(b.insert(64));
+    assert!(b.insert(1_000));
+    assert!(!b.insert(1_000));
+    assert!(!b.insert(64));
+    assert!(b.insert(999));
+}
+
+#[test]
+fn builtin_order_call_records_no_candidates_and_a_strategy_call_records_them() {
+    // The built-in order has no outcome update: its decision copies no candidate list.
+    let set = with_builtins(
+        "route a when request.model == \"gpt-4o\" { default use model }\n\
+         route b { default use model via weighted_round_robin }",
+    )
+    .unwrap();
+    let stats = StatsSnapshot::default();
+    let d = decide(&set, &RequestFeatures::for_model("gpt-4o"), &stats, 0);
+    let call = d.call.expect("a use records its call");
+    assert_eq!(call.strategy, None);
+    assert!(call.candidates.is_empty());
+    let d = decide(
+        &set,
+        &RequestFeatures::for_model("claude-sonnet"),
+        &stats,
+        0,
+    );
+    let call = d.call.expect("a use records its call");
+    assert!(call.strategy.is_some());
+    assert!(!call.candidates.is_empty());
+}

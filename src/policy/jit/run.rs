@@ -453,14 +453,10 @@ impl<'a> JRun<'a> {
             }
         };
         // `available` in place: passing the candidates through it by value copied them.
-        cands.retain(|e| self.stats.available(e.index, &e.endpoint.id));
+        self.stats.retain_available(&mut cands);
         let strat = u.strategy.and_then(|i| self.set.strategies.get(i as usize));
         d.strategy = Some(self.set.names.strategy(u.strategy));
-        d.call = Some(StrategyCall {
-            strategy: u.strategy,
-            args: u.args.clone(),
-            candidates: cands.iter().map(|c| c.index).collect(),
-        });
+        d.call = Some(StrategyCall::new(u, strat.is_some(), &cands));
         let code = self.code;
         let inst = match (strat, site) {
             (Some(_), Some(site)) => Some(code.instances.get(*code.sites.get(&site)?)?),
