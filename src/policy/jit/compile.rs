@@ -25,7 +25,7 @@ use crate::policy::checked::*;
 use super::codegen::{Builder, SelIndex, SelRoute, SelRule, SelSetPrio};
 use super::index::{self, KeyScope, RouteIndex, INDEX_MIN_RULES};
 use super::ir::{LTy, Node};
-use super::layout::{prio_code, Layout, ReqSlot, Strings};
+use super::layout::{prio_code, EpSlot, Layout, ReqSlot, Strings};
 use super::lower::{Lowerer, PrioFrom, Scope};
 use super::native::{discard, new_module, Native, Shape};
 
@@ -68,6 +68,11 @@ pub struct StratCode {
     /// The endpoint cells these functions read (ascending): the only ones the host
     /// fills for them ([`super::layout::Layout::fill_ep_cells`]).
     pub cells: Vec<u32>,
+    /// Whether an aggregate's argument reads `score` or `probability` (`on` blocks).
+    /// If not, the aggregates an `on pick` block sees equal the ranking's when every
+    /// candidate was scored, and the host reuses them instead of evaluating each
+    /// aggregate over every candidate a second time.
+    pub aggs_read_scored: bool,
 }
 
 /// A compiled set: code, the layout it reads, and where each use site's code is.
@@ -197,11 +202,18 @@ impl Pending<'_> {
             }
         }
         let mut aggs = Vec::new();
+        let agg_mark = lo.layout.ep_mark();
         for (i, (f, arg)) in found {
             lo.start_function();
             let n = e(lo.number(arg, &sc))?;
             aggs.push((i, f, self.push(n)));
         }
+        let aggs_read_scored = lo.layout.ep_reads_since(agg_mark).iter().any(|&c| {
+            matches!(
+                lo.layout.ep.get(c as usize),
+                Some(EpSlot::Score | EpSlot::Probability)
+            )
+        });
         lo.start_function();
         let score = e(lo.number(&s.score, &sc))?;
         let score = self.push(score);
@@ -222,6 +234,7 @@ impl Pending<'_> {
             score,
             updates,
             cells: lo.layout.ep_reads_since(mark),
+            aggs_read_scored,
         });
         let i = self.instances.len() - 1;
         self.by_args.insert(key, i);

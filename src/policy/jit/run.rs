@@ -259,9 +259,9 @@ impl<'a> JRun<'a> {
 
     /// Scores the contexts `ctxs[rows[i]]` (every context when `rows` is `None`),
     /// aggregates over exactly these, filling `score` and `probability` as the
-    /// interpreter's `score_all` does. Context `j`'s vector is row `j` of `eps`; the
-    /// vectors must have been filled before scoring (score 0, probability 1, as
-    /// `contexts` makes them).
+    /// interpreter's `score_all` does; returns the aggregate values (by index).
+    /// Context `j`'s vector is row `j` of `eps`; the vectors must have been filled
+    /// before scoring (score 0, probability 1, as `contexts` makes them).
     fn score_rows(
         &self,
         inst: &StratCode,
@@ -269,7 +269,7 @@ impl<'a> JRun<'a> {
         ctxs: &mut [EpCtx<'a>],
         eps: &[u64],
         rows: Option<&[usize]>,
-    ) -> Option<()> {
+    ) -> Option<Rows<f64>> {
         let n = rows.map_or(ctxs.len(), <[usize]>::len);
         let aggs = self.aggregates(inst, s, eps, n, rows, None)?;
         let aux = self.aux(self.req.priority, n, None, &aggs);
@@ -287,7 +287,7 @@ impl<'a> JRun<'a> {
             c.score = scores[i];
             c.probability = probs[i];
         }
-        Some(())
+        Some(aggs)
     }
 
     /// The interpreter's `strategy::rank` for a compiled instance.
@@ -346,7 +346,7 @@ impl<'a> JRun<'a> {
                 preferred[i - 1]
             });
         }
-        self.score_rows(inst, s, &mut all, eps, Some(&rows))?;
+        let aggs = self.score_rows(inst, s, &mut all, eps, Some(&rows))?;
         let scored_all = rows.len() == all.len();
         let key = |i: usize| {
             all.get(i)
@@ -365,6 +365,7 @@ impl<'a> JRun<'a> {
             all,
             order: rows,
             scored_all,
+            aggs: (scored_all && !inst.aggs_read_scored).then_some(aggs),
         })
     }
 
@@ -390,12 +391,14 @@ impl<'a> JRun<'a> {
         };
         let mut eps = self.ep_vectors(&ctxs, Some(&inst.cells));
         self.score_rows(inst, s, &mut ctxs, &eps, None)?;
-        self.assign(inst, &ctxs, &mut eps, me, assigns, event, outcome)
+        self.assign(inst, &ctxs, &mut eps, me, assigns, event, outcome, None)
     }
 
     /// The state update of `assigns` (the block for `event`) for context `me` among
     /// `ctxs`, scored over all of them; `eps` are their vectors, filled before
-    /// scoring (their score and probability cells are written here).
+    /// scoring (their score and probability cells are written here). `known`: the
+    /// aggregates over `ctxs` as scored, when the ranking already has them
+    /// ([`RankedRows::aggs`]); only `me`'s vector is then read.
     #[allow(clippy::too_many_arguments)]
     fn assign(
         &self,
@@ -406,15 +409,27 @@ impl<'a> JRun<'a> {
         assigns: &[(u32, usize)],
         event: Event,
         outcome: Option<&Outcome>,
+        known: Option<&[f64]>,
     ) -> Option<Option<StateUpdate>> {
         let s = self.set.strategies.get(inst.strategy as usize)?;
         let n = self.code.layout.ep.len();
-        if n > 0 {
-            for (c, cells) in ctxs.iter().zip(eps.chunks_mut(n)) {
-                self.code.layout.fill_scored(c, cells);
+        let aggs = match known {
+            Some(aggs) => {
+                if n > 0 {
+                    let cells = eps.get_mut(me * n..(me + 1) * n)?;
+                    self.code.layout.fill_scored(ctxs.get(me)?, cells);
+                }
+                Rows::from_slice(aggs)
             }
-        }
-        let aggs = self.aggregates(inst, s, eps, ctxs.len(), None, outcome)?;
+            None => {
+                if n > 0 {
+                    for (c, cells) in ctxs.iter().zip(eps.chunks_mut(n)) {
+                        self.code.layout.fill_scored(c, cells);
+                    }
+                }
+                self.aggregates(inst, s, eps, ctxs.len(), None, outcome)?
+            }
+        };
         let aux = self.aux(self.req.priority, ctxs.len(), outcome, &aggs);
         let mut slots = BTreeMap::new();
         for (slot, f) in assigns {
@@ -476,7 +491,17 @@ impl<'a> JRun<'a> {
                     if !r.scored_all {
                         self.score_rows(inst, s, &mut r.all, &eps, None)?;
                     }
-                    let up = self.assign(inst, &r.all, &mut eps, me, assigns, Event::Pick, None)?;
+                    let known = r.aggs.as_deref();
+                    let up = self.assign(
+                        inst,
+                        &r.all,
+                        &mut eps,
+                        me,
+                        assigns,
+                        Event::Pick,
+                        None,
+                        known,
+                    )?;
                     d.state_updates.extend(up);
                 }
                 plan
@@ -508,6 +533,10 @@ struct RankedRows<'a> {
     all: Vec<EpCtx<'a>>,
     order: Rows<usize>,
     scored_all: bool,
+    /// The ranking's aggregates, when an `on pick` block would compute the same
+    /// values (every candidate scored, no aggregate reads `score` or
+    /// `probability`: [`StratCode::aggs_read_scored`]).
+    aggs: Option<Rows<f64>>,
 }
 
 /// Candidate endpoint refs for registry indices `ids` (unknown ones skipped), as

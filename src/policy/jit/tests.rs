@@ -508,3 +508,56 @@ fn hold_off_peak_and_request_off_peak_match_the_interpreter() {
     }
     assert!(held > 100 && free > 100, "held {held}, free {free}");
 }
+
+#[test]
+fn on_pick_updates_match_when_the_ranking_aggregates_are_reused_or_recomputed() {
+    // Issue 17: an `on pick` block reuses the ranking's aggregates when every
+    // candidate was scored and no aggregate reads `score` or `probability`
+    // (`picks_sum`); otherwise it evaluates them again over the scored candidates
+    // (`picks_scored`, and `picks_some`, whose filter drops a candidate). The state
+    // updates must be the interpreter's in every case.
+    let c = compiled(
+        r#"strategy picks_sum() {
+             state n = 0.0
+             score = endpoint.weight - state.n
+             pick max
+             on pick { n = state.n + sum(state.n) / (count() + 1) + score }
+           }
+           strategy picks_scored() {
+             state n = 0.0
+             score = endpoint.weight - state.n
+             pick max
+             on pick { n = state.n + sum(score * probability) + probability }
+           }
+           strategy picks_some() {
+             state n = 0.0
+             require state.n < 2.5
+             score = endpoint.weight - state.n
+             pick max
+             on pick { n = state.n + sum(state.n) + 1 }
+           }
+           route a when request.model == "gpt-4o" { default use any via picks_sum }
+           route b when request.model == "claude-sonnet" { default use any via picks_scored }
+           route c { default use any via picks_some }"#,
+    );
+    for model in ["gpt-4o", "claude-sonnet", "smollm"] {
+        let req = RequestFeatures::for_model(model);
+        let mut stats = StatsSnapshot::default();
+        let mut updates = 0;
+        for step in 0..12u64 {
+            let a = c.decide_on(Engine::Interp, &req, &stats, step);
+            let b = c.decide_on(Engine::Jit, &req, &stats, step);
+            assert!(
+                engine::diff(&a, &b).is_none(),
+                "{model} step {step}: {:?}",
+                engine::diff(&a, &b)
+            );
+            assert!(a.state_updates.len() <= 1, "{model}: one pick, one update");
+            updates += a.state_updates.len();
+            for u in &a.state_updates {
+                stats.apply(u);
+            }
+        }
+        assert!(updates >= 3, "{model}: {updates} picks");
+    }
+}
