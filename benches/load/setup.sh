@@ -7,7 +7,8 @@
 # key, and the functions start_upstream,
 # start_nginx, start_gateway (sets gpid), url TARGET MODE, pid_of TARGET, check_gateway.
 # Environment: ADMISSION=0 leaves out Switchyard's API key and limits, SY_EXTRA_YAML
-# is appended to its config, NGINX_CONNS sets nginx's worker_connections (4096).
+# is appended to its config, SY_SERVER adds keys to its `server:` map (e.g.
+# SY_SERVER="runtime: shared"), NGINX_CONNS sets nginx's worker_connections (4096).
 #
 # Switchyard's features: the policy set benches/load/bench.policy (three rules every
 # request evaluates, then weighted round-robin, a stateful strategy), metrics (always
@@ -64,7 +65,7 @@ limits: { global: { requests_per_min: 100000000, tokens_per_min: 100000000000 },
 mkdir -p "$work/etc/policies"
 cp benches/load/bench.policy "$work/etc/policies/"
 cat > "$work/sy.yaml" <<YAML
-server: { listen: 127.0.0.1:$gport }
+server: { listen: 127.0.0.1:$gport${SY_SERVER:+, $SY_SERVER} }
 policies: { dir: $work/etc/policies }
 $admission
 providers:

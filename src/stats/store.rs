@@ -397,9 +397,13 @@ mod tests {
         assert_eq!(a.cost_in_per_token, Some(2.5e-6));
         assert_eq!(a.quality.len(), 2);
         assert_eq!(a.latency_ewma_ms, 300.0);
+        // Health recovers toward 1 with time (half-life 60 s: about 6e-7 per ms), and
+        // the snapshot may be taken a few milliseconds after the outcome on a loaded
+        // machine; exact equality failed whenever a millisecond passed between them.
         assert!(
-            (a.health - 0.95).abs() < 1e-12,
-            "slower than the 100 ms target"
+            (a.health - 0.95).abs() < 1e-4,
+            "slower than the 100 ms target: {}",
+            a.health
         );
         let b = &snap.endpoints["b"];
         assert_eq!(b.cost_in_per_token, None);
