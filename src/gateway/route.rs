@@ -14,7 +14,7 @@ use super::Gateway;
 use crate::api::ChatRequest;
 use crate::error::{Code, ErrorKind, GatewayError};
 use crate::policy::checked::CacheSetting;
-use crate::policy::interp::StrategyCall;
+use crate::policy::interp::{Bits, StrategyCall};
 use crate::policy::{Decision, FallbackOn, RequestFeatures};
 use crate::routing::policy::PolicySnapshot;
 
@@ -101,22 +101,7 @@ pub fn route(
     // The policy's plan, without unknown indices and repeats (one bit per endpoint,
     // so a long plan costs no quadratic search).
     let mut plan = chosen;
-    let known = gw.registry.endpoints.len();
-    let mut words: smallvec::SmallVec<[u64; 4]> = smallvec::smallvec![0; known.div_ceil(64)];
-    let words = words.as_mut_slice();
-    let mut kept = 0;
-    for j in 0..plan.len() {
-        let i = plan[j];
-        if let Some(w) = words.get_mut(i / 64).filter(|_| i < known) {
-            let bit = 1 << (i % 64);
-            if *w & bit == 0 {
-                *w |= bit;
-                plan[kept] = i;
-                kept += 1;
-            }
-        }
-    }
-    plan.truncate(kept);
+    Bits::dedup_below(&mut plan, gw.registry.endpoints.len());
     restrict(gw, ctx, &mut plan, &chat.model)?;
     super::fit::fit(gw, ctx, &mut plan, chat, features)?;
     if plan.is_empty() {

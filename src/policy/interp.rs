@@ -231,14 +231,14 @@ pub struct StrategyCall {
 }
 
 impl StrategyCall {
-    /// The call of `u`'s strategy over `cands` (`stateful`: a policy strategy, whose
-    /// outcome updates need the candidates; the built-in order records none, so a
-    /// decision over a model's 128 endpoints copies no list it never reads).
-    pub(crate) fn new(u: &CUse, stateful: bool, cands: &[EndpointRef<'_>]) -> StrategyCall {
+    /// The call of `u`'s strategy over `cands`. A policy strategy's outcome updates
+    /// need the candidates; the built-in order (no strategy) records none, so a
+    /// decision over a model's 128 endpoints copies no list it never reads.
+    pub(crate) fn new(u: &CUse, cands: &[EndpointRef<'_>]) -> StrategyCall {
         StrategyCall {
             strategy: u.strategy,
             args: u.args.clone(),
-            candidates: if stateful {
+            candidates: if u.strategy.is_some() {
                 cands.iter().map(|c| c.index).collect()
             } else {
                 Vec::new()
@@ -661,7 +661,7 @@ impl<'a> Run<'a> {
         };
         let strat = u.strategy.and_then(|i| self.set.strategies.get(i as usize));
         d.strategy = Some(self.set.names.strategy(u.strategy));
-        d.call = Some(StrategyCall::new(u, strat.is_some(), &cands));
+        d.call = Some(StrategyCall::new(u, &cands));
         let (mut plan, first) = match strat {
             None => {
                 let mut plan = cands.clone();
@@ -775,6 +775,27 @@ impl Bits {
     fn grow(&mut self, w: usize) -> &mut u64 {
         self.0.resize(w + 1, 0);
         &mut self.0[w]
+    }
+
+    /// Keeps in `v` the first occurrence of each index below `limit`, in order,
+    /// compacting in place over fixed words (the gateway's check of a decision's
+    /// plan: no unknown endpoint, none twice, in one pass however long the plan).
+    pub(crate) fn dedup_below(v: &mut Vec<usize>, limit: usize) {
+        let mut words: smallvec::SmallVec<[u64; 4]> = smallvec::smallvec![0; limit.div_ceil(64)];
+        let words = words.as_mut_slice();
+        let mut kept = 0;
+        for j in 0..v.len() {
+            let i = v[j];
+            if let Some(w) = words.get_mut(i / 64).filter(|_| i < limit) {
+                let bit = 1 << (i % 64);
+                if *w & bit == 0 {
+                    *w |= bit;
+                    v[kept] = i;
+                    kept += 1;
+                }
+            }
+        }
+        v.truncate(kept);
     }
 }
 

@@ -218,3 +218,10 @@ fn builtin_order_call_records_no_candidates_and_a_strategy_call_records_them() {
     assert!(call.strategy.is_some());
     assert!(!call.candidates.is_empty());
 }
+
+#[test]
+fn dedup_below_keeps_first_occurrences_of_known_indices_in_order() {
+    let mut v = vec![5, 2, 5, 300, 2, 0, 7, 64, 7];
+    Bits::dedup_below(&mut v, 70);
+    assert_eq!(v, [5, 2, 0, 7, 64]);
+}

@@ -471,7 +471,7 @@ impl<'a> JRun<'a> {
         self.stats.retain_available(&mut cands);
         let strat = u.strategy.and_then(|i| self.set.strategies.get(i as usize));
         d.strategy = Some(self.set.names.strategy(u.strategy));
-        d.call = Some(StrategyCall::new(u, strat.is_some(), &cands));
+        d.call = Some(StrategyCall::new(u, &cands));
         let code = self.code;
         let inst = match (strat, site) {
             (Some(_), Some(site)) => Some(code.instances.get(*code.sites.get(&site)?)?),
