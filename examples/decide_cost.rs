@@ -10,7 +10,8 @@
 //!   model): statistics read in place plus one JIT decision, as `benches/endpoints.rs`;
 //! - `compile1000`: parse + check + compile of the 1,000-rule set;
 //! - `selfcheck`: the shipped policies' own tests on both engines (what every reload
-//!   of that set runs).
+//!   of that set runs); `selfcheck-jit`: on the JIT alone (what a reload runs for a
+//!   test whose inputs did not change).
 //!
 //! ```sh
 //! for n in 100 1100; do valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.$n \
@@ -20,6 +21,7 @@
 use std::hint::black_box;
 use std::time::SystemTime;
 
+use switchyard::policy::jit::engine::EngineMode;
 use switchyard::policy::{
     parse_and_check, CompiledPolicySet, Engine, Registry, RequestFeatures, SourceMap, StatsSnapshot,
 };
@@ -154,15 +156,15 @@ fn compile_loop(n: u64) {
     }
 }
 
-fn selfcheck_loop(n: u64) {
-    use switchyard::policy::jit::engine::{run_tests_budgeted, EngineMode};
+fn selfcheck_loop(n: u64, mode: switchyard::policy::jit::engine::EngineMode) {
+    use switchyard::policy::jit::engine::run_tests_budgeted;
     use switchyard::policy::testing::DEFAULT_TEST_BUDGET;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/policies");
     let src = switchyard::routing::policy::read_sources_from(&[root]).expect("shipped policies");
     let set = parse_and_check(&src, &Registry::example()).unwrap_or_else(|d| panic!("{d:?}"));
     let c = CompiledPolicySet::compile(set);
     for _ in 0..n {
-        let r = run_tests_budgeted(&c, EngineMode::Both, Some(DEFAULT_TEST_BUDGET));
+        let r = run_tests_budgeted(&c, mode, Some(DEFAULT_TEST_BUDGET));
         assert_eq!(r.failed, 0, "{}", r.render());
     }
 }
@@ -176,7 +178,8 @@ fn main() {
         "rules1000" => decide_loop(rules(1000), n),
         "range1000" => decide_loop(range_rules(1000), n),
         "compile1000" => compile_loop(n),
-        "selfcheck" => selfcheck_loop(n),
+        "selfcheck" => selfcheck_loop(n, EngineMode::Both),
+        "selfcheck-jit" => selfcheck_loop(n, EngineMode::Jit),
         other => {
             let (strategy, e) = other
                 .rsplit_once('-')

@@ -25,7 +25,7 @@ use crate::policy::checked::*;
 use super::codegen::{Builder, SelIndex, SelRoute, SelRule, SelSetPrio};
 use super::index::{self, KeyScope, RouteIndex, INDEX_MIN_RULES};
 use super::ir::{LTy, Node};
-use super::layout::{prio_code, EpSlot, Layout, ReqSlot, Strings};
+use super::layout::{prio_code, EpSlot, Layout, ReqFill, ReqSlot, Strings};
 use super::lower::{Lowerer, PrioFrom, Scope};
 use super::native::{discard, new_module, Native, Shape};
 
@@ -81,6 +81,8 @@ pub struct JitCode {
     pub native: Native,
     /// Vector layout.
     pub layout: Layout,
+    /// How the host fills the request vector (from `layout`).
+    pub req_fill: ReqFill,
     /// String ids.
     pub strings: Strings,
     /// The selection function.
@@ -409,6 +411,7 @@ pub fn compile(set: &CheckedPolicySet, opts: JitOptions) -> Result<JitCode, Stri
     let native = Native::finalize(module, &ids, lens)?;
     Ok(JitCode {
         native,
+        req_fill: ReqFill::new(&layout),
         layout,
         strings,
         select,

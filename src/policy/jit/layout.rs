@@ -303,23 +303,6 @@ fn sat(v: u64) -> u64 {
     i64::try_from(v).unwrap_or(i64::MAX) as u64
 }
 
-fn req_str<'r>(set: &CheckedPolicySet, r: &'r RequestFeatures, f: ReqField) -> Option<&'r str> {
-    match f {
-        ReqField::Model => Some(&r.model),
-        ReqField::Task => Some(&r.task),
-        ReqField::ApiKey => Some(r.api_key.as_deref().unwrap_or("")),
-        ReqField::Org => Some(r.org.as_deref().unwrap_or("")),
-        ReqField::Header(s) => Some(r.header(set.strings.resolve(s)).unwrap_or("")),
-        ReqField::Metadata(s) => Some(
-            r.metadata
-                .get(set.strings.resolve(s))
-                .map(String::as_str)
-                .unwrap_or(""),
-        ),
-        _ => None,
-    }
-}
-
 fn ep_str<'e>(c: &'e EpCtx<'_>, f: EpField) -> Option<&'e str> {
     match f {
         EpField::Id => Some(&c.reg.endpoint.id),
@@ -331,20 +314,114 @@ fn ep_str<'e>(c: &'e EpCtx<'_>, f: EpField) -> Option<&'e str> {
     }
 }
 
-impl Layout {
+/// How the host fills the request vector of one compiled set, made once per set
+/// from its [`Layout`]: each distinct request string a cell reads (a header, a
+/// metadata key, the API key, ...) is looked up once per request however many cells
+/// read it (`has(header("x"))` and `header("x") == ...` are two cells of one
+/// lookup), and every cell's work is decided here rather than per request.
+#[derive(Debug, Default)]
+pub struct ReqFill {
+    /// The request strings the cells read, looked up once per request.
+    sources: Vec<ReqField>,
+    /// Per cell of the request vector, in order.
+    ops: Vec<ReqOp>,
+}
+
+/// What one request cell holds ([`ReqFill`]).
+#[derive(Debug, Clone, Copy)]
+enum ReqOp {
+    /// A numeric, boolean or priority field, or a `scope()` bit.
+    Value(ReqField),
+    /// Whether a numeric optional field is present.
+    Present(ReqField),
+    /// The id of string source `.0` ("" when absent).
+    Id(u16),
+    /// Whether string source `.0` is present.
+    Has(u16),
+    /// String test `.0` of source `.1` ("" when absent) against pattern `.2`.
+    Atom(TestKey, u16, Sym),
+    /// A rule-index mask word, filled by [`super::index::RouteIndex`] after these.
+    Zero,
+}
+
+/// Whether `f` is a request string field (a [`ReqFill`] source).
+fn is_str_field(f: ReqField) -> bool {
+    matches!(
+        f,
+        ReqField::Model
+            | ReqField::Task
+            | ReqField::ApiKey
+            | ReqField::Org
+            | ReqField::Header(_)
+            | ReqField::Metadata(_)
+    )
+}
+
+/// Request string `f` (a source of [`ReqFill`]); `None` when absent.
+fn source<'r>(set: &CheckedPolicySet, r: &'r RequestFeatures, f: ReqField) -> Option<&'r str> {
+    match f {
+        ReqField::Model => Some(&r.model),
+        ReqField::Task => Some(&r.task),
+        ReqField::ApiKey => r.api_key.as_deref(),
+        ReqField::Org => r.org.as_deref(),
+        // The checker lowercases `header()` names and requests keep theirs
+        // lowercased: one lookup, without `RequestFeatures::header`'s second try.
+        ReqField::Header(s) => r.headers.get(set.strings.resolve(s)).map(String::as_str),
+        ReqField::Metadata(s) => r.metadata.get(set.strings.resolve(s)).map(String::as_str),
+        _ => None,
+    }
+}
+
+impl ReqFill {
+    /// The fill of `layout`'s request vector.
+    pub fn new(layout: &Layout) -> ReqFill {
+        let mut sources: Vec<ReqField> = Vec::new();
+        let mut src = |f: ReqField| -> u16 {
+            let i = match sources.iter().position(|s| *s == f) {
+                Some(i) => i,
+                None => {
+                    sources.push(f);
+                    sources.len() - 1
+                }
+            };
+            // A set reads far fewer than 65,536 distinct request strings: each is a
+            // literal header or metadata name in its text.
+            u16::try_from(i).unwrap_or(u16::MAX)
+        };
+        let ops = layout
+            .req
+            .iter()
+            .map(|slot| match *slot {
+                ReqSlot::Field(f) if is_str_field(f) => ReqOp::Id(src(f)),
+                ReqSlot::Field(f) => ReqOp::Value(f),
+                ReqSlot::Has(f) if is_str_field(f) => ReqOp::Has(src(f)),
+                ReqSlot::Has(f) => ReqOp::Present(f),
+                ReqSlot::Atom(t, f, pat) if is_str_field(f) => ReqOp::Atom(t, src(f), pat),
+                // No other field is a string: the test runs on "" as before.
+                ReqSlot::Atom(t, _, pat) => ReqOp::Atom(t, u16::MAX, pat),
+                ReqSlot::Mask(..) => ReqOp::Zero,
+            })
+            .collect();
+        ReqFill { sources, ops }
+    }
+
     /// Fills the request vector (`out.len()` must be the request length; extra cells
-    /// are left alone).
-    pub fn fill_req(
+    /// are left alone). Strings are ids of `strings`; absent optionals read 0, 0.0
+    /// or "" (and `false` in their `has()` cell).
+    pub fn fill(
         &self,
         set: &CheckedPolicySet,
         strings: &Strings,
         r: &RequestFeatures,
         out: &mut [u64],
     ) {
+        let found: smallvec::SmallVec<[Option<&str>; 16]> =
+            self.sources.iter().map(|f| source(set, r, *f)).collect();
+        let text = |i: u16| found.get(usize::from(i)).copied().flatten();
         let mut foreign = Foreign::new();
-        for (cell, slot) in out.iter_mut().zip(&self.req) {
-            *cell = match *slot {
-                ReqSlot::Field(f) => match f {
+        for (cell, op) in out.iter_mut().zip(&self.ops) {
+            *cell = match *op {
+                ReqOp::Value(f) => match f {
                     ReqField::InputTokens => sat(r.input_tokens),
                     ReqField::MaxTokens => sat(r.max_tokens.unwrap_or(0)),
                     ReqField::Temperature => r.temperature.unwrap_or(0.0).to_bits(),
@@ -359,26 +436,29 @@ impl Layout {
                     // One cell per distinct scope literal, answered here once per
                     // decision, so compiled code only loads a boolean.
                     ReqField::Scope(s) => u64::from(r.has_scope(set.strings.resolve(s))),
-                    _ => strings.id(req_str(set, r, f).unwrap_or(""), &mut foreign),
+                    // String fields are sources (`ReqOp::Id`).
+                    _ => 0,
                 },
-                ReqSlot::Has(f) => u64::from(match f {
+                ReqOp::Present(f) => u64::from(match f {
                     ReqField::MaxTokens => r.max_tokens.is_some(),
                     ReqField::Temperature => r.temperature.is_some(),
-                    ReqField::ApiKey => r.api_key.is_some(),
-                    ReqField::Org => r.org.is_some(),
-                    ReqField::Header(s) => r.header(set.strings.resolve(s)).is_some(),
-                    ReqField::Metadata(s) => r.metadata.contains_key(set.strings.resolve(s)),
                     _ => true,
                 }),
-                ReqSlot::Atom(t, f, pat) => {
-                    let s = req_str(set, r, f).unwrap_or("");
-                    u64::from(run_test(set, t.test(), s, set.strings.resolve(pat)))
-                }
-                ReqSlot::Mask(..) => 0,
+                ReqOp::Id(i) => strings.id(text(i).unwrap_or(""), &mut foreign),
+                ReqOp::Has(i) => u64::from(text(i).is_some()),
+                ReqOp::Atom(t, i, pat) => u64::from(run_test(
+                    set,
+                    t.test(),
+                    text(i).unwrap_or(""),
+                    set.strings.resolve(pat),
+                )),
+                ReqOp::Zero => 0,
             };
         }
     }
+}
 
+impl Layout {
     /// Fills one endpoint vector from an interpreter endpoint context.
     pub fn fill_ep(
         &self,

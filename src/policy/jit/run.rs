@@ -64,7 +64,7 @@ impl<'a> JRun<'a> {
         seed: u64,
     ) -> JRun<'a> {
         let mut fv = Cells::from_elem(0, code.layout.req.len());
-        code.layout.fill_req(set, &code.strings, req, &mut fv);
+        code.req_fill.fill(set, &code.strings, req, &mut fv);
         for ix in &code.index {
             ix.fill(&mut fv);
         }

@@ -561,3 +561,53 @@ fn on_pick_updates_match_when_the_ranking_aggregates_are_reused_or_recomputed() 
         assert!(updates >= 3, "{model}: {updates} picks");
     }
 }
+
+/// The request fill looks each request string up once however many cells read it
+/// (`has()`, its value, string tests); every combination of present, absent, equal
+/// and foreign values must decide as the interpreter does.
+#[test]
+fn request_strings_read_by_several_cells_agree_with_the_interpreter() {
+    let c = compiled(
+        r#"route r when request.model == "gpt-4o" {
+  rule a when has(header("X-Team")) and header("x-team") == "red" {
+    use endpoint "azure/gpt-4o"
+  }
+  rule b when has(header("x-team")) and starts_with(header("x-team"), "bl") and has(metadata("tier")) and has(request.api_key) and metadata("tier") == request.api_key {
+    use endpoint "azure/gpt-4o"
+  }
+  rule c when has(request.api_key) and has(request.org) and glob(request.org, "acme*") and not has(metadata("tier")) {
+    use endpoint "azure/gpt-4o"
+  }
+  rule d when has(metadata("tier")) and has(header("X-TEAM")) and metadata("tier") == header("x-team") and has(request.org) {
+    use endpoint "azure/gpt-4o"
+  }
+  default use endpoint "openai/gpt-4o"
+}"#,
+    );
+    let values = [None, Some("red"), Some("blue"), Some("acme-1"), Some("")];
+    let mut rules_taken = std::collections::BTreeSet::new();
+    for (i, team) in values.iter().enumerate() {
+        for tier in values {
+            for key in values {
+                for org in values {
+                    let mut req = RequestFeatures::for_model("gpt-4o");
+                    if let Some(t) = team {
+                        req.headers.insert("x-team".into(), (*t).into());
+                    }
+                    if let Some(t) = tier {
+                        req.metadata.insert("tier".into(), t.into());
+                    }
+                    req.api_key = key.map(String::from);
+                    req.org = org.map(String::from);
+                    let a = c.decide_on(Engine::Interp, &req, &StatsSnapshot::default(), 0);
+                    let b = c.decide_on(Engine::Jit, &req, &StatsSnapshot::default(), 0);
+                    assert_eq!(a, b, "team {team:?} tier {tier:?} key {key:?} org {org:?}");
+                    rules_taken.insert(a.rule.as_deref().map(str::to_string));
+                }
+            }
+        }
+        assert!(i < values.len());
+    }
+    // Every rule was taken by some request: the cases reach each cell's reading.
+    assert_eq!(rules_taken.len(), 5, "{rules_taken:?}");
+}

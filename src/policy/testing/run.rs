@@ -346,10 +346,8 @@ fn run_range(
     for i in range {
         let mut seed = t.seed;
         k.clear();
-        {
-            use std::fmt::Write;
-            let _ = write!(k, "key-{i}");
-        }
+        k.push_str("key-");
+        push_decimal(&mut k, i);
         match key {
             CSplitKey::ApiKey => set_to(&mut req.api_key, &k),
             CSplitKey::Org => set_to(&mut req.org, &k),
@@ -377,6 +375,24 @@ fn run_range(
     part
 }
 
+/// Appends `v` in decimal (what `write!(s, "{v}")` writes, without the formatter:
+/// one call per sampled test request).
+fn push_decimal(s: &mut String, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for d in &digits[at..] {
+        s.push(char::from(*d));
+    }
+}
+
 fn set_to(slot: &mut Option<String>, v: &str) {
     let s = slot.get_or_insert_with(String::new);
     s.clear();
@@ -399,8 +415,9 @@ fn set_in(map: &mut std::collections::BTreeMap<String, String>, key: &str, v: &s
 struct Deps<'s> {
     set: &'s CheckedPolicySet,
     registry: u128,
-    /// Route name → position in evaluation order.
-    position: HashMap<&'s str, usize>,
+    /// Route name → position in evaluation order (looked up once per test request;
+    /// the names are the set's own).
+    position: rustc_hash::FxHashMap<&'s str, usize>,
     /// Per route, the strategies its rules use (indices).
     strategies: Vec<BTreeSet<u32>>,
 }
