@@ -14,8 +14,9 @@
 
 use std::cell::RefCell;
 use std::fmt;
+use std::io::Write as _;
 
-use serde::ser::{SerializeMap, SerializeSeq, Serializer as _};
+use serde::ser::{SerializeMap, SerializeSeq};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::fmt::format::{Format, Json, Writer};
@@ -74,6 +75,12 @@ where
 
 /// The object of `tracing-subscriber`'s JSON format with its defaults (timestamp,
 /// level, fields, target, the current span and the span list), in its order.
+///
+/// The top level and the event's fields are written here directly: a string that
+/// needs no escaping (every key, and nearly every value of an access line) is copied
+/// whole between its quotes, where `serde_json` looks each byte up in its escape
+/// table; one that does is escaped by `serde_json` itself, so the bytes are the same
+/// either way. Spans, rare on access lines, go through `serde_json` as before.
 fn write_event<S, N>(
     buf: &mut Vec<u8>,
     ctx: &FmtContext<'_, S, N>,
@@ -84,78 +91,157 @@ where
     N: for<'w> FormatFields<'w> + 'static,
 {
     let meta = event.metadata();
-    let mut ser = serde_json::Serializer::new(buf);
-    let mut map = ser.serialize_map(None)?;
-    map.serialize_entry("timestamp", &Timestamp(std::time::SystemTime::now()))?;
-    map.serialize_entry("level", meta.level().as_str())?;
-    map.serialize_entry("fields", &Fields(event))?;
-    map.serialize_entry("target", meta.target())?;
+    buf.extend_from_slice(b"{\"timestamp\":\"");
+    write!(buf, "{}", Timestamp(std::time::SystemTime::now())).map_err(serde_json::Error::io)?;
+    buf.extend_from_slice(b"\",\"level\":");
+    json_str(buf, meta.level().as_str())?;
+    buf.extend_from_slice(b",\"fields\":{");
+    let mut v = FieldVisitor {
+        buf: &mut *buf,
+        first: true,
+        state: Ok(()),
+    };
+    event.record(&mut v);
+    v.state?;
+    buf.extend_from_slice(b"},\"target\":");
+    json_str(buf, meta.target())?;
     let current = event
         .parent()
         .and_then(|id| ctx.span(id))
         .or_else(|| ctx.lookup_current());
     if let Some(span) = &current {
-        map.serialize_entry("span", &SpanFields::<S, N>(span, std::marker::PhantomData))?;
-        map.serialize_entry("spans", &SpanList::<S, N>(ctx))?;
+        buf.extend_from_slice(b",\"span\":");
+        serde_json::to_writer(
+            &mut *buf,
+            &SpanFields::<S, N>(span, std::marker::PhantomData),
+        )?;
+        buf.extend_from_slice(b",\"spans\":");
+        serde_json::to_writer(&mut *buf, &SpanList::<S, N>(ctx))?;
     }
-    SerializeMap::end(map)
+    buf.push(b'}');
+    Ok(())
 }
 
-/// The event's fields, as `tracing-serde` writes them: strings and numbers as
-/// themselves, everything else through `Debug` as a string.
-struct Fields<'a>(&'a Event<'a>);
-
-impl serde::Serialize for Fields<'_> {
-    fn serialize<Z: serde::Serializer>(&self, s: Z) -> Result<Z::Ok, Z::Error> {
-        let map = s.serialize_map(Some(self.0.fields().count()))?;
-        let mut v = FieldVisitor { map, state: Ok(()) };
-        self.0.record(&mut v);
-        v.state?;
-        v.map.end()
-    }
-}
-
-struct FieldVisitor<M: SerializeMap> {
-    map: M,
-    state: Result<(), M::Error>,
-}
-
-impl<M: SerializeMap> Visit for FieldVisitor<M> {
-    fn record_bool(&mut self, field: &Field, value: bool) {
-        if self.state.is_ok() {
-            self.state = self.map.serialize_entry(field.name(), &value);
+/// Whether JSON needs `s` escaped: it holds a quote, a backslash or a control
+/// character below 0x20 (what `serde_json` escapes; it writes DEL and non-ASCII
+/// characters as they are).
+///
+/// Eight bytes at a time (the access line's strings are scanned once each per
+/// request): with `ONES` in every byte, `(v - ONES * n) & !v & HIGH` is non-zero
+/// exactly when some byte of `v` is below `n` (for `n` up to 0x80), so a byte
+/// equal to `c` is a zero byte of `v ^ (ONES * c)`, below 1.
+fn needs_escape(s: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below = |v: u64, n: u64| (v.wrapping_sub(ONES * n) & !v & HIGH) != 0;
+    let special = |w: [u8; 8]| {
+        let v = u64::from_le_bytes(w);
+        below(v, 0x20)
+            || below(v ^ (ONES * u64::from(b'"')), 1)
+            || below(v ^ (ONES * u64::from(b'\\')), 1)
+    };
+    let mut words = s.chunks_exact(8);
+    for w in &mut words {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(w);
+        if special(b) {
+            return true;
         }
+    }
+    // The last 0..=7 bytes, padded with a letter (never escaped) to a whole word.
+    let rest = words.remainder();
+    let mut b = [b'a'; 8];
+    b[..rest.len()].copy_from_slice(rest);
+    special(b)
+}
+
+/// Writes `s` as a JSON string, byte for byte as `serde_json` does.
+fn json_str(buf: &mut Vec<u8>, s: &str) -> Result<(), serde_json::Error> {
+    if needs_escape(s.as_bytes()) {
+        return serde_json::to_writer(buf, s);
+    }
+    buf.reserve(s.len() + 2);
+    buf.push(b'"');
+    buf.extend_from_slice(s.as_bytes());
+    buf.push(b'"');
+    Ok(())
+}
+
+/// Writes the event's fields as the members of a JSON object, as `tracing-serde`
+/// writes them: strings and numbers as themselves, everything else through `Debug`
+/// as a string.
+struct FieldVisitor<'b> {
+    buf: &'b mut Vec<u8>,
+    /// No member written yet (no comma before the next).
+    first: bool,
+    state: Result<(), serde_json::Error>,
+}
+
+impl FieldVisitor<'_> {
+    /// Writes the separator and `"name":`; false once an earlier field failed.
+    fn key(&mut self, field: &Field) -> bool {
+        if self.state.is_err() {
+            return false;
+        }
+        if !self.first {
+            self.buf.push(b',');
+        }
+        self.first = false;
+        self.state = json_str(self.buf, field.name());
+        self.buf.push(b':');
+        self.state.is_ok()
+    }
+
+    /// Writes a number or boolean as `serde_json` does (floats through `ryu`,
+    /// non-finite ones as `null`).
+    fn value<T: serde::Serialize>(&mut self, field: &Field, value: T) {
+        if self.key(field) {
+            self.state = serde_json::to_writer(&mut *self.buf, &value);
+        }
+    }
+}
+
+impl Visit for FieldVisitor<'_> {
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.value(field, value);
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        if self.state.is_ok() {
-            self.state = self
-                .map
-                .serialize_entry(field.name(), &format_args!("{value:?}"));
+        if !self.key(field) {
+            return;
+        }
+        // Formatted in place after the opening quote; escaped afterwards in the rare
+        // case the text needs it.
+        let start = self.buf.len();
+        self.buf.push(b'"');
+        if let Err(e) = write!(self.buf, "{value:?}") {
+            self.state = Err(serde_json::Error::io(e));
+            return;
+        }
+        if needs_escape(&self.buf[start + 1..]) {
+            let text = self.buf.split_off(start + 1);
+            self.buf.truncate(start);
+            self.state = serde_json::to_writer(&mut *self.buf, &*String::from_utf8_lossy(&text));
+        } else {
+            self.buf.push(b'"');
         }
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        if self.state.is_ok() {
-            self.state = self.map.serialize_entry(field.name(), &value);
-        }
+        self.value(field, value);
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        if self.state.is_ok() {
-            self.state = self.map.serialize_entry(field.name(), &value);
-        }
+        self.value(field, value);
     }
 
     fn record_f64(&mut self, field: &Field, value: f64) {
-        if self.state.is_ok() {
-            self.state = self.map.serialize_entry(field.name(), &value);
-        }
+        self.value(field, value);
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
-        if self.state.is_ok() {
-            self.state = self.map.serialize_entry(field.name(), value);
+        if self.key(field) {
+            self.state = json_str(self.buf, value);
         }
     }
 }
@@ -338,6 +424,16 @@ mod tests {
                 cost_usd = 0.0,
                 delta = -3i64,
                 nan = f64::NAN,
+                debug_escaped = ?"a \"debug\" value\t",
+                display_quoted = %"say \"hi\"",
+                quote_only = "say \"hi\"",
+                backslash_only = "C:\\dir",
+                plain = "caf\u{e9} \u{7f} \u{1f600}",
+                empty = "",
+                control = "\u{1}\u{1f}",
+                big = u64::MAX,
+                yes = true,
+                inf = f64::INFINITY,
                 "access"
             );
         });
@@ -357,6 +453,40 @@ mod tests {
         assert_eq!(v["span"]["name"], "inner");
         assert_eq!(v["spans"][0]["id"], "3f2b\"8c1e");
         assert_eq!(v["fields"]["attempts"], "ep@p:200:41");
+    }
+
+    #[test]
+    fn needs_escape_finds_every_byte_json_escapes_at_every_position() {
+        for len in 0..20 {
+            for at in 0..len {
+                for b in 0..=255u8 {
+                    let mut s = vec![b'a'; len];
+                    s[at] = b;
+                    let expected = b < 0x20 || b == b'"' || b == b'\\';
+                    assert_eq!(needs_escape(&s), expected, "byte {b:#x} at {at} of {len}");
+                }
+            }
+            assert!(!needs_escape(&vec![0x7f; len]));
+            assert!(!needs_escape(&vec![0xff; len]));
+        }
+        // Mixed strings of bytes near each threshold (a borrow across bytes must not
+        // find one that is not there).
+        let near = [
+            0x00, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7f, 0x80, 0x81, 0xa0, 0xa2,
+            0xdc, 0xff,
+        ];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 24) as usize;
+            let s: Vec<u8> = (0..len)
+                .map(|i| near[((x >> (i * 2 % 60)) % 16) as usize])
+                .collect();
+            let naive = s.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
+            assert_eq!(needs_escape(&s), naive, "{s:x?}");
+        }
     }
 
     #[test]
