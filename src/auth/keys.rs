@@ -6,7 +6,6 @@
 //! facts about digests, which an attacker cannot steer towards a stored one without
 //! a preimage; the final comparison does not depend on where two digests differ.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -22,7 +21,9 @@ pub const SECRET_PREFIX: &str = "sy-";
 /// Keys by the digest of their secret.
 #[derive(Debug, Default)]
 pub struct KeySet {
-    by_digest: HashMap<[u8; 32], Arc<KeyEntry>>,
+    /// By the SHA-256 of the key; foldhash (randomly seeded) rather than SipHash:
+    /// the digest of a caller's key is not a value the caller can choose.
+    by_digest: foldhash::HashMap<[u8; 32], Arc<KeyEntry>>,
 }
 
 /// The 32 bytes of a `sha256:<hex>` hash (`None` when malformed).
@@ -70,7 +71,7 @@ impl KeySet {
     /// The set of `keys` (entries with a malformed hash are left out; the config
     /// check refuses them before this).
     pub fn new(keys: &[KeyEntry]) -> KeySet {
-        let mut by_digest = HashMap::with_capacity(keys.len());
+        let mut by_digest = foldhash::HashMap::with_capacity_and_hasher(keys.len(), Default::default());
         for k in keys {
             if let Some(d) = parse_hash(&k.hash) {
                 by_digest.insert(d, Arc::new(k.clone()));

@@ -1,6 +1,5 @@
 //! Spend budgets: UTC periods and the in-memory spend ledger.
 
-use std::collections::HashMap;
 
 /// The UTC day (days since 1970-01-01) and month (`year * 12 + month - 1`) of
 /// `unix_secs`.
@@ -70,7 +69,7 @@ impl Spend {
 /// Spend per scope (`k:<key id>`, `o:<org>`), in memory.
 #[derive(Debug, Default)]
 pub struct Ledger {
-    scopes: HashMap<String, Spend>,
+    scopes: foldhash::HashMap<String, Spend>,
 }
 
 impl Ledger {

@@ -35,7 +35,6 @@ pub mod redis;
 pub mod tokens;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -131,7 +130,9 @@ pub(crate) enum Checked {
 
 #[derive(Debug, Default)]
 struct Local {
-    buckets: HashMap<String, Bucket>,
+    /// By bucket name; looked up several times per request, so foldhash (randomly
+    /// seeded, as hashbrown's default) rather than SipHash.
+    buckets: foldhash::HashMap<String, Bucket>,
     ledger: budget::Ledger,
     new_buckets: u32,
 }

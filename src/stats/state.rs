@@ -11,7 +11,7 @@
 //! so state survives policy reloads as before (it is keyed by names, not by the
 //! indices of one loaded set).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -55,7 +55,9 @@ struct Columns {
     /// In creation order.
     all: Vec<Arc<Column>>,
     /// Strategy name → slot name → index into `all`.
-    by_name: HashMap<String, HashMap<String, usize>>,
+    /// Strategy → slot → column index; read on every decision of a stateful
+    /// strategy, so foldhash (randomly seeded) rather than SipHash.
+    by_name: foldhash::HashMap<String, foldhash::HashMap<String, usize>>,
 }
 
 /// The strategy state of every endpoint of a store.
