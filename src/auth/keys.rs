@@ -71,7 +71,8 @@ impl KeySet {
     /// The set of `keys` (entries with a malformed hash are left out; the config
     /// check refuses them before this).
     pub fn new(keys: &[KeyEntry]) -> KeySet {
-        let mut by_digest = foldhash::HashMap::with_capacity_and_hasher(keys.len(), Default::default());
+        let mut by_digest =
+            foldhash::HashMap::with_capacity_and_hasher(keys.len(), Default::default());
         for k in keys {
             if let Some(d) = parse_hash(&k.hash) {
                 by_digest.insert(d, Arc::new(k.clone()));

@@ -1,6 +1,5 @@
 //! Spend budgets: UTC periods and the in-memory spend ledger.
 
-
 /// The UTC day (days since 1970-01-01) and month (`year * 12 + month - 1`) of
 /// `unix_secs`.
 pub fn periods(unix_secs: u64) -> (u64, u64) {

@@ -455,6 +455,57 @@ mod tests {
         assert_eq!(v["fields"]["attempts"], "ep@p:200:41");
     }
 
+    /// The line `format` writes for one access event carrying `text` as a string, a
+    /// `Debug` and a `Display` value.
+    fn line_with<F>(format: F, text: &str) -> String
+    where
+        F: for<'a> FormatEvent<
+                tracing_subscriber::Registry,
+                tracing_subscriber::fmt::format::JsonFields,
+            > + Send
+            + Sync
+            + 'static,
+    {
+        let sink = Sink::default();
+        let layer = tracing_subscriber::fmt::layer()
+            .json()
+            .event_format(format)
+            .with_writer(sink.clone());
+        let sub = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(sub, || {
+            tracing::info!(
+                target: "switchyard::access",
+                model = text,
+                debug = ?text,
+                display = %text,
+                "access"
+            );
+        });
+        let out = sink.0.lock().unwrap().clone();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn random_strings_are_written_as_the_stock_format_writes_them() {
+        let pool: Vec<char> = "ab \"\\/\u{0}\u{1}\u{8}\t\n\u{c}\r\u{1b}\u{1f}\u{7f}\u{80}\u{e9}\u{2028}\u{fffd}\u{1f600}"
+            .chars()
+            .collect();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..300 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 19) as usize;
+            let text: String = (0..len)
+                .map(|i| pool[((x >> (i * 3 % 60)) as usize) % pool.len()])
+                .collect();
+            let cut = |s: String| s.split_once(r#""level""#).unwrap().1.to_string();
+            let stock = cut(line_with(Format::default().json(), &text));
+            let fast = cut(line_with(AccessJson::default(), &text));
+            assert_eq!(fast, stock, "{text:?}");
+        }
+    }
+
     #[test]
     fn needs_escape_finds_every_byte_json_escapes_at_every_position() {
         for len in 0..20 {
