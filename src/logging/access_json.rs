@@ -6,11 +6,12 @@
 //! small `io::Write` call of `serde_json` (a quote, a key, a colon) into a UTF-8
 //! check and a `fmt::Write` call, a few dozen per field. For the access line, one
 //! per request with about 25 fields, that was 19% of the gateway's instructions per
-//! request in the load benchmark (`benches/load/callgrind.sh`). This formatter makes
-//! the same `serde_json` calls in the same order into a reused byte buffer and hands
-//! the whole line over once, so its output is the stock one byte for byte (a test
-//! checks it against the stock formatter). Events of other targets go to the stock
-//! formatter.
+//! request in the load benchmark (`benches/load/callgrind.sh`). This formatter writes
+//! the same object into a reused byte buffer and hands the whole line over once: the
+//! structure by hand, strings that need no escaping copied whole, everything else
+//! (escaped strings, numbers, spans) through `serde_json` itself, so its output is the
+//! stock one byte for byte (tests check it against the stock formatter, on fixed and
+//! random strings). Events of other targets go to the stock formatter.
 
 use std::cell::RefCell;
 use std::fmt;

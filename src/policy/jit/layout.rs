@@ -335,11 +335,11 @@ enum ReqOp {
     /// Whether a numeric optional field is present.
     Present(ReqField),
     /// The id of string source `.0` ("" when absent).
-    Id(u16),
+    Id(u32),
     /// Whether string source `.0` is present.
-    Has(u16),
+    Has(u32),
     /// String test `.0` of source `.1` ("" when absent) against pattern `.2`.
-    Atom(TestKey, u16, Sym),
+    Atom(TestKey, u32, Sym),
     /// A rule-index mask word, filled by [`super::index::RouteIndex`] after these.
     Zero,
 }
@@ -376,7 +376,7 @@ impl ReqFill {
     /// The fill of `layout`'s request vector.
     pub fn new(layout: &Layout) -> ReqFill {
         let mut sources: Vec<ReqField> = Vec::new();
-        let mut src = |f: ReqField| -> u16 {
+        let mut src = |f: ReqField| -> u32 {
             let i = match sources.iter().position(|s| *s == f) {
                 Some(i) => i,
                 None => {
@@ -384,9 +384,8 @@ impl ReqFill {
                     sources.len() - 1
                 }
             };
-            // A set reads far fewer than 65,536 distinct request strings: each is a
-            // literal header or metadata name in its text.
-            u16::try_from(i).unwrap_or(u16::MAX)
+            // Each source is a literal name in the set's text: far fewer than 2^32.
+            u32::try_from(i).unwrap_or(u32::MAX)
         };
         let ops = layout
             .req
@@ -398,7 +397,7 @@ impl ReqFill {
                 ReqSlot::Has(f) => ReqOp::Present(f),
                 ReqSlot::Atom(t, f, pat) if is_str_field(f) => ReqOp::Atom(t, src(f), pat),
                 // No other field is a string: the test runs on "" as before.
-                ReqSlot::Atom(t, _, pat) => ReqOp::Atom(t, u16::MAX, pat),
+                ReqSlot::Atom(t, _, pat) => ReqOp::Atom(t, u32::MAX, pat),
                 ReqSlot::Mask(..) => ReqOp::Zero,
             })
             .collect();
@@ -417,7 +416,13 @@ impl ReqFill {
     ) {
         let found: smallvec::SmallVec<[Option<&str>; 16]> =
             self.sources.iter().map(|f| source(set, r, *f)).collect();
-        let text = |i: u16| found.get(usize::from(i)).copied().flatten();
+        let text = |i: u32| {
+            usize::try_from(i)
+                .ok()
+                .and_then(|i| found.get(i))
+                .copied()
+                .flatten()
+        };
         let mut foreign = Foreign::new();
         for (cell, op) in out.iter_mut().zip(&self.ops) {
             *cell = match *op {
