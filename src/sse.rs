@@ -137,7 +137,9 @@ impl SseParser {
             Ok(s) => std::borrow::Cow::Borrowed(s),
             Err(_) => String::from_utf8_lossy(raw),
         };
-        let (field, value) = match line.find(':') {
+        // The field name is a few bytes ("data"): a plain scan for the colon, not
+        // `str::find`'s searcher (an ASCII byte: its index is a character boundary).
+        let (field, value) = match line.as_bytes().iter().position(|&b| b == b':') {
             Some(i) => {
                 let v = &line[i + 1..];
                 (&line[..i], v.strip_prefix(' ').unwrap_or(v))

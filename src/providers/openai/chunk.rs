@@ -61,7 +61,8 @@ pub(super) struct ChunkScan {
 /// escapes, its decoded text (`"mo\u0064el"` is `model` to every JSON reader).
 fn key(raw: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     let inner = &raw[1..raw.len() - 1];
-    if memchr::memchr(b'\\', inner).is_none() {
+    // Keys are short: a plain scan, not a `memchr` call per key.
+    if !inner.contains(&b'\\') {
         return std::borrow::Cow::Borrowed(inner);
     }
     match serde_json::from_slice::<String>(raw) {
