@@ -390,8 +390,8 @@ mod tests {
         }
     }
 
-    /// Lines written by a subscriber with `format`, for a few events inside a span.
-    fn lines<F>(format: F) -> String
+    /// What a JSON subscriber with event format `format` writes while `emit` runs.
+    fn written<F>(format: F, emit: impl FnOnce()) -> String
     where
         F: for<'a> FormatEvent<
                 tracing_subscriber::Registry,
@@ -406,7 +406,22 @@ mod tests {
             .event_format(format)
             .with_writer(sink.clone());
         let sub = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::with_default(sub, || {
+        tracing::subscriber::with_default(sub, emit);
+        let out = sink.0.lock().unwrap().clone();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// Lines written by a subscriber with `format`, for a few events inside a span.
+    fn lines<F>(format: F) -> String
+    where
+        F: for<'a> FormatEvent<
+                tracing_subscriber::Registry,
+                tracing_subscriber::fmt::format::JsonFields,
+            > + Send
+            + Sync
+            + 'static,
+    {
+        written(format, || {
             let outer = tracing::info_span!("request", id = "3f2b\"8c1e", n = 2);
             let _o = outer.enter();
             let inner = tracing::info_span!("inner");
@@ -437,9 +452,7 @@ mod tests {
                 inf = f64::INFINITY,
                 "access"
             );
-        });
-        let out = sink.0.lock().unwrap().clone();
-        String::from_utf8(out).unwrap()
+        })
     }
 
     #[test]
@@ -467,13 +480,7 @@ mod tests {
             + Sync
             + 'static,
     {
-        let sink = Sink::default();
-        let layer = tracing_subscriber::fmt::layer()
-            .json()
-            .event_format(format)
-            .with_writer(sink.clone());
-        let sub = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::with_default(sub, || {
+        written(format, || {
             tracing::info!(
                 target: "switchyard::access",
                 model = text,
@@ -481,9 +488,7 @@ mod tests {
                 display = %text,
                 "access"
             );
-        });
-        let out = sink.0.lock().unwrap().clone();
-        String::from_utf8(out).unwrap()
+        })
     }
 
     #[test]

@@ -149,6 +149,20 @@ pub enum ReqField {
 }
 
 impl ReqField {
+    /// Whether the field is a string (`Str`, optional or not): what compiled code
+    /// reads as a string id.
+    pub fn is_str(self) -> bool {
+        matches!(
+            self,
+            ReqField::Model
+                | ReqField::Task
+                | ReqField::ApiKey
+                | ReqField::Org
+                | ReqField::Header(_)
+                | ReqField::Metadata(_)
+        )
+    }
+
     /// Fixed `request.NAME` fields with their type, optionality and reference line
     /// (unit and meaning, as `docs/policy-language.md` gives them): the one table the
     /// checker, the linter and the language server's hover and completion read.

@@ -344,19 +344,6 @@ enum ReqOp {
     Zero,
 }
 
-/// Whether `f` is a request string field (a [`ReqFill`] source).
-fn is_str_field(f: ReqField) -> bool {
-    matches!(
-        f,
-        ReqField::Model
-            | ReqField::Task
-            | ReqField::ApiKey
-            | ReqField::Org
-            | ReqField::Header(_)
-            | ReqField::Metadata(_)
-    )
-}
-
 /// Request string `f` (a source of [`ReqFill`]); `None` when absent.
 fn source<'r>(set: &CheckedPolicySet, r: &'r RequestFeatures, f: ReqField) -> Option<&'r str> {
     match f {
@@ -391,11 +378,11 @@ impl ReqFill {
             .req
             .iter()
             .map(|slot| match *slot {
-                ReqSlot::Field(f) if is_str_field(f) => ReqOp::Id(src(f)),
+                ReqSlot::Field(f) if f.is_str() => ReqOp::Id(src(f)),
                 ReqSlot::Field(f) => ReqOp::Value(f),
-                ReqSlot::Has(f) if is_str_field(f) => ReqOp::Has(src(f)),
+                ReqSlot::Has(f) if f.is_str() => ReqOp::Has(src(f)),
                 ReqSlot::Has(f) => ReqOp::Present(f),
-                ReqSlot::Atom(t, f, pat) if is_str_field(f) => ReqOp::Atom(t, src(f), pat),
+                ReqSlot::Atom(t, f, pat) if f.is_str() => ReqOp::Atom(t, src(f), pat),
                 // No other field is a string: the test runs on "" as before.
                 ReqSlot::Atom(t, _, pat) => ReqOp::Atom(t, u32::MAX, pat),
                 ReqSlot::Mask(..) => ReqOp::Zero,

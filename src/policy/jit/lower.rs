@@ -70,18 +70,6 @@ fn err<T>(msg: impl Into<String>) -> Result<T, LowerError> {
     Err(LowerError(msg.into()))
 }
 
-fn is_str_field(f: ReqField) -> bool {
-    matches!(
-        f,
-        ReqField::Model
-            | ReqField::Task
-            | ReqField::ApiKey
-            | ReqField::Org
-            | ReqField::Header(_)
-            | ReqField::Metadata(_)
-    )
-}
-
 fn is_str_ep(f: EpField) -> bool {
     matches!(
         f,
@@ -420,7 +408,7 @@ impl<'a> Lowerer<'a> {
                 Some(Const::Str(s)) => fold(self, self.set.strings.resolve(s)),
                 _ => fold(self, ""),
             },
-            TExprKind::Req(f) if is_str_field(*f) => {
+            TExprKind::Req(f) if f.is_str() => {
                 let i = self.layout.req(ReqSlot::Atom(key, *f, pat));
                 self.load(Vector::Req, i, LTy::B)
             }
