@@ -343,11 +343,12 @@ fn run_range(
     };
     let mut req = t.request.clone();
     let mut k = String::new();
+    let mut digits = itoa::Buffer::new();
     for i in range {
         let mut seed = t.seed;
         k.clear();
         k.push_str("key-");
-        push_decimal(&mut k, i);
+        k.push_str(digits.format(i));
         match key {
             CSplitKey::ApiKey => set_to(&mut req.api_key, &k),
             CSplitKey::Org => set_to(&mut req.org, &k),
@@ -373,24 +374,6 @@ fn run_range(
         part.reach = part.reach.max(ctx.reach(&d));
     }
     part
-}
-
-/// Appends `v` in decimal (what `write!(s, "{v}")` writes, without the formatter:
-/// one call per sampled test request).
-fn push_decimal(s: &mut String, mut v: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    for d in &digits[at..] {
-        s.push(char::from(*d));
-    }
 }
 
 fn set_to(slot: &mut Option<String>, v: &str) {

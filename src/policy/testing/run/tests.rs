@@ -244,12 +244,3 @@ fn endpoint_order_in_the_registry_is_an_input_and_its_failure_is_reported() {
     let failed: Vec<_> = report.cases.iter().filter(|c| !c.passed).collect();
     assert_eq!(failed[0].name, "t_order");
 }
-
-#[test]
-fn push_decimal_writes_what_the_formatter_writes() {
-    for v in [0, 7, 10, 99, 500, 12_345, u64::from(u32::MAX), u64::MAX] {
-        let mut s = String::from("key-");
-        push_decimal(&mut s, v);
-        assert_eq!(s, format!("key-{v}"));
-    }
-}
