@@ -44,7 +44,6 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
@@ -106,12 +105,12 @@ pub async fn serve<H, F>(
     H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+    let mut http1 = hyper::server::conn::http1::Builder::new();
     // The connection deadlines replace hyper's header timer, which would also cut
     // keep-alive idle at the header timeout (see `edge_io`).
-    builder.http1().header_read_timeout(None);
-    builder
-        .http2()
+    http1.header_read_timeout(None);
+    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    http2
         .timer(TokioTimer::new())
         // Pings find dead peers while streams are open; `idle_timeout` ends idle ones.
         .keep_alive_interval(Some(Duration::from_secs(20)))
@@ -120,7 +119,11 @@ pub async fn serve<H, F>(
         .max_header_list_size(
             u32::try_from(limits.max_header_bytes.saturating_mul(2)).unwrap_or(u32::MAX),
         );
+    let builders = Arc::new((http1, http2));
     let graceful = GracefulShutdown::new();
+    // Ends connections still being sniffed when shutdown starts (they have no request
+    // yet; a sniffed one is told by `graceful` like any other).
+    let (stop_sniffing, sniffing) = tokio::sync::watch::channel(());
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -138,7 +141,7 @@ pub async fn serve<H, F>(
         let _ = stream.set_nodelay(true);
         let handler = handler.clone();
         let activity = Arc::new(Activity::default());
-        let io = EdgeIo::new(stream, activity.clone(), limits);
+        let mut io = EdgeIo::new(stream, activity.clone(), limits);
         let service = service_fn(move |req: Request<Incoming>| {
             let guard = activity.start(req.version() == Version::HTTP_2);
             let fits = header_bytes(req.headers()) <= limits.max_header_bytes;
@@ -158,17 +161,39 @@ pub async fn serve<H, F>(
                 Ok::<_, Infallible>(resp.map(|body| Tracked::new(body, guard)))
             }
         });
-        let conn = builder
-            .serve_connection(TokioIo::new(io), service)
-            .into_owned();
-        let conn = graceful.watch(conn);
+        let watcher = graceful.watcher();
+        let mut sniffing = sniffing.clone();
+        let builders = builders.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            // HTTP/1.1 or HTTP/2 with prior knowledge (h2c), told by the first bytes.
+            let h2 = tokio::select! {
+                h2 = io.sniff() => h2,
+                _ = sniffing.changed() => return,
+            };
+            let (http1, http2) = &*builders;
+            let served = match h2 {
+                Ok(false) => {
+                    watcher
+                        .watch(http1.serve_connection(TokioIo::new(io), service))
+                        .await
+                }
+                // Boxed: HTTP/2's connection state is the larger, and the task holds
+                // the larger of the two inline.
+                Ok(true) => {
+                    Box::pin(watcher.watch(http2.serve_connection(TokioIo::new(io), service))).await
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, %peer, "connection ended before a request");
+                    return;
+                }
+            };
+            if let Err(e) = served {
                 tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
         });
     }
     drop(listener);
+    let _ = stop_sniffing.send(());
     tracing::info!(
         drain_ms = drain.as_millis() as u64,
         "shutting down: draining in-flight requests"

@@ -2,11 +2,11 @@
 //! deadlines on the read side, JSON for hyper's own error answers on the write side.
 //!
 //! # Why a wrapper and not hyper's timers
-//! hyper-util's `auto::Builder` first sniffs the protocol (`ReadVersion` in
-//! `server/conn/auto/mod.rs` reads until the 24-byte HTTP/2 preface matches or
-//! differs) with no deadline, so a silent socket, or one that sends `PRI * HTTP/2.0\r\n`
-//! and stops, is held forever. hyper's HTTP/1 `header_read_timeout` starts only after
-//! that sniff, and it restarts whenever the connection goes idle (`State::idle` in
+//! A connection's protocol is sniffed first ([`EdgeIo::sniff`] reads until the 24-byte
+//! HTTP/2 preface matches or differs), and a silent socket, or one that sends
+//! `PRI * HTTP/2.0\r\n` and stops, must not be held forever there. hyper's HTTP/1
+//! `header_read_timeout` starts only after that sniff, and it restarts whenever the
+//! connection goes idle (`State::idle` in
 //! `proto/h1/conn.rs` re-arms it for the next head), so one setting measures keep-alive
 //! idle *plus* the next head: a 75 s idle allowance would also give a slow head 75 s.
 //! HTTP/2 has only keep-alive pings, which a live but idle client answers forever.
@@ -28,6 +28,15 @@
 //!    `ingress` and the answer the upstream timeouts.
 //! 4. A read (or a stuck write) that would wait past the deadline fails with
 //!    `TimedOut`; hyper then closes the connection.
+//!
+//! # The sniffed bytes
+//! The bytes read by the sniff are handed to hyper on its first read together with
+//! whatever else has already arrived ([`EdgeIo::poll_read`]). hyper-util's
+//! `auto::Builder`, which did the sniff before, replays the sniffed bytes alone
+//! (`Rewind`): hyper then found a partial head, read again, and its 8 KiB read buffer,
+//! short of room for another 8 KiB read, was reallocated to 16 KiB, which every
+//! keep-alive connection kept (valgrind massif at 2,048 connections: 33.5 MB of read
+//! buffers, 16.4 KiB per connection).
 //!
 //! Per request this costs an `Arc` clone, two counter increments, two clock reads and
 //! at most two timer resets (hyper's header timer, now off, reset once per request
@@ -169,7 +178,15 @@ pub(super) struct EdgeIo {
     /// `started` when hyper last flushed its buffer empty with nothing in flight.
     clean: u64,
     replacement: Option<Replacement>,
+    /// The bytes [`EdgeIo::sniff`] read, replayed to hyper from `pre_at` to `pre_len`.
+    pre: [u8; PREFACE.len()],
+    pre_at: u8,
+    pre_len: u8,
 }
+
+/// The HTTP/2 client connection preface (RFC 9113 §3.4); an HTTP/1 request never
+/// starts with it.
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 impl EdgeIo {
     /// Wraps a just-accepted stream: the first-byte deadline starts now.
@@ -185,6 +202,78 @@ impl EdgeIo {
             seen: 0,
             clean: 0,
             replacement: None,
+            pre: [0; PREFACE.len()],
+            pre_at: 0,
+            pre_len: 0,
+        }
+    }
+
+    /// Reads the start of a new connection until it is known to be HTTP/2 (the whole
+    /// preface arrived: `true`) or not (a byte differs, or the peer closed first:
+    /// `false`). The bytes read are replayed to hyper by the next reads.
+    ///
+    /// # Errors
+    /// A read error, or `TimedOut` once `first_byte_timeout` or `header_timeout` passes
+    /// (the sniff is read through the connection deadlines like any other read).
+    pub(super) async fn sniff(&mut self) -> io::Result<bool> {
+        let mut pre = [0u8; PREFACE.len()];
+        let mut len = 0;
+        let h2 = loop {
+            let n = std::future::poll_fn(|cx| {
+                let mut buf = ReadBuf::new(&mut pre[len..]);
+                match self.read_stream(cx, &mut buf) {
+                    Poll::Ready(Ok(())) => Poll::Ready(Ok(buf.filled().len())),
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                    Poll::Pending => Poll::Pending,
+                }
+            })
+            .await?;
+            len += n;
+            if n == 0 || pre[..len] != PREFACE[..len] {
+                break false;
+            }
+            if len == PREFACE.len() {
+                break true;
+            }
+        };
+        self.pre = pre;
+        self.pre_at = 0;
+        self.pre_len = len as u8; // at most 24
+        Ok(h2)
+    }
+
+    /// A read from the socket with the connection deadlines (the module doc, 1-4).
+    fn read_stream(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let busy = self.sync();
+        let before = buf.filled().len();
+        match Pin::new(&mut self.stream).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let head_starts = matches!(self.wait, Some(Wait::FirstByte | Wait::Idle))
+                    && buf.filled().len() > before
+                    && !self.activity.h2.load(Ordering::Relaxed);
+                if head_starts {
+                    self.wait = Some(Wait::Head);
+                    self.deadline = Instant::now() + self.limits.header_timeout;
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => {
+                if busy {
+                    if !self.activity.h2.load(Ordering::Relaxed) {
+                        return Poll::Pending;
+                    }
+                    self.activity.idle_waker.register(cx.waker());
+                    // The last stream may have ended before the waker was in place.
+                    if self.sync() {
+                        return Poll::Pending;
+                    }
+                }
+                match self.poll_deadline(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(self.timed_out())),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+            other => other,
         }
     }
 
@@ -262,43 +351,27 @@ impl EdgeIo {
 }
 
 impl AsyncRead for EdgeIo {
+    /// Replays the sniffed bytes first, then reads the socket. A read that replays
+    /// them also takes whatever else has arrived (the rest of a request head, usually),
+    /// so hyper sees the head whole; that socket read's `Pending` or error is left for
+    /// the next read to meet again.
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let busy = this.sync();
-        let before = buf.filled().len();
-        match Pin::new(&mut this.stream).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                let head_starts = matches!(this.wait, Some(Wait::FirstByte | Wait::Idle))
-                    && buf.filled().len() > before
-                    && !this.activity.h2.load(Ordering::Relaxed);
-                if head_starts {
-                    this.wait = Some(Wait::Head);
-                    this.deadline = Instant::now() + this.limits.header_timeout;
-                }
-                Poll::Ready(Ok(()))
+        if this.pre_at < this.pre_len {
+            let pre = &this.pre[usize::from(this.pre_at)..usize::from(this.pre_len)];
+            let n = pre.len().min(buf.remaining());
+            buf.put_slice(&pre[..n]);
+            this.pre_at += n as u8; // n ≤ 24
+            if buf.remaining() > 0 {
+                let _ = this.read_stream(cx, buf);
             }
-            Poll::Pending => {
-                if busy {
-                    if !this.activity.h2.load(Ordering::Relaxed) {
-                        return Poll::Pending;
-                    }
-                    this.activity.idle_waker.register(cx.waker());
-                    // The last stream may have ended before the waker was in place.
-                    if this.sync() {
-                        return Poll::Pending;
-                    }
-                }
-                match this.poll_deadline(cx) {
-                    Poll::Ready(()) => Poll::Ready(Err(this.timed_out())),
-                    Poll::Pending => Poll::Pending,
-                }
-            }
-            other => other,
+            return Poll::Ready(Ok(()));
         }
+        this.read_stream(cx, buf)
     }
 }
 
@@ -350,5 +423,102 @@ impl AsyncWrite for EdgeIo {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A connected pair: the client's end and the server's end wrapped in [`EdgeIo`].
+    async fn pair(limits: ConnLimits) -> (TcpStream, EdgeIo) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (server, _) = l.accept().await.unwrap();
+        let io = EdgeIo::new(server, Arc::new(Activity::default()), limits);
+        (client, io)
+    }
+
+    /// Regression (issue 17, 16 KiB read buffers): hyper-util's `Rewind` replayed the
+    /// sniffed 24 bytes alone, so hyper met a partial head and grew its buffer.
+    #[tokio::test]
+    async fn sniffed_bytes_reach_hyper_with_the_rest_of_the_head() {
+        let (mut client, mut io) = pair(ConnLimits::default()).await;
+        let req = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}";
+        client.write_all(req).await.unwrap();
+        assert!(!io.sniff().await.unwrap());
+        let mut buf = vec![0u8; 8192];
+        let n = io.read(&mut buf).await.unwrap();
+        assert_eq!(
+            &buf[..n],
+            &req[..],
+            "the whole request in hyper's first read"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_http2_preface_in_pieces_is_sniffed_and_replayed_whole() {
+        let (mut client, mut io) = pair(ConnLimits::default()).await;
+        let writer = tokio::spawn(async move {
+            client.write_all(&PREFACE[..16]).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            client.write_all(&PREFACE[16..]).await.unwrap();
+            client.write_all(b"frames").await.unwrap();
+            client
+        });
+        assert!(io.sniff().await.unwrap());
+        let _client = writer.await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        while got.len() < PREFACE.len() + 6 {
+            let n = io.read(&mut buf).await.unwrap();
+            assert_ne!(n, 0, "ended early after {got:?}");
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(&got[..PREFACE.len()], &PREFACE[..]);
+        assert_eq!(&got[PREFACE.len()..], b"frames");
+    }
+
+    #[tokio::test]
+    async fn a_request_starting_like_the_preface_is_http1_and_replayed_in_order() {
+        // "PRI" is a valid HTTP/1 method token; the request differs at "/".
+        let (mut client, mut io) = pair(ConnLimits::default()).await;
+        let req = b"PRI /x HTTP/1.1\r\nhost: x\r\n\r\n";
+        client.write_all(req).await.unwrap();
+        assert!(!io.sniff().await.unwrap());
+        let mut got = Vec::new();
+        let mut buf = [0u8; 8];
+        while got.len() < req.len() {
+            let n = io.read(&mut buf).await.unwrap();
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(
+            &got[..],
+            &req[..],
+            "replayed across reads smaller than the prefix"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_closes_at_once_is_http1_with_nothing_to_replay() {
+        let (client, mut io) = pair(ConnLimits::default()).await;
+        drop(client);
+        assert!(!io.sniff().await.unwrap());
+        let mut buf = [0u8; 16];
+        assert_eq!(io.read(&mut buf).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_silent_peer_fails_the_sniff_at_the_first_byte_deadline() {
+        let limits = ConnLimits {
+            first_byte_timeout: Duration::from_millis(50),
+            ..ConnLimits::default()
+        };
+        let (_client, mut io) = pair(limits).await;
+        let e = io.sniff().await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
     }
 }
