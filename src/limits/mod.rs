@@ -621,14 +621,46 @@ fn unix_now() -> u64 {
 
 /// OpenAI's duration format of `x-ratelimit-reset-*`: `20ms`, `1s`, `6m0s`, `1h2m3s`.
 pub fn reset_text(ms: u64) -> String {
-    if ms < 1000 {
-        return format!("{ms}ms");
+    let mut out = ResetText::default();
+    out.write(ms);
+    String::from_utf8_lossy(out.as_bytes()).into_owned()
+}
+
+/// [`reset_text`] written into a fixed buffer (the longest, for `u64::MAX` ms,
+/// is 20 bytes), without the formatting machinery: it is written into every
+/// admitted answer's headers.
+#[derive(Default)]
+struct ResetText {
+    buf: [u8; 32],
+    len: usize,
+}
+
+impl ResetText {
+    fn push(&mut self, n: u64, unit: &[u8]) {
+        let mut digits = itoa::Buffer::new();
+        for part in [digits.format(n).as_bytes(), unit] {
+            self.buf[self.len..self.len + part.len()].copy_from_slice(part);
+            self.len += part.len();
+        }
     }
-    let s = ms.div_ceil(1000);
-    match (s / 3600, (s / 60) % 60, s % 60) {
-        (0, 0, s) => format!("{s}s"),
-        (0, m, s) => format!("{m}m{s}s"),
-        (h, m, s) => format!("{h}h{m}m{s}s"),
+
+    fn write(&mut self, ms: u64) {
+        if ms < 1000 {
+            return self.push(ms, b"ms");
+        }
+        let s = ms.div_ceil(1000);
+        let (h, m, s) = (s / 3600, (s / 60) % 60, s % 60);
+        if h > 0 {
+            self.push(h, b"h");
+        }
+        if h > 0 || m > 0 {
+            self.push(m, b"m");
+        }
+        self.push(s, b"s");
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
     }
 }
 
@@ -666,7 +698,9 @@ fn write_rate_headers(tight: &[Option<View>; 2], h: &mut HeaderMap) {
         let Some(v) = v else { continue };
         h.insert(names[0].clone(), HeaderValue::from(v.capacity));
         h.insert(names[1].clone(), HeaderValue::from(v.remaining));
-        if let Ok(reset) = HeaderValue::try_from(reset_text(v.reset_ms)) {
+        let mut reset = ResetText::default();
+        reset.write(v.reset_ms);
+        if let Ok(reset) = HeaderValue::from_bytes(reset.as_bytes()) {
             h.insert(names[2].clone(), reset);
         }
     }

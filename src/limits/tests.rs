@@ -133,4 +133,9 @@ fn reset_text_is_openais_format() {
     assert_eq!(reset_text(1000), "1s");
     assert_eq!(reset_text(360_000), "6m0s");
     assert_eq!(reset_text(3_723_000), "1h2m3s");
+    assert_eq!(reset_text(0), "0ms");
+    assert_eq!(reset_text(999), "999ms");
+    assert_eq!(reset_text(1001), "2s");
+    assert_eq!(reset_text(3_600_000), "1h0m0s");
+    assert_eq!(reset_text(u64::MAX), "5124095576030h25m52s");
 }
