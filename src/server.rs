@@ -419,6 +419,43 @@ mod tests {
         out.rsplit("\r\n\r\n").next().unwrap().to_string()
     }
 
+    /// A connection that has sent nothing when shutdown starts (still being sniffed)
+    /// does not hold the drain until its first-byte deadline.
+    #[tokio::test]
+    async fn a_silent_connection_ends_at_shutdown_not_at_its_first_byte_deadline() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = ConnLimits {
+            first_byte_timeout: Duration::from_secs(600),
+            ..ConnLimits::default()
+        };
+        let (stop, mut rx) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(serve(
+            listener,
+            |_req, _peer| async { crate::body::json(StatusCode::OK, "{}") },
+            async move {
+                let _ = rx.wait_for(|s| *s).await;
+            },
+            Duration::from_secs(600),
+            || {},
+            limits,
+        ));
+        let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // Served before and after: the silent one is accepted and being sniffed.
+        assert_eq!(get(addr).await, "{}");
+        stop.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(30), server)
+            .await
+            .expect("the server returned without waiting for the silent connection")
+            .unwrap();
+        let mut buf = [0u8; 1];
+        assert_eq!(
+            silent.read(&mut buf).await.unwrap(),
+            0,
+            "closed by the server"
+        );
+    }
+
     #[tokio::test]
     async fn per_core_threads_each_serve_their_connections_and_stop_on_shutdown() {
         let ls = bind_per_core("127.0.0.1:0".parse().unwrap(), 2).unwrap();
