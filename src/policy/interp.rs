@@ -782,20 +782,17 @@ impl Bits {
     /// plan: no unknown endpoint, none twice, in one pass however long the plan).
     pub(crate) fn dedup_below(v: &mut Vec<usize>, limit: usize) {
         let mut words: smallvec::SmallVec<[u64; 4]> = smallvec::smallvec![0; limit.div_ceil(64)];
-        let words = words.as_mut_slice();
-        let mut kept = 0;
-        for j in 0..v.len() {
-            let i = v[j];
-            if let Some(w) = words.get_mut(i / 64).filter(|_| i < limit) {
-                let bit = 1 << (i % 64);
-                if *w & bit == 0 {
-                    *w |= bit;
-                    v[kept] = i;
-                    kept += 1;
-                }
-            }
-        }
-        v.truncate(kept);
+        // `Vec::retain` moves nothing while nothing has been dropped yet: a plan
+        // without repeats (the usual one) is only read.
+        v.retain(|&i| {
+            let Some(w) = words.get_mut(i / 64).filter(|_| i < limit) else {
+                return false;
+            };
+            let bit = 1 << (i % 64);
+            let fresh = *w & bit == 0;
+            *w |= bit;
+            fresh
+        });
     }
 }
 

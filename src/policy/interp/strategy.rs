@@ -69,8 +69,7 @@ pub fn weighted_first(cands: &mut [EndpointRef<'_>], rng: &mut SplitMix64) {
 
 /// Builds endpoint contexts with initialized state slots: each candidate's
 /// statistics for the request's task, and for a strategy with state, its slots
-/// (missing ones at the slot's initial value, or the mean of the candidates that have
-/// one for `join mean`).
+/// ([`state_values`]).
 pub fn contexts<'a>(
     set: &'a CheckedPolicySet,
     s: Option<&'a CStrategy>,
@@ -82,29 +81,55 @@ pub fn contexts<'a>(
     // A strategy that reads no statistics field cannot tell them from the
     // defaults: skip reading them.
     let read = s.is_none_or(|s| s.reads_stats);
-    let mut out: Vec<EpCtx<'a>> = cands
+    let states = match s {
+        Some(s) => state_values(set, s, args, req, stats, cands),
+        None => SmallVec::new(),
+    };
+    let n = s.map_or(0, |s| s.states.len());
+    cands
         .iter()
-        .map(|r| EpCtx {
+        .enumerate()
+        .map(|(k, r)| EpCtx {
             reg: *r,
             stats: if read {
                 stats.stats(r.index, &r.endpoint.id, &req.task)
             } else {
                 EpStats::UNKNOWN
             },
-            state: StateSlots::new(),
+            state: states
+                .get(k * n..(k + 1) * n)
+                .map(StateSlots::from_slice)
+                .unwrap_or_default(),
             score: 0.0,
             probability: 1.0,
         })
-        .collect();
-    let Some(s) = s.filter(|s| !s.states.is_empty()) else {
-        return out;
-    };
+        .collect()
+}
+
+/// The state slot values of strategy `s` for `cands`: `s.states.len()` values per
+/// candidate (by slot index), candidate after candidate. A value the source holds
+/// is used as it is; a missing one is the slot's initial value, or for `join mean`
+/// the mean of the candidates that have one. Empty for a strategy without state.
+/// The interpreter's contexts and the JIT's endpoint vectors both take their state
+/// from here.
+pub fn state_values<'a>(
+    set: &'a CheckedPolicySet,
+    s: &'a CStrategy,
+    args: &'a [Const],
+    req: &'a RequestFeatures,
+    stats: &dyn StatsSource,
+    cands: &[EndpointRef<'a>],
+) -> SmallVec<[f64; 16]> {
+    let n = s.states.len();
+    if n == 0 {
+        return SmallVec::new();
+    }
     // The known slot values, candidate by candidate, `n` per candidate (the
     // source looks the slot names up once for all candidates).
-    let n = s.states.len();
-    let mut known: SmallVec<[Option<f64>; 16]> = smallvec::smallvec![None; out.len() * n];
+    let mut known: SmallVec<[Option<f64>; 16]> = smallvec::smallvec![None; cands.len() * n];
     let names: SmallVec<[&str; 4]> = s.states.iter().map(|st| st.name.as_str()).collect();
     stats.states(cands, &s.name, &names, &mut known);
+    let mut out: SmallVec<[f64; 16]> = smallvec::smallvec![0.0; known.len()];
     for (slot, st) in s.states.iter().enumerate() {
         let mut strat = StratCtx {
             strategy: s,
@@ -123,15 +148,18 @@ pub fn contexts<'a>(
         };
         let init = ev.number(&st.init);
         let column = || known.iter().skip(slot).step_by(n);
-        let present: SmallVec<[f64; 16]> = column().flatten().copied().collect();
-        let join = if st.join == JoinMode::Mean && !present.is_empty() {
-            present.iter().sum::<f64>() / present.len() as f64
+        let join = if st.join == JoinMode::Mean {
+            let count = column().flatten().count();
+            if count > 0 {
+                column().flatten().copied().sum::<f64>() / count as f64
+            } else {
+                init
+            }
         } else {
             init
         };
-        for (c, k) in out.iter_mut().zip(column()) {
-            debug_assert_eq!(c.state.len(), slot);
-            c.state.push(k.unwrap_or(join));
+        for (v, k) in out.iter_mut().skip(slot).step_by(n).zip(column()) {
+            *v = k.unwrap_or(join);
         }
     }
     out
@@ -347,6 +375,94 @@ pub fn order_rest_by<T>(mode: PickMode, rest: &mut [T], key: impl Fn(&T) -> (f64
     }
 }
 
+/// [`order_rest_by`] for items that are cheap to copy (the JIT's candidate
+/// indices), with the same result: each item's key is read once and mapped to a
+/// `u64` that orders as `order_rest_by` compares (NaN last, 0.0 equal to -0.0),
+/// and the items are put in (key, position) order, which keeps equal keys in
+/// their order as the stable sort does: one pass per key when there are at most
+/// [`FEW_KEYS`] distinct keys, else an integer sort. Ordering the 127 fallbacks of
+/// a model's 128 endpoints through a float comparator was the largest single cost
+/// of a decision (issue 17).
+pub fn order_rest_keyed<T: Copy>(mode: PickMode, rest: &mut [T], key: impl Fn(&T) -> (f64, f64)) {
+    if rest.len() < 2 {
+        return;
+    }
+    let mut keyed: SmallVec<[(u64, u32); 16]> = rest
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let (score, probability) = key(t);
+            let x = match mode {
+                PickMode::Min => score,
+                PickMode::Max => -score,
+                _ => -probability,
+            };
+            (ascending_key(x), i as u32)
+        })
+        .collect();
+    if keyed.is_sorted() {
+        return;
+    }
+    let old: SmallVec<[T; 16]> = SmallVec::from_slice(rest);
+    let mut put = |j: usize, i: u32| {
+        if let (Some(dst), Some(v)) = (rest.get_mut(j), old.get(i as usize)) {
+            *dst = *v;
+        }
+    };
+    // Rankings usually score their candidates with a few distinct values (weighted
+    // round-robin: two): then one pass per value, in key order, each taking its
+    // items in their order, is the stable order at a few instructions per item,
+    // where a comparison sort of 127 items cost about 10,000 (issue 17).
+    let mut distinct: SmallVec<[u64; FEW_KEYS]> = SmallVec::new();
+    for &(k, _) in &keyed {
+        if !distinct.contains(&k) {
+            if distinct.len() == FEW_KEYS {
+                distinct.clear();
+                break;
+            }
+            distinct.push(k);
+        }
+    }
+    if !distinct.is_empty() {
+        distinct.sort_unstable();
+        let mut j = 0;
+        for d in distinct {
+            for &(k, i) in &keyed {
+                if k == d {
+                    put(j, i);
+                    j += 1;
+                }
+            }
+        }
+        return;
+    }
+    // Positions are distinct, so any sort gives the one order.
+    keyed.sort_unstable();
+    for (j, &(_, i)) in keyed.iter().enumerate() {
+        put(j, i);
+    }
+}
+
+/// At most this many distinct keys are ordered by one pass per key
+/// ([`order_rest_keyed`]).
+const FEW_KEYS: usize = 8;
+
+/// A `u64` that orders as [`order_rest_by`] orders floats ascending: numbers by
+/// value with -0.0 equal to 0.0, every NaN (whatever its sign) after every number
+/// and equal to each other.
+fn ascending_key(x: f64) -> u64 {
+    if x.is_nan() {
+        return u64::MAX;
+    }
+    // -0.0 == 0.0, so this maps both zeros to +0.0.
+    let bits = if x == 0.0 { 0 } else { x.to_bits() };
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | 1 << 63
+    }
+}
+
 /// The index of the pick. Min/max: NaN scores lose; ties go to the earlier candidate.
 /// Weighted/sample: one draw `u` in [0, 1); the first candidate whose cumulative
 /// probability exceeds `u`. `None` only without candidates. (Public for the JIT.)
@@ -497,5 +613,52 @@ mod weighted_first_tests {
         }
         // Expected 3000 of 4000; 6 sigma is about 165.
         assert!((2835..=3165).contains(&heavy_first), "{heavy_first}");
+    }
+}
+
+#[cfg(test)]
+mod order_tests {
+    use super::*;
+
+    /// Scores drawn from a small pool with every special case: duplicates, both
+    /// zeros, infinities, NaNs of both signs.
+    fn draw(rng: &mut SplitMix64) -> f64 {
+        const POOL: [f64; 12] = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            2.5,
+            -2.5,
+            1e-300,
+            -1e-300,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            -f64::NAN,
+        ];
+        POOL[(rng.next_u64() % POOL.len() as u64) as usize]
+    }
+
+    #[test]
+    fn keyed_order_equals_the_stable_float_order_for_every_pick_mode() {
+        let mut rng = SplitMix64::new(17);
+        for round in 0..3000 {
+            let len = (round % 40) as usize;
+            let keys: Vec<(f64, f64)> =
+                (0..len).map(|_| (draw(&mut rng), draw(&mut rng))).collect();
+            for mode in [
+                PickMode::Min,
+                PickMode::Max,
+                PickMode::Weighted,
+                PickMode::Sample,
+            ] {
+                let mut stable: Vec<usize> = (0..len).collect();
+                order_rest_by(mode, &mut stable, |&i| keys[i]);
+                let mut keyed: Vec<usize> = (0..len).collect();
+                order_rest_keyed(mode, &mut keyed, |&i| keys[i]);
+                assert_eq!(keyed, stable, "{mode:?} {keys:?}");
+            }
+        }
     }
 }

@@ -17,8 +17,9 @@ use std::collections::HashMap;
 
 use crate::policy::ast::PriorityLevel;
 use crate::policy::checked::*;
-use crate::policy::features::{Outcome, RequestFeatures};
+use crate::policy::features::{EpStats, Outcome, RequestFeatures};
 use crate::policy::interp::eval::{context_window, glob, EpCtx};
+use crate::policy::registry::EndpointRef;
 
 /// A string test as a hashable key (`StrTest` itself is not `Hash`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -102,9 +103,41 @@ pub enum AuxSlot {
     Agg(u32),
 }
 
-/// The value of cell `slot` of endpoint context `c`'s vector.
-fn ep_value(set: &CheckedPolicySet, strings: &Strings, c: &EpCtx<'_>, slot: EpSlot) -> u64 {
-    let (e, s) = (c.reg.endpoint, &c.stats);
+/// What one endpoint vector is filled from: a candidate's registry entry,
+/// statistics, strategy state slots (by slot index), score and pick probability.
+/// The interpreter keeps the same in an [`EpCtx`] ([`EpView::of`]); a compiled
+/// ranking builds no contexts and fills its vectors from views of its rows, so the
+/// two engines read every cell through one function ([`Layout::fill_ep_cells`]).
+#[derive(Debug, Clone, Copy)]
+pub struct EpView<'v, 'a> {
+    /// Registry entry.
+    pub reg: EndpointRef<'a>,
+    /// Statistics for the request's task.
+    pub stats: &'v EpStats,
+    /// State slot values, by slot index (missing slots read 0).
+    pub state: &'v [f64],
+    /// Score (`on` blocks).
+    pub score: f64,
+    /// Pick probability (`on` blocks).
+    pub probability: f64,
+}
+
+impl<'v, 'a> EpView<'v, 'a> {
+    /// The view of an interpreter context.
+    pub fn of(c: &'v EpCtx<'a>) -> EpView<'v, 'a> {
+        EpView {
+            reg: c.reg,
+            stats: &c.stats,
+            state: &c.state,
+            score: c.score,
+            probability: c.probability,
+        }
+    }
+}
+
+/// The value of cell `slot` of endpoint `c`'s vector.
+fn ep_value(set: &CheckedPolicySet, strings: &Strings, c: &EpView<'_, '_>, slot: EpSlot) -> u64 {
+    let (e, s) = (c.reg.endpoint, c.stats);
     match slot {
         EpSlot::Field(f) => match f {
             EpField::Health => s.health.to_bits(),
@@ -303,7 +336,7 @@ fn sat(v: u64) -> u64 {
     i64::try_from(v).unwrap_or(i64::MAX) as u64
 }
 
-fn ep_str<'e>(c: &'e EpCtx<'_>, f: EpField) -> Option<&'e str> {
+fn ep_str<'e>(c: &EpView<'e, 'e>, f: EpField) -> Option<&'e str> {
     match f {
         EpField::Id => Some(&c.reg.endpoint.id),
         EpField::Provider => Some(&c.reg.endpoint.provider),
@@ -451,12 +484,12 @@ impl ReqFill {
 }
 
 impl Layout {
-    /// Fills one endpoint vector from an interpreter endpoint context.
+    /// Fills one endpoint vector from endpoint `c`.
     pub fn fill_ep(
         &self,
         set: &CheckedPolicySet,
         strings: &Strings,
-        c: &EpCtx<'_>,
+        c: &EpView<'_, '_>,
         out: &mut [u64],
     ) {
         for (cell, slot) in out.iter_mut().zip(&self.ep) {
@@ -470,7 +503,7 @@ impl Layout {
         &self,
         set: &CheckedPolicySet,
         strings: &Strings,
-        c: &EpCtx<'_>,
+        c: &EpView<'_, '_>,
         out: &mut [u64],
         cells: &[u32],
     ) {
@@ -483,12 +516,12 @@ impl Layout {
     }
 
     /// Writes the score and probability cells of one endpoint vector (filled by
-    /// [`Layout::fill_ep`] before `c` was scored) from `c`.
-    pub fn fill_scored(&self, c: &EpCtx<'_>, out: &mut [u64]) {
+    /// [`Layout::fill_ep`] before the endpoint was scored).
+    pub fn fill_scored(&self, score: f64, probability: f64, out: &mut [u64]) {
         for (cell, slot) in out.iter_mut().zip(&self.ep) {
             match slot {
-                EpSlot::Score => *cell = c.score.to_bits(),
-                EpSlot::Probability => *cell = c.probability.to_bits(),
+                EpSlot::Score => *cell = score.to_bits(),
+                EpSlot::Probability => *cell = probability.to_bits(),
                 _ => {}
             }
         }

@@ -224,7 +224,7 @@ impl CompiledPolicySet {
             if let Some(inst) = code.by_args.get(&key).and_then(|i| code.instances.get(*i)) {
                 let mut r = run::JRun::new(&self.set, code, req, stats, seed);
                 if let Some(v) = r.rank(inst, s, args, &cands) {
-                    return Some(out(v));
+                    return Some(v);
                 }
             }
         }

@@ -235,6 +235,49 @@ impl BoundExpr<'_> {
         }
         Some((self.func)(self.req, ep.as_ptr(), self.aux))
     }
+
+    /// Calls the function on the first `count` rows of `eps` (row `r` is the
+    /// vector starting at `eps[r * stride]`): on rows `rows` in order, or on every
+    /// row when `rows` is `None`, writing the results to `out` in the same order.
+    /// One call for a whole candidate list, so the checks are made once here
+    /// rather than through an `Option` per call in every caller's loop (issue 17: a
+    /// model's 128 endpoints). `None` (with `out` partly written) when `stride` is
+    /// shorter than the vector the code reads, `eps` is shorter than `count` rows,
+    /// a row is not below `count`, or `out` is shorter than the rows.
+    pub fn call_rows(
+        &self,
+        eps: &[u64],
+        stride: usize,
+        count: usize,
+        rows: Option<&[usize]>,
+        out: &mut [u64],
+    ) -> Option<()> {
+        if stride < self.ep_len || eps.len() < count.checked_mul(stride)? {
+            return None;
+        }
+        // Row r < count starts at r * stride and ends within `eps`; with a stride
+        // of 0 the code reads no cell.
+        let row = |r: usize| (self.func)(self.req, eps.as_ptr().wrapping_add(r * stride), self.aux);
+        match rows {
+            Some(rows) => {
+                if out.len() < rows.len() {
+                    return None;
+                }
+                for (&r, o) in rows.iter().zip(out.iter_mut()) {
+                    if r >= count {
+                        return None;
+                    }
+                    *o = row(r);
+                }
+            }
+            None => {
+                for (r, o) in out.get_mut(..count)?.iter_mut().enumerate() {
+                    *o = row(r);
+                }
+            }
+        }
+        Some(())
+    }
 }
 
 impl Drop for Native {

@@ -12,11 +12,11 @@ use smallvec::SmallVec;
 
 use crate::policy::ast::{Event, PriorityLevel};
 use crate::policy::checked::*;
-use crate::policy::features::{Outcome, RequestFeatures, StatsSource};
+use crate::policy::features::{EpStats, Outcome, RequestFeatures, StatsSource};
 use crate::policy::interp::eval::{reduce, EpCtx};
 use crate::policy::interp::hash::SplitMix64;
 use crate::policy::interp::strategy::{
-    self, choose_by, contexts, order_rest_by, probabilities_into,
+    self, choose_by, contexts, order_rest_keyed, probabilities_into, state_values,
 };
 use crate::policy::interp::{
     apply_fallback, available, candidates, split_bucket, write_plan, Decision, Refs, Rejection,
@@ -26,7 +26,8 @@ use crate::policy::registry::EndpointRef;
 
 use super::codegen::NONE;
 use super::compile::{JitCode, StratCode, NO_ARM};
-use super::layout::prio_level;
+use super::layout::{prio_level, EpSlot, EpView};
+use super::RankedCandidate;
 
 /// One JIT decision in progress.
 pub struct JRun<'a> {
@@ -165,28 +166,92 @@ impl<'a> JRun<'a> {
         }
     }
 
-    /// One endpoint vector per context; with `cells`, only those cells are filled
-    /// (the rest stay 0): for the functions of an instance, which read no other.
-    fn ep_vectors(&self, ctxs: &[EpCtx<'_>], cells: Option<&[u32]>) -> Cells<64> {
-        let mut v = Cells::new();
-        self.ep_vectors_into(ctxs, cells, &mut v);
-        v
-    }
-
-    /// [`JRun::ep_vectors`] into `v` (emptied first), which the caller keeps on its
-    /// stack: returning the vectors by value copied their inline cells.
-    fn ep_vectors_into(&self, ctxs: &[EpCtx<'_>], cells: Option<&[u32]>, v: &mut Cells<64>) {
+    /// One endpoint vector per context, every cell filled (rollback guards, which
+    /// read any endpoint field).
+    fn ep_vectors(&self, ctxs: &[EpCtx<'_>]) -> Cells<64> {
         let n = self.code.layout.ep.len();
-        v.clear();
-        v.resize(n * ctxs.len(), 0);
+        let mut v: Cells<64> = smallvec::smallvec![0; n * ctxs.len()];
         if n > 0 {
             let (layout, strings) = (&self.code.layout, &self.code.strings);
             for (c, cell) in ctxs.iter().zip(v.chunks_mut(n)) {
-                match cells {
-                    Some(cells) => layout.fill_ep_cells(self.set, strings, c, cell, cells),
-                    None => layout.fill_ep(self.set, strings, c, cell),
-                }
+                layout.fill_ep(self.set, strings, &EpView::of(c), cell);
             }
+        }
+        v
+    }
+
+    /// The vectors of a compiled ranking's candidates, row `k` for `cands[k]`, into
+    /// `v` (emptied first): only the cells of instance `inst`, from the registry,
+    /// the statistics when the strategy reads any, and the state slots, as the
+    /// interpreter's contexts would hold them (score 0, probability 1). No context
+    /// is built: a model's 128 endpoints made 128 of them, each with a copy of its
+    /// statistics, for every decision (issue 17). Registry numbers and state slots
+    /// are written a column at a time; any other cell goes through
+    /// [`Layout::fill_ep_cells`], a row at a time.
+    fn fill_rows(
+        &self,
+        inst: &StratCode,
+        s: &'a CStrategy,
+        args: &'a [Const],
+        cands: &[EndpointRef<'a>],
+        v: &mut Cells<64>,
+    ) {
+        let n = self.code.layout.ep.len();
+        *v = smallvec::smallvec![0; n * cands.len()];
+        if n == 0 {
+            return;
+        }
+        let states = state_values(self.set, s, args, self.req, self.stats, cands);
+        let ns = s.states.len();
+        let (layout, strings) = (&self.code.layout, &self.code.strings);
+        let mut others: SmallVec<[u32; 8]> = SmallVec::new();
+        for &cell in &inst.cells {
+            let c = cell as usize;
+            let Some(slot) = layout.ep.get(c) else {
+                continue;
+            };
+            let rows = v.chunks_exact_mut(n).zip(cands);
+            match *slot {
+                EpSlot::Field(EpField::Weight) => {
+                    for (row, r) in rows {
+                        row[c] = u64::from(r.endpoint.weight);
+                    }
+                }
+                EpSlot::Field(EpField::Priority) => {
+                    for (row, r) in rows {
+                        row[c] = u64::from(r.endpoint.priority);
+                    }
+                }
+                EpSlot::State(i) if (i as usize) < ns => {
+                    let column = states.iter().skip(i as usize).step_by(ns);
+                    for ((row, _), x) in rows.zip(column) {
+                        row[c] = x.to_bits();
+                    }
+                }
+                // A slot the strategy does not have reads 0.0, whose bits are 0.
+                EpSlot::State(_) => {}
+                _ => others.push(cell),
+            }
+        }
+        if others.is_empty() {
+            return;
+        }
+        for (k, (r, cell)) in cands.iter().zip(v.chunks_exact_mut(n)).enumerate() {
+            let read;
+            let stats = if s.reads_stats {
+                read = self.stats.stats(r.index, &r.endpoint.id, &self.req.task);
+                &read
+            } else {
+                &EpStats::UNKNOWN
+            };
+            let view = EpView {
+                reg: *r,
+                stats,
+                state: states.get(k * ns..(k + 1) * ns).unwrap_or_default(),
+                score: 0.0,
+                probability: 1.0,
+            };
+            layout.fill_ep_cells(self.set, strings, &view, cell, &others);
         }
     }
 
@@ -216,7 +281,7 @@ impl<'a> JRun<'a> {
     fn rollback_fires(&mut self, u: &CUse, guard: usize) -> Option<bool> {
         let cands = candidates(self.set, self.req, &u.target).unwrap_or_default();
         let ctxs = contexts(self.set, None, &[], self.req, self.stats, &cands);
-        let eps = self.ep_vectors(&ctxs, None);
+        let eps = self.ep_vectors(&ctxs);
         let aux = self.aux(self.priority, 0, None, &[]);
         for i in 0..ctxs.len() {
             if self.call(guard, self.ep_of(&eps, i), &aux)? != 0 {
@@ -226,14 +291,15 @@ impl<'a> JRun<'a> {
         Some(false)
     }
 
-    /// Aggregate values (by index) over `n` candidates: candidate `i`'s vector is
-    /// row `rows[i]` of `eps` (row `i` when `rows` is `None`).
+    /// Aggregate values (by index) over candidates `rows` of the `total` whose
+    /// vectors are in `eps` (row `i` for candidate `i`; every candidate when `rows`
+    /// is `None`).
     fn aggregates(
         &self,
         inst: &StratCode,
         s: &CStrategy,
         eps: &[u64],
-        n: usize,
+        total: usize,
         rows: Option<&[usize]>,
         outcome: Option<&Outcome>,
     ) -> Option<Rows<f64>> {
@@ -241,14 +307,16 @@ impl<'a> JRun<'a> {
         if inst.aggs.is_empty() {
             return Some(out);
         }
+        let n = rows.map_or(total, <[usize]>::len);
         let aux = self.aux(self.req.priority, n, outcome, &[]);
-        let mut values: Rows<f64> = SmallVec::with_capacity(n);
+        let stride = self.code.layout.ep.len();
+        let mut bits: Rows<u64> = smallvec::smallvec![0; n];
+        let mut values: Rows<f64> = smallvec::smallvec![0.0; n];
         for (idx, f, func) in &inst.aggs {
             let call = self.code.native.bind_expr(*func, &self.fv, &aux)?;
-            values.clear();
-            for i in 0..n {
-                let row = rows.map_or(Some(i), |r| r.get(i).copied())?;
-                values.push(f64::from_bits(call.call(self.ep_of(eps, row))?));
+            call.call_rows(eps, stride, total, rows, &mut bits)?;
+            for (v, b) in values.iter_mut().zip(&bits) {
+                *v = f64::from_bits(*b);
             }
             if let Some(slot) = out.get_mut(*idx as usize) {
                 *slot = reduce(*f, &values);
@@ -257,60 +325,59 @@ impl<'a> JRun<'a> {
         Some(out)
     }
 
-    /// Scores the contexts `ctxs[rows[i]]` (every context when `rows` is `None`),
-    /// aggregates over exactly these, filling `score` and `probability` as the
-    /// interpreter's `score_all` does; returns the aggregate values (by index).
-    /// Context `j`'s vector is row `j` of `eps`; the vectors must have been filled
-    /// before scoring (score 0, probability 1, as `contexts` makes them).
-    fn score_rows(
+    /// Scores candidates `rows` of the `total` whose vectors are in `eps` (row `i`
+    /// for candidate `i`; every candidate when `rows` is `None`) as the
+    /// interpreter's `score_all` does: aggregates over exactly these, then each
+    /// one's score and pick probability, in the order of `rows`.
+    fn score_list(
         &self,
         inst: &StratCode,
         s: &CStrategy,
-        ctxs: &mut [EpCtx<'a>],
         eps: &[u64],
+        total: usize,
         rows: Option<&[usize]>,
-    ) -> Option<Rows<f64>> {
-        let n = rows.map_or(ctxs.len(), <[usize]>::len);
-        let aggs = self.aggregates(inst, s, eps, n, rows, None)?;
+    ) -> Option<Scores> {
+        let n = rows.map_or(total, <[usize]>::len);
+        let aggs = self.aggregates(inst, s, eps, total, rows, None)?;
         let aux = self.aux(self.req.priority, n, None, &aggs);
-        let mut scores: Rows<f64> = SmallVec::with_capacity(n);
         let score = self.code.native.bind_expr(inst.score, &self.fv, &aux)?;
-        for i in 0..n {
-            let row = rows.map_or(Some(i), |r| r.get(i).copied())?;
-            scores.push(f64::from_bits(score.call(self.ep_of(eps, row))?));
-        }
+        let mut bits: Rows<u64> = smallvec::smallvec![0; n];
+        score.call_rows(eps, self.code.layout.ep.len(), total, rows, &mut bits)?;
+        let scores: Rows<f64> = bits.iter().map(|b| f64::from_bits(*b)).collect();
         let mut probs: Rows<f64> = smallvec::smallvec![0.0; n];
         probabilities_into(s.pick, &scores, &mut probs);
-        for i in 0..n {
-            let row = rows.map_or(Some(i), |r| r.get(i).copied())?;
-            let c = ctxs.get_mut(row)?;
-            c.score = scores[i];
-            c.probability = probs[i];
-        }
-        Some(aggs)
+        Some(Scores {
+            aggs,
+            score: scores,
+            probability: probs,
+        })
     }
 
-    /// The interpreter's `strategy::rank` for a compiled instance.
+    /// The interpreter's `strategy::rank` for a compiled instance: the candidates
+    /// in plan order with their scores and probabilities.
     pub fn rank(
         &mut self,
         inst: &StratCode,
         s: &'a CStrategy,
         args: &'a [Const],
         cands: &[EndpointRef<'a>],
-    ) -> Option<Vec<EpCtx<'a>>> {
+    ) -> Option<Vec<RankedCandidate>> {
         let mut eps = Cells::new();
         let r = self.rank_rows(inst, s, args, cands, &mut eps)?;
-        Some(
-            r.order
-                .iter()
-                .filter_map(|&i| r.all.get(i).cloned())
-                .collect(),
-        )
+        r.pos
+            .iter()
+            .map(|&k| {
+                let k = k as usize;
+                let c = cands.get(*r.rows.get(k)?)?;
+                let (score, p) = (r.list.score.get(k)?, r.list.probability.get(k)?);
+                Some((c.endpoint.id.clone(), *score, *p))
+            })
+            .collect()
     }
 
-    /// Ranks `cands` with a compiled instance: every candidate's context, and the
-    /// plan order as indices into them (see [`RankedRows`]); their vectors are left
-    /// in `eps` (row `i` for context `i`).
+    /// Ranks `cands` with a compiled instance: the candidates kept by the
+    /// filters, their scores, and the plan order (see [`RankedRows`]); the
+    /// candidates' vectors are left in `eps` (row `i` for `cands[i]`).
     fn rank_rows(
         &mut self,
         inst: &StratCode,
@@ -318,54 +385,50 @@ impl<'a> JRun<'a> {
         args: &'a [Const],
         cands: &[EndpointRef<'a>],
         eps: &mut Cells<64>,
-    ) -> Option<RankedRows<'a>> {
-        let mut all = contexts(self.set, Some(s), args, self.req, self.stats, cands);
+    ) -> Option<RankedRows> {
         // One vector per candidate, reused for scoring the kept ones.
-        self.ep_vectors_into(&all, Some(&inst.cells), eps);
+        self.fill_rows(inst, s, args, cands, eps);
         let eps: &[u64] = eps;
+        let total = cands.len();
         let aux = self.aux(self.req.priority, 0, None, &[]);
-        let mut rows: Rows<usize> = SmallVec::with_capacity(all.len());
-        let (mut any_preferred, mut any_plain) = (false, false);
-        let mut preferred: Rows<bool> = SmallVec::with_capacity(all.len());
         let filter = self.code.native.bind_expr(inst.filter, &self.fv, &aux)?;
-        for i in 0..all.len() {
-            let bits = filter.call(self.ep_of(eps, i))?;
-            if bits & 1 == 0 {
-                continue;
+        // Bit 0: passes `require`; bit 1: passes `prefer`.
+        let mut bits: Rows<u64> = smallvec::smallvec![0; total];
+        filter.call_rows(eps, self.code.layout.ep.len(), total, None, &mut bits)?;
+        let (mut any_preferred, mut any_plain) = (false, false);
+        for b in &bits {
+            if b & 1 != 0 {
+                any_preferred |= b & 2 != 0;
+                any_plain |= b & 2 == 0;
             }
-            let p = bits & 2 != 0;
-            any_preferred |= p;
-            any_plain |= !p;
-            preferred.push(p);
-            rows.push(i);
         }
-        if any_preferred && any_plain {
-            let mut i = 0;
-            rows.retain(|_| {
-                i += 1;
-                preferred[i - 1]
-            });
-        }
-        let aggs = self.score_rows(inst, s, &mut all, eps, Some(&rows))?;
-        let scored_all = rows.len() == all.len();
-        let key = |i: usize| {
-            all.get(i)
-                .map_or((f64::NAN, 0.0), |c| (c.score, c.probability))
+        // With some preferred candidates, only they are kept.
+        let keep = if any_preferred && any_plain { 3 } else { 1 };
+        let mut rows: Rows<usize> = SmallVec::with_capacity(total);
+        rows.extend((0..total).filter(|&i| bits[i] & keep == keep));
+        let list = self.score_list(inst, s, eps, total, Some(&rows))?;
+        let n = rows.len();
+        let (score, prob) = (&list.score, &list.probability);
+        let key = |k: usize| match (score.get(k), prob.get(k)) {
+            (Some(s), Some(p)) => (*s, *p),
+            _ => (f64::NAN, 0.0),
         };
-        let chosen = choose_by(s.pick, rows.len(), |k| key(rows[k]), Some(&mut self.rng));
+        let chosen = choose_by(s.pick, n, key, Some(&mut self.rng));
+        let mut pos: Rows<u32> = (0..n as u32).collect();
         if let Some(c) = chosen.filter(|c| *c > 0) {
             // The pick first, the rest in their order before the sort below.
-            rows[..=c].rotate_right(1);
+            pos[..=c].rotate_right(1);
         }
-        let rest = rows
+        let rest = pos
             .get_mut(usize::from(chosen.is_some())..)
             .unwrap_or_default();
-        order_rest_by(s.pick, rest, |&i| key(i));
+        order_rest_keyed(s.pick, rest, |&k| key(k as usize));
         Some(RankedRows {
-            all,
-            order: rows,
-            scored_all,
-            aggs: (scored_all && !inst.aggs_read_scored).then_some(aggs),
+            scored_all: n == total,
+            reuse_aggs: n == total && !inst.aggs_read_scored,
+            rows,
+            list,
+            pos,
         })
     }
 
@@ -385,52 +448,57 @@ impl<'a> JRun<'a> {
         let Some((_, assigns)) = inst.updates.iter().find(|(e, _)| *e == event) else {
             return Some(None);
         };
-        let mut ctxs = contexts(self.set, Some(s), args, self.req, self.stats, cands);
-        let Some(me) = ctxs.iter().position(|c| c.reg.endpoint.id == endpoint) else {
+        let Some(me) = cands.iter().position(|c| c.endpoint.id == endpoint) else {
             return Some(None);
         };
-        let mut eps = self.ep_vectors(&ctxs, Some(&inst.cells));
-        self.score_rows(inst, s, &mut ctxs, &eps, None)?;
-        self.assign(inst, &ctxs, &mut eps, me, assigns, event, outcome, None)
+        let mut eps = Cells::new();
+        self.fill_rows(inst, s, args, cands, &mut eps);
+        let all = self.score_list(inst, s, &eps, cands.len(), None)?;
+        let scoring = Scoring::All(&all);
+        self.assign(inst, cands, scoring, &mut eps, me, assigns, event, outcome)
     }
 
-    /// The state update of `assigns` (the block for `event`) for context `me` among
-    /// `ctxs`, scored over all of them; `eps` are their vectors, filled before
-    /// scoring (their score and probability cells are written here). `known`: the
-    /// aggregates over `ctxs` as scored, when the ranking already has them
-    /// ([`RankedRows::aggs`]); only `me`'s vector is then read.
+    /// The state update of `assigns` (the block for `event`) for candidate `me` among
+    /// `cands`, all of them scored (`scoring`); `eps` are their vectors, filled
+    /// before scoring (their score and probability cells are written here). With
+    /// [`Scoring::Known`] only `me`'s vector is read.
     #[allow(clippy::too_many_arguments)]
     fn assign(
         &self,
         inst: &StratCode,
-        ctxs: &[EpCtx<'a>],
+        cands: &[EndpointRef<'a>],
+        scoring: Scoring<'_>,
         eps: &mut [u64],
         me: usize,
         assigns: &[(u32, usize)],
         event: Event,
         outcome: Option<&Outcome>,
-        known: Option<&[f64]>,
     ) -> Option<Option<StateUpdate>> {
         let s = self.set.strategies.get(inst.strategy as usize)?;
         let n = self.code.layout.ep.len();
-        let aggs = match known {
-            Some(aggs) => {
+        let aggs = match scoring {
+            Scoring::Known {
+                aggs,
+                score,
+                probability,
+            } => {
                 if n > 0 {
                     let cells = eps.get_mut(me * n..(me + 1) * n)?;
-                    self.code.layout.fill_scored(ctxs.get(me)?, cells);
+                    self.code.layout.fill_scored(score, probability, cells);
                 }
                 Rows::from_slice(aggs)
             }
-            None => {
+            Scoring::All(all) => {
                 if n > 0 {
-                    for (c, cells) in ctxs.iter().zip(eps.chunks_mut(n)) {
-                        self.code.layout.fill_scored(c, cells);
+                    let scored = all.score.iter().zip(&all.probability);
+                    for ((score, p), cells) in scored.zip(eps.chunks_mut(n)) {
+                        self.code.layout.fill_scored(*score, *p, cells);
                     }
                 }
-                self.aggregates(inst, s, eps, ctxs.len(), None, outcome)?
+                self.aggregates(inst, s, eps, cands.len(), None, outcome)?
             }
         };
-        let aux = self.aux(self.req.priority, ctxs.len(), outcome, &aggs);
+        let aux = self.aux(self.req.priority, cands.len(), outcome, &aggs);
         let mut slots = BTreeMap::new();
         for (slot, f) in assigns {
             let v = f64::from_bits(self.call(*f, self.ep_of(eps, me), &aux)?);
@@ -438,7 +506,7 @@ impl<'a> JRun<'a> {
                 slots.insert(name, v);
             }
         }
-        let index = ctxs.get(me)?.reg.index;
+        let index = cands.get(me)?.index;
         Some(Some(StateUpdate {
             endpoint: self.set.names.endpoints().get(index)?.id.clone(),
             index,
@@ -480,27 +548,39 @@ impl<'a> JRun<'a> {
         let mut plan: Refs<'a> = match (strat, inst) {
             (Some(s), Some(inst)) => {
                 let mut eps = Cells::new();
-                let mut r = self.rank_rows(inst, s, &u.args, &cands, &mut eps)?;
-                let plan = r.order.iter().filter_map(|&i| r.all.get(i)).map(|c| c.reg);
-                let plan = plan.collect();
+                let r = self.rank_rows(inst, s, &u.args, &cands, &mut eps)?;
+                let mut plan = Refs::with_capacity(r.pos.len());
+                let order = r.pos.iter().filter_map(|&k| r.rows.get(k as usize));
+                plan.extend(order.filter_map(|&i| cands.get(i).copied()));
                 let pick = inst.updates.iter().find(|(e, _)| *e == Event::Pick);
-                if let (Some((_, assigns)), Some(&me)) = (pick, r.order.first()) {
+                if let (Some((_, assigns)), Some(&first)) = (pick, r.pos.first()) {
+                    let first = first as usize;
+                    let me = *r.rows.get(first)?;
                     // `on pick` sees every candidate scored (aggregates over all of
                     // them), as the interpreter's `update` does; the ranking scored
                     // only the kept ones unless that was all.
-                    if !r.scored_all {
-                        self.score_rows(inst, s, &mut r.all, &eps, None)?;
-                    }
-                    let known = r.aggs.as_deref();
+                    let all;
+                    let scoring = if r.reuse_aggs {
+                        Scoring::Known {
+                            aggs: &r.list.aggs,
+                            score: *r.list.score.get(first)?,
+                            probability: *r.list.probability.get(first)?,
+                        }
+                    } else if r.scored_all {
+                        Scoring::All(&r.list)
+                    } else {
+                        all = self.score_list(inst, s, &eps, cands.len(), None)?;
+                        Scoring::All(&all)
+                    };
                     let up = self.assign(
                         inst,
-                        &r.all,
+                        &cands,
+                        scoring,
                         &mut eps,
                         me,
                         assigns,
                         Event::Pick,
                         None,
-                        known,
                     )?;
                     d.state_updates.extend(up);
                 }
@@ -526,17 +606,45 @@ impl<'a> JRun<'a> {
     }
 }
 
-/// A compiled ranking: every candidate's context (`all`, scored: all of them when
-/// `scored_all`, else the kept ones) and the plan order as indices into `all`. The
-/// candidates' vectors (row `i` for `all[i]`) stay in the caller's buffer.
-struct RankedRows<'a> {
-    all: Vec<EpCtx<'a>>,
-    order: Rows<usize>,
+/// Scores of a candidate list, in its order ([`JRun::score_list`]).
+struct Scores {
+    /// Aggregate values over the list, by index.
+    aggs: Rows<f64>,
+    /// Each candidate's score.
+    score: Rows<f64>,
+    /// Each candidate's pick probability.
+    probability: Rows<f64>,
+}
+
+/// How the candidates of an `on` block were scored ([`JRun::assign`]).
+enum Scoring<'s> {
+    /// Every candidate, by candidate index; the block's aggregates are evaluated
+    /// afresh (they may read `score` or `probability`).
+    All(&'s Scores),
+    /// The ranking's aggregates, which the block's equal
+    /// ([`StratCode::aggs_read_scored`] is false and every candidate was kept),
+    /// and the score and probability of the candidate the block runs for.
+    Known {
+        aggs: &'s [f64],
+        score: f64,
+        probability: f64,
+    },
+}
+
+/// A compiled ranking: the candidates the filters kept (`rows`, indices into the
+/// candidates, ascending), their scores in that order (`list`), and the plan
+/// order as positions in `rows` (`pos`: the pick first). The candidates' vectors
+/// (row `i` for candidate `i`) stay in the caller's buffer.
+struct RankedRows {
+    rows: Rows<usize>,
+    list: Scores,
+    pos: Rows<u32>,
+    /// Every candidate was kept, so `list` is by candidate index.
     scored_all: bool,
-    /// The ranking's aggregates, when an `on pick` block would compute the same
-    /// values (every candidate scored, no aggregate reads `score` or
-    /// `probability`: [`StratCode::aggs_read_scored`]).
-    aggs: Option<Rows<f64>>,
+    /// `list.aggs` are the aggregates an `on pick` block would compute: every
+    /// candidate kept and no aggregate reads `score` or `probability`
+    /// ([`StratCode::aggs_read_scored`]).
+    reuse_aggs: bool,
 }
 
 /// Candidate endpoint refs for registry indices `ids` (unknown ones skipped), as
