@@ -158,8 +158,12 @@ pub fn state_values<'a>(
         } else {
             init
         };
-        for (v, k) in out.iter_mut().skip(slot).step_by(n).zip(column()) {
-            *v = k.unwrap_or(join);
+        // Row by row over both tables at once (`skip` and `step_by` over each cost
+        // more than the copy itself).
+        for (v, k) in out.chunks_exact_mut(n).zip(known.chunks_exact(n)) {
+            if let (Some(v), Some(k)) = (v.get_mut(slot), k.get(slot)) {
+                *v = k.unwrap_or(join);
+            }
         }
     }
     out
@@ -375,43 +379,45 @@ pub fn order_rest_by<T>(mode: PickMode, rest: &mut [T], key: impl Fn(&T) -> (f64
     }
 }
 
-/// [`order_rest_by`] for items that are cheap to copy (the JIT's candidate
-/// indices), with the same result: each item's key is read once and mapped to a
-/// `u64` that orders as `order_rest_by` compares (NaN last, 0.0 equal to -0.0),
-/// and the items are put in (key, position) order, which keeps equal keys in
-/// their order as the stable sort does: one pass per key when there are at most
-/// [`FEW_KEYS`] distinct keys, else an integer sort. Ordering the 127 fallbacks of
-/// a model's 128 endpoints through a float comparator was the largest single cost
-/// of a decision (issue 17).
-pub fn order_rest_keyed<T: Copy>(mode: PickMode, rest: &mut [T], key: impl Fn(&T) -> (f64, f64)) {
-    if rest.len() < 2 {
-        return;
-    }
-    let mut keyed: SmallVec<[(u64, u32); 16]> = rest
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            let (score, probability) = key(t);
-            let x = match mode {
-                PickMode::Min => score,
-                PickMode::Max => -score,
-                _ => -probability,
-            };
-            (ascending_key(x), i as u32)
-        })
-        .collect();
-    if keyed.is_sorted() {
-        return;
-    }
-    let old: SmallVec<[T; 16]> = SmallVec::from_slice(rest);
-    let mut put = |j: usize, i: u32| {
-        if let (Some(dst), Some(v)) = (rest.get_mut(j), old.get(i as usize)) {
-            *dst = *v;
-        }
+/// Appends to `out` the positions `0..n` other than `skip`, in the order
+/// [`order_rest_by`] gives items whose keys are `key(position)`: the JIT's plan
+/// order after its pick. Each
+/// key is read once and mapped to a `u64` that orders as `order_rest_by` compares
+/// (NaN last, 0.0 equal to -0.0), and positions are put in (key, position) order,
+/// which keeps equal keys in their order as the stable sort does: one pass per key
+/// when there are at most [`FEW_KEYS`] distinct keys, else an integer sort.
+/// Ordering the 127 fallbacks of a model's 128 endpoints through a float
+/// comparator was the largest single cost of a decision (issue 17).
+pub fn rest_positions(
+    mode: PickMode,
+    n: usize,
+    skip: Option<usize>,
+    key: impl Fn(usize) -> (f64, f64),
+    out: &mut impl Extend<u32>,
+) {
+    let pick_key = |(score, probability): (f64, f64)| match mode {
+        PickMode::Min => score,
+        PickMode::Max => -score,
+        _ => -probability,
     };
+    if n < 2 {
+        out.extend((0..n).filter(|&k| Some(k) != skip).map(|k| k as u32));
+        return;
+    }
+    // A `Vec`: pushing to a spilled `SmallVec` checks where it lives every time.
+    let mut keyed: Vec<(u64, u32)> = Vec::with_capacity(n);
+    for k in 0..n {
+        if Some(k) != skip {
+            keyed.push((ascending_key(pick_key(key(k))), k as u32));
+        }
+    }
+    if keyed.is_sorted() {
+        out.extend(keyed.iter().map(|&(_, k)| k));
+        return;
+    }
     // Rankings usually score their candidates with a few distinct values (weighted
     // round-robin: two): then one pass per value, in key order, each taking its
-    // items in their order, is the stable order at a few instructions per item,
+    // positions in order, is the stable order at a few instructions per item,
     // where a comparison sort of 127 items cost about 10,000 (issue 17).
     let mut distinct: SmallVec<[u64; FEW_KEYS]> = SmallVec::new();
     for &(k, _) in &keyed {
@@ -423,28 +429,20 @@ pub fn order_rest_keyed<T: Copy>(mode: PickMode, rest: &mut [T], key: impl Fn(&T
             distinct.push(k);
         }
     }
-    if !distinct.is_empty() {
-        distinct.sort_unstable();
-        let mut j = 0;
-        for d in distinct {
-            for &(k, i) in &keyed {
-                if k == d {
-                    put(j, i);
-                    j += 1;
-                }
-            }
-        }
+    if distinct.is_empty() {
+        // Positions are distinct, so any sort gives the one order.
+        keyed.sort_unstable();
+        out.extend(keyed.iter().map(|&(_, k)| k));
         return;
     }
-    // Positions are distinct, so any sort gives the one order.
-    keyed.sort_unstable();
-    for (j, &(_, i)) in keyed.iter().enumerate() {
-        put(j, i);
+    distinct.sort_unstable();
+    for d in distinct {
+        out.extend(keyed.iter().filter(|&&(k, _)| k == d).map(|&(_, k)| k));
     }
 }
 
 /// At most this many distinct keys are ordered by one pass per key
-/// ([`order_rest_keyed`]).
+/// ([`rest_positions`]).
 const FEW_KEYS: usize = 8;
 
 /// A `u64` that orders as [`order_rest_by`] orders floats ascending: numbers by
@@ -641,7 +639,7 @@ mod order_tests {
     }
 
     #[test]
-    fn keyed_order_equals_the_stable_float_order_for_every_pick_mode() {
+    fn rest_positions_equal_the_stable_float_order_for_every_pick_mode() {
         let mut rng = SplitMix64::new(17);
         for round in 0..3000 {
             let len = (round % 40) as usize;
@@ -653,10 +651,12 @@ mod order_tests {
                 PickMode::Weighted,
                 PickMode::Sample,
             ] {
-                let mut stable: Vec<usize> = (0..len).collect();
+                let skip = (len > 0).then(|| (round as usize * 7) % len);
+                let mut stable: Vec<usize> = (0..len).filter(|&i| Some(i) != skip).collect();
                 order_rest_by(mode, &mut stable, |&i| keys[i]);
-                let mut keyed: Vec<usize> = (0..len).collect();
-                order_rest_keyed(mode, &mut keyed, |&i| keys[i]);
+                let mut positions: Vec<u32> = Vec::new();
+                rest_positions(mode, len, skip, |i| keys[i], &mut positions);
+                let keyed: Vec<usize> = positions.iter().map(|&k| k as usize).collect();
                 assert_eq!(keyed, stable, "{mode:?} {keys:?}");
             }
         }

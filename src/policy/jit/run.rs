@@ -16,7 +16,7 @@ use crate::policy::features::{EpStats, Outcome, RequestFeatures, StatsSource};
 use crate::policy::interp::eval::{reduce, EpCtx};
 use crate::policy::interp::hash::SplitMix64;
 use crate::policy::interp::strategy::{
-    self, choose_by, contexts, order_rest_keyed, probabilities_into, state_values,
+    self, choose_by, contexts, probabilities_into, rest_positions, state_values,
 };
 use crate::policy::interp::{
     apply_fallback, available, candidates, split_bucket, write_plan, Decision, Refs, Rejection,
@@ -395,17 +395,18 @@ impl<'a> JRun<'a> {
         // Bit 0: passes `require`; bit 1: passes `prefer`.
         let mut bits: Rows<u64> = smallvec::smallvec![0; total];
         filter.call_rows(eps, self.code.layout.ep.len(), total, None, &mut bits)?;
-        let (mut any_preferred, mut any_plain) = (false, false);
-        for b in &bits {
+        let mut rows: Rows<usize> = SmallVec::with_capacity(total);
+        let mut preferred = 0;
+        for (i, b) in bits.iter().enumerate() {
             if b & 1 != 0 {
-                any_preferred |= b & 2 != 0;
-                any_plain |= b & 2 == 0;
+                rows.push(i);
+                preferred += usize::from(b & 2 != 0);
             }
         }
-        // With some preferred candidates, only they are kept.
-        let keep = if any_preferred && any_plain { 3 } else { 1 };
-        let mut rows: Rows<usize> = SmallVec::with_capacity(total);
-        rows.extend((0..total).filter(|&i| bits[i] & keep == keep));
+        // With some preferred candidates and some not, only the preferred are kept.
+        if preferred > 0 && preferred < rows.len() {
+            rows.retain(|i| bits.get(*i).is_some_and(|b| b & 2 != 0));
+        }
         let list = self.score_list(inst, s, eps, total, Some(&rows))?;
         let n = rows.len();
         let (score, prob) = (&list.score, &list.probability);
@@ -414,15 +415,12 @@ impl<'a> JRun<'a> {
             _ => (f64::NAN, 0.0),
         };
         let chosen = choose_by(s.pick, n, key, Some(&mut self.rng));
-        let mut pos: Rows<u32> = (0..n as u32).collect();
-        if let Some(c) = chosen.filter(|c| *c > 0) {
-            // The pick first, the rest in their order before the sort below.
-            pos[..=c].rotate_right(1);
+        // The pick first, then the rest by key (candidate order among equals).
+        let mut pos: Rows<u32> = SmallVec::with_capacity(n);
+        if let Some(c) = chosen {
+            pos.push(c as u32);
+            rest_positions(s.pick, n, Some(c), key, &mut pos);
         }
-        let rest = pos
-            .get_mut(usize::from(chosen.is_some())..)
-            .unwrap_or_default();
-        order_rest_keyed(s.pick, rest, |&k| key(k as usize));
         Some(RankedRows {
             scored_all: n == total,
             reuse_aggs: n == total && !inst.aggs_read_scored,
@@ -550,8 +548,12 @@ impl<'a> JRun<'a> {
                 let mut eps = Cells::new();
                 let r = self.rank_rows(inst, s, &u.args, &cands, &mut eps)?;
                 let mut plan = Refs::with_capacity(r.pos.len());
-                let order = r.pos.iter().filter_map(|&k| r.rows.get(k as usize));
-                plan.extend(order.filter_map(|&i| cands.get(i).copied()));
+                let (rows, all): (&[usize], &[EndpointRef<'a>]) = (&r.rows, &cands);
+                for &k in r.pos.iter() {
+                    if let Some(c) = rows.get(k as usize).and_then(|&i| all.get(i)) {
+                        plan.push(*c);
+                    }
+                }
                 let pick = inst.updates.iter().find(|(e, _)| *e == Event::Pick);
                 if let (Some((_, assigns)), Some(&first)) = (pick, r.pos.first()) {
                     let first = first as usize;
