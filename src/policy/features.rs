@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::ast::PriorityLevel;
+use super::checked::EpField;
 use super::registry::EndpointRef;
 
 /// `request.budget_remaining` when no budget applies to the caller, USD (10^18: more
@@ -314,6 +315,23 @@ impl EpStats {
     };
 }
 
+impl EpStats {
+    /// The value of `f` when it is one of the live numbers a strategy can read a
+    /// column of ([`StatsSource::numbers`]: health, latency and TTFT EWMA in ms,
+    /// capacity, error rate); `None` for any other field.
+    #[inline]
+    pub fn number(&self, f: EpField) -> Option<f64> {
+        Some(match f {
+            EpField::Health => self.health,
+            EpField::LatencyEwmaMs => self.latency_ewma_ms,
+            EpField::TtftEwmaMs => self.ttft_ewma_ms,
+            EpField::Capacity => self.capacity,
+            EpField::ErrorRate => self.error_rate,
+            _ => return None,
+        })
+    }
+}
+
 impl Default for EpStats {
     /// [`EpStats::UNKNOWN`].
     fn default() -> Self {
@@ -376,6 +394,26 @@ pub trait StatsSource {
             }
         }
         v.truncate(kept);
+    }
+
+    /// Writes live number `f` ([`EpStats::number`]: health, latency or TTFT EWMA,
+    /// capacity, error rate) of each endpoint of `eps` into `out` (`out[k]` for
+    /// `eps[k]`), each equal to `self.stats(..).number(f)`; `false`, with `out`
+    /// untouched, for any other field. A strategy that reads one or two numbers of
+    /// each of a model's endpoints then needs neither their whole statistics (the
+    /// breaker's state, the quality map's lookup by task, every EWMA) nor a copy of
+    /// them per candidate (issue 17). The default reads the whole statistics.
+    fn numbers(&self, eps: &[EndpointRef<'_>], f: EpField, out: &mut [f64]) -> bool {
+        if EpStats::UNKNOWN.number(f).is_none() {
+            return false;
+        }
+        for (v, e) in out.iter_mut().zip(eps) {
+            *v = self
+                .stats(e.index, &e.endpoint.id, "")
+                .number(f)
+                .unwrap_or(f64::NAN);
+        }
+        true
     }
 
     /// Calls `f` with the endpoint's state slots for strategy `strategy` (slot name →

@@ -39,6 +39,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::policy::checked::EpField;
 #[cfg(doc)]
 use crate::policy::StatsSnapshot;
 use crate::policy::{EndpointStats, EpStats};
@@ -302,19 +303,13 @@ impl EndpointSlot {
     /// and quality left unset: [`StatsStore`] adds them), without the strategy state
     /// (the store keeps it).
     pub(crate) fn numbers_at(&self, now_ms: u64, at: Instant) -> EpStats {
-        let until = self.capacity_until_ms.load(Ordering::Relaxed);
-        let capacity = if until != 0 && now_ms >= until {
-            1.0
-        } else {
-            self.capacity.get()
-        };
         let (available, circuit) = self.breaker.offered(at);
         EpStats {
             available: available && !self.throttled_at(now_ms),
             health: self.health_at(now_ms),
             latency_ewma_ms: self.latency_ms.get(),
             ttft_ewma_ms: self.ttft_ms.get(),
-            capacity,
+            capacity: self.capacity_at(now_ms),
             in_flight: self.in_flight.load(Ordering::Relaxed),
             error_rate: self.error_rate.get(),
             cost_in_per_token: None,
@@ -322,6 +317,31 @@ impl EndpointSlot {
             quality: 0.0,
             context_window: None,
             circuit: circuit.into(),
+        }
+    }
+
+    /// Live number `f` of [`EndpointSlot::numbers_at`] at Unix ms `now_ms`, read
+    /// alone ([`EpStats::number`]'s fields; `None` for any other).
+    #[inline]
+    pub(crate) fn number_at(&self, f: EpField, now_ms: u64) -> Option<f64> {
+        Some(match f {
+            EpField::Health => self.health_at(now_ms),
+            EpField::LatencyEwmaMs => self.latency_ms.get(),
+            EpField::TtftEwmaMs => self.ttft_ms.get(),
+            EpField::Capacity => self.capacity_at(now_ms),
+            EpField::ErrorRate => self.error_rate.get(),
+            _ => return None,
+        })
+    }
+
+    /// The capacity estimate at Unix ms `now_ms`: 1 again once the provider's
+    /// announced limit window has passed.
+    fn capacity_at(&self, now_ms: u64) -> f64 {
+        let until = self.capacity_until_ms.load(Ordering::Relaxed);
+        if until != 0 && now_ms >= until {
+            1.0
+        } else {
+            self.capacity.get()
         }
     }
 

@@ -18,6 +18,7 @@ use std::time::{Instant, SystemTime};
 use super::state::StateTable;
 use super::EndpointSlot;
 use crate::config::Config;
+use crate::policy::checked::EpField;
 use crate::policy::registry::{EndpointRef, Registry};
 use crate::policy::{EndpointStats, EpStats, StatsSnapshot, StatsSource};
 
@@ -360,6 +361,21 @@ impl StatsSource for LiveStats<'_> {
         }
     }
 
+    fn numbers(&self, eps: &[EndpointRef<'_>], f: EpField, out: &mut [f64]) -> bool {
+        let Some(unknown) = EpStats::UNKNOWN.number(f) else {
+            return false;
+        };
+        for (v, e) in out.iter_mut().zip(eps) {
+            *v = match self.resolve(e.index, &e.endpoint.id) {
+                Some(i) => self.store.slots[i]
+                    .number_at(f, self.now_ms)
+                    .unwrap_or(unknown),
+                None => unknown,
+            };
+        }
+        true
+    }
+
     #[inline]
     fn available(&self, index: usize, id: &str) -> bool {
         self.resolve(index, id)
@@ -418,6 +434,69 @@ mod tests {
                 .quality
                 .is_empty()
         );
+    }
+
+    /// A column of live numbers (`StatsSource::numbers`, what a compiled ranking
+    /// reads instead of each candidate's whole statistics) equals the same number of
+    /// `stats`, for every field it serves, for endpoints found by index, found by id
+    /// (the registry's order differs from the store's) and unknown to the store.
+    #[test]
+    fn number_columns_equal_the_whole_statistics_field_by_field() {
+        let reg = Registry::example();
+        let ids: Vec<String> = reg.endpoints().map(|e| e.endpoint.id.clone()).collect();
+        // The store holds the registry's endpoints but the first, in reverse order.
+        let s = StatsStore::with_endpoints(
+            ids.iter()
+                .skip(1)
+                .rev()
+                .map(|id| EndpointInfo {
+                    id: id.clone(),
+                    ..EndpointInfo::default()
+                })
+                .collect(),
+        );
+        let now = SystemTime::now();
+        for (i, ms) in [(0, 120), (1, 40), (2, 900)] {
+            let slot = s.slot(i).unwrap();
+            slot.record(Duration::from_millis(ms), i != 1);
+            slot.record_ttft(Duration::from_millis(ms / 3));
+        }
+        s.slot(1).unwrap().record_capacity(
+            super::super::ratelimit::Capacity {
+                fraction: 0.25,
+                resets_in: Some(Duration::from_secs(60)),
+            },
+            now,
+        );
+        s.slot(2).unwrap().record_capacity(
+            super::super::ratelimit::Capacity {
+                fraction: 0.5,
+                resets_in: None,
+            },
+            now,
+        );
+        let live = s.live(now);
+        let eps: Vec<EndpointRef<'_>> = reg.endpoints().collect();
+        let mut served = 0;
+        for (_, f, _, _) in EpField::NAMED {
+            let mut out = vec![-1.0; eps.len()];
+            if !live.numbers(&eps, f, &mut out) {
+                assert_eq!(EpStats::UNKNOWN.number(f), None, "{f:?} has no column");
+                assert!(out.iter().all(|v| *v == -1.0), "{f:?}: untouched");
+                continue;
+            }
+            served += 1;
+            for (e, v) in eps.iter().zip(&out) {
+                let whole = live.stats(e.index, &e.endpoint.id, "chat").number(f);
+                assert_eq!(
+                    Some(v.to_bits()),
+                    whole.map(f64::to_bits),
+                    "{f:?} of {}",
+                    e.endpoint.id
+                );
+            }
+        }
+        assert_eq!(served, 5, "health, latency, TTFT, capacity, error rate");
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::policy::checked::*;
 
 use super::codegen::{Builder, SelIndex, SelRoute, SelRule, SelSetPrio};
 use super::index::{self, KeyScope, RouteIndex, INDEX_MIN_RULES};
-use super::ir::{LTy, Node};
+use super::ir::{LTy, Node, Slot, Vector};
 use super::layout::{prio_code, EpSlot, Layout, ReqFill, ReqSlot, Strings};
 use super::lower::{Lowerer, PrioFrom, Scope};
 use super::native::{discard, new_module, Native, Shape};
@@ -61,6 +61,11 @@ pub struct StratCode {
     pub filter: usize,
     /// Aggregates: (index, function, argument function).
     pub aggs: Vec<(u32, AggFn, usize)>,
+    /// Per aggregate (as `aggs`): the endpoint cell its argument is, when the
+    /// argument is nothing but one number of the endpoint vector (`state.served`,
+    /// `endpoint.weight`): the host then reads the column instead of calling the
+    /// argument's code once per candidate ([`AggColumn`]).
+    pub agg_columns: Vec<Option<AggColumn>>,
     /// Score function.
     pub score: usize,
     /// Per event: (slot, function) in assignment order.
@@ -73,6 +78,39 @@ pub struct StratCode {
     /// candidate was scored, and the host reuses them instead of evaluating each
     /// aggregate over every candidate a second time.
     pub aggs_read_scored: bool,
+}
+
+/// An aggregate's argument that is one cell of the endpoint vector, read as the
+/// argument's code would read it: an `f64` cell as is, an integer cell converted to
+/// the nearest `f64` (Rust's `as`, the same rounding as the code's conversion).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AggColumn {
+    /// Index of the cell in the endpoint vector (`u64` units).
+    pub cell: u32,
+    /// The cell holds an integer (`i64` bits), not an `f64`.
+    pub int: bool,
+}
+
+impl AggColumn {
+    /// The column an aggregate argument's lowered form `n` reads, if it is only a
+    /// load of an endpoint cell (as a float, or an integer converted to one).
+    pub fn of(n: &Node) -> Option<AggColumn> {
+        let ep = |slot: &Slot| (slot.vector == Vector::Ep).then_some(slot.index);
+        match n {
+            Node::Load(slot, LTy::F) => Some(AggColumn {
+                cell: ep(slot)?,
+                int: false,
+            }),
+            Node::ToFloat(inner) => match &**inner {
+                Node::Load(slot, LTy::I) => Some(AggColumn {
+                    cell: ep(slot)?,
+                    int: true,
+                }),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
 }
 
 /// A compiled set: code, the layout it reads, and where each use site's code is.
@@ -204,10 +242,12 @@ impl Pending<'_> {
             }
         }
         let mut aggs = Vec::new();
+        let mut agg_columns = Vec::new();
         let agg_mark = lo.layout.ep_mark();
         for (i, (f, arg)) in found {
             lo.start_function();
             let n = e(lo.number(arg, &sc))?;
+            agg_columns.push(AggColumn::of(&n));
             aggs.push((i, f, self.push(n)));
         }
         let aggs_read_scored = lo.layout.ep_reads_since(agg_mark).iter().any(|&c| {
@@ -233,6 +273,7 @@ impl Pending<'_> {
             strategy: si,
             filter,
             aggs,
+            agg_columns,
             score,
             updates,
             cells: lo.layout.ep_reads_since(mark),

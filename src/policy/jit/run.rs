@@ -205,6 +205,7 @@ impl<'a> JRun<'a> {
         let ns = s.states.len();
         let (layout, strings) = (&self.code.layout, &self.code.strings);
         let mut others: SmallVec<[u32; 8]> = SmallVec::new();
+        let mut numbers: Rows<f64> = SmallVec::new();
         for &cell in &inst.cells {
             let c = cell as usize;
             let Some(slot) = layout.ep.get(c) else {
@@ -230,15 +231,34 @@ impl<'a> JRun<'a> {
                 }
                 // A slot the strategy does not have reads 0.0, whose bits are 0.
                 EpSlot::State(_) => {}
+                // A live number read as a column, without the rest of each
+                // candidate's statistics.
+                EpSlot::Field(f) if EpStats::UNKNOWN.number(f).is_some() => {
+                    numbers.resize(cands.len(), 0.0);
+                    if self.stats.numbers(cands, f, &mut numbers) {
+                        for (row, x) in rows.map(|(row, _)| row).zip(&numbers) {
+                            row[c] = x.to_bits();
+                        }
+                    } else {
+                        others.push(cell);
+                    }
+                }
                 _ => others.push(cell),
             }
         }
         if others.is_empty() {
             return;
         }
+        // The rest a row at a time, with each candidate's whole statistics when one
+        // of them comes from there.
+        let needs_stats = s.reads_stats
+            && others.iter().any(|&c| match layout.ep.get(c as usize) {
+                Some(EpSlot::Field(f) | EpSlot::Atom(_, f, _)) => f.from_stats(),
+                _ => false,
+            });
         for (k, (r, cell)) in cands.iter().zip(v.chunks_exact_mut(n)).enumerate() {
             let read;
-            let stats = if s.reads_stats {
+            let stats = if needs_stats {
                 read = self.stats.stats(r.index, &r.endpoint.id, &self.req.task);
                 &read
             } else {
@@ -310,13 +330,34 @@ impl<'a> JRun<'a> {
         let n = rows.map_or(total, <[usize]>::len);
         let aux = self.aux(self.req.priority, n, outcome, &[]);
         let stride = self.code.layout.ep.len();
-        let mut bits: Rows<u64> = smallvec::smallvec![0; n];
+        // Call results, made only for an argument that is not a column.
+        let mut bits: Rows<u64> = SmallVec::new();
         let mut values: Rows<f64> = smallvec::smallvec![0.0; n];
-        for (idx, f, func) in &inst.aggs {
-            let call = self.code.native.bind_expr(*func, &self.fv, &aux)?;
-            call.call_rows(eps, stride, total, rows, &mut bits)?;
-            for (v, b) in values.iter_mut().zip(&bits) {
-                *v = f64::from_bits(*b);
+        let columns = inst
+            .agg_columns
+            .iter()
+            .copied()
+            .chain(std::iter::repeat(None));
+        for ((idx, f, func), column) in inst.aggs.iter().zip(columns) {
+            match column {
+                // An argument that is one cell: the column read straight from the
+                // vectors, no call per candidate (issue 17).
+                Some(col) if (col.cell as usize) < stride => {
+                    let (c, out) = (col.cell as usize, &mut values[..]);
+                    if col.int {
+                        read_column(eps, stride, c, total, rows, out, |b| b as i64 as f64)?;
+                    } else {
+                        read_column(eps, stride, c, total, rows, out, f64::from_bits)?;
+                    }
+                }
+                _ => {
+                    let call = self.code.native.bind_expr(*func, &self.fv, &aux)?;
+                    bits.resize(n, 0);
+                    call.call_rows(eps, stride, total, rows, &mut bits)?;
+                    for (v, b) in values.iter_mut().zip(&bits) {
+                        *v = f64::from_bits(*b);
+                    }
+                }
             }
             if let Some(slot) = out.get_mut(*idx as usize) {
                 *slot = reduce(*f, &values);
@@ -606,6 +647,36 @@ impl<'a> JRun<'a> {
         write_plan(d, &plan, &u.target);
         Some(())
     }
+}
+
+/// Writes into `out` the cell `c` of rows `rows` of the `total` vectors of `stride`
+/// cells in `eps` (every row when `rows` is `None`), each converted by `value`: an
+/// aggregate's argument that is one cell ([`super::compile::AggColumn`]). `None`
+/// when `eps` is shorter than `total` rows or a row is not below `total`.
+#[inline]
+fn read_column(
+    eps: &[u64],
+    stride: usize,
+    c: usize,
+    total: usize,
+    rows: Option<&[usize]>,
+    out: &mut [f64],
+    value: impl Fn(u64) -> f64,
+) -> Option<()> {
+    let eps = eps.get(..total.checked_mul(stride)?)?;
+    match rows {
+        Some(rows) => {
+            for (v, &r) in out.iter_mut().zip(rows) {
+                *v = value(*eps.get(r * stride + c)?);
+            }
+        }
+        None => {
+            for (v, bits) in out.iter_mut().zip(eps.iter().skip(c).step_by(stride)) {
+                *v = value(*bits);
+            }
+        }
+    }
+    Some(())
 }
 
 /// Scores of a candidate list, in its order ([`JRun::score_list`]).
