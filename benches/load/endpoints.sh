@@ -7,9 +7,12 @@
 # Usage: benches/load/endpoints.sh [seconds] [connections]
 #   ENDPOINTS="1 16 128"  endpoint counts, alternated in each round
 #   ROUNDS=3              rounds
-#   POLICY=builtin|bench  builtin: no policy file (the built-in `priority` order);
+#   POLICY=builtin|bench|least_latency
+#                         builtin: no policy file (the built-in `priority` order);
 #                         bench: benches/load/bench.policy (weighted round-robin,
-#                         which keeps per-endpoint state)
+#                         which keeps per-endpoint state); least_latency: the same
+#                         rules, then `least_latency` (reads each endpoint's live
+#                         health and latency EWMA)
 #   CALLGRIND=1           instead of CPU time, instructions per request under
 #                         `valgrind --tool=callgrind` (repeatable on a loaded
 #                         machine): instrumentation is switched on after a warm-up,
@@ -42,7 +45,10 @@ run() { # endpoints -> prints "E us" or "E instructions"
   eps=""
   for i in $(seq 1 "$e"); do eps="$eps{ provider: up, model: mock-$i }, "; done
   mkdir -p "$work/p$e"
-  if [ "$policy" = bench ]; then cp benches/load/bench.policy "$work/p$e/"; fi
+  case $policy in
+    bench) cp benches/load/bench.policy "$work/p$e/" ;;
+    least_latency) sed 's/via weighted_round_robin/via least_latency/' benches/load/bench.policy > "$work/p$e/bench.policy" ;;
+  esac
   cat > "$work/sy$e.yaml" <<YAML
 server: { listen: 127.0.0.1:$gport }
 policies: { dir: $work/p$e }

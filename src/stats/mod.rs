@@ -140,7 +140,9 @@ impl EndpointSlot {
 /// `health` last updated at Unix ms `at_ms` (0: never), as recovered by `now_ms`:
 /// 1 − (1 − H)·2^(−Δt / half-life).
 fn recovered(health: f64, at_ms: u64, now_ms: u64, half_life_ms: f64) -> f64 {
-    if at_ms == 0 || now_ms <= at_ms || half_life_ms <= 0.0 {
+    // Full health stays full (1 − 0·x is 1 for every x the power gives): the
+    // usual case, with no `exp2` per endpoint per decision.
+    if at_ms == 0 || now_ms <= at_ms || half_life_ms <= 0.0 || health == 1.0 {
         return health;
     }
     let dt = (now_ms - at_ms) as f64;
