@@ -334,6 +334,12 @@ pub fn probabilities(pick: PickMode, scores: &[f64]) -> Vec<f64> {
 
 /// [`probabilities`] written into `out` (as long as `scores`).
 pub fn probabilities_into(pick: PickMode, scores: &[f64], out: &mut [f64]) {
+    if !matches!(pick, PickMode::Weighted | PickMode::Sample) {
+        // Min and max picks: every candidate 1, with no pass summing the weights.
+        let n = scores.len().min(out.len());
+        out[..n].fill(1.0);
+        return;
+    }
     let weight = |x: f64| if x.is_finite() && x > 0.0 { x } else { 0.0 };
     let total: f64 = scores.iter().map(|&x| weight(x)).sum();
     let n = scores.len().max(1) as f64;
