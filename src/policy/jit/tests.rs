@@ -611,3 +611,31 @@ fn request_strings_read_by_several_cells_agree_with_the_interpreter() {
     // Every rule was taken by some request: the cases reach each cell's reading.
     assert_eq!(rules_taken.len(), 5, "{rules_taken:?}");
 }
+
+/// An aggregate whose argument is one endpoint cell is read as a column
+/// (`AggColumn`), which a change to the lowering could lose silently (the decisions
+/// would still agree, only slower): weighted round-robin's two sums are columns, a
+/// float one (`state.served`) and an integer one (`endpoint.weight`); an argument
+/// that computes anything is not.
+#[test]
+fn aggregates_over_one_endpoint_cell_are_read_as_columns() {
+    let set = with_builtins(
+        "strategy spread() {\n  state load = 0.0\n  score = sum(state.load + 1.0) - state.load\n  pick max\n  on pick { load = state.load + 1 }\n}\nroute spread_test priority 1000 when has(metadata(\"spread\")) {\n  default use \"gpt-4o\" via spread\n}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let code = compile::compile(&set, JitOptions::default()).unwrap();
+    let columns = |name: &str| -> Vec<Option<compile::AggColumn>> {
+        let si = set.strategies.iter().position(|s| s.name == name).unwrap() as u32;
+        let inst = code.instances.iter().find(|i| i.strategy == si);
+        inst.map(|i| i.agg_columns.clone()).unwrap_or_default()
+    };
+    let wrr = columns("weighted_round_robin");
+    assert_eq!(wrr.len(), 2, "{wrr:?}");
+    assert!(wrr.iter().all(Option::is_some), "{wrr:?}");
+    assert_eq!(
+        wrr.iter().flatten().filter(|c| c.int).count(),
+        1,
+        "endpoint.weight is an integer cell: {wrr:?}"
+    );
+    assert_eq!(columns("spread"), vec![None]);
+}
