@@ -315,20 +315,48 @@ impl EpStats {
     };
 }
 
-impl EpStats {
-    /// The value of `f` when it is one of the live numbers a strategy can read a
-    /// column of ([`StatsSource::numbers`]: health, latency and TTFT EWMA in ms,
-    /// capacity, error rate); `None` for any other field.
-    #[inline]
-    pub fn number(&self, f: EpField) -> Option<f64> {
+/// The endpoint fields a strategy can read as a column ([`StatsSource::numbers`]):
+/// live numbers that need none of the rest of the statistics. The one list of
+/// them; [`EpStats::number`] and the live store's reading match on it exhaustively.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveNumber {
+    /// `endpoint.health`, in [0, 1].
+    Health,
+    /// `endpoint.latency_ewma_ms`, ms.
+    LatencyEwmaMs,
+    /// `endpoint.ttft_ewma_ms`, ms.
+    TtftEwmaMs,
+    /// `endpoint.capacity`, in [0, 1].
+    Capacity,
+    /// `endpoint.error_rate`, in [0, 1].
+    ErrorRate,
+}
+
+impl LiveNumber {
+    /// The live number field `f` is, if it is one.
+    pub fn of(f: EpField) -> Option<LiveNumber> {
         Some(match f {
-            EpField::Health => self.health,
-            EpField::LatencyEwmaMs => self.latency_ewma_ms,
-            EpField::TtftEwmaMs => self.ttft_ewma_ms,
-            EpField::Capacity => self.capacity,
-            EpField::ErrorRate => self.error_rate,
+            EpField::Health => LiveNumber::Health,
+            EpField::LatencyEwmaMs => LiveNumber::LatencyEwmaMs,
+            EpField::TtftEwmaMs => LiveNumber::TtftEwmaMs,
+            EpField::Capacity => LiveNumber::Capacity,
+            EpField::ErrorRate => LiveNumber::ErrorRate,
             _ => return None,
         })
+    }
+}
+
+impl EpStats {
+    /// The value of live number `n`.
+    #[inline]
+    pub fn number(&self, n: LiveNumber) -> f64 {
+        match n {
+            LiveNumber::Health => self.health,
+            LiveNumber::LatencyEwmaMs => self.latency_ewma_ms,
+            LiveNumber::TtftEwmaMs => self.ttft_ewma_ms,
+            LiveNumber::Capacity => self.capacity,
+            LiveNumber::ErrorRate => self.error_rate,
+        }
     }
 }
 
@@ -396,24 +424,16 @@ pub trait StatsSource {
         v.truncate(kept);
     }
 
-    /// Writes live number `f` ([`EpStats::number`]: health, latency or TTFT EWMA,
-    /// capacity, error rate) of each endpoint of `eps` into `out` (`out[k]` for
-    /// `eps[k]`), each equal to `self.stats(..).number(f)`; `false`, with `out`
-    /// untouched, for any other field. A strategy that reads one or two numbers of
-    /// each of a model's endpoints then needs neither their whole statistics (the
-    /// breaker's state, the quality map's lookup by task, every EWMA) nor a copy of
-    /// them per candidate (issue 17). The default reads the whole statistics.
-    fn numbers(&self, eps: &[EndpointRef<'_>], f: EpField, out: &mut [f64]) -> bool {
-        if EpStats::UNKNOWN.number(f).is_none() {
-            return false;
-        }
+    /// Writes live number `n` of each endpoint of `eps` into `out` (`out[k]` for
+    /// `eps[k]`), each equal to `self.stats(..).number(n)`. A strategy that reads one
+    /// or two numbers of each of a model's endpoints then needs neither their whole
+    /// statistics (the breaker's state, the quality map's lookup by task, every
+    /// EWMA) nor a copy of them per candidate (issue 17). The default reads the
+    /// whole statistics.
+    fn numbers(&self, eps: &[EndpointRef<'_>], n: LiveNumber, out: &mut [f64]) {
         for (v, e) in out.iter_mut().zip(eps) {
-            *v = self
-                .stats(e.index, &e.endpoint.id, "")
-                .number(f)
-                .unwrap_or(f64::NAN);
+            *v = self.stats(e.index, &e.endpoint.id, "").number(n);
         }
-        true
     }
 
     /// Calls `f` with the endpoint's state slots for strategy `strategy` (slot name →

@@ -39,7 +39,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::policy::checked::EpField;
+use crate::policy::features::LiveNumber;
 #[cfg(doc)]
 use crate::policy::StatsSnapshot;
 use crate::policy::{EndpointStats, EpStats};
@@ -322,18 +322,17 @@ impl EndpointSlot {
         }
     }
 
-    /// Live number `f` of [`EndpointSlot::numbers_at`] at Unix ms `now_ms`, read
-    /// alone ([`EpStats::number`]'s fields; `None` for any other).
+    /// Live number `n` of [`EndpointSlot::numbers_at`] at Unix ms `now_ms`, read
+    /// alone.
     #[inline]
-    pub(crate) fn number_at(&self, f: EpField, now_ms: u64) -> Option<f64> {
-        Some(match f {
-            EpField::Health => self.health_at(now_ms),
-            EpField::LatencyEwmaMs => self.latency_ms.get(),
-            EpField::TtftEwmaMs => self.ttft_ms.get(),
-            EpField::Capacity => self.capacity_at(now_ms),
-            EpField::ErrorRate => self.error_rate.get(),
-            _ => return None,
-        })
+    pub(crate) fn number_at(&self, n: LiveNumber, now_ms: u64) -> f64 {
+        match n {
+            LiveNumber::Health => self.health_at(now_ms),
+            LiveNumber::LatencyEwmaMs => self.latency_ms.get(),
+            LiveNumber::TtftEwmaMs => self.ttft_ms.get(),
+            LiveNumber::Capacity => self.capacity_at(now_ms),
+            LiveNumber::ErrorRate => self.error_rate.get(),
+        }
     }
 
     /// The capacity estimate at Unix ms `now_ms`: 1 again once the provider's

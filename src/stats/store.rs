@@ -18,7 +18,7 @@ use std::time::{Instant, SystemTime};
 use super::state::StateTable;
 use super::EndpointSlot;
 use crate::config::Config;
-use crate::policy::checked::EpField;
+use crate::policy::features::LiveNumber;
 use crate::policy::registry::{EndpointRef, Registry};
 use crate::policy::{EndpointStats, EpStats, StatsSnapshot, StatsSource};
 
@@ -361,19 +361,13 @@ impl StatsSource for LiveStats<'_> {
         }
     }
 
-    fn numbers(&self, eps: &[EndpointRef<'_>], f: EpField, out: &mut [f64]) -> bool {
-        let Some(unknown) = EpStats::UNKNOWN.number(f) else {
-            return false;
-        };
+    fn numbers(&self, eps: &[EndpointRef<'_>], n: LiveNumber, out: &mut [f64]) {
         for (v, e) in out.iter_mut().zip(eps) {
             *v = match self.resolve(e.index, &e.endpoint.id) {
-                Some(i) => self.store.slots[i]
-                    .number_at(f, self.now_ms)
-                    .unwrap_or(unknown),
-                None => unknown,
+                Some(i) => self.store.slots[i].number_at(n, self.now_ms),
+                None => EpStats::UNKNOWN.number(n),
             };
         }
-        true
     }
 
     #[inline]
@@ -478,22 +472,16 @@ mod tests {
         let live = s.live(now);
         let eps: Vec<EndpointRef<'_>> = reg.endpoints().collect();
         let mut served = 0;
-        for (_, f, _, _) in EpField::NAMED {
-            let mut out = vec![-1.0; eps.len()];
-            if !live.numbers(&eps, f, &mut out) {
-                assert_eq!(EpStats::UNKNOWN.number(f), None, "{f:?} has no column");
-                assert!(out.iter().all(|v| *v == -1.0), "{f:?}: untouched");
+        for (_, f, _, _) in crate::policy::checked::EpField::NAMED {
+            let Some(n) = LiveNumber::of(f) else {
                 continue;
-            }
+            };
+            let mut out = vec![-1.0; eps.len()];
+            live.numbers(&eps, n, &mut out);
             served += 1;
             for (e, v) in eps.iter().zip(&out) {
-                let whole = live.stats(e.index, &e.endpoint.id, "chat").number(f);
-                assert_eq!(
-                    Some(v.to_bits()),
-                    whole.map(f64::to_bits),
-                    "{f:?} of {}",
-                    e.endpoint.id
-                );
+                let whole = live.stats(e.index, &e.endpoint.id, "chat").number(n);
+                assert_eq!(v.to_bits(), whole.to_bits(), "{f:?} of {}", e.endpoint.id);
             }
         }
         assert_eq!(served, 5, "health, latency, TTFT, capacity, error rate");

@@ -59,13 +59,11 @@ pub struct StratCode {
     pub strategy: u32,
     /// Filter function.
     pub filter: usize,
-    /// Aggregates: (index, function, argument function).
-    pub aggs: Vec<(u32, AggFn, usize)>,
-    /// Per aggregate (as `aggs`): the endpoint cell its argument is, when the
-    /// argument is nothing but one number of the endpoint vector (`state.served`,
-    /// `endpoint.weight`): the host then reads the column instead of calling the
-    /// argument's code once per candidate ([`AggColumn`]).
-    pub agg_columns: Vec<Option<AggColumn>>,
+    /// Aggregates: (index, function, argument function, and the endpoint cell the
+    /// argument is when it is nothing but one number of the endpoint vector, such
+    /// as `state.served` or `endpoint.weight`: the host then reads that column
+    /// instead of calling the argument's code once per candidate, [`AggColumn`]).
+    pub aggs: Vec<(u32, AggFn, usize, Option<AggColumn>)>,
     /// Score function.
     pub score: usize,
     /// Per event: (slot, function) in assignment order.
@@ -242,13 +240,12 @@ impl Pending<'_> {
             }
         }
         let mut aggs = Vec::new();
-        let mut agg_columns = Vec::new();
         let agg_mark = lo.layout.ep_mark();
         for (i, (f, arg)) in found {
             lo.start_function();
             let n = e(lo.number(arg, &sc))?;
-            agg_columns.push(AggColumn::of(&n));
-            aggs.push((i, f, self.push(n)));
+            let column = AggColumn::of(&n);
+            aggs.push((i, f, self.push(n), column));
         }
         let aggs_read_scored = lo.layout.ep_reads_since(agg_mark).iter().any(|&c| {
             matches!(
@@ -273,7 +270,6 @@ impl Pending<'_> {
             strategy: si,
             filter,
             aggs,
-            agg_columns,
             score,
             updates,
             cells: lo.layout.ep_reads_since(mark),

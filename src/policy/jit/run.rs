@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 
 use crate::policy::ast::{Event, PriorityLevel};
 use crate::policy::checked::*;
-use crate::policy::features::{EpStats, Outcome, RequestFeatures, StatsSource};
+use crate::policy::features::{EpStats, LiveNumber, Outcome, RequestFeatures, StatsSource};
 use crate::policy::interp::eval::{reduce, EpCtx};
 use crate::policy::interp::hash::SplitMix64;
 use crate::policy::interp::strategy::{
@@ -233,16 +233,16 @@ impl<'a> JRun<'a> {
                 EpSlot::State(_) => {}
                 // A live number read as a column, without the rest of each
                 // candidate's statistics.
-                EpSlot::Field(f) if EpStats::UNKNOWN.number(f).is_some() => {
-                    numbers.resize(cands.len(), 0.0);
-                    if self.stats.numbers(cands, f, &mut numbers) {
+                EpSlot::Field(f) => match LiveNumber::of(f) {
+                    Some(live) => {
+                        numbers.resize(cands.len(), 0.0);
+                        self.stats.numbers(cands, live, &mut numbers);
                         for (row, x) in rows.map(|(row, _)| row).zip(&numbers) {
                             row[c] = x.to_bits();
                         }
-                    } else {
-                        others.push(cell);
                     }
-                }
+                    None => others.push(cell),
+                },
                 _ => others.push(cell),
             }
         }
@@ -333,13 +333,8 @@ impl<'a> JRun<'a> {
         // Call results, made only for an argument that is not a column.
         let mut bits: Rows<u64> = SmallVec::new();
         let mut values: Rows<f64> = smallvec::smallvec![0.0; n];
-        let columns = inst
-            .agg_columns
-            .iter()
-            .copied()
-            .chain(std::iter::repeat(None));
-        for ((idx, f, func), column) in inst.aggs.iter().zip(columns) {
-            match column {
+        for (idx, f, func, column) in &inst.aggs {
+            match *column {
                 // An argument that is one cell: the column read straight from the
                 // vectors, no call per candidate (issue 17).
                 Some(col) if (col.cell as usize) < stride => {

@@ -627,7 +627,8 @@ fn aggregates_over_one_endpoint_cell_are_read_as_columns() {
     let columns = |name: &str| -> Vec<Option<compile::AggColumn>> {
         let si = set.strategies.iter().position(|s| s.name == name).unwrap() as u32;
         let inst = code.instances.iter().find(|i| i.strategy == si);
-        inst.map(|i| i.agg_columns.clone()).unwrap_or_default()
+        inst.map(|i| i.aggs.iter().map(|a| a.3).collect())
+            .unwrap_or_default()
     };
     let wrr = columns("weighted_round_robin");
     assert_eq!(wrr.len(), 2, "{wrr:?}");
