@@ -410,18 +410,7 @@ pub trait StatsSource {
     /// each source's own `available` is called directly (issue 17: a model with 128
     /// endpoints paid an indirect call per endpoint per decision).
     fn retain_available(&self, v: &mut smallvec::SmallVec<[EndpointRef<'_>; 8]>) {
-        // Compacts in place over one slice (`SmallVec::retain` swaps element by
-        // element, and indexing the `SmallVec` itself checks where it lives each time).
-        let s = v.as_mut_slice();
-        let mut kept = 0;
-        for i in 0..s.len() {
-            let e = s[i];
-            if self.available(e.index, &e.endpoint.id) {
-                s[kept] = e;
-                kept += 1;
-            }
-        }
-        v.truncate(kept);
+        retain_where(v, |e| self.available(e.index, &e.endpoint.id));
     }
 
     /// Writes live number `n` of each endpoint of `eps` into `out` (`out[k]` for
@@ -467,6 +456,26 @@ pub trait StatsSource {
             });
         }
     }
+}
+
+/// Keeps the endpoints of `v` for which `keep` holds, in order: what
+/// [`StatsSource::retain_available`] does with a source's own `available`.
+pub fn retain_where<'a>(
+    v: &mut smallvec::SmallVec<[EndpointRef<'a>; 8]>,
+    keep: impl Fn(&EndpointRef<'a>) -> bool,
+) {
+    // Compacts in place over one slice (`SmallVec::retain` swaps element by
+    // element, and indexing the `SmallVec` itself checks where it lives each time).
+    let s = v.as_mut_slice();
+    let mut kept = 0;
+    for i in 0..s.len() {
+        let e = s[i];
+        if keep(&e) {
+            s[kept] = e;
+            kept += 1;
+        }
+    }
+    v.truncate(kept);
 }
 
 impl StatsSource for StatsSnapshot {

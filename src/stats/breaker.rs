@@ -19,7 +19,7 @@
 //! clock; the gateway passes `Instant::now()`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::config::BreakerConfig;
@@ -101,6 +101,8 @@ pub struct Breaker {
     /// endpoints takes no lock per endpoint. A reader that sees `true` while a
     /// transition is being made reads the breaker as it was just before it.
     closed: AtomicBool,
+    /// The store's count of breakers not closed, kept by every transition.
+    shared: Arc<super::Unavailability>,
 }
 
 /// What changed in an outcome or admission, for the caller to report.
@@ -109,6 +111,12 @@ pub type Transition = Option<CircuitState>;
 impl Breaker {
     /// A closed breaker with thresholds `cfg`.
     pub fn new(cfg: BreakerConfig) -> Breaker {
+        Breaker::sharing(cfg, Arc::default())
+    }
+
+    /// A closed breaker with thresholds `cfg` that counts itself in
+    /// `shared.not_closed` while it is open or half-open.
+    pub(crate) fn sharing(cfg: BreakerConfig, shared: Arc<super::Unavailability>) -> Breaker {
         Breaker {
             inner: Mutex::new(Inner {
                 state: State::Closed,
@@ -116,6 +124,7 @@ impl Breaker {
             }),
             cfg,
             closed: AtomicBool::new(true),
+            shared,
         }
     }
 
@@ -128,11 +137,22 @@ impl Breaker {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// Sets the state (under the lock `g` of this breaker) and its lock-free mirror.
+    /// Sets the state (under the lock `g` of this breaker) and its lock-free mirror,
+    /// and counts the breaker in the store's `not_closed` while it is not closed:
+    /// counted before the mirror says so and uncounted after, so whoever reads a
+    /// count of 0 would also have read every mirror closed.
     fn set(&self, g: &mut Inner, state: State) {
         g.state = state;
-        self.closed
-            .store(matches!(state, State::Closed), Ordering::Release);
+        let closed = matches!(state, State::Closed);
+        // Only writers hold the lock, so this is the mirror's current value.
+        let was = self.closed.load(Ordering::Relaxed);
+        if was && !closed {
+            self.shared.not_closed.fetch_add(1, Ordering::SeqCst);
+        }
+        self.closed.store(closed, Ordering::SeqCst);
+        if !was && closed {
+            self.shared.not_closed.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     /// The state at `now` (an open breaker whose cooldown has passed is half-open).

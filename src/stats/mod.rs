@@ -84,6 +84,29 @@ impl AtomicF64 {
     }
 }
 
+/// What the endpoints of one store share so that a decision can tell, from two
+/// loads, that every one of them is available, instead of reading each one's
+/// throttle and breaker (issue 17: a model's 128 endpoints per decision, each on
+/// its own cache lines). Both are kept by the endpoints as they change.
+#[derive(Debug, Default)]
+pub struct Unavailability {
+    /// Circuit breakers of the store now open or half-open.
+    not_closed: std::sync::atomic::AtomicUsize,
+    /// The latest Unix ms any endpoint of the store was throttled until (0: none
+    /// ever was): at or after it no endpoint is throttled.
+    throttled_until_ms: AtomicU64,
+}
+
+impl Unavailability {
+    /// Whether every endpoint sharing this is available at Unix ms `now_ms`: no
+    /// breaker open or half-open and no provider's `Retry-After` still holding.
+    /// `false` means some may not be, not that any is not.
+    pub fn none_at(&self, now_ms: u64) -> bool {
+        self.not_closed.load(Ordering::SeqCst) == 0
+            && self.throttled_until_ms.load(Ordering::Relaxed) <= now_ms
+    }
+}
+
 /// Live statistics of one endpoint.
 #[derive(Debug)]
 pub struct EndpointSlot {
@@ -106,6 +129,8 @@ pub struct EndpointSlot {
     /// Unix ms until which the provider asked not to be sent requests (its
     /// `Retry-After`); 0: no such wait.
     throttled_until_ms: AtomicU64,
+    /// Shared with the other endpoints of the store (see [`Unavailability`]).
+    shared: std::sync::Arc<Unavailability>,
 }
 
 impl Default for EndpointSlot {
@@ -118,6 +143,16 @@ impl EndpointSlot {
     /// A slot whose successes slower than `latency_target_ms` count as degraded, with
     /// circuit-breaker thresholds and health recovery from `breaker`.
     pub fn new(latency_target_ms: Option<f64>, breaker: crate::config::BreakerConfig) -> Self {
+        EndpointSlot::sharing(latency_target_ms, breaker, std::sync::Arc::default())
+    }
+
+    /// [`EndpointSlot::new`], whose throttling and breaker are counted in `shared`
+    /// with those of the other endpoints of its store.
+    pub fn sharing(
+        latency_target_ms: Option<f64>,
+        breaker: crate::config::BreakerConfig,
+        shared: std::sync::Arc<Unavailability>,
+    ) -> Self {
         EndpointSlot {
             latency_ms: AtomicF64::new(0.0),
             ttft_ms: AtomicF64::new(0.0),
@@ -131,8 +166,9 @@ impl EndpointSlot {
             latency_target_ms: latency_target_ms.filter(|t| *t > 0.0),
             health_at_ms: AtomicU64::new(0),
             recovery_half_life_ms: breaker.recovery_half_life_ms as f64,
-            breaker: Breaker::new(breaker),
+            breaker: Breaker::sharing(breaker, shared.clone()),
             throttled_until_ms: AtomicU64::new(0),
+            shared,
         }
     }
 }
@@ -161,6 +197,10 @@ impl EndpointSlot {
     /// does not shorten an earlier one.
     pub fn throttle(&self, wait: Duration, now: SystemTime) {
         let until = unix_ms(now).saturating_add(wait.as_millis() as u64);
+        // The store's horizon first: a reader that finds it passed finds this too.
+        self.shared
+            .throttled_until_ms
+            .fetch_max(until, Ordering::Relaxed);
         self.throttled_until_ms.fetch_max(until, Ordering::Relaxed);
     }
 

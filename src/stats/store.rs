@@ -53,6 +53,8 @@ pub struct StatsStore {
     state_writes: AtomicU64,
     /// Unique among the stores of this process, for [`StatsStore::live_for`]'s cache.
     id: u64,
+    /// Whether every endpoint is available, kept by the endpoints.
+    unavailable: std::sync::Arc<super::Unavailability>,
 }
 
 impl StatsStore {
@@ -80,9 +82,13 @@ impl StatsStore {
         infos: Vec<EndpointInfo>,
         breaker: crate::config::BreakerConfig,
     ) -> StatsStore {
+        let unavailable = std::sync::Arc::new(super::Unavailability::default());
         let slots = infos
             .iter()
-            .map(|i| EndpointSlot::new(i.latency_target_ms.map(|t| t as f64), breaker))
+            .map(|i| {
+                let target = i.latency_target_ms.map(|t| t as f64);
+                EndpointSlot::sharing(target, breaker, unavailable.clone())
+            })
             .collect();
         let index = infos
             .iter()
@@ -96,6 +102,7 @@ impl StatsStore {
             index,
             state_writes: AtomicU64::new(0),
             id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
+            unavailable,
         }
     }
 
@@ -346,6 +353,17 @@ impl StatsSource for LiveStats<'_> {
         out: &mut [Option<f64>],
     ) {
         let n = slots.len();
+        if let [slot] = slots {
+            // One slot (a ranking reads its state a column at a time): no stride.
+            if let Some(col) = self.store.state.column(strategy, slot) {
+                for (cell, e) in out.iter_mut().zip(eps) {
+                    if let Some(i) = self.resolve(e.index, &e.endpoint.id) {
+                        *cell = col.get(i);
+                    }
+                }
+            }
+            return;
+        }
         for (j, slot) in slots.iter().enumerate() {
             let Some(col) = self.store.state.column(strategy, slot) else {
                 continue;
@@ -368,6 +386,15 @@ impl StatsSource for LiveStats<'_> {
                 None => EpStats::UNKNOWN.number(n),
             };
         }
+    }
+
+    fn retain_available(&self, v: &mut smallvec::SmallVec<[EndpointRef<'_>; 8]>) {
+        // No breaker open or half-open and no throttle holding: all are available,
+        // without reading each endpoint's (the usual case).
+        if self.store.unavailable.none_at(self.now_ms) {
+            return;
+        }
+        crate::policy::features::retain_where(v, |e| self.available(e.index, &e.endpoint.id));
     }
 
     #[inline]
@@ -428,6 +455,63 @@ mod tests {
                 .quality
                 .is_empty()
         );
+    }
+
+    /// The shortcut of `retain_available` (no breaker open or half-open, no throttle
+    /// holding: nothing to read) never keeps an endpoint the endpoint-by-endpoint
+    /// reading drops: through a throttle, its end, a breaker opening, its probe and
+    /// its closing, the kept endpoints equal those `available` accepts.
+    #[test]
+    fn retain_available_keeps_exactly_the_available_endpoints_through_breakers_and_throttles() {
+        let reg = Registry::example();
+        let eps: Vec<EndpointRef<'_>> = reg.endpoints().collect();
+        let s = StatsStore::with_endpoints(
+            eps.iter()
+                .map(|e| EndpointInfo {
+                    id: e.endpoint.id.clone(),
+                    ..EndpointInfo::default()
+                })
+                .collect(),
+        );
+        let (t0, clock) = (SystemTime::now(), Instant::now());
+        let check = |now: SystemTime, clock: Instant, what: &str| -> Vec<String> {
+            let live = LiveStats {
+                clock,
+                ..s.live(now)
+            };
+            let mut kept: smallvec::SmallVec<[EndpointRef<'_>; 8]> = eps.iter().copied().collect();
+            live.retain_available(&mut kept);
+            let expected: Vec<String> = eps
+                .iter()
+                .filter(|e| live.available(e.index, &e.endpoint.id))
+                .map(|e| e.endpoint.id.clone())
+                .collect();
+            let kept: Vec<String> = kept.iter().map(|e| e.endpoint.id.clone()).collect();
+            assert_eq!(kept, expected, "{what}");
+            kept
+        };
+        assert_eq!(check(t0, clock, "fresh").len(), eps.len());
+        // A throttle holds for 2 s, then ends.
+        s.slot(1).unwrap().throttle(Duration::from_secs(2), t0);
+        assert_eq!(check(t0, clock, "throttled").len(), eps.len() - 1);
+        let later = t0 + Duration::from_secs(3);
+        assert_eq!(check(later, clock, "throttle over").len(), eps.len());
+        // Failures open endpoint 0's breaker (cooldown 30 s by default).
+        let slot = s.slot(0).unwrap();
+        for _ in 0..20 {
+            let _ = slot.record_outcome(Duration::from_millis(5), false, false, later, clock);
+        }
+        assert_eq!(check(later, clock, "open").len(), eps.len() - 1);
+        // After the cooldown it is offered again, then taken by its probe.
+        let after = clock + Duration::from_secs(31);
+        assert_eq!(check(later, after, "half-open").len(), eps.len());
+        let (admission, _) = slot.breaker().admit(after);
+        assert_eq!(admission, super::super::breaker::Admission::Probe);
+        assert_eq!(check(later, after, "probing").len(), eps.len() - 1);
+        // The probe succeeds: closed, and the shortcut applies again.
+        let _ = slot.record_outcome(Duration::from_millis(5), true, true, later, after);
+        assert_eq!(check(later, after, "closed").len(), eps.len());
+        assert!(s.unavailable.none_at(super::super::unix_ms(later)));
     }
 
     /// A column of live numbers (`StatsSource::numbers`, what a compiled ranking

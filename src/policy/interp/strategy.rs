@@ -107,11 +107,10 @@ pub fn contexts<'a>(
 }
 
 /// The state slot values of strategy `s` for `cands`: `s.states.len()` values per
-/// candidate (by slot index), candidate after candidate. A value the source holds
-/// is used as it is; a missing one is the slot's initial value, or for `join mean`
-/// the mean of the candidates that have one. Empty for a strategy without state.
-/// The interpreter's contexts and the JIT's endpoint vectors both take their state
-/// from here.
+/// candidate (by slot index), candidate after candidate, each as
+/// [`state_column`] gives it. Empty for a strategy without state. The
+/// interpreter's contexts take their state from here; the JIT's endpoint vectors
+/// take each slot's column from [`state_column`].
 pub fn state_values<'a>(
     set: &'a CheckedPolicySet,
     s: &'a CStrategy,
@@ -124,49 +123,68 @@ pub fn state_values<'a>(
     if n == 0 {
         return SmallVec::new();
     }
-    // The known slot values, candidate by candidate, `n` per candidate (the
-    // source looks the slot names up once for all candidates).
-    let mut known: SmallVec<[Option<f64>; 16]> = smallvec::smallvec![None; cands.len() * n];
-    let names: SmallVec<[&str; 4]> = s.states.iter().map(|st| st.name.as_str()).collect();
-    stats.states(cands, &s.name, &names, &mut known);
-    let mut out: SmallVec<[f64; 16]> = smallvec::smallvec![0.0; known.len()];
-    for (slot, st) in s.states.iter().enumerate() {
-        let mut strat = StratCtx {
-            strategy: s,
-            args,
-            cands: &[],
-            aggs: Vec::new(),
-        };
-        let mut ev = Evaluator {
-            set,
-            req,
-            priority: req.priority,
-            ep: None,
-            strat: Some(&mut strat),
-            outcome: None,
-            leaves: None,
-        };
-        let init = ev.number(&st.init);
-        let column = || known.iter().skip(slot).step_by(n);
-        let join = if st.join == JoinMode::Mean {
-            let count = column().flatten().count();
-            if count > 0 {
-                column().flatten().copied().sum::<f64>() / count as f64
-            } else {
-                init
-            }
-        } else {
-            init
-        };
-        // Row by row over both tables at once (`skip` and `step_by` over each cost
-        // more than the copy itself).
-        for (v, k) in out.chunks_exact_mut(n).zip(known.chunks_exact(n)) {
-            if let (Some(v), Some(k)) = (v.get_mut(slot), k.get(slot)) {
+    let mut out: SmallVec<[f64; 16]> = smallvec::smallvec![0.0; cands.len() * n];
+    let mut known: SmallVec<[Option<f64>; 16]> = SmallVec::new();
+    for slot in 0..n {
+        let join = state_column(set, s, args, req, stats, cands, slot, &mut known);
+        for (v, k) in out.chunks_exact_mut(n).zip(&known) {
+            if let Some(v) = v.get_mut(slot) {
                 *v = k.unwrap_or(join);
             }
         }
     }
     out
+}
+
+/// State slot `slot` (by index) of strategy `s` for `cands`, as one column: the
+/// values the source holds into `known` (`known[k]` for `cands[k]`, `None` where it
+/// holds none), and the value a missing one takes, returned: the slot's initial
+/// value, or for `join mean` the mean of the candidates that hold one (summed in
+/// candidate order). A slot `s` does not have gives no values and 0.0. One column
+/// at a time, so a ranking reads its state slots straight into its candidates'
+/// vectors, without a table of every slot per candidate (issue 17).
+#[allow(clippy::too_many_arguments)]
+pub fn state_column<'a, A: smallvec::Array<Item = Option<f64>>>(
+    set: &'a CheckedPolicySet,
+    s: &'a CStrategy,
+    args: &'a [Const],
+    req: &'a RequestFeatures,
+    stats: &dyn StatsSource,
+    cands: &[EndpointRef<'a>],
+    slot: usize,
+    known: &mut SmallVec<A>,
+) -> f64 {
+    known.clear();
+    known.resize(cands.len(), None);
+    let Some(st) = s.states.get(slot) else {
+        return 0.0;
+    };
+    stats.states(cands, &s.name, &[st.name.as_str()], known);
+    let mut strat = StratCtx {
+        strategy: s,
+        args,
+        cands: &[],
+        aggs: Vec::new(),
+    };
+    let mut ev = Evaluator {
+        set,
+        req,
+        priority: req.priority,
+        ep: None,
+        strat: Some(&mut strat),
+        outcome: None,
+        leaves: None,
+    };
+    let init = ev.number(&st.init);
+    if st.join != JoinMode::Mean {
+        return init;
+    }
+    let count = known.iter().flatten().count();
+    if count > 0 {
+        known.iter().flatten().copied().sum::<f64>() / count as f64
+    } else {
+        init
+    }
 }
 
 /// The built-in `priority` strategy over `cands`, in place: [`builtin_order`], then
@@ -401,23 +419,40 @@ pub fn rest_positions(
     key: impl Fn(usize) -> (f64, f64),
     out: &mut impl Extend<u32>,
 ) {
-    let pick_key = |(score, probability): (f64, f64)| match mode {
-        PickMode::Min => score,
-        PickMode::Max => -score,
-        _ => -probability,
-    };
     if n < 2 {
         out.extend((0..n).filter(|&k| Some(k) != skip).map(|k| k as u32));
         return;
     }
-    // A `Vec`: pushing to a spilled `SmallVec` checks where it lives every time.
-    let mut keyed: Vec<(u64, u32)> = Vec::with_capacity(n);
-    for k in 0..n {
-        if Some(k) != skip {
-            keyed.push((ascending_key(pick_key(key(k))), k as u32));
+    // One loop per mode, so the mode is not matched again for every key.
+    match mode {
+        PickMode::Min => positions_by_key(n, skip, |k| key(k).0, out),
+        PickMode::Max => positions_by_key(n, skip, |k| -key(k).0, out),
+        PickMode::Weighted | PickMode::Sample => {
+            positions_by_key(n, skip, |k| -key(k).1, out);
         }
     }
-    if keyed.is_sorted() {
+}
+
+/// [`rest_positions`] once each position's key is one float, ascending.
+fn positions_by_key(
+    n: usize,
+    skip: Option<usize>,
+    pick_key: impl Fn(usize) -> f64,
+    out: &mut impl Extend<u32>,
+) {
+    // A `Vec`: pushing to a spilled `SmallVec` checks where it lives every time.
+    let mut keyed: Vec<(u64, u32)> = Vec::with_capacity(n);
+    // Whether the keys already ascend, found while they are read (positions do).
+    let (mut ascending, mut last) = (true, 0);
+    for k in 0..n {
+        if Some(k) != skip {
+            let key = ascending_key(pick_key(k));
+            ascending &= key >= last;
+            last = key;
+            keyed.push((key, k as u32));
+        }
+    }
+    if ascending {
         out.extend(keyed.iter().map(|&(_, k)| k));
         return;
     }
@@ -450,6 +485,32 @@ pub fn rest_positions(
     distinct.sort_unstable();
     for d in distinct {
         out.extend(keyed.iter().filter(|&&(k, _)| k == d).map(|&(_, k)| k));
+    }
+}
+
+/// The whole plan order of `n` candidates as positions, appended to `out`: the
+/// pick of [`choose_by`] first, then the rest as [`rest_positions`] orders them.
+/// For `pick min` and `pick max` that is one stable sort of every candidate by its
+/// key: the first of the minimal keys (NaN last, 0.0 equal to -0.0) is exactly
+/// the candidate `choose_by` picks (the first best score, or the first candidate
+/// when every score is NaN), so the separate pass that found it is skipped (issue
+/// 17: a pass over a model's 128 endpoints per decision). Weighted and sampled
+/// picks draw from `rng`, then order the rest.
+pub fn plan_positions(
+    mode: PickMode,
+    n: usize,
+    key: impl Fn(usize) -> (f64, f64),
+    rng: Option<&mut SplitMix64>,
+    out: &mut impl Extend<u32>,
+) {
+    match mode {
+        PickMode::Min | PickMode::Max => rest_positions(mode, n, None, key, out),
+        PickMode::Weighted | PickMode::Sample => {
+            if let Some(c) = choose_by(mode, n, &key, rng) {
+                out.extend([c as u32]);
+                rest_positions(mode, n, Some(c), key, out);
+            }
+        }
     }
 }
 
@@ -648,6 +709,34 @@ mod order_tests {
             -f64::NAN,
         ];
         POOL[(rng.next_u64() % POOL.len() as u64) as usize]
+    }
+
+    #[test]
+    fn plan_positions_equal_the_pick_then_the_ordered_rest_for_every_pick_mode() {
+        let mut rng = SplitMix64::new(23);
+        for round in 0..3000 {
+            let len = (round % 40) as usize;
+            let keys: Vec<(f64, f64)> = (0..len)
+                .map(|_| (draw(&mut rng), draw(&mut rng).abs()))
+                .collect();
+            for mode in [
+                PickMode::Min,
+                PickMode::Max,
+                PickMode::Weighted,
+                PickMode::Sample,
+            ] {
+                // The same draw for both: the pick, then the rest in order.
+                let (mut a, mut b) = (SplitMix64::new(round), SplitMix64::new(round));
+                let mut expected: Vec<u32> = Vec::new();
+                if let Some(c) = choose_by(mode, len, |i| keys[i], Some(&mut a)) {
+                    expected.push(c as u32);
+                    rest_positions(mode, len, Some(c), |i| keys[i], &mut expected);
+                }
+                let mut fused: Vec<u32> = Vec::new();
+                plan_positions(mode, len, |i| keys[i], Some(&mut b), &mut fused);
+                assert_eq!(fused, expected, "{mode:?} {keys:?}");
+            }
+        }
     }
 
     #[test]

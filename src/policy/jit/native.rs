@@ -243,21 +243,30 @@ impl BoundExpr<'_> {
     /// rather than through an `Option` per call in every caller's loop (issue 17: a
     /// model's 128 endpoints). `None` (with `out` partly written) when `stride` is
     /// shorter than the vector the code reads, `eps` is shorter than `count` rows,
-    /// a row is not below `count`, or `out` is shorter than the rows.
-    pub fn call_rows(
+    /// a row is not below `count`, or `out` is shorter than the rows. Each result
+    /// is written as `map` turns it (`f64::from_bits` for a float function), so a
+    /// list of scores needs no second buffer.
+    pub fn call_rows<T>(
         &self,
         eps: &[u64],
         stride: usize,
         count: usize,
         rows: Option<&[usize]>,
-        out: &mut [u64],
+        out: &mut [T],
+        map: impl Fn(u64) -> T,
     ) -> Option<()> {
         if stride < self.ep_len || eps.len() < count.checked_mul(stride)? {
             return None;
         }
         // Row r < count starts at r * stride and ends within `eps`; with a stride
         // of 0 the code reads no cell.
-        let row = |r: usize| (self.func)(self.req, eps.as_ptr().wrapping_add(r * stride), self.aux);
+        let row = |r: usize| {
+            map((self.func)(
+                self.req,
+                eps.as_ptr().wrapping_add(r * stride),
+                self.aux,
+            ))
+        };
         match rows {
             Some(rows) => {
                 if out.len() < rows.len() {

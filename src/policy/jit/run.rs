@@ -16,7 +16,7 @@ use crate::policy::features::{EpStats, LiveNumber, Outcome, RequestFeatures, Sta
 use crate::policy::interp::eval::{reduce, EpCtx};
 use crate::policy::interp::hash::SplitMix64;
 use crate::policy::interp::strategy::{
-    self, choose_by, contexts, probabilities_into, rest_positions, state_values,
+    self, contexts, plan_positions, probabilities_into, state_column, state_values,
 };
 use crate::policy::interp::{
     apply_fallback, available, candidates, split_bucket, write_plan, Decision, Refs, Rejection,
@@ -201,11 +201,11 @@ impl<'a> JRun<'a> {
         if n == 0 {
             return;
         }
-        let states = state_values(self.set, s, args, self.req, self.stats, cands);
         let ns = s.states.len();
         let (layout, strings) = (&self.code.layout, &self.code.strings);
         let mut others: SmallVec<[u32; 8]> = SmallVec::new();
         let mut numbers: Rows<f64> = SmallVec::new();
+        let mut known: Rows<Option<f64>> = SmallVec::new();
         for &cell in &inst.cells {
             let c = cell as usize;
             let Some(slot) = layout.ep.get(c) else {
@@ -224,9 +224,11 @@ impl<'a> JRun<'a> {
                     }
                 }
                 EpSlot::State(i) if (i as usize) < ns => {
-                    let column = states.iter().skip(i as usize).step_by(ns);
-                    for ((row, _), x) in rows.zip(column) {
-                        row[c] = x.to_bits();
+                    let (set, req, stats) = (self.set, self.req, self.stats);
+                    let join =
+                        state_column(set, s, args, req, stats, cands, i as usize, &mut known);
+                    for ((row, _), x) in rows.zip(&known) {
+                        row[c] = x.unwrap_or(join).to_bits();
                     }
                 }
                 // A slot the strategy does not have reads 0.0, whose bits are 0.
@@ -256,6 +258,8 @@ impl<'a> JRun<'a> {
                 Some(EpSlot::Field(f) | EpSlot::Atom(_, f, _)) => f.from_stats(),
                 _ => false,
             });
+        // Every state slot per candidate, for cells that read the state otherwise.
+        let states = state_values(self.set, s, args, self.req, self.stats, cands);
         for (k, (r, cell)) in cands.iter().zip(v.chunks_exact_mut(n)).enumerate() {
             let read;
             let stats = if needs_stats {
@@ -330,8 +334,6 @@ impl<'a> JRun<'a> {
         let n = rows.map_or(total, <[usize]>::len);
         let aux = self.aux(self.req.priority, n, outcome, &[]);
         let stride = self.code.layout.ep.len();
-        // Call results, made only for an argument that is not a column.
-        let mut bits: Rows<u64> = SmallVec::new();
         let mut values: Rows<f64> = smallvec::smallvec![0.0; n];
         for (idx, f, func, column) in &inst.aggs {
             match *column {
@@ -347,11 +349,7 @@ impl<'a> JRun<'a> {
                 }
                 _ => {
                     let call = self.code.native.bind_expr(*func, &self.fv, &aux)?;
-                    bits.resize(n, 0);
-                    call.call_rows(eps, stride, total, rows, &mut bits)?;
-                    for (v, b) in values.iter_mut().zip(&bits) {
-                        *v = f64::from_bits(*b);
-                    }
+                    call.call_rows(eps, stride, total, rows, &mut values, f64::from_bits)?;
                 }
             }
             if let Some(slot) = out.get_mut(*idx as usize) {
@@ -377,9 +375,9 @@ impl<'a> JRun<'a> {
         let aggs = self.aggregates(inst, s, eps, total, rows, None)?;
         let aux = self.aux(self.req.priority, n, None, &aggs);
         let score = self.code.native.bind_expr(inst.score, &self.fv, &aux)?;
-        let mut bits: Rows<u64> = smallvec::smallvec![0; n];
-        score.call_rows(eps, self.code.layout.ep.len(), total, rows, &mut bits)?;
-        let scores: Rows<f64> = bits.iter().map(|b| f64::from_bits(*b)).collect();
+        let mut scores: Rows<f64> = smallvec::smallvec![0.0; n];
+        let stride = self.code.layout.ep.len();
+        score.call_rows(eps, stride, total, rows, &mut scores, f64::from_bits)?;
         let mut probs: Rows<f64> = smallvec::smallvec![0.0; n];
         probabilities_into(s.pick, &scores, &mut probs);
         Some(Scores {
@@ -430,7 +428,14 @@ impl<'a> JRun<'a> {
         let filter = self.code.native.bind_expr(inst.filter, &self.fv, &aux)?;
         // Bit 0: passes `require`; bit 1: passes `prefer`.
         let mut bits: Rows<u64> = smallvec::smallvec![0; total];
-        filter.call_rows(eps, self.code.layout.ep.len(), total, None, &mut bits)?;
+        filter.call_rows(
+            eps,
+            self.code.layout.ep.len(),
+            total,
+            None,
+            &mut bits,
+            |b| b,
+        )?;
         let mut rows: Rows<usize> = SmallVec::with_capacity(total);
         let mut preferred = 0;
         for (i, b) in bits.iter().enumerate() {
@@ -443,20 +448,16 @@ impl<'a> JRun<'a> {
         if preferred > 0 && preferred < rows.len() {
             rows.retain(|i| bits.get(*i).is_some_and(|b| b & 2 != 0));
         }
-        let list = self.score_list(inst, s, eps, total, Some(&rows))?;
+        // Every candidate kept (the usual case): scored by index, not through `rows`.
+        let kept = (rows.len() < total).then_some(&rows[..]);
+        let list = self.score_list(inst, s, eps, total, kept)?;
         let n = rows.len();
-        let (score, prob) = (&list.score, &list.probability);
-        let key = |k: usize| match (score.get(k), prob.get(k)) {
-            (Some(s), Some(p)) => (*s, *p),
-            _ => (f64::NAN, 0.0),
-        };
-        let chosen = choose_by(s.pick, n, key, Some(&mut self.rng));
+        // Both are `n` long; cut to it, so a key read needs no check.
+        let (score, prob) = (list.score.get(..n)?, list.probability.get(..n)?);
+        let key = |k: usize| (score[k], prob[k]);
         // The pick first, then the rest by key (candidate order among equals).
         let mut pos: Rows<u32> = SmallVec::with_capacity(n);
-        if let Some(c) = chosen {
-            pos.push(c as u32);
-            rest_positions(s.pick, n, Some(c), key, &mut pos);
-        }
+        plan_positions(s.pick, n, key, Some(&mut self.rng), &mut pos);
         Some(RankedRows {
             scored_all: n == total,
             reuse_aggs: n == total && !inst.aggs_read_scored,
