@@ -134,7 +134,10 @@ fn endpoints_loop(strategy: &str, e: usize, n: u64) {
     let store = StatsStore::from_config(&config);
     for i in 0..store.len() {
         let slot = store.slot(i).unwrap();
-        slot.record(std::time::Duration::from_millis(100 + i as u64), true);
+        // Distinct latencies in no particular order (97 is prime to the usual
+        // counts), as a live fleet's are: ranked by latency they need a real sort.
+        let ms = 100 + (i * 97 % store.len()) as u64;
+        slot.record(std::time::Duration::from_millis(ms), true);
         if strategy == "weighted_round_robin" {
             let served = [("served".to_string(), i as f64)].into();
             store.set_state(i, "weighted_round_robin", &served);

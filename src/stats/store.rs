@@ -317,6 +317,26 @@ impl LiveStats<'_> {
     }
 }
 
+impl LiveStats<'_> {
+    /// Live number `n` of each endpoint of `eps` into `out`, read by `read` from the
+    /// endpoint's slot (an endpoint the store does not hold reads as unknown).
+    #[inline]
+    fn column(
+        &self,
+        eps: &[EndpointRef<'_>],
+        n: LiveNumber,
+        out: &mut [f64],
+        read: impl Fn(&EndpointSlot) -> f64,
+    ) {
+        for (v, e) in out.iter_mut().zip(eps) {
+            *v = match self.resolve(e.index, &e.endpoint.id) {
+                Some(i) => read(&self.store.slots[i]),
+                None => EpStats::UNKNOWN.number(n),
+            };
+        }
+    }
+}
+
 impl StatsSource for LiveStats<'_> {
     fn stats(&self, index: usize, id: &str, task: &str) -> EpStats {
         let Some(i) = self.resolve(index, id) else {
@@ -380,11 +400,24 @@ impl StatsSource for LiveStats<'_> {
     }
 
     fn numbers(&self, eps: &[EndpointRef<'_>], n: LiveNumber, out: &mut [f64]) {
-        for (v, e) in out.iter_mut().zip(eps) {
-            *v = match self.resolve(e.index, &e.endpoint.id) {
-                Some(i) => self.store.slots[i].number_at(n, self.now_ms),
-                None => EpStats::UNKNOWN.number(n),
-            };
+        // One loop per number, so the number is not matched again per endpoint.
+        let now = self.now_ms;
+        match n {
+            LiveNumber::Health => {
+                self.column(eps, n, out, |s| s.number_at(LiveNumber::Health, now))
+            }
+            LiveNumber::LatencyEwmaMs => {
+                self.column(eps, n, out, |s| s.number_at(LiveNumber::LatencyEwmaMs, now));
+            }
+            LiveNumber::TtftEwmaMs => {
+                self.column(eps, n, out, |s| s.number_at(LiveNumber::TtftEwmaMs, now));
+            }
+            LiveNumber::Capacity => {
+                self.column(eps, n, out, |s| s.number_at(LiveNumber::Capacity, now));
+            }
+            LiveNumber::ErrorRate => {
+                self.column(eps, n, out, |s| s.number_at(LiveNumber::ErrorRate, now));
+            }
         }
     }
 

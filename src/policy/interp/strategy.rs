@@ -471,9 +471,29 @@ fn positions_by_key(
         }
     }
     if distinct.is_empty() {
-        // Positions are distinct, so any sort gives the one order; (key, position)
-        // packed in one integer compares in two instructions where the pair took
-        // two branches (least_latency's 127 fallbacks: 16,000 instructions).
+        sort_many_keys(n, &keyed, out);
+        return;
+    }
+    distinct.sort_unstable();
+    for d in distinct {
+        out.extend(keyed.iter().filter(|&&(k, _)| k == d).map(|&(_, k)| k));
+    }
+}
+
+/// The positions of `keyed` ((key, position) in position order, positions below
+/// `n`) in (key, position) order, appended to `out`: for many distinct keys.
+///
+/// Each item is one `u64`: the key's high bits with the position in the low `b`
+/// bits that positions below `n` need (7 for 128 endpoints), so the sort compares
+/// single integers (least_latency's 127 fallbacks: about 12,700 instructions as
+/// 128-bit (key, position) pairs). Items whose keys share the high bits are in
+/// position order after it; such a run is sorted again by (whole key, position)
+/// unless all its keys are equal (equal keys, such as endpoints never measured,
+/// are the usual reason for a run, and are already right).
+fn sort_many_keys(n: usize, keyed: &[(u64, u32)], out: &mut impl Extend<u32>) {
+    let bits = (usize::BITS - n.saturating_sub(1).leading_zeros()).max(1);
+    if bits > 32 {
+        // Positions are u32, so this is never taken: (key, position) as 128 bits.
         let mut packed: Vec<u128> = keyed
             .iter()
             .map(|&(key, k)| u128::from(key) << 32 | u128::from(k))
@@ -482,10 +502,44 @@ fn positions_by_key(
         out.extend(packed.iter().map(|&x| x as u32));
         return;
     }
-    distinct.sort_unstable();
-    for d in distinct {
-        out.extend(keyed.iter().filter(|&&(k, _)| k == d).map(|&(_, k)| k));
+    let low = (1u64 << bits) - 1;
+    let mut packed: Vec<u64> = keyed
+        .iter()
+        .map(|&(key, k)| (key & !low) | u64::from(k))
+        .collect();
+    packed.sort_unstable();
+    // The whole key of a position: `keyed` holds every position below `n` but
+    // at most one (the pick), in order.
+    let whole = |k: u64| -> u64 {
+        let i = (k as usize).min(keyed.len().saturating_sub(1));
+        // Past the pick, position k is at index k - 1.
+        match (keyed.get(i), keyed.get(i.wrapping_sub(1))) {
+            (Some(&(key, p)), _) | (_, Some(&(key, p))) if u64::from(p) == k => key,
+            _ => u64::MAX,
+        }
+    };
+    // Runs are rare: one cheap pass says whether there is any.
+    if !packed.windows(2).any(|w| (w[0] ^ w[1]) & !low == 0) {
+        out.extend(packed.iter().map(|&x| (x & low) as u32));
+        return;
     }
+    let mut i = 0;
+    while i < packed.len() {
+        let high = packed[i] & !low;
+        let mut j = i + 1;
+        while j < packed.len() && packed[j] & !low == high {
+            j += 1;
+        }
+        if j - i > 1 {
+            let run = &mut packed[i..j];
+            let first = whole(run[0] & low);
+            if run.iter().any(|&x| whole(x & low) != first) {
+                run.sort_unstable_by_key(|&x| (whole(x & low), x & low));
+            }
+        }
+        i = j;
+    }
+    out.extend(packed.iter().map(|&x| (x & low) as u32));
 }
 
 /// The whole plan order of `n` candidates as positions, appended to `out`: the
@@ -735,6 +789,39 @@ mod order_tests {
                 let mut fused: Vec<u32> = Vec::new();
                 plan_positions(mode, len, |i| keys[i], Some(&mut b), &mut fused);
                 assert_eq!(fused, expected, "{mode:?} {keys:?}");
+            }
+        }
+    }
+
+    /// Many distinct keys that differ only in their lowest bits (where the packed
+    /// sort keeps the position) and repeat: the order is still the stable float
+    /// order, for lists long enough to need 1 to 9 position bits.
+    #[test]
+    fn rest_positions_of_keys_differing_in_their_last_bits_keep_the_stable_order() {
+        let mut rng = SplitMix64::new(5);
+        for round in 0..2000u64 {
+            let len = 9 + (rng.next_u64() % 300) as usize;
+            let base = [1.0f64, -3.5, 250.0, 1e-9][(round % 4) as usize];
+            let keys: Vec<(f64, f64)> = (0..len)
+                .map(|_| {
+                    // One of 40 neighbours of `base`, a few ulps apart, or NaN.
+                    let ulps = rng.next_u64() % 40;
+                    let x = if ulps == 39 {
+                        f64::NAN
+                    } else {
+                        f64::from_bits(base.to_bits() + ulps)
+                    };
+                    (x, x.abs())
+                })
+                .collect();
+            for mode in [PickMode::Min, PickMode::Max, PickMode::Weighted] {
+                let skip = (round % 3 != 0).then(|| (round as usize * 11) % len);
+                let mut stable: Vec<usize> = (0..len).filter(|&i| Some(i) != skip).collect();
+                order_rest_by(mode, &mut stable, |&i| keys[i]);
+                let mut positions: Vec<u32> = Vec::new();
+                rest_positions(mode, len, skip, |i| keys[i], &mut positions);
+                let got: Vec<usize> = positions.iter().map(|&k| k as usize).collect();
+                assert_eq!(got, stable, "{mode:?} len {len} skip {skip:?}");
             }
         }
     }
