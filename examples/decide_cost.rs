@@ -139,7 +139,9 @@ fn endpoints_loop(strategy: &str, e: usize, n: u64) {
         let ms = 100 + (i * 97 % store.len()) as u64;
         slot.record(std::time::Duration::from_millis(ms), true);
         if strategy == "weighted_round_robin" {
-            let served = [("served".to_string(), i as f64)].into();
+            // A few distinct counts in no particular order, as the gateway's
+            // endpoints hold them in turn while requests run concurrently.
+            let served = [("served".to_string(), (i * 97 % store.len() % 5) as f64)].into();
             store.set_state(i, "weighted_round_robin", &served);
         }
     }

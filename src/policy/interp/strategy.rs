@@ -408,7 +408,7 @@ pub fn order_rest_by<T>(mode: PickMode, rest: &mut [T], key: impl Fn(&T) -> (f64
 /// order after its pick. Each
 /// key is read once and mapped to a `u64` that orders as `order_rest_by` compares
 /// (NaN last, 0.0 equal to -0.0), and positions are put in (key, position) order,
-/// which keeps equal keys in their order as the stable sort does: one pass per key
+/// which keeps equal keys in their order as the stable sort does: a counting sort
 /// when there are at most [`FEW_KEYS`] distinct keys, else an integer sort.
 /// Ordering the 127 fallbacks of a model's 128 endpoints through a float
 /// comparator was the largest single cost of a decision (issue 17).
@@ -457,27 +457,50 @@ fn positions_by_key(
         return;
     }
     // Rankings usually score their candidates with a few distinct values (weighted
-    // round-robin: two): then one pass per value, in key order, each taking its
-    // positions in order, is the stable order at a few instructions per item,
-    // where a comparison sort of 127 items cost about 10,000 (issue 17).
-    let mut distinct: SmallVec<[u64; FEW_KEYS]> = SmallVec::new();
-    for &(k, _) in &keyed {
-        if !distinct.contains(&k) {
-            if distinct.len() == FEW_KEYS {
-                distinct.clear();
-                break;
-            }
-            distinct.push(k);
+    // round-robin: its counts, which differ by one or, while requests run
+    // concurrently, a few): then a counting sort by each key's place among them
+    // keeps positions in order within a key, the stable order, at a few
+    // instructions per item where a comparison sort of 127 items cost about
+    // 10,000 (issue 17). Each item's key is looked up among the distinct keys
+    // found so far (by the order they were found) once.
+    let (mut distinct, mut found) = ([0u64; FEW_KEYS], 0);
+    let mut ranks: Vec<u8> = Vec::with_capacity(keyed.len());
+    for &(key, _) in &keyed {
+        let mut r = 0;
+        while r < found && distinct[r] != key {
+            r += 1;
         }
+        if r == found {
+            if found == FEW_KEYS {
+                sort_many_keys(n, &keyed, out);
+                return;
+            }
+            distinct[found] = key;
+            found += 1;
+        }
+        ranks.push(r as u8);
     }
-    if distinct.is_empty() {
-        sort_many_keys(n, &keyed, out);
-        return;
+    // Where each key's positions start in the output, by the order found.
+    let mut counts = [0usize; FEW_KEYS];
+    for &r in &ranks {
+        counts[usize::from(r) % FEW_KEYS] += 1;
     }
-    distinct.sort_unstable();
-    for d in distinct {
-        out.extend(keyed.iter().filter(|&&(k, _)| k == d).map(|&(_, k)| k));
+    let mut by_key: [usize; FEW_KEYS] = std::array::from_fn(|i| i);
+    by_key[..found].sort_unstable_by_key(|&r| distinct[r]);
+    let (mut starts, mut at) = ([0usize; FEW_KEYS], 0);
+    for &r in &by_key[..found] {
+        starts[r] = at;
+        at += counts[r];
     }
+    let mut placed = vec![0u32; keyed.len()];
+    for (&(_, k), &r) in keyed.iter().zip(&ranks) {
+        let start = &mut starts[usize::from(r) % FEW_KEYS];
+        if let Some(p) = placed.get_mut(*start) {
+            *p = k;
+        }
+        *start += 1;
+    }
+    out.extend(placed);
 }
 
 /// The positions of `keyed` ((key, position) in position order, positions below
@@ -568,7 +591,7 @@ pub fn plan_positions(
     }
 }
 
-/// At most this many distinct keys are ordered by one pass per key
+/// At most this many distinct keys are ordered without a comparison sort
 /// ([`rest_positions`]).
 const FEW_KEYS: usize = 8;
 

@@ -436,14 +436,9 @@ impl<'a> JRun<'a> {
             &mut bits,
             |b| b,
         )?;
-        let mut rows: Rows<usize> = SmallVec::with_capacity(total);
-        let mut preferred = 0;
-        for (i, b) in bits.iter().enumerate() {
-            if b & 1 != 0 {
-                rows.push(i);
-                preferred += usize::from(b & 2 != 0);
-            }
-        }
+        let passing = bits.iter().enumerate().filter(|(_, b)| *b & 1 != 0);
+        let mut rows: Rows<usize> = collect_long(total, passing.map(|(i, _)| i));
+        let preferred = bits.iter().filter(|b| *b & 3 == 3).count();
         // With some preferred candidates and some not, only the preferred are kept.
         if preferred > 0 && preferred < rows.len() {
             rows.retain(|i| bits.get(*i).is_some_and(|b| b & 2 != 0));
@@ -584,13 +579,12 @@ impl<'a> JRun<'a> {
             (Some(s), Some(inst)) => {
                 let mut eps = Cells::new();
                 let r = self.rank_rows(inst, s, &u.args, &cands, &mut eps)?;
-                let mut plan = Refs::with_capacity(r.pos.len());
                 let (rows, all): (&[usize], &[EndpointRef<'a>]) = (&r.rows, &cands);
-                for &k in r.pos.iter() {
-                    if let Some(c) = rows.get(k as usize).and_then(|&i| all.get(i)) {
-                        plan.push(*c);
-                    }
-                }
+                let order = r
+                    .pos
+                    .iter()
+                    .filter_map(|&k| all.get(*rows.get(k as usize)?));
+                let plan: Refs<'a> = collect_long(r.pos.len(), order.copied());
                 let pick = inst.updates.iter().find(|(e, _)| *e == Event::Pick);
                 if let (Some((_, assigns)), Some(&first)) = (pick, r.pos.first()) {
                     let first = first as usize;
@@ -642,6 +636,23 @@ impl<'a> JRun<'a> {
         }
         write_plan(d, &plan, &u.target);
         Some(())
+    }
+}
+
+/// `items` (at most `cap` of them) as a `SmallVec`: pushed to a `Vec` that the
+/// `SmallVec` takes over without a copy when `cap` is beyond its inline capacity
+/// (a spilled `SmallVec` checks where it lives on every push: a model's 128
+/// endpoints per list, issue 17), else pushed inline with no allocation.
+fn collect_long<A: smallvec::Array>(
+    cap: usize,
+    items: impl Iterator<Item = A::Item>,
+) -> SmallVec<A> {
+    if cap > A::size() {
+        let mut v = Vec::with_capacity(cap);
+        v.extend(items);
+        SmallVec::from_vec(v)
+    } else {
+        items.collect()
     }
 }
 
