@@ -224,4 +224,17 @@ fn dedup_below_keeps_first_occurrences_of_known_indices_in_order() {
     let mut v = vec![5, 2, 5, 300, 2, 0, 7, 64, 7];
     Bits::dedup_below(&mut v, 70);
     assert_eq!(v, [5, 2, 0, 7, 64]);
+    // Nothing to drop; the first item to drop is the first or the last.
+    let mut v: Vec<usize> = (0..200).rev().collect();
+    Bits::dedup_below(&mut v, 200);
+    assert_eq!(v, (0..200).rev().collect::<Vec<_>>());
+    let mut v = vec![200, 3, 1, 3];
+    Bits::dedup_below(&mut v, 200);
+    assert_eq!(v, [3, 1]);
+    let mut v = vec![9, 8, 199, 9];
+    Bits::dedup_below(&mut v, 200);
+    assert_eq!(v, [9, 8, 199]);
+    let mut v: Vec<usize> = vec![];
+    Bits::dedup_below(&mut v, 0);
+    assert!(v.is_empty());
 }
