@@ -315,9 +315,7 @@ impl LiveStats<'_> {
         }
         self.store.resolve(index, id)
     }
-}
 
-impl LiveStats<'_> {
     /// Live number `n` of each endpoint of `eps` into `out`, read by `read` from the
     /// endpoint's slot (an endpoint the store does not hold reads as unknown).
     #[inline]

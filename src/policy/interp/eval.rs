@@ -223,6 +223,26 @@ pub fn glob(text: &str, pat: &str) -> bool {
 }
 
 impl<'a, 's> Evaluator<'a, 's> {
+    /// An evaluator inside strategy `strat`, at the request's own priority, with
+    /// endpoint `ep` in scope (if any), no outcome, not explaining: how a strategy's
+    /// filters, score, state initial values and `on` blocks are read.
+    pub fn in_strategy(
+        set: &'a CheckedPolicySet,
+        req: &'a RequestFeatures,
+        ep: Option<&'s EpCtx<'a>>,
+        strat: &'s mut StratCtx<'a>,
+    ) -> Self {
+        Evaluator {
+            set,
+            req,
+            priority: req.priority,
+            ep,
+            strat: Some(strat),
+            outcome: None,
+            leaves: None,
+        }
+    }
+
     fn konst(&self, c: Const) -> V<'a> {
         match c {
             Const::Bool(b) => V::B(b),

@@ -166,15 +166,7 @@ pub fn state_column<'a, A: smallvec::Array<Item = Option<f64>>>(
         cands: &[],
         aggs: Vec::new(),
     };
-    let mut ev = Evaluator {
-        set,
-        req,
-        priority: req.priority,
-        ep: None,
-        strat: Some(&mut strat),
-        outcome: None,
-        leaves: None,
-    };
+    let mut ev = Evaluator::in_strategy(set, req, None, &mut strat);
     let init = ev.number(&st.init);
     if st.join != JoinMode::Mean {
         return init;
@@ -236,15 +228,7 @@ pub fn rank<'a>(
             cands: &[],
             aggs: Vec::new(),
         };
-        let mut ev = Evaluator {
-            set,
-            req,
-            priority: req.priority,
-            ep: Some(&c),
-            strat: Some(&mut strat),
-            outcome: None,
-            leaves: None,
-        };
+        let mut ev = Evaluator::in_strategy(set, req, Some(&c), &mut strat);
         if !s.require.iter().all(|r| ev.truth(r)) {
             if explain {
                 events.push(excluded(&name, &c, "fails `require`"));
@@ -322,15 +306,7 @@ fn score_all<'a>(
     let scores: Vec<f64> = snapshot
         .iter()
         .map(|c| {
-            let mut ev = Evaluator {
-                set,
-                req,
-                priority: req.priority,
-                ep: Some(c),
-                strat: Some(&mut strat),
-                outcome: None,
-                leaves: None,
-            };
+            let mut ev = Evaluator::in_strategy(set, req, Some(c), &mut strat);
             ev.number(&s.score)
         })
         .collect();
@@ -692,13 +668,8 @@ pub fn update<'a>(
         aggs: vec![None; s.aggregates as usize],
     };
     let mut ev = Evaluator {
-        set,
-        req,
-        priority: req.priority,
-        ep: Some(&ctxs[me]),
-        strat: Some(&mut strat),
         outcome,
-        leaves: None,
+        ..Evaluator::in_strategy(set, req, Some(&ctxs[me]), &mut strat)
     };
     let mut slots = BTreeMap::new();
     for (slot, value) in assigns {
