@@ -1,4 +1,6 @@
-//! The network [`Transport`]: one pooled hyper client per provider.
+//! The network [`Transport`]: per provider, the lean HTTP/1.1 client of
+//! [`super::h1`] for `http://` base URLs and a pooled hyper-util client for
+//! `https://` ones.
 //!
 //! Connections are kept alive and reused across requests (up to 1,024 idle per host,
 //! closed after 90 s idle), TLS goes through rustls with the webpki roots and session
@@ -33,6 +35,8 @@ pub struct HttpTransport {
     /// One pool per serving thread ([`crate::server::core_index`]): index 0 for the
     /// shared runtime, 1 to N for the per-core threads.
     clients: Box<[HttpClient]>,
+    /// The client of `http://` requests, with one idle list per serving thread.
+    plain: super::h1::H1Client,
 }
 
 impl HttpTransport {
@@ -55,7 +59,47 @@ impl HttpTransport {
             clients: (0..=per_core)
                 .map(|_| http_client(timeouts, idle))
                 .collect(),
+            plain: super::h1::H1Client::new(
+                per_core + 1,
+                idle,
+                Duration::from_millis(timeouts.connect_ms),
+            ),
         }
+    }
+
+    /// The error for a failed request of the `http://` client: as
+    /// [`HttpTransport::error`] for hyper-util's.
+    fn plain_error(&self, e: super::h1::SendError) -> GatewayError {
+        use super::h1::SendError;
+        let (what, retry) = match &e {
+            SendError::ConnectTimeout => {
+                return GatewayError::new(
+                    ErrorKind::UpstreamTimeout,
+                    format!(
+                        "could not connect to provider `{}` within {} ms",
+                        self.provider, self.connect_ms
+                    ),
+                )
+                .with_code(Code::UpstreamTimeout)
+                .with_source(e)
+            }
+            SendError::Connect(_) => ("could not connect to", Retry::Any),
+            // The request went out, perhaps partly: the provider may have received
+            // it (and bill it), so it is not sent there again; the next endpoint may
+            // take it.
+            SendError::Exchange(_) => ("request failed at", Retry::OtherEndpoint),
+        };
+        let cause = match &e {
+            SendError::Connect(io) | SendError::Exchange(io) => io.to_string(),
+            SendError::ConnectTimeout => String::new(),
+        };
+        GatewayError::new(
+            ErrorKind::BadUpstream,
+            format!("{what} provider `{}`: {cause}", self.provider),
+        )
+        .with_code(Code::UpstreamUnreachable)
+        .with_retry(retry)
+        .with_source(e)
     }
 
     /// The error for a failed request: 504 for a connect timeout, else 502
@@ -102,6 +146,11 @@ impl HttpTransport {
 
 impl Transport for HttpTransport {
     fn send(&self, req: Request<Body>) -> SendFuture<'_> {
+        if req.uri().scheme() == Some(&http::uri::Scheme::HTTP) {
+            return Box::pin(
+                async move { self.plain.send(req).await.map_err(|e| self.plain_error(e)) },
+            );
+        }
         let i = crate::server::core_index();
         // Index 0 always exists; a thread beyond the pools (none today) shares it.
         let client = self.clients.get(i).unwrap_or(&self.clients[0]);

@@ -21,6 +21,7 @@
 //! ([`crate::error::Retry`]) and is counted as an attempt.
 
 pub mod forward;
+pub mod h1;
 pub mod http;
 pub mod relay;
 
