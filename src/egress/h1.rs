@@ -44,7 +44,6 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
 use http_body::{Body as _, Frame, SizeHint};
 use http_body_util::BodyExt;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::body::{Body, BoxError};
@@ -179,15 +178,20 @@ impl H1Client {
         let mut ex = Exchange {
             conn,
             buf: BytesMut::new(),
+            early: None,
+            closed: false,
         };
-        let written = ex.write_request(&parts, authority, body).await;
+        let written = ex.write_request(&parts, authority, body, head_only).await;
         let broken = written.is_err();
         let mut head = match written {
             Ok(()) => ex.read_head(head_only).await.map_err(SendError::Exchange)?,
             Err(Written::Body(e)) => return Err(SendError::Exchange(e)),
             // A provider may answer before it read the whole request (a 413 for a
-            // body over its limit) and close: that answer, when it came, is the
-            // outcome, not the broken write.
+            // body over its limit) and stop reading or close: the writing stopped
+            // there, and that answer is the outcome.
+            Err(Written::Answered) => ex.read_head(head_only).await.map_err(SendError::Exchange)?,
+            // The write broke: an answer read before the break is still the
+            // outcome (the reset that followed it may also have discarded it).
             Err(Written::Socket(e)) => match ex.read_head(head_only).await {
                 Ok(head) => head,
                 Err(_) => return Err(SendError::Exchange(e)),
@@ -332,6 +336,10 @@ fn still_open(tcp: &TcpStream) -> bool {
 struct Exchange {
     conn: Conn,
     buf: BytesMut,
+    /// A final answer's head that arrived while the request was being written.
+    early: Option<Head>,
+    /// The provider closed its side while the request was being written.
+    closed: bool,
 }
 
 /// Why a request could not be written whole.
@@ -341,9 +349,13 @@ enum Written {
     Body(io::Error),
     /// The connection failed.
     Socket(io::Error),
+    /// The provider answered (or closed its side) before it took the whole
+    /// request: the writing stopped.
+    Answered,
 }
 
 /// A parsed response head.
+#[derive(Debug)]
 struct Head {
     status: StatusCode,
     version: Version,
@@ -365,12 +377,14 @@ enum Framing {
 }
 
 impl Exchange {
-    /// Writes the request head and body.
+    /// Writes the request head and body (`head_only`: as for
+    /// [`Exchange::read_head`]), watching for an early answer.
     async fn write_request(
         &mut self,
         parts: &http::request::Parts,
         authority: &http::uri::Authority,
         mut body: Body,
+        head_only: bool,
     ) -> Result<(), Written> {
         let exact = body.size_hint().exact();
         let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
@@ -407,7 +421,6 @@ impl Exchange {
             }
         };
         head.extend_from_slice(b"\r\n");
-        let tcp = &mut self.conn.tcp;
         let mut sent: u64 = 0;
         let mut pending_head = Some(head);
         while let Some(frame) = body.frame().await {
@@ -433,9 +446,8 @@ impl Exchange {
             };
             let head = pending_head.take().unwrap_or_default();
             let end: &[u8] = if chunked { b"\r\n" } else { b"" };
-            write_all(tcp, &[&head, size_line, &data, end])
-                .await
-                .map_err(Written::Socket)?;
+            self.write_all(&[&head, size_line, &data, end], head_only)
+                .await?;
         }
         if exact.is_some_and(|n| sent != n) {
             return Err(Written::Body(invalid(
@@ -445,9 +457,76 @@ impl Exchange {
         let head = pending_head.take().unwrap_or_default();
         let end: &[u8] = if chunked { b"0\r\n\r\n" } else { b"" };
         if !head.is_empty() || !end.is_empty() {
-            write_all(tcp, &[&head, end])
-                .await
-                .map_err(Written::Socket)?;
+            self.write_all(&[&head, end], head_only).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes all of `parts` in as few `writev` calls as the socket allows, reading
+    /// what the provider sends meanwhile: stops with [`Written::Answered`] once a
+    /// final answer's head has arrived or the provider closed its side (RFC 9112
+    /// §9.6: a server may answer and stop reading a request it refuses), so a
+    /// refused large body ends with the provider's answer, not a broken write or a
+    /// wait for the first-byte timeout.
+    async fn write_all(&mut self, parts: &[&[u8]], head_only: bool) -> Result<(), Written> {
+        let mut bufs: smallvec::SmallVec<[IoSlice<'_>; 4]> = parts
+            .iter()
+            .filter(|p| !p.is_empty())
+            .map(|p| IoSlice::new(p))
+            .collect();
+        let mut bufs = &mut bufs[..];
+        std::future::poll_fn(|cx| {
+            while !bufs.is_empty() {
+                self.poll_answer(cx, head_only)?;
+                if self.early.is_some() || self.closed {
+                    return Poll::Ready(Err(Written::Answered));
+                }
+                let tcp = Pin::new(&mut self.conn.tcp);
+                let n = ready!(tokio::io::AsyncWrite::poll_write_vectored(tcp, cx, bufs))
+                    .map_err(Written::Socket)?;
+                if n == 0 {
+                    return Poll::Ready(Err(Written::Socket(io::ErrorKind::WriteZero.into())));
+                }
+                IoSlice::advance_slices(&mut bufs, n);
+            }
+            Poll::Ready(Ok(()))
+        })
+        .await
+    }
+
+    /// Reads what has arrived while the request is written (registering for more),
+    /// setting [`Exchange::early`] once a final answer's head is complete (interim
+    /// 1xx heads are dropped) and [`Exchange::closed`] at end of file.
+    fn poll_answer(&mut self, cx: &mut Context<'_>, head_only: bool) -> Result<(), Written> {
+        while self.early.is_none() && !self.closed {
+            match self.conn.tcp.poll_read_ready(cx) {
+                Poll::Pending => return Ok(()),
+                Poll::Ready(Err(e)) => return Err(Written::Socket(e)),
+                Poll::Ready(Ok(())) => {}
+            }
+            if self.buf.capacity() - self.buf.len() < READ_CHUNK / 8 {
+                self.buf.reserve(READ_CHUNK);
+            }
+            match self.conn.tcp.try_read_buf(&mut self.buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(Written::Socket(e)),
+                Ok(0) => self.closed = true,
+                Ok(_) => {
+                    while let Some(head) = self.parse_head(head_only).map_err(Written::Socket)? {
+                        if !head.status.is_informational()
+                            || head.status == StatusCode::SWITCHING_PROTOCOLS
+                        {
+                            self.early = Some(head);
+                            break;
+                        }
+                    }
+                    if self.early.is_none() && self.buf.len() > MAX_HEAD_BYTES {
+                        return Err(Written::Socket(invalid(
+                            "the response head is larger than 256 KiB",
+                        )));
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -470,7 +549,11 @@ impl Exchange {
     /// answer has no body when `head_only` (`HEAD`).
     async fn read_head(&mut self, head_only: bool) -> io::Result<Head> {
         loop {
-            if let Some(head) = self.parse_head(head_only)? {
+            let head = match self.early.take() {
+                Some(h) => Some(h),
+                None => self.parse_head(head_only)?,
+            };
+            if let Some(head) = head {
                 if head.status == StatusCode::SWITCHING_PROTOCOLS {
                     return Err(invalid("the provider switched protocols unasked"));
                 }
@@ -502,7 +585,10 @@ impl Exchange {
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut res = httparse::Response::new(&mut fields);
         let len = match res.parse(&self.buf) {
-            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Complete(len)) if len <= MAX_HEAD_BYTES => len,
+            Ok(httparse::Status::Complete(_)) => {
+                return Err(invalid("the response head is larger than 256 KiB"))
+            }
             Ok(httparse::Status::Partial) => return Ok(None),
             Err(httparse::Error::TooManyHeaders) => {
                 return Err(invalid("the response has more than 100 header fields"))
@@ -612,8 +698,13 @@ fn trim(b: &[u8]) -> &[u8] {
     &b[start..end]
 }
 
+/// The last element of a comma-separated list, empty elements skipped (RFC 9110
+/// §5.6.1).
 fn last_token(b: &[u8]) -> &[u8] {
-    trim(b.rsplit(|&c| c == b',').next().unwrap_or(b))
+    b.rsplit(|&c| c == b',')
+        .map(trim)
+        .find(|t| !t.is_empty())
+        .unwrap_or(b"")
 }
 
 /// A `Content-Length` value: decimal digits only (a list of equal values, which
@@ -665,24 +756,6 @@ fn hex_line(len: usize, out: &mut [u8; 20]) -> &[u8] {
     }
 }
 
-/// Writes all of `parts` in as few `writev` calls as the socket allows.
-async fn write_all(tcp: &mut TcpStream, parts: &[&[u8]]) -> io::Result<()> {
-    let mut bufs: smallvec::SmallVec<[IoSlice<'_>; 4]> = parts
-        .iter()
-        .filter(|p| !p.is_empty())
-        .map(|p| IoSlice::new(p))
-        .collect();
-    let mut bufs = &mut bufs[..];
-    while !bufs.is_empty() {
-        let n = tcp.write_vectored(bufs).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        IoSlice::advance_slices(&mut bufs, n);
-    }
-    Ok(())
-}
-
 /// Where a chunked body's decoder is (RFC 9112 §7.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Chunk {
@@ -725,13 +798,16 @@ impl Chunk {
                     let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
                     let rest = &line[digits..];
                     let rest = rest.strip_suffix(b"\r").unwrap_or(rest);
+                    // Leading zeros are allowed in any number; the value must fit.
+                    let zeros = line[..digits].iter().take_while(|&&b| b == b'0').count();
+                    let significant = &line[zeros.min(digits.saturating_sub(1))..digits];
                     if digits == 0
-                        || digits > 16
+                        || significant.len() > 16
                         || !(rest.is_empty() || matches!(rest[0], b';' | b' ' | b'\t'))
                     {
                         return Err(invalid("a chunk size is not valid"));
                     }
-                    let size = line[..digits].iter().fold(0u64, |acc, &d| {
+                    let size = significant.iter().fold(0u64, |acc, &d| {
                         acc << 4 | u64::from((d as char).to_digit(16).unwrap_or(0))
                     });
                     buf.advance(nl + 1);

@@ -137,6 +137,11 @@ fn broken(provider: &str, e: &(dyn std::error::Error + 'static), after: &str) ->
         Some(Io::TimedOut) => {
             format!("the connection to provider `{provider}` timed out {after}, before the answer was complete")
         }
+        // The body's HTTP framing was broken (a chunk size that is not one, trailers
+        // past their bound): the cause says how.
+        Some(Io::InvalidData) => format!(
+            "provider `{provider}` sent a body that breaks HTTP/1.1 framing {after} ({cause})"
+        ),
         // An early EOF (the usual case: the provider closed the connection inside
         // a chunked body) and anything else that ends the body unfinished.
         _ => format!(

@@ -420,8 +420,10 @@ fn the_chunked_decoder_reads_a_body_split_anywhere() {
     }
 }
 
-#[tokio::test]
-async fn an_answer_sent_before_the_request_was_read_is_the_outcome() {
+/// A provider that reads a request's head, answers 413 and then, as `after` says,
+/// stops reading with the connection open, closes it (a reset, with the body
+/// unread), or resets it outright.
+async fn refusing_provider(after: &'static str) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move {
@@ -432,26 +434,66 @@ async fn an_answer_sent_before_the_request_was_read_is_the_outcome() {
             let n = tcp.read(&mut buf).await.unwrap();
             head.extend_from_slice(&buf[..n]);
         }
-        let answer = b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\n\r\ntoo big!";
+        let answer = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\n\r\ntoo big!";
         tcp.write_all(answer).await.unwrap();
-        // Closed with most of the body unread (the kernel resets the connection).
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        match after {
+            "stop reading" => tokio::time::sleep(Duration::from_secs(30)).await,
+            "close" => drop(tcp),
+            _ => {
+                tcp.set_linger(Some(Duration::ZERO)).unwrap();
+                drop(tcp);
+            }
+        }
     });
-    let req = Request::post(format!("{base}/"))
-        .body(crate::body::full(vec![b'x'; 32 << 20]))
-        .unwrap();
+    base
+}
+
+#[tokio::test]
+async fn an_answer_sent_before_the_request_was_read_is_the_outcome() {
+    for after in ["stop reading", "close", "reset"] {
+        let base = refusing_provider(after).await;
+        let req = Request::post(format!("{base}/"))
+            .body(crate::body::full(vec![b'x'; 32 << 20]))
+            .unwrap();
+        let c = client();
+        // 32 MiB cannot all be written to a provider that stopped reading: the
+        // writing stops at its answer, which is what the caller gets.
+        let res = tokio::time::timeout(Duration::from_secs(10), c.send(req))
+            .await
+            .unwrap_or_else(|_| panic!("{after}: waited for a write that cannot finish"))
+            .unwrap_or_else(|e| panic!("{after}: the provider's answer, not {e:?}"));
+        assert_eq!(res.status(), 413, "{after}");
+        assert_eq!(text(res).await, "too big!", "{after}");
+        assert_eq!(
+            c.shared.lists[0].lock().unwrap().conns.len(),
+            0,
+            "{after}: not reused"
+        );
+    }
+}
+
+#[tokio::test]
+async fn framing_edge_cases_of_rfc_9112_are_read_as_it_says() {
+    let (base, _) = provider(vec![
+        // Leading zeros in a chunk size, beyond 16 digits.
+        keep(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n00000000000000000002\r\nok\r\n000000000000000000000\r\n\r\n"),
+        // An empty last list element is not a coding.
+        keep(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked,\r\n\r\n2\r\nhi\r\n0\r\n\r\n"),
+    ])
+    .await;
     let c = client();
-    // 32 MiB cannot all be written to a provider that stopped reading: the write
-    // breaks, and the answer already received is what the caller gets.
-    let res = c
-        .send(req)
-        .await
-        .expect("the provider's answer, not the broken write");
-    assert_eq!(res.status(), 413);
-    assert_eq!(text(res).await, "too big!");
-    assert_eq!(
-        c.shared.lists[0].lock().unwrap().conns.len(),
-        0,
-        "not reused"
+    assert_eq!(text(c.send(post(&base, "{}")).await.unwrap()).await, "ok");
+    assert_eq!(text(c.send(post(&base, "{}")).await.unwrap()).await, "hi");
+    // A head past 256 KiB that arrives whole in one read is refused too.
+    let big: &'static [u8] = Box::leak(
+        format!(
+            "HTTP/1.1 200 OK\r\nx-big: {}\r\ncontent-length: 0\r\n\r\n",
+            "a".repeat(MAX_HEAD_BYTES)
+        )
+        .into_bytes()
+        .into_boxed_slice(),
     );
+    let (base, _) = provider(vec![close(big)]).await;
+    let e = client().send(post(&base, "{}")).await.unwrap_err();
+    assert!(e.to_string().contains("larger than 256 KiB"), "{e}");
 }
