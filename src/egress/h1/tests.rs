@@ -440,7 +440,9 @@ async fn refusing_provider(after: &'static str) -> String {
             "stop reading" => tokio::time::sleep(Duration::from_secs(30)).await,
             "close" => drop(tcp),
             _ => {
-                tcp.set_linger(Some(Duration::ZERO)).unwrap();
+                socket2::SockRef::from(&tcp)
+                    .set_linger(Some(Duration::ZERO))
+                    .unwrap();
                 drop(tcp);
             }
         }
