@@ -15,7 +15,7 @@
 
 use std::ops::Range;
 
-use super::super::splice::{skip_string, skip_value, skip_ws};
+use super::super::splice::{skip_string_escaped, skip_value, skip_ws};
 
 /// What one choice of a chunk carries, as the relay counts it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -58,11 +58,11 @@ pub(super) struct ChunkScan {
 }
 
 /// A key's text: the raw bytes between its quotes, or, for a key written with
-/// escapes, its decoded text (`"mo\u0064el"` is `model` to every JSON reader).
-fn key(raw: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+/// escapes (`escaped`), its decoded text (`"mo\u0064el"` is `model` to every JSON reader).
+fn key(raw: &[u8], escaped: bool) -> std::borrow::Cow<'_, [u8]> {
     let inner = &raw[1..raw.len() - 1];
-    // Keys are short: a plain scan, not a `memchr` call per key.
-    if !inner.contains(&b'\\') {
+    // Whether it holds an escape was found while its end was (`Members::next`).
+    if !escaped {
         return std::borrow::Cow::Borrowed(inner);
     }
     match serde_json::from_slice::<String>(raw) {
@@ -71,6 +71,10 @@ fn key(raw: &[u8]) -> std::borrow::Cow<'_, [u8]> {
         Err(_) => std::borrow::Cow::Borrowed(b""),
     }
 }
+
+/// A member's raw key (quotes included) and whether it holds an escape.
+#[derive(Clone, Copy)]
+struct Key<'a>(&'a [u8], bool);
 
 fn is_null(b: &[u8], v: &Range<usize>) -> bool {
     &b[v.clone()] == b"null"
@@ -125,9 +129,10 @@ impl<'a> Members<'a> {
         }
     }
 
-    /// The next member's raw key (quotes included) and the index where its value
-    /// starts; `None` after the closing brace.
-    fn next(&mut self) -> Result<Option<(&'a [u8], usize)>, &'static str> {
+    /// The next member's raw key (quotes included, with whether it holds an
+    /// escape) and the index where its value starts; `None` after the closing
+    /// brace.
+    fn next(&mut self) -> Result<Option<(Key<'a>, usize)>, &'static str> {
         if self.end.is_some() {
             return Ok(None);
         }
@@ -135,7 +140,7 @@ impl<'a> Members<'a> {
         if b.get(i) != Some(&b'"') {
             return Err("a member does not start with a key");
         }
-        let key_end = skip_string(b, i).ok_or("the event ends inside a key")?;
+        let (key_end, escaped) = skip_string_escaped(b, i).ok_or("the event ends inside a key")?;
         let colon = skip_ws(b, key_end);
         if b.get(colon) != Some(&b':') {
             return Err("a key is not followed by `:`");
@@ -145,7 +150,7 @@ impl<'a> Members<'a> {
         if v >= b.len() {
             return Err("the event ends inside a value");
         }
-        Ok(Some((&b[i..key_end], v)))
+        Ok(Some((Key(&b[i..key_end], escaped), v)))
     }
 
     /// The value of the member [`Members::next`] gave ended at `v_end`: moves past
@@ -180,13 +185,13 @@ fn choice(b: &[u8], i: usize) -> Result<(ChoiceScan, usize), &'static str> {
     let mut c = ChoiceScan::default();
     let mut m = Members::of(b, i);
     while let Some((k, vs)) = m.next()? {
-        let k = key(k);
+        let k = key(k.0, k.1);
         let v_end = match &*k {
             b"delta" if b[vs] == b'{' => {
                 let mut d = Members::of(b, vs);
                 while let Some((k, vs)) = d.next()? {
                     let v = value(b, vs)?;
-                    match &*key(k) {
+                    match &*key(k.0, k.1) {
                         b"content" => {
                             let raw = &b[v.clone()];
                             c.content = (raw != b"null" && raw != b"\"\"").then_some(v.clone());
@@ -270,7 +275,7 @@ impl ChunkScan {
         self.empty = b.get(skip_ws(b, start + 1)) == Some(&b'}');
         let mut m = Members::of(b, start);
         while let Some((k, vs)) = m.next()? {
-            let k = key(k);
+            let k = key(k.0, k.1);
             if &*k == b"choices" && b[vs] == b'[' {
                 // Walked once, element by element: nothing is skipped first.
                 let end = choices(b, vs, &mut self.choices)?;
