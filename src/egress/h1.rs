@@ -499,19 +499,11 @@ impl Exchange {
     /// 1xx heads are dropped) and [`Exchange::closed`] at end of file.
     fn poll_answer(&mut self, cx: &mut Context<'_>, head_only: bool) -> Result<(), Written> {
         while self.early.is_none() && !self.closed {
-            match self.conn.tcp.poll_read_ready(cx) {
+            match self.poll_fill(cx) {
                 Poll::Pending => return Ok(()),
                 Poll::Ready(Err(e)) => return Err(Written::Socket(e)),
-                Poll::Ready(Ok(())) => {}
-            }
-            if self.buf.capacity() - self.buf.len() < READ_CHUNK / 8 {
-                self.buf.reserve(READ_CHUNK);
-            }
-            match self.conn.tcp.try_read_buf(&mut self.buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(Written::Socket(e)),
-                Ok(0) => self.closed = true,
-                Ok(_) => {
+                Poll::Ready(Ok(0)) => self.closed = true,
+                Poll::Ready(Ok(_)) => {
                     while let Some(head) = self.parse_head(head_only).map_err(Written::Socket)? {
                         if !head.status.is_informational()
                             || head.status == StatusCode::SWITCHING_PROTOCOLS
@@ -532,17 +524,18 @@ impl Exchange {
     }
 
     /// Reads until the buffer holds at least one more byte; `Ok(0)` at end of file.
+    ///
+    /// Through `AsyncRead::poll_read`, not `try_read`: a read shorter than the room
+    /// offered clears the socket's readiness (tokio's edge-triggered reading), so
+    /// an idle connection's liveness check ([`still_open`]) needs no system call
+    /// (with `try_read` it made a `recv` per reuse: 3 instead of 2 per request,
+    /// `benches/load/syscalls.sh`, and more CPU per request than the instructions
+    /// it saved).
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         if self.buf.capacity() - self.buf.len() < READ_CHUNK / 8 {
             self.buf.reserve(READ_CHUNK);
         }
-        loop {
-            ready!(self.conn.tcp.poll_read_ready(cx))?;
-            match self.conn.tcp.try_read_buf(&mut self.buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                r => return Poll::Ready(r),
-            }
-        }
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.conn.tcp), cx, &mut self.buf)
     }
 
     /// Reads the response head (past any interim 1xx answers) of a request whose
