@@ -7,8 +7,8 @@
 //! reuse, and HTTP/2 is used when the provider offers it by ALPN. Failures are
 //! classified here, once, into errors that say where a retry is safe.
 //!
-//! The pool re-sends a request on its own only when it was not yet written on a
-//! reused connection the provider had closed (hyper-util's `retry_canceled_requests`,
+//! hyper-util's pool (`https://`) re-sends a request on its own only when it was not
+//! yet written on a reused connection the provider had closed (hyper-util's `retry_canceled_requests`,
 //! on by default: a fresh connection, or a request already written, is never re-sent).
 
 use std::time::Duration;

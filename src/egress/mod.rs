@@ -3,9 +3,11 @@
 //!
 //! An [`Upstream`] is one configured provider: its adapter (the wire format), its
 //! timeouts, and a [`Transport`] that carries built HTTP requests. The transport is
-//! the seam where the network is: [`http::HttpTransport`] is a pooled hyper client
-//! (keep-alive, TLS through rustls with session reuse, HTTP/2 when the server offers
-//! it by ALPN), and the provider emulator (`kind: mock`) implements the same trait in
+//! the seam where the network is: [`http::HttpTransport`] sends `http://` requests
+//! through Switchyard's own HTTP/1.1 client ([`h1`]: keep-alive, an idle connection
+//! is its socket alone) and `https://` ones through a pooled hyper client (TLS
+//! through rustls with session reuse, HTTP/2 when the server offers it by ALPN),
+//! and the provider emulator (`kind: mock`) implements the same trait in
 //! process. Circuit breakers and failover wrap transports; nothing in egress knows
 //! which one it has.
 //!
@@ -16,8 +18,9 @@
 //!
 //! Egress never re-sends a request on its own: a provider bills every request it
 //! received. The one safe re-send, of a request not yet written on a reused pooled
-//! connection that the provider had closed, is the pool's (hyper-util does it once);
-//! every other failure goes back to the fallback chain with its retry safety
+//! connection that the provider had closed, is hyper-util's pool's (once; `https://`
+//! only: [`h1`] checks an idle connection before it writes on it instead); every
+//! other failure goes back to the fallback chain with its retry safety
 //! ([`crate::error::Retry`]) and is counted as an attempt.
 
 pub mod forward;
