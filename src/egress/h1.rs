@@ -411,7 +411,7 @@ impl Exchange {
             Some(0) if matches!(parts.method, Method::GET | Method::HEAD) => false,
             Some(n) => {
                 head.extend_from_slice(b"content-length: ");
-                head.extend_from_slice(itoa_u64(n, &mut [0; 20]));
+                head.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
                 head.extend_from_slice(b"\r\n");
                 false
             }
@@ -629,7 +629,7 @@ impl Exchange {
             } else if raw_name.eq_ignore_ascii_case(b"connection")
                 && raw_value
                     .split(|&b| b == b',')
-                    .any(|t| trim(t).eq_ignore_ascii_case(b"close"))
+                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
             {
                 reusable = false;
             }
@@ -679,23 +679,11 @@ fn is_framing(name: &HeaderName) -> bool {
         || name.as_str() == "proxy-connection"
 }
 
-fn trim(b: &[u8]) -> &[u8] {
-    let start = b
-        .iter()
-        .position(|c| !c.is_ascii_whitespace())
-        .unwrap_or(b.len());
-    let end = b
-        .iter()
-        .rposition(|c| !c.is_ascii_whitespace())
-        .map_or(start, |e| e + 1);
-    &b[start..end]
-}
-
 /// The last element of a comma-separated list, empty elements skipped (RFC 9110
 /// §5.6.1).
 fn last_token(b: &[u8]) -> &[u8] {
     b.rsplit(|&c| c == b',')
-        .map(trim)
+        .map(<[u8]>::trim_ascii)
         .find(|t| !t.is_empty())
         .unwrap_or(b"")
 }
@@ -705,7 +693,7 @@ fn last_token(b: &[u8]) -> &[u8] {
 fn parse_length(v: &[u8]) -> io::Result<u64> {
     let mut value: Option<u64> = None;
     for part in v.split(|&b| b == b',') {
-        let part = trim(part);
+        let part = part.trim_ascii();
         if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
             return Err(invalid("the response's Content-Length is not a number"));
         }
@@ -718,18 +706,6 @@ fn parse_length(v: &[u8]) -> io::Result<u64> {
         value = Some(n);
     }
     value.ok_or_else(|| invalid("the response's Content-Length is empty"))
-}
-
-fn itoa_u64(mut n: u64, out: &mut [u8; 20]) -> &[u8] {
-    let mut i = out.len();
-    loop {
-        i -= 1;
-        out[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &out[i..];
-        }
-    }
 }
 
 /// `{len:x}\r\n`, the size line of a chunk.

@@ -71,39 +71,16 @@ impl HttpTransport {
     /// [`HttpTransport::error`] for hyper-util's.
     fn plain_error(&self, e: super::h1::SendError) -> GatewayError {
         use super::h1::SendError;
-        let (what, retry) = match &e {
-            SendError::ConnectTimeout => {
-                return GatewayError::new(
-                    ErrorKind::UpstreamTimeout,
-                    format!(
-                        "could not connect to provider `{}` within {} ms",
-                        self.provider, self.connect_ms
-                    ),
-                )
-                .with_code(Code::UpstreamTimeout)
-                .with_source(e)
-            }
-            SendError::Connect(_) => ("could not connect to", Retry::Any),
-            // The request went out, perhaps partly: the provider may have received
-            // it (and bill it), so it is not sent there again; the next endpoint may
-            // take it.
-            SendError::Exchange(_) => ("request failed at", Retry::OtherEndpoint),
+        let (failure, cause) = match &e {
+            SendError::ConnectTimeout => (Failure::ConnectTimeout, String::new()),
+            SendError::Connect(io) => (Failure::Connect, io.to_string()),
+            SendError::Exchange(io) => (Failure::Exchange, io.to_string()),
         };
-        let cause = match &e {
-            SendError::Connect(io) | SendError::Exchange(io) => io.to_string(),
-            SendError::ConnectTimeout => String::new(),
-        };
-        GatewayError::new(
-            ErrorKind::BadUpstream,
-            format!("{what} provider `{}`: {cause}", self.provider),
-        )
-        .with_code(Code::UpstreamUnreachable)
-        .with_retry(retry)
-        .with_source(e)
+        self.failed(failure, &cause, e)
     }
 
-    /// The error for a failed request: 504 for a connect timeout, else 502
-    /// `upstream_unreachable` (retryable; the cause kept as the source).
+    /// The error for a failed request of hyper-util's client: its innermost cause,
+    /// a connect timeout told by an `io::ErrorKind::TimedOut` in the chain.
     fn error(&self, e: hyper_util::client::legacy::Error) -> GatewayError {
         let mut cause = String::new();
         let mut src: Option<&dyn std::error::Error> = std::error::Error::source(&e);
@@ -115,24 +92,40 @@ impl HttpTransport {
             cause = s.to_string();
             src = s.source();
         }
-        if timed_out {
-            return GatewayError::new(
-                ErrorKind::UpstreamTimeout,
-                format!(
-                    "could not connect to provider `{}` within {} ms",
-                    self.provider, self.connect_ms
-                ),
-            )
-            .with_code(Code::UpstreamTimeout)
-            .with_source(e);
-        }
-        let (what, retry) = if e.is_connect() {
-            ("could not connect to", Retry::Any)
-        } else {
+        let failure = match (timed_out, e.is_connect()) {
+            (true, _) => Failure::ConnectTimeout,
+            (false, true) => Failure::Connect,
+            (false, false) => Failure::Exchange,
+        };
+        self.failed(failure, &cause, e)
+    }
+
+    /// The gateway's error for a request that failed as `failure`, whichever client
+    /// sent it: 504 for a connect timeout, else 502 `upstream_unreachable` with its
+    /// retry safety; `e` kept as the source.
+    fn failed(
+        &self,
+        failure: Failure,
+        cause: &str,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> GatewayError {
+        let (what, retry) = match failure {
+            Failure::ConnectTimeout => {
+                return GatewayError::new(
+                    ErrorKind::UpstreamTimeout,
+                    format!(
+                        "could not connect to provider `{}` within {} ms",
+                        self.provider, self.connect_ms
+                    ),
+                )
+                .with_code(Code::UpstreamTimeout)
+                .with_source(e)
+            }
+            Failure::Connect => ("could not connect to", Retry::Any),
             // The connection broke after the request went out: the provider may have
             // received it (and bill it), so it is not sent there again; the next
             // endpoint may take it.
-            ("request failed at", Retry::OtherEndpoint)
+            Failure::Exchange => ("request failed at", Retry::OtherEndpoint),
         };
         GatewayError::new(
             ErrorKind::BadUpstream,
@@ -142,6 +135,17 @@ impl HttpTransport {
         .with_retry(retry)
         .with_source(e)
     }
+}
+
+/// How far a failed upstream request got, for [`HttpTransport::failed`].
+#[derive(Debug, Clone, Copy)]
+enum Failure {
+    /// No connection within `connect_ms`.
+    ConnectTimeout,
+    /// No connection: nothing was sent.
+    Connect,
+    /// The request went out, perhaps partly.
+    Exchange,
 }
 
 impl Transport for HttpTransport {
