@@ -531,8 +531,15 @@ impl Exchange {
     /// (with `try_read` it made a `recv` per reuse: 3 instead of 2 per request,
     /// `benches/load/syscalls.sh`, and more CPU per request than the instructions
     /// it saved).
+    ///
+    /// Room is reserved only once the socket is readable: a request waiting for its
+    /// answer (most of an exchange's life under load) holds no read buffer, where
+    /// reserving first held [`READ_CHUNK`] bytes per in-flight request for the whole
+    /// wait (`benches/load/conns.sh`: memory per loaded connection). Checking the
+    /// readiness costs no system call.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         if self.buf.capacity() - self.buf.len() < READ_CHUNK / 8 {
+            ready!(self.conn.tcp.poll_read_ready(cx))?;
             self.buf.reserve(READ_CHUNK);
         }
         tokio_util::io::poll_read_buf(Pin::new(&mut self.conn.tcp), cx, &mut self.buf)

@@ -499,3 +499,29 @@ async fn framing_edge_cases_of_rfc_9112_are_read_as_it_says() {
     let e = client().send(post(&base, "{}")).await.unwrap_err();
     assert!(e.to_string().contains("larger than 256 KiB"), "{e}");
 }
+
+#[tokio::test]
+async fn a_request_waiting_for_its_answer_holds_no_read_buffer() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut provider, _) = listener.accept().await.unwrap();
+    let mut ex = Exchange {
+        conn: Conn {
+            tcp,
+            key: Arc::from(addr.to_string()),
+        },
+        buf: BytesMut::new(),
+        early: None,
+        closed: false,
+    };
+    // Nothing sent yet: the read waits without taking room.
+    let waker = std::task::Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    assert!(ex.poll_fill(&mut cx).is_pending());
+    assert_eq!(ex.buf.capacity(), 0, "room taken before the answer arrived");
+    provider.write_all(b"HTTP/1.1 200 OK\r\n").await.unwrap();
+    let n = std::future::poll_fn(|cx| ex.poll_fill(cx)).await.unwrap();
+    assert_eq!(&ex.buf[..n], b"HTTP/1.1 200 OK\r\n");
+    assert!(ex.buf.capacity() >= READ_CHUNK);
+}
