@@ -163,62 +163,72 @@ impl H1Client {
     /// # Errors
     /// [`SendError`]: where the exchange failed, which says whether the provider can
     /// have seen the request.
-    pub async fn send(&self, req: Request<Body>) -> Result<Response<Body>, SendError> {
-        let list = crate::server::core_index().min(self.shared.lists.len() - 1);
+    ///
+    /// Not an `async fn`, so that the future holds the request's head once (an
+    /// `async fn` keeps its by-value argument beside the parts taken from it).
+    pub fn send(
+        &self,
+        req: Request<Body>,
+    ) -> impl std::future::Future<Output = Result<Response<Body>, SendError>> + Send + '_ {
         let (parts, body) = req.into_parts();
-        let Some(authority) = parts.uri.authority() else {
-            return Err(SendError::Connect(invalid("the request URI has no host")));
-        };
-        let key = authority.as_str();
-        let conn = match self.shared.checkout(list, key) {
-            Some(c) => c,
-            None => self.connect(authority).await?,
-        };
-        let head_only = parts.method == Method::HEAD;
-        let mut ex = Exchange {
-            conn,
-            buf: BytesMut::new(),
-            early: None,
-            closed: false,
-        };
-        let written = ex.write_request(&parts, authority, body, head_only).await;
-        let broken = written.is_err();
-        let mut head = match written {
-            Ok(()) => ex.read_head(head_only).await.map_err(SendError::Exchange)?,
-            Err(Written::Body(e)) => return Err(SendError::Exchange(e)),
-            // A provider may answer before it read the whole request (a 413 for a
-            // body over its limit) and stop reading or close: the writing stopped
-            // there, and that answer is the outcome.
-            Err(Written::Answered) => ex.read_head(head_only).await.map_err(SendError::Exchange)?,
-            // The write broke: an answer read before the break is still the
-            // outcome (the reset that followed it may also have discarded it).
-            Err(Written::Socket(e)) => match ex.read_head(head_only).await {
-                Ok(head) => head,
-                Err(_) => return Err(SendError::Exchange(e)),
-            },
-        };
-        if broken {
-            head.reusable = false;
+        async move {
+            let list = crate::server::core_index().min(self.shared.lists.len() - 1);
+            let Some(authority) = parts.uri.authority() else {
+                return Err(SendError::Connect(invalid("the request URI has no host")));
+            };
+            let key = authority.as_str();
+            let conn = match self.shared.checkout(list, key) {
+                Some(c) => c,
+                None => self.connect(authority).await?,
+            };
+            let head_only = parts.method == Method::HEAD;
+            let mut ex = Exchange {
+                conn,
+                buf: BytesMut::new(),
+                early: None,
+                closed: false,
+            };
+            let written = ex.write_request(&parts, authority, body, head_only).await;
+            let broken = written.is_err();
+            let mut head = match written {
+                Ok(()) => ex.read_head(head_only).await.map_err(SendError::Exchange)?,
+                Err(Written::Body(e)) => return Err(SendError::Exchange(e)),
+                // A provider may answer before it read the whole request (a 413 for a
+                // body over its limit) and stop reading or close: the writing stopped
+                // there, and that answer is the outcome.
+                Err(Written::Answered) => {
+                    ex.read_head(head_only).await.map_err(SendError::Exchange)?
+                }
+                // The write broke: an answer read before the break is still the
+                // outcome (the reset that followed it may also have discarded it).
+                Err(Written::Socket(e)) => match ex.read_head(head_only).await {
+                    Ok(head) => head,
+                    Err(_) => return Err(SendError::Exchange(e)),
+                },
+            };
+            if broken {
+                head.reusable = false;
+            }
+            let framing = head.framing;
+            let mut res = Response::new(crate::body::empty());
+            *res.status_mut() = head.status;
+            *res.version_mut() = head.version;
+            *res.headers_mut() = head.headers;
+            let mut body = H1Body {
+                ex: Some(ex),
+                framing,
+                reusable: head.reusable,
+                shared: Arc::clone(&self.shared),
+                list,
+            };
+            if body.framing == Framing::Length(0) {
+                // Nothing to read: the connection is free now, whether or not the
+                // caller ever polls the empty body.
+                body.finish();
+            }
+            *res.body_mut() = body.boxed_unsync();
+            Ok(res)
         }
-        let framing = head.framing;
-        let mut res = Response::new(crate::body::empty());
-        *res.status_mut() = head.status;
-        *res.version_mut() = head.version;
-        *res.headers_mut() = head.headers;
-        let mut body = H1Body {
-            ex: Some(ex),
-            framing,
-            reusable: head.reusable,
-            shared: Arc::clone(&self.shared),
-            list,
-        };
-        if body.framing == Framing::Length(0) {
-            // Nothing to read: the connection is free now, whether or not the
-            // caller ever polls the empty body.
-            body.finish();
-        }
-        *res.body_mut() = body.boxed_unsync();
-        Ok(res)
     }
 
     async fn connect(&self, authority: &http::uri::Authority) -> Result<Conn, SendError> {

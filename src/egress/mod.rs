@@ -158,17 +158,22 @@ impl Upstream {
         };
         // `total_ms` bounds the whole exchange, the wait for the head included.
         let head_ms = self.timeouts.first_byte_ms.min(self.timeouts.total_ms);
-        let mut req = self.adapter.request(&target, chat)?;
-        forward::apply(
-            &chat.headers,
-            self.kind,
-            &self.forward_headers,
-            req.headers_mut(),
-        );
-        if let Some(tp) = traceparent {
-            req.headers_mut().insert(crate::otel::TRACEPARENT, tp);
-        }
-        match tokio::time::timeout(Duration::from_millis(head_ms), self.transport.send(req)).await {
+        // The request is built in a block, so its slot ends when the transport takes
+        // it instead of staying in this future while the answer is awaited.
+        let sending = {
+            let mut req = self.adapter.request(&target, chat)?;
+            forward::apply(
+                &chat.headers,
+                self.kind,
+                &self.forward_headers,
+                req.headers_mut(),
+            );
+            if let Some(tp) = traceparent {
+                req.headers_mut().insert(crate::otel::TRACEPARENT, tp);
+            }
+            self.transport.send(req)
+        };
+        match tokio::time::timeout(Duration::from_millis(head_ms), sending).await {
             Err(_) => Err(self.first_byte_timeout()),
             Ok(Ok(response)) => Ok(UpstreamResponse { response, sent_at }),
             Ok(Err(e)) => Err(e),

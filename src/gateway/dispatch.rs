@@ -135,17 +135,20 @@ pub(super) struct Cursor {
 /// # Errors
 /// One attempt failed: its error. Several: the aggregate error (see the module doc).
 /// Nothing could be tried: 503.
+///
+/// `chat` comes shared: the attempts share it, and a request passed by value would
+/// take its size twice more in every request's future (the caller's slot stays).
 pub async fn dispatch(
     gw: &Arc<Gateway>,
     ctx: &mut RequestCtx,
-    chat: ChatRequest,
+    chat: Arc<ChatRequest>,
     plan: &Plan,
     decided: Arc<DecisionContext>,
     ticket: &mut Option<super::cache::Ticket>,
 ) -> Result<Response<Body>, GatewayError> {
     let mut cursor = Cursor {
         gw: gw.clone(),
-        chat: Arc::new(chat),
+        chat,
         decided,
         plan: ctx.plan.clone(),
         retries: plan.retries,
@@ -570,11 +573,12 @@ async fn exchange(
     let (continued, resume) = match resume {
         Some(sent) => {
             let (c, r) = continuation(up, chat, sent);
-            (c, Some(r))
+            // Boxed: held across the exchange, and only a continuation has one.
+            (c.map(Box::new), Some(r))
         }
         None => (None, None),
     };
-    let request = continued.as_ref().unwrap_or(chat);
+    let request = continued.as_deref().unwrap_or(chat);
     let sent = match up
         .send(&endpoint.upstream_model, request, span.traceparent())
         .await

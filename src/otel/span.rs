@@ -171,7 +171,7 @@ impl RequestTrace {
             .with_kind(SpanKind::Client)
             .with_attributes(attrs)
             .start_with_context(&l.tracer, &l.cx);
-        ChildSpan(Some(span))
+        ChildSpan(Some(Box::new(span)))
     }
 
     /// Records what the client received of a served answer on the server span.
@@ -329,8 +329,12 @@ pub(crate) fn push_usage(attrs: &mut Vec<KeyValue>, u: &Usage) {
 
 /// A child span being recorded (an upstream attempt); empty when tracing is off.
 /// Ends at [`ChildSpan::end`] (or when dropped).
+///
+/// Boxed: the SDK's span is 280 bytes, and an attempt's future holds this across
+/// the whole exchange, so unboxed every request's future carried it even with
+/// tracing off (`-Zprint-type-sizes`, issue 17's memory per connection).
 #[derive(Default)]
-pub struct ChildSpan(Option<opentelemetry_sdk::trace::Span>);
+pub struct ChildSpan(Option<Box<opentelemetry_sdk::trace::Span>>);
 
 impl std::fmt::Debug for ChildSpan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
