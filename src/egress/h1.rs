@@ -188,6 +188,13 @@ impl H1Client {
                 early: None,
                 closed: false,
             };
+            // Written after the other tasks this pass of the runtime woke, not at
+            // once: requests that arrived together then reach the provider together,
+            // and it is woken once for them instead of once each. Writing at once
+            // doubled the rescheduling interrupts between the cores per request
+            // (0.13 -> 0.30, `benches/load/wakeups.sh`) and raised the system time;
+            // hyper-util's connection task deferred its writes the same way.
+            tokio::task::yield_now().await;
             let written = ex.write_request(&parts, authority, body, head_only).await;
             let broken = written.is_err();
             let mut head = match written {
