@@ -172,10 +172,19 @@ impl H1Client {
     ) -> impl std::future::Future<Output = Result<Response<Body>, SendError>> + Send + '_ {
         let (parts, body) = req.into_parts();
         async move {
-            let list = crate::server::core_index().min(self.shared.lists.len() - 1);
             let Some(authority) = parts.uri.authority() else {
                 return Err(SendError::Connect(invalid("the request URI has no host")));
             };
+            // Written after the other tasks this pass of the runtime woke, not at
+            // once: requests that arrived together then reach the provider together,
+            // and it is woken once for them instead of once each. Writing at once
+            // doubled the rescheduling interrupts between the cores per request
+            // (0.13 -> 0.30, `benches/load/wakeups.sh`) and raised the system time;
+            // hyper-util's connection task deferred its writes the same way.
+            // Before the checkout: nothing is held while waiting, so a request
+            // dropped here costs no pooled connection.
+            tokio::task::yield_now().await;
+            let list = crate::server::core_index().min(self.shared.lists.len() - 1);
             let key = authority.as_str();
             let conn = match self.shared.checkout(list, key) {
                 Some(c) => c,
@@ -188,13 +197,6 @@ impl H1Client {
                 early: None,
                 closed: false,
             };
-            // Written after the other tasks this pass of the runtime woke, not at
-            // once: requests that arrived together then reach the provider together,
-            // and it is woken once for them instead of once each. Writing at once
-            // doubled the rescheduling interrupts between the cores per request
-            // (0.13 -> 0.30, `benches/load/wakeups.sh`) and raised the system time;
-            // hyper-util's connection task deferred its writes the same way.
-            tokio::task::yield_now().await;
             let written = ex.write_request(&parts, authority, body, head_only).await;
             let broken = written.is_err();
             let mut head = match written {
