@@ -227,6 +227,24 @@ pub fn core_index() -> usize {
     CORE.with(std::cell::Cell::get)
 }
 
+/// Drops `value` from a new task of the per-core serving thread's runtime when
+/// called on one ([`spawn_per_core`]), so that its `Drop` (a request's access line)
+/// runs after the calling task's current poll and the tasks already woken: a
+/// connection task that ends a request writes its answer first. Anywhere else (the
+/// shared runtime, other threads) `value` is dropped at once.
+///
+/// `value` is always dropped: a task the runtime drops unrun (its shutdown, when the
+/// serving thread ends) drops `value` with it, before [`PerCore::run_until`] returns.
+pub fn drop_later<T: Send + 'static>(value: T) {
+    if core_index() == 0 {
+        return drop(value);
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => drop(rt.spawn(async move { drop(value) })),
+        Err(_) => drop(value),
+    }
+}
+
 /// Binds `n` listeners on `addr` with `SO_REUSEPORT` (the kernel spreads new
 /// connections over them), for [`spawn_per_core`]. Port 0 picks one free port for
 /// all of them.
@@ -391,6 +409,81 @@ pub async fn shutdown_signal() {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Counts its drops.
+    struct Dropped(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// A current-thread runtime on a thread that says it is per-core thread 1.
+    fn on_a_core_thread<R: Send + 'static>(
+        f: impl FnOnce(tokio::runtime::Runtime) -> R + Send + 'static,
+    ) -> R {
+        std::thread::spawn(move || {
+            CORE.with(|c| c.set(1));
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            f(rt)
+        })
+        .join()
+        .unwrap()
+    }
+
+    #[test]
+    fn drop_later_drops_after_the_calling_task_on_a_per_core_thread() {
+        let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = n.clone();
+        let (during, after) = on_a_core_thread(move |rt| {
+            rt.block_on(async move {
+                drop_later(Dropped(seen.clone()));
+                let during = seen.load(std::sync::atomic::Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                (during, seen.load(std::sync::atomic::Ordering::SeqCst))
+            })
+        });
+        assert_eq!((during, after), (0, 1));
+        assert_eq!(n.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn drop_later_still_drops_when_the_runtime_ends_before_its_task_runs() {
+        let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = n.clone();
+        let during = on_a_core_thread(move |rt| {
+            let during = rt.block_on(async move {
+                drop_later(Dropped(seen.clone()));
+                seen.load(std::sync::atomic::Ordering::SeqCst)
+            });
+            drop(rt);
+            during
+        });
+        assert_eq!(during, 0, "deferred on a per-core thread");
+        assert_eq!(
+            n.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "dropped with the runtime"
+        );
+    }
+
+    #[tokio::test]
+    async fn drop_later_drops_at_once_off_the_per_core_threads() {
+        let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        drop_later(Dropped(n.clone()));
+        assert_eq!(n.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // A per-core thread outside its runtime (a task dropped after it) too.
+        let seen = n.clone();
+        let during = on_a_core_thread(move |_rt| {
+            drop_later(Dropped(seen.clone()));
+            seen.load(std::sync::atomic::Ordering::SeqCst)
+        });
+        assert_eq!(during, 2);
+    }
 
     #[tokio::test]
     async fn per_core_listeners_share_one_port() {

@@ -180,3 +180,87 @@ fn serve_check_refuses_an_access_file_it_cannot_open() {
         "{stderr}"
     );
 }
+
+/// Access lines are written after the answer (from a task of the per-core thread's
+/// runtime): none is lost when the gateway stops right after its answers, nor for
+/// streams the drain deadline cut, on every one of four per-core threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_access_line_is_in_the_file_after_a_shutdown_right_after_the_answers() {
+    let fast = mock(&[]);
+    // 16 tokens at 4 tokens/s: about 4 s, far past a 300 ms drain.
+    let slow = mock(&["--tokens-per-s", "4"]);
+    let logs = tempfile::tempdir().unwrap();
+    let mut gw = serve(&format!(
+        "server: {{ drain_timeout_ms: 300, runtime: per_core, threads: 4 }}\n{}telemetry: {{ access_log: {{ path: {}/access.log, rotation: never }} }}\n",
+        config(
+            &[("fast", &fast), ("slow", &slow)],
+            "",
+            "  m:\n    endpoints:\n      - { provider: fast, model: x }\n  s:\n    endpoints:\n      - { provider: slow, model: x }\n",
+        ),
+        logs.path().display()
+    ));
+    // Each request on its own connection: the kernel spreads them over the threads.
+    let send = |id: String, model: &'static str, stream: bool| {
+        let url = gw.url("/v1/chat/completions");
+        tokio::spawn(async move {
+            let r = request_with(
+                "POST",
+                &url,
+                &[("x-request-id", &id)],
+                chat(model, stream, ""),
+            )
+            .await;
+            (id, r)
+        })
+    };
+    let streams: Vec<_> = (0..8)
+        .map(|i| send(format!("cut-{i}"), "s", true))
+        .collect();
+    let whole: Vec<_> = (0..24)
+        .map(|i| send(format!("whole-{i}"), "m", i % 2 == 0))
+        .collect();
+    for w in whole {
+        let (id, r) = w.await.unwrap();
+        assert_eq!(r.status, 200, "{id}: {}", r.text());
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    gw.terminate();
+    for s in streams {
+        let (id, r) = s.await.unwrap();
+        let last: serde_json::Value = serde_json::from_str(r.events().last().unwrap()).unwrap();
+        assert_eq!(
+            last["error"]["code"],
+            "gateway_shutdown",
+            "{id}: {}",
+            r.text()
+        );
+    }
+    let mut exited = None;
+    for _ in 0..100 {
+        if let Some(s) = gw.child.try_wait().unwrap() {
+            exited = Some(s);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(exited.expect("exited after the drain").success());
+    // The process has exited: the file is complete.
+    let lines = file_lines(logs.path(), 32);
+    let mut outcomes: Vec<(String, String)> = lines
+        .iter()
+        .map(|l| {
+            let f = &l["fields"];
+            (
+                f["request_id"].as_str().unwrap().to_string(),
+                f["outcome"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    outcomes.sort();
+    let mut want: Vec<(String, String)> = (0..8)
+        .map(|i| (format!("cut-{i}"), "stream_error".to_string()))
+        .chain((0..24).map(|i| (format!("whole-{i}"), "ok".to_string())))
+        .collect();
+    want.sort();
+    assert_eq!(outcomes, want);
+}
