@@ -33,7 +33,6 @@
 mod canned;
 mod edge_io;
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,7 +48,7 @@ use tokio::net::TcpListener;
 
 use crate::body::Body;
 use crate::config::ServerConfig;
-use edge_io::{Activity, EdgeIo, Tracked};
+use edge_io::{Activity, ClientWatch, EdgeIo, Tracked};
 
 /// Per-connection limits of the listener (`server:` keys of the config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +108,11 @@ pub async fn serve<H, F>(
     // The connection deadlines replace hyper's header timer, which would also cut
     // keep-alive idle at the header timeout (see `edge_io`).
     http1.header_read_timeout(None);
+    // hyper would read a busy connection to see the client close it, taking a second
+    // 8 KiB read buffer per request in flight (its first is still shared with the
+    // request's bytes); the request's future and its body watch the socket instead
+    // (`edge_io::ClientWatch`).
+    http1.half_close(true);
     let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     http2
         .timer(TokioTimer::new())
@@ -142,8 +146,13 @@ pub async fn serve<H, F>(
         let handler = handler.clone();
         let activity = Arc::new(Activity::default());
         let mut io = EdgeIo::new(stream, activity.clone(), limits);
+        let socket = io.watch();
         let service = service_fn(move |req: Request<Incoming>| {
-            let guard = activity.start(req.version() == Version::HTTP_2);
+            let h2 = req.version() == Version::HTTP_2;
+            let guard = activity.start(h2);
+            // HTTP/1 runs with `half_close(true)`: the request's future and its
+            // response body watch for the client going away instead (`ClientWatch`).
+            let mut watch = (!h2).then(|| socket.clone_watch());
             let fits = header_bytes(req.headers()) <= limits.max_header_bytes;
             let too_large = (!fits).then(|| crate::request_id::of(req.headers()));
             // Boxed per request: hyper keeps the service's future in a box made once
@@ -153,12 +162,12 @@ pub async fn serve<H, F>(
             let fut = fits.then(|| Box::pin(handler(req, peer)));
             async move {
                 let resp = match (fut, too_large) {
-                    (Some(fut), _) => fut.await,
+                    (Some(fut), _) => until_gone(fut, watch.as_mut()).await?,
                     (None, id) => {
                         headers_too_large(&limits, id.unwrap_or_else(crate::request_id::generate))
                     }
                 };
-                Ok::<_, Infallible>(resp.map(|body| Tracked::new(body, guard)))
+                Ok::<_, std::io::Error>(resp.map(|body| Tracked::new(body, guard, watch)))
             }
         });
         let watcher = graceful.watcher();
@@ -212,6 +221,29 @@ pub async fn serve<H, F>(
             tracing::warn!("closing the remaining connections");
         }
     }
+}
+
+/// Runs a request's future to its response, or fails with
+/// [`edge_io::client_gone`] when `watch` (an HTTP/1 request's) sees the client close
+/// its connection first; the future is then dropped, which cancels the request's
+/// upstream work.
+async fn until_gone<F: Future<Output = Response<Body>>>(
+    fut: std::pin::Pin<Box<F>>,
+    watch: Option<&mut ClientWatch>,
+) -> std::io::Result<Response<Body>> {
+    let Some(watch) = watch else {
+        return Ok(fut.await);
+    };
+    let mut fut = fut;
+    std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(resp) = fut.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Ok(resp));
+        }
+        watch
+            .poll_gone(cx, false)
+            .map(|()| Err(edge_io::client_gone()))
+    })
+    .await
 }
 
 thread_local! {

@@ -327,6 +327,16 @@ async fn attack_anthropic_shaped_context_error_moves_to_a_larger_window() {
     assert_eq!(r.headers["x-switchyard-endpoint"], "q/x");
 }
 
+/// Requests in flight over every endpoint of `/admin/endpoints`.
+fn in_flight(eps: &serde_json::Value) -> u64 {
+    eps["endpoints"]
+        .as_array()
+        .expect("an endpoints list")
+        .iter()
+        .map(|e| e["stats"]["in_flight"].as_u64().expect("a count"))
+        .sum()
+}
+
 /// A client that reads the stream until `marker` appears, then drops the
 /// connection.
 async fn read_until_then_drop(addr: SocketAddr, body: &str, marker: &str) -> String {
@@ -408,8 +418,10 @@ async fn attack_client_gone_during_continuation_leaks_no_in_flight() {
     // (The gauge is process-wide: other tests of this binary move it, so it is
     // only printed; the per-endpoint count below is this gateway's own.)
     eprintln!("{lines:?}");
-    let eps = get(&gw.url("/admin/endpoints")).await.text();
-    assert!(!eps.contains("\"in_flight\":1"), "{eps}");
+    // Regression: this looked for `"in_flight":1` in pretty-printed JSON
+    // (`"in_flight": 1`), so it could not fail.
+    let eps = get(&gw.url("/admin/endpoints")).await.json();
+    assert_eq!(in_flight(&eps), 0, "{eps}");
 }
 
 #[tokio::test]
@@ -530,4 +542,40 @@ async fn attack_n2_stream_cut_is_not_continued_and_ends_with_one_error() {
     );
     assert!(events.last().unwrap().contains("\"error\""));
     assert_eq!(seen_b.lock().unwrap().len(), 0);
+}
+
+/// A client that leaves while its stream waits between events is noticed at once,
+/// not when the provider speaks again: the server runs HTTP/1 with hyper's
+/// `half_close`, so its own end-of-stream read on a busy connection is off and the
+/// response body watches the socket (`ClientWatch`). The provider here is silent for
+/// 15 s after the first event; the endpoint must have nothing in flight long before.
+#[tokio::test]
+async fn attack_client_gone_while_a_stream_waits_between_events_is_noticed_at_once() {
+    let mut script = openai_sse(&["one"], false);
+    for _ in 0..5 {
+        script.push_str(STALL);
+    }
+    script.push_str(&text_chunk(" late"));
+    script.push_str(&finish_chunk("stop"));
+    script.push_str(DONE);
+    let (a, _) = sse_upstream(vec![script]);
+    let cfg = format!(
+        "providers:\n  p: {}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x }} ] }}\n",
+        oa(a, "")
+    );
+    let gw = start_app(&cfg, &[]).await;
+    let got = read_until_then_drop(gw.app.addr(), &chat("m", true, ""), "one").await;
+    assert!(got.contains("one"), "{got}");
+    let left = std::time::Instant::now();
+    loop {
+        let eps = get(&gw.url("/admin/endpoints")).await.json();
+        if in_flight(&eps) == 0 {
+            break;
+        }
+        assert!(
+            left.elapsed() < Duration::from_secs(5),
+            "still in flight 5 s after the client left (the provider is silent for 15 s): {eps}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
