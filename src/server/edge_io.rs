@@ -42,7 +42,17 @@
 //! at most two timer resets (hyper's header timer, now off, reset once per request
 //! too); no task, channel or allocation.
 //!
-//! # JSON for hyper's canned errors
+//! # Watching for a client that leaves
+//! HTTP/1 connections run with hyper's `half_close(true)`. Without it hyper reads a
+//! busy connection to see the client close it, and since its read buffer is still
+//! shared with the request's header values and body then, that read takes a second
+//! 8 KiB buffer for every request in flight. Instead the socket is shared
+//! (`Arc<TcpStream>`; reads and writes go through `&TcpStream` as tokio's own do), and
+//! the request's future and its response body poll a [`ClientWatch`], which peeks one
+//! byte only when the socket is readable: the end of the stream or a reset ends the
+//! request (its future is dropped, which cancels the upstream work), while unread
+//! bytes are the rest of the body or a pipelined request.
+//!
 //! When hyper cannot parse a request head it writes a fixed head itself (`on_parse_error`
 //! in `proto/h1/conn.rs`, statuses from `Server::on_error` in `proto/h1/role.rs`): `400`,
 //! `414` or `431` with `content-length: 0` and `connection: close`, then closes. The
