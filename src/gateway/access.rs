@@ -301,7 +301,9 @@ impl Facts {
 
     /// Ends a request as `end`: records the per-request metrics that need the whole
     /// request, its place in the recent-requests ring and the end of its OTel span
-    /// now, and hands its access line to [`write_after_the_answer`].
+    /// now, and writes its access line once the answer is on its way
+    /// ([`crate::server::drop_later`]: on a per-core serving thread, after the
+    /// connection task that ended the request has written its last bytes).
     pub fn emit(self, gw: &Arc<Gateway>, end: End) {
         let now = Instant::now();
         let latency = now.saturating_duration_since(self.started);
@@ -337,7 +339,10 @@ impl Facts {
             }
             attrs
         });
-        write_after_the_answer(Line {
+        // Formatting the line is about a tenth of a request's instructions (about
+        // 10,000 of 111,000 for a JSON answer, `benches/load/callgrind.sh`): written
+        // once the answer's last bytes are on their way.
+        crate::server::drop_later(Line {
             gw: gw.clone(),
             facts: self,
             end,
@@ -449,17 +454,6 @@ impl Drop for Line {
         self.facts
             .write_line(&self.gw, self.end, self.latency, self.cost);
     }
-}
-
-/// Writes `line` once the answer is on its way ([`crate::server::drop_later`]): on
-/// a per-core serving thread, after the connection task that ended the request has
-/// written its last bytes.
-///
-/// Formatting the line is about a tenth of a request's instructions (about 10,000
-/// of 111,000 for a JSON answer, `benches/load/callgrind.sh`), and the answer's last
-/// bytes waited for it.
-fn write_after_the_answer(line: Line) {
-    crate::server::drop_later(line);
 }
 
 impl Facts {

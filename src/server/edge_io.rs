@@ -245,10 +245,7 @@ impl EdgeIo {
     /// A watch on this connection's socket for a client that goes away while one of
     /// its HTTP/1 requests is in flight ([`ClientWatch`]).
     pub(super) fn watch(&self) -> ClientWatch {
-        ClientWatch {
-            stream: Arc::clone(&self.stream),
-            quiet_only: false,
-        }
+        ClientWatch::on(&self.stream)
     }
 
     /// Reads the start of a new connection until it is known to be HTTP/2 (the whole
@@ -541,8 +538,13 @@ pub(crate) struct ClientWatch {
 impl ClientWatch {
     /// Another watch on the same socket (one per request).
     pub(crate) fn clone_watch(&self) -> ClientWatch {
+        ClientWatch::on(&self.stream)
+    }
+
+    /// A fresh watch on `stream`.
+    fn on(stream: &Arc<TcpStream>) -> ClientWatch {
         ClientWatch {
-            stream: Arc::clone(&self.stream),
+            stream: Arc::clone(stream),
             quiet_only: false,
         }
     }

@@ -235,15 +235,7 @@ async fn every_access_line_is_in_the_file_after_a_shutdown_right_after_the_answe
             r.text()
         );
     }
-    let mut exited = None;
-    for _ in 0..100 {
-        if let Some(s) = gw.child.try_wait().unwrap() {
-            exited = Some(s);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(exited.expect("exited after the drain").success());
+    assert!(gw.exited().await.success(), "exits after the drain");
     // The process has exited: the file is complete.
     let lines = file_lines(logs.path(), 32);
     let mut outcomes: Vec<(String, String)> = lines

@@ -58,6 +58,17 @@ impl Proc {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// Waits (up to 5 s) for the process to exit by itself, and returns its status.
+    pub async fn exited(&mut self) -> std::process::ExitStatus {
+        for _ in 0..100 {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the process has not exited after 5 s");
+    }
+
     /// Sends SIGTERM.
     pub fn terminate(&self) {
         let _ = Command::new("kill")

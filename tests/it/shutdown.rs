@@ -35,15 +35,7 @@ async fn in_flight_stream_finishes(server_yaml: &str) {
     assert_eq!(r.status, 200);
     assert_eq!(r.events().last().unwrap(), "[DONE]", "{}", r.text());
     // The process exits by itself after the drain, with success.
-    let mut exited = None;
-    for _ in 0..100 {
-        if let Some(s) = gw.child.try_wait().unwrap() {
-            exited = Some(s);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(exited.expect("exited after drain").success());
+    assert!(gw.exited().await.success(), "exits after the drain");
     assert!(std::net::TcpStream::connect(gw.addr).is_err());
 }
 
