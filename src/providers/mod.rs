@@ -10,6 +10,7 @@ pub mod anthropic;
 pub mod bedrock;
 mod common;
 pub mod gemini;
+pub mod json_walk;
 pub mod openai;
 mod reasoning;
 pub mod splice;

@@ -278,14 +278,10 @@ pub fn set_string_parts(
 /// `json` with top-level `key` set to the string `value` (added if absent), every other
 /// byte unchanged. `None` if `json` is not an object.
 pub fn set_string(json: &[u8], key: &str, value: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(json.len() + value.len() + key.len() + 8);
     match find(json, key)? {
-        Field::Found(r) => {
-            out.extend_from_slice(&json[..r.start]);
-            push_json_string(&mut out, value);
-            out.extend_from_slice(&json[r.end..]);
-        }
+        Field::Found(r) => Some(set_string_at(json, r, value)),
         Field::Missing { after_brace, empty } => {
+            let mut out = Vec::with_capacity(json.len() + value.len() + key.len() + 8);
             out.extend_from_slice(&json[..after_brace]);
             push_json_string(&mut out, key);
             out.push(b':');
@@ -294,9 +290,22 @@ pub fn set_string(json: &[u8], key: &str, value: &str) -> Option<Vec<u8>> {
                 out.push(b',');
             }
             out.extend_from_slice(&json[after_brace..]);
+            Some(out)
         }
     }
-    Some(out)
+}
+
+/// `json` with the value at `at` (a byte range a scan found, such as
+/// [`Field::Found`]'s) replaced by the string `value`, every other byte unchanged.
+///
+/// # Panics
+/// If `at` is not a range of `json`.
+pub fn set_string_at(json: &[u8], at: Range<usize>, value: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(json.len() - at.len() + value.len() + 8);
+    out.extend_from_slice(&json[..at.start]);
+    push_json_string(&mut out, value);
+    out.extend_from_slice(&json[at.end..]);
+    out
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use crate::body::{self, Body};
 use crate::error::{ErrorKind, GatewayError};
 use crate::sse::SseEvent;
 use chunk::{ChoiceScan, ChunkScan};
-use view::ResponseView;
+use view::{ResponseView, ResponseWalk};
 
 /// The OpenAI-format adapter.
 #[derive(Debug, Clone)]
@@ -275,16 +275,26 @@ impl Adapter for OpenAi {
             GatewayError::new(ErrorKind::BadUpstream, why)
                 .with_code(crate::error::Code::UpstreamBadResponse)
         };
-        // Validate the shape without building a tree, then splice the model name.
-        let view: ResponseView<'_> = serde_json::from_slice(body).map_err(|e| {
-            bad(format!(
-                "upstream sent a response that is not a chat completion: {e}"
-            ))
-        })?;
-        if !view.choices.is_some_and(|c| c.get().starts_with('[')) {
+        // Validate the shape without building a tree, then splice the model name:
+        // one strict pass that also finds `model` (`ResponseWalk`); a body it refuses
+        // is read by `serde_json` for the error it names (and taken if serde_json
+        // reads it after all: its rules are the ones the gateway always had).
+        let (choices_listed, models, model_at) = match ResponseWalk::of(body) {
+            Some(walk) => (walk.choices_listed, walk.models, walk.model),
+            None => {
+                let view: ResponseView<'_> = serde_json::from_slice(body).map_err(|e| {
+                    bad(format!(
+                        "upstream sent a response that is not a chat completion: {e}"
+                    ))
+                })?;
+                let listed = view.choices.is_some_and(|c| c.get().starts_with('['));
+                (listed, view.models, None)
+            }
+        };
+        if !choices_listed {
             return Err(bad("upstream response has no `choices` list".into()));
         }
-        if view.models > 1 {
+        if models > 1 {
             // Named twice: parsed whole, so that one `model` (the logical name) is left
             // whichever of the two a client's reader would have kept.
             let mut v: Map<String, Value> = serde_json::from_slice(body)
@@ -293,6 +303,9 @@ impl Adapter for OpenAi {
             return serde_json::to_vec(&v)
                 .map(Bytes::from)
                 .map_err(|e| bad(format!("could not encode the response: {e}")));
+        }
+        if let (1, Some(at)) = (models, model_at) {
+            return Ok(Bytes::from(splice::set_string_at(body, at, logical_model)));
         }
         splice::set_string(body, "model", logical_model)
             .map(Bytes::from)

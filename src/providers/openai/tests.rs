@@ -492,3 +492,83 @@ fn an_upstream_model_named_twice_never_reaches_the_client() {
     assert_eq!(v["choices"][0]["delta"]["content"], "Hi");
     assert!(v.get("usage").is_none(), "{v}");
 }
+
+/// The answer as `response` made it before the strict walk: `serde_json`'s view,
+/// then the splice's own search for `model`.
+fn response_through_serde(body: &[u8], logical: &str) -> Result<Vec<u8>, String> {
+    let view: ResponseView<'_> = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    if !view.choices.is_some_and(|c| c.get().starts_with('[')) {
+        return Err("no choices".into());
+    }
+    if view.models > 1 {
+        return Err("parsed whole".into());
+    }
+    splice::set_string(body, "model", logical).ok_or_else(|| "not an object".into())
+}
+
+#[test]
+fn whole_answers_are_walked_as_serde_json_read_them() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut bodies: Vec<Vec<u8>> = [
+        "openai/openai-text.json",
+        "openai-compatible/deepseek-tool-call.json",
+        "openai-compatible/groq-tool-call.json",
+    ]
+    .iter()
+    .map(|f| fixture(f).into_bytes())
+    .collect();
+    for b in [
+        r#"{"choices":[],"model":"a"}"#,
+        r#"{"mo\u0064el":"a","choices":[{}]}"#,
+        r#"{"model":"a","choices":null}"#,
+        r#"{"choices":[],"choices":{}}"#,
+        r#"{"choices":{},"choices":[]}"#,
+        r#"{"choices":[]}"#,
+        r#"{"\ud800":1,"choices":[]}"#,
+        r#"{"choices":["\ud800"],"model":7}"#,
+        r#"{"model":"a","model":"b","choices":[]}"#,
+        r#"<html>bad gateway</html>"#,
+        r#"{"choices":[{"message":{"content":"cut"#,
+        "{\"choices\":[\"\u{e9}\"],\"model\":\"x\"}",
+    ] {
+        bodies.push(b.as_bytes().to_vec());
+    }
+    let mut mutated = Vec::new();
+    for b in &bodies {
+        for _ in 0..300 {
+            let mut m = b.clone();
+            let at = rng.random_range(0..m.len());
+            match rng.random_range(0..3) {
+                0 => m[at] = b"{}[]:,\"\\ 0e-x"[rng.random_range(0..13)],
+                1 => {
+                    m.remove(at);
+                }
+                _ => m.insert(at, m[at]),
+            }
+            mutated.push(m);
+        }
+    }
+    bodies.extend(mutated);
+    let adapter = OpenAi::standard();
+    for body in &bodies {
+        let old = response_through_serde(body, "logical");
+        let new = adapter.response(body, "logical");
+        let show = String::from_utf8_lossy(body);
+        match (&old, &new) {
+            (Ok(o), Ok(n)) => assert_eq!(&o[..], &n[..], "{show}"),
+            (Err(why), Ok(_)) => assert_eq!(why, "parsed whole", "{show}"),
+            (Ok(_), Err(e)) => panic!("refused what serde_json read: {show}: {}", e.message),
+            (Err(_), Err(_)) => {}
+        }
+        if let Some(walk) = ResponseWalk::of(body) {
+            let view: ResponseView<'_> = serde_json::from_slice(body).expect("walked, so valid");
+            let listed = view.choices.is_some_and(|c| c.get().starts_with('['));
+            assert_eq!(
+                (walk.choices_listed, walk.models),
+                (listed, view.models),
+                "{show}"
+            );
+        }
+    }
+}

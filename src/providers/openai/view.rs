@@ -1,8 +1,64 @@
 //! The view of an upstream chat completion the OpenAI adapter reads before splicing
 //! the logical model name into it.
 
+use std::ops::Range;
+
 use serde::Deserialize;
 use serde_json::value::RawValue;
+
+use super::super::json_walk;
+
+/// What [`ResponseView`] tells of a chat completion, read by one strict pass of
+/// [`json_walk`] instead of `serde_json`'s visitors, with where `model` is.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct ResponseWalk {
+    /// The (last) `choices` member is a list.
+    pub choices_listed: bool,
+    /// How many `model` members the object has.
+    pub models: usize,
+    /// The value of the last `model` member (quotes included for a string).
+    pub model: Option<Range<usize>>,
+}
+
+impl ResponseWalk {
+    /// The walk of `body`, or `None` when it is not a valid JSON object (or is
+    /// nested deeper than [`json_walk::MAX_DEPTH`]).
+    pub fn of(body: &[u8]) -> Option<ResponseWalk> {
+        let mut walk = ResponseWalk {
+            choices_listed: false,
+            models: 0,
+            model: None,
+        };
+        let mut undecodable = false;
+        let valid = json_walk::object_members(body, |m| {
+            let key = &body[m.key.clone()];
+            // A key written with escapes (`"mo\u0064el"`) is the same key to every
+            // JSON reader: compare its decoded text.
+            // One serde_json cannot decode (a lone surrogate) fails the walk, as it
+            // fails serde_json's read of the keys.
+            let decoded;
+            let key: &[u8] = if m.key_escaped {
+                let quoted = &body[m.key.start - 1..m.key.end + 1];
+                decoded = serde_json::from_slice::<String>(quoted).unwrap_or_else(|_| {
+                    undecodable = true;
+                    String::new()
+                });
+                decoded.as_bytes()
+            } else {
+                key
+            };
+            match key {
+                b"choices" => walk.choices_listed = body[m.value.start] == b'[',
+                b"model" => {
+                    walk.models += 1;
+                    walk.model = Some(m.value.clone());
+                }
+                _ => {}
+            }
+        });
+        (valid && !undecodable).then_some(walk)
+    }
+}
 
 /// Just enough of a chat completion to know it is one, and how many `model` members
 /// it has (a server may write two; the splice replaces one).
