@@ -659,6 +659,9 @@ impl Exchange {
             {
                 reusable = false;
             }
+            if unread(raw_name) {
+                continue;
+            }
             let name = HeaderName::from_bytes(raw_name)
                 .map_err(|_| invalid("a response header name is not valid"))?;
             let value = HeaderValue::from_maybe_shared(head.slice(vs..ve))
@@ -703,6 +706,29 @@ fn is_framing(name: &HeaderName) -> bool {
         || name == header::TRAILER
         || name.as_str() == "keep-alive"
         || name.as_str() == "proxy-connection"
+}
+
+/// Response header fields the gateway never reads from a provider's answer, left
+/// out of the answer's map: building a name and a value and hashing them into the
+/// map cost about 500 instructions per field (`benches/load/callgrind.sh`), and a
+/// provider sends many of them (OpenAI: `date`, `server`, `cf-ray`, two
+/// `set-cookie`, `strict-transport-security`, `alt-svc`, ...). The gateway answers
+/// with headers of its own and relays none of these; `connection` is read from the
+/// raw head before this filter. Whatever is not listed here stays in the map (the
+/// framing fields too: a `HEAD` answer's `content-length` is its information).
+fn unread(name: &[u8]) -> bool {
+    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    match name.len() {
+        4 => is(b"date") || is(b"etag") || is(b"vary"),
+        6 => is(b"server") || is(b"cf-ray"),
+        7 => is(b"alt-svc"),
+        10 => is(b"set-cookie") || is(b"connection") || is(b"keep-alive"),
+        13 => is(b"last-modified") || is(b"accept-ranges"),
+        15 => is(b"cf-cache-status"),
+        22 => is(b"x-content-type-options"),
+        25 => is(b"strict-transport-security"),
+        _ => false,
+    }
 }
 
 /// The last element of a comma-separated list, empty elements skipped (RFC 9110

@@ -525,3 +525,28 @@ async fn a_request_waiting_for_its_answer_holds_no_read_buffer() {
     assert_eq!(&ex.buf[..n], b"HTTP/1.1 200 OK\r\n");
     assert!(ex.buf.capacity() >= READ_CHUNK);
 }
+
+#[tokio::test]
+async fn fields_the_gateway_never_reads_are_left_out_of_the_answers_map() {
+    let (base, _seen) = provider(vec![keep(
+        b"HTTP/1.1 200 OK\r\nDate: Fri, 04 Dec 2026 17:00:00 GMT\r\nServer: nginx\r\n\
+Content-Type: application/json\r\nSet-Cookie: a=b\r\nSET-COOKIE: c=d\r\nETag: \"x\"\r\n\
+cf-ray: 1\r\nx-request-id: req-1\r\nx-ratelimit-remaining-requests: 9\r\n\
+Retry-After: 2\r\nContent-Length: 2\r\n\r\n{}",
+    )])
+    .await;
+    let res = client().send(post(&base, "{}")).await.unwrap();
+    let mut names: Vec<&str> = res.headers().keys().map(|k| k.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "content-length",
+            "content-type",
+            "retry-after",
+            "x-ratelimit-remaining-requests",
+            "x-request-id"
+        ]
+    );
+    assert_eq!(text(res).await, "{}");
+}
