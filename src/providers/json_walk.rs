@@ -379,6 +379,15 @@ mod tests {
             b"\"abcdefghijklmnopqrstuvwxyz\x1f\"",
             b"\"abcdefgh\\\"ijklmnop\"",
             b"\"12345678\"",
+            b"\"\xc3\xa9\x01234567\"",
+            b"\"1234567\xe2\x82\xac\"",
+            b"\"123456\xe2\x82\xac\"",
+            b"\"1234567\xe2\x82\"",
+            b"\"\xe2\x82\xac\\\"\xc3\xa9\"",
+            b"[\"\xc3\xa9\"]\xc3\xa9",
+            b"\"12345678\xc3\xa9\x1f\"",
+            b"\"\xed\xa0\x80\"",
+            b"\"\xf4\x90\x80\x80\"",
             b"\"1234567\"",
         ];
         for c in cases {
@@ -395,6 +404,13 @@ mod tests {
                 serde_json::from_slice::<serde_json::Value>(text.as_bytes()).is_ok(),
                 n <= MAX_DEPTH as usize,
                 "serde_json's own limit moved: {n}"
+            );
+            let objects = format!("{}1{}", "{\"k\":".repeat(n), "}".repeat(n));
+            assert_eq!(is_valid(objects.as_bytes()), n <= MAX_DEPTH as usize, "{n}");
+            assert_eq!(
+                object_members(objects.as_bytes(), |_| {}),
+                n <= MAX_DEPTH as usize,
+                "{n}"
             );
             let obj = format!("{{\"a\":{}{}}}", "[".repeat(n), "]".repeat(n));
             assert_eq!(
@@ -453,10 +469,11 @@ mod tests {
     fn random_and_mutated_texts_are_judged_as_serde_json_judges_them() {
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(17);
-        const ALPHABET: &[u8] = b"{}[]:,\"\\/ \t\n-+.eE0123456789abfnrtuluesx\x01\x7f";
+        const ALPHABET: &[u8] =
+            b"{}[]:,\"\\/ \t\n-+.eE0123456789abfnrtuluesx\x01\x7f\xc3\xa9\xe2\x82\xac\xff";
         let mut valid = 0;
         for _ in 0..200_000 {
-            let len = rng.random_range(0..14);
+            let len = rng.random_range(0..20);
             let text: Vec<u8> = (0..len)
                 .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())])
                 .collect();

@@ -531,7 +531,10 @@ async fn fields_the_gateway_never_reads_are_left_out_of_the_answers_map() {
     let (base, _seen) = provider(vec![keep(
         b"HTTP/1.1 200 OK\r\nDate: Fri, 04 Dec 2026 17:00:00 GMT\r\nServer: nginx\r\n\
 Content-Type: application/json\r\nSet-Cookie: a=b\r\nSET-COOKIE: c=d\r\nETag: \"x\"\r\n\
-cf-ray: 1\r\nx-request-id: req-1\r\nx-ratelimit-remaining-requests: 9\r\n\
+cf-ray: 1\r\nVary: Origin\r\nKeep-Alive: timeout=5\r\nalt-svc: h3=\":443\"\r\n\
+Strict-Transport-Security: max-age=1\r\nLast-Modified: x\r\nAccept-Ranges: bytes\r\n\
+cf-cache-status: DYNAMIC\r\nX-Content-Type-Options: nosniff\r\nServer: again\r\n\
+x-request-id: req-1\r\nx-ratelimit-remaining-requests: 9\r\n\
 Retry-After: 2\r\nContent-Length: 2\r\n\r\n{}",
     )])
     .await;
