@@ -59,7 +59,7 @@ pub(super) struct ChunkScan {
 
 /// A key's text: the raw bytes between its quotes, or, for a key written with
 /// escapes (`escaped`), its decoded text (`"mo\u0064el"` is `model` to every JSON reader).
-fn key(raw: &[u8], escaped: bool) -> std::borrow::Cow<'_, [u8]> {
+pub(super) fn key(raw: &[u8], escaped: bool) -> std::borrow::Cow<'_, [u8]> {
     let inner = &raw[1..raw.len() - 1];
     // Whether it holds an escape was found while its end was (`Members::next`).
     if !escaped {

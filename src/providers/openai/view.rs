@@ -31,23 +31,13 @@ impl ResponseWalk {
         };
         let mut undecodable = false;
         let valid = json_walk::object_members(body, |m| {
-            let key = &body[m.key.clone()];
-            // A key written with escapes (`"mo\u0064el"`) is the same key to every
-            // JSON reader: compare its decoded text.
-            // One serde_json cannot decode (a lone surrogate) fails the walk, as it
-            // fails serde_json's read of the keys.
-            let decoded;
-            let key: &[u8] = if m.key_escaped {
-                let quoted = &body[m.key.start - 1..m.key.end + 1];
-                decoded = serde_json::from_slice::<String>(quoted).unwrap_or_else(|_| {
-                    undecodable = true;
-                    String::new()
-                });
-                decoded.as_bytes()
-            } else {
-                key
-            };
-            match key {
+            // The key with its quotes, decoded if written with escapes
+            // (`"mo\u0064el"` is `model`); one serde_json cannot decode (a lone
+            // surrogate, read as empty) fails the walk, as it fails serde_json's read
+            // of the keys (an escaped key is never empty once decoded).
+            let key = super::chunk::key(&body[m.key.start - 1..m.key.end + 1], m.key_escaped);
+            undecodable |= m.key_escaped && key.is_empty();
+            match &*key {
                 b"choices" => walk.choices_listed = body[m.value.start] == b'[',
                 b"model" => {
                     walk.models += 1;
