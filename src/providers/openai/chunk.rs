@@ -15,7 +15,7 @@
 
 use std::ops::Range;
 
-use super::super::splice::{skip_string_escaped, skip_value, skip_ws};
+use super::super::splice::{skip_string, skip_string_escaped, skip_value, skip_ws};
 
 /// What one choice of a chunk carries, as the relay counts it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -72,6 +72,58 @@ pub(super) fn key(raw: &[u8], escaped: bool) -> std::borrow::Cow<'_, [u8]> {
     }
 }
 
+/// The member names the relay reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Name {
+    Model,
+    Usage,
+    Error,
+    Id,
+    Created,
+    Choices,
+    Delta,
+    Content,
+    ToolCalls,
+    FinishReason,
+    /// Any other name.
+    Other,
+}
+
+impl Name {
+    /// Which name the raw key `k` is; a key with an escape is decoded first
+    /// ([`key`]), one without is matched as it stands (no `Cow`). Matched as byte
+    /// patterns: a match on byte-string literals compared through `memcmp`. Both,
+    /// and inlining this, took the scan of the load benchmark's chunks from 3,029 to
+    /// about 2,400 instructions per chunk in a loop of its own.
+    #[inline(always)]
+    fn of(k: Key<'_>) -> Name {
+        match k {
+            Key(raw, false) => Name::named(&raw[1..raw.len() - 1]),
+            Key(raw, true) => Name::named(&key(raw, true)),
+        }
+    }
+
+    /// Which name the decoded key `text` is.
+    #[inline(always)]
+    fn named(text: &[u8]) -> Name {
+        match text {
+            [b'i', b'd'] => Name::Id,
+            [b'm', b'o', b'd', b'e', b'l'] => Name::Model,
+            [b'u', b's', b'a', b'g', b'e'] => Name::Usage,
+            [b'e', b'r', b'r', b'o', b'r'] => Name::Error,
+            [b'd', b'e', b'l', b't', b'a'] => Name::Delta,
+            [b'c', b'r', b'e', b'a', b't', b'e', b'd'] => Name::Created,
+            [b'c', b'h', b'o', b'i', b'c', b'e', b's'] => Name::Choices,
+            [b'c', b'o', b'n', b't', b'e', b'n', b't'] => Name::Content,
+            [b't', b'o', b'o', b'l', b'_', b'c', b'a', b'l', b'l', b's'] => Name::ToolCalls,
+            [b'f', b'i', b'n', b'i', b's', b'h', b'_', b'r', b'e', b'a', b's', b'o', b'n'] => {
+                Name::FinishReason
+            }
+            _ => Name::Other,
+        }
+    }
+}
+
 /// A member's raw key (quotes included) and whether it holds an escape.
 #[derive(Clone, Copy)]
 struct Key<'a>(&'a [u8], bool);
@@ -83,20 +135,32 @@ fn is_null(b: &[u8], v: &Range<usize>) -> bool {
 /// The value at `b[i]`, its end checked: strings and containers must close, a scalar
 /// must be a literal or look like a number.
 fn value(b: &[u8], i: usize) -> Result<Range<usize>, &'static str> {
-    let end = skip_value(b, i).ok_or("the event ends inside a value")?;
-    let v = &b[i..end];
-    let ok = match v.first() {
-        Some(b'"' | b'{' | b'[') => true,
-        Some(b'-' | b'0'..=b'9') => v
-            .iter()
-            .all(|c| matches!(c, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')),
-        _ => matches!(v, b"true" | b"false" | b"null"),
+    const CUT: &str = "the event ends inside a value";
+    const NOT_JSON: &str = "a value is not JSON";
+    let end = match b.get(i) {
+        Some(b'"') => skip_string(b, i).ok_or(CUT)?,
+        Some(b'{' | b'[') => skip_value(b, i).ok_or(CUT)?,
+        // A number's characters up to the byte that ends it, in the same pass.
+        Some(b'-' | b'0'..=b'9') => {
+            let mut j = i + 1;
+            while let Some(c) = b.get(j) {
+                match c {
+                    b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E' => j += 1,
+                    b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r' => break,
+                    _ => return Err(NOT_JSON),
+                }
+            }
+            j
+        }
+        _ => {
+            let end = skip_value(b, i).ok_or(CUT)?;
+            if !matches!(&b[i..end], b"true" | b"false" | b"null") {
+                return Err(NOT_JSON);
+            }
+            end
+        }
     };
-    if ok {
-        Ok(i..end)
-    } else {
-        Err("a value is not JSON")
-    }
+    Ok(i..end)
 }
 
 /// The members of one object, read in one pass: [`Members::next`] gives a member's
@@ -158,19 +222,19 @@ impl<'a> Members<'a> {
     fn value_ends(&mut self, v_end: usize) -> Result<Range<usize>, &'static str> {
         let b = self.b;
         let after = skip_ws(b, v_end);
-        let member = match (b.get(after), self.prev_end) {
-            (Some(b','), _) => self.key_start..skip_ws(b, after + 1),
-            (_, Some(p)) => p..v_end,
-            (_, None) => self.key_start..v_end,
-        };
-        self.prev_end = Some(v_end);
+        let prev_end = self.prev_end.replace(v_end);
         match b.get(after) {
-            Some(b',') => self.i = skip_ws(b, after + 1),
-            Some(b'}') => self.end = Some(after + 1),
-            Some(_) => return Err("members are not separated by `,`"),
-            None => return Err("the event ends inside an object"),
+            Some(b',') => {
+                self.i = skip_ws(b, after + 1);
+                Ok(self.key_start..self.i)
+            }
+            Some(b'}') => {
+                self.end = Some(after + 1);
+                Ok(prev_end.unwrap_or(self.key_start)..v_end)
+            }
+            Some(_) => Err("members are not separated by `,`"),
+            None => Err("the event ends inside an object"),
         }
-        Ok(member)
     }
 
     /// Index past the closing brace (once [`Members::next`] returned `None`).
@@ -185,32 +249,31 @@ fn choice(b: &[u8], i: usize) -> Result<(ChoiceScan, usize), &'static str> {
     let mut c = ChoiceScan::default();
     let mut m = Members::of(b, i);
     while let Some((k, vs)) = m.next()? {
-        let k = key(k.0, k.1);
-        let v_end = match &*k {
-            b"delta" if b[vs] == b'{' => {
+        let v_end = match Name::of(k) {
+            Name::Delta if b[vs] == b'{' => {
                 let mut d = Members::of(b, vs);
                 while let Some((k, vs)) = d.next()? {
                     let v = value(b, vs)?;
-                    match &*key(k.0, k.1) {
-                        b"content" => {
+                    match Name::of(k) {
+                        Name::Content => {
                             let raw = &b[v.clone()];
                             c.content = (raw != b"null" && raw != b"\"\"").then_some(v.clone());
                         }
-                        b"tool_calls" => c.tool_calls = !is_null(b, &v),
+                        Name::ToolCalls => c.tool_calls = !is_null(b, &v),
                         _ => {}
                     }
                     d.value_ends(v.end)?;
                 }
                 d.end()
             }
-            b"delta" => {
+            Name::Delta => {
                 let v = value(b, vs)?;
                 if !is_null(b, &v) {
                     return Err("`delta` is not an object");
                 }
                 v.end
             }
-            b"finish_reason" => {
+            Name::FinishReason => {
                 let v = value(b, vs)?;
                 let end = v.end;
                 c.finish = (!is_null(b, &v)).then_some(v);
@@ -275,8 +338,8 @@ impl ChunkScan {
         self.empty = b.get(skip_ws(b, start + 1)) == Some(&b'}');
         let mut m = Members::of(b, start);
         while let Some((k, vs)) = m.next()? {
-            let k = key(k.0, k.1);
-            if &*k == b"choices" && b[vs] == b'[' {
+            let k = Name::of(k);
+            if k == Name::Choices && b[vs] == b'[' {
                 // Walked once, element by element: nothing is skipped first.
                 let end = choices(b, vs, &mut self.choices)?;
                 m.value_ends(end)?;
@@ -285,19 +348,19 @@ impl ChunkScan {
             let v = value(b, vs)?;
             let member = m.value_ends(v.end)?;
             let present = !is_null(b, &v);
-            match &*k {
-                b"model" => {
+            match k {
+                Name::Model => {
                     self.model_twice |= self.model.is_some();
                     self.model = Some(v);
                 }
-                b"choices" if present => return Err("`choices` is not a list"),
-                b"usage" => {
+                Name::Choices if present => return Err("`choices` is not a list"),
+                Name::Usage => {
                     self.usage_member = Some(member);
                     self.usage = present.then_some(v);
                 }
-                b"error" => self.error = present.then_some(v),
-                b"id" => self.id = present.then_some(v),
-                b"created" => self.created = present.then_some(v),
+                Name::Error => self.error = present.then_some(v),
+                Name::Id => self.id = present.then_some(v),
+                Name::Created => self.created = present.then_some(v),
                 _ => {}
             }
         }
@@ -440,6 +503,67 @@ mod tests {
             r#"{"choices":[1]}"#,
             r#"{"choices":[{"delta":"x"}]}"#,
             r#"{a:1}"#,
+        ] {
+            assert!(scan(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_are_told_exactly_not_by_their_length_or_first_bytes() {
+        // Every name the relay reads, next to keys of the same length or prefix that
+        // are not it: only the exact name (or its escaped spelling) counts.
+        for (k, name) in [
+            ("id", Name::Id),
+            ("model", Name::Model),
+            ("usage", Name::Usage),
+            ("error", Name::Error),
+            ("delta", Name::Delta),
+            ("created", Name::Created),
+            ("choices", Name::Choices),
+            ("content", Name::Content),
+            ("tool_calls", Name::ToolCalls),
+            ("finish_reason", Name::FinishReason),
+            ("mo\\u0064el", Name::Model),
+            ("\\u0069d", Name::Id),
+            ("ix", Name::Other),
+            ("Id", Name::Other),
+            ("models", Name::Other),
+            ("mode", Name::Other),
+            ("modeL", Name::Other),
+            ("usagE", Name::Other),
+            ("errors", Name::Other),
+            ("deltas", Name::Other),
+            ("creates", Name::Other),
+            ("choicex", Name::Other),
+            ("contents", Name::Other),
+            ("tool_call", Name::Other),
+            ("tool_callz", Name::Other),
+            ("finish_reasons", Name::Other),
+            ("finish_reasoN", Name::Other),
+            ("", Name::Other),
+            ("mo\\u0064els", Name::Other),
+        ] {
+            let text = format!("\"{k}\"");
+            let escaped = k.contains('\\');
+            assert_eq!(Name::of(Key(text.as_bytes(), escaped)), name, "{text}");
+        }
+    }
+
+    #[test]
+    fn numbers_and_literals_are_read_to_their_end_and_checked() {
+        let c = scan(r#"{"created":17e3,"x":-1.5E+2,"y":true,"z":[0],"id":null}"#).unwrap();
+        assert_eq!(c.created, Some(11..15));
+        assert_eq!(c.id, None);
+        assert!(scan(r#"{"created":17}"#).is_ok());
+        assert!(scan(r#"{"created":17 }"#).is_ok());
+        for bad in [
+            r#"{"created":17x}"#,
+            r#"{"created":17"}"#,
+            r#"{"created":1:2}"#,
+            r#"{"created":nul}"#,
+            r#"{"created":nulls}"#,
+            r#"{"created":17"#,
+            r#"{"created":-"#,
         ] {
             assert!(scan(bad).is_err(), "{bad}");
         }
