@@ -98,9 +98,15 @@ pub const CLIENT_HEADER: HeaderName = HeaderName::from_static("x-client-request-
 /// The provider's id of its answer, from its response `headers` (see
 /// [`UPSTREAM_HEADER`]); `None` when it sent none fit to be echoed.
 pub fn upstream(headers: &HeaderMap) -> Option<HeaderValue> {
-    ["x-request-id", "request-id", "x-amzn-requestid"]
+    // Names made when compiled: a lookup by `&str` parses the name each time.
+    const NAMES: [HeaderName; 3] = [
+        HeaderName::from_static("x-request-id"),
+        HeaderName::from_static("request-id"),
+        HeaderName::from_static("x-amzn-requestid"),
+    ];
+    NAMES
         .iter()
-        .find_map(|n| headers.get(*n))
+        .find_map(|n| headers.get(n))
         .filter(|v| valid(v.as_bytes()))
         .cloned()
 }

@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 
 use super::ctx::RequestCtx;
 use super::Gateway;
@@ -27,11 +27,16 @@ pub const PRIORITY_HEADER: &str = "x-switchyard-priority";
 /// Request header: `off-peak` opts a low-priority request into the off-peak hold.
 pub const DEFER_HEADER: &str = "x-switchyard-defer";
 /// Response header: the request's final priority.
-pub const PRIORITY_RESPONSE_HEADER: &str = "x-switchyard-priority";
+pub const PRIORITY_RESPONSE_HEADER: HeaderName = HeaderName::from_static(PRIORITY_HEADER);
 /// Response header: how long the request was held for the off-peak window, ms.
-pub const HELD_HEADER: &str = "x-switchyard-held-ms";
+pub const HELD_HEADER: HeaderName = HeaderName::from_static("x-switchyard-held-ms");
 /// Response header: how long its attempts waited in endpoint queues, ms.
-pub const QUEUED_HEADER: &str = "x-switchyard-queued-ms";
+pub const QUEUED_HEADER: HeaderName = HeaderName::from_static("x-switchyard-queued-ms");
+
+/// [`PRIORITY_HEADER`] and [`DEFER_HEADER`] as header names, made when compiled: a
+/// lookup by `&str` parses the name on every request.
+const PRIORITY_NAME: HeaderName = HeaderName::from_static(PRIORITY_HEADER);
+const DEFER_NAME: HeaderName = HeaderName::from_static(DEFER_HEADER);
 
 /// Sets `ctx.caller.priority` from the header, and `ctx.defer` from the defer header.
 ///
@@ -39,7 +44,7 @@ pub const QUEUED_HEADER: &str = "x-switchyard-queued-ms";
 /// 400 naming the header for a value that is not a level (or not `off-peak`); 403
 /// `priority_not_allowed` for a level above the caller's ceiling.
 pub fn admit(ctx: &mut RequestCtx, headers: &HeaderMap) -> Result<(), GatewayError> {
-    if let Some(v) = headers.get(PRIORITY_HEADER) {
+    if let Some(v) = headers.get(PRIORITY_NAME) {
         let text = v.to_str().unwrap_or("").trim();
         let Some(level) = PriorityLevel::parse(&text.to_ascii_lowercase()) else {
             return Err(GatewayError::new(
@@ -67,7 +72,7 @@ pub fn admit(ctx: &mut RequestCtx, headers: &HeaderMap) -> Result<(), GatewayErr
         ctx.caller.priority = level;
     }
     ctx.priority = ctx.caller.priority;
-    if let Some(v) = headers.get(DEFER_HEADER) {
+    if let Some(v) = headers.get(DEFER_NAME) {
         let text = v.to_str().unwrap_or("").trim();
         if !text.eq_ignore_ascii_case("off-peak") {
             return Err(GatewayError::new(
