@@ -617,8 +617,10 @@ async fn exchange(
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    // `text/event-stream`, or Bedrock's `application/vnd.amazon.eventstream`.
-    let streamed = content_type.contains("event-stream") || content_type.contains("eventstream");
+    // `text/event-stream`, or Bedrock's `application/vnd.amazon.eventstream`; media
+    // types are case-insensitive (RFC 9110, section 8.3.1).
+    let streamed = holds_ignoring_case(content_type, "event-stream")
+        || holds_ignoring_case(content_type, "eventstream");
     if chat.is_stream() && !content_type.is_empty() && !streamed {
         // Not a stream (an HTML error page, or JSON from a provider that ignored
         // `stream`): fail before the first byte so the fallback chain can act.
@@ -699,6 +701,17 @@ async fn exchange(
         }
         Err(e) => Err(attempt.failed(e)),
     }
+}
+
+/// Whether `text` holds `part`, ASCII letters compared without case (a plain scan:
+/// `str::contains` sets up a substring searcher, several hundred instructions, for
+/// a header value of a few dozen bytes).
+fn holds_ignoring_case(text: &str, part: &str) -> bool {
+    let (text, part) = (text.as_bytes(), part.as_bytes());
+    text.len() >= part.len()
+        && text
+            .windows(part.len())
+            .any(|w| w.eq_ignore_ascii_case(part))
 }
 
 #[cfg(test)]

@@ -819,6 +819,24 @@ async fn an_html_page_answering_a_stream_request_is_a_502_for_every_adapter() {
 }
 
 #[tokio::test]
+async fn a_stream_type_written_in_capitals_is_still_a_stream() {
+    // Media types are case-insensitive (RFC 9110, section 8.3.1): `Text/Event-Stream`
+    // is relayed like `text/event-stream`, not refused as "not an event stream".
+    let p = P::OpenAi;
+    let body = [p.start(), p.text("Hi"), p.finish()].concat();
+    let rig = rig(
+        p,
+        vec![Answer::Whole(
+            "200 OK",
+            "Text/Event-Stream; charset=UTF-8",
+            body,
+        )],
+    );
+    assert_eq!(rig.ask(true).await, complete("Hi"));
+    rig.still_serves().await;
+}
+
+#[tokio::test]
 async fn openai_done_without_a_finish_reason_still_carries_one() {
     let p = P::OpenAi;
     let got = stream_case(
