@@ -47,19 +47,30 @@ pub fn valid(id: &[u8]) -> bool {
 /// A new request id: a random version 4 UUID (RFC 9562 §5.4), canonical form
 /// `xxxxxxxx-xxxx-4xxx-Nxxx-xxxxxxxxxxxx` in lowercase hex (N is 8, 9, a or b).
 pub fn generate() -> HeaderValue {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let bits: u128 = rand::random();
     // Version 4 in bits 48..52 (counting from the most significant), variant 10 in 64..66.
     let bits = (bits & !(0xf << 76) & !(0x3 << 62)) | (0x4 << 76) | (0x2 << 62);
-    let mut buf = *b"00000000-0000-0000-0000-000000000000";
-    let mut nibble = 32;
-    for b in buf.iter_mut().filter(|b| **b != b'-') {
-        nibble -= 1;
-        *b = HEX[((bits >> (4 * nibble)) & 0xf) as usize];
-    }
+    let buf = uuid_text(bits);
     HeaderValue::from_bytes(&buf).unwrap_or(HeaderValue::from_static(
         "00000000-0000-4000-8000-000000000000",
     ))
+}
+
+/// `bits` in the 8-4-4-4-12 hex form of RFC 9562, lower case: byte by byte from the
+/// most significant, a dash before bytes 4, 6, 8 and 10.
+fn uuid_text(bits: u128) -> [u8; 36] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [b'-'; 36];
+    let mut at = 0;
+    for (i, byte) in bits.to_be_bytes().into_iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            at += 1;
+        }
+        buf[at] = HEX[usize::from(byte >> 4)];
+        buf[at + 1] = HEX[usize::from(byte & 0xf)];
+        at += 2;
+    }
+    buf
 }
 
 /// Whether `id` is a UUID written as 32 hex digits, plain or in the 8-4-4-4-12
@@ -139,6 +150,19 @@ mod tests {
         assert!(is_uuid(of(&h).as_bytes()));
         assert!(is_uuid(of(&HeaderMap::new()).as_bytes()));
         assert!(!valid(b""));
+    }
+
+    #[test]
+    fn uuid_text_is_the_hex_of_the_bits_in_rfc_9562_groups() {
+        assert_eq!(
+            &uuid_text(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210),
+            b"01234567-89ab-cdef-fedc-ba9876543210"
+        );
+        assert_eq!(&uuid_text(0), b"00000000-0000-0000-0000-000000000000");
+        assert_eq!(
+            &uuid_text(u128::MAX),
+            b"ffffffff-ffff-ffff-ffff-ffffffffffff"
+        );
     }
 
     #[test]
