@@ -324,7 +324,7 @@ impl Adapter for OpenAi {
         };
         Box::new(OpenAiStream {
             model_json: serde_json::to_string(&ctx.logical_model).unwrap_or_default(),
-            scan: ChunkScan::default(),
+            scan: None,
             model: ctx.logical_model,
             include_usage: ctx.include_usage,
             prompt_tokens: ctx.prompt_tokens_estimate,
@@ -367,8 +367,10 @@ struct OpenAiStream {
     progress: Progress,
     /// `model` as the JSON string literal written into every chunk.
     model_json: String,
-    /// The last chunk's scan, kept so its buffers are reused.
-    scan: ChunkScan,
+    /// The last chunk's scan, kept so its buffers are reused (made by the first
+    /// chunk); boxed, so that taking it out for a chunk moves a pointer, not its few
+    /// hundred bytes.
+    scan: Option<Box<ChunkScan>>,
 }
 
 impl OpenAiStream {
@@ -657,7 +659,8 @@ fn bad_chunk(why: String) -> GatewayError {
 
 impl StreamTranscoder for OpenAiStream {
     fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> Result<StreamStep, GatewayError> {
-        let data = event.data.trim();
+        // JSON's whitespace is ASCII (RFC 8259, section 2).
+        let data = event.data.trim_ascii();
         match event.event.as_deref() {
             // Chat Completions chunks carry no event name (`message` is the SSE
             // default one).
@@ -678,9 +681,9 @@ impl StreamTranscoder for OpenAiStream {
         if data.is_empty() {
             return Ok(StreamStep::Continue);
         }
-        let mut scan = std::mem::take(&mut self.scan);
+        let mut scan = self.scan.take().unwrap_or_default();
         let step = self.chunk(data, &mut scan, out);
-        self.scan = scan;
+        self.scan = Some(scan);
         step
     }
 
