@@ -19,6 +19,9 @@ pub struct SseEvent {
     pub event: Option<String>,
     /// The joined `data:` lines.
     pub data: String,
+    /// How many `data:` lines were joined (a `\n` in [`SseEvent::data`] is one
+    /// of their joins exactly when this is more than one).
+    pub data_lines: u32,
 }
 
 /// Largest event accepted, in bytes; a provider sending more without a blank line is
@@ -38,6 +41,8 @@ pub struct SseParser {
     event: Option<String>,
     data: String,
     has_data: bool,
+    /// `data:` lines of the event being read.
+    data_lines: u32,
     /// A `\r` ended the last consumed line; a following `\n` belongs to it.
     skip_lf: bool,
     /// Bytes of `buf` already searched for a line end (keeps parsing linear when an
@@ -115,6 +120,7 @@ impl SseParser {
                     std::mem::swap(&mut self.data, &mut ev.data);
                     self.data.clear();
                     ev.event = self.event.take();
+                    ev.data_lines = std::mem::take(&mut self.data_lines);
                     return true;
                 }
                 self.event = None;
@@ -153,6 +159,7 @@ impl SseParser {
                 }
                 self.data.push_str(value);
                 self.has_data = true;
+                self.data_lines += 1;
             }
             "event" => self.event = Some(value.to_string()),
             _ => {}
@@ -260,6 +267,7 @@ mod tests {
             [("e", "first, longer"), ("", "2"), ("", "3")].map(|(e, d)| SseEvent {
                 event: (!e.is_empty()).then(|| e.to_string()),
                 data: d.to_string(),
+                data_lines: 1,
             })
         );
         assert!(!p.next_into(&mut ev));
@@ -291,5 +299,21 @@ mod tests {
         p.push(b"data: {\"x\"").unwrap();
         assert!(p.next_event().is_none());
         assert!(p.has_partial());
+    }
+
+    #[test]
+    fn data_lines_counts_the_lines_each_event_joined() {
+        let mut p = SseParser::new();
+        p.push(b"data: a\ndata: b\r\ndata: c\n\nevent: e\ndata: d\n\n: note\n\ndata:\n\n")
+            .unwrap();
+        let mut ev = SseEvent::default();
+        let mut got = Vec::new();
+        while p.next_into(&mut ev) {
+            got.push((ev.data.clone(), ev.data_lines));
+        }
+        assert_eq!(
+            got,
+            [("a\nb\nc".to_string(), 3), ("d".into(), 1), ("".into(), 1)]
+        );
     }
 }

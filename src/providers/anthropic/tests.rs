@@ -447,7 +447,11 @@ fn unknown_events_and_pings_are_skipped_and_message_stop_alone_supplies_stop() {
 fn a_thinking_block_larger_than_the_held_bound_ends_the_stream_with_an_error() {
     let mut t = Anthropic.stream(bad_input_ctx());
     let mut out = bytes::BytesMut::new();
-    let ev = |data: String| crate::sse::SseEvent { event: None, data };
+    let ev = |data: String| crate::sse::SseEvent {
+        event: None,
+        data,
+        data_lines: 1,
+    };
     for data in [
         r#"{"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":2,"output_tokens":1}}}"#,
         r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,

@@ -382,6 +382,7 @@ impl OpenAiStream {
         &mut self,
         data: &str,
         scan: &mut ChunkScan,
+        one_line: bool,
         out: &mut BytesMut,
     ) -> Result<StreamStep, GatewayError> {
         let b = data.as_bytes();
@@ -454,7 +455,7 @@ impl OpenAiStream {
         // chunk's `usage` member (null, or a count on the last content chunk of
         // some servers) is removed.
         out.put_slice(b"data: ");
-        if memchr::memchr(b'\n', b).is_none() {
+        if one_line {
             scan.write(b, self.model_json.as_bytes(), !self.include_usage, out);
         } else {
             // The upstream sent the chunk as several `data:` lines (joined with `\n`,
@@ -682,7 +683,7 @@ impl StreamTranscoder for OpenAiStream {
             return Ok(StreamStep::Continue);
         }
         let mut scan = self.scan.take().unwrap_or_default();
-        let step = self.chunk(data, &mut scan, out);
+        let step = self.chunk(data, &mut scan, event.data_lines <= 1, out);
         self.scan = Some(scan);
         step
     }
