@@ -9,12 +9,13 @@
 //! Hashing a secret was about 2,500 instructions of each request (2% of a proxied
 //! JSON request, `benches/load/callgrind.sh`), for the same few secrets over and
 //! over. Each serving thread remembers the digests of the last [`RECENT_SECRETS`]
-//! secrets that matched a key ([`Recent`]): a secret is found there by a SipHash tag
-//! under a random per-thread key (which an attacker cannot steer a guess towards)
-//! and then compared whole in constant time, so a remembered secret is never taken
-//! for another. The digest alone is remembered, not the key it matched: the lookup
-//! by digest and its constant-time check run as before, against the set in force,
-//! so a key revoked or removed by a reload is refused at once.
+//! secrets that matched a key ([`Recent`]), each under a 128-bit tag of the secret
+//! (SipHash-1-3 under two keys drawn at random for the thread, a keyed function an
+//! attacker cannot steer a guess towards without the keys); the secret itself is
+//! not kept, so memory holds no more of a key than before: its digest. A tag is
+//! compared in constant time. Only the digest is remembered, not the key it
+//! matched: the lookup by digest and its constant-time check run as before, against
+//! the set in force, so a key revoked or removed by a reload is refused at once.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -123,64 +124,63 @@ impl KeySet {
     }
 }
 
-/// Most secrets whose digests a thread remembers (8); a ninth replaces the one
+/// Most secrets whose digests a thread remembers (32); one more replaces the one
 /// remembered longest ago.
-pub const RECENT_SECRETS: usize = 8;
-
-/// Longest secret remembered (256 bytes); longer ones are hashed every time.
-const MAX_REMEMBERED_BYTES: usize = 256;
+pub const RECENT_SECRETS: usize = 32;
 
 thread_local! {
     /// This thread's remembered digests (see the module documentation).
     static RECENT: std::cell::RefCell<Recent> = std::cell::RefCell::new(Recent::default());
 }
 
-/// The SHA-256 digests of the last secrets that matched a key on this thread.
+/// The SHA-256 digests of the last secrets that matched a key on this thread, each
+/// under a 128-bit keyed tag of its secret. The secrets themselves are not kept.
 #[derive(Default)]
 struct Recent {
-    /// SipHash-1-3 under keys drawn at random for this thread (`RandomState`).
-    tagger: std::hash::RandomState,
+    /// Two SipHash-1-3 keys drawn at random for this thread (`RandomState`), one
+    /// per half of a tag.
+    keys: [std::hash::RandomState; 2],
     slots: Vec<Remembered>,
     /// The slot the next new secret takes once all are in use.
     next: usize,
 }
 
-/// One remembered secret.
+/// One remembered secret: its tag and its digest.
 struct Remembered {
-    /// [`Recent::tag`] of the secret.
-    tag: u64,
-    secret: Box<[u8]>,
+    tag: [u8; 16],
     digest: [u8; 32],
 }
 
 impl Recent {
-    fn tag(&self, secret: &[u8]) -> u64 {
-        std::hash::BuildHasher::hash_one(&self.tagger, secret)
+    /// The secret's 128-bit tag: SipHash-1-3 of it under each of the thread's keys.
+    fn tag(&self, secret: &[u8]) -> [u8; 16] {
+        let [a, b] = self
+            .keys
+            .each_ref()
+            .map(|k| std::hash::BuildHasher::hash_one(k, secret));
+        let mut tag = [0u8; 16];
+        tag[..8].copy_from_slice(&a.to_le_bytes());
+        tag[8..].copy_from_slice(&b.to_le_bytes());
+        tag
     }
 
-    /// The digest of `secret`, if it is remembered: found by its tag, then the whole
-    /// secret compared in constant time.
+    /// The digest of `secret`, if it is remembered: a slot whose first tag half
+    /// matches is checked on the whole tag in constant time.
     fn digest(&self, secret: &str) -> Option<[u8; 32]> {
         if self.slots.is_empty() {
             return None;
         }
-        let secret = secret.as_bytes();
-        let tag = self.tag(secret);
+        let tag = self.tag(secret.as_bytes());
         self.slots
             .iter()
-            .find(|s| s.tag == tag && bool::from(s.secret.ct_eq(secret)))
+            .find(|s| s.tag[..8] == tag[..8] && bool::from(s.tag.ct_eq(&tag)))
             .map(|s| s.digest)
     }
 
     /// Remembers that `secret` hashes to `digest`.
     fn remember(&mut self, secret: &str, digest: [u8; 32]) {
-        let secret = secret.as_bytes();
-        if secret.len() > MAX_REMEMBERED_BYTES {
-            return;
-        }
         let slot = Remembered {
-            tag: self.tag(secret),
-            secret: secret.into(),
+            tag: self.tag(secret.as_bytes()),
             digest,
         };
         if self.slots.len() < RECENT_SECRETS {
@@ -285,19 +285,34 @@ mod tests {
     }
 
     #[test]
-    fn a_tag_that_matches_is_not_enough_the_whole_secret_must() {
-        // A slot whose tag equals another secret's (a collision, forced here) does
-        // not hand its digest to that secret.
+    fn a_tag_must_match_whole_and_no_secret_is_kept() {
+        // A slot whose tag matches another secret's in its first half only (forced
+        // here) does not hand its digest to that secret; the whole tag does.
         let mut r = Recent::default();
         r.remember("sy-one", digest("sy-one"));
-        r.slots[0].tag = r.tag(b"sy-two");
+        let two = r.tag(b"sy-two");
+        r.slots[0].tag[..8].copy_from_slice(&two[..8]);
         assert_eq!(r.digest("sy-two"), None);
         assert_eq!(r.digest("sy-one"), None, "its own tag no longer matches");
-        r.remember("sy-one", digest("sy-one"));
-        assert_eq!(r.digest("sy-one"), Some(digest("sy-one")));
-        // Too long a secret is not remembered.
-        let long = "x".repeat(MAX_REMEMBERED_BYTES + 1);
-        r.remember(&long, digest(&long));
-        assert_eq!(r.digest(&long), None);
+        r.slots[0].tag = two;
+        assert_eq!(
+            r.digest("sy-two"),
+            Some(digest("sy-one")),
+            "the tag is the key"
+        );
+        // Tags of different secrets differ, and a thread's keys are its own.
+        assert_ne!(r.tag(b"sy-one"), r.tag(b"sy-onf"));
+        assert_ne!(r.tag(b"sy-one"), Recent::default().tag(b"sy-one"));
+        // A slot is a tag and a digest: the secret's bytes are not in it.
+        assert_eq!(
+            std::mem::size_of::<Remembered>(),
+            48,
+            "a slot holds a 16-byte tag and a 32-byte digest only"
+        );
+        // Secrets of any length, empty included, are remembered by their tag.
+        for s in ["", "x", &"y".repeat(4096), "sy-\u{e9}t\u{e9}"] {
+            r.remember(s, digest(s));
+            assert_eq!(r.digest(s), Some(digest(s)), "{}", s.len());
+        }
     }
 }
