@@ -682,8 +682,14 @@ impl StreamTranscoder for OpenAiStream {
         if data.is_empty() {
             return Ok(StreamStep::Continue);
         }
+        // One `data:` line, by the parser's count (an event made otherwise, with no
+        // count, is searched for a join).
+        let one_line = match event.data_lines {
+            0 => memchr::memchr(b'\n', data.as_bytes()).is_none(),
+            n => n == 1,
+        };
         let mut scan = self.scan.take().unwrap_or_default();
-        let step = self.chunk(data, &mut scan, event.data_lines <= 1, out);
+        let step = self.chunk(data, &mut scan, one_line, out);
         self.scan = Some(scan);
         step
     }

@@ -454,6 +454,33 @@ fn a_chunk_sent_as_several_data_lines_reaches_the_client_as_one_json_event() {
 }
 
 #[test]
+fn an_event_without_a_line_count_is_searched_for_joined_lines() {
+    // An event made by hand (no parser, `data_lines` 0) whose data holds a newline
+    // still goes out as `data:` lines the client joins back, never as a raw newline.
+    let mut t = OpenAi::standard().stream(StreamContext {
+        logical_model: "m".into(),
+        include_usage: false,
+        prompt_tokens_estimate: 0,
+        track: true,
+        resume: None,
+    });
+    let mut out = BytesMut::new();
+    let ev = crate::sse::SseEvent {
+        event: None,
+        data: "{\"id\":\"c1\",\n\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}".into(),
+        data_lines: 0,
+    };
+    t.event(&ev, &mut out).unwrap();
+    let text = std::str::from_utf8(&out).unwrap();
+    assert!(text.contains("\ndata: "), "{text}");
+    let mut client = SseParser::new();
+    client.push(&out).unwrap();
+    let got: Value = serde_json::from_str(&client.next_event().unwrap().data).unwrap();
+    assert_eq!(got["model"], "m");
+    assert_eq!(got["choices"][0]["delta"]["content"], "x");
+}
+
+#[test]
 fn cache_control_markers_written_with_escapes_are_removed_too() {
     // `"cache_contro\u006c"` is the key `cache_control` to every JSON reader.
     let raw = r#"{"model":"m","messages":[
