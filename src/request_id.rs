@@ -166,6 +166,22 @@ mod tests {
     }
 
     #[test]
+    fn the_providers_id_is_taken_from_the_first_name_it_sent_fit_to_echo() {
+        let mut h = HeaderMap::new();
+        assert_eq!(upstream(&h), None);
+        h.insert("X-Amzn-RequestId", HeaderValue::from_static("amzn-1"));
+        assert_eq!(upstream(&h).unwrap(), "amzn-1");
+        h.insert("request-id", HeaderValue::from_static("req_2"));
+        assert_eq!(upstream(&h).unwrap(), "req_2");
+        h.insert("x-request-id", HeaderValue::from_static("xr-3"));
+        assert_eq!(upstream(&h).unwrap(), "xr-3");
+        // The first name present decides; a value unfit to echo is not replaced by
+        // a later name's.
+        h.insert("x-request-id", HeaderValue::from_static("has space"));
+        assert_eq!(upstream(&h), None);
+    }
+
+    #[test]
     fn generated_ids_are_distinct_and_well_formed() {
         let (a, b) = (generate(), generate());
         assert_ne!(a, b);

@@ -570,6 +570,36 @@ mod tests {
     }
 
     #[test]
+    fn each_refusal_names_its_reason() {
+        for (bad, why) in [
+            ("[1]", "it is not a JSON object"),
+            (r#"{"a":tru}"#, "a value is not JSON"),
+            (r#"{"a":17x}"#, "a value is not JSON"),
+            (r#"{"a":1}x"#, "there is text after the object"),
+            (r#"{"a" 1}"#, "a key is not followed by `:`"),
+            (r#"{"a":1 "b":2}"#, "members are not separated by `,`"),
+            (r#"{a:1}"#, "a member does not start with a key"),
+            (r#"{"a"#, "the event ends inside a key"),
+            (r#"{"a":"#, "the event ends inside a value"),
+            (r#"{"a":"x"#, "the event ends inside a value"),
+            (r#"{"a":1"#, "the event ends inside an object"),
+            (r#"{"choices":{}}"#, "`choices` is not a list"),
+            (
+                r#"{"choices":[1]}"#,
+                "an element of `choices` is not an object",
+            ),
+            (r#"{"choices":[{}"#, "the event ends inside a value"),
+            (
+                r#"{"choices":[{} {}]}"#,
+                "elements of a list are not separated by `,`",
+            ),
+            (r#"{"choices":[{"delta":"x"}]}"#, "`delta` is not an object"),
+        ] {
+            assert_eq!(scan(bad).err(), Some(why), "{bad}");
+        }
+    }
+
+    #[test]
     fn agrees_with_serde_on_which_members_are_present() {
         // Random chunks built from the members the relay reads, null or not, in any
         // order, with whitespace: the scan finds what serde_json finds.
