@@ -200,20 +200,7 @@ mod tests {
     fn secrets_are_found_by_their_hash_only() {
         let s = new_secret();
         assert!(s.starts_with("sy-") && s.len() == 3 + 43, "{s}");
-        let entry = KeyEntry {
-            id: "key-a".into(),
-            hash: hash_secret(&s),
-            org: None,
-            models: None,
-            providers: None,
-            priority: Default::default(),
-            max_priority: None,
-            metadata: Default::default(),
-            revoked: false,
-            limits: None,
-            budget: None,
-        };
-        let set = KeySet::new(&[entry]);
+        let set = KeySet::new(&[entry("key-a", &s, false)]);
         assert_eq!(set.find(&s).map(|e| e.id.as_str()), Some("key-a"));
         assert!(set.find("sy-other").is_none());
         assert_eq!(parse_hash(&hash_secret("x")), Some(digest("x")));
