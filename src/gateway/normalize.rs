@@ -16,7 +16,7 @@ use super::Gateway;
 use crate::api::ChatRequest;
 use crate::error::GatewayError;
 use crate::policy::RequestFeatures;
-use crate::routing::features::features;
+use crate::routing::features::features_reading;
 
 /// Parses and validates the body: [`ChatRequest::parse_bytes`]'s structural checks,
 /// then [`crate::api::validate::check`]'s field rules (roles and content parts, tool
@@ -74,7 +74,13 @@ pub fn request_features(
     let pairs = headers
         .iter()
         .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)));
-    let mut f = features(chat, pairs, &ctx.caller, now);
+    let mut f = features_reading(
+        chat,
+        pairs,
+        &ctx.caller,
+        now,
+        Some(&ctx.snapshot.reads_names),
+    );
     f.off_peak = gw.sched.off_peak_now();
     if ctx.snapshot.reads_input_tokens {
         f.input_tokens = input_tokens(gw, chat);

@@ -14,11 +14,13 @@
 //!   request's credentials ([`Caller::from_headers`]), never from the body;
 //! - UTC hour and ISO weekday come from the given time.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::api::ChatRequest;
 use crate::policy::ast::PriorityLevel;
 use crate::policy::RequestFeatures;
+use crate::routing::reads::ReadNames;
 
 /// Prefix of headers that carry request metadata.
 pub const META_HEADER_PREFIX: &str = "x-switchyard-meta-";
@@ -112,25 +114,51 @@ pub fn features<'h>(
     caller: &Caller,
     unix_secs: u64,
 ) -> RequestFeatures {
+    features_reading(req, headers, caller, unix_secs, None)
+}
+
+/// [`features`] with only the headers and metadata keys in `names` kept (`None`:
+/// all of them), for a policy set that reads only those ([`ReadNames`], from
+/// [`super::reads::read_names`]): what the set decides is the same, and a request
+/// copies only the few values its policies read instead of every header. Credentials
+/// are dropped either way; the cap of [`MAX_HEADERS`] counts the headers kept.
+pub fn features_reading<'h>(
+    req: &ChatRequest,
+    headers: impl IntoIterator<Item = (&'h str, &'h str)>,
+    caller: &Caller,
+    unix_secs: u64,
+    names: Option<&ReadNames>,
+) -> RequestFeatures {
     let mut h = BTreeMap::new();
     let mut metadata = BTreeMap::new();
     for (k, v) in headers {
         if h.len() >= MAX_HEADERS {
             break;
         }
-        let k = k.to_ascii_lowercase();
-        if SECRET_HEADERS.contains(&k.as_str()) {
+        // Names from an `http::HeaderMap` are lowercase already.
+        let k = if k.bytes().any(|b| b.is_ascii_uppercase()) {
+            Cow::Owned(k.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(k)
+        };
+        if SECRET_HEADERS.contains(&&*k) {
             continue;
         }
         if let Some(m) = k.strip_prefix(META_HEADER_PREFIX) {
-            metadata.insert(m.to_string(), v.to_string());
+            if names.is_none_or(|n| n.metadata(m)) {
+                metadata.insert(m.to_string(), v.to_string());
+            }
         }
-        h.insert(k, v.to_string());
+        if names.is_none_or(|n| n.header(&k)) {
+            h.insert(k.into_owned(), v.to_string());
+        }
     }
     if let Some(serde_json::Value::Object(m)) = req.extra.get("metadata") {
         for (k, v) in m {
             if let serde_json::Value::String(s) = v {
-                metadata.insert(k.clone(), s.clone());
+                if names.is_none_or(|n| n.metadata(k)) {
+                    metadata.insert(k.clone(), s.clone());
+                }
             }
         }
     }
@@ -268,5 +296,45 @@ mod tests {
         assert!(f.input_tokens > 0);
         assert_eq!(f.api_key.as_deref(), Some("k1"));
         assert_eq!(f.task, "chat");
+    }
+
+    #[test]
+    fn only_the_names_a_set_reads_are_kept_and_they_read_the_same() {
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],
+            "metadata":{"tier":"batch","job":"nightly"}}"#;
+        let req = ChatRequest::parse(body).expect("valid body");
+        let headers = [
+            ("X-Team", "search"),
+            ("x-other", "1"),
+            ("x-switchyard-meta-env", "prod"),
+            ("x-switchyard-meta-zone", "eu"),
+            ("Authorization", "Bearer sk-secret"),
+        ];
+        let caller = Caller::default();
+        let all = features(&req, headers, &caller, 1_704_114_000);
+        let names = ReadNames {
+            headers: vec!["x-team".into(), "authorization".into(), "x-absent".into()],
+            metadata: vec!["env".into(), "tier".into()],
+        };
+        let some = features_reading(&req, headers, &caller, 1_704_114_000, Some(&names));
+        // What the set reads is what it would have read from every name.
+        for h in ["x-team", "X-Team", "authorization", "x-absent"] {
+            assert_eq!(some.header(h), all.header(h), "{h}");
+        }
+        assert_eq!(some.header("x-team"), Some("search"));
+        for m in ["env", "tier"] {
+            assert_eq!(some.metadata.get(m), all.metadata.get(m), "{m}");
+        }
+        // And nothing else was copied; credentials never are.
+        assert_eq!(some.headers.keys().collect::<Vec<_>>(), ["x-team"]);
+        assert_eq!(some.metadata.keys().collect::<Vec<_>>(), ["env", "tier"]);
+        assert!(all.header("x-other").is_some() && all.metadata.contains_key("job"));
+        // Everything that is not a header or metadata is as before.
+        let strip = |mut f: RequestFeatures| {
+            f.headers.clear();
+            f.metadata.clear();
+            f
+        };
+        assert_eq!(strip(some), strip(all));
     }
 }

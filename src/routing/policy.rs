@@ -125,6 +125,9 @@ pub struct PolicySnapshot {
     /// does the request path count input tokens with the model's tokenizer for
     /// the policy (else it gets the cheap estimate).
     pub reads_input_tokens: bool,
+    /// The headers and metadata keys the set reads ([`super::reads::read_names`]):
+    /// the request's features keep only these.
+    pub reads_names: super::reads::ReadNames,
     /// What the set's tests found when it was loaded, so the next load runs again
     /// only the tests whose inputs changed ([`compile_after`]).
     pub test_results: TestResults,
@@ -695,6 +698,7 @@ pub fn compile_after(
     Ok(PolicySnapshot {
         test_results,
         reads_input_tokens: super::reads::reads_input_tokens(compiled.checked()),
+        reads_names: super::reads::read_names(compiled.checked()),
         version,
         compiled,
         files,

@@ -7,9 +7,15 @@
 //! calls (state initialisers, lets, filters, the score, `on` updates). The built-in
 //! strategies that read `request.input_tokens` (`least_latency`, `cost_optimized`,
 //! `multi_objective`) count only when a route uses them.
+//!
+//! [`read_names`] does the same for the headers and metadata keys a set reads by
+//! name, so the request's features keep only those ([`ReadNames`]): copying every
+//! header of every request into the features' maps was 10 allocations per request
+//! for a policy that reads one header (`benches/load/callgrind.sh`).
 
 use crate::policy::checked::{
-    CBody, CRoute, CRule, CStrategy, CTerminal, CUse, CheckedPolicySet, ReqField, TExpr, TExprKind,
+    CBody, CRoute, CRule, CSplitKey, CStrategy, CTerminal, CUse, CheckedPolicySet, ReqField, TExpr,
+    TExprKind,
 };
 
 /// Whether any expression of `set` reads `request.input_tokens` (or tests its
@@ -78,6 +84,93 @@ fn expr_reads(e: &TExpr) -> bool {
     })
 }
 
+/// The request headers and metadata keys a policy set reads by name: in any
+/// expression (`header("x")`, `metadata("k")`, under `has()` or not) of any route or
+/// strategy, and as a split's sticky key. The features a request is decided on need
+/// no others ([`crate::routing::features::features_reading`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadNames {
+    /// Header names, lowercased (a request's header names are matched lowercased).
+    pub headers: Vec<String>,
+    /// Metadata keys, as written (case-sensitive).
+    pub metadata: Vec<String>,
+}
+
+impl ReadNames {
+    /// Whether header `name` (lowercased) is read.
+    pub fn header(&self, name: &str) -> bool {
+        self.headers.iter().any(|h| h == name)
+    }
+
+    /// Whether metadata key `key` is read.
+    pub fn metadata(&self, key: &str) -> bool {
+        self.metadata.iter().any(|m| m == key)
+    }
+
+    fn add_header(&mut self, name: &str) {
+        let name = name.to_ascii_lowercase();
+        if !self.header(&name) {
+            self.headers.push(name);
+        }
+    }
+
+    fn add_metadata(&mut self, key: &str) {
+        if !self.metadata(key) {
+            self.metadata.push(key.to_string());
+        }
+    }
+}
+
+/// The headers and metadata keys `set` reads. Every strategy of the set counts,
+/// used by a route or not (a conservative superset: a name read by no decision
+/// only costs its copy).
+pub fn read_names(set: &CheckedPolicySet) -> ReadNames {
+    let mut names = ReadNames::default();
+    let mut visit = |e: &TExpr| {
+        e.any_node(&mut |k| {
+            match k {
+                TExprKind::Req(f) | TExprKind::Has(f) => match f {
+                    ReqField::Header(s) => names.add_header(set.strings.resolve(*s)),
+                    ReqField::Metadata(s) => names.add_metadata(set.strings.resolve(*s)),
+                    _ => {}
+                },
+                _ => {}
+            }
+            false
+        });
+    };
+    let mut keys = Vec::new();
+    for r in &set.routes {
+        r.when.iter().for_each(&mut visit);
+        for p in &r.set_priority {
+            p.when.iter().for_each(&mut visit);
+        }
+        for rule in r.rules.iter().chain(std::iter::once(&r.default)) {
+            rule.when.iter().for_each(&mut visit);
+            for p in &rule.body.set_priority {
+                p.when.iter().for_each(&mut visit);
+            }
+            if let Some(CTerminal::Split(split)) = &rule.body.terminal {
+                keys.push(&split.key);
+                for arm in &split.arms {
+                    arm.rollback.iter().for_each(&mut visit);
+                }
+            }
+        }
+    }
+    for s in &set.strategies {
+        s.exprs().for_each(&mut visit);
+    }
+    for key in keys {
+        match key {
+            CSplitKey::Header(h) => names.add_header(h),
+            CSplitKey::Metadata(m) => names.add_metadata(m),
+            CSplitKey::ApiKey | CSplitKey::Org | CSplitKey::Random => {}
+        }
+    }
+    names
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,6 +182,68 @@ mod tests {
         sources.add("t.policy", text);
         let set = crate::policy::parse_and_check(&sources, &registry).expect("checks");
         reads_input_tokens(&set)
+    }
+
+    /// The names [`read_names`] finds in the set of the built-ins and `text`.
+    fn names(text: &str) -> ReadNames {
+        let (config, _) = crate::config::embedded(|_| false);
+        let registry = crate::routing::policy::registry_from_config(&config);
+        let mut sources = crate::routing::policy::read_sources(None).unwrap();
+        sources.add("t.policy", text);
+        let set = crate::policy::parse_and_check(&sources, &registry).expect("checks");
+        read_names(&set)
+    }
+
+    #[test]
+    fn finds_header_and_metadata_names_wherever_a_set_reads_them() {
+        assert_eq!(
+            names("route r {\n  default use model\n}\n"),
+            ReadNames::default()
+        );
+        let n = names(concat!(
+            "strategy s {\n",
+            "  require has(header(\"X-In-Strategy\"))\n",
+            "  score = if(has(metadata(\"boost\")), 2.0, 1.0)\n",
+            "  pick max\n",
+            "}\n",
+            "route r when has(header(\"X-Route\")) {\n",
+            "  set priority high when has(header(\"x-prio\")) and header(\"x-prio\") == \"1\"\n",
+            "  rule a when has(metadata(\"Tier\")) and metadata(\"Tier\") == \"gold\" {\n",
+            "    set priority low when has(header(\"x-rule-prio\"))\n",
+            "    use model\n",
+            "  }\n",
+            "  rule b when request.stream {\n",
+            "    split by header(\"X-User\") {\n",
+            "      50% -> use model\n",
+            "      50% -> canary use model rollback when has(header(\"x-rollback\"))\n",
+            "    }\n",
+            "  }\n",
+            "  rule c when request.stream {\n",
+            "    split by metadata(\"cohort\") {\n",
+            "      100% -> use model\n",
+            "    }\n",
+            "  }\n",
+            "  default use model\n",
+            "}\n",
+        ));
+        let mut headers = n.headers.clone();
+        headers.sort();
+        assert_eq!(
+            headers,
+            [
+                "x-in-strategy",
+                "x-prio",
+                "x-rollback",
+                "x-route",
+                "x-rule-prio",
+                "x-user"
+            ]
+        );
+        let mut metadata = n.metadata.clone();
+        metadata.sort();
+        assert_eq!(metadata, ["Tier", "boost", "cohort"]);
+        assert!(n.header("x-user") && !n.header("X-User") && !n.header("x-other"));
+        assert!(n.metadata("Tier") && !n.metadata("tier"));
     }
 
     #[test]
