@@ -45,6 +45,41 @@ pub enum LogFormat {
 /// The open access-log file (none until [`open_access_file`]).
 static ACCESS_FILE: OnceLock<batch::BatchFile> = OnceLock::new();
 
+/// stderr's lines are JSON (`--log-format json`), set by [`init`].
+static STDERR_JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub(crate) use access_json::Fields;
+
+/// Emits one access line: `emit` sends its `tracing` event (target [`ACCESS_TARGET`]);
+/// `render` writes the same fields as JSON members ([`Fields`]) first, when a JSON
+/// layer may format the event (the access file is open, or stderr is JSON and lets
+/// access lines through), so that layer copies them instead of visiting the event's
+/// fields (`access_json`).
+pub(crate) fn emit_access(render: impl FnOnce(&mut Fields<'_>), emit: impl FnOnce()) {
+    let json = ACCESS_FILE.get().is_some()
+        || (STDERR_JSON.load(std::sync::atomic::Ordering::Relaxed)
+            && tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO));
+    access_json::with_fields(json, render, emit);
+}
+
+/// What the JSON log format writes while `emit` runs, under a subscriber of its own
+/// (tests).
+#[cfg(test)]
+pub(crate) fn json_written(emit: impl FnOnce()) -> String {
+    access_json::written(emit)
+}
+
+/// [`emit_access`] with the choice made by the caller (`json`: render first), for
+/// tests that compare the rendered fields with the visited ones.
+#[cfg(test)]
+pub(crate) fn emit_access_with(
+    json: bool,
+    render: impl FnOnce(&mut Fields<'_>),
+    emit: impl FnOnce(),
+) {
+    access_json::with_fields(json, render, emit);
+}
+
 /// Installs the process's subscriber: stderr filtered by `filter` (tracing
 /// `EnvFilter` syntax; an invalid filter falls back to `info`) in `format`, and the
 /// access-file layer. A second call (tests in one process) leaves the first.
@@ -68,10 +103,13 @@ pub fn init(filter: &str, format: LogFormat) {
         .with_writer(std::io::stderr);
     let stderr = match format {
         LogFormat::Text => stderr.boxed(),
-        LogFormat::Json => stderr
-            .json()
-            .event_format(access_json::AccessJson::default())
-            .boxed(),
+        LogFormat::Json => {
+            STDERR_JSON.store(true, std::sync::atomic::Ordering::Relaxed);
+            stderr
+                .json()
+                .event_format(access_json::AccessJson::default())
+                .boxed()
+        }
     };
     let file = tracing_subscriber::fmt::layer()
         .json()

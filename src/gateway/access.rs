@@ -370,7 +370,8 @@ impl Facts {
         (endpoint_id, provider, hit)
     }
 
-    /// The access line itself: one `tracing` event, formatted by the subscriber.
+    /// The access line itself: one `tracing` event, formatted by the subscriber
+    /// (its JSON fields written straight from these facts, [`LineValues::render`]).
     fn write_line(&self, gw: &Gateway, end: End, latency: Duration, cost: Option<f64>) {
         let (endpoint_id, provider, _) = self.served_by(gw);
         let usage = self.usage.as_ref();
@@ -389,47 +390,169 @@ impl Facts {
         let max = gw.config.telemetry.access_log.max_body_bytes;
         let bodies = self.bodies.as_deref();
         let mut attempts = Attempts::default();
+        let request_body = bodies.map(|b| cut(&b.request, max));
+        let response_body = bodies.map(|b| cut(&b.response, max));
+        let response_text = bodies
+            .and_then(|b| b.text.as_deref())
+            .map(|t| cut(t.as_bytes(), max));
+        let line = LineValues {
+            request_id: crate::request_id::as_str(&self.id),
+            key: self.key.as_deref(),
+            org: self.org.as_deref(),
+            model: Some(&*self.model).filter(|m| !m.is_empty()),
+            policy: &self.snapshot.version,
+            route: self.route.as_deref(),
+            rule: self.rule.as_deref(),
+            strategy: self.strategy.map(|s| strategy_name(&self.snapshot, s)),
+            priority: self.priority.as_str(),
+            queue_wait_ms: self.queue_wait.map(ms),
+            held_ms: self.held.map(ms),
+            attempts: attempts.text(gw, &self.tried),
+            attempt_count: self.tried.len() as u64,
+            endpoint: endpoint_id,
+            provider,
+            upstream_request_id: self.upstream_id.as_ref().map(crate::request_id::as_str),
+            status: self.status,
+            outcome: end.outcome(),
+            error,
+            stream: self.stream,
+            ttft_ms: self.ttft.map(ms),
+            latency_ms: ms(latency),
+            input_tokens: usage.map(|u| u.prompt_tokens),
+            output_tokens: usage.map(|u| u.completion_tokens),
+            cached_tokens: cached,
+            reasoning_tokens: reasoning,
+            cost_usd: cost,
+            cache: self.cache.map(CacheStatus::as_str),
+            request_body: request_body.as_deref(),
+            request_body_bytes: bodies.map(|b| b.request.len() as u64),
+            response_body: response_body.as_deref(),
+            response_body_bytes: bodies.map(|b| b.response_len),
+            response_text: response_text.as_deref(),
+        };
+        crate::logging::emit_access(|f| line.render(f), || line.emit());
+    }
+}
+
+/// The values of one access line, in the order of its fields.
+struct LineValues<'a> {
+    request_id: &'a str,
+    key: Option<&'a str>,
+    org: Option<&'a str>,
+    model: Option<&'a str>,
+    policy: &'a str,
+    route: Option<&'a str>,
+    rule: Option<&'a str>,
+    strategy: Option<&'a str>,
+    priority: &'a str,
+    queue_wait_ms: Option<f64>,
+    held_ms: Option<f64>,
+    attempts: &'a str,
+    attempt_count: u64,
+    endpoint: Option<&'a str>,
+    provider: Option<&'a str>,
+    upstream_request_id: Option<&'a str>,
+    status: u16,
+    outcome: &'a str,
+    error: Option<&'a str>,
+    stream: bool,
+    ttft_ms: Option<f64>,
+    latency_ms: f64,
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cached_tokens: Option<u64>,
+    reasoning_tokens: Option<u64>,
+    cost_usd: Option<f64>,
+    cache: Option<&'a str>,
+    request_body: Option<&'a str>,
+    request_body_bytes: Option<u64>,
+    response_body: Option<&'a str>,
+    response_body_bytes: Option<u64>,
+    response_text: Option<&'a str>,
+}
+
+impl LineValues<'_> {
+    /// The line's `tracing` event (target `switchyard::access`, level `info`,
+    /// message `access`).
+    fn emit(&self) {
         tracing::info!(
             target: "switchyard::access",
-            request_id = crate::request_id::as_str(&self.id),
-            key = self.key.as_deref(),
-            org = self.org.as_deref(),
+            request_id = self.request_id,
+            key = self.key,
+            org = self.org,
             api = CHAT_API,
-            model = Some(&*self.model).filter(|m| !m.is_empty()),
-            policy = &*self.snapshot.version,
-            route = self.route.as_deref(),
-            rule = self.rule.as_deref(),
-            strategy = self.strategy.map(|s| strategy_name(&self.snapshot, s)),
-            priority = self.priority.as_str(),
-            queue_wait_ms = self.queue_wait.map(ms),
-            held_ms = self.held.map(ms),
-            attempts = %attempts.text(gw, &self.tried),
-            attempt_count = self.tried.len(),
-            endpoint = endpoint_id,
-            provider,
-            upstream_request_id = self.upstream_id.as_ref().map(crate::request_id::as_str),
+            model = self.model,
+            policy = self.policy,
+            route = self.route,
+            rule = self.rule,
+            strategy = self.strategy,
+            priority = self.priority,
+            queue_wait_ms = self.queue_wait_ms,
+            held_ms = self.held_ms,
+            attempts = %self.attempts,
+            attempt_count = self.attempt_count,
+            endpoint = self.endpoint,
+            provider = self.provider,
+            upstream_request_id = self.upstream_request_id,
             status = self.status,
-            outcome = end.outcome(),
-            error,
+            outcome = self.outcome,
+            error = self.error,
             stream = self.stream,
-            ttft_ms = self.ttft.map(ms),
-            latency_ms = ms(latency),
-            input_tokens = usage.map(|u| u.prompt_tokens),
-            output_tokens = usage.map(|u| u.completion_tokens),
-            cached_tokens = cached,
-            reasoning_tokens = reasoning,
-            cost_usd = cost,
-            cache = self.cache.map(CacheStatus::as_str),
-            request_body = bodies.map(|b| cut(&b.request, max)).as_deref(),
-            request_body_bytes = bodies.map(|b| b.request.len()),
-            response_body = bodies.map(|b| cut(&b.response, max)).as_deref(),
-            response_body_bytes = bodies.map(|b| b.response_len),
-            response_text = bodies
-                .and_then(|b| b.text.as_deref())
-                .map(|t| cut(t.as_bytes(), max))
-                .as_deref(),
+            ttft_ms = self.ttft_ms,
+            latency_ms = self.latency_ms,
+            input_tokens = self.input_tokens,
+            output_tokens = self.output_tokens,
+            cached_tokens = self.cached_tokens,
+            reasoning_tokens = self.reasoning_tokens,
+            cost_usd = self.cost_usd,
+            cache = self.cache,
+            request_body = self.request_body,
+            request_body_bytes = self.request_body_bytes,
+            response_body = self.response_body,
+            response_body_bytes = self.response_body_bytes,
+            response_text = self.response_text,
             "access"
         );
+    }
+
+    /// The event's fields as the JSON format writes them, in [`LineValues::emit`]'s
+    /// order (its message first, as `tracing` records it).
+    fn render(&self, f: &mut crate::logging::Fields<'_>) {
+        f.str("message", "access");
+        f.str("request_id", self.request_id);
+        f.opt_str("key", self.key);
+        f.opt_str("org", self.org);
+        f.str("api", CHAT_API);
+        f.opt_str("model", self.model);
+        f.str("policy", self.policy);
+        f.opt_str("route", self.route);
+        f.opt_str("rule", self.rule);
+        f.opt_str("strategy", self.strategy);
+        f.str("priority", self.priority);
+        f.opt_f64("queue_wait_ms", self.queue_wait_ms);
+        f.opt_f64("held_ms", self.held_ms);
+        f.str("attempts", self.attempts);
+        f.u64("attempt_count", self.attempt_count);
+        f.opt_str("endpoint", self.endpoint);
+        f.opt_str("provider", self.provider);
+        f.opt_str("upstream_request_id", self.upstream_request_id);
+        f.u64("status", u64::from(self.status));
+        f.str("outcome", self.outcome);
+        f.opt_str("error", self.error);
+        f.bool("stream", self.stream);
+        f.opt_f64("ttft_ms", self.ttft_ms);
+        f.f64("latency_ms", self.latency_ms);
+        f.opt_u64("input_tokens", self.input_tokens);
+        f.opt_u64("output_tokens", self.output_tokens);
+        f.opt_u64("cached_tokens", self.cached_tokens);
+        f.opt_u64("reasoning_tokens", self.reasoning_tokens);
+        f.opt_f64("cost_usd", self.cost_usd);
+        f.opt_str("cache", self.cache);
+        f.opt_str("request_body", self.request_body);
+        f.opt_u64("request_body_bytes", self.request_body_bytes);
+        f.opt_str("response_body", self.response_body);
+        f.opt_u64("response_body_bytes", self.response_body_bytes);
+        f.opt_str("response_text", self.response_text);
     }
 }
 
@@ -548,5 +671,156 @@ impl Attempts {
         }
         // Only whole `str`s and ASCII were written.
         std::str::from_utf8(out).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A line with every field set, strings that need escaping, and the float
+    /// values JSON writes specially.
+    fn full<'a>(text: &'a str, cost: f64) -> LineValues<'a> {
+        LineValues {
+            request_id: "3f2b8c1e-0000-4000-8000-000000000001",
+            key: Some("key-a"),
+            org: Some(text),
+            model: Some("gpt-4o"),
+            policy: "9c1e",
+            route: Some("r"),
+            rule: Some("default"),
+            strategy: Some("priority"),
+            priority: "normal",
+            queue_wait_ms: Some(0.25),
+            held_ms: Some(1e-7),
+            attempts: "a/x@a:502:3,b/x@b:200:41",
+            attempt_count: 2,
+            endpoint: Some("b/x"),
+            provider: Some("b"),
+            upstream_request_id: Some("req_1"),
+            status: 200,
+            outcome: "ok",
+            error: Some("upstream_error"),
+            stream: true,
+            ttft_ms: Some(12.5),
+            latency_ms: 41.900001,
+            input_tokens: Some(12),
+            output_tokens: Some(u64::MAX),
+            cached_tokens: Some(0),
+            reasoning_tokens: Some(3),
+            cost_usd: Some(cost),
+            cache: Some("miss"),
+            request_body: Some(text),
+            request_body_bytes: Some(17),
+            response_body: Some("{\"id\":\"x\"}"),
+            response_body_bytes: Some(10),
+            response_text: Some(text),
+        }
+    }
+
+    /// The same line with every optional field absent.
+    fn bare() -> LineValues<'static> {
+        LineValues {
+            request_id: "id",
+            key: None,
+            org: None,
+            model: None,
+            policy: "v",
+            route: None,
+            rule: None,
+            strategy: None,
+            priority: "low",
+            queue_wait_ms: None,
+            held_ms: None,
+            attempts: "",
+            attempt_count: 0,
+            endpoint: None,
+            provider: None,
+            upstream_request_id: None,
+            status: 400,
+            outcome: "error",
+            error: None,
+            stream: false,
+            ttft_ms: None,
+            latency_ms: 0.0,
+            input_tokens: None,
+            output_tokens: None,
+            cached_tokens: None,
+            reasoning_tokens: None,
+            cost_usd: None,
+            cache: None,
+            request_body: None,
+            request_body_bytes: None,
+            response_body: None,
+            response_body_bytes: None,
+            response_text: None,
+        }
+    }
+
+    /// The JSON line of `line`, its fields rendered first (`rendered`) or visited;
+    /// the timestamp cut off.
+    fn json(line: &LineValues<'_>, rendered: bool) -> String {
+        let out = crate::logging::json_written(|| {
+            crate::logging::emit_access_with(rendered, |f| line.render(f), || line.emit())
+        });
+        out.split_once(r#""level""#).unwrap().1.to_string()
+    }
+
+    #[test]
+    fn prerendered_access_fields_are_the_visited_ones() {
+        let texts = [
+            "plain",
+            "",
+            "say \"hi\"\n\tC:\\dir \u{1} caf\u{e9} \u{2028} \u{1f600}",
+        ];
+        let costs = [0.0, 0.000123, 1e21, f64::NAN, f64::INFINITY, -0.0];
+        let mut lines: Vec<LineValues<'_>> = vec![bare()];
+        for t in texts {
+            for c in costs {
+                lines.push(full(t, c));
+            }
+        }
+        for line in &lines {
+            let visited = json(line, false);
+            let rendered = json(line, true);
+            assert_eq!(rendered, visited);
+            // Nothing left over for the next line.
+            assert_eq!(json(line, false), visited);
+        }
+        let whole = |s: String| -> serde_json::Value {
+            serde_json::from_str(&format!("{{\"level\"{s}")).unwrap()
+        };
+        let v = whole(json(&lines[1], true));
+        assert_eq!(v["fields"]["message"], "access");
+        assert_eq!(v["fields"]["attempts"], "a/x@a:502:3,b/x@b:200:41");
+        assert_eq!(v["fields"]["output_tokens"], u64::MAX);
+        assert_eq!(v["target"], "switchyard::access");
+        assert!(json(&bare(), true)
+            .contains(r#""fields":{"message":"access","request_id":"id","api":"#));
+    }
+
+    #[test]
+    fn the_json_format_copies_the_rendered_fields_of_the_line_being_emitted() {
+        let line = bare();
+        // What the render wrote is what the line holds, proof that the copy is used.
+        let out = crate::logging::json_written(|| {
+            crate::logging::emit_access_with(true, |f| f.str("message", "rendered"), || line.emit())
+        });
+        assert!(out.contains(r#""fields":{"message":"rendered"},"#), "{out}");
+        // Not rendered: visited, as before.
+        let out = crate::logging::json_written(|| {
+            crate::logging::emit_access_with(
+                false,
+                |f| f.str("message", "rendered"),
+                || line.emit(),
+            )
+        });
+        assert!(out.contains(r#""fields":{"message":"access","#), "{out}");
+        // A render past the bound is not used.
+        let big = "x".repeat(70 * 1024);
+        let out = crate::logging::json_written(|| {
+            crate::logging::emit_access_with(true, |f| f.str("message", &big), || line.emit())
+        });
+        assert!(out.contains(r#""fields":{"message":"access","#) && !out.contains(&big));
     }
 }

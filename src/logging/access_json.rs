@@ -42,6 +42,12 @@ impl Default for AccessJson {
 thread_local! {
     /// The line being written, reused across events of the thread.
     static LINE: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(1024));
+    /// The fields of the access line this thread is emitting, written before its
+    /// event by [`with_fields`] (see [`Prerendered`]).
+    static PRERENDERED: RefCell<Prerendered> = RefCell::new(Prerendered {
+        fields: Vec::with_capacity(1024),
+        ready: false,
+    });
     /// The member keys of the access callsites this thread has written, each built
     /// once (see [`Keys`]).
     static KEYS: RefCell<Vec<Keys>> = const { RefCell::new(Vec::new()) };
@@ -90,6 +96,132 @@ impl Keys {
         let end = *self.ends.get(i)? as usize;
         let start = i.checked_sub(1).map_or(0, |p| self.ends[p] as usize);
         Some(&self.bytes[start..end])
+    }
+}
+
+/// An access line's fields as JSON members, written by the gateway from the
+/// request's facts while it emits the line's event ([`with_fields`]), for the JSON
+/// format to copy in place of visiting the event's fields one by one.
+///
+/// Why: visiting is a dynamic call per field through `tracing`'s `Value` and
+/// `Visit`, a lookup of the field's key and, for an `Option`, one more call: about
+/// 200 instructions per field, and an access line has about 35 fields
+/// (`benches/load/callgrind.sh`). The event still carries every field, so the text
+/// format, the filters and any other layer see it as before; the members written
+/// here are byte for byte what visiting writes (the gateway's test
+/// `prerendered_access_fields_are_the_visited_ones` checks both on the same facts).
+struct Prerendered {
+    fields: Vec<u8>,
+    /// `fields` belong to the access event being emitted now.
+    ready: bool,
+}
+
+/// Largest pre-rendered fields used (64 KiB): beyond it (bodies logged, and large)
+/// the line's fields are visited as before, and the buffer is not kept.
+const MAX_PRERENDERED: usize = 64 * 1024;
+
+/// Emits an access line: when a JSON layer may format it (`json`), `render` first
+/// writes its fields into the thread's reused buffer; then `emit` sends the event,
+/// and [`AccessJson`] copies those fields instead of visiting the event's. Without
+/// `json`, or when called from inside `emit` (no access line is), `emit` runs alone.
+pub(super) fn with_fields(json: bool, render: impl FnOnce(&mut Fields<'_>), emit: impl FnOnce()) {
+    if !json {
+        return emit();
+    }
+    let rendered = PRERENDERED.with(|cell| {
+        let Ok(mut slot) = cell.try_borrow_mut() else {
+            return false;
+        };
+        let slot = &mut *slot;
+        slot.fields.clear();
+        render(&mut Fields {
+            buf: &mut slot.fields,
+            first: true,
+        });
+        slot.ready = slot.fields.len() <= MAX_PRERENDERED;
+        true
+    });
+    emit();
+    if !rendered {
+        return;
+    }
+    PRERENDERED.with(|cell| {
+        if let Ok(mut slot) = cell.try_borrow_mut() {
+            slot.ready = false;
+            if slot.fields.capacity() > MAX_PRERENDERED {
+                slot.fields = Vec::with_capacity(1024);
+            }
+        }
+    });
+}
+
+/// Writes an access line's fields as JSON members, as [`FieldVisitor`] writes them:
+/// `"key":value`, comma separated, a `None` left out as `tracing` leaves out an
+/// absent `Option`.
+pub struct Fields<'b> {
+    buf: &'b mut Vec<u8>,
+    first: bool,
+}
+
+impl Fields<'_> {
+    /// `"key":`. Keys are the event's field names, Rust identifiers: never escaped.
+    fn key(&mut self, key: &'static str) {
+        debug_assert!(!needs_escape(key.as_bytes()), "{key}");
+        if !self.first {
+            self.buf.push(b',');
+        }
+        self.first = false;
+        self.buf.push(b'"');
+        self.buf.extend_from_slice(key.as_bytes());
+        self.buf.extend_from_slice(b"\":");
+    }
+
+    /// A string member (a `&str` field, or the text of a `%` field).
+    pub fn str(&mut self, key: &'static str, value: &str) {
+        self.key(key);
+        // Writing into a `Vec` cannot fail.
+        let _ = json_str(self.buf, value);
+    }
+
+    /// A string member, or none.
+    pub fn opt_str(&mut self, key: &'static str, value: Option<&str>) {
+        if let Some(v) = value {
+            self.str(key, v);
+        }
+    }
+
+    /// An unsigned integer member (`tracing` records every unsigned type as a `u64`).
+    pub fn u64(&mut self, key: &'static str, value: u64) {
+        self.key(key);
+        self.buf
+            .extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+    }
+
+    /// An unsigned integer member, or none.
+    pub fn opt_u64(&mut self, key: &'static str, value: Option<u64>) {
+        if let Some(v) = value {
+            self.u64(key, v);
+        }
+    }
+
+    /// A float member, as `serde_json` writes it (a non-finite one as `null`).
+    pub fn f64(&mut self, key: &'static str, value: f64) {
+        self.key(key);
+        let _ = serde_json::to_writer(&mut *self.buf, &value);
+    }
+
+    /// A float member, or none.
+    pub fn opt_f64(&mut self, key: &'static str, value: Option<f64>) {
+        if let Some(v) = value {
+            self.f64(key, v);
+        }
+    }
+
+    /// A boolean member.
+    pub fn bool(&mut self, key: &'static str, value: bool) {
+        self.key(key);
+        self.buf
+            .extend_from_slice(if value { b"true" } else { b"false" });
     }
 }
 
@@ -146,6 +278,42 @@ where
     buf.extend_from_slice(b"\",\"level\":");
     json_str(buf, meta.level().as_str())?;
     buf.extend_from_slice(b",\"fields\":{");
+    let copied = PRERENDERED.with(|cell| match cell.try_borrow() {
+        Ok(slot) if slot.ready => {
+            buf.extend_from_slice(&slot.fields);
+            true
+        }
+        _ => false,
+    });
+    if !copied {
+        visit_fields(buf, meta, event)?;
+    }
+    buf.extend_from_slice(b"},\"target\":");
+    json_str(buf, meta.target())?;
+    let current = event
+        .parent()
+        .and_then(|id| ctx.span(id))
+        .or_else(|| ctx.lookup_current());
+    if let Some(span) = &current {
+        buf.extend_from_slice(b",\"span\":");
+        serde_json::to_writer(
+            &mut *buf,
+            &SpanFields::<S, N>(span, std::marker::PhantomData),
+        )?;
+        buf.extend_from_slice(b",\"spans\":");
+        serde_json::to_writer(&mut *buf, &SpanList::<S, N>(ctx))?;
+    }
+    buf.push(b'}');
+    Ok(())
+}
+
+/// Writes the event's fields by visiting them ([`FieldVisitor`]), with the keys of
+/// its callsite from the thread's cache.
+fn visit_fields(
+    buf: &mut Vec<u8>,
+    meta: &tracing::Metadata<'_>,
+    event: &Event<'_>,
+) -> Result<(), serde_json::Error> {
     KEYS.with(|cell| {
         // A nested event (none is logged while formatting) writes its keys afresh.
         let mut cached = cell.try_borrow_mut().ok();
@@ -174,24 +342,7 @@ where
         };
         event.record(&mut v);
         v.state
-    })?;
-    buf.extend_from_slice(b"},\"target\":");
-    json_str(buf, meta.target())?;
-    let current = event
-        .parent()
-        .and_then(|id| ctx.span(id))
-        .or_else(|| ctx.lookup_current());
-    if let Some(span) = &current {
-        buf.extend_from_slice(b",\"span\":");
-        serde_json::to_writer(
-            &mut *buf,
-            &SpanFields::<S, N>(span, std::marker::PhantomData),
-        )?;
-        buf.extend_from_slice(b",\"spans\":");
-        serde_json::to_writer(&mut *buf, &SpanList::<S, N>(ctx))?;
-    }
-    buf.push(b'}');
-    Ok(())
+    })
 }
 
 /// Whether JSON needs `s` escaped: it holds a quote, a backslash or a control
@@ -483,6 +634,12 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
+/// What a subscriber with this JSON format writes while `emit` runs (tests).
+#[cfg(test)]
+pub(super) fn written(emit: impl FnOnce()) -> String {
+    tests::written(AccessJson::default(), emit)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
@@ -513,7 +670,7 @@ mod tests {
     }
 
     /// What a JSON subscriber with event format `format` writes while `emit` runs.
-    fn written<F>(format: F, emit: impl FnOnce()) -> String
+    pub(in crate::logging) fn written<F>(format: F, emit: impl FnOnce()) -> String
     where
         F: for<'a> FormatEvent<
                 tracing_subscriber::Registry,
