@@ -5,7 +5,7 @@
 # Mount your own config over /etc/switchyard/switchyard.yaml and policies under
 # /etc/switchyard/policies (hot-reloaded on save, as outside a container).
 
-# --- build: the release binary (thin LTO, see Cargo.toml) --------------------------
+# --- build: the release binary (fat LTO, see Cargo.toml) --------------------------
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .

@@ -11,7 +11,7 @@
 #   6. pytest tests/e2e: the official openai SDK -> switchyard -> a real llama.cpp server,
 #      and the status page /ui in headless Chromium (screenshot: target/e2e/status-page.png)
 #
-# Everything is built once, in one profile. The release profile (thin LTO) is for
+# Everything is built once, in one profile. The release profile (fat LTO, one codegen unit) is for
 # running and measuring Switchyard, not for testing it: linking each of the ~17 test
 # targets with LTO took longer than all the tests (CI went from 22 to 53 minutes).
 #

@@ -649,15 +649,23 @@ struct Attempts {
 impl Attempts {
     /// The text of `tried`, endpoints named from `gw`'s registry.
     fn text(&mut self, gw: &Gateway, tried: &[Try]) -> &str {
-        let out = &mut self.text;
-        out.clear();
-        let mut digits = itoa::Buffer::new();
-        for (n, t) in tried.iter().enumerate() {
-            let ep = gw.registry.endpoints.get(t.ep as usize);
+        self.text_with(tried, |i| {
+            let ep = gw.registry.endpoints.get(i);
             let id = ep.map_or("?", |e| &*e.id);
             let provider = ep
                 .and_then(|e| gw.upstreams.get(e.provider))
                 .map_or("?", |u| u.name.as_str());
+            (id, provider)
+        })
+    }
+
+    /// The text of `tried`, endpoint `i` named `(id, provider)` by `name(i)`.
+    fn text_with<'n>(&mut self, tried: &[Try], name: impl Fn(usize) -> (&'n str, &'n str)) -> &str {
+        let out = &mut self.text;
+        out.clear();
+        let mut digits = itoa::Buffer::new();
+        for (n, t) in tried.iter().enumerate() {
+            let (id, provider) = name(t.ep as usize);
             if n > 0 {
                 out.push(b',');
             }
@@ -669,8 +677,10 @@ impl Attempts {
             out.push(b':');
             out.extend_from_slice(digits.format(t.ms).as_bytes());
         }
-        // Only whole `str`s and ASCII were written.
-        std::str::from_utf8(out).unwrap_or_default()
+        // Only whole `str`s and ASCII were written: always UTF-8.
+        let text = std::str::from_utf8(out);
+        debug_assert!(text.is_ok());
+        text.unwrap_or_default()
     }
 }
 
@@ -797,6 +807,51 @@ mod tests {
         assert_eq!(v["target"], "switchyard::access");
         assert!(json(&bare(), true)
             .contains(r#""fields":{"message":"access","request_id":"id","api":"#));
+    }
+
+    #[test]
+    fn attempts_read_endpoint_at_provider_status_ms_comma_separated() {
+        let names = |i: usize| match i {
+            0 => ("openai/gpt-4o", "openai"),
+            1 => ("local/x", "local"),
+            _ => ("?", "?"),
+        };
+        let tried = [
+            Try {
+                ep: 0,
+                status: 429,
+                ms: 0,
+            },
+            Try {
+                ep: 1,
+                status: 502,
+                ms: u32::MAX,
+            },
+            Try {
+                ep: 9,
+                status: 200,
+                ms: 41,
+            },
+        ];
+        let mut a = Attempts::default();
+        assert_eq!(a.text_with(&[], names), "");
+        assert_eq!(
+            a.text_with(&tried[..1], names),
+            "openai/gpt-4o@openai:429:0"
+        );
+        let want = tried
+            .iter()
+            .map(|t| {
+                let (id, p) = names(t.ep as usize);
+                format!("{id}@{p}:{}:{}", t.status, t.ms)
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        assert_eq!(a.text_with(&tried, names), want);
+        assert_eq!(
+            want,
+            "openai/gpt-4o@openai:429:0,local/x@local:502:4294967295,?@?:200:41"
+        );
     }
 
     #[test]

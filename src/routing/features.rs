@@ -17,6 +17,8 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use smallvec::SmallVec;
+
 use crate::api::ChatRequest;
 use crate::policy::ast::PriorityLevel;
 use crate::policy::RequestFeatures;
@@ -121,7 +123,8 @@ pub fn features<'h>(
 /// all of them), for a policy set that reads only those ([`ReadNames`], from
 /// [`super::reads::read_names`]): what the set decides is the same, and a request
 /// copies only the few values its policies read instead of every header. Credentials
-/// are dropped either way; the cap of [`MAX_HEADERS`] counts the headers kept.
+/// are dropped either way, and the cap of [`MAX_HEADERS`] counts every other header
+/// whether kept or not, so a header past it is unseen here as in [`features`].
 pub fn features_reading<'h>(
     req: &ChatRequest,
     headers: impl IntoIterator<Item = (&'h str, &'h str)>,
@@ -131,8 +134,11 @@ pub fn features_reading<'h>(
 ) -> RequestFeatures {
     let mut h = BTreeMap::new();
     let mut metadata = BTreeMap::new();
+    // The names seen, credentials aside: the cap counts these, kept or not (as
+    // `h` counts them when every header is kept).
+    let mut seen: SmallVec<[Cow<'h, str>; 16]> = SmallVec::new();
     for (k, v) in headers {
-        if h.len() >= MAX_HEADERS {
+        if seen.len() >= MAX_HEADERS {
             break;
         }
         // Names from an `http::HeaderMap` are lowercase already.
@@ -143,6 +149,9 @@ pub fn features_reading<'h>(
         };
         if SECRET_HEADERS.contains(&&*k) {
             continue;
+        }
+        if !seen.contains(&k) {
+            seen.push(k.clone());
         }
         if let Some(m) = k.strip_prefix(META_HEADER_PREFIX) {
             if names.is_none_or(|n| n.metadata(m)) {
@@ -296,6 +305,52 @@ mod tests {
         assert!(f.input_tokens > 0);
         assert_eq!(f.api_key.as_deref(), Some("k1"));
         assert_eq!(f.task, "chat");
+    }
+
+    /// Review of the header filter: the cap counted only the headers kept, so with a
+    /// filter a header past the 64th was seen by `serve` but not by `dry-run`.
+    #[test]
+    fn a_header_past_the_cap_is_unseen_whether_or_not_names_are_filtered() {
+        let req =
+            ChatRequest::parse(br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#)
+                .expect("valid body");
+        let pads: Vec<String> = (0..MAX_HEADERS).map(|i| format!("x-pad-{i}")).collect();
+        let names = ReadNames {
+            headers: vec!["x-team".into(), "x-pad-3".into()],
+            metadata: vec!["late".into()],
+        };
+        let run = |headers: &[(&str, &str)]| {
+            let caller = Caller::default();
+            let all = features(&req, headers.iter().copied(), &caller, 0);
+            let some = features_reading(&req, headers.iter().copied(), &caller, 0, Some(&names));
+            (all, some)
+        };
+        // 64 distinct names (a repeat, a credential and the capitals of one do not
+        // count twice), then the ones past the cap.
+        let mut headers: Vec<(&str, &str)> = vec![("authorization", "Bearer k")];
+        for (i, p) in pads.iter().enumerate() {
+            headers.push((p, "1"));
+            if i == 3 {
+                headers.push(("X-Pad-3", "2"));
+                headers.push(("x-pad-0", "3"));
+            }
+        }
+        headers.push(("x-team", "search"));
+        headers.push(("x-switchyard-meta-late", "yes"));
+        let (all, some) = run(&headers);
+        assert_eq!(all.headers.len(), MAX_HEADERS);
+        assert_eq!(all.header("x-team"), None);
+        assert_eq!(some.header("x-team"), None);
+        assert_eq!(some.metadata.get("late"), None);
+        assert_eq!(some.header("x-pad-3"), all.header("x-pad-3"));
+        assert_eq!(some.header("x-pad-3"), Some("2"));
+        // Two names fewer, and both see them.
+        headers.retain(|(k, _)| *k != "x-pad-62" && *k != "x-pad-63");
+        let (all, some) = run(&headers);
+        assert_eq!(all.header("x-team"), Some("search"));
+        assert_eq!(some.header("x-team"), Some("search"));
+        assert_eq!(all.metadata.get("late").map(String::as_str), Some("yes"));
+        assert_eq!(some.metadata.get("late").map(String::as_str), Some("yes"));
     }
 
     #[test]

@@ -184,6 +184,43 @@ mod tests {
         reads_input_tokens(&set)
     }
 
+    /// A set that reads headers and metadata in every place a set can.
+    const READS_EVERYWHERE: &str = concat!(
+        "strategy s {\n",
+        "  state w = 0.0 join mean\n",
+        "  let lift = if(has(metadata(\"lift\")), 1.0, 0.0)\n",
+        "  require has(header(\"X-In-Strategy\"))\n",
+        "  prefer has(header(\"x-prefer\"))\n",
+        "  score = if(has(metadata(\"boost\")), 2.0, 1.0) + lift + state.w\n",
+        "  pick max\n",
+        "  on success {\n",
+        "    w = state.w + if(has(header(\"x-on-success\")), 1.0, 0.0)\n",
+        "  }\n",
+        "  on failure {\n",
+        "    w = state.w - if(has(metadata(\"on-failure\")), 1.0, 0.0)\n",
+        "  }\n",
+        "}\n",
+        "route r when has(header(\"X-Route\")) {\n",
+        "  set priority high when has(header(\"x-prio\")) and header(\"x-prio\") == \"1\"\n",
+        "  rule a when has(metadata(\"Tier\")) and metadata(\"Tier\") == \"gold\" {\n",
+        "    set priority low when has(header(\"x-rule-prio\"))\n",
+        "    use model\n",
+        "  }\n",
+        "  rule b when request.stream {\n",
+        "    split by header(\"X-User\") {\n",
+        "      50% -> use model\n",
+        "      50% -> canary use model rollback when has(header(\"x-rollback\"))\n",
+        "    }\n",
+        "  }\n",
+        "  rule c when request.stream {\n",
+        "    split by metadata(\"cohort\") {\n",
+        "      100% -> use model\n",
+        "    }\n",
+        "  }\n",
+        "  default use model via s\n",
+        "}\n",
+    );
+
     /// The names [`read_names`] finds in the set of the built-ins and `text`.
     fn names(text: &str) -> ReadNames {
         let (config, _) = crate::config::embedded(|_| false);
@@ -200,38 +237,15 @@ mod tests {
             names("route r {\n  default use model\n}\n"),
             ReadNames::default()
         );
-        let n = names(concat!(
-            "strategy s {\n",
-            "  require has(header(\"X-In-Strategy\"))\n",
-            "  score = if(has(metadata(\"boost\")), 2.0, 1.0)\n",
-            "  pick max\n",
-            "}\n",
-            "route r when has(header(\"X-Route\")) {\n",
-            "  set priority high when has(header(\"x-prio\")) and header(\"x-prio\") == \"1\"\n",
-            "  rule a when has(metadata(\"Tier\")) and metadata(\"Tier\") == \"gold\" {\n",
-            "    set priority low when has(header(\"x-rule-prio\"))\n",
-            "    use model\n",
-            "  }\n",
-            "  rule b when request.stream {\n",
-            "    split by header(\"X-User\") {\n",
-            "      50% -> use model\n",
-            "      50% -> canary use model rollback when has(header(\"x-rollback\"))\n",
-            "    }\n",
-            "  }\n",
-            "  rule c when request.stream {\n",
-            "    split by metadata(\"cohort\") {\n",
-            "      100% -> use model\n",
-            "    }\n",
-            "  }\n",
-            "  default use model\n",
-            "}\n",
-        ));
+        let n = names(READS_EVERYWHERE);
         let mut headers = n.headers.clone();
         headers.sort();
         assert_eq!(
             headers,
             [
                 "x-in-strategy",
+                "x-on-success",
+                "x-prefer",
                 "x-prio",
                 "x-rollback",
                 "x-route",
@@ -241,9 +255,105 @@ mod tests {
         );
         let mut metadata = n.metadata.clone();
         metadata.sort();
-        assert_eq!(metadata, ["Tier", "boost", "cohort"]);
-        assert!(n.header("x-user") && !n.header("X-User") && !n.header("x-other"));
-        assert!(n.metadata("Tier") && !n.metadata("tier"));
+        assert_eq!(metadata, ["Tier", "boost", "cohort", "lift", "on-failure"]);
+    }
+
+    /// Review of the header filter: decisions made on the features that keep only
+    /// the names a set reads equal those made on every header, over the shipped
+    /// example policies, [`READS_EVERYWHERE`] and requests with and without each name.
+    #[test]
+    fn a_set_decides_alike_on_the_names_it_reads_and_on_every_header() {
+        use crate::policy::interp::decide;
+        use crate::policy::registry::Registry;
+        use crate::routing::features::{features, features_reading, Caller};
+        let mut sources = crate::routing::policy::read_sources(None).unwrap();
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/policies");
+        let mut files: Vec<_> = std::fs::read_dir(root)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "policy"))
+            .collect();
+        files.sort();
+        assert!(files.len() >= 4, "{files:?}");
+        for p in &files {
+            sources.add(p.display().to_string(), std::fs::read_to_string(p).unwrap());
+        }
+        sources.add("t.policy", READS_EVERYWHERE);
+        let registry = Registry::example();
+        let set = crate::policy::parse_and_check(&sources, &registry).expect("checks");
+        let names = read_names(&set);
+        assert!(
+            names.header("x-team") && names.header("x-interactive"),
+            "{names:?}"
+        );
+        let pool = [
+            ("x-team", "search"),
+            ("X-Team", "blocked"),
+            ("x-interactive", "1"),
+            ("x-route", "1"),
+            ("x-user", "u-17"),
+            ("x-prio", "1"),
+            ("x-rule-prio", "1"),
+            ("x-in-strategy", "1"),
+            ("x-prefer", "1"),
+            ("x-rollback", "1"),
+            ("x-switchyard-meta-Tier", "gold"),
+            ("x-switchyard-meta-cohort", "c1"),
+            ("x-switchyard-meta-lift", "1"),
+            ("x-noise", "1"),
+            ("authorization", "Bearer k"),
+        ];
+        let mut models: Vec<&str> = registry.models.iter().map(|m| m.name.as_str()).collect();
+        models.push("not-a-model");
+        let stats = crate::policy::StatsSnapshot::default();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut decided = 0;
+        for model in models {
+            for metadata in [
+                "",
+                r#","stream":true"#,
+                r#","metadata":{"boost":"1","lift":"1","job":"nightly"}"#,
+                r#","stream":true,"metadata":{"cohort":"c2","Tier":"gold"}"#,
+            ] {
+                let body = format!(
+                    r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}]{metadata}}}"#
+                );
+                let req = crate::api::ChatRequest::parse(body.as_bytes()).unwrap();
+                for _ in 0..40 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let headers: Vec<(&str, &str)> = pool
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| x >> i & 1 == 1)
+                        .map(|(_, h)| *h)
+                        .collect();
+                    let caller = Caller {
+                        api_key: (x >> 40 & 1 == 1).then(|| "key-a".to_string()),
+                        ..Caller::default()
+                    };
+                    let all = features(&req, headers.iter().copied(), &caller, 1_704_114_000);
+                    let some = features_reading(
+                        &req,
+                        headers.iter().copied(),
+                        &caller,
+                        1_704_114_000,
+                        Some(&names),
+                    );
+                    for seed in 0..2 {
+                        assert_eq!(
+                            decide(&set, &some, &stats, seed),
+                            decide(&set, &all, &stats, seed),
+                            "{model} {headers:?} {metadata}"
+                        );
+                        decided += 1;
+                    }
+                }
+            }
+        }
+        assert!(decided > 500);
     }
 
     #[test]
