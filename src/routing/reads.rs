@@ -14,8 +14,8 @@
 //! for a policy that reads one header (`benches/load/callgrind.sh`).
 
 use crate::policy::checked::{
-    CBody, CRoute, CRule, CSplitKey, CStrategy, CTerminal, CUse, CheckedPolicySet, ReqField, TExpr,
-    TExprKind,
+    CArm, CBody, CRoute, CRule, CSetPriority, CSplit, CSplitKey, CStrategy, CTerminal, CUse,
+    CheckedPolicySet, ReqField, TExpr, TExprKind,
 };
 
 /// Whether any expression of `set` reads `request.input_tokens` (or tests its
@@ -139,22 +139,72 @@ pub fn read_names(set: &CheckedPolicySet) -> ReadNames {
             false
         });
     };
+    // Every struct is taken apart whole (no `..`): a field added to one of them
+    // later is a compile error here until the walk says whether it reads names.
     let mut keys = Vec::new();
-    for r in &set.routes {
-        r.when.iter().for_each(&mut visit);
-        for p in &r.set_priority {
-            p.when.iter().for_each(&mut visit);
+    let guards = |set_priority: &[CSetPriority], visit: &mut dyn FnMut(&TExpr)| {
+        for CSetPriority {
+            level: _,
+            when,
+            span: _,
+        } in set_priority
+        {
+            when.iter().for_each(&mut *visit);
         }
-        for rule in r.rules.iter().chain(std::iter::once(&r.default)) {
-            rule.when.iter().for_each(&mut visit);
-            for p in &rule.body.set_priority {
-                p.when.iter().for_each(&mut visit);
-            }
-            if let Some(CTerminal::Split(split)) = &rule.body.terminal {
-                keys.push(&split.key);
-                for arm in &split.arms {
-                    arm.rollback.iter().for_each(&mut visit);
+    };
+    for route in &set.routes {
+        let CRoute {
+            name: _,
+            priority: _,
+            when,
+            set_priority,
+            cache: _,
+            hold_off_peak: _,
+            fallback: _,
+            rules,
+            default,
+            span: _,
+        } = route;
+        when.iter().for_each(&mut visit);
+        guards(set_priority, &mut visit);
+        for rule in rules.iter().chain(std::iter::once(default)) {
+            let CRule {
+                name: _,
+                priority: _,
+                when,
+                body,
+                span: _,
+            } = rule;
+            let CBody {
+                terminal,
+                set_priority,
+                cache: _,
+                hold_off_peak: _,
+                fallback: _,
+            } = body;
+            when.iter().for_each(&mut visit);
+            guards(set_priority, &mut visit);
+            match terminal {
+                Some(CTerminal::Split(CSplit {
+                    key,
+                    seed: _,
+                    arms,
+                    stable_arm: _,
+                    span: _,
+                })) => {
+                    keys.push(key);
+                    for CArm {
+                        share_bp: _,
+                        upto_bp: _,
+                        canary: _,
+                        action: _,
+                        rollback,
+                    } in arms
+                    {
+                        rollback.iter().for_each(&mut visit);
+                    }
                 }
+                Some(CTerminal::Use(_) | CTerminal::Reject { .. }) | None => {}
             }
         }
     }
