@@ -877,5 +877,12 @@ mod tests {
             crate::logging::emit_access_with(true, |f| f.str("message", &big), || line.emit())
         });
         assert!(out.contains(r#""fields":{"message":"access","#) && !out.contains(&big));
+        // An emit that unwinds leaves nothing ready for the next access event.
+        let unwound = std::panic::catch_unwind(|| {
+            crate::logging::emit_access_with(true, |f| f.str("message", "stale"), || panic!("emit"))
+        });
+        assert!(unwound.is_err());
+        let out = crate::logging::json_written(|| line.emit());
+        assert!(out.contains(r#""fields":{"message":"access","#), "{out}");
     }
 }

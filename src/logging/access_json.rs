@@ -141,18 +141,29 @@ pub(super) fn with_fields(json: bool, render: impl FnOnce(&mut Fields<'_>), emit
         slot.ready = slot.fields.len() <= MAX_PRERENDERED;
         true
     });
-    emit();
     if !rendered {
-        return;
+        return emit();
     }
-    PRERENDERED.with(|cell| {
-        if let Ok(mut slot) = cell.try_borrow_mut() {
-            slot.ready = false;
-            if slot.fields.capacity() > MAX_PRERENDERED {
-                slot.fields = Vec::with_capacity(1024);
+    // Reset even if `emit` unwinds, so no later access event copies these fields.
+    let _done = Done;
+    emit();
+}
+
+/// Marks the thread's pre-rendered fields used when dropped (and drops a buffer
+/// grown past [`MAX_PRERENDERED`]).
+struct Done;
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        let _ = PRERENDERED.try_with(|cell| {
+            if let Ok(mut slot) = cell.try_borrow_mut() {
+                slot.ready = false;
+                if slot.fields.capacity() > MAX_PRERENDERED {
+                    slot.fields = Vec::with_capacity(1024);
+                }
             }
-        }
-    });
+        });
+    }
 }
 
 /// Writes an access line's fields as JSON members, as [`FieldVisitor`] writes them:
