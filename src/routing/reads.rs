@@ -225,13 +225,17 @@ pub fn read_names(set: &CheckedPolicySet) -> ReadNames {
 mod tests {
     use super::*;
 
-    fn snap(text: &str) -> bool {
+    /// The built-ins and `text`, checked against the embedded config's registry.
+    fn checked(text: &str) -> CheckedPolicySet {
         let (config, _) = crate::config::embedded(|_| false);
         let registry = crate::routing::policy::registry_from_config(&config);
         let mut sources = crate::routing::policy::read_sources(None).unwrap();
         sources.add("t.policy", text);
-        let set = crate::policy::parse_and_check(&sources, &registry).expect("checks");
-        reads_input_tokens(&set)
+        crate::policy::parse_and_check(&sources, &registry).expect("checks")
+    }
+
+    fn snap(text: &str) -> bool {
+        reads_input_tokens(&checked(text))
     }
 
     /// A set that reads headers and metadata in every place a set can.
@@ -273,12 +277,7 @@ mod tests {
 
     /// The names [`read_names`] finds in the set of the built-ins and `text`.
     fn names(text: &str) -> ReadNames {
-        let (config, _) = crate::config::embedded(|_| false);
-        let registry = crate::routing::policy::registry_from_config(&config);
-        let mut sources = crate::routing::policy::read_sources(None).unwrap();
-        sources.add("t.policy", text);
-        let set = crate::policy::parse_and_check(&sources, &registry).expect("checks");
-        read_names(&set)
+        read_names(&checked(text))
     }
 
     #[test]
