@@ -18,9 +18,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::server::RequestBody;
 use http::{HeaderValue, Method, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper::Request;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tracing::Instrument as _;
@@ -108,7 +108,7 @@ impl Services {
 /// beside its parts (`-Zprint-type-sizes`: 6,752 bytes per request before).
 pub fn handle(
     svc: Arc<Services>,
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     peer: std::net::SocketAddr,
     surface: Surface,
 ) -> impl std::future::Future<Output = Response<Body>> + Send + 'static {
@@ -133,7 +133,7 @@ pub fn handle(
 async fn route(
     svc: &Services,
     req: &http::request::Parts,
-    body: Incoming,
+    body: RequestBody,
     peer: std::net::SocketAddr,
     surface: Surface,
     id: &HeaderValue,
@@ -285,7 +285,7 @@ fn unknown_path(method: &Method, path: &str) -> Response<Body> {
 /// `Expect: 100-continue` (the client waits before sending it), is refused at once.
 async fn read_body(
     headers: &http::HeaderMap,
-    mut body: Incoming,
+    mut body: RequestBody,
     limit: usize,
     charge: &mut crate::budget::Charge,
 ) -> Result<bytes::Bytes, GatewayError> {
@@ -378,7 +378,7 @@ enum Read {
     /// No room in the buffer budget in time.
     Budget(GatewayError),
     /// The connection failed.
-    Body(hyper::Error),
+    Body(crate::body::BoxError),
 }
 
 /// Most bytes of a refused body read and thrown away before the 413 is sent.
@@ -389,7 +389,7 @@ pub const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5)
 
 /// Reads and drops the rest of `body`, within [`DRAIN_MAX_BYTES`] and
 /// [`DRAIN_TIMEOUT`]; errors end it quietly (the 413 follows either way).
-async fn discard(body: &mut Incoming) {
+async fn discard(body: &mut RequestBody) {
     let drain = async {
         let mut seen = 0usize;
         while let Some(Ok(frame)) = body.frame().await {

@@ -32,6 +32,7 @@
 
 mod canned;
 mod edge_io;
+pub mod h1;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -46,9 +47,54 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
-use crate::body::Body;
+use crate::body::{Body, BoxError};
 use crate::config::ServerConfig;
 use edge_io::{Activity, ClientWatch, EdgeIo, Tracked};
+
+/// The body of a request as the service receives it, whichever protocol brought it.
+#[derive(Debug)]
+pub enum RequestBody {
+    /// No body: no `Content-Length` (or 0) and no `Transfer-Encoding` on HTTP/1.
+    Empty,
+    /// Read from an HTTP/1.1 connection by [`h1`], decoded as it is polled.
+    H1(h1::Body),
+    /// An HTTP/2 stream's data, from hyper.
+    H2(Incoming),
+}
+
+impl http_body::Body for RequestBody {
+    type Data = bytes::Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, BoxError>>> {
+        match self.get_mut() {
+            RequestBody::Empty => std::task::Poll::Ready(None),
+            RequestBody::H1(b) => std::pin::Pin::new(b).poll_frame(cx),
+            RequestBody::H2(b) => std::pin::Pin::new(b)
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(BoxError::from))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RequestBody::Empty => true,
+            RequestBody::H1(b) => b.is_end_stream(),
+            RequestBody::H2(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self {
+            RequestBody::Empty => http_body::SizeHint::with_exact(0),
+            RequestBody::H1(b) => b.size_hint(),
+            RequestBody::H2(b) => b.size_hint(),
+        }
+    }
+}
 
 /// Per-connection limits of the listener (`server:` keys of the config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,18 +147,9 @@ pub async fn serve<H, F>(
     on_drain_timeout: impl FnOnce(),
     limits: ConnLimits,
 ) where
-    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<RequestBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    let mut http1 = hyper::server::conn::http1::Builder::new();
-    // The connection deadlines replace hyper's header timer, which would also cut
-    // keep-alive idle at the header timeout (see `edge_io`).
-    http1.header_read_timeout(None);
-    // hyper would read a busy connection to see the client close it, taking a second
-    // 8 KiB read buffer per request in flight (its first is still shared with the
-    // request's bytes); the request's future and its body watch the socket instead
-    // (`edge_io::ClientWatch`).
-    http1.half_close(true);
     let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     http2
         .timer(TokioTimer::new())
@@ -123,11 +160,11 @@ pub async fn serve<H, F>(
         .max_header_list_size(
             u32::try_from(limits.max_header_bytes.saturating_mul(2)).unwrap_or(u32::MAX),
         );
-    let builders = Arc::new((http1, http2));
+    let http2 = Arc::new(http2);
     let graceful = GracefulShutdown::new();
-    // Ends connections still being sniffed when shutdown starts (they have no request
-    // yet; a sniffed one is told by `graceful` like any other).
-    let (stop_sniffing, sniffing) = tokio::sync::watch::channel(());
+    // Tells connections being sniffed and HTTP/1 connections that shutdown started
+    // (HTTP/2 ones are told by `graceful`); the drain waits for every receiver.
+    let (stopping_tx, stopping) = tokio::sync::watch::channel(());
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -147,7 +184,7 @@ pub async fn serve<H, F>(
         let activity = Arc::new(Activity::default());
         let mut io = EdgeIo::new(stream, activity.clone(), limits);
         let socket = io.watch();
-        let service = service_fn(move |req: Request<Incoming>| {
+        let service = move |req: Request<RequestBody>| {
             let h2 = req.version() == Version::HTTP_2;
             let guard = activity.start(h2);
             // HTTP/1 runs with `half_close(true)`: the request's future and its
@@ -169,45 +206,50 @@ pub async fn serve<H, F>(
                 };
                 Ok::<_, std::io::Error>(resp.map(|body| Tracked::new(body, guard, watch)))
             }
-        });
+        };
         let watcher = graceful.watcher();
-        let mut sniffing = sniffing.clone();
-        let builders = builders.clone();
+        let mut stopping = stopping.clone();
+        let http2 = http2.clone();
         tokio::spawn(async move {
             // HTTP/1.1 or HTTP/2 with prior knowledge (h2c), told by the first bytes.
             let h2 = tokio::select! {
                 h2 = io.sniff() => h2,
-                _ = sniffing.changed() => return,
+                _ = stopping.changed() => return,
             };
-            let (http1, http2) = &*builders;
-            let served = match h2 {
+            match h2 {
                 Ok(false) => {
-                    watcher
-                        .watch(http1.serve_connection(TokioIo::new(io), service))
-                        .await
+                    drop(watcher);
+                    h1::serve(io, service, stopping, limits).await;
                 }
                 // Boxed: HTTP/2's connection state is the larger, and the task holds
                 // the larger of the two inline.
                 Ok(true) => {
-                    Box::pin(watcher.watch(http2.serve_connection(TokioIo::new(io), service))).await
+                    drop(stopping);
+                    let service =
+                        service_fn(move |req: Request<Incoming>| service(req.map(RequestBody::H2)));
+                    let served =
+                        Box::pin(watcher.watch(http2.serve_connection(TokioIo::new(io), service)))
+                            .await;
+                    if let Err(e) = served {
+                        tracing::debug!(error = %e, %peer, "connection ended with an error");
+                    }
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, %peer, "connection ended before a request");
-                    return;
                 }
-            };
-            if let Err(e) = served {
-                tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
         });
     }
     drop(listener);
-    let _ = stop_sniffing.send(());
+    drop(stopping);
+    let _ = stopping_tx.send(());
     tracing::info!(
         drain_ms = drain.as_millis() as u64,
         "shutting down: draining in-flight requests"
     );
-    let drained = graceful.shutdown();
+    let drained = async {
+        tokio::join!(graceful.shutdown(), stopping_tx.closed());
+    };
     tokio::pin!(drained);
     if tokio::time::timeout(drain, &mut drained).await.is_err() {
         // Streams still running get an error event instead of a cut connection; give
@@ -318,7 +360,7 @@ pub fn spawn_per_core<H, F>(
     limits: ConnLimits,
 ) -> std::io::Result<PerCore>
 where
-    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<RequestBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let (stop, _) = tokio::sync::watch::channel(false);

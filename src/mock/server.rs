@@ -13,9 +13,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::server::RequestBody;
 use http::{Method, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use hyper::Request;
 use tokio::net::TcpListener;
 
@@ -65,7 +65,7 @@ pub async fn run(listen: SocketAddr, opts: MockOptions, wire: Wire) -> std::io::
 pub async fn handle(
     provider: Arc<MockProvider>,
     wire: Wire,
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
 ) -> Response<Body> {
     let path = req.uri().path().trim_end_matches('/').to_string();
     match (req.method(), path.as_str()) {
@@ -156,7 +156,7 @@ fn gemini_route(path: &str) -> Option<(&str, &str)> {
     (!model.is_empty() && !model.contains('/')).then_some((model, method))
 }
 
-async fn read(req: Request<Incoming>) -> Result<bytes::Bytes, ()> {
+async fn read(req: Request<RequestBody>) -> Result<bytes::Bytes, ()> {
     match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(c) => Ok(c.to_bytes()),
         Err(_) => Err(()),
@@ -177,7 +177,7 @@ fn too_large(wire: Wire) -> Response<Body> {
     }
 }
 
-fn not_found(wire: Wire, req: &Request<Incoming>) -> Response<Body> {
+fn not_found(wire: Wire, req: &Request<RequestBody>) -> Response<Body> {
     let message = format!("unknown path {} {}", req.method(), req.uri().path());
     match wire {
         Wire::OpenAi => error(GatewayError::new(ErrorKind::NotFound, message)),
@@ -191,7 +191,11 @@ fn not_found(wire: Wire, req: &Request<Incoming>) -> Response<Body> {
     }
 }
 
-async fn openai(provider: Arc<MockProvider>, req: Request<Incoming>, path: &str) -> Response<Body> {
+async fn openai(
+    provider: Arc<MockProvider>,
+    req: Request<RequestBody>,
+    path: &str,
+) -> Response<Body> {
     match (req.method(), path) {
         (&Method::POST, "/v1/chat/completions" | "/chat/completions") => {
             let bytes = match read(req).await {

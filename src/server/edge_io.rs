@@ -1,5 +1,6 @@
 //! The socket wrapper every accepted connection is served through: connection
-//! deadlines on the read side, JSON for hyper's own error answers on the write side.
+//! deadlines on reads and stuck writes, the request accounting they follow, and the
+//! watch for a client that leaves while its request is in flight.
 //!
 //! # Why a wrapper and not hyper's timers
 //! A connection's protocol is sniffed first ([`EdgeIo::sniff`] reads until the 24-byte
@@ -52,17 +53,6 @@
 //! byte only when the socket is readable: the end of the stream or a reset ends the
 //! request (its future is dropped, which cancels the upstream work), while unread
 //! bytes are the rest of the body or a pipelined request.
-//!
-//! When hyper cannot parse a request head it writes a fixed head itself (`on_parse_error`
-//! in `proto/h1/conn.rs`, statuses from `Server::on_error` in `proto/h1/role.rs`): `400`,
-//! `414` or `431` with `content-length: 0` and `connection: close`, then closes. The
-//! service never sees that request, so the wrapper recognises the head on the way out
-//! and writes a complete OpenAI error response (see [`super::canned`]) in its place.
-//! It only looks when hyper cannot be writing a service's answer: no request in flight,
-//! none started since hyper last flushed its buffer empty after the previous answer, so
-//! a response body that happens to contain such bytes is never touched. Keep-alive,
-//! pipelining, `Expect: 100-continue` (hyper writes `100 Continue` while a request is
-//! in flight), streaming and HTTP/2 (binary frames never match) pass through unchanged.
 
 use std::future::Future;
 use std::io;
@@ -79,7 +69,6 @@ use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-use super::canned::{self, Replacement};
 use super::ConnLimits;
 use crate::body::{Body, BoxError};
 
@@ -209,9 +198,6 @@ pub(super) struct EdgeIo {
     sleep: Pin<Box<Sleep>>,
     /// `started` when the wait state was last brought up to date.
     seen: u64,
-    /// `started` when hyper last flushed its buffer empty with nothing in flight.
-    clean: u64,
-    replacement: Option<Replacement>,
     /// The bytes [`EdgeIo::sniff`] read, replayed to hyper from `pre_at` to `pre_len`.
     pre: [u8; PREFACE.len()],
     pre_at: u8,
@@ -234,8 +220,6 @@ impl EdgeIo {
             deadline,
             sleep: Box::pin(tokio::time::sleep_until(deadline)),
             seen: 0,
-            clean: 0,
-            replacement: None,
             pre: [0; PREFACE.len()],
             pre_at: 0,
             pre_len: 0,
@@ -352,33 +336,6 @@ impl EdgeIo {
         io::Error::new(io::ErrorKind::TimedOut, what)
     }
 
-    /// Whether hyper cannot be writing a service's answer now (see the module doc).
-    fn may_be_canned(&self) -> bool {
-        let (started, busy) = self.activity.load();
-        !busy && started == self.clean
-    }
-
-    /// Writes the pending replacement; reports the canned head's length once done.
-    fn poll_replacement(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        let Some(r) = self.replacement.as_mut() else {
-            return Poll::Ready(Ok(0));
-        };
-        while !r.is_done() {
-            let n = match write_shared(&self.stream, cx, &[io::IoSlice::new(r.remaining())]) {
-                Poll::Ready(Ok(n)) => n,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return self.pending_write(cx),
-            };
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            r.advance(n);
-        }
-        let n = r.replaced_len();
-        self.replacement = None;
-        Poll::Ready(Ok(n))
-    }
-
     /// A write that cannot proceed: fails once the armed deadline has passed, so a
     /// client that stops reading cannot hold an idle connection either.
     fn pending_write<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
@@ -430,12 +387,6 @@ impl AsyncWrite for EdgeIo {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if this.replacement.is_none() && this.may_be_canned() {
-            this.replacement = canned::recognise(bufs, &this.limits);
-        }
-        if this.replacement.is_some() {
-            return this.poll_replacement(cx);
-        }
         match write_shared(&this.stream, cx, bufs) {
             Poll::Pending => this.pending_write(cx),
             done => done,
@@ -448,15 +399,10 @@ impl AsyncWrite for EdgeIo {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        // hyper flushes its IO only once its own buffer is written out: with nothing in
-        // flight, every answer so far has left (see `may_be_canned`).
-        if !this.sync() {
-            this.clean = this.seen;
-            // The connection may have just gone idle: register the deadline now, as
-            // hyper may not read again before the client does.
-            if this.poll_deadline(cx).is_ready() {
-                cx.waker().wake_by_ref();
-            }
+        // With nothing in flight the connection may have just gone idle: register the
+        // deadline now, as hyper (HTTP/2) may not read again before the client does.
+        if !this.sync() && this.poll_deadline(cx).is_ready() {
+            cx.waker().wake_by_ref();
         }
         // A TCP socket buffers nothing of its own to flush.
         Poll::Ready(Ok(()))

@@ -1,0 +1,1058 @@
+//! The HTTP/1.1 server side of a connection: request heads parsed with `httparse`,
+//! request bodies decoded as the service reads them, responses framed and written
+//! straight to the socket.
+//!
+//! # Why our own and not hyper's
+//! hyper's HTTP/1 server gives every connection an 8 KiB write buffer when the
+//! connection is made and an 8 KiB read buffer at its first read, and keeps both for
+//! the connection's life (neither can be made smaller: `max_buf_size` cannot go below
+//! 8 KiB). Under the 64 to 2,048 connection load of `benches/load/conns.sh` those two
+//! buffers were 16 of the 27 to 29 KiB a loaded connection cost (valgrind `massif`),
+//! where nginx spends 8 KiB on both sides together; issue 17's target is 16 KB.
+//! Here a connection holds no buffer of its own between requests:
+//!
+//! - A read goes into a per-thread scratch buffer ([`SCRATCH_BYTES`]) and the bytes
+//!   that arrived are copied into a block of exactly their size. The request's
+//!   header values, its URI and its body frames are slices of that block (no further
+//!   copy), and the block is freed with them. Only a head that arrives in pieces is
+//!   joined, bounded by the head cap.
+//! - A response head is written into a `Vec` sized to it and sent with the body's
+//!   first frame in one `writev`; a stream's events go out one `writev` each,
+//!   framed in place (chunk size line, data, CRLF as three slices).
+//!
+//! It also spends fewer instructions per request than hyper's dispatcher (whose
+//! server side was about 17,000 of the gateway's 94,000 per JSON request under
+//! `benches/load/callgrind.sh`), since it does only what this gateway needs: one
+//! request at a time per connection (pipelined requests wait their turn, as hyper
+//! does), no upgrades and no trailers.
+//!
+//! # What it follows (RFC 9112)
+//! - Message framing (§6): a request body is `Transfer-Encoding` with `chunked`
+//!   last, or `Content-Length`, or empty. Both together, a `Transfer-Encoding` on an
+//!   HTTP/1.0 request, one whose last coding is not `chunked`, or `Content-Length`
+//!   values that differ or are not digits get 400 and the connection is closed: a
+//!   proxy that guessed could be made to smuggle a request (§11.2).
+//! - Persistence (§9.3): HTTP/1.1 keeps the connection unless either side says
+//!   `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`. A response
+//!   whose request body was not read to its end closes the connection, after the
+//!   bytes already received are decoded and dropped (as hyper does), since the rest
+//!   would otherwise be read as the next request.
+//! - `Expect: 100-continue` (RFC 9110 §10.1.1): the interim `100 Continue` is sent
+//!   when the service first reads the body, never when it answers without reading it.
+//! - Response framing: `Content-Length` when the body's length is known (a JSON
+//!   answer), chunked otherwise (a stream), or, for an HTTP/1.0 client, the end of
+//!   the connection. `HEAD` answers and `1xx`/`204`/`304` carry no body.
+//! - A head that cannot be parsed gets a complete OpenAI error response (400, 414
+//!   for a URI over 65,534 bytes, 431 for more than [`MAX_HEADERS`] fields or a head
+//!   past the cap), then the connection closes; the service never sees it.
+//!
+//! Deadlines, the client watch and the request accounting stay in [`super::edge_io`]:
+//! every read and write goes through the connection's [`EdgeIo`].
+
+use std::future::Future;
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri, Version};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::canned;
+use super::edge_io::{EdgeIo, Tracked};
+use super::ConnLimits;
+use crate::body::BoxError;
+
+/// Most header fields in a request head; more get 431 (hyper's limit too).
+pub(super) const MAX_HEADERS: usize = 100;
+
+/// Size of the per-thread buffer every socket read lands in before its bytes are
+/// copied into a block of their own (32 KiB: a large body arrives in reads of up to
+/// this much).
+pub(super) const SCRATCH_BYTES: usize = 32 * 1024;
+
+/// Longest chunk-size line of a chunked body, extensions included (bytes).
+const MAX_CHUNK_LINE: usize = 4096;
+
+/// Most bytes of trailer fields after a chunked body's last chunk.
+const MAX_TRAILER_BYTES: usize = 16 * 1024;
+
+/// Most body bytes decoded and dropped, without waiting, when a service answered
+/// without reading its request's body (beyond it the connection closes).
+const DRAIN_NOW_BYTES: usize = 64 * 1024;
+
+thread_local! {
+    /// The buffer reads land in ([`SCRATCH_BYTES`]).
+    static SCRATCH: std::cell::RefCell<Box<[u8]>> =
+        std::cell::RefCell::new(vec![0u8; SCRATCH_BYTES].into_boxed_slice());
+    /// The `date` header value of the current second: `(unix seconds, value)`.
+    static DATE: std::cell::RefCell<(u64, Option<HeaderValue>)> =
+        const { std::cell::RefCell::new((0, None)) };
+}
+
+/// The connection's read side and socket, shared by the connection's driver
+/// ([`serve`]) and the body of its request in flight ([`Body`]). Both run in the
+/// connection's task and lock it only inside a poll, so the lock is never contended.
+struct Shared {
+    io: EdgeIo,
+    /// Bytes read and not yet parsed or decoded.
+    buf: Bytes,
+    /// The request body being read.
+    decode: Decode,
+    /// Bytes of `100 Continue` still to write, when the client asked for it and
+    /// the service has begun to read the body.
+    cont: Continue,
+    /// The client ended its side of the connection (a read returned 0).
+    eof: bool,
+}
+
+/// The `Expect: 100-continue` of the request in flight.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Continue {
+    /// Not asked for, or sent.
+    No,
+    /// Asked for; sent at the body's first read.
+    Asked,
+    /// Being written: bytes written so far.
+    Writing(usize),
+}
+
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+impl Shared {
+    /// Reads once from the socket into the scratch buffer and appends the bytes to
+    /// `buf`; `Ready(Ok(0))` at the end of the stream.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.eof {
+            return Poll::Ready(Ok(0));
+        }
+        let io = &mut self.io;
+        let buf = &mut self.buf;
+        let read = SCRATCH.with(|s| {
+            let mut scratch = s.borrow_mut();
+            let mut rb = ReadBuf::new(&mut scratch[..]);
+            match Pin::new(&mut *io).poll_read(cx, &mut rb) {
+                Poll::Ready(Ok(())) => {
+                    let new = rb.filled();
+                    if !new.is_empty() {
+                        *buf = if buf.is_empty() {
+                            Bytes::copy_from_slice(new)
+                        } else {
+                            let mut joined = BytesMut::with_capacity(buf.len() + new.len());
+                            joined.extend_from_slice(buf);
+                            joined.extend_from_slice(new);
+                            joined.freeze()
+                        };
+                    }
+                    Poll::Ready(Ok(new.len()))
+                }
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Pending => Poll::Pending,
+            }
+        });
+        if let Poll::Ready(Ok(0)) = read {
+            self.eof = true;
+        }
+        read
+    }
+
+    /// Writes what is left of `100 Continue`, if it is being written.
+    fn poll_continue(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Continue::Writing(at) = self.cont {
+            let n =
+                std::task::ready!(Pin::new(&mut self.io)
+                    .poll_write_vectored(cx, &[IoSlice::new(&CONTINUE[at..])]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.cont = if at + n == CONTINUE.len() {
+                Continue::No
+            } else {
+                Continue::Writing(at + n)
+            };
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// The next frame of the request body (see [`Body`]).
+    fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>> {
+        loop {
+            if self.decode.is_done() {
+                return Poll::Ready(None);
+            }
+            if !self.buf.is_empty() {
+                match self.decode.next(&mut self.buf) {
+                    Ok(Some(data)) => return Poll::Ready(Some(Ok(data))),
+                    Ok(None) => continue,
+                    Err(e) => {
+                        self.decode = Decode::Broken;
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                }
+            }
+            if self.cont == Continue::Asked {
+                self.cont = Continue::Writing(0);
+            }
+            if let Err(e) = std::task::ready!(self.poll_continue(cx)) {
+                self.decode = Decode::Broken;
+                return Poll::Ready(Some(Err(e)));
+            }
+            match std::task::ready!(self.poll_fill(cx)) {
+                Ok(0) => {
+                    self.decode = Decode::Broken;
+                    return Poll::Ready(Some(Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the client closed the connection before the request body was complete",
+                    ))));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.decode = Decode::Broken;
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+        }
+    }
+
+    /// Decodes and drops what is left of the request body, from the bytes already
+    /// read and reads that need no wait, up to [`DRAIN_NOW_BYTES`]; true if the body
+    /// ended (the connection can serve another request).
+    fn drain_now(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.cont != Continue::No {
+            // The client waits for our word before it sends the body (or is in the
+            // middle of being told to): what it sends next is unknown.
+            return false;
+        }
+        let mut seen = 0usize;
+        while !self.decode.is_done() && seen <= DRAIN_NOW_BYTES {
+            if self.buf.is_empty() {
+                match self.poll_fill(cx) {
+                    Poll::Ready(Ok(n)) if n > 0 => {}
+                    _ => return false,
+                }
+            }
+            match self.decode.next(&mut self.buf) {
+                Ok(Some(data)) => seen += data.len(),
+                Ok(None) => {}
+                Err(_) => return false,
+            }
+        }
+        self.decode.is_done()
+    }
+}
+
+/// Locks the shared state; a poisoned lock (a panic in another poll of the same
+/// task) is taken as it is, since the state is only ever changed by whole steps.
+fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// How a request body is framed and how far it has been read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Decode {
+    /// `Content-Length`: bytes still to come.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked(Chunk),
+    /// Read to its end.
+    Done,
+    /// Failed (bad framing, a read error or an early end): never ends.
+    Broken,
+}
+
+/// Where a chunked body's decoder stands (RFC 9112 §7.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    /// In a chunk-size line: the size so far and the bytes of the line seen.
+    Size {
+        size: u64,
+        digits: u8,
+        line: usize,
+    },
+    /// After the size, in whitespace or chunk extensions, up to the CR.
+    Ext {
+        size: u64,
+        line: usize,
+    },
+    /// After the size line's CR.
+    SizeLf {
+        size: u64,
+    },
+    /// In a chunk's data: bytes still to come.
+    Data(u64),
+    /// After a chunk's data: its CR, then its LF.
+    DataCr,
+    DataLf,
+    /// After the last chunk: at the start of a trailer line (or the final CRLF).
+    TrailerStart {
+        seen: usize,
+    },
+    /// Inside a trailer line.
+    TrailerLine {
+        seen: usize,
+    },
+    /// The final CR seen.
+    EndLf,
+    /// The final CRLF seen: the body ended.
+    End,
+}
+
+/// A chunked body that breaks RFC 9112 §7.1.
+fn bad_chunk(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("invalid chunked request body: {what}"),
+    )
+}
+
+impl Decode {
+    fn is_done(&self) -> bool {
+        matches!(self, Decode::Done)
+    }
+
+    /// The body's first frame of data out of `buf` (taken from its front, without a
+    /// copy), `None` when `buf` holds none yet (it is then empty, or the body ended;
+    /// framing bytes are consumed either way).
+    ///
+    /// # Errors
+    /// Chunked framing that breaks RFC 9112 §7.1.
+    fn next(&mut self, buf: &mut Bytes) -> io::Result<Option<Bytes>> {
+        match self {
+            Decode::Length(left) => {
+                let n = (*left).min(buf.len() as u64) as usize;
+                *left -= n as u64;
+                if *left == 0 {
+                    *self = Decode::Done;
+                }
+                Ok((n > 0).then(|| buf.split_to(n)))
+            }
+            Decode::Chunked(state) => {
+                let data = decode_chunked(state, buf)?;
+                if *state == Chunk::End {
+                    *self = Decode::Done;
+                }
+                Ok(data)
+            }
+            Decode::Done => Ok(None),
+            Decode::Broken => Err(io::Error::other("the request body failed earlier")),
+        }
+    }
+}
+
+/// Runs the chunked decoder over `buf` until it yields data, needs more bytes, or
+/// the body ends (`state` is then [`Chunk::End`]); the framing bytes it passed are
+/// taken from `buf`.
+fn decode_chunked(state: &mut Chunk, buf: &mut Bytes) -> io::Result<Option<Bytes>> {
+    let mut at = 0usize;
+    let bytes = &buf[..];
+    let result = loop {
+        if let Chunk::Data(left) = *state {
+            if at < bytes.len() {
+                let n = left.min((bytes.len() - at) as u64) as usize;
+                let left = left - n as u64;
+                *state = if left == 0 {
+                    Chunk::DataCr
+                } else {
+                    Chunk::Data(left)
+                };
+                let _ = buf.split_to(at);
+                return Ok(Some(buf.split_to(n)));
+            }
+            break None;
+        }
+        if *state == Chunk::End {
+            break None;
+        }
+        let Some(&b) = bytes.get(at) else {
+            break None;
+        };
+        at += 1;
+        *state = match *state {
+            Chunk::Size { size, digits, line } => {
+                if line >= MAX_CHUNK_LINE {
+                    return Err(bad_chunk("chunk-size line too long"));
+                }
+                let line = line + 1;
+                match (b as char).to_digit(16) {
+                    Some(d) => {
+                        if digits >= 15 {
+                            return Err(bad_chunk("chunk size too large"));
+                        }
+                        Chunk::Size {
+                            size: size * 16 + u64::from(d),
+                            digits: digits + 1,
+                            line,
+                        }
+                    }
+                    None if digits == 0 => return Err(bad_chunk("chunk size is not hex")),
+                    None => match b {
+                        b'\r' => Chunk::SizeLf { size },
+                        b';' | b' ' | b'\t' => Chunk::Ext { size, line },
+                        _ => return Err(bad_chunk("chunk size is not hex")),
+                    },
+                }
+            }
+            Chunk::Ext { size, line } => {
+                if line >= MAX_CHUNK_LINE {
+                    return Err(bad_chunk("chunk extensions too long"));
+                }
+                match b {
+                    b'\r' => Chunk::SizeLf { size },
+                    b'\n' => return Err(bad_chunk("bare LF in a chunk-size line")),
+                    _ => Chunk::Ext {
+                        size,
+                        line: line + 1,
+                    },
+                }
+            }
+            Chunk::SizeLf { size } => match (b, size) {
+                (b'\n', 0) => Chunk::TrailerStart { seen: 0 },
+                (b'\n', n) => Chunk::Data(n),
+                _ => return Err(bad_chunk("chunk-size line not ended by CRLF")),
+            },
+            Chunk::DataCr => match b {
+                b'\r' => Chunk::DataLf,
+                _ => return Err(bad_chunk("chunk data not followed by CRLF")),
+            },
+            Chunk::DataLf => match b {
+                b'\n' => Chunk::Size {
+                    size: 0,
+                    digits: 0,
+                    line: 0,
+                },
+                _ => return Err(bad_chunk("chunk data not followed by CRLF")),
+            },
+            Chunk::TrailerStart { seen } => match b {
+                b'\r' => Chunk::EndLf,
+                _ => trailer_byte(seen, b)?,
+            },
+            Chunk::TrailerLine { seen } => trailer_byte(seen, b)?,
+            Chunk::EndLf => match b {
+                b'\n' => Chunk::End,
+                _ => return Err(bad_chunk("trailer section not ended by CRLF")),
+            },
+            Chunk::Data(_) | Chunk::End => unreachable!("handled above"),
+        };
+    };
+    let _ = buf.split_to(at);
+    Ok(result)
+}
+
+/// The state after byte `b` of a trailer line, `seen` trailer bytes before it.
+fn trailer_byte(seen: usize, b: u8) -> io::Result<Chunk> {
+    if seen >= MAX_TRAILER_BYTES {
+        return Err(bad_chunk("trailer section too large"));
+    }
+    Ok(if b == b'\n' {
+        Chunk::TrailerStart { seen: seen + 1 }
+    } else {
+        Chunk::TrailerLine { seen: seen + 1 }
+    })
+}
+
+/// The body of a request read by this server: frames decoded from the connection
+/// as the service polls them. Dropped before its end, the rest is drained (or the
+/// connection closed) once the service has answered.
+pub struct Body {
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("h1::Body")
+    }
+}
+
+impl HttpBody for Body {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        lock(&self.shared)
+            .poll_body(cx)
+            .map(|f| f.map(|r| r.map(Frame::data).map_err(BoxError::from)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        lock(&self.shared).decode.is_done()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match lock(&self.shared).decode {
+            Decode::Length(n) => SizeHint::with_exact(n),
+            Decode::Done => SizeHint::with_exact(0),
+            _ => SizeHint::default(),
+        }
+    }
+}
+
+/// A request head that cannot be served; answered with `status` and the connection
+/// closed.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct HeadError {
+    pub(super) status: u16,
+    pub(super) reason: &'static str,
+}
+
+const BAD_REQUEST: HeadError = HeadError {
+    status: 400,
+    reason: "Bad Request",
+};
+const URI_TOO_LONG: HeadError = HeadError {
+    status: 414,
+    reason: "URI Too Long",
+};
+const HEAD_TOO_LARGE: HeadError = HeadError {
+    status: 431,
+    reason: "Request Header Fields Too Large",
+};
+
+/// A parsed request head.
+#[derive(Debug)]
+pub(super) struct Head {
+    pub(super) parts: http::request::Parts,
+    /// Bytes of `buf` the head took.
+    pub(super) len: usize,
+    framing: Decode,
+    /// The request lets the connection serve another after it (RFC 9112 §9.3).
+    pub(super) keep_alive: bool,
+    /// `Expect: 100-continue` on a request with a body.
+    expects_continue: bool,
+}
+
+/// Most bytes a request head may take before it is refused: the longest request line
+/// hyper accepted plus twice the header cap (lines are counted with their CRLF here
+/// and by `max_header_bytes` with 4 bytes each).
+fn head_cap(limits: &ConnLimits) -> usize {
+    canned::MAX_URI_BYTES + 64 + limits.max_header_bytes.saturating_mul(2)
+}
+
+/// Parses the request head at the start of `buf`: `Ok(None)` if it is not complete
+/// yet (and within the cap).
+///
+/// # Errors
+/// A [`HeadError`] for a head that is not valid HTTP/1.x, too large, or framed
+/// ambiguously (see the module doc).
+pub(super) fn parse_head(buf: &Bytes, limits: &ConnLimits) -> Result<Option<Head>, HeadError> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut fields);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => {
+            if buf.len() <= head_cap(limits) {
+                return Ok(None);
+            }
+            let line_ended = buf
+                .windows(2)
+                .take(canned::MAX_URI_BYTES + 64)
+                .any(|w| w == b"\r\n");
+            return Err(if line_ended {
+                HEAD_TOO_LARGE
+            } else {
+                URI_TOO_LONG
+            });
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(HEAD_TOO_LARGE),
+        Err(_) => return Err(BAD_REQUEST),
+    };
+    let (Some(method), Some(path), Some(minor)) = (req.method, req.path, req.version) else {
+        return Err(BAD_REQUEST);
+    };
+    if path.len() > canned::MAX_URI_BYTES {
+        return Err(URI_TOO_LONG);
+    }
+    let method = Method::from_bytes(method.as_bytes()).map_err(|_| BAD_REQUEST)?;
+    let uri = Uri::from_maybe_shared(buf.slice_ref(path.as_bytes())).map_err(|_| BAD_REQUEST)?;
+    let version = if minor == 0 {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    let mut headers = HeaderMap::with_capacity(req.headers.len());
+    let mut length: Option<u64> = None;
+    let mut chunked = None::<bool>;
+    let mut close = false;
+    let mut keep_alive = false;
+    let mut expects_continue = false;
+    for field in req.headers.iter() {
+        let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| BAD_REQUEST)?;
+        let value =
+            HeaderValue::from_maybe_shared(buf.slice_ref(field.value)).map_err(|_| BAD_REQUEST)?;
+        if name == header::CONTENT_LENGTH {
+            for part in field.value.split(|b| *b == b',') {
+                let n = parse_length(part.trim_ascii()).ok_or(BAD_REQUEST)?;
+                if length.is_some_and(|l| l != n) {
+                    return Err(BAD_REQUEST);
+                }
+                length = Some(n);
+            }
+        } else if name == header::TRANSFER_ENCODING {
+            // Only the last coding decides; `chunked` before it is an error.
+            for coding in field.value.split(|b| *b == b',') {
+                let coding = coding.trim_ascii();
+                if coding.is_empty() {
+                    continue;
+                }
+                if chunked == Some(true) {
+                    return Err(BAD_REQUEST);
+                }
+                chunked = Some(coding.eq_ignore_ascii_case(b"chunked"));
+            }
+        } else if name == header::CONNECTION {
+            for token in field.value.split(|b| *b == b',') {
+                let token = token.trim_ascii();
+                close |= token.eq_ignore_ascii_case(b"close");
+                keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
+        } else if name == header::EXPECT {
+            expects_continue = field
+                .value
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"100-continue");
+        }
+        headers.append(name, value);
+    }
+    let framing = match (chunked, length) {
+        (Some(_), Some(_)) => return Err(BAD_REQUEST),
+        (Some(_), None) if version == Version::HTTP_10 => return Err(BAD_REQUEST),
+        (Some(true), None) => Decode::Chunked(Chunk::Size {
+            size: 0,
+            digits: 0,
+            line: 0,
+        }),
+        (Some(false), None) => return Err(BAD_REQUEST),
+        (None, Some(n)) if n > 0 => Decode::Length(n),
+        (None, _) => Decode::Done,
+    };
+    let keep_alive = !close && (version == Version::HTTP_11 || keep_alive);
+    let expects_continue = expects_continue && version == Version::HTTP_11 && !framing.is_done();
+    let mut parts = Request::new(()).into_parts().0;
+    parts.method = method;
+    parts.uri = uri;
+    parts.version = version;
+    parts.headers = headers;
+    Ok(Some(Head {
+        parts,
+        len,
+        framing,
+        keep_alive,
+        expects_continue,
+    }))
+}
+
+/// A `Content-Length` value: ASCII digits only, no sign, no overflow.
+fn parse_length(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 19 || !s.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    s.iter().try_fold(0u64, |n, d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
+}
+
+/// What the driver does after a request head was awaited.
+// The request is the case that matters and is moved once; boxing it would cost an
+// allocation per request to save stack in the rare ones.
+#[allow(clippy::large_enum_variant)]
+enum Next {
+    Request(Head),
+    /// The client ended the connection between requests (or mid-head), or a read
+    /// failed (a deadline passed).
+    Close,
+    Refuse(HeadError),
+}
+
+/// Waits for the next request head (see [`parse_head`]).
+fn poll_head(shared: &Mutex<Shared>, cx: &mut Context<'_>, limits: &ConnLimits) -> Poll<Next> {
+    let mut s = lock(shared);
+    loop {
+        if !s.buf.is_empty() {
+            match parse_head(&s.buf, limits) {
+                Ok(Some(head)) => {
+                    let _ = s.buf.split_to(head.len);
+                    return Poll::Ready(Next::Request(head));
+                }
+                Ok(None) => {}
+                Err(e) => return Poll::Ready(Next::Refuse(e)),
+            }
+        }
+        match std::task::ready!(s.poll_fill(cx)) {
+            Ok(0) | Err(_) => return Poll::Ready(Next::Close),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Writes `parts` whole, in as few `writev` calls as the socket takes.
+async fn write_all(shared: &Mutex<Shared>, parts: &[&[u8]]) -> io::Result<()> {
+    let mut part = 0usize;
+    let mut at = 0usize;
+    std::future::poll_fn(|cx| {
+        let mut s = lock(shared);
+        loop {
+            while part < parts.len() && at == parts[part].len() {
+                part += 1;
+                at = 0;
+            }
+            if part == parts.len() {
+                return Poll::Ready(Ok(()));
+            }
+            let mut slices = [IoSlice::new(&[]); 4];
+            let mut k = 0;
+            for (i, p) in parts[part..].iter().take(4).enumerate() {
+                slices[k] = IoSlice::new(if i == 0 { &p[at..] } else { p });
+                k += 1;
+            }
+            let mut n =
+                std::task::ready!(Pin::new(&mut s.io).poll_write_vectored(cx, &slices[..k]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            while n > 0 {
+                let left = parts[part].len() - at;
+                if n < left {
+                    at += n;
+                    n = 0;
+                } else {
+                    n -= left;
+                    part += 1;
+                    at = 0;
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// Ends the connection's write side (the client reads the end of the stream).
+async fn close(shared: &Mutex<Shared>) {
+    let _ = std::future::poll_fn(|cx| Pin::new(&mut lock(shared).io).poll_shutdown(cx)).await;
+}
+
+/// How a response body is framed on the wire.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Framing {
+    /// No body bytes (`HEAD`, 1xx, 204, 304).
+    None,
+    /// `Content-Length`: bytes still to write.
+    Length(u64),
+    Chunked,
+    /// Until the connection closes (an HTTP/1.0 client, length unknown).
+    Close,
+}
+
+/// The `date` header value for now, made once a second per thread.
+fn date() -> HeaderValue {
+    let now = std::time::SystemTime::now();
+    let secs = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    DATE.with(|d| {
+        let mut d = d.borrow_mut();
+        match &d.1 {
+            Some(v) if d.0 == secs => v.clone(),
+            _ => {
+                let v = HeaderValue::from_str(&httpdate::fmt_http_date(now))
+                    .unwrap_or_else(|_| HeaderValue::from_static(""));
+                *d = (secs, Some(v.clone()));
+                v
+            }
+        }
+    })
+}
+
+/// The response head's bytes and the body's framing; `keep_alive` is cleared when
+/// the answer says `Connection: close` or cannot be framed without closing.
+///
+/// The service's own `Transfer-Encoding` and `Connection` fields are replaced by
+/// the framing and persistence decided here; its `Content-Length`, when valid, is
+/// kept and decides the framing (a `HEAD` answer's says what a `GET` would carry).
+fn encode_head<B: HttpBody>(
+    resp: &Response<B>,
+    method: &Method,
+    version: Version,
+    keep_alive: &mut bool,
+) -> (Vec<u8>, Framing) {
+    use http::StatusCode;
+    let status = resp.status();
+    let headers = resp.headers();
+    let bodiless = status.is_informational() || status == StatusCode::NO_CONTENT;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| parse_length(v.as_bytes()));
+    let length = declared.or_else(|| resp.body().size_hint().exact());
+    let framing = if bodiless || status == StatusCode::NOT_MODIFIED || *method == Method::HEAD {
+        Framing::None
+    } else {
+        match length {
+            Some(n) => Framing::Length(n),
+            None if version == Version::HTTP_11 => Framing::Chunked,
+            None => Framing::Close,
+        }
+    };
+    let says_close = headers.get_all(header::CONNECTION).iter().any(|v| {
+        v.as_bytes()
+            .split(|b| *b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+    });
+    if framing == Framing::Close || says_close {
+        *keep_alive = false;
+    }
+    let mut size = 128;
+    for (name, value) in headers {
+        size += name.as_str().len() + value.len() + 4;
+    }
+    let mut head = Vec::with_capacity(size);
+    head.extend_from_slice(b"HTTP/1.1 ");
+    head.extend_from_slice(status.as_str().as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    head.extend_from_slice(b"\r\n");
+    for (name, value) in headers {
+        if name == header::TRANSFER_ENCODING
+            || name == header::CONNECTION
+            || name == header::CONTENT_LENGTH
+        {
+            continue;
+        }
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    let length_field = match length {
+        _ if bodiless => None,
+        _ if status == StatusCode::NOT_MODIFIED => declared,
+        _ if framing == Framing::Chunked => {
+            head.extend_from_slice(b"transfer-encoding: chunked\r\n");
+            None
+        }
+        n => n,
+    };
+    if let Some(n) = length_field {
+        head.extend_from_slice(b"content-length: ");
+        head.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    if !headers.contains_key(header::DATE) {
+        head.extend_from_slice(b"date: ");
+        head.extend_from_slice(date().as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    if !*keep_alive {
+        head.extend_from_slice(b"connection: close\r\n");
+    } else if version == Version::HTTP_10 {
+        head.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    (head, framing)
+}
+
+/// A response body's next frame, as `poll_frame` gives it (`None` at its end).
+type NextFrame = Option<Result<Frame<Bytes>, BoxError>>;
+
+/// Polls `body` once: `Some` with its next frame if one is ready now.
+fn poll_once(body: &mut Tracked) -> impl Future<Output = Option<NextFrame>> + '_ {
+    std::future::poll_fn(move |cx| match Pin::new(&mut *body).poll_frame(cx) {
+        Poll::Ready(f) => Poll::Ready(Some(f)),
+        Poll::Pending => Poll::Ready(None),
+    })
+}
+
+/// Writes the response: head, then the body's frames as they come. `Ok(true)` if
+/// the connection can serve another request.
+///
+/// # Errors
+/// A write that failed; a body that failed or was shorter than its length ends the
+/// connection (`Ok(false)`) without the rest, so the client sees a cut answer, not a
+/// complete-looking one.
+async fn respond(
+    shared: &Mutex<Shared>,
+    resp: Response<Tracked>,
+    method: &Method,
+    version: Version,
+    mut keep_alive: bool,
+) -> io::Result<bool> {
+    let (head, mut framing) = encode_head(&resp, method, version, &mut keep_alive);
+    let mut body = resp.into_body();
+    if framing == Framing::None {
+        write_all(shared, &[&head]).await?;
+        return Ok(keep_alive);
+    }
+    // The first frame goes out with the head when it is ready at once (a JSON
+    // answer); a stream's head goes out alone, before its first event.
+    let mut pending_head = Some(head);
+    loop {
+        let frame = match poll_once(&mut body).await {
+            Some(f) => f,
+            None => {
+                if let Some(head) = pending_head.take() {
+                    write_all(shared, &[&head]).await?;
+                }
+                std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
+            }
+        };
+        let first = pending_head.take();
+        let head: &[u8] = first.as_deref().unwrap_or(&[]);
+        let data = match frame {
+            None => {
+                match framing {
+                    Framing::Chunked => write_all(shared, &[head, b"0\r\n\r\n"]).await?,
+                    Framing::Length(0) | Framing::Close | Framing::None => {
+                        write_all(shared, &[head]).await?;
+                    }
+                    Framing::Length(_) => {
+                        // Shorter than it said: the client must not take it as whole.
+                        write_all(shared, &[head]).await?;
+                        return Ok(false);
+                    }
+                }
+                return Ok(keep_alive && framing != Framing::Close);
+            }
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "response body failed; closing the connection");
+                write_all(shared, &[head]).await?;
+                return Ok(false);
+            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => data,
+                // Trailers are not sent (no answer of ours has them).
+                Err(_) => {
+                    write_all(shared, &[head]).await?;
+                    continue;
+                }
+            },
+        };
+        match &mut framing {
+            Framing::Length(left) => {
+                let n = (*left).min(data.len() as u64) as usize;
+                *left -= n as u64;
+                write_all(shared, &[head, &data[..n]]).await?;
+                if n < data.len() {
+                    // Longer than it said: the rest cannot be sent on this connection.
+                    return Ok(false);
+                }
+            }
+            Framing::Chunked if data.is_empty() => write_all(shared, &[head]).await?,
+            Framing::Chunked => {
+                let mut size = [0u8; 18];
+                let line = chunk_line(data.len(), &mut size);
+                write_all(shared, &[head, line, &data, b"\r\n"]).await?;
+            }
+            Framing::Close | Framing::None => write_all(shared, &[head, &data]).await?,
+        }
+    }
+}
+
+/// The chunk-size line for `len` bytes (hex, CRLF), written into `out`.
+fn chunk_line(len: usize, out: &mut [u8; 18]) -> &[u8] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut i = 16;
+    let mut n = len;
+    loop {
+        i -= 1;
+        out[i] = HEX[n & 15];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    out[16] = b'\r';
+    out[17] = b'\n';
+    &out[i..]
+}
+
+/// Serves HTTP/1.1 requests on `io` (already sniffed as not HTTP/2) one after
+/// another until the client or a deadline ends the connection, a request or answer
+/// says `Connection: close`, or `stopping` changes (the server's graceful shutdown:
+/// an idle connection closes at once, a busy one after its answer).
+///
+/// `service` answers a request; `Err` (the client went away, see
+/// [`super::edge_io::client_gone`]) ends the connection without an answer.
+pub(super) async fn serve<S, F>(
+    io: EdgeIo,
+    service: S,
+    mut stopping: tokio::sync::watch::Receiver<()>,
+    limits: ConnLimits,
+) where
+    S: Fn(Request<crate::server::RequestBody>) -> F,
+    F: Future<Output = io::Result<Response<Tracked>>>,
+{
+    let shared = Arc::new(Mutex::new(Shared {
+        io,
+        buf: Bytes::new(),
+        decode: Decode::Done,
+        cont: Continue::No,
+        eof: false,
+    }));
+    loop {
+        let idle = lock(&shared).buf.is_empty();
+        if idle && stopping.has_changed().unwrap_or(true) {
+            return;
+        }
+        let next = tokio::select! {
+            biased;
+            next = std::future::poll_fn(|cx| poll_head(&shared, cx, &limits)) => next,
+            _ = stopping.changed(), if idle => return,
+        };
+        let head = match next {
+            Next::Request(head) => head,
+            Next::Close => return,
+            Next::Refuse(e) => {
+                let answer = canned::response(e.status, e.reason, &limits);
+                let _ = write_all(&shared, &[&answer]).await;
+                close(&shared).await;
+                return;
+            }
+        };
+        let Head {
+            parts,
+            framing,
+            keep_alive,
+            expects_continue,
+            ..
+        } = head;
+        let (method, version) = (parts.method.clone(), parts.version);
+        let body = if framing.is_done() {
+            crate::server::RequestBody::Empty
+        } else {
+            let mut s = lock(&shared);
+            s.decode = framing;
+            s.cont = if expects_continue {
+                Continue::Asked
+            } else {
+                Continue::No
+            };
+            crate::server::RequestBody::H1(Body {
+                shared: shared.clone(),
+            })
+        };
+        let resp = match service(Request::from_parts(parts, body)).await {
+            Ok(resp) => resp,
+            Err(_) => return,
+        };
+        // The service has answered; whatever of the body it left is drained now if
+        // it has arrived, else the connection closes after the answer.
+        let read_whole = std::future::poll_fn(|cx| {
+            let mut s = lock(&shared);
+            let drained = s.drain_now(cx);
+            s.cont = Continue::No;
+            Poll::Ready(drained)
+        })
+        .await;
+        let stop = stopping.has_changed().unwrap_or(true);
+        let keep_alive = keep_alive && read_whole && !stop;
+        match respond(&shared, resp, &method, version, keep_alive).await {
+            Ok(true) => {}
+            _ => {
+                close(&shared).await;
+                return;
+            }
+        }
+    }
+}
