@@ -1056,3 +1056,6 @@ pub(super) async fn serve<S, F>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

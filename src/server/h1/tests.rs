@@ -1,0 +1,538 @@
+//! The HTTP/1.1 server side: head parsing and framing rules, the chunked decoder
+//! over every split of its input, response heads, and whole connections over
+//! loopback sockets.
+
+use super::*;
+use crate::server::edge_io::Activity;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+fn parse(bytes: &[u8]) -> Result<Option<Head>, HeadError> {
+    parse_head(&Bytes::copy_from_slice(bytes), &ConnLimits::default())
+}
+
+fn head(bytes: &[u8]) -> Head {
+    parse(bytes).unwrap().expect("a complete head")
+}
+
+fn refused(bytes: &[u8]) -> u16 {
+    parse(bytes).expect_err("refused").status
+}
+
+#[test]
+fn a_head_is_parsed_with_its_fields_as_slices_of_the_read() {
+    let raw = b"POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: a\r\nX-Key: v\r\nx-key: w\r\nContent-Length: 5\r\n\r\nhello";
+    let h = head(raw);
+    assert_eq!(h.len, raw.len() - 5);
+    assert_eq!(h.parts.method, Method::POST);
+    assert_eq!(h.parts.uri.path(), "/v1/chat/completions");
+    assert_eq!(h.parts.uri.query(), Some("x=1"));
+    assert_eq!(h.parts.version, Version::HTTP_11);
+    let keys: Vec<_> = h.parts.headers.get_all("x-key").iter().collect();
+    assert_eq!(keys, ["v", "w"]);
+    assert_eq!(h.framing, Decode::Length(5));
+    assert!(h.keep_alive);
+    assert!(!h.expects_continue);
+}
+
+#[test]
+fn a_partial_head_waits_for_more() {
+    assert!(parse(b"GET / HTTP/1.1\r\nHost: a\r\n").unwrap().is_none());
+    assert!(parse(b"GET / HT").unwrap().is_none());
+    // Empty lines before the request line are skipped (RFC 9112 §2.2).
+    assert!(parse(b"\r\n\r\nGET / HTTP/1.1\r\n\r\n").unwrap().is_some());
+}
+
+#[test]
+fn ambiguous_framing_is_refused() {
+    // RFC 9112 §6.3 and §11.2: a request a proxy could frame two ways.
+    for raw in [
+        &b"POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: 5, 6\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: 0x10\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: \r\n\r\n",
+    ] {
+        assert_eq!(refused(raw), 400, "{}", String::from_utf8_lossy(raw));
+    }
+}
+
+#[test]
+fn framing_follows_the_last_coding_and_equal_lengths() {
+    let h = head(b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+    assert!(matches!(h.framing, Decode::Chunked(_)));
+    let h = head(b"POST / HTTP/1.1\r\nContent-Length: 7, 7\r\nContent-Length: 7\r\n\r\n");
+    assert_eq!(h.framing, Decode::Length(7));
+    let h = head(b"POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(h.framing, Decode::Done);
+    let h = head(b"GET / HTTP/1.1\r\n\r\n");
+    assert_eq!(h.framing, Decode::Done);
+}
+
+#[test]
+fn persistence_follows_the_version_and_connection_tokens() {
+    assert!(head(b"GET / HTTP/1.1\r\n\r\n").keep_alive);
+    assert!(!head(b"GET / HTTP/1.1\r\nConnection: Close\r\n\r\n").keep_alive);
+    assert!(!head(b"GET / HTTP/1.1\r\nConnection: upgrade, close\r\n\r\n").keep_alive);
+    assert!(!head(b"GET / HTTP/1.0\r\n\r\n").keep_alive);
+    assert!(head(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").keep_alive);
+}
+
+#[test]
+fn continue_is_expected_only_for_a_body_on_http_1_1() {
+    let h = head(b"POST / HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 3\r\n\r\n");
+    assert!(h.expects_continue);
+    let h = head(b"POST / HTTP/1.1\r\nExpect: 100-continue\r\n\r\n");
+    assert!(!h.expects_continue, "no body");
+    let h = head(b"POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n");
+    assert!(!h.expects_continue, "HTTP/1.0");
+}
+
+#[test]
+fn malformed_or_oversized_heads_get_their_status() {
+    assert_eq!(refused(b"GARBAGE\r\n\r\n"), 400);
+    assert_eq!(refused(b"GET / HTTP/1.1\r\nno colon here\r\n\r\n"), 400);
+    assert_eq!(refused(b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n"), 400);
+    assert_eq!(refused(b"GET / HTTP/1.1\r\nx: a\0b\r\n\r\n"), 400);
+    assert_eq!(refused(b"GET / HTTP/2.0\r\n\r\n"), 400);
+    let mut many = b"GET / HTTP/1.1\r\n".to_vec();
+    for i in 0..=MAX_HEADERS {
+        many.extend_from_slice(format!("x-{i}: v\r\n").as_bytes());
+    }
+    many.extend_from_slice(b"\r\n");
+    assert_eq!(refused(&many), 431);
+    let long_uri = format!(
+        "GET /{} HTTP/1.1\r\n\r\n",
+        "a".repeat(canned::MAX_URI_BYTES)
+    );
+    assert_eq!(refused(long_uri.as_bytes()), 414);
+    let limits = ConnLimits::default();
+    // A head past the cap: 414 while the request line has not ended, else 431.
+    let endless_line = vec![b'a'; head_cap(&limits) + 1];
+    let mut line = b"GET /".to_vec();
+    line.extend_from_slice(&endless_line);
+    assert_eq!(refused(&line), 414);
+    let mut fields = b"GET / HTTP/1.1\r\nx: ".to_vec();
+    fields.extend_from_slice(&endless_line);
+    assert_eq!(refused(&fields), 431);
+}
+
+/// `body` chunked into `sizes`, with an extension and a trailer.
+fn chunked(body: &[u8], sizes: &[usize]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for (i, &n) in sizes.iter().enumerate() {
+        let n = n.min(body.len() - at);
+        if i % 2 == 0 {
+            out.extend_from_slice(format!("{n:X}\r\n").as_bytes());
+        } else {
+            out.extend_from_slice(format!("{n:x};name=\"v\"\r\n").as_bytes());
+        }
+        out.extend_from_slice(&body[at..at + n]);
+        out.extend_from_slice(b"\r\n");
+        at += n;
+    }
+    assert_eq!(at, body.len());
+    out.extend_from_slice(b"0\r\nx-trailer: t\r\n\r\n");
+    out
+}
+
+/// Decodes `wire` fed in pieces ending at each of `cuts`; the body and the bytes
+/// left after it.
+fn decode_in_pieces(wire: &[u8], cuts: &[usize]) -> io::Result<(Vec<u8>, Vec<u8>)> {
+    let mut d = Decode::Chunked(Chunk::Size {
+        size: 0,
+        digits: 0,
+        line: 0,
+    });
+    let mut body = Vec::new();
+    let mut buf = Bytes::new();
+    let mut fed = 0;
+    for &cut in cuts.iter().chain(std::iter::once(&wire.len())) {
+        let mut joined = buf.to_vec();
+        joined.extend_from_slice(&wire[fed..cut]);
+        buf = Bytes::from(joined);
+        fed = cut;
+        while !buf.is_empty() && !d.is_done() {
+            if let Some(data) = d.next(&mut buf)? {
+                body.extend_from_slice(&data);
+            }
+        }
+    }
+    assert!(d.is_done(), "the body ended");
+    Ok((body, buf.to_vec()))
+}
+
+#[test]
+fn chunked_bodies_decode_alike_however_the_bytes_arrive() {
+    let body: Vec<u8> = (0..300u32).map(|i| (i % 251) as u8).collect();
+    let mut wire = chunked(&body, &[1, 16, 200, 83]);
+    wire.extend_from_slice(b"GET /next HTTP/1.1\r\n\r\n");
+    for cut in 0..wire.len() {
+        let (got, rest) = decode_in_pieces(&wire, &[cut]).unwrap();
+        assert_eq!(got, body, "split at {cut}");
+        assert_eq!(rest, b"GET /next HTTP/1.1\r\n\r\n", "split at {cut}");
+    }
+    let every: Vec<usize> = (1..wire.len()).collect();
+    assert_eq!(decode_in_pieces(&wire, &every).unwrap().0, body);
+}
+
+#[test]
+fn bad_chunked_framing_fails() {
+    for wire in [
+        &b"x\r\nabc\r\n0\r\n\r\n"[..],
+        b"0x3\r\nabc\r\n0\r\n\r\n",
+        b"3\nabc\r\n0\r\n\r\n",
+        b"3\r\nabcd\r\n0\r\n\r\n",
+        b"3\r\nabc\n0\r\n\r\n",
+        b"10000000000000000\r\n",
+        b"3;ext\nabc\r\n0\r\n\r\n",
+        b"0\r\n\r\r",
+    ] {
+        let mut d = Decode::Chunked(Chunk::Size {
+            size: 0,
+            digits: 0,
+            line: 0,
+        });
+        let mut buf = Bytes::copy_from_slice(wire);
+        let failed = loop {
+            match d.next(&mut buf) {
+                Err(_) => break true,
+                Ok(_) if d.is_done() || buf.is_empty() => break false,
+                Ok(_) => {}
+            }
+        };
+        assert!(failed, "{}", String::from_utf8_lossy(wire));
+    }
+    let mut d = Decode::Chunked(Chunk::Size {
+        size: 0,
+        digits: 0,
+        line: 0,
+    });
+    let mut long_ext = b"1;".to_vec();
+    long_ext.resize(MAX_CHUNK_LINE + 10, b'a');
+    assert!(d.next(&mut Bytes::from(long_ext)).is_err());
+}
+
+#[test]
+fn a_length_body_takes_its_bytes_and_leaves_the_next_request() {
+    let mut d = Decode::Length(5);
+    let mut buf = Bytes::from_static(b"hel");
+    assert_eq!(d.next(&mut buf).unwrap().unwrap(), "hel");
+    assert_eq!(d, Decode::Length(2));
+    let mut buf = Bytes::from_static(b"loGET");
+    assert_eq!(d.next(&mut buf).unwrap().unwrap(), "lo");
+    assert!(d.is_done());
+    assert_eq!(buf, "GET");
+}
+
+fn encoded(
+    resp: Response<crate::body::Body>,
+    method: Method,
+    version: Version,
+) -> (String, Framing, bool) {
+    let mut keep = true;
+    let (head, framing) = encode_head(&resp, &method, version, &mut keep);
+    (String::from_utf8(head).unwrap(), framing, keep)
+}
+
+#[test]
+fn response_heads_frame_the_body_as_its_length_allows() {
+    let json = || crate::body::json(http::StatusCode::OK, "{}");
+    let (head, framing, keep) = encoded(json(), Method::POST, Version::HTTP_11);
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(head.contains("\r\ncontent-length: 2\r\n"), "{head}");
+    assert!(head.contains("\r\ndate: "), "{head}");
+    assert!(
+        head.ends_with("\r\n\r\n") && !head.contains("connection"),
+        "{head}"
+    );
+    assert_eq!((framing, keep), (Framing::Length(2), true));
+
+    let stream = || {
+        let body =
+            http_body_util::StreamBody::new(futures_util::stream::iter(vec![Ok::<_, BoxError>(
+                Frame::data(Bytes::from_static(b"x")),
+            )]));
+        let mut r = Response::new(http_body_util::BodyExt::boxed_unsync(body));
+        r.headers_mut().insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        r
+    };
+    let (head, framing, keep) = encoded(stream(), Method::POST, Version::HTTP_11);
+    assert!(
+        head.contains("\r\ntransfer-encoding: chunked\r\n"),
+        "{head}"
+    );
+    assert!(
+        !head.contains("identity") && !head.contains("keep-alive"),
+        "{head}"
+    );
+    assert_eq!((framing, keep), (Framing::Chunked, true));
+    // An HTTP/1.0 client cannot read chunks: the end of the connection frames it.
+    let (head, framing, keep) = encoded(stream(), Method::POST, Version::HTTP_10);
+    assert!(!head.contains("transfer-encoding"), "{head}");
+    assert!(head.contains("\r\nconnection: close\r\n"), "{head}");
+    assert_eq!((framing, keep), (Framing::Close, false));
+    // HTTP/1.0 with keep-alive asked for and a length: told it stays.
+    let (head, _, keep) = encoded(json(), Method::GET, Version::HTTP_10);
+    assert!(
+        head.contains("\r\nconnection: keep-alive\r\n") && keep,
+        "{head}"
+    );
+
+    let (head, framing, _) = encoded(json(), Method::HEAD, Version::HTTP_11);
+    assert!(head.contains("\r\ncontent-length: 2\r\n"), "{head}");
+    assert_eq!(framing, Framing::None);
+    let mut no_content = json();
+    *no_content.status_mut() = http::StatusCode::NO_CONTENT;
+    let (head, framing, _) = encoded(no_content, Method::POST, Version::HTTP_11);
+    assert!(!head.contains("content-length"), "{head}");
+    assert_eq!(framing, Framing::None);
+    let mut closing = json();
+    closing
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    let (head, _, keep) = encoded(closing, Method::POST, Version::HTTP_11);
+    assert!(
+        head.contains("\r\nconnection: close\r\n") && !keep,
+        "{head}"
+    );
+}
+
+#[test]
+fn chunk_size_lines_are_lowercase_hex() {
+    let mut out = [0u8; 18];
+    assert_eq!(chunk_line(0, &mut out), b"0\r\n");
+    assert_eq!(chunk_line(255, &mut out), b"ff\r\n");
+    assert_eq!(
+        chunk_line(usize::MAX, &mut out),
+        format!("{:x}\r\n", usize::MAX).as_bytes()
+    );
+}
+
+/// A server of [`serve`] on one loopback connection, answering with `answer`; the
+/// client's end.
+async fn connection<F, Fut>(answer: F) -> TcpStream
+where
+    F: Fn(Request<crate::server::RequestBody>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Response<crate::body::Body>> + Send + 'static,
+{
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+    let (server, _) = l.accept().await.unwrap();
+    let (_tx, stopping) = tokio::sync::watch::channel(());
+    let answer = Arc::new(answer);
+    tokio::spawn(async move {
+        let _tx = _tx;
+        let activity = Arc::new(Activity::default());
+        let mut io = EdgeIo::new(server, activity.clone(), ConnLimits::default());
+        assert!(!io.sniff().await.unwrap());
+        serve(
+            io,
+            move |req| {
+                let guard = activity.start(false);
+                let fut = answer(req);
+                async move { Ok(fut.await.map(|b| Tracked::new(b, guard, None))) }
+            },
+            stopping,
+            ConnLimits::default(),
+        )
+        .await;
+    });
+    client
+}
+
+/// Echoes the request body, with the method and path in `x-seen`.
+async fn echo(req: Request<crate::server::RequestBody>) -> Response<crate::body::Body> {
+    use http_body_util::BodyExt;
+    let seen = format!("{} {}", req.method(), req.uri().path());
+    let body = req.into_body().collect().await.map(|c| c.to_bytes());
+    let mut resp = match body {
+        Ok(b) => crate::body::json(http::StatusCode::OK, b),
+        Err(e) => crate::body::json(http::StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    resp.headers_mut()
+        .insert("x-seen", HeaderValue::from_str(&seen).unwrap());
+    resp
+}
+
+/// Reads one response (Content-Length framed) from `s`: the head and the body.
+async fn read_response(s: &mut TcpStream) -> (String, String) {
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            s.read(&mut byte).await.unwrap(),
+            1,
+            "{}",
+            String::from_utf8_lossy(&got)
+        );
+        got.push(byte[0]);
+    }
+    let head = String::from_utf8(got).unwrap();
+    let len: usize = head
+        .split("\r\n")
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .map_or(0, |v| v.parse().unwrap());
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).await.unwrap();
+    (head, String::from_utf8(body).unwrap())
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order_with_their_own_bodies() {
+    let mut c = connection(echo).await;
+    c.write_all(
+        b"POST /a HTTP/1.1\r\ncontent-length: 3\r\n\r\nabcPOST /b HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n2\r\nxy\r\n0\r\n\r\nGET /c HTTP/1.1\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    for (seen, body) in [("POST /a", "abc"), ("POST /b", "xy"), ("GET /c", "")] {
+        let (head, got) = read_response(&mut c).await;
+        assert!(head.contains(&format!("\r\nx-seen: {seen}\r\n")), "{head}");
+        assert_eq!(got, body);
+    }
+}
+
+#[tokio::test]
+async fn a_body_sent_a_byte_at_a_time_arrives_whole() {
+    let mut c = connection(echo).await;
+    let wire = chunked(b"hello world", &[3, 8]);
+    c.write_all(b"POST /slow HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n")
+        .await
+        .unwrap();
+    for b in wire {
+        c.write_all(&[b]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let (_, body) = read_response(&mut c).await;
+    assert_eq!(body, "hello world");
+}
+
+#[tokio::test]
+async fn continue_is_sent_when_the_body_is_read_and_not_when_it_is_refused() {
+    let mut c = connection(|req: Request<crate::server::RequestBody>| async move {
+        if req.uri().path() == "/refuse" {
+            return crate::body::json(http::StatusCode::UNAUTHORIZED, "{}");
+        }
+        echo(req).await
+    })
+    .await;
+    c.write_all(b"POST /read HTTP/1.1\r\nexpect: 100-continue\r\ncontent-length: 2\r\n\r\n")
+        .await
+        .unwrap();
+    let mut interim = [0u8; CONTINUE.len()];
+    c.read_exact(&mut interim).await.unwrap();
+    assert_eq!(&interim, CONTINUE);
+    c.write_all(b"ok").await.unwrap();
+    let (head, body) = read_response(&mut c).await;
+    assert!(
+        head.starts_with("HTTP/1.1 200 OK\r\n") && !head.contains("connection"),
+        "{head}"
+    );
+    assert_eq!(body, "ok");
+    // Refused unread: the final answer comes without `100 Continue`, and the
+    // connection closes since the client may still send the body.
+    c.write_all(b"POST /refuse HTTP/1.1\r\nexpect: 100-continue\r\ncontent-length: 2\r\n\r\n")
+        .await
+        .unwrap();
+    let (head, _) = read_response(&mut c).await;
+    assert!(head.starts_with("HTTP/1.1 401 "), "{head}");
+    assert!(head.contains("\r\nconnection: close\r\n"), "{head}");
+    assert_eq!(c.read(&mut [0u8; 1]).await.unwrap(), 0, "closed");
+}
+
+#[tokio::test]
+async fn an_unread_body_already_received_is_drained_and_the_connection_kept() {
+    let mut c = connection(|req: Request<crate::server::RequestBody>| async move {
+        if req.uri().path() == "/refuse" {
+            return crate::body::json(http::StatusCode::UNAUTHORIZED, "{}");
+        }
+        echo(req).await
+    })
+    .await;
+    c.write_all(
+        b"POST /refuse HTTP/1.1\r\ncontent-length: 5\r\n\r\nhelloGET /after HTTP/1.1\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let (head, _) = read_response(&mut c).await;
+    assert!(
+        head.starts_with("HTTP/1.1 401 ") && !head.contains("connection"),
+        "{head}"
+    );
+    let (head, _) = read_response(&mut c).await;
+    assert!(head.contains("\r\nx-seen: GET /after\r\n"), "{head}");
+}
+
+#[tokio::test]
+async fn a_malformed_head_gets_a_json_400_and_the_connection_closes() {
+    let mut c = connection(echo).await;
+    c.write_all(b"GET / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).await.unwrap();
+    assert!(out.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{out}");
+    assert!(out.contains("\"code\":\"malformed_request\""), "{out}");
+}
+
+#[tokio::test]
+async fn a_stream_is_chunked_and_ends_with_the_last_chunk() {
+    let mut c = connection(|_req| async {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
+        tokio::spawn(async move {
+            for event in ["data: 1\n\n", "data: [DONE]\n\n"] {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let _ = tx
+                    .send(Ok(Frame::data(Bytes::from_static(event.as_bytes()))))
+                    .await;
+            }
+        });
+        let mut rx = rx;
+        let events = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+        let body = http_body_util::StreamBody::new(events);
+        Response::new(http_body_util::BodyExt::boxed_unsync(body))
+    })
+    .await;
+    c.write_all(b"POST /s HTTP/1.1\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).await.unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    assert!(head.contains("\r\ntransfer-encoding: chunked"), "{head}");
+    assert!(head.contains("\r\nconnection: close"), "{head}");
+    assert_eq!(
+        body,
+        "9\r\ndata: 1\n\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+    );
+}
+
+#[tokio::test]
+async fn a_body_cut_short_by_the_client_fails_the_read() {
+    let mut c = connection(echo).await;
+    c.write_all(b"POST /cut HTTP/1.1\r\ncontent-length: 10\r\n\r\nabc")
+        .await
+        .unwrap();
+    c.shutdown().await.unwrap();
+    let (head, body) = read_response(&mut c).await;
+    assert!(head.starts_with("HTTP/1.1 400 "), "{head}");
+    assert!(
+        body.contains("before the request body was complete"),
+        "{body}"
+    );
+}
