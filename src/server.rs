@@ -13,9 +13,14 @@
 //! ```
 //!
 //! A deadline that passes closes the connection without an answer, as nginx does. A
-//! request head hyper cannot parse (400), with a URI over 65,534 bytes (414) or too
+//! request head that cannot be parsed (400), with a URI over 65,534 bytes (414) or too
 //! large a header section (431) gets an OpenAI error body like every other error
 //! (`canned`).
+//!
+//! # Protocols
+//! HTTP/1.1 is served by our own server side ([`h1`]: no buffer held by an idle
+//! connection, one `writev` per answer); HTTP/2 by hyper's. Both reach the handler
+//! as a `Request<`[`RequestBody`]`>`.
 //!
 //! # Threads
 //! `server.runtime: per_core` (the default) binds one listener per serving thread on
@@ -187,15 +192,15 @@ pub async fn serve<H, F>(
         let service = move |req: Request<RequestBody>| {
             let h2 = req.version() == Version::HTTP_2;
             let guard = activity.start(h2);
-            // HTTP/1 runs with `half_close(true)`: the request's future and its
-            // response body watch for the client going away instead (`ClientWatch`).
+            // HTTP/1 reads the socket only for heads and bodies: the request's future
+            // and its response body watch for the client going away (`ClientWatch`).
             let mut watch = (!h2).then(|| socket.clone_watch());
             let fits = header_bytes(req.headers()) <= limits.max_header_bytes;
             let too_large = (!fits).then(|| crate::request_id::of(req.headers()));
-            // Boxed per request: hyper keeps the service's future in a box made once
-            // per connection and sized to it, and moves it there whole. The request
-            // path's future is kilobytes; boxed, an idle connection holds a pointer
-            // and hyper moves eight bytes.
+            // Boxed per request: the HTTP/1 server holds the service's future inside
+            // the connection's, and hyper (HTTP/2) in a box made once per connection
+            // and sized to it. The request path's future is kilobytes; boxed, an idle
+            // connection holds no room for it and the future is never moved whole.
             let fut = fits.then(|| Box::pin(handler(req, peer)));
             async move {
                 let resp = match (fut, too_large) {
@@ -439,7 +444,7 @@ fn header_bytes(headers: &HeaderMap) -> usize {
         .sum()
 }
 
-/// The 431 for a head over `max_header_bytes` that hyper itself accepted, with
+/// The 431 for a head over `max_header_bytes` that the server itself accepted, with
 /// request id `id` (the client's when valid, as for any request).
 fn headers_too_large(limits: &ConnLimits, id: http::HeaderValue) -> Response<Body> {
     tracing::info!(

@@ -2,57 +2,52 @@
 //! deadlines on reads and stuck writes, the request accounting they follow, and the
 //! watch for a client that leaves while its request is in flight.
 //!
-//! # Why a wrapper and not hyper's timers
+//! # Why a wrapper and not per-protocol timers
 //! A connection's protocol is sniffed first ([`EdgeIo::sniff`] reads until the 24-byte
 //! HTTP/2 preface matches or differs), and a silent socket, or one that sends
-//! `PRI * HTTP/2.0\r\n` and stops, must not be held forever there. hyper's HTTP/1
-//! `header_read_timeout` starts only after that sniff, and it restarts whenever the
-//! connection goes idle (`State::idle` in
-//! `proto/h1/conn.rs` re-arms it for the next head), so one setting measures keep-alive
-//! idle *plus* the next head: a 75 s idle allowance would also give a slow head 75 s.
-//! HTTP/2 has only keep-alive pings, which a live but idle client answers forever.
+//! `PRI * HTTP/2.0\r\n` and stops, must not be held forever there. A header timer
+//! that started after the sniff and restarted whenever the connection went idle (as
+//! hyper's HTTP/1 `header_read_timeout` did) would measure keep-alive idle *plus* the
+//! next head: a 75 s idle allowance would also give a slow head 75 s. HTTP/2 has only
+//! keep-alive pings, which a live but idle client answers forever.
 //!
 //! The wrapper sees every read, and [`Activity`] tells it whether a request is in
 //! flight (the service counts requests in; the response body's [`RequestGuard`] counts
-//! them out when hyper drops it), so one small mechanism covers both protocols and the
-//! sniff:
+//! them out when the server drops it), so one small mechanism covers both protocols
+//! and the sniff:
 //!
 //! 1. While no request is in flight a deadline is armed: `first_byte_timeout` on a new
-//!    connection, `idle_timeout` once a response is done (noticed when hyper flushes
-//!    the last of it; for HTTP/2 the last stream's guard wakes the connection task).
+//!    connection, `idle_timeout` once a response is done (noticed at the next read
+//!    of HTTP/1's server, [`super::h1`], or when hyper flushes the last of an HTTP/2
+//!    answer; there the last stream's guard wakes the connection task).
 //! 2. The first byte read while armed (HTTP/1, or any connection before its first
 //!    request) re-arms it to `header_timeout`. HTTP/2 control frames (pings, window
 //!    updates) after the first request do not: there only open streams count. A
-//!    pipelined head read while the previous request was in flight is parsed from
-//!    hyper's buffer without a read, so if it is partial `idle_timeout` bounds it.
+//!    pipelined head that arrived with the previous request is parsed from the bytes
+//!    already read, so if it is partial `idle_timeout` bounds the read of its rest.
 //! 3. While a request is in flight nothing is armed: the body has its own bound in
 //!    `ingress` and the answer the upstream timeouts.
 //! 4. A read (or a stuck write) that would wait past the deadline fails with
-//!    `TimedOut`; hyper then closes the connection.
+//!    `TimedOut`; the server then closes the connection.
 //!
 //! # The sniffed bytes
-//! The bytes read by the sniff are handed to hyper on its first read together with
-//! whatever else has already arrived ([`EdgeIo::poll_read`]). hyper-util's
-//! `auto::Builder`, which did the sniff before, replays the sniffed bytes alone
-//! (`Rewind`): hyper then found a partial head, read again, and its 8 KiB read buffer,
-//! short of room for another 8 KiB read, was reallocated to 16 KiB, which every
-//! keep-alive connection kept (valgrind massif at 2,048 connections: 33.5 MB of read
-//! buffers, 16.4 KiB per connection).
+//! The bytes read by the sniff are handed to the server on its first read together
+//! with whatever else has already arrived ([`EdgeIo::poll_read`]), so the first head
+//! is usually whole at the first parse.
 //!
 //! Per request this costs an `Arc` clone, two counter increments, two clock reads and
-//! at most two timer resets (hyper's header timer, now off, reset once per request
-//! too); no task, channel or allocation.
+//! at most two timer resets; no task, channel or allocation.
 //!
 //! # Watching for a client that leaves
-//! HTTP/1 connections run with hyper's `half_close(true)`. Without it hyper reads a
-//! busy connection to see the client close it, and since its read buffer is still
-//! shared with the request's header values and body then, that read takes a second
-//! 8 KiB buffer for every request in flight. Instead the socket is shared
-//! (`Arc<TcpStream>`; reads and writes go through `&TcpStream` as tokio's own do), and
-//! the request's future and its response body poll a [`ClientWatch`], which peeks one
-//! byte only when the socket is readable: the end of the stream or a reset ends the
-//! request (its future is dropped, which cancels the upstream work), while unread
-//! bytes are the rest of the body or a pipelined request.
+//! The HTTP/1 server reads a connection only for a request's head and body, so a
+//! client that closes while its answer is being made would go unnoticed until the
+//! answer is written, and the provider would go on generating it. Instead the socket
+//! is shared (`Arc<TcpStream>`; reads and writes go through `&TcpStream` as tokio's
+//! own do), and the request's future and its response body poll a [`ClientWatch`],
+//! which peeks one byte only when the socket is readable: the end of the stream or a
+//! reset ends the request (its future is dropped, which cancels the upstream work),
+//! while unread bytes are the rest of the body or a pipelined request. (A read for
+//! this, as hyper's server made, would also need a buffer per request in flight.)
 
 use std::future::Future;
 use std::io;
@@ -72,15 +67,15 @@ use tokio::time::{Instant, Sleep};
 use super::ConnLimits;
 use crate::body::{Body, BoxError};
 
-/// Requests of one connection: started by the service, finished when hyper drops the
+/// Requests of one connection: started by the service, finished when the server drops the
 /// response body. Shared by the connection's IO and its requests (HTTP/2 runs each
 /// request in its own task, hence the atomics).
 #[derive(Default)]
 pub(super) struct Activity {
-    /// Requests started; written only by the connection's task (hyper calls the
+    /// Requests started; written only by the connection's task (the server calls the
     /// service there for both protocols).
     started: AtomicU64,
-    /// Requests whose response body hyper has dropped.
+    /// Requests whose response body the server has dropped.
     finished: AtomicU64,
     /// An HTTP/2 request was seen: control frames then no longer start a head deadline.
     h2: AtomicBool,
@@ -119,9 +114,9 @@ impl Drop for RequestGuard {
     }
 }
 
-/// A response body that holds its request's [`RequestGuard`] until hyper drops it,
+/// A response body that holds its request's [`RequestGuard`] until the server drops it,
 /// and for HTTP/1 watches for the client going away while the body waits for its
-/// next frame (a stream between events): the body then fails, so hyper closes the
+/// next frame (a stream between events): the body then fails, so the server closes the
 /// connection and drops it, as its own end-of-stream read did before
 /// (see [`ClientWatch`]).
 pub(super) struct Tracked {
@@ -168,7 +163,7 @@ impl HttpBody for Tracked {
 }
 
 /// The error a request or response body ends with when [`ClientWatch`] saw the
-/// client go: hyper closes the connection on it.
+/// client go: the server closes the connection on it.
 pub(super) fn client_gone() -> io::Error {
     io::Error::new(
         io::ErrorKind::ConnectionAborted,
@@ -198,7 +193,7 @@ pub(super) struct EdgeIo {
     sleep: Pin<Box<Sleep>>,
     /// `started` when the wait state was last brought up to date.
     seen: u64,
-    /// The bytes [`EdgeIo::sniff`] read, replayed to hyper from `pre_at` to `pre_len`.
+    /// The bytes [`EdgeIo::sniff`] read, replayed to the server from `pre_at` to `pre_len`.
     pre: [u8; PREFACE.len()],
     pre_at: u8,
     pre_len: u8,
@@ -234,7 +229,7 @@ impl EdgeIo {
 
     /// Reads the start of a new connection until it is known to be HTTP/2 (the whole
     /// preface arrived: `true`) or not (a byte differs, or the peer closed first:
-    /// `false`). The bytes read are replayed to hyper by the next reads.
+    /// `false`). The bytes read are replayed to the server by the next reads.
     ///
     /// # Errors
     /// A read error, or `TimedOut` once `first_byte_timeout` or `header_timeout` passes
@@ -350,7 +345,7 @@ impl EdgeIo {
 impl AsyncRead for EdgeIo {
     /// Replays the sniffed bytes first, then reads the socket. A read that replays
     /// them also takes whatever else has arrived (the rest of a request head, usually),
-    /// so hyper sees the head whole; that socket read's `Pending` or error is left for
+    /// so the server sees the head whole; that socket read's `Pending` or error is left for
     /// the next read to meet again.
     fn poll_read(
         self: Pin<&mut Self>,
@@ -465,19 +460,16 @@ fn write_shared(
 /// Notices an HTTP/1 client that closes (or resets) its connection while its request
 /// is in flight, by peeking at the connection's socket.
 ///
-/// hyper does this itself by reading on a busy connection (`mid_message_detect_eof`
-/// in `proto/h1/conn.rs`), but its read buffer's bytes are still shared with the
-/// request's head and body then, so every such read took a second 8 KiB buffer per
-/// connection with a request in flight (valgrind massif: 5.9 of 15.9 MB at 512
-/// loaded connections). The server runs HTTP/1 with `half_close(true)`, which stops
-/// that read, and the request's future and its response body poll this instead: a
-/// one-byte `MSG_PEEK` only when the socket is readable, so a quiet socket costs no
-/// system call.
+/// The HTTP/1 server ([`super::h1`]) reads only a request's head and body, and the
+/// request's future and its response body poll this between: a one-byte `MSG_PEEK`
+/// only when the socket is readable, so a quiet socket costs no system call and no
+/// buffer. (hyper's server read a busy connection instead, `mid_message_detect_eof`,
+/// which took a second 8 KiB read buffer per request in flight.)
 pub(crate) struct ClientWatch {
     stream: Arc<TcpStream>,
     /// Unread bytes were seen once the request had been read: a pipelined request,
-    /// which hyper reads after this answer. Watching stops (hyper, too, stopped
-    /// looking for the end of a busy connection once it held unread bytes).
+    /// which the server reads after this answer. Watching stops (hyper's server, too,
+    /// stopped looking for the end of a busy connection once it held unread bytes).
     quiet_only: bool,
 }
 
@@ -499,7 +491,7 @@ impl ClientWatch {
     /// reset; `Pending` otherwise, with `cx` registered for the socket's next
     /// readiness while it is quiet. Unread bytes on the socket are the rest of the
     /// request's body while `body_read` is false (looked at again on the next poll:
-    /// hyper reading them wakes the task) and a pipelined request once it is true
+    /// the body's reads wake the task) and a pipelined request once it is true
     /// (watching stops).
     pub(crate) fn poll_gone(&mut self, cx: &mut Context<'_>, body_read: bool) -> Poll<()> {
         if self.quiet_only {

@@ -87,9 +87,9 @@ thread_local! {
     /// The buffer reads land in ([`SCRATCH_BYTES`]).
     static SCRATCH: std::cell::RefCell<Box<[u8]>> =
         std::cell::RefCell::new(vec![0u8; SCRATCH_BYTES].into_boxed_slice());
-    /// The `date` header value of the current second: `(unix seconds, value)`.
-    static DATE: std::cell::RefCell<(u64, Option<HeaderValue>)> =
-        const { std::cell::RefCell::new((0, None)) };
+    /// The `date` header value of the current second: `(unix seconds, IMF-fixdate)`.
+    static DATE: std::cell::Cell<(u64, [u8; DATE_LEN])> =
+        const { std::cell::Cell::new((u64::MAX, [0; DATE_LEN])) };
 }
 
 /// The connection's read side and socket, shared by the connection's driver
@@ -746,23 +746,27 @@ enum Framing {
     Close,
 }
 
-/// The `date` header value for now, made once a second per thread.
-fn date() -> HeaderValue {
+/// Length of an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`, RFC 9110 §5.6.7).
+const DATE_LEN: usize = 29;
+
+/// The `date` header value for now (RFC 9110 §6.6.1), formatted once a second per
+/// thread.
+fn date() -> [u8; DATE_LEN] {
     let now = std::time::SystemTime::now();
     let secs = now
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     DATE.with(|d| {
-        let mut d = d.borrow_mut();
-        match &d.1 {
-            Some(v) if d.0 == secs => v.clone(),
-            _ => {
-                let v = HeaderValue::from_str(&httpdate::fmt_http_date(now))
-                    .unwrap_or_else(|_| HeaderValue::from_static(""));
-                *d = (secs, Some(v.clone()));
-                v
-            }
+        let (at, value) = d.get();
+        if at == secs {
+            return value;
         }
+        let mut value = [b' '; DATE_LEN];
+        let text = httpdate::fmt_http_date(now);
+        let n = text.len().min(DATE_LEN);
+        value[..n].copy_from_slice(&text.as_bytes()[..n]);
+        d.set((secs, value));
+        value
     })
 }
 
@@ -841,7 +845,7 @@ fn encode_head<B: HttpBody>(
     }
     if !headers.contains_key(header::DATE) {
         head.extend_from_slice(b"date: ");
-        head.extend_from_slice(date().as_bytes());
+        head.extend_from_slice(&date());
         head.extend_from_slice(b"\r\n");
     }
     if !*keep_alive {
