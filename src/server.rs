@@ -194,22 +194,19 @@ pub async fn serve<H, F>(
             let guard = activity.start(h2);
             // HTTP/1 reads the socket only for heads and bodies: the request's future
             // and its response body watch for the client going away (`ClientWatch`).
-            let mut watch = (!h2).then(|| socket.clone_watch());
+            let watch = (!h2).then(|| socket.clone_watch());
             let fits = header_bytes(req.headers()) <= limits.max_header_bytes;
             let too_large = (!fits).then(|| crate::request_id::of(req.headers()));
-            // Boxed per request: the HTTP/1 server holds the service's future inside
-            // the connection's, and hyper (HTTP/2) in a box made once per connection
-            // and sized to it. The request path's future is kilobytes; boxed, an idle
-            // connection holds no room for it and the future is never moved whole.
-            let fut = fits.then(|| Box::pin(handler(req, peer)));
-            async move {
-                let resp = match (fut, too_large) {
-                    (Some(fut), _) => until_gone(fut, watch.as_mut()).await?,
-                    (None, id) => {
-                        headers_too_large(&limits, id.unwrap_or_else(crate::request_id::generate))
-                    }
-                };
-                Ok::<_, std::io::Error>(resp.map(|body| Tracked::new(body, guard, watch)))
+            // Not boxed here: the HTTP/1 server boxes each request's whole exchange
+            // (`h1::exchange`), and hyper runs each HTTP/2 stream in a task of its
+            // own, so an idle connection holds no room for the request path's
+            // future (kilobytes) either way, with one allocation per request.
+            Answer {
+                fut: fits.then(|| handler(req, peer)),
+                too_large,
+                watch,
+                guard: Some(guard),
+                limits,
             }
         };
         let watcher = graceful.watcher();
@@ -270,27 +267,63 @@ pub async fn serve<H, F>(
     }
 }
 
-/// Runs a request's future to its response, or fails with
-/// [`edge_io::client_gone`] when `watch` (an HTTP/1 request's) sees the client close
-/// its connection first; the future is then dropped, which cancels the request's
-/// upstream work.
-async fn until_gone<F: Future<Output = Response<Body>>>(
-    fut: std::pin::Pin<Box<F>>,
-    watch: Option<&mut ClientWatch>,
-) -> std::io::Result<Response<Body>> {
-    let Some(watch) = watch else {
-        return Ok(fut.await);
-    };
-    let mut fut = fut;
-    std::future::poll_fn(|cx| {
-        if let std::task::Poll::Ready(resp) = fut.as_mut().poll(cx) {
-            return std::task::Poll::Ready(Ok(resp));
-        }
-        watch
-            .poll_gone(cx, false)
-            .map(|()| Err(edge_io::client_gone()))
-    })
-    .await
+pin_project_lite::pin_project! {
+    /// The service's answer to one request: the handler's future run to its
+    /// response, or failed with [`edge_io::client_gone`] when `watch` (an HTTP/1
+    /// request's) sees the client close its connection first (the future is then
+    /// dropped, which cancels the request's upstream work); the 431 when the header
+    /// section was too large. The response body is wrapped ([`Tracked`]) to count
+    /// the request out when the server drops it.
+    ///
+    /// A future of its own rather than an `async` block: a block would hold the
+    /// handler's future (kilobytes) twice, in the captured variable and in the
+    /// awaited slot.
+    struct Answer<F> {
+        #[pin]
+        fut: Option<F>,
+        too_large: Option<http::HeaderValue>,
+        watch: Option<ClientWatch>,
+        guard: Option<edge_io::RequestGuard>,
+        limits: ConnLimits,
+    }
+}
+
+impl<F: Future<Output = Response<Body>>> Future for Answer<F> {
+    type Output = std::io::Result<Response<Tracked>>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        let mut this = self.project();
+        let resp = match this.fut.as_mut().as_pin_mut() {
+            Some(fut) => match fut.poll(cx) {
+                Poll::Ready(resp) => resp,
+                Poll::Pending => {
+                    let gone = this
+                        .watch
+                        .as_mut()
+                        .is_some_and(|w| w.poll_gone(cx, false).is_ready());
+                    if gone {
+                        this.fut.set(None);
+                        return Poll::Ready(Err(edge_io::client_gone()));
+                    }
+                    return Poll::Pending;
+                }
+            },
+            None => {
+                let id = this
+                    .too_large
+                    .take()
+                    .unwrap_or_else(crate::request_id::generate);
+                headers_too_large(this.limits, id)
+            }
+        };
+        this.fut.set(None);
+        let (guard, watch) = (this.guard.take(), this.watch.take());
+        Poll::Ready(Ok(resp.map(|body| Tracked::new(body, guard, watch))))
+    }
 }
 
 thread_local! {

@@ -121,12 +121,13 @@ impl Drop for RequestGuard {
 /// (see [`ClientWatch`]).
 pub(super) struct Tracked {
     body: Body,
-    _guard: RequestGuard,
+    /// `None` only for an answer the service made twice (never, by `Future`'s contract).
+    _guard: Option<RequestGuard>,
     watch: Option<ClientWatch>,
 }
 
 impl Tracked {
-    pub(super) fn new(body: Body, guard: RequestGuard, watch: Option<ClientWatch>) -> Self {
+    pub(super) fn new(body: Body, guard: Option<RequestGuard>, watch: Option<ClientWatch>) -> Self {
         Tracked {
             body,
             _guard: guard,

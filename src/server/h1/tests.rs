@@ -345,7 +345,7 @@ where
             move |req| {
                 let guard = activity.start(false);
                 let fut = answer(req);
-                async move { Ok(fut.await.map(|b| Tracked::new(b, guard, None))) }
+                async move { Ok(fut.await.map(|b| Tracked::new(b, Some(guard), None))) }
             },
             stopping,
             ConnLimits::default(),
