@@ -982,10 +982,11 @@ fn chunk_line(len: usize, out: &mut [u8; 18]) -> &[u8] {
 /// Not an `async fn`, and each request's work in a box of its own ([`exchange`]):
 /// the connection's future is what every open connection holds for its whole life,
 /// so it keeps only what waiting for the next head needs (the shared state, the
-/// service, the shutdown watch; about 0.5 KiB), and a request's head, its service
-/// future (the request path's, kilobytes) and its answer live in an allocation made
-/// for the request and freed with it. An `async fn` would also keep each by-value
-/// argument twice, in its slot and in the local it is moved to.
+/// service, the shutdown watch; about 0.6 KiB), and a request's head, the service's
+/// future and the answer being written live in an allocation made for the request
+/// and freed with it (the request path's own future, kilobytes, is boxed by the
+/// service). An `async fn` would also keep each by-value argument twice, in its slot
+/// and in the local it is moved to.
 pub(super) fn serve<S, F>(
     io: EdgeIo,
     service: S,
