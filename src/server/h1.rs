@@ -183,6 +183,11 @@ impl Shared {
                 return Poll::Ready(None);
             }
             if !self.buf.is_empty() {
+                // The client sent body bytes without waiting: no `100 Continue` now
+                // (RFC 9110 §10.1.1 lets a server omit it once content has arrived).
+                if self.cont == Continue::Asked {
+                    self.cont = Continue::No;
+                }
                 match self.decode.next(&mut self.buf) {
                     Ok(Some(data)) => return Poll::Ready(Some(Ok(data))),
                     Ok(None) => continue,

@@ -536,3 +536,19 @@ async fn a_body_cut_short_by_the_client_fails_the_read() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn no_continue_is_sent_once_the_body_has_arrived() {
+    let mut c = connection(echo).await;
+    // The body's start right behind the head, as clients that do not wait send it,
+    // and its rest later: the server then waits for bytes, and must not ask for them.
+    c.write_all(b"POST /eager HTTP/1.1\r\nexpect: 100-continue\r\ncontent-length: 2\r\nconnection: close\r\n\r\no")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    c.write_all(b"k").await.unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).await.unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    assert!(out.ends_with("\r\n\r\nok"), "{out}");
+}
