@@ -693,6 +693,16 @@ fn poll_head(shared: &Mutex<Shared>, cx: &mut Context<'_>, limits: &ConnLimits) 
     }
 }
 
+/// Most slices given to one `writev` (a batch of [`BATCH_FRAMES`] chunks takes three
+/// each, plus the head and the last chunk).
+const WRITE_SLICES: usize = 3 * BATCH_FRAMES + 2;
+
+/// Most response frames gathered into one write.
+const BATCH_FRAMES: usize = 16;
+
+/// Gathering more ready frames stops once this many body bytes are in hand (64 KiB).
+const BATCH_BYTES: usize = 64 * 1024;
+
 /// Writes `parts` whole, in as few `writev` calls as the socket takes.
 async fn write_all(shared: &Mutex<Shared>, parts: &[&[u8]]) -> io::Result<()> {
     let mut part = 0usize;
@@ -707,9 +717,9 @@ async fn write_all(shared: &Mutex<Shared>, parts: &[&[u8]]) -> io::Result<()> {
             if part == parts.len() {
                 return Poll::Ready(Ok(()));
             }
-            let mut slices = [IoSlice::new(&[]); 4];
+            let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
             let mut k = 0;
-            for (i, p) in parts[part..].iter().take(4).enumerate() {
+            for (i, p) in parts[part..].iter().take(WRITE_SLICES).enumerate() {
                 slices[k] = IoSlice::new(if i == 0 { &p[at..] } else { p });
                 k += 1;
             }
@@ -876,6 +886,11 @@ fn poll_once(body: &mut Tracked) -> impl Future<Output = Option<NextFrame>> + '_
 /// Writes the response: head, then the body's frames as they come. `Ok(true)` if
 /// the connection can serve another request.
 ///
+/// Frames that are ready together go out in one `writev` (up to [`BATCH_FRAMES`]
+/// and [`BATCH_BYTES`]): the head with a JSON answer's body, a stream's events that
+/// one upstream read produced with the last chunk after them. A stream's head goes
+/// out alone when its first event is not ready yet, so the client has it at once.
+///
 /// # Errors
 /// A write that failed; a body that failed or was shorter than its length ends the
 /// connection (`Ok(false)`) without the rest, so the client sees a cut answer, not a
@@ -893,67 +908,93 @@ async fn respond(
         write_all(shared, &[&head]).await?;
         return Ok(keep_alive);
     }
-    // The first frame goes out with the head when it is ready at once (a JSON
-    // answer); a stream's head goes out alone, before its first event.
-    let mut pending_head = Some(head);
+    let mut head = Some(head);
+    let mut batch: Vec<Bytes> = Vec::new();
     loop {
-        let frame = match poll_once(&mut body).await {
-            Some(f) => f,
-            None => {
-                if let Some(head) = pending_head.take() {
-                    write_all(shared, &[&head]).await?;
+        let mut next = poll_once(&mut body).await;
+        if next.is_none() {
+            if let Some(head) = head.take() {
+                write_all(shared, &[&head]).await?;
+            }
+            next = Some(std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await);
+        }
+        // Gather what is ready: `ended` is Some(whole) once the body is done.
+        let mut ended = None;
+        let mut bytes = 0usize;
+        while let Some(frame) = next {
+            match frame {
+                None => {
+                    ended = Some(true);
+                    break;
                 }
-                std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
-            }
-        };
-        let first = pending_head.take();
-        let head: &[u8] = first.as_deref().unwrap_or(&[]);
-        let data = match frame {
-            None => {
-                match framing {
-                    Framing::Chunked => write_all(shared, &[head, b"0\r\n\r\n"]).await?,
-                    Framing::Length(0) | Framing::Close | Framing::None => {
-                        write_all(shared, &[head]).await?;
-                    }
-                    Framing::Length(_) => {
-                        // Shorter than it said: the client must not take it as whole.
-                        write_all(shared, &[head]).await?;
-                        return Ok(false);
-                    }
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "response body failed; closing the connection");
+                    ended = Some(false);
+                    break;
                 }
-                return Ok(keep_alive && framing != Framing::Close);
-            }
-            Some(Err(e)) => {
-                tracing::debug!(error = %e, "response body failed; closing the connection");
-                write_all(shared, &[head]).await?;
-                return Ok(false);
-            }
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => data,
                 // Trailers are not sent (no answer of ours has them).
-                Err(_) => {
-                    write_all(shared, &[head]).await?;
-                    continue;
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        if !data.is_empty() {
+                            bytes += data.len();
+                            batch.push(data);
+                        }
+                    }
                 }
-            },
-        };
-        match &mut framing {
-            Framing::Length(left) => {
-                let n = (*left).min(data.len() as u64) as usize;
-                *left -= n as u64;
-                write_all(shared, &[head, &data[..n]]).await?;
-                if n < data.len() {
+            }
+            if bytes >= BATCH_BYTES || batch.len() >= BATCH_FRAMES {
+                break;
+            }
+            next = poll_once(&mut body).await;
+        }
+        // Frame the batch.
+        let mut whole = ended.unwrap_or(true);
+        if let Framing::Length(left) = &mut framing {
+            for data in &mut batch {
+                if data.len() as u64 > *left {
                     // Longer than it said: the rest cannot be sent on this connection.
-                    return Ok(false);
+                    data.truncate(*left as usize);
+                    whole = false;
                 }
+                *left -= data.len() as u64;
             }
-            Framing::Chunked if data.is_empty() => write_all(shared, &[head]).await?,
-            Framing::Chunked => {
-                let mut size = [0u8; 18];
-                let line = chunk_line(data.len(), &mut size);
-                write_all(shared, &[head, line, &data, b"\r\n"]).await?;
+            if ended == Some(true) && *left > 0 {
+                // Shorter than it said: the client must not take it as whole.
+                whole = false;
             }
-            Framing::Close | Framing::None => write_all(shared, &[head, &data]).await?,
+        }
+        let mut lines = [[0u8; 18]; BATCH_FRAMES];
+        let mut line_lens = [0usize; BATCH_FRAMES];
+        if framing == Framing::Chunked {
+            for (k, data) in batch.iter().enumerate() {
+                line_lens[k] = chunk_line(data.len(), &mut lines[k]).len();
+            }
+        }
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(WRITE_SLICES);
+        if let Some(head) = &head {
+            parts.push(head);
+        }
+        for (k, data) in batch.iter().enumerate() {
+            if framing == Framing::Chunked {
+                parts.push(&lines[k][18 - line_lens[k]..]);
+                parts.push(data);
+                parts.push(b"\r\n");
+            } else {
+                parts.push(data);
+            }
+        }
+        if framing == Framing::Chunked && ended == Some(true) {
+            parts.push(b"0\r\n\r\n");
+        }
+        write_all(shared, &parts).await?;
+        drop(parts);
+        head = None;
+        batch.clear();
+        if !whole {
+            return Ok(false);
+        }
+        if ended.is_some() {
+            return Ok(keep_alive && framing != Framing::Close);
         }
     }
 }

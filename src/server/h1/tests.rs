@@ -552,3 +552,50 @@ async fn no_continue_is_sent_once_the_body_has_arrived() {
     assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
     assert!(out.ends_with("\r\n\r\nok"), "{out}");
 }
+
+/// An answer whose body is `frames`, all ready at once, with `content-length` set to
+/// `declared` if given.
+fn frames_answer(
+    frames: &'static [&'static str],
+    declared: Option<u64>,
+) -> Response<crate::body::Body> {
+    let body = http_body_util::StreamBody::new(futures_util::stream::iter(
+        frames
+            .iter()
+            .map(|f| Ok::<_, BoxError>(Frame::data(Bytes::from_static(f.as_bytes())))),
+    ));
+    let mut r = Response::new(http_body_util::BodyExt::boxed_unsync(body));
+    if let Some(n) = declared {
+        r.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    r
+}
+
+#[tokio::test]
+async fn frames_ready_together_are_framed_as_chunks_in_order() {
+    let mut c = connection(|_req| async { frames_answer(&["abc", "", "de", "f"], None) }).await;
+    c.write_all(b"GET / HTTP/1.1\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).await.unwrap();
+    let (_, body) = out.split_once("\r\n\r\n").unwrap();
+    assert_eq!(body, "3\r\nabc\r\n2\r\nde\r\n1\r\nf\r\n0\r\n\r\n");
+}
+
+#[tokio::test]
+async fn a_body_that_breaks_its_declared_length_ends_the_connection() {
+    for (frames, declared, sent) in [(&["abc", "def"][..], 4, "abcd"), (&["ab"][..], 4, "ab")] {
+        let mut c =
+            connection(move |_req| async move { frames_answer(frames, Some(declared)) }).await;
+        c.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut out = String::new();
+        // Keep-alive was asked for, yet the connection ends: the client cannot take
+        // the answer as whole, and nothing past the declared length is sent.
+        c.read_to_string(&mut out).await.unwrap();
+        let (head, body) = out.split_once("\r\n\r\n").unwrap();
+        assert!(head.contains("\r\ncontent-length: 4"), "{head}");
+        assert_eq!(body, sent);
+    }
+}
