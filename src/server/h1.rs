@@ -99,6 +99,12 @@ struct Shared {
     io: EdgeIo,
     /// Bytes read and not yet parsed or decoded.
     buf: Bytes,
+    /// A request head arriving in pieces, gathered with amortized growth (joining
+    /// each read to `buf` would copy the head again per read: quadratic in a head
+    /// sent a few bytes at a time); moved to `buf` once its end may have arrived.
+    grow: BytesMut,
+    /// Bytes of `grow` already searched for the head's end.
+    scanned: usize,
     /// The request body being read.
     decode: Decode,
     /// Bytes of `100 Continue` still to write, when the client asked for it and
@@ -156,6 +162,62 @@ impl Shared {
             self.eof = true;
         }
         read
+    }
+
+    /// Reads more of a request head. The first read of a head goes to `buf` as any
+    /// read does (a head usually arrives whole); later ones are gathered in `grow`.
+    fn poll_fill_head(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.grow.is_empty() && self.buf.is_empty() {
+            return self.poll_fill(cx);
+        }
+        if self.eof {
+            return Poll::Ready(Ok(0));
+        }
+        if self.grow.is_empty() {
+            self.grow.reserve(2 * self.buf.len());
+            self.grow.extend_from_slice(&self.buf);
+            self.buf = Bytes::new();
+            self.scanned = 0;
+        }
+        let io = &mut self.io;
+        let grow = &mut self.grow;
+        let read = SCRATCH.with(|s| {
+            let mut scratch = s.borrow_mut();
+            let mut rb = ReadBuf::new(&mut scratch[..]);
+            match Pin::new(&mut *io).poll_read(cx, &mut rb) {
+                Poll::Ready(Ok(())) => {
+                    grow.extend_from_slice(rb.filled());
+                    Poll::Ready(Ok(rb.filled().len()))
+                }
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Pending => Poll::Pending,
+            }
+        });
+        if let Poll::Ready(Ok(0)) = read {
+            self.eof = true;
+        }
+        read
+    }
+
+    /// No byte of a next request is in hand.
+    fn is_idle(&self) -> bool {
+        self.buf.is_empty() && self.grow.is_empty()
+    }
+
+    /// Moves a head gathered in `grow` to `buf` for parsing once an empty line (its
+    /// end) may have arrived or it is over `cap`; searches only the new bytes.
+    fn settle_head(&mut self, cap: usize) {
+        if self.grow.is_empty() {
+            return;
+        }
+        let from = self.scanned.saturating_sub(2);
+        let new = &self.grow[from..];
+        let ended = new.windows(2).any(|w| w == b"\n\n") || new.windows(3).any(|w| w == b"\n\r\n");
+        self.scanned = self.grow.len();
+        if ended || self.grow.len() > cap {
+            self.buf = self.grow.split().freeze();
+            self.scanned = 0;
+        }
     }
 
     /// Writes what is left of `100 Continue`, if it is being written.
@@ -294,8 +356,16 @@ enum Chunk {
     TrailerStart {
         seen: usize,
     },
-    /// Inside a trailer line.
-    TrailerLine {
+    /// In a trailer field's name (a token), up to its colon.
+    TrailerName {
+        seen: usize,
+    },
+    /// In a trailer field's value, up to its CR.
+    TrailerValue {
+        seen: usize,
+    },
+    /// After a trailer line's CR.
+    TrailerLf {
         seen: usize,
     },
     /// The final CR seen.
@@ -382,12 +452,14 @@ fn decode_chunked(state: &mut Chunk, buf: &mut Bytes) -> io::Result<Option<Bytes
                 let line = line + 1;
                 match (b as char).to_digit(16) {
                     Some(d) => {
-                        if digits >= 15 {
-                            return Err(bad_chunk("chunk size too large"));
-                        }
+                        // Leading zeros are allowed; only the value is bounded.
+                        let size = size
+                            .checked_mul(16)
+                            .and_then(|n| n.checked_add(u64::from(d)))
+                            .ok_or_else(|| bad_chunk("chunk size too large"))?;
                         Chunk::Size {
-                            size: size * 16 + u64::from(d),
-                            digits: digits + 1,
+                            size,
+                            digits: digits.saturating_add(1),
                             line,
                         }
                     }
@@ -431,9 +503,36 @@ fn decode_chunked(state: &mut Chunk, buf: &mut Bytes) -> io::Result<Option<Bytes
             },
             Chunk::TrailerStart { seen } => match b {
                 b'\r' => Chunk::EndLf,
-                _ => trailer_byte(seen, b)?,
+                _ if is_token(b) => Chunk::TrailerName {
+                    seen: trailer_seen(seen)?,
+                },
+                _ => return Err(bad_chunk("invalid trailer field")),
             },
-            Chunk::TrailerLine { seen } => trailer_byte(seen, b)?,
+            Chunk::TrailerName { seen } => match b {
+                b':' => Chunk::TrailerValue {
+                    seen: trailer_seen(seen)?,
+                },
+                _ if is_token(b) => Chunk::TrailerName {
+                    seen: trailer_seen(seen)?,
+                },
+                _ => return Err(bad_chunk("invalid trailer field name")),
+            },
+            Chunk::TrailerValue { seen } => match b {
+                b'\r' => Chunk::TrailerLf { seen },
+                b'\t' => Chunk::TrailerValue {
+                    seen: trailer_seen(seen)?,
+                },
+                0..=0x1f | 0x7f => return Err(bad_chunk("invalid trailer field value")),
+                _ => Chunk::TrailerValue {
+                    seen: trailer_seen(seen)?,
+                },
+            },
+            Chunk::TrailerLf { seen } => match b {
+                b'\n' => Chunk::TrailerStart {
+                    seen: trailer_seen(seen)?,
+                },
+                _ => return Err(bad_chunk("trailer field not ended by CRLF")),
+            },
             Chunk::EndLf => match b {
                 b'\n' => Chunk::End,
                 _ => return Err(bad_chunk("trailer section not ended by CRLF")),
@@ -445,16 +544,17 @@ fn decode_chunked(state: &mut Chunk, buf: &mut Bytes) -> io::Result<Option<Bytes
     Ok(result)
 }
 
-/// The state after byte `b` of a trailer line, `seen` trailer bytes before it.
-fn trailer_byte(seen: usize, b: u8) -> io::Result<Chunk> {
+/// One more trailer byte after `seen` of them, within [`MAX_TRAILER_BYTES`].
+fn trailer_seen(seen: usize) -> io::Result<usize> {
     if seen >= MAX_TRAILER_BYTES {
         return Err(bad_chunk("trailer section too large"));
     }
-    Ok(if b == b'\n' {
-        Chunk::TrailerStart { seen: seen + 1 }
-    } else {
-        Chunk::TrailerLine { seen: seen + 1 }
-    })
+    Ok(seen + 1)
+}
+
+/// A `tchar` of RFC 9110 §5.6.2 (field names are tokens).
+fn is_token(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// The body of a request read by this server: frames decoded from the connection
@@ -597,7 +697,9 @@ pub(super) fn parse_head(buf: &Bytes, limits: &ConnLimits) -> Result<Option<Head
                 length = Some(n);
             }
         } else if name == header::TRANSFER_ENCODING {
-            // Only the last coding decides; `chunked` before it is an error.
+            // Only the last coding decides; `chunked` before it is an error, and a
+            // field with no coding at all leaves the framing unknown (400 below).
+            let mut any = false;
             for coding in field.value.split(|b| *b == b',') {
                 let coding = coding.trim_ascii();
                 if coding.is_empty() {
@@ -606,7 +708,11 @@ pub(super) fn parse_head(buf: &Bytes, limits: &ConnLimits) -> Result<Option<Head
                 if chunked == Some(true) {
                     return Err(BAD_REQUEST);
                 }
+                any = true;
                 chunked = Some(coding.eq_ignore_ascii_case(b"chunked"));
+            }
+            if !any {
+                chunked = Some(false);
             }
         } else if name == header::CONNECTION {
             for token in field.value.split(|b| *b == b',') {
@@ -676,6 +782,7 @@ enum Next {
 fn poll_head(shared: &Mutex<Shared>, cx: &mut Context<'_>, limits: &ConnLimits) -> Poll<Next> {
     let mut s = lock(shared);
     loop {
+        s.settle_head(head_cap(limits));
         if !s.buf.is_empty() {
             match parse_head(&s.buf, limits) {
                 Ok(Some(head)) => {
@@ -686,7 +793,7 @@ fn poll_head(shared: &Mutex<Shared>, cx: &mut Context<'_>, limits: &ConnLimits) 
                 Err(e) => return Poll::Ready(Next::Refuse(e)),
             }
         }
-        match std::task::ready!(s.poll_fill(cx)) {
+        match std::task::ready!(s.poll_fill_head(cx)) {
             Ok(0) | Err(_) => return Poll::Ready(Next::Close),
             Ok(_) => {}
         }
@@ -1046,6 +1153,8 @@ where
     let shared = Arc::new(Mutex::new(Shared {
         io,
         buf: Bytes::new(),
+        grow: BytesMut::new(),
+        scanned: 0,
         decode: Decode::Done,
         cont: Continue::No,
         eof: false,
@@ -1053,14 +1162,27 @@ where
     let mut stopping = stopping;
     async move {
         loop {
-            let idle = lock(&shared).buf.is_empty();
-            if idle && stopping.has_changed().unwrap_or(true) {
+            if lock(&shared).is_idle() && stopping.has_changed().unwrap_or(true) {
                 return;
             }
-            let next = tokio::select! {
-                biased;
-                next = std::future::poll_fn(|cx| poll_head(&shared, cx, &limits)) => next,
-                _ = stopping.changed(), if idle => return,
+            // Shutdown ends the wait only while no byte of a head is in hand: a head
+            // that has begun is read and answered (within `header_timeout`), then
+            // the connection closes.
+            let next = {
+                let mut stop = std::pin::pin!(stopping.changed());
+                std::future::poll_fn(|cx| {
+                    if let Poll::Ready(next) = poll_head(&shared, cx, &limits) {
+                        return Poll::Ready(Some(next));
+                    }
+                    if lock(&shared).is_idle() && stop.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(None);
+                    }
+                    Poll::Pending
+                })
+                .await
+            };
+            let Some(next) = next else {
+                return;
             };
             let keep = match next {
                 Next::Request(head) => Box::pin(exchange(&shared, &service, head, &stopping)).await,

@@ -599,3 +599,113 @@ async fn a_body_that_breaks_its_declared_length_ends_the_connection() {
         assert_eq!(body, sent);
     }
 }
+
+/// Regression (attack on 5918ee9): a bare LF after the last chunk, or any bytes at
+/// all, were taken as trailer lines, so the next request's head was swallowed as
+/// trailers (a request desync behind a proxy that ends the body at `0\r\n\n`).
+#[test]
+fn trailers_must_be_fields_ended_by_crlf() {
+    for wire in [
+        &b"0\r\n\nGET / HTTP/1.1\r\n\r\n"[..],
+        b"0\r\nX: 1\n\n",
+        b"0\r\ngarbage\r\n\r\n",
+        b"0\r\nX: a\rb\r\n\r\n",
+        b"0\r\n: v\r\n\r\n",
+        b"0\r\nX: a\0b\r\n\r\n",
+    ] {
+        let mut d = Decode::Chunked(Chunk::Size {
+            size: 0,
+            digits: 0,
+            line: 0,
+        });
+        let mut buf = Bytes::copy_from_slice(wire);
+        let failed = loop {
+            match d.next(&mut buf) {
+                Err(_) => break true,
+                Ok(_) if d.is_done() || buf.is_empty() => break false,
+                Ok(_) => {}
+            }
+        };
+        assert!(failed, "{}", String::from_utf8_lossy(wire));
+    }
+    let (body, rest) =
+        decode_in_pieces(b"1\r\na\r\n0\r\nx-a: 1\r\ny:\t2 \r\n\r\nnext", &[]).unwrap();
+    assert_eq!((&body[..], &rest[..]), (&b"a"[..], &b"next"[..]));
+}
+
+/// Regression (attack on 5918ee9): a `Transfer-Encoding` field without a coding was
+/// ignored, so the body was framed by `Content-Length` or taken as empty.
+#[test]
+fn an_empty_transfer_encoding_is_refused() {
+    for raw in [
+        &b"POST / HTTP/1.1\r\nTransfer-Encoding: \r\nContent-Length: 5\r\n\r\n"[..],
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: ,\r\n\r\n",
+        b"POST / HTTP/1.0\r\nTransfer-Encoding: \r\n\r\n",
+    ] {
+        assert_eq!(refused(raw), 400, "{}", String::from_utf8_lossy(raw));
+    }
+}
+
+/// Regression (attack on 5918ee9): 16 hex digits were refused even when leading
+/// zeros; only the value is bounded (RFC 9112 §7.1).
+#[test]
+fn chunk_sizes_with_leading_zeros_are_accepted() {
+    let (body, _) = decode_in_pieces(b"0000000000000003\r\nabc\r\n00\r\n\r\n", &[]).unwrap();
+    assert_eq!(body, b"abc");
+}
+
+/// Regression (attack on 5918ee9): a connection holding part of a head was closed
+/// at shutdown as if idle; the head is now read, answered, and the connection closed.
+#[tokio::test]
+async fn shutdown_waits_for_a_head_that_has_begun() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+    let (server, _) = l.accept().await.unwrap();
+    let (stop, stopping) = tokio::sync::watch::channel(());
+    let served = tokio::spawn(async move {
+        let activity = Arc::new(Activity::default());
+        let mut io = EdgeIo::new(server, activity.clone(), ConnLimits::default());
+        assert!(!io.sniff().await.unwrap());
+        serve(
+            io,
+            move |req| {
+                let guard = activity.start(false);
+                let fut = echo(req);
+                async move { Ok(fut.await.map(|b| Tracked::new(b, Some(guard), None))) }
+            },
+            stopping,
+            ConnLimits::default(),
+        )
+        .await;
+    });
+    c.write_all(b"GET /begun HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    stop.send_replace(());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    c.write_all(b"\r\n").await.unwrap();
+    let (head, _) = read_response(&mut c).await;
+    assert!(head.contains("\r\nx-seen: GET /begun\r\n"), "{head}");
+    assert!(head.contains("\r\nconnection: close\r\n"), "{head}");
+    tokio::time::timeout(Duration::from_secs(5), served)
+        .await
+        .expect("the connection ended after its answer")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_head_sent_a_few_bytes_at_a_time_is_read_whole() {
+    let mut c = connection(echo).await;
+    let head = format!(
+        "POST /pieces HTTP/1.1\r\n{}content-length: 2\r\n\r\nok",
+        "x-pad: 0123456789\r\n".repeat(40)
+    );
+    for piece in head.as_bytes().chunks(7) {
+        c.write_all(piece).await.unwrap();
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+    let (head, body) = read_response(&mut c).await;
+    assert!(head.contains("\r\nx-seen: POST /pieces\r\n"), "{head}");
+    assert_eq!(body, "ok");
+}
