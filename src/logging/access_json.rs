@@ -5,7 +5,7 @@
 //! Why not the stock formatter: it serializes through an adaptor that turns every
 //! small `io::Write` call of `serde_json` (a quote, a key, a colon) into a UTF-8
 //! check and a `fmt::Write` call, a few dozen per field. For the access line, one
-//! per request with about 25 fields, that was 19% of the gateway's instructions per
+//! per request with about 35 fields, that was 19% of the gateway's instructions per
 //! request in the load benchmark (`benches/load/callgrind.sh`). This formatter writes
 //! the same object into a reused byte buffer and hands the whole line over once: the
 //! structure by hand, strings that need no escaping copied whole, everything else
@@ -123,12 +123,18 @@ const MAX_PRERENDERED: usize = 64 * 1024;
 /// Emits an access line: when a JSON layer may format it (`json`), `render` first
 /// writes its fields into the thread's reused buffer; then `emit` sends the event,
 /// and [`AccessJson`] copies those fields instead of visiting the event's. Without
-/// `json`, or when called from inside `emit` (no access line is), `emit` runs alone.
+/// `json`, from inside `render`, or while the thread's locals are being torn down,
+/// `emit` runs alone. A call from inside `emit` (no access line makes one) renders
+/// again, and its `Done` marks the buffer used, so the outer event is visited.
+///
+/// The contract: `emit` sends exactly one event with the access target, and
+/// nothing else on this thread sends one between `render` and it (the JSON layer
+/// copies the fields into the next access event it formats on the thread).
 pub(super) fn with_fields(json: bool, render: impl FnOnce(&mut Fields<'_>), emit: impl FnOnce()) {
     if !json {
         return emit();
     }
-    let rendered = PRERENDERED.with(|cell| {
+    let rendered = PRERENDERED.try_with(|cell| {
         let Ok(mut slot) = cell.try_borrow_mut() else {
             return false;
         };
@@ -141,7 +147,7 @@ pub(super) fn with_fields(json: bool, render: impl FnOnce(&mut Fields<'_>), emit
         slot.ready = slot.fields.len() <= MAX_PRERENDERED;
         true
     });
-    if !rendered {
+    if rendered != Ok(true) {
         return emit();
     }
     // Reset even if `emit` unwinds, so no later access event copies these fields.
@@ -289,14 +295,14 @@ where
     buf.extend_from_slice(b"\",\"level\":");
     json_str(buf, meta.level().as_str())?;
     buf.extend_from_slice(b",\"fields\":{");
-    let copied = PRERENDERED.with(|cell| match cell.try_borrow() {
+    let copied = PRERENDERED.try_with(|cell| match cell.try_borrow() {
         Ok(slot) if slot.ready => {
             buf.extend_from_slice(&slot.fields);
             true
         }
         _ => false,
     });
-    if !copied {
+    if copied != Ok(true) {
         visit_fields(buf, meta, event)?;
     }
     buf.extend_from_slice(b"},\"target\":");

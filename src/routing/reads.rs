@@ -204,7 +204,21 @@ pub fn read_names(set: &CheckedPolicySet) -> ReadNames {
                         rollback.iter().for_each(&mut visit);
                     }
                 }
-                Some(CTerminal::Use(_) | CTerminal::Reject { .. }) | None => {}
+                // Taken apart whole too: a field added to either that holds an
+                // expression is a compile error here until the walk reads it.
+                Some(CTerminal::Use(crate::policy::checked::CUse {
+                    target: _,
+                    described: _,
+                    strategy: _,
+                    args: _,
+                    span: _,
+                }))
+                | Some(CTerminal::Reject {
+                    status: _,
+                    message: _,
+                    span: _,
+                })
+                | None => {}
             }
         }
     }
