@@ -176,8 +176,9 @@ impl Shared {
         if self.grow.is_empty() {
             self.grow.reserve(2 * self.buf.len());
             self.grow.extend_from_slice(&self.buf);
+            // Parsed already (incomplete): only new bytes can end the head.
+            self.scanned = self.buf.len();
             self.buf = Bytes::new();
-            self.scanned = 0;
         }
         let io = &mut self.io;
         let grow = &mut self.grow;
@@ -197,6 +198,28 @@ impl Shared {
             self.eof = true;
         }
         read
+    }
+
+    /// Drops empty lines before a request line (RFC 9112 §2.2 lets a server ignore
+    /// them), so that an empty line in hand always ends a head.
+    fn skip_empty_lines(&mut self) {
+        let k = self
+            .buf
+            .iter()
+            .take_while(|b| matches!(b, b'\r' | b'\n'))
+            .count();
+        if k > 0 {
+            let _ = self.buf.split_to(k);
+        }
+        let k = self
+            .grow
+            .iter()
+            .take_while(|b| matches!(b, b'\r' | b'\n'))
+            .count();
+        if k > 0 {
+            let _ = self.grow.split_to(k);
+            self.scanned = self.scanned.saturating_sub(k);
+        }
     }
 
     /// No byte of a next request is in hand.
@@ -782,6 +805,7 @@ enum Next {
 fn poll_head(shared: &Mutex<Shared>, cx: &mut Context<'_>, limits: &ConnLimits) -> Poll<Next> {
     let mut s = lock(shared);
     loop {
+        s.skip_empty_lines();
         s.settle_head(head_cap(limits));
         if !s.buf.is_empty() {
             match parse_head(&s.buf, limits) {

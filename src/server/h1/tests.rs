@@ -709,3 +709,21 @@ async fn a_head_sent_a_few_bytes_at_a_time_is_read_whole() {
     assert!(head.contains("\r\nx-seen: POST /pieces\r\n"), "{head}");
     assert_eq!(body, "ok");
 }
+
+/// Empty lines before a request line are skipped however they arrive, and do not
+/// make the head in pieces be taken as ended (each such false end cost a copy).
+#[tokio::test]
+async fn empty_lines_before_a_request_are_skipped() {
+    let mut c = connection(echo).await;
+    for piece in [
+        &b"\r\n"[..],
+        b"\r\n\r",
+        b"\nGET /after-blank HTTP/1.1\r\n",
+        b"host: x\r\n\r\n",
+    ] {
+        c.write_all(piece).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (head, _) = read_response(&mut c).await;
+    assert!(head.contains("\r\nx-seen: GET /after-blank\r\n"), "{head}");
+}
