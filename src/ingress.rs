@@ -123,7 +123,12 @@ pub fn handle(
         // response (errors before routing, /v1/models, ...) the version serving now.
         if !resp.headers().contains_key(crate::gateway::POLICY_HEADER) {
             let gw = &svc.gateway;
-            crate::gateway::stamp(gw, resp.headers_mut(), &gw.policy.load().version, None);
+            crate::gateway::stamp(
+                gw,
+                resp.headers_mut(),
+                &gw.policy.load().version_header,
+                None,
+            );
         }
         resp.headers_mut().insert(crate::request_id::HEADER, id);
         resp

@@ -114,6 +114,9 @@ pub struct Gateway {
     /// (`outcome`), so stateful strategies see every earlier pick and outcome.
     decision_lock: Mutex<()>,
     models_json: Bytes,
+    /// Per endpoint (indexed like `registry.endpoints`), its id as the
+    /// `x-switchyard-endpoint` value; `None` when the id cannot be a header value.
+    endpoint_headers: Vec<Option<HeaderValue>>,
     /// Requests per endpoint over the last minutes (written by the log phase, read
     /// by `GET /admin/traffic`).
     pub traffic: crate::recent::Traffic,
@@ -151,6 +154,11 @@ impl Gateway {
         );
         let cache = cache::CachePhase::new(&config, &registry, policy.load().set());
         let registry_len = registry.endpoints.len();
+        let endpoint_headers = registry
+            .endpoints
+            .iter()
+            .map(|e| HeaderValue::from_str(&e.id).ok())
+            .collect();
         let body_budget = crate::budget::BodyBudget::new(
             config
                 .server
@@ -173,9 +181,16 @@ impl Gateway {
             auth,
             decision_lock: Mutex::new(()),
             models_json,
+            endpoint_headers,
             traffic: crate::recent::Traffic::new(registry_len),
             decisions: crate::recent::DecisionRing::default(),
         }
+    }
+
+    /// Endpoint `index`'s id as the `x-switchyard-endpoint` header value (`None`:
+    /// no such endpoint, or its id is not a valid header value).
+    pub fn endpoint_header(&self, index: usize) -> Option<&HeaderValue> {
+        self.endpoint_headers.get(index)?.as_ref()
     }
 
     /// The `GET /v1/models` body (OpenAI list shape).

@@ -21,6 +21,9 @@
 //!
 //! A cache hit names `cache` as its endpoint.
 
+use std::cell::RefCell;
+use std::sync::Arc;
+
 use http::{HeaderMap, HeaderName, HeaderValue, Response};
 
 use super::access::Facts;
@@ -28,6 +31,7 @@ use super::ctx::RequestCtx;
 use super::Gateway;
 use crate::body::Body;
 use crate::error::GatewayError;
+use crate::policy::names::Name;
 
 /// `x-switchyard-policy`: the policy version (content hash) a request ran on.
 pub const POLICY_HEADER: HeaderName = HeaderName::from_static("x-switchyard-policy");
@@ -63,7 +67,12 @@ pub fn respond(
             e.to_response()
         }
     };
-    stamp(gw, resp.headers_mut(), &ctx.snapshot.version, Some(&ctx));
+    stamp(
+        gw,
+        resp.headers_mut(),
+        &ctx.snapshot.version_header,
+        Some(&ctx),
+    );
     if let Some(up) = &ctx.upstream_id {
         resp.headers_mut()
             .insert(crate::request_id::UPSTREAM_HEADER, up.clone());
@@ -82,26 +91,38 @@ pub fn respond(
     (resp, Some(facts))
 }
 
-/// Writes the `x-switchyard-*` headers: the policy `version` always, and what `ctx`
-/// recorded when the request reached the gateway. Values that cannot be header values
-/// (non-visible ASCII in a configured name) are left out.
-pub fn stamp(gw: &Gateway, h: &mut HeaderMap, version: &str, ctx: Option<&RequestCtx>) {
-    put(h, POLICY_HEADER, version);
+/// Writes the `x-switchyard-*` headers: the policy `version` (the snapshot's
+/// [`version_header`](crate::routing::policy::PolicySnapshot::version_header))
+/// always, and what `ctx` recorded when the request reached the gateway. Names that
+/// cannot be header values (non-visible ASCII in a configured name) are left out.
+///
+/// The values are built once, not per response: the version with its snapshot, the
+/// endpoint ids with the gateway ([`Gateway::endpoint_header`]), and the route and
+/// rule names through a per-thread cache of the last ones written ([`named`]).
+pub fn stamp(gw: &Gateway, h: &mut HeaderMap, version: &HeaderValue, ctx: Option<&RequestCtx>) {
+    h.insert(POLICY_HEADER, version.clone());
     let Some(ctx) = ctx else { return };
     if let Some(route) = &ctx.route {
-        put(h, ROUTE_HEADER, route);
+        if let Some(v) = named(0, route) {
+            h.insert(ROUTE_HEADER, v);
+        }
     }
     if let Some(rule) = &ctx.rule {
-        put(h, RULE_HEADER, rule);
+        if let Some(v) = named(1, rule) {
+            h.insert(RULE_HEADER, v);
+        }
     }
     if ctx.served {
-        if let Some(ep) = ctx.endpoint.and_then(|i| gw.registry.endpoints.get(i)) {
-            put(h, ENDPOINT_HEADER, &ep.id);
+        if let Some(v) = ctx.endpoint.and_then(|i| gw.endpoint_header(i)) {
+            h.insert(ENDPOINT_HEADER, v.clone());
         }
     }
     if let Some(status) = ctx.cache {
         if matches!(status, super::cache::CacheStatus::Hit { .. }) {
-            put(h, ENDPOINT_HEADER, super::log::CACHE_ENDPOINT);
+            h.insert(
+                ENDPOINT_HEADER,
+                HeaderValue::from_static(super::log::CACHE_ENDPOINT),
+            );
         }
         super::cache::stamp(h, status);
     }
@@ -126,8 +147,63 @@ pub fn stamp(gw: &Gateway, h: &mut HeaderMap, version: &str, ctx: Option<&Reques
     }
 }
 
-fn put(h: &mut HeaderMap, name: HeaderName, value: &str) {
-    if let Ok(v) = HeaderValue::from_str(value) {
-        h.insert(name, v);
+thread_local! {
+    /// Per thread, the last route name (slot 0) and rule name (slot 1) written, with
+    /// their header values. The name is held, so its address cannot be reused by
+    /// another name while it is the key.
+    static NAMED: RefCell<[Option<(Name, HeaderValue)>; 2]> = const { RefCell::new([None, None]) };
+}
+
+/// The header value of a route or rule `name` (`slot` 0 or 1): the last one this
+/// thread built when `name` is the same name (the same allocation: names come from
+/// the policy set, one per route and rule), else built now and kept. `None` when the
+/// name cannot be a header value.
+///
+/// Every request of a route shares its name, so building the value (validating and
+/// copying it into a new allocation) once per name and thread, not once per
+/// response, is what this saves (`benches/load/callgrind.sh`).
+fn named(slot: usize, name: &Name) -> Option<HeaderValue> {
+    let build = || HeaderValue::from_str(name).ok();
+    // Reached from a thread-local destructor or re-entered: built without the cache.
+    let cached = NAMED.try_with(|cell| {
+        let mut cache = cell.try_borrow_mut().ok()?;
+        let entry = &mut cache[slot];
+        if let Some((n, v)) = entry {
+            if Arc::ptr_eq(n, name) {
+                return Some(v.clone());
+            }
+        }
+        let v = build()?;
+        *entry = Some((name.clone(), v.clone()));
+        Some(v)
+    });
+    match cached {
+        Ok(Some(v)) => Some(v),
+        Ok(None) | Err(_) => build(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_values_follow_the_name_not_the_last_one_kept() {
+        let a: Name = Arc::from("route-a");
+        let b: Name = Arc::from("route-b");
+        let a_again: Name = Arc::from("route-a");
+        assert_eq!(named(0, &a).unwrap(), "route-a");
+        assert_eq!(named(0, &a).unwrap(), "route-a");
+        assert_eq!(named(0, &b).unwrap(), "route-b");
+        // The other slot is its own.
+        assert_eq!(named(1, &a).unwrap(), "route-a");
+        assert_eq!(named(0, &b).unwrap(), "route-b");
+        // Equal text in another allocation: built again, the same value.
+        assert_eq!(named(0, &a_again).unwrap(), "route-a");
+        // Not a header value: left out, and the next name still gets its own.
+        let bad: Name = Arc::from("bad\nname");
+        assert!(named(0, &bad).is_none());
+        assert!(named(0, &bad).is_none());
+        assert_eq!(named(0, &a).unwrap(), "route-a");
     }
 }

@@ -117,6 +117,9 @@ pub struct PolicySnapshot {
     pub compiled: CompiledPolicySet,
     /// Content hash of every file (FNV-1a 64, hex): the `x-switchyard-policy` value.
     pub version: String,
+    /// [`PolicySnapshot::version`] as the `x-switchyard-policy` header value, built
+    /// once per loaded set rather than once per response.
+    pub version_header: http::HeaderValue,
     /// Files in the set, built-ins first (`builtin/...` or paths as read).
     pub files: Vec<String>,
     /// When this set was loaded.
@@ -699,6 +702,9 @@ pub fn compile_after(
         test_results,
         reads_input_tokens: super::reads::reads_input_tokens(compiled.checked()),
         reads_names: super::reads::read_names(compiled.checked()),
+        // Hex digits: always a valid header value.
+        version_header: http::HeaderValue::from_str(&version)
+            .unwrap_or_else(|_| http::HeaderValue::from_static("invalid")),
         version,
         compiled,
         files,

@@ -30,6 +30,40 @@ fn request_replaces_model_and_keeps_extra_fields() {
 }
 
 #[test]
+fn the_uri_and_key_built_once_follow_a_target_that_differs() {
+    let c = chat(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#);
+    let a = OpenAi::standard();
+    let target = |base_url, api_key| Target {
+        base_url,
+        model: "m2",
+        api_key,
+    };
+    for _ in 0..2 {
+        let req = a.request(&target("http://h/v1", Some("k1")), &c).unwrap();
+        assert_eq!(req.uri(), "http://h/v1/chat/completions");
+        assert_eq!(req.headers()["authorization"], "Bearer k1");
+        assert_eq!(req.headers()["content-type"], "application/json");
+        assert_eq!(req.headers()["accept"], "application/json");
+        assert_eq!(req.method(), http::Method::POST);
+    }
+    let req = a
+        .request(&target("http://other:8/v2", Some("k2")), &c)
+        .unwrap();
+    assert_eq!(req.uri(), "http://other:8/v2/chat/completions");
+    assert_eq!(req.headers()["authorization"], "Bearer k2");
+    assert!(req.headers()["authorization"].is_sensitive());
+    let req = a.request(&target("http://h/v1", None), &c).unwrap();
+    assert!(!req.headers().contains_key("authorization"));
+    // The key is never in the adapter's debug form.
+    assert!(!format!("{a:?}").contains("k1"));
+    // A key that cannot be a header value is refused, not sent.
+    assert!(a.request(&target("http://h/v1", Some("k\n")), &c).is_err());
+    assert!(a
+        .request(&target("http://h/v1", Some("bad\u{7f}key")), &c)
+        .is_err());
+}
+
+#[test]
 fn azure_url_and_header() {
     let c = chat(r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}"#);
     let t = Target {
