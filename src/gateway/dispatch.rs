@@ -242,7 +242,7 @@ impl Cursor {
             self.attempts += 1;
             self.endpoint = Some(ep);
             let began = Instant::now();
-            let attempt = Attempt::begin(&gw, ep, self.decided.clone(), probe).holding(slot);
+            let attempt = Attempt::begin(&gw, ep, began, self.decided.clone(), probe).holding(slot);
             // The text sent is kept for a failover, and for the access line's
             // `response_text` when bodies are logged.
             let track = (self.pos + 1 < self.plan.len() && failover_allowed(&gw, &self.chat))

@@ -42,11 +42,13 @@ pub struct Attempt {
 }
 
 impl Attempt {
-    /// Starts an attempt on endpoint `ep_idx`: it is in flight from now. `probe`: the
+    /// Starts an attempt on endpoint `ep_idx`, in flight since `sent` (the caller's
+    /// clock reading of now: one read serves the attempt's records). `probe`: the
     /// circuit breaker admitted it as its half-open probe.
     pub fn begin(
         gw: &Arc<Gateway>,
         ep_idx: usize,
+        sent: Instant,
         ctx: Arc<DecisionContext>,
         probe: bool,
     ) -> Attempt {
@@ -57,7 +59,7 @@ impl Attempt {
             gw: gw.clone(),
             ep_idx,
             ctx,
-            sent: Instant::now(),
+            sent,
             ended: false,
             probe,
             _slot: None,
@@ -111,14 +113,9 @@ impl Attempt {
             }
             return;
         };
-        let latency = self.sent.elapsed();
-        let changed = slot.record_outcome(
-            latency,
-            success,
-            self.probe,
-            SystemTime::now(),
-            Instant::now(),
-        );
+        let now = Instant::now();
+        let latency = now.saturating_duration_since(self.sent);
+        let changed = slot.record_outcome(latency, success, self.probe, SystemTime::now(), now);
         if let Some(state) = changed {
             self.gw
                 .log
