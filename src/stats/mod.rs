@@ -449,15 +449,20 @@ mod tests {
 
     #[test]
     fn ewma_follows_the_formula() {
+        // Recorded and read at one fixed time (see slow_successes_count_half).
+        let t = SystemTime::now();
+        let record = |s: &EndpointSlot, ms: u64, ok: bool| {
+            let _ = s.record_outcome(Duration::from_millis(ms), ok, false, t, Instant::now());
+        };
         let s = EndpointSlot::default();
-        s.record(Duration::from_millis(100), true);
-        assert_eq!(s.view(SystemTime::now()).latency_ewma_ms, 100.0);
-        s.record(Duration::from_millis(200), true);
-        let v = s.view(SystemTime::now());
+        record(&s, 100, true);
+        assert_eq!(s.view(t).latency_ewma_ms, 100.0);
+        record(&s, 200, true);
+        let v = s.view(t);
         assert!((v.latency_ewma_ms - 130.0).abs() < 1e-9);
         assert!((v.health - 1.0).abs() < 1e-12);
-        s.record(Duration::from_millis(0), false);
-        let v = s.view(SystemTime::now());
+        record(&s, 0, false);
+        let v = s.view(t);
         assert!((v.health - 0.9).abs() < 1e-12);
         assert!((v.error_rate - 0.1).abs() < 1e-12);
         assert!(
@@ -468,24 +473,31 @@ mod tests {
 
     #[test]
     fn slow_successes_count_half() {
+        // One fixed time for every record and view: health read a millisecond after
+        // a failure has begun to recover (`recovered`), which made this test fail
+        // when a read crossed a millisecond (the flake this fixes).
+        let t = SystemTime::now();
+        let record = |s: &EndpointSlot, ms: u64, ok: bool| {
+            let _ = s.record_outcome(Duration::from_millis(ms), ok, false, t, Instant::now());
+        };
         let s = EndpointSlot::new(Some(100.0), crate::config::BreakerConfig::default());
-        s.record(Duration::from_millis(50), true);
-        assert_eq!(s.view(SystemTime::now()).health, 1.0);
-        s.record(Duration::from_millis(150), true);
-        let v = s.view(SystemTime::now());
+        record(&s, 50, true);
+        assert_eq!(s.view(t).health, 1.0);
+        record(&s, 150, true);
+        let v = s.view(t);
         assert!((v.health - 0.95).abs() < 1e-12, "{}", v.health);
         assert_eq!(v.error_rate, 0.0, "slow is not an error");
-        s.record(Duration::from_millis(150), false);
-        assert!((s.view(SystemTime::now()).health - 0.855).abs() < 1e-12);
+        record(&s, 150, false);
+        assert!((s.view(t).health - 0.855).abs() < 1e-12);
         // Always slow settles at 0.5.
         for _ in 0..400 {
-            s.record(Duration::from_millis(500), true);
+            record(&s, 500, true);
         }
-        assert!((s.view(SystemTime::now()).health - 0.5).abs() < 1e-9);
+        assert!((s.view(t).health - 0.5).abs() < 1e-9);
         // No target: every success counts 1.
         let plain = EndpointSlot::default();
-        plain.record(Duration::from_secs(60), true);
-        assert_eq!(plain.view(SystemTime::now()).health, 1.0);
+        record(&plain, 60_000, true);
+        assert_eq!(plain.view(t).health, 1.0);
     }
 
     #[test]
