@@ -321,7 +321,7 @@ impl Adapter for OpenAi {
                     "the provider API key is not a valid header value",
                 )
             };
-            let (name, value) = match &self.azure_api_version {
+            let (name, mut value) = match &self.azure_api_version {
                 None => (
                     http::header::AUTHORIZATION,
                     Built::get(&self.built.bearer, key, |key| {
@@ -334,7 +334,6 @@ impl Adapter for OpenAi {
                     HeaderValue::from_str(key).map_err(bad_key)?,
                 ),
             };
-            let mut value = value;
             value.set_sensitive(true);
             headers.insert(name, value);
         }
