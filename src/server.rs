@@ -8,7 +8,8 @@
 //! ```text
 //! accept ──first byte──▶ head ──parsed──▶ request in flight ──response done──▶ idle ─┐
 //!   first_byte_timeout   header_timeout   body: ingress BODY_TIMEOUT             idle_timeout
-//!                          ▲               answer: upstream timeouts                  │
+//!                          ▲               answer: upstream timeouts,                 │
+//!                          │                 send_timeout per stalled write           │
 //!                          └──────────────── next request's first byte ◀──────────────┘
 //! ```
 //!
@@ -112,6 +113,10 @@ pub struct ConnLimits {
     /// With no request in flight: HTTP/1 keep-alive between requests, HTTP/2 with no
     /// open stream (`idle_timeout_ms`, default 75 s).
     pub idle_timeout: Duration,
+    /// With a request in flight, how long a write may find the socket full before
+    /// the connection is closed; any write that moves bytes starts it again
+    /// (`send_timeout_ms`, default 60 s, nginx's `send_timeout`).
+    pub send_timeout: Duration,
     /// Largest header section in bytes, counted as name + value + 4 per field, request
     /// line excluded (`max_header_bytes`, default 64 KiB); larger heads get 431.
     pub max_header_bytes: usize,
@@ -124,6 +129,7 @@ impl ConnLimits {
             first_byte_timeout: Duration::from_millis(server.first_byte_timeout_ms),
             header_timeout: Duration::from_millis(server.header_timeout_ms),
             idle_timeout: Duration::from_millis(server.idle_timeout_ms),
+            send_timeout: Duration::from_millis(server.send_timeout_ms),
             max_header_bytes: server.max_header_bytes,
         }
     }
@@ -195,6 +201,9 @@ pub async fn serve<H, F>(
             // HTTP/1 reads the socket only for heads and bodies: the request's future
             // and its response body watch for the client going away (`ClientWatch`).
             let watch = (!h2).then(|| socket.clone_watch());
+            // Without a body, unread bytes on the socket can only be a pipelined
+            // request, and the watch stops at them (`ClientWatch::poll_gone`).
+            let bodiless = matches!(req.body(), RequestBody::Empty);
             let fits = header_bytes(req.headers()) <= limits.max_header_bytes;
             let too_large = (!fits).then(|| crate::request_id::of(req.headers()));
             // Boxed per request: the request path's future is kilobytes, and moved
@@ -206,6 +215,7 @@ pub async fn serve<H, F>(
                 fut: fits.then(|| Box::pin(handler(req, peer))),
                 too_large,
                 watch,
+                bodiless,
                 guard: Some(guard),
                 limits,
             }
@@ -215,7 +225,10 @@ pub async fn serve<H, F>(
         let http2 = http2.clone();
         tokio::spawn(async move {
             // HTTP/1.1 or HTTP/2 with prior knowledge (h2c), told by the first bytes.
+            // Biased: bytes the sniff has read are a request's start, and a sniff
+            // that has finished is served even if shutdown began meanwhile.
             let h2 = tokio::select! {
+                biased;
                 h2 = io.sniff() => h2,
                 _ = stopping.changed() => return,
             };
@@ -281,6 +294,10 @@ struct Answer<F> {
     fut: Option<std::pin::Pin<Box<F>>>,
     too_large: Option<http::HeaderValue>,
     watch: Option<ClientWatch>,
+    /// The request has no body: every unread byte is a pipelined request. (With a
+    /// body the watch cannot tell the body's rest from a next request, so it peeks
+    /// again at each poll; the response body's watch knows the body was read.)
+    bodiless: bool,
     guard: Option<edge_io::RequestGuard>,
     limits: ConnLimits,
 }
@@ -301,7 +318,7 @@ impl<F: Future<Output = Response<Body>>> Future for Answer<F> {
                     let gone = this
                         .watch
                         .as_mut()
-                        .is_some_and(|w| w.poll_gone(cx, false).is_ready());
+                        .is_some_and(|w| w.poll_gone(cx, this.bodiless).is_ready());
                     if gone {
                         this.fut = None;
                         return Poll::Ready(Err(edge_io::client_gone()));
@@ -485,7 +502,7 @@ fn headers_too_large(limits: &ConnLimits, id: http::HeaderValue) -> Response<Bod
     );
     let mut resp = crate::body::json(
         StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-        canned::error_body(431, limits),
+        canned::error_body(431, "", limits),
     );
     resp.headers_mut().insert(crate::request_id::HEADER, id);
     resp

@@ -359,6 +359,7 @@ impl Validator {
                 "first_byte_timeout_ms",
                 "header_timeout_ms",
                 "idle_timeout_ms",
+                "send_timeout_ms",
                 "max_header_bytes",
                 "retry_budget_ms",
                 "max_attempts",
@@ -433,6 +434,7 @@ impl Validator {
             ("first_byte_timeout_ms", &mut cfg.first_byte_timeout_ms),
             ("header_timeout_ms", &mut cfg.header_timeout_ms),
             ("idle_timeout_ms", &mut cfg.idle_timeout_ms),
+            ("send_timeout_ms", &mut cfg.send_timeout_ms),
         ] {
             if let Some(n) = self.uint(map, key, path, 1, 3_600_000) {
                 *field = n;

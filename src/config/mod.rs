@@ -171,6 +171,11 @@ pub struct ServerConfig {
     /// `keepalive_timeout`): HTTP/1 keep-alive between requests, HTTP/2 with no open
     /// stream.
     pub idle_timeout_ms: u64,
+    /// While a request is in flight, how long writing its answer may wait for a
+    /// client that reads nothing before the connection is closed, in milliseconds
+    /// (`send_timeout_ms`, default 60 000 ms, nginx's `send_timeout`): the time
+    /// between two writes that make progress, not the whole answer's.
+    pub send_timeout_ms: u64,
     /// Largest request header section in bytes, counted as name + value + 4 per field
     /// without the request line (`max_header_bytes`, default 64 KiB); larger heads get
     /// 431. Independently of it, hyper refuses more than 100 fields or a head over
@@ -240,6 +245,7 @@ impl Default for ServerConfig {
             first_byte_timeout_ms: 10_000,
             header_timeout_ms: 10_000,
             idle_timeout_ms: 75_000,
+            send_timeout_ms: 60_000,
             max_header_bytes: 64 * 1024,
             retry_budget_ms: 30_000,
             max_attempts: 8,

@@ -1,8 +1,10 @@
 //! OpenAI-shaped answers for request heads the server refuses before the service
 //! sees them.
 //!
-//! An unparsable HTTP/1 request head gets 400, a URI over [`MAX_URI_BYTES`] 414, and
-//! more than [`super::h1::MAX_HEADERS`] fields or a head past the cap 431
+//! An unparsable HTTP/1 request head gets 400 (naming what is wrong when the parser
+//! knows: a missing Host, conflicting framing headers), a transfer coding other than
+//! `chunked` 501, a URI over [`MAX_URI_BYTES`] 414, and more than
+//! [`super::h1::MAX_HEADERS`] fields or a head past the cap 431
 //! ([`super::h1::parse_head`]); [`response`] is that whole answer, written before
 //! the connection closes. [`error_body`] is the same body for the 431 the service
 //! gives a head over `server.max_header_bytes`.
@@ -11,16 +13,19 @@
 //! the head they refuse could not be read, and the same id is in the log line
 //! (`debug`) that records the refusal.
 
+use super::h1::HeadError;
 use super::ConnLimits;
 
 /// Longest accepted request URI, in bytes (hyper's `MAX_URI_LEN`, kept when the
 /// server side became our own).
 pub(super) const MAX_URI_BYTES: usize = u16::MAX as usize - 1;
 
-/// The complete HTTP/1.1 response refusing a request head with `status` (400, 414
-/// or 431) and `reason`: an OpenAI error body, `connection: close`, a new request id.
-pub(super) fn response(status: u16, reason: &str, limits: &ConnLimits) -> Vec<u8> {
-    let body = error_body(status, limits);
+/// The complete HTTP/1.1 response refusing a request head with `e`'s status (400,
+/// 414, 431 or 501) and reason: an OpenAI error body, `connection: close`, a new
+/// request id.
+pub(super) fn response(e: &HeadError, limits: &ConnLimits) -> Vec<u8> {
+    let (status, reason) = (e.status, e.reason);
+    let body = error_body(status, e.message, limits);
     let id = crate::request_id::generate();
     let id = crate::request_id::as_str(&id);
     tracing::debug!(
@@ -41,8 +46,9 @@ pub(super) fn response(status: u16, reason: &str, limits: &ConnLimits) -> Vec<u8
     bytes
 }
 
-/// The OpenAI error body for `status` (400, 414 or 431) of a refused request head.
-pub(super) fn error_body(status: u16, limits: &ConnLimits) -> Vec<u8> {
+/// The OpenAI error body for `status` (400, 414, 431 or 501) of a refused request
+/// head; `message` says what is wrong for 400 and 501 (the others name their limit).
+pub(super) fn error_body(status: u16, message: &str, limits: &ConnLimits) -> Vec<u8> {
     let (message, code) = match status {
         414 => (
             format!("The request URI is longer than {MAX_URI_BYTES} bytes."),
@@ -55,11 +61,8 @@ pub(super) fn error_body(status: u16, limits: &ConnLimits) -> Vec<u8> {
             ),
             "headers_too_large",
         ),
-        _ => (
-            "The request is not valid HTTP: its request line or a header is malformed."
-                .to_string(),
-            "malformed_request",
-        ),
+        501 => (message.to_string(), "unsupported_transfer_coding"),
+        _ => (message.to_string(), "malformed_request"),
     };
     let v = serde_json::json!({
         "error": {
@@ -78,7 +81,12 @@ mod tests {
 
     #[test]
     fn a_refused_head_gets_a_complete_json_response() {
-        let out = response(414, "URI Too Long", &ConnLimits::default());
+        let e = HeadError {
+            status: 414,
+            reason: "URI Too Long",
+            message: "",
+        };
+        let out = response(&e, &ConnLimits::default());
         let out = String::from_utf8(out).unwrap();
         let (head, body) = out.split_once("\r\n\r\n").unwrap();
         assert!(head.starts_with("HTTP/1.1 414 URI Too Long\r\n"), "{head}");

@@ -25,10 +25,14 @@
 //!    updates) after the first request do not: there only open streams count. A
 //!    pipelined head that arrived with the previous request is parsed from the bytes
 //!    already read, so if it is partial `idle_timeout` bounds the read of its rest.
-//! 3. While a request is in flight nothing is armed: the body has its own bound in
-//!    `ingress` and the answer the upstream timeouts.
-//! 4. A read (or a stuck write) that would wait past the deadline fails with
-//!    `TimedOut`; the server then closes the connection.
+//! 3. While a request is in flight no read deadline is armed: the body has its own
+//!    bound in `ingress` and the answer the upstream timeouts. Writes are bounded
+//!    instead: a write that finds the socket full starts `send_timeout`, and any
+//!    write that makes progress ends it (nginx's `send_timeout`), so a client that
+//!    stops reading a large answer or a stream cannot hold the connection, and the
+//!    upstream work behind it, until shutdown.
+//! 4. A read or a write that would wait past its deadline fails with `TimedOut`;
+//!    the server then closes the connection.
 //!
 //! # The sniffed bytes
 //! The bytes read by the sniff are handed to the server on its first read together
@@ -194,6 +198,10 @@ pub(super) struct EdgeIo {
     sleep: Pin<Box<Sleep>>,
     /// `started` when the wait state was last brought up to date.
     seen: u64,
+    /// While a request is in flight and a write found the socket full: when the
+    /// write fails unless one makes progress first (`send_timeout` after the first
+    /// such write). Cleared by every write that moves bytes.
+    stalled: Option<Instant>,
     /// The bytes [`EdgeIo::sniff`] read, replayed to the server from `pre_at` to `pre_len`.
     pre: [u8; PREFACE.len()],
     pre_at: u8,
@@ -216,10 +224,17 @@ impl EdgeIo {
             deadline,
             sleep: Box::pin(tokio::time::sleep_until(deadline)),
             seen: 0,
+            stalled: None,
             pre: [0; PREFACE.len()],
             pre_at: 0,
             pre_len: 0,
         }
+    }
+
+    /// Bytes read by [`EdgeIo::sniff`] that the server has not read yet: the start
+    /// of a request, which shutdown must not drop as if the connection were idle.
+    pub(super) fn has_replay(&self) -> bool {
+        self.pre_at < self.pre_len
     }
 
     /// A watch on this connection's socket for a client that goes away while one of
@@ -308,6 +323,10 @@ impl EdgeIo {
             self.wait = Some(Wait::Idle);
             self.deadline = Instant::now() + self.limits.idle_timeout;
         }
+        if !busy {
+            // A stall of an answer that has ended says nothing about the next one.
+            self.stalled = None;
+        }
         self.seen = started;
         busy
     }
@@ -332,12 +351,31 @@ impl EdgeIo {
         io::Error::new(io::ErrorKind::TimedOut, what)
     }
 
-    /// A write that cannot proceed: fails once the armed deadline has passed, so a
-    /// client that stops reading cannot hold an idle connection either.
+    /// A write that cannot proceed. With no request in flight it fails once the
+    /// armed read deadline has passed, so a client that stops reading cannot hold an
+    /// idle connection either; with one in flight, `send_timeout` after the first
+    /// write that found the socket full, unless a write makes progress first.
     fn pending_write<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
-        self.sync();
-        match self.poll_deadline(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(self.timed_out())),
+        if !self.sync() {
+            return match self.poll_deadline(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(self.timed_out())),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+        // Reads register no deadline while a request is in flight (HTTP/1 reads
+        // none then, HTTP/2 waits for its streams), so the timer is free to use.
+        let send_timeout = self.limits.send_timeout;
+        let at = *self
+            .stalled
+            .get_or_insert_with(|| Instant::now() + send_timeout);
+        if self.sleep.deadline() != at {
+            self.sleep.as_mut().reset(at);
+        }
+        match self.sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client read nothing of the answer within send_timeout_ms",
+            ))),
             Poll::Pending => Poll::Pending,
         }
     }
@@ -385,7 +423,12 @@ impl AsyncWrite for EdgeIo {
         let this = self.get_mut();
         match write_shared(&this.stream, cx, bufs) {
             Poll::Pending => this.pending_write(cx),
-            done => done,
+            done => {
+                if matches!(done, Poll::Ready(Ok(n)) if n > 0) {
+                    this.stalled = None;
+                }
+                done
+            }
         }
     }
 

@@ -31,12 +31,20 @@
 //!   last, or `Content-Length`, or empty. Both together, a `Transfer-Encoding` on an
 //!   HTTP/1.0 request, one whose last coding is not `chunked`, or `Content-Length`
 //!   values that differ or are not digits get 400 and the connection is closed: a
-//!   proxy that guessed could be made to smuggle a request (§11.2).
+//!   proxy that guessed could be made to smuggle a request (§11.2). A coding other
+//!   than `chunked` before it gets 501 (§6.1: only `chunked` is decoded here).
+//!   A chunk size is followed by whitespace, then `;` and extensions or the CRLF.
+//! - `Host` (§3.2): an HTTP/1.1 request without one, or any request with two, gets
+//!   400 naming the problem.
 //! - Persistence (§9.3): HTTP/1.1 keeps the connection unless either side says
 //!   `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`. A response
 //!   whose request body was not read to its end closes the connection, after the
 //!   bytes already received are decoded and dropped (as hyper does), since the rest
 //!   would otherwise be read as the next request.
+//! - Closing (§9.6): a connection closed while the client may still be sending (an
+//!   unread body, a refused head) ends its write side first and reads and drops what
+//!   arrives for a few seconds ([`close`]), so the kernel does not answer the
+//!   client's bytes with a reset that can destroy our answer.
 //! - `Expect: 100-continue` (RFC 9110 §10.1.1): the interim `100 Continue` is sent
 //!   when the service first reads the body, never when it answers without reading it.
 //! - Response framing: `Content-Length` when the body's length is known (a JSON
@@ -54,6 +62,7 @@ use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri, Version};
@@ -134,34 +143,28 @@ impl Shared {
         if self.eof {
             return Poll::Ready(Ok(0));
         }
-        let io = &mut self.io;
         let buf = &mut self.buf;
-        let read = SCRATCH.with(|s| {
-            let mut scratch = s.borrow_mut();
-            let mut rb = ReadBuf::new(&mut scratch[..]);
-            match Pin::new(&mut *io).poll_read(cx, &mut rb) {
-                Poll::Ready(Ok(())) => {
-                    let new = rb.filled();
-                    if !new.is_empty() {
-                        *buf = if buf.is_empty() {
-                            Bytes::copy_from_slice(new)
-                        } else {
-                            let mut joined = BytesMut::with_capacity(buf.len() + new.len());
-                            joined.extend_from_slice(buf);
-                            joined.extend_from_slice(new);
-                            joined.freeze()
-                        };
-                    }
-                    Poll::Ready(Ok(new.len()))
-                }
-                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                Poll::Pending => Poll::Pending,
-            }
-        });
-        if let Poll::Ready(Ok(0)) = read {
-            self.eof = true;
+        read_scratch(&mut self.io, &mut self.eof, cx, |new| {
+            *buf = if buf.is_empty() {
+                Bytes::copy_from_slice(new)
+            } else {
+                let mut joined = BytesMut::with_capacity(buf.len() + new.len());
+                joined.extend_from_slice(buf);
+                joined.extend_from_slice(new);
+                joined.freeze()
+            };
+        })
+    }
+
+    /// Reads once from the socket and drops what it read (a lingering close);
+    /// `Ready(Ok(0))` at the end of the stream.
+    fn poll_discard(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        self.buf = Bytes::new();
+        self.grow = BytesMut::new();
+        if self.eof {
+            return Poll::Ready(Ok(0));
         }
-        read
+        read_scratch(&mut self.io, &mut self.eof, cx, |_| {})
     }
 
     /// Reads more of a request head. The first read of a head goes to `buf` as any
@@ -180,51 +183,31 @@ impl Shared {
             self.scanned = self.buf.len();
             self.buf = Bytes::new();
         }
-        let io = &mut self.io;
         let grow = &mut self.grow;
-        let read = SCRATCH.with(|s| {
-            let mut scratch = s.borrow_mut();
-            let mut rb = ReadBuf::new(&mut scratch[..]);
-            match Pin::new(&mut *io).poll_read(cx, &mut rb) {
-                Poll::Ready(Ok(())) => {
-                    grow.extend_from_slice(rb.filled());
-                    Poll::Ready(Ok(rb.filled().len()))
-                }
-                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                Poll::Pending => Poll::Pending,
-            }
-        });
-        if let Poll::Ready(Ok(0)) = read {
-            self.eof = true;
-        }
-        read
+        read_scratch(&mut self.io, &mut self.eof, cx, |new| {
+            grow.extend_from_slice(new);
+        })
     }
 
-    /// Drops empty lines before a request line (RFC 9112 §2.2 lets a server ignore
-    /// them), so that an empty line in hand always ends a head.
+    /// Drops empty lines (CRLF or a bare LF) before a request line (RFC 9112 §2.2
+    /// lets a server ignore at least one), so that an empty line in hand always ends
+    /// a head. A CR not followed by LF is left for the parser, which refuses it.
     fn skip_empty_lines(&mut self) {
-        let k = self
-            .buf
-            .iter()
-            .take_while(|b| matches!(b, b'\r' | b'\n'))
-            .count();
+        let k = empty_lines(&self.buf);
         if k > 0 {
             let _ = self.buf.split_to(k);
         }
-        let k = self
-            .grow
-            .iter()
-            .take_while(|b| matches!(b, b'\r' | b'\n'))
-            .count();
+        let k = empty_lines(&self.grow);
         if k > 0 {
             let _ = self.grow.split_to(k);
             self.scanned = self.scanned.saturating_sub(k);
         }
     }
 
-    /// No byte of a next request is in hand.
+    /// No byte of a next request is in hand (the bytes the protocol sniff read
+    /// included).
     fn is_idle(&self) -> bool {
-        self.buf.is_empty() && self.grow.is_empty()
+        self.buf.is_empty() && self.grow.is_empty() && !self.io.has_replay()
     }
 
     /// Moves a head gathered in `grow` to `buf` for parsing once an empty line (its
@@ -238,7 +221,10 @@ impl Shared {
         let ended = new.windows(2).any(|w| w == b"\n\n") || new.windows(3).any(|w| w == b"\n\r\n");
         self.scanned = self.grow.len();
         if ended || self.grow.len() > cap {
-            self.buf = self.grow.split().freeze();
+            // Taken whole, spare capacity included: `split` would leave the spare
+            // part in `grow`, and with it the whole allocation, held by an idle
+            // connection after the request is done.
+            self.buf = std::mem::take(&mut self.grow).freeze();
             self.scanned = 0;
         }
     }
@@ -306,6 +292,24 @@ impl Shared {
         }
     }
 
+    /// Settles the request body once the service has answered: a `100 Continue`
+    /// partly written is finished first (the final head must not start inside it;
+    /// one not begun is not sent at all), then what is left of the body is drained
+    /// if it has arrived ([`Shared::drain_now`]). `Ready(true)` if the body was read
+    /// to its end, so the connection can serve another request.
+    fn poll_settle_body(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
+        if matches!(self.cont, Continue::Writing(at) if at > 0) {
+            // Told to go on just now (or the write failed): the client sends the
+            // body after it, and none of it is in hand.
+            let _ = std::task::ready!(self.poll_continue(cx));
+            self.cont = Continue::No;
+            return Poll::Ready(false);
+        }
+        let drained = self.drain_now(cx);
+        self.cont = Continue::No;
+        Poll::Ready(drained)
+    }
+
     /// Decodes and drops what is left of the request body, from the bytes already
     /// read and reads that need no wait, up to [`DRAIN_NOW_BYTES`]; true if the body
     /// ended (the connection can serve another request).
@@ -330,6 +334,48 @@ impl Shared {
             }
         }
         self.decode.is_done()
+    }
+}
+
+/// Reads once from `io` into the per-thread scratch buffer and hands the bytes that
+/// arrived, if any, to `keep`; `Ready(Ok(0))` at the end of the stream, which sets
+/// `eof`.
+fn read_scratch(
+    io: &mut EdgeIo,
+    eof: &mut bool,
+    cx: &mut Context<'_>,
+    keep: impl FnOnce(&[u8]),
+) -> Poll<io::Result<usize>> {
+    let read = SCRATCH.with(|s| {
+        let mut scratch = s.borrow_mut();
+        let mut rb = ReadBuf::new(&mut scratch[..]);
+        match Pin::new(&mut *io).poll_read(cx, &mut rb) {
+            Poll::Ready(Ok(())) => {
+                let new = rb.filled();
+                if !new.is_empty() {
+                    keep(new);
+                }
+                Poll::Ready(Ok(new.len()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    });
+    if let Poll::Ready(Ok(0)) = read {
+        *eof = true;
+    }
+    read
+}
+
+/// Bytes of whole empty lines (`\r\n` or `\n`) at the start of `bytes`.
+fn empty_lines(bytes: &[u8]) -> usize {
+    let mut k = 0;
+    loop {
+        match &bytes[k..] {
+            [b'\r', b'\n', ..] => k += 2,
+            [b'\n', ..] => k += 1,
+            _ => return k,
+        }
     }
 }
 
@@ -361,7 +407,13 @@ enum Chunk {
         digits: u8,
         line: usize,
     },
-    /// After the size, in whitespace or chunk extensions, up to the CR.
+    /// After the size, in whitespace before a `;` or the CR (the `BWS` of RFC 9112
+    /// §7.1.1).
+    SizeWs {
+        size: u64,
+        line: usize,
+    },
+    /// In chunk extensions (after their first `;`), up to the CR.
     Ext {
         size: u64,
         line: usize,
@@ -489,9 +541,22 @@ fn decode_chunked(state: &mut Chunk, buf: &mut Bytes) -> io::Result<Option<Bytes
                     None if digits == 0 => return Err(bad_chunk("chunk size is not hex")),
                     None => match b {
                         b'\r' => Chunk::SizeLf { size },
-                        b';' | b' ' | b'\t' => Chunk::Ext { size, line },
+                        b';' => Chunk::Ext { size, line },
+                        b' ' | b'\t' => Chunk::SizeWs { size, line },
                         _ => return Err(bad_chunk("chunk size is not hex")),
                     },
+                }
+            }
+            Chunk::SizeWs { size, line } => {
+                if line >= MAX_CHUNK_LINE {
+                    return Err(bad_chunk("chunk-size line too long"));
+                }
+                let line = line + 1;
+                match b {
+                    b'\r' => Chunk::SizeLf { size },
+                    b';' => Chunk::Ext { size, line },
+                    b' ' | b'\t' => Chunk::SizeWs { size, line },
+                    _ => return Err(bad_chunk("chunk size followed by neither ';' nor CRLF")),
                 }
             }
             Chunk::Ext { size, line } => {
@@ -625,20 +690,40 @@ impl HttpBody for Body {
 pub(super) struct HeadError {
     pub(super) status: u16,
     pub(super) reason: &'static str,
+    /// What is wrong, for the error body's `message` (400 and 501; 414 and 431 say
+    /// their limit instead).
+    pub(super) message: &'static str,
 }
 
-const BAD_REQUEST: HeadError = HeadError {
-    status: 400,
-    reason: "Bad Request",
-};
+/// 400 for a head that is not valid HTTP/1.x.
+const BAD_REQUEST: HeadError =
+    bad_request("The request is not valid HTTP: its request line or a header is malformed.");
 const URI_TOO_LONG: HeadError = HeadError {
     status: 414,
     reason: "URI Too Long",
+    message: "",
 };
 const HEAD_TOO_LARGE: HeadError = HeadError {
     status: 431,
     reason: "Request Header Fields Too Large",
+    message: "",
 };
+
+/// 501 for a request body in a transfer coding other than `chunked`.
+const NOT_IMPLEMENTED: HeadError = HeadError {
+    status: 501,
+    reason: "Not Implemented",
+    message: "The request body's Transfer-Encoding has a coding other than chunked, which this server does not decode.",
+};
+
+/// 400 saying what is wrong with the head.
+const fn bad_request(message: &'static str) -> HeadError {
+    HeadError {
+        status: 400,
+        reason: "Bad Request",
+        message,
+    }
+}
 
 /// A parsed request head.
 #[derive(Debug)]
@@ -707,15 +792,21 @@ pub(super) fn parse_head(buf: &Bytes, limits: &ConnLimits) -> Result<Option<Head
     let mut close = false;
     let mut keep_alive = false;
     let mut expects_continue = false;
+    let mut other_coding = false;
+    let mut hosts = 0u32;
     for field in req.headers.iter() {
         let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| BAD_REQUEST)?;
         let value =
             HeaderValue::from_maybe_shared(buf.slice_ref(field.value)).map_err(|_| BAD_REQUEST)?;
         if name == header::CONTENT_LENGTH {
             for part in field.value.split(|b| *b == b',') {
-                let n = parse_length(part.trim_ascii()).ok_or(BAD_REQUEST)?;
+                let n = parse_length(part.trim_ascii()).ok_or(bad_request(
+                    "The Content-Length header is not a decimal number of bytes.",
+                ))?;
                 if length.is_some_and(|l| l != n) {
-                    return Err(BAD_REQUEST);
+                    return Err(bad_request(
+                        "The request has Content-Length values that differ.",
+                    ));
                 }
                 length = Some(n);
             }
@@ -729,14 +820,20 @@ pub(super) fn parse_head(buf: &Bytes, limits: &ConnLimits) -> Result<Option<Head
                     continue;
                 }
                 if chunked == Some(true) {
-                    return Err(BAD_REQUEST);
+                    return Err(bad_request(
+                        "The Transfer-Encoding header has a coding after chunked.",
+                    ));
                 }
                 any = true;
-                chunked = Some(coding.eq_ignore_ascii_case(b"chunked"));
+                let is_chunked = coding.eq_ignore_ascii_case(b"chunked");
+                other_coding |= !is_chunked;
+                chunked = Some(is_chunked);
             }
             if !any {
                 chunked = Some(false);
             }
+        } else if name == header::HOST {
+            hosts += 1;
         } else if name == header::CONNECTION {
             for token in field.value.split(|b| *b == b',') {
                 let token = token.trim_ascii();
@@ -751,15 +848,39 @@ pub(super) fn parse_head(buf: &Bytes, limits: &ConnLimits) -> Result<Option<Head
         }
         headers.append(name, value);
     }
+    // RFC 9112 §3.2: an HTTP/1.1 request carries exactly one Host; HTTP/1.0 at
+    // most one.
+    if hosts > 1 {
+        return Err(bad_request("The request has more than one Host header."));
+    }
+    if hosts == 0 && version == Version::HTTP_11 {
+        return Err(bad_request("The HTTP/1.1 request has no Host header."));
+    }
     let framing = match (chunked, length) {
-        (Some(_), Some(_)) => return Err(BAD_REQUEST),
-        (Some(_), None) if version == Version::HTTP_10 => return Err(BAD_REQUEST),
+        (Some(_), Some(_)) => {
+            return Err(bad_request(
+                "The request has both Transfer-Encoding and Content-Length.",
+            ))
+        }
+        (Some(_), None) if version == Version::HTTP_10 => {
+            return Err(bad_request(
+                "An HTTP/1.0 request cannot use Transfer-Encoding.",
+            ))
+        }
+        // RFC 9112 §6.1: a coding the server does not understand gets 501; only
+        // `chunked` is decoded here (a compressed body would reach the service
+        // still compressed).
+        (Some(true), None) if other_coding => return Err(NOT_IMPLEMENTED),
         (Some(true), None) => Decode::Chunked(Chunk::Size {
             size: 0,
             digits: 0,
             line: 0,
         }),
-        (Some(false), None) => return Err(BAD_REQUEST),
+        (Some(false), None) => {
+            return Err(bad_request(
+                "The request's Transfer-Encoding does not end with chunked, so its body length is unknown.",
+            ))
+        }
         (None, Some(n)) if n > 0 => Decode::Length(n),
         (None, _) => Decode::Done,
     };
@@ -875,10 +996,50 @@ async fn write_all(shared: &Mutex<Shared>, parts: &[&[u8]]) -> io::Result<()> {
     .await
 }
 
-/// Ends the connection's write side (the client reads the end of the stream).
-async fn close(shared: &Mutex<Shared>) {
+/// Ends the connection's write side (the client reads the end of the stream), then,
+/// if `linger` and the client may still be sending (an unread or broken request body, bytes of
+/// a refused or pipelined request), reads and drops what it sends until it closes
+/// too, for at most [`LINGER_TOTAL`] and [`LINGER_QUIET`] without a byte.
+///
+/// # Why linger
+/// Closing a socket with unread bytes in its receive queue makes Linux send a reset
+/// instead of a FIN, and a reset can make the client drop our answer (a 413, 400 or
+/// 401) still in its own receive queue before reading it: it sees "connection reset"
+/// while still uploading (RFC 9112 §9.6, nginx's `lingering_close`). Reads land in
+/// the per-thread scratch buffer, so lingering costs no memory.
+async fn close(shared: &Mutex<Shared>, linger: bool) {
     let _ = std::future::poll_fn(|cx| Pin::new(&mut lock(shared).io).poll_shutdown(cx)).await;
+    let may_send = linger && {
+        let s = lock(shared);
+        let done = s.decode.is_done() && s.buf.is_empty() && s.grow.is_empty();
+        !s.eof && !done
+    };
+    if !may_send {
+        return;
+    }
+    let linger = async {
+        loop {
+            let read = tokio::time::timeout(
+                LINGER_QUIET,
+                std::future::poll_fn(|cx| lock(shared).poll_discard(cx)),
+            )
+            .await;
+            if !matches!(read, Ok(Ok(n)) if n > 0) {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER_TOTAL, linger).await;
 }
+
+/// Longest a closing connection reads and drops what its client still sends
+/// ([`close`]; nginx's `lingering_time` is 30 s, shorter here since shutdown waits
+/// for it).
+const LINGER_TOTAL: Duration = Duration::from_secs(5);
+
+/// Longest a lingering close waits for the client's next bytes (nginx's
+/// `lingering_timeout`).
+const LINGER_QUIET: Duration = Duration::from_secs(1);
 
 /// How a response body is framed on the wire.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -1210,15 +1371,20 @@ where
             };
             let keep = match next {
                 Next::Request(head) => Box::pin(exchange(&shared, &service, head, &stopping)).await,
-                Next::Close => false,
+                // The client ended, a read failed or a deadline passed: nothing to
+                // linger for.
+                Next::Close => {
+                    close(&shared, false).await;
+                    return;
+                }
                 Next::Refuse(e) => {
-                    let answer = canned::response(e.status, e.reason, &limits);
+                    let answer = canned::response(&e, &limits);
                     let _ = write_all(&shared, &[&answer]).await;
                     false
                 }
             };
             if !keep {
-                close(&shared).await;
+                close(&shared, true).await;
                 return;
             }
         }
@@ -1264,13 +1430,7 @@ where
     };
     // The service has answered; whatever of the body it left is drained now if it
     // has arrived, else the connection closes after the answer.
-    let read_whole = std::future::poll_fn(|cx| {
-        let mut s = lock(shared);
-        let drained = s.drain_now(cx);
-        s.cont = Continue::No;
-        Poll::Ready(drained)
-    })
-    .await;
+    let read_whole = std::future::poll_fn(|cx| lock(shared).poll_settle_body(cx)).await;
     let stop = stopping.has_changed().unwrap_or(true);
     let keep_alive = keep_alive && read_whole && !stop;
     matches!(

@@ -41,25 +41,27 @@ fn a_partial_head_waits_for_more() {
     assert!(parse(b"GET / HTTP/1.1\r\nHost: a\r\n").unwrap().is_none());
     assert!(parse(b"GET / HT").unwrap().is_none());
     // Empty lines before the request line are skipped (RFC 9112 §2.2).
-    assert!(parse(b"\r\n\r\nGET / HTTP/1.1\r\n\r\n").unwrap().is_some());
+    assert!(parse(b"\r\n\r\nGET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        .unwrap()
+        .is_some());
 }
 
 #[test]
 fn ambiguous_framing_is_refused() {
     // RFC 9112 §6.3 and §11.2: a request a proxy could frame two ways.
     for raw in [
-        &b"POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
-        b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
-        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
-        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+        &b"POST / HTTP/1.1\r\nhost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
+        b"POST / HTTP/1.1\r\nhost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
+        b"POST / HTTP/1.1\r\nhost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+        b"POST / HTTP/1.1\r\nhost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
         b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
-        b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
-        b"POST / HTTP/1.1\r\nContent-Length: 5, 6\r\n\r\n",
-        b"POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\n",
-        b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
-        b"POST / HTTP/1.1\r\nContent-Length: 0x10\r\n\r\n",
-        b"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
-        b"POST / HTTP/1.1\r\nContent-Length: \r\n\r\n",
+        b"POST / HTTP/1.1\r\nhost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+        b"POST / HTTP/1.1\r\nhost: x\r\nContent-Length: 5, 6\r\n\r\n",
+        b"POST / HTTP/1.1\r\nhost: x\r\nContent-Length: +5\r\n\r\n",
+        b"POST / HTTP/1.1\r\nhost: x\r\nContent-Length: -1\r\n\r\n",
+        b"POST / HTTP/1.1\r\nhost: x\r\nContent-Length: 0x10\r\n\r\n",
+        b"POST / HTTP/1.1\r\nhost: x\r\nContent-Length: 99999999999999999999\r\n\r\n",
+        b"POST / HTTP/1.1\r\nhost: x\r\nContent-Length: \r\n\r\n",
     ] {
         assert_eq!(refused(raw), 400, "{}", String::from_utf8_lossy(raw));
     }
@@ -67,30 +69,32 @@ fn ambiguous_framing_is_refused() {
 
 #[test]
 fn framing_follows_the_last_coding_and_equal_lengths() {
-    let h = head(b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+    let h = head(b"POST / HTTP/1.1\r\nhost: x\r\nTransfer-Encoding: Chunked\r\n\r\n");
     assert!(matches!(h.framing, Decode::Chunked(_)));
-    let h = head(b"POST / HTTP/1.1\r\nContent-Length: 7, 7\r\nContent-Length: 7\r\n\r\n");
+    let h =
+        head(b"POST / HTTP/1.1\r\nhost: x\r\nContent-Length: 7, 7\r\nContent-Length: 7\r\n\r\n");
     assert_eq!(h.framing, Decode::Length(7));
-    let h = head(b"POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+    let h = head(b"POST / HTTP/1.1\r\nhost: x\r\nContent-Length: 0\r\n\r\n");
     assert_eq!(h.framing, Decode::Done);
-    let h = head(b"GET / HTTP/1.1\r\n\r\n");
+    let h = head(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n");
     assert_eq!(h.framing, Decode::Done);
 }
 
 #[test]
 fn persistence_follows_the_version_and_connection_tokens() {
-    assert!(head(b"GET / HTTP/1.1\r\n\r\n").keep_alive);
-    assert!(!head(b"GET / HTTP/1.1\r\nConnection: Close\r\n\r\n").keep_alive);
-    assert!(!head(b"GET / HTTP/1.1\r\nConnection: upgrade, close\r\n\r\n").keep_alive);
+    assert!(head(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").keep_alive);
+    assert!(!head(b"GET / HTTP/1.1\r\nhost: x\r\nConnection: Close\r\n\r\n").keep_alive);
+    assert!(!head(b"GET / HTTP/1.1\r\nhost: x\r\nConnection: upgrade, close\r\n\r\n").keep_alive);
     assert!(!head(b"GET / HTTP/1.0\r\n\r\n").keep_alive);
     assert!(head(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").keep_alive);
 }
 
 #[test]
 fn continue_is_expected_only_for_a_body_on_http_1_1() {
-    let h = head(b"POST / HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 3\r\n\r\n");
+    let h =
+        head(b"POST / HTTP/1.1\r\nhost: x\r\nExpect: 100-Continue\r\nContent-Length: 3\r\n\r\n");
     assert!(h.expects_continue);
-    let h = head(b"POST / HTTP/1.1\r\nExpect: 100-continue\r\n\r\n");
+    let h = head(b"POST / HTTP/1.1\r\nhost: x\r\nExpect: 100-continue\r\n\r\n");
     assert!(!h.expects_continue, "no body");
     let h = head(b"POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n");
     assert!(!h.expects_continue, "HTTP/1.0");
@@ -99,18 +103,27 @@ fn continue_is_expected_only_for_a_body_on_http_1_1() {
 #[test]
 fn malformed_or_oversized_heads_get_their_status() {
     assert_eq!(refused(b"GARBAGE\r\n\r\n"), 400);
-    assert_eq!(refused(b"GET / HTTP/1.1\r\nno colon here\r\n\r\n"), 400);
-    assert_eq!(refused(b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n"), 400);
-    assert_eq!(refused(b"GET / HTTP/1.1\r\nx: a\0b\r\n\r\n"), 400);
+    assert_eq!(
+        refused(b"GET / HTTP/1.1\r\nhost: x\r\nno colon here\r\n\r\n"),
+        400
+    );
+    assert_eq!(
+        refused(b"GET / HTTP/1.1\r\nhost: x\r\nBad Name: x\r\n\r\n"),
+        400
+    );
+    assert_eq!(
+        refused(b"GET / HTTP/1.1\r\nhost: x\r\nx: a\0b\r\n\r\n"),
+        400
+    );
     assert_eq!(refused(b"GET / HTTP/2.0\r\n\r\n"), 400);
-    let mut many = b"GET / HTTP/1.1\r\n".to_vec();
+    let mut many = b"GET / HTTP/1.1\r\nhost: x\r\n".to_vec();
     for i in 0..=MAX_HEADERS {
         many.extend_from_slice(format!("x-{i}: v\r\n").as_bytes());
     }
     many.extend_from_slice(b"\r\n");
     assert_eq!(refused(&many), 431);
     let long_uri = format!(
-        "GET /{} HTTP/1.1\r\n\r\n",
+        "GET /{} HTTP/1.1\r\nhost: x\r\n\r\n",
         "a".repeat(canned::MAX_URI_BYTES)
     );
     assert_eq!(refused(long_uri.as_bytes()), 414);
@@ -120,7 +133,7 @@ fn malformed_or_oversized_heads_get_their_status() {
     let mut line = b"GET /".to_vec();
     line.extend_from_slice(&endless_line);
     assert_eq!(refused(&line), 414);
-    let mut fields = b"GET / HTTP/1.1\r\nx: ".to_vec();
+    let mut fields = b"GET / HTTP/1.1\r\nhost: x\r\nx: ".to_vec();
     fields.extend_from_slice(&endless_line);
     assert_eq!(refused(&fields), 431);
 }
@@ -175,11 +188,14 @@ fn decode_in_pieces(wire: &[u8], cuts: &[usize]) -> io::Result<(Vec<u8>, Vec<u8>
 fn chunked_bodies_decode_alike_however_the_bytes_arrive() {
     let body: Vec<u8> = (0..300u32).map(|i| (i % 251) as u8).collect();
     let mut wire = chunked(&body, &[1, 16, 200, 83]);
-    wire.extend_from_slice(b"GET /next HTTP/1.1\r\n\r\n");
+    wire.extend_from_slice(b"GET /next HTTP/1.1\r\nhost: x\r\n\r\n");
     for cut in 0..wire.len() {
         let (got, rest) = decode_in_pieces(&wire, &[cut]).unwrap();
         assert_eq!(got, body, "split at {cut}");
-        assert_eq!(rest, b"GET /next HTTP/1.1\r\n\r\n", "split at {cut}");
+        assert_eq!(
+            rest, b"GET /next HTTP/1.1\r\nhost: x\r\n\r\n",
+            "split at {cut}"
+        );
     }
     let every: Vec<usize> = (1..wire.len()).collect();
     assert_eq!(decode_in_pieces(&wire, &every).unwrap().0, body);
@@ -330,15 +346,33 @@ where
     F: Fn(Request<crate::server::RequestBody>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Response<crate::body::Body>> + Send + 'static,
 {
+    connection_with(ConnLimits::default(), None, answer).await.0
+}
+
+/// [`connection`] held to `limits`, its client's receive buffer set to `recv_buf`
+/// bytes if given; also the server's task, which ends with the connection.
+async fn connection_with<F, Fut>(
+    limits: ConnLimits,
+    recv_buf: Option<u32>,
+    answer: F,
+) -> (TcpStream, tokio::task::JoinHandle<()>)
+where
+    F: Fn(Request<crate::server::RequestBody>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Response<crate::body::Body>> + Send + 'static,
+{
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    if let Some(n) = recv_buf {
+        socket.set_recv_buffer_size(n).unwrap();
+    }
+    let client = socket.connect(l.local_addr().unwrap()).await.unwrap();
     let (server, _) = l.accept().await.unwrap();
     let (_tx, stopping) = tokio::sync::watch::channel(());
     let answer = Arc::new(answer);
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let _tx = _tx;
         let activity = Arc::new(Activity::default());
-        let mut io = EdgeIo::new(server, activity.clone(), ConnLimits::default());
+        let mut io = EdgeIo::new(server, activity.clone(), limits);
         assert!(!io.sniff().await.unwrap());
         serve(
             io,
@@ -348,11 +382,11 @@ where
                 async move { Ok(fut.await.map(|b| Tracked::new(b, Some(guard), None))) }
             },
             stopping,
-            ConnLimits::default(),
+            limits,
         )
         .await;
     });
-    client
+    (client, task)
 }
 
 /// Echoes the request body, with the method and path in `x-seen`.
@@ -396,7 +430,7 @@ async fn read_response(s: &mut TcpStream) -> (String, String) {
 async fn pipelined_requests_are_answered_in_order_with_their_own_bodies() {
     let mut c = connection(echo).await;
     c.write_all(
-        b"POST /a HTTP/1.1\r\ncontent-length: 3\r\n\r\nabcPOST /b HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n2\r\nxy\r\n0\r\n\r\nGET /c HTTP/1.1\r\n\r\n",
+        b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\n\r\nabcPOST /b HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n2\r\nxy\r\n0\r\n\r\nGET /c HTTP/1.1\r\nhost: x\r\n\r\n",
     )
     .await
     .unwrap();
@@ -411,7 +445,7 @@ async fn pipelined_requests_are_answered_in_order_with_their_own_bodies() {
 async fn a_body_sent_a_byte_at_a_time_arrives_whole() {
     let mut c = connection(echo).await;
     let wire = chunked(b"hello world", &[3, 8]);
-    c.write_all(b"POST /slow HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n")
+    c.write_all(b"POST /slow HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n")
         .await
         .unwrap();
     for b in wire {
@@ -431,9 +465,11 @@ async fn continue_is_sent_when_the_body_is_read_and_not_when_it_is_refused() {
         echo(req).await
     })
     .await;
-    c.write_all(b"POST /read HTTP/1.1\r\nexpect: 100-continue\r\ncontent-length: 2\r\n\r\n")
-        .await
-        .unwrap();
+    c.write_all(
+        b"POST /read HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 2\r\n\r\n",
+    )
+    .await
+    .unwrap();
     let mut interim = [0u8; CONTINUE.len()];
     c.read_exact(&mut interim).await.unwrap();
     assert_eq!(&interim, CONTINUE);
@@ -446,9 +482,11 @@ async fn continue_is_sent_when_the_body_is_read_and_not_when_it_is_refused() {
     assert_eq!(body, "ok");
     // Refused unread: the final answer comes without `100 Continue`, and the
     // connection closes since the client may still send the body.
-    c.write_all(b"POST /refuse HTTP/1.1\r\nexpect: 100-continue\r\ncontent-length: 2\r\n\r\n")
-        .await
-        .unwrap();
+    c.write_all(
+        b"POST /refuse HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 2\r\n\r\n",
+    )
+    .await
+    .unwrap();
     let (head, _) = read_response(&mut c).await;
     assert!(head.starts_with("HTTP/1.1 401 "), "{head}");
     assert!(head.contains("\r\nconnection: close\r\n"), "{head}");
@@ -465,7 +503,7 @@ async fn an_unread_body_already_received_is_drained_and_the_connection_kept() {
     })
     .await;
     c.write_all(
-        b"POST /refuse HTTP/1.1\r\ncontent-length: 5\r\n\r\nhelloGET /after HTTP/1.1\r\n\r\n",
+        b"POST /refuse HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nhelloGET /after HTTP/1.1\r\nhost: x\r\n\r\n",
     )
     .await
     .unwrap();
@@ -481,9 +519,11 @@ async fn an_unread_body_already_received_is_drained_and_the_connection_kept() {
 #[tokio::test]
 async fn a_malformed_head_gets_a_json_400_and_the_connection_closes() {
     let mut c = connection(echo).await;
-    c.write_all(b"GET / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n")
-        .await
-        .unwrap();
+    c.write_all(
+        b"GET / HTTP/1.1\r\nhost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+    )
+    .await
+    .unwrap();
     let mut out = String::new();
     c.read_to_string(&mut out).await.unwrap();
     assert!(out.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{out}");
@@ -508,7 +548,7 @@ async fn a_stream_is_chunked_and_ends_with_the_last_chunk() {
         Response::new(http_body_util::BodyExt::boxed_unsync(body))
     })
     .await;
-    c.write_all(b"POST /s HTTP/1.1\r\nconnection: close\r\n\r\n")
+    c.write_all(b"POST /s HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
         .await
         .unwrap();
     let mut out = String::new();
@@ -525,7 +565,7 @@ async fn a_stream_is_chunked_and_ends_with_the_last_chunk() {
 #[tokio::test]
 async fn a_body_cut_short_by_the_client_fails_the_read() {
     let mut c = connection(echo).await;
-    c.write_all(b"POST /cut HTTP/1.1\r\ncontent-length: 10\r\n\r\nabc")
+    c.write_all(b"POST /cut HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\nabc")
         .await
         .unwrap();
     c.shutdown().await.unwrap();
@@ -542,7 +582,7 @@ async fn no_continue_is_sent_once_the_body_has_arrived() {
     let mut c = connection(echo).await;
     // The body's start right behind the head, as clients that do not wait send it,
     // and its rest later: the server then waits for bytes, and must not ask for them.
-    c.write_all(b"POST /eager HTTP/1.1\r\nexpect: 100-continue\r\ncontent-length: 2\r\nconnection: close\r\n\r\no")
+    c.write_all(b"POST /eager HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 2\r\nconnection: close\r\n\r\no")
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(30)).await;
@@ -575,7 +615,7 @@ fn frames_answer(
 #[tokio::test]
 async fn frames_ready_together_are_framed_as_chunks_in_order() {
     let mut c = connection(|_req| async { frames_answer(&["abc", "", "de", "f"], None) }).await;
-    c.write_all(b"GET / HTTP/1.1\r\nconnection: close\r\n\r\n")
+    c.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
         .await
         .unwrap();
     let mut out = String::new();
@@ -589,7 +629,9 @@ async fn a_body_that_breaks_its_declared_length_ends_the_connection() {
     for (frames, declared, sent) in [(&["abc", "def"][..], 4, "abcd"), (&["ab"][..], 4, "ab")] {
         let mut c =
             connection(move |_req| async move { frames_answer(frames, Some(declared)) }).await;
-        c.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
         let mut out = String::new();
         // Keep-alive was asked for, yet the connection ends: the client cannot take
         // the answer as whole, and nothing past the declared length is sent.
@@ -606,7 +648,7 @@ async fn a_body_that_breaks_its_declared_length_ends_the_connection() {
 #[test]
 fn trailers_must_be_fields_ended_by_crlf() {
     for wire in [
-        &b"0\r\n\nGET / HTTP/1.1\r\n\r\n"[..],
+        &b"0\r\n\nGET / HTTP/1.1\r\nhost: x\r\n\r\n"[..],
         b"0\r\nX: 1\n\n",
         b"0\r\ngarbage\r\n\r\n",
         b"0\r\nX: a\rb\r\n\r\n",
@@ -638,8 +680,8 @@ fn trailers_must_be_fields_ended_by_crlf() {
 #[test]
 fn an_empty_transfer_encoding_is_refused() {
     for raw in [
-        &b"POST / HTTP/1.1\r\nTransfer-Encoding: \r\nContent-Length: 5\r\n\r\n"[..],
-        b"POST / HTTP/1.1\r\nTransfer-Encoding: ,\r\n\r\n",
+        &b"POST / HTTP/1.1\r\nhost: x\r\nTransfer-Encoding: \r\nContent-Length: 5\r\n\r\n"[..],
+        b"POST / HTTP/1.1\r\nhost: x\r\nTransfer-Encoding: ,\r\n\r\n",
         b"POST / HTTP/1.0\r\nTransfer-Encoding: \r\n\r\n",
     ] {
         assert_eq!(refused(raw), 400, "{}", String::from_utf8_lossy(raw));
@@ -698,7 +740,7 @@ async fn shutdown_waits_for_a_head_that_has_begun() {
 async fn a_head_sent_a_few_bytes_at_a_time_is_read_whole() {
     let mut c = connection(echo).await;
     let head = format!(
-        "POST /pieces HTTP/1.1\r\n{}content-length: 2\r\n\r\nok",
+        "POST /pieces HTTP/1.1\r\nhost: x\r\n{}content-length: 2\r\n\r\nok",
         "x-pad: 0123456789\r\n".repeat(40)
     );
     for piece in head.as_bytes().chunks(7) {
@@ -726,4 +768,299 @@ async fn empty_lines_before_a_request_are_skipped() {
     }
     let (head, _) = read_response(&mut c).await;
     assert!(head.contains("\r\nx-seen: GET /after-blank\r\n"), "{head}");
+}
+
+/// An answer that never ends: 64 KiB frames as fast as the connection takes them.
+fn endless_answer() -> Response<crate::body::Body> {
+    let frame = Bytes::from(vec![b'x'; 64 * 1024]);
+    let body = http_body_util::StreamBody::new(futures_util::stream::repeat_with(move || {
+        Ok::<_, BoxError>(Frame::data(frame.clone()))
+    }));
+    Response::new(http_body_util::BodyExt::boxed_unsync(body))
+}
+
+/// Regression (review of the h1 server): while a request was in flight no deadline
+/// covered writes, so a client that never read its answer held the connection,
+/// and the upstream stream behind it, until shutdown. `send_timeout` now closes it.
+#[tokio::test]
+async fn a_client_that_reads_nothing_of_its_answer_is_closed_at_the_send_timeout() {
+    let limits = ConnLimits {
+        send_timeout: Duration::from_millis(200),
+        ..ConnLimits::default()
+    };
+    let (mut c, served) = connection_with(limits, None, |_req| async { endless_answer() }).await;
+    c.write_all(b"GET /big HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // Never read: the answer fills both socket buffers and the writes stall.
+    tokio::time::timeout(Duration::from_secs(30), served)
+        .await
+        .expect("the stalled connection was closed")
+        .unwrap();
+}
+
+/// A client that reads slowly but steadily is not cut: only a write that waits
+/// `send_timeout` without any progress ends the connection.
+#[tokio::test]
+async fn a_slow_but_steady_reader_gets_the_whole_answer() {
+    let limits = ConnLimits {
+        send_timeout: Duration::from_secs(2),
+        ..ConnLimits::default()
+    };
+    let (mut c, _served) = connection_with(limits, None, |_req| async {
+        crate::body::json(http::StatusCode::OK, Bytes::from(vec![b'y'; 4 << 20]))
+    })
+    .await;
+    c.write_all(b"GET /big HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = c.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        got += n;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(got > 4 << 20, "the whole answer and its head: {got} bytes");
+}
+
+/// Regression (review of the h1 server): a head gathered in pieces was moved out of
+/// its growing buffer with `split`, which left the spare capacity, and with it the
+/// whole allocation, referenced by the idle connection after the request was done.
+#[tokio::test]
+async fn a_head_gathered_in_pieces_leaves_no_allocation_behind() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let _client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+    let (server, _) = l.accept().await.unwrap();
+    let mut s = Shared {
+        io: EdgeIo::new(server, Arc::new(Activity::default()), ConnLimits::default()),
+        buf: Bytes::new(),
+        grow: BytesMut::with_capacity(4096),
+        scanned: 0,
+        decode: Decode::Done,
+        cont: Continue::No,
+        eof: false,
+    };
+    s.grow
+        .extend_from_slice(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n");
+    s.settle_head(head_cap(&ConnLimits::default()));
+    assert!(!s.buf.is_empty(), "the head moved to be parsed");
+    assert_eq!(s.grow.capacity(), 0, "nothing of its allocation kept");
+}
+
+/// Regression (review of the h1 server): a connection closed with request bytes
+/// still arriving (here the body of a request answered without reading it) was
+/// closed with unread bytes, so Linux sent a reset and dropped what of the answer
+/// was still queued to send: the client, still uploading, saw a cut answer and
+/// "connection reset". The server now ends its side and reads and drops what
+/// follows until the client is done.
+#[tokio::test]
+async fn an_answer_to_a_client_still_uploading_arrives_whole_not_reset() {
+    const ANSWER: usize = 1 << 20;
+    const UPLOAD: usize = 8 << 20;
+    for _ in 0..3 {
+        // A small receive buffer keeps most of the answer queued at the server
+        // when it closes.
+        let (c, _served) = connection_with(ConnLimits::default(), Some(16 * 1024), |_req| async {
+            crate::body::json(
+                http::StatusCode::PAYLOAD_TOO_LARGE,
+                Bytes::from(vec![b'a'; ANSWER]),
+            )
+        })
+        .await;
+        let (mut rd, mut wr) = c.into_split();
+        let uploader = tokio::spawn(async move {
+            let head = format!("POST / HTTP/1.1\r\nhost: x\r\ncontent-length: {UPLOAD}\r\n\r\n");
+            wr.write_all(head.as_bytes()).await.unwrap();
+            let block = vec![b'z'; 64 * 1024];
+            for _ in 0..UPLOAD / block.len() {
+                if wr.write_all(&block).await.is_err() {
+                    return false;
+                }
+            }
+            let _ = wr.shutdown().await;
+            true
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut out = Vec::new();
+        rd.read_to_end(&mut out)
+            .await
+            .expect("the answer and a clean end, not a reset");
+        let text = String::from_utf8_lossy(&out[..out.len().min(200)]).into_owned();
+        assert!(text.starts_with("HTTP/1.1 413 "), "{text}");
+        assert!(text.contains("\r\nconnection: close\r\n"), "{text}");
+        assert!(
+            out.ends_with(&[b'a'; 64]),
+            "the whole answer ({} bytes)",
+            out.len()
+        );
+        assert!(uploader.await.unwrap(), "the whole upload was taken");
+    }
+}
+
+/// Regression (review of the h1 server): bytes of a request read by the protocol
+/// sniff were not counted as a request begun, so a shutdown that came right after
+/// the sniff closed the connection without an answer.
+#[tokio::test]
+async fn a_request_read_by_the_sniff_is_answered_at_shutdown() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+    let (server, _) = l.accept().await.unwrap();
+    c.write_all(b"GET /sniffed HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let activity = Arc::new(Activity::default());
+    let mut io = EdgeIo::new(server, activity.clone(), ConnLimits::default());
+    assert!(!io.sniff().await.unwrap());
+    assert!(io.has_replay());
+    let (stop, stopping) = tokio::sync::watch::channel(());
+    stop.send_replace(());
+    let served = tokio::spawn(serve(
+        io,
+        move |req| {
+            let guard = activity.start(false);
+            let fut = echo(req);
+            async move { Ok(fut.await.map(|b| Tracked::new(b, Some(guard), None))) }
+        },
+        stopping,
+        ConnLimits::default(),
+    ));
+    let (head, _) = read_response(&mut c).await;
+    assert!(head.contains("\r\nx-seen: GET /sniffed\r\n"), "{head}");
+    assert!(head.contains("\r\nconnection: close\r\n"), "{head}");
+    served.await.unwrap();
+}
+
+/// Regression (review of the h1 server): a `100 Continue` partly written when the
+/// service answered was dropped, so the final head followed a cut interim line.
+/// It is now finished first, and the connection closes after the answer (the body
+/// the client sends after it is not read).
+#[tokio::test]
+async fn a_continue_partly_written_is_finished_before_the_answer() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+    let (server, _) = l.accept().await.unwrap();
+    let mut s = Shared {
+        io: EdgeIo::new(server, Arc::new(Activity::default()), ConnLimits::default()),
+        buf: Bytes::new(),
+        grow: BytesMut::new(),
+        scanned: 0,
+        decode: Decode::Length(3),
+        cont: Continue::Writing(5),
+        eof: false,
+    };
+    let read_whole = std::future::poll_fn(|cx| s.poll_settle_body(cx)).await;
+    assert!(
+        !read_whole,
+        "the body comes after the interim answer: unread"
+    );
+    assert_eq!(s.cont, Continue::No);
+    let mut rest = vec![0u8; CONTINUE.len() - 5];
+    c.read_exact(&mut rest).await.unwrap();
+    assert_eq!(&rest[..], &CONTINUE[5..]);
+}
+
+/// Regression (review of the h1 server): `3 junk` was taken as a size followed by
+/// extensions; after the size only whitespace, then `;` or the CRLF, may follow
+/// (RFC 9112 §7.1.1).
+#[test]
+fn a_chunk_size_followed_by_other_than_an_extension_fails() {
+    for wire in [
+        &b"3 junk\r\nabc\r\n0\r\n\r\n"[..],
+        b"3\tx;a=b\r\nabc\r\n0\r\n\r\n",
+    ] {
+        let mut d = Decode::Chunked(Chunk::Size {
+            size: 0,
+            digits: 0,
+            line: 0,
+        });
+        let mut buf = Bytes::copy_from_slice(wire);
+        assert!(
+            d.next(&mut buf).is_err(),
+            "{}",
+            String::from_utf8_lossy(wire)
+        );
+    }
+    for wire in [
+        &b"3 ;ext=1\r\nabc\r\n0\r\n\r\n"[..],
+        b"3\t \r\nabc\r\n0 ; last\r\n\r\n",
+        b"3;a;b=\"c\"\r\nabc\r\n0\r\n\r\n",
+    ] {
+        let (body, rest) = decode_in_pieces(wire, &[]).unwrap();
+        assert_eq!((&body[..], &rest[..]), (&b"abc"[..], &b""[..]));
+    }
+}
+
+/// Regression (review of the h1 server): a body in `gzip, chunked` was decoded as
+/// chunked and handed on still compressed; a coding not decoded here gets 501
+/// (RFC 9112 §6.1).
+#[test]
+fn a_transfer_coding_other_than_chunked_gets_501() {
+    for raw in [
+        &b"POST / HTTP/1.1\r\nhost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"[..],
+        b"POST / HTTP/1.1\r\nhost: x\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n",
+    ] {
+        let e = parse(raw).expect_err("refused");
+        assert_eq!((e.status, e.reason), (501, "Not Implemented"));
+    }
+}
+
+/// Regression (review of the h1 server): an HTTP/1.1 request without `Host`, or with
+/// two, was served; RFC 9112 §3.2 requires 400 for both.
+#[test]
+fn host_must_appear_once_on_http_1_1() {
+    let e = parse(b"GET / HTTP/1.1\r\n\r\n").expect_err("no Host");
+    assert_eq!(
+        (e.status, e.message),
+        (400, "The HTTP/1.1 request has no Host header.")
+    );
+    let e = parse(b"GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n").expect_err("two Hosts");
+    assert_eq!(e.status, 400);
+    assert_eq!(
+        refused(b"GET / HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n"),
+        400
+    );
+    assert!(
+        head(b"GET / HTTP/1.0\r\n\r\n").parts.headers.is_empty(),
+        "1.0 may omit it"
+    );
+    assert_eq!(
+        head(b"GET / HTTP/1.1\r\nHOST: a\r\n\r\n").parts.headers["host"],
+        "a"
+    );
+}
+
+/// Regression (review of the h1 server): a CR not followed by LF before a request
+/// line was skipped as if it were an empty line; only CRLF and LF are.
+#[tokio::test]
+async fn a_lone_cr_before_a_request_line_is_refused() {
+    let mut c = connection(echo).await;
+    c.write_all(b"\rGET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).await.unwrap();
+    assert!(out.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{out}");
+}
+
+/// A refused head's 400 says what is wrong in the OpenAI error shape.
+#[tokio::test]
+async fn a_missing_host_gets_a_400_naming_it() {
+    let mut c = connection(echo).await;
+    c.write_all(b"POST /v1/chat/completions HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).await.unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{head}");
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(
+        v["error"]["message"],
+        "The HTTP/1.1 request has no Host header."
+    );
+    assert_eq!(v["error"]["code"], "malformed_request");
 }
