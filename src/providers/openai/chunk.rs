@@ -12,6 +12,22 @@
 //! and strings. A cut event (the body ended inside it) always fails. Invalid JSON deep
 //! inside a member the relay does not read (a malformed escape in a tool-call argument)
 //! is relayed as the upstream sent it, as any byte-level proxy would.
+//!
+//! # The previous chunk as a template
+//! A stream's chunks mostly differ from each other only inside string values: the
+//! text of `delta.content`, and, from OpenAI, the random padding of `obfuscation`;
+//! `id`, `created`, `model` and the whole structure repeat (the load benchmark's 20
+//! content chunks, and the recorded OpenAI streams in `fixtures/provider-wire`).
+//! So the scan keeps the last chunk it read and the ranges of the string values it
+//! passed at the levels it walks, and a new chunk is first compared with that
+//! template ([`ChunkScan::rescan`]): equal bytes are compared sixteen at a time, and
+//! where they differ inside one of those string values, the new chunk's string is
+//! read to its end and the comparison goes on after both. A chunk that matches
+//! that way is the template with some string values replaced by other strings:
+//! the same JSON structure, keys and scalars, so the scan's ranges only move by
+//! the changed lengths. Anything else (a key, a number, a `null` that became a
+//! string, a nested value that changed) falls back to the full scan. Both give
+//! the same result (`tests::the_template_path_agrees_with_the_full_scan`).
 
 use std::ops::Range;
 
@@ -55,7 +71,24 @@ pub(super) struct ChunkScan {
     pub created: Option<Range<usize>>,
     /// The elements of `choices` (kept between events so its buffer is reused).
     pub choices: Vec<ChoiceScan>,
+    /// The last chunk scanned, the template the next is compared with (empty: none).
+    template: Vec<u8>,
+    /// The string values of the template at the levels the scan walks, in order:
+    /// the parts where a next chunk may differ and still take the template path.
+    strings: Vec<(Range<usize>, Slot)>,
 }
+
+/// What a string value of the template is to the scan ([`ChunkScan::strings`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// `delta.content` of the choice at this index (absent when `""`).
+    Content(u32),
+    /// Any other (its range, if recorded, only moves).
+    Other,
+}
+
+/// Most string values that may differ from the template in one chunk.
+const MAX_CHANGES: usize = 4;
 
 /// A key's text: the raw bytes between its quotes, or, for a key written with
 /// escapes (`escaped`), its decoded text (`"mo\u0064el"` is `model` to every JSON reader).
@@ -243,9 +276,22 @@ impl<'a> Members<'a> {
     }
 }
 
-/// Reads the element of `choices` at `b[i] == '{'` into a [`ChoiceScan`]; returns
-/// it and the index past it.
-fn choice(b: &[u8], i: usize) -> Result<(ChoiceScan, usize), &'static str> {
+/// Records `v` in `strings` when it is a string value.
+fn note_string(b: &[u8], v: &Range<usize>, slot: Slot, strings: &mut Vec<(Range<usize>, Slot)>) {
+    if b[v.start] == b'"' {
+        strings.push((v.clone(), slot));
+    }
+}
+
+/// Reads the element of `choices` at `b[i] == '{'` (the `index`-th) into a
+/// [`ChoiceScan`], its string values into `strings`; returns it and the index past
+/// it.
+fn choice(
+    b: &[u8],
+    i: usize,
+    index: u32,
+    strings: &mut Vec<(Range<usize>, Slot)>,
+) -> Result<(ChoiceScan, usize), &'static str> {
     let mut c = ChoiceScan::default();
     let mut m = Members::of(b, i);
     while let Some((k, vs)) = m.next()? {
@@ -258,9 +304,10 @@ fn choice(b: &[u8], i: usize) -> Result<(ChoiceScan, usize), &'static str> {
                         Name::Content => {
                             let raw = &b[v.clone()];
                             c.content = (raw != b"null" && raw != b"\"\"").then_some(v.clone());
+                            note_string(b, &v, Slot::Content(index), strings);
                         }
                         Name::ToolCalls => c.tool_calls = !is_null(b, &v),
-                        _ => {}
+                        _ => note_string(b, &v, Slot::Other, strings),
                     }
                     d.value_ends(v.end)?;
                 }
@@ -273,21 +320,29 @@ fn choice(b: &[u8], i: usize) -> Result<(ChoiceScan, usize), &'static str> {
                 }
                 v.end
             }
-            Name::FinishReason => {
+            _ => {
                 let v = value(b, vs)?;
+                note_string(b, &v, Slot::Other, strings);
                 let end = v.end;
-                c.finish = (!is_null(b, &v)).then_some(v);
+                if let Name::FinishReason = Name::of(k) {
+                    c.finish = (!is_null(b, &v)).then_some(v);
+                }
                 end
             }
-            _ => value(b, vs)?.end,
         };
         m.value_ends(v_end)?;
     }
     Ok((c, m.end()))
 }
 
-/// Reads the `choices` list at `b[i] == '['` into `out`; returns the index past it.
-fn choices(b: &[u8], i: usize, out: &mut Vec<ChoiceScan>) -> Result<usize, &'static str> {
+/// Reads the `choices` list at `b[i] == '['` into `out` (their string values into
+/// `strings`); returns the index past it.
+fn choices(
+    b: &[u8],
+    i: usize,
+    out: &mut Vec<ChoiceScan>,
+    strings: &mut Vec<(Range<usize>, Slot)>,
+) -> Result<usize, &'static str> {
     let mut i = skip_ws(b, i + 1);
     if b.get(i) == Some(&b']') {
         return Ok(i + 1);
@@ -302,7 +357,8 @@ fn choices(b: &[u8], i: usize, out: &mut Vec<ChoiceScan>) -> Result<usize, &'sta
                 return Err("an element of `choices` is not an object");
             }
         }
-        let (c, end) = choice(b, i)?;
+        let index = u32::try_from(out.len()).unwrap_or(u32::MAX);
+        let (c, end) = choice(b, i, index, strings)?;
         out.push(c);
         i = skip_ws(b, end);
         match b.get(i) {
@@ -314,6 +370,24 @@ fn choices(b: &[u8], i: usize, out: &mut Vec<ChoiceScan>) -> Result<usize, &'sta
     }
 }
 
+/// Bytes at the start of `a` and `b` that are equal, compared sixteen at a time.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let mut i = 0;
+    for (x, y) in a.chunks_exact(16).zip(b.chunks_exact(16)) {
+        let x = u128::from_le_bytes(x.try_into().unwrap_or([0; 16]));
+        let y = u128::from_le_bytes(y.try_into().unwrap_or([0; 16]));
+        if x != y {
+            return i + ((x ^ y).trailing_zeros() / 8) as usize;
+        }
+        i += 16;
+    }
+    i + a[i..]
+        .iter()
+        .zip(&b[i..])
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
 impl ChunkScan {
     /// Scans the chunk `b` into `self` (cleared first).
     ///
@@ -322,6 +396,113 @@ impl ChunkScan {
     /// value", "`choices` is not a list"), when it is not a JSON object of the shape
     /// above.
     pub fn scan(&mut self, b: &[u8]) -> Result<(), &'static str> {
+        if self.rescan(b) {
+            return Ok(());
+        }
+        self.template.clear();
+        self.strings.clear();
+        self.full_scan(b)?;
+        self.template.extend_from_slice(b);
+        Ok(())
+    }
+
+    /// The scan of `b` read from the template when `b` differs from it only inside
+    /// string values the template recorded (see the module doc); false, with
+    /// nothing changed, when it does not.
+    fn rescan(&mut self, b: &[u8]) -> bool {
+        let t = &self.template[..];
+        if t.is_empty() {
+            return false;
+        }
+        // (index in `strings`, the new string's length) per changed value.
+        let mut changes = [(0usize, 0usize); MAX_CHANGES];
+        let mut n = 0;
+        let (mut ti, mut bi, mut k) = (0usize, 0usize, 0usize);
+        loop {
+            let same = common_prefix(&t[ti..], &b[bi..]);
+            ti += same;
+            bi += same;
+            if ti == t.len() && bi == b.len() {
+                break;
+            }
+            // The first difference must be inside a recorded string value, after
+            // its opening quote (the closing one included: a longer string).
+            while self.strings.get(k).is_some_and(|(r, _)| r.end <= ti) {
+                k += 1;
+            }
+            let Some((r, _)) = self.strings.get(k) else {
+                return false;
+            };
+            if !(r.start < ti && ti < r.end) || n == MAX_CHANGES {
+                return false;
+            }
+            let start = bi - (ti - r.start);
+            let Some(end) = skip_string(b, start) else {
+                return false;
+            };
+            changes[n] = (k, end - start);
+            n += 1;
+            ti = r.end;
+            bi = end;
+            k += 1;
+        }
+        // Each change as where its value ended in the template and by how much
+        // it grew, and the changed values' slots.
+        let mut shifts = [(0usize, 0isize); MAX_CHANGES];
+        let mut slots = [(0usize, 0usize, Slot::Other); MAX_CHANGES];
+        for (j, &(k, len)) in changes[..n].iter().enumerate() {
+            let (r, slot) = &self.strings[k];
+            shifts[j] = (r.end, len as isize - r.len() as isize);
+            slots[j] = (r.start, r.end, *slot);
+        }
+        let shifts = &shifts[..n];
+        // A position of the template to the same place in `b`: moved by the change
+        // of every value that ends at or before it.
+        let at = |q: usize| -> usize {
+            let mut moved = q as isize;
+            for &(end, grew) in shifts {
+                if end <= q {
+                    moved += grew;
+                }
+            }
+            moved as usize
+        };
+        let map = |r: &Range<usize>| at(r.start)..at(r.end);
+        let opt = |r: &mut Option<Range<usize>>| {
+            if let Some(r) = r {
+                *r = map(r);
+            }
+        };
+        self.after_brace = at(self.after_brace);
+        opt(&mut self.model);
+        opt(&mut self.usage);
+        opt(&mut self.usage_member);
+        opt(&mut self.error);
+        opt(&mut self.id);
+        opt(&mut self.created);
+        for c in &mut self.choices {
+            opt(&mut c.finish);
+            opt(&mut c.content);
+        }
+        for s in &mut self.strings {
+            s.0 = map(&s.0);
+        }
+        // A changed `delta.content` is content unless it became `""`.
+        for &(start, end, slot) in &slots[..n] {
+            if let Slot::Content(i) = slot {
+                let r = map(&(start..end));
+                let c = &mut self.choices[i as usize];
+                c.content = (&b[r.clone()] != b"\"\"").then_some(r);
+            }
+        }
+        self.template.clear();
+        self.template.extend_from_slice(b);
+        true
+    }
+
+    /// The scan of `b` from its first byte, recording its string values for the
+    /// template path.
+    fn full_scan(&mut self, b: &[u8]) -> Result<(), &'static str> {
         self.model = None;
         self.model_twice = false;
         self.usage = None;
@@ -341,12 +522,13 @@ impl ChunkScan {
             let k = Name::of(k);
             if k == Name::Choices && b[vs] == b'[' {
                 // Walked once, element by element: nothing is skipped first.
-                let end = choices(b, vs, &mut self.choices)?;
+                let end = choices(b, vs, &mut self.choices, &mut self.strings)?;
                 m.value_ends(end)?;
                 continue;
             }
             let v = value(b, vs)?;
             let member = m.value_ends(v.end)?;
+            note_string(b, &v, Slot::Other, &mut self.strings);
             let present = !is_null(b, &v);
             match k {
                 Name::Model => {
@@ -368,6 +550,13 @@ impl ChunkScan {
             return Err("there is text after the object");
         }
         Ok(())
+    }
+
+    /// Forgets the template (the next chunk is scanned in full).
+    #[cfg(test)]
+    fn forget(&mut self) {
+        self.template.clear();
+        self.strings.clear();
     }
 
     /// Appends the chunk `b` (as scanned) to `out` with `model` set to `model_json`
@@ -647,6 +836,147 @@ mod tests {
             v.as_object_mut().unwrap().remove("usage");
             v["model"] = "gpt-4o".into();
             assert_eq!(w, v, "{text}");
+        }
+    }
+
+    /// Scans each of `chunks` in turn with one scanner (the template path where it
+    /// applies) and with a fresh one (always the full scan): the same result, or the
+    /// same error, every time. Returns how many took the template path.
+    fn agree(chunks: &[Vec<u8>]) -> usize {
+        let mut kept = ChunkScan::default();
+        let mut hits = 0;
+        for b in chunks {
+            let had_template = !kept.template.is_empty();
+            let mut fresh = ChunkScan::default();
+            let want = fresh.scan(b).map(|()| format!("{fresh:?}"));
+            let fast = kept.rescan(b);
+            if !fast {
+                kept.forget();
+            }
+            let got = if fast {
+                Ok(format!("{kept:?}"))
+            } else {
+                kept.scan(b).map(|()| format!("{kept:?}"))
+            };
+            assert_eq!(got, want, "{}", String::from_utf8_lossy(b));
+            hits += usize::from(fast && had_template);
+        }
+        hits
+    }
+
+    fn fixture_chunks(name: &str) -> Vec<Vec<u8>> {
+        let path = format!(
+            "{}/tests/fixtures/provider-wire/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        text.lines()
+            .map(|l| l.strip_prefix("data: ").unwrap_or(l))
+            .filter(|l| l.starts_with('{'))
+            .map(|l| l.as_bytes().to_vec())
+            .collect()
+    }
+
+    /// The recorded streams of real providers, chunk after chunk: the template
+    /// path gives what the full scan gives, and takes most of OpenAI's chunks
+    /// (whose `obfuscation` differs in each).
+    #[test]
+    fn the_template_path_agrees_with_the_full_scan() {
+        for name in [
+            "openai/openai-text.chunks.txt",
+            "openai-compatible/deepseek-tool-call.chunks.txt",
+            "openai-compatible/groq-tool-call.chunks.txt",
+            "openai-compatible/mistral-incremental-tool-call.chunks.txt",
+            "openai-compatible/xai-tool-call.chunks.txt",
+            "openai-compatible/anthropic-fallback-tool-call.sse",
+        ] {
+            let chunks = fixture_chunks(name);
+            assert!(chunks.len() > 2, "{name}");
+            let hits = agree(&chunks);
+            if name.starts_with("openai/") {
+                assert!(
+                    hits * 2 > chunks.len(),
+                    "{name}: {hits} of {}",
+                    chunks.len()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_template_path_follows_lengths_escapes_and_emptied_content() {
+        let chunk = |content: &str, pad: &str| {
+            format!(r#"{{"id":"c","model":"m","choices":[{{"index":0,"delta":{{"content":{content}}},"finish_reason":null}}],"usage":null,"obfuscation":"{pad}"}}"#)
+                .into_bytes()
+        };
+        let chunks = [
+            chunk(r#""a""#, "x"),
+            chunk(r#""longer text""#, "xyz"),
+            chunk(r#""q\"uote\\""#, ""),
+            chunk(r#""""#, "p"),
+            chunk(r#""back""#, "p"),
+            chunk("null", "p"),
+            chunk(r#""\u00e9""#, "pp"),
+            chunk(r#""cut"#, "p"),
+            chunk(r#""a""#, "x"),
+        ];
+        let hits = agree(&chunks);
+        // The null and the chunk after it, and the cut one and the one after it,
+        // are scanned in full.
+        assert_eq!(hits, 4);
+        let mut s = ChunkScan::default();
+        s.scan(&chunks[0]).unwrap();
+        s.scan(&chunks[1]).unwrap();
+        let mut out = bytes::BytesMut::new();
+        s.write(&chunks[1], br#""gpt""#, true, &mut out);
+        assert_eq!(
+            &out[..],
+            br#"{"id":"c","model":"gpt","choices":[{"index":0,"delta":{"content":"longer text"},"finish_reason":null}],"obfuscation":"xyz"}"#
+        );
+    }
+
+    proptest::proptest! {
+        /// Any edit of a chunk (bytes replaced, inserted or removed anywhere, string
+        /// values rewritten) scans alike on the template path and in full.
+        #[test]
+        fn any_edit_scans_alike_on_both_paths(
+            base in 0usize..3,
+            edits in proptest::collection::vec(
+                (0usize..400, proptest::sample::select(&b"\"\\{}[],:0a n\xc3"[..]), 0u8..3),
+                0..4,
+            ),
+            texts in proptest::collection::vec("[a-z\"\\\\ ]{0,12}", 1..4),
+        ) {
+            let bases = [
+                r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"hi"},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"ab"}"#,
+                r#"{"id":"c","model":"m","choices":[{"delta":{"role":"assistant","content":""},"finish_reason":"stop"},{"delta":{"content":"x"}}],"error":null}"#,
+                r#"{"choices":[],"usage":{"prompt_tokens":1},"model":"m","model":"n"}"#,
+            ];
+            let mut chunks = vec![bases[base].as_bytes().to_vec()];
+            for t in &texts {
+                // String values rewritten: "hi" and "ab" and "x" replaced.
+                let escaped = serde_json::to_string(t).unwrap();
+                let b = bases[base]
+                    .replace(r#""hi""#, &escaped)
+                    .replace(r#""ab""#, &escaped)
+                    .replace(r#""x""#, &escaped);
+                chunks.push(b.into_bytes());
+            }
+            let mut edited = chunks.last().unwrap().clone();
+            for (at, byte, how) in edits {
+                let at = at % (edited.len() + 1);
+                match how {
+                    0 if at < edited.len() => edited[at] = byte,
+                    1 => edited.insert(at, byte),
+                    _ if at < edited.len() => {
+                        edited.remove(at);
+                    }
+                    _ => {}
+                }
+            }
+            chunks.push(edited);
+            chunks.push(bases[base].as_bytes().to_vec());
+            agree(&chunks);
         }
     }
 }
