@@ -550,9 +550,20 @@ impl OpenAiStream {
     fn track(&mut self, data: &str, choice: &ChoiceScan) -> Result<(), GatewayError> {
         if let Some(t) = &choice.content {
             if !self.progress.counted() {
-                let text: std::borrow::Cow<'_, str> = serde_json::from_str(&data[t.clone()])
-                    .map_err(|e| bad_chunk(format!("`delta.content` is not a string: {e}")))?;
-                self.progress.text(&text)?;
+                let raw = &data[t.clone()];
+                // A string without escapes or control characters is its own text
+                // (most pieces): no JSON reader for it.
+                let inner = raw
+                    .strip_prefix('"')
+                    .and_then(|r| r.strip_suffix('"'))
+                    .filter(|i| i.bytes().all(|c| c >= 0x20 && c != b'\\'));
+                if let Some(text) = inner {
+                    self.progress.text(text)?;
+                } else {
+                    let text: std::borrow::Cow<'_, str> = serde_json::from_str(raw)
+                        .map_err(|e| bad_chunk(format!("`delta.content` is not a string: {e}")))?;
+                    self.progress.text(&text)?;
+                }
             }
         }
         if choice.tool_calls {

@@ -645,3 +645,38 @@ fn whole_answers_are_walked_as_serde_json_read_them() {
         }
     }
 }
+
+/// The text a stream has sent is tracked decoded whether a piece holds escapes or
+/// not (plain pieces are taken as they stand, others read as JSON strings), and a
+/// raw control character in a piece is refused as before.
+#[test]
+fn tracked_text_is_decoded_with_and_without_escapes() {
+    let mut t = OpenAi::standard().stream(StreamContext {
+        logical_model: "m".into(),
+        include_usage: false,
+        prompt_tokens_estimate: 0,
+        track: true,
+        resume: None,
+    });
+    let mut out = BytesMut::new();
+    let mut parser = SseParser::new();
+    for content in [r#""plain ""#, r#""line\n\"q\" \u00e9""#, r#""\\ end""#] {
+        parser
+            .push(format!("data: {{\"id\":\"c\",\"model\":\"up\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{content}}},\"finish_reason\":null}}]}}\n\n").as_bytes())
+            .unwrap();
+    }
+    while let Some(ev) = parser.next_event() {
+        t.event(&ev, &mut out).unwrap();
+    }
+    assert_eq!(t.sent().text, "plain line\n\"q\" \u{e9}\\ end");
+    parser
+        .push(b"data: {\"id\":\"c\",\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\tb\"},\"finish_reason\":null}]}\n\n")
+        .unwrap();
+    let ev = parser.next_event().unwrap();
+    let e = t.event(&ev, &mut out).unwrap_err();
+    assert!(
+        e.message.contains("`delta.content` is not a string"),
+        "{}",
+        e.message
+    );
+}
