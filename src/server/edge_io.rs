@@ -208,13 +208,33 @@ pub(super) struct EdgeIo {
     pre_len: u8,
 }
 
+/// `TCP_NOTSENT_LOWAT` of every client socket, bytes: a write waits once this much
+/// of it is still unsent, and the socket is writable again when half of that has
+/// gone out.
+///
+/// # Why
+/// `send_timeout` counts from the first write that found the socket full to the next
+/// that moves bytes, and the kernel wakes a writer only when the socket is writable
+/// again. Without a cap that is when a third of the send buffer has drained, and the
+/// buffer autotunes up to `tcp_wmem`'s maximum (4 MiB on Linux by default): a
+/// client reading steadily at under about 22 KB/s would be cut by the 60 s
+/// default while it reads. With the cap a writer is woken after every 64 KiB the
+/// client takes (about 1 KB/s against the default). It also keeps a stalled
+/// client's answer in the gateway's own buffers rather than megabytes of kernel
+/// memory; answers below it (every JSON answer and stream event) are unaffected.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const NOTSENT_LOWAT: u32 = 128 * 1024;
+
 /// The HTTP/2 client connection preface (RFC 9113 §3.4); an HTTP/1 request never
 /// starts with it.
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 impl EdgeIo {
-    /// Wraps a just-accepted stream: the first-byte deadline starts now.
+    /// Wraps a just-accepted stream: the first-byte deadline starts now. On Linux the
+    /// socket's unsent bytes are capped at [`NOTSENT_LOWAT`] (see there).
     pub(super) fn new(stream: TcpStream, activity: Arc<Activity>, limits: ConnLimits) -> Self {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        let _ = SockRef::from(&stream).set_tcp_notsent_lowat(NOTSENT_LOWAT);
         let deadline = Instant::now() + limits.first_byte_timeout;
         EdgeIo {
             stream: Arc::new(stream),
@@ -235,6 +255,15 @@ impl EdgeIo {
     /// of a request, which shutdown must not drop as if the connection were idle.
     pub(super) fn has_replay(&self) -> bool {
         self.pre_at < self.pre_len
+    }
+
+    /// Whether bytes the server has not read are waiting in the socket now (a
+    /// one-byte non-blocking peek; `cx` is registered for readiness when there are
+    /// none): a next request that reached the kernel while an answer was being made.
+    pub(super) fn poll_has_unread(&self, cx: &mut Context<'_>) -> bool {
+        let mut byte = [std::mem::MaybeUninit::uninit(); 1];
+        let mut buf = ReadBuf::uninit(&mut byte);
+        matches!(self.stream.poll_peek(cx, &mut buf), Poll::Ready(Ok(n)) if n > 0)
     }
 
     /// A watch on this connection's socket for a client that goes away while one of

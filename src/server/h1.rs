@@ -834,6 +834,11 @@ pub(super) fn parse_head(buf: &Bytes, limits: &ConnLimits) -> Result<Option<Head
             }
         } else if name == header::HOST {
             hosts += 1;
+            if !is_host(field.value) {
+                return Err(bad_request(
+                    "The request's Host header is not a host with an optional port.",
+                ));
+            }
         } else if name == header::CONNECTION {
             for token in field.value.split(|b| *b == b',') {
                 let token = token.trim_ascii();
@@ -898,6 +903,40 @@ pub(super) fn parse_head(buf: &Bytes, limits: &ConnLimits) -> Result<Option<Head
         keep_alive,
         expects_continue,
     }))
+}
+
+/// A valid `Host` value (RFC 9112 §3.2: `uri-host [ ":" port ]` of RFC 3986, or
+/// empty): an IP literal in brackets or a registered name or IPv4 address (letters,
+/// digits, `-._~`, `%`, sub-delims), then optionally `:` and digits. A list
+/// (`a, b`, the form a proxy makes of two Host lines), userinfo or a path is not
+/// one. Checked by hand: `http::uri::Authority` would copy the value.
+fn is_host(v: &[u8]) -> bool {
+    let (host, rest) = if v.first() == Some(&b'[') {
+        let Some(close) = v.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let inner = &v[1..close];
+        if inner.is_empty()
+            || !inner
+                .iter()
+                .all(|&b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.' | b'v' | b'V'))
+        {
+            return false;
+        }
+        (&v[..0], &v[close + 1..])
+    } else {
+        let end = v.iter().position(|&b| b == b':').unwrap_or(v.len());
+        (&v[..end], &v[end..])
+    };
+    let name_ok = host
+        .iter()
+        .all(|&b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(&b));
+    let port_ok = match rest {
+        [] => true,
+        [b':', port @ ..] => port.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    name_ok && port_ok
 }
 
 /// A `Content-Length` value: ASCII digits only, no sign, no overflow.
@@ -1009,11 +1048,15 @@ async fn write_all(shared: &Mutex<Shared>, parts: &[&[u8]]) -> io::Result<()> {
 /// the per-thread scratch buffer, so lingering costs no memory.
 async fn close(shared: &Mutex<Shared>, linger: bool) {
     let _ = std::future::poll_fn(|cx| Pin::new(&mut lock(shared).io).poll_shutdown(cx)).await;
-    let may_send = linger && {
-        let s = lock(shared);
-        let done = s.decode.is_done() && s.buf.is_empty() && s.grow.is_empty();
-        !s.eof && !done
-    };
+    // Bytes already read that are not a whole request, or bytes still in the
+    // kernel (a next request that arrived while the answer was made).
+    let may_send = linger
+        && std::future::poll_fn(|cx| {
+            let s = lock(shared);
+            let done = s.decode.is_done() && s.buf.is_empty() && s.grow.is_empty();
+            Poll::Ready(!s.eof && (!done || s.io.poll_has_unread(cx)))
+        })
+        .await;
     if !may_send {
         return;
     }
@@ -1347,7 +1390,13 @@ where
     let mut stopping = stopping;
     async move {
         loop {
-            if lock(&shared).is_idle() && stopping.has_changed().unwrap_or(true) {
+            // Bytes waiting in the kernel are a request begun too: read, answered
+            // and the connection closed, not dropped with a reset.
+            let idle = std::future::poll_fn(|cx| {
+                let s = lock(&shared);
+                Poll::Ready(s.is_idle() && !s.io.poll_has_unread(cx))
+            });
+            if stopping.has_changed().unwrap_or(true) && idle.await {
                 return;
             }
             // Shutdown ends the wait only while no byte of a head is in hand: a head

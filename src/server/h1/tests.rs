@@ -1064,3 +1064,144 @@ async fn a_missing_host_gets_a_400_naming_it() {
     );
     assert_eq!(v["error"]["code"], "malformed_request");
 }
+
+/// Regression (attack on 7100e66): the lingering close decides whether the client "may
+/// still be sending" only from bytes the server has already read (`buf`, `grow`,
+/// the body's decode state). A next request that reached the kernel while the
+/// answer was being made is not in `buf`, so the server closes with unread bytes
+/// in its receive queue: Linux answers with a reset and drops what of the answer is
+/// still queued to send. Here the next request arrives while the first is in
+/// flight and shutdown begins, so the first answer goes out with
+/// `connection: close`, and the client, which reads it a little later, sees a
+/// reset instead of the whole answer.
+#[tokio::test]
+async fn an_answer_closed_with_a_next_request_in_the_kernel_is_not_reset() {
+    const ANSWER: usize = 1 << 20;
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(16 * 1024).unwrap();
+    let mut c = socket.connect(l.local_addr().unwrap()).await.unwrap();
+    let (server, _) = l.accept().await.unwrap();
+    let (stop, stopping) = tokio::sync::watch::channel(());
+    let (go_tx, go_rx) = tokio::sync::watch::channel(false);
+    let served = tokio::spawn(async move {
+        let activity = Arc::new(Activity::default());
+        let mut io = EdgeIo::new(server, activity.clone(), ConnLimits::default());
+        assert!(!io.sniff().await.unwrap());
+        serve(
+            io,
+            move |_req| {
+                let guard = activity.start(false);
+                let mut go = go_rx.clone();
+                async move {
+                    // The answer is made while the client sends its next request.
+                    let _ = go.wait_for(|g| *g).await;
+                    let resp =
+                        crate::body::json(http::StatusCode::OK, Bytes::from(vec![b'a'; ANSWER]));
+                    Ok(resp.map(|b| Tracked::new(b, Some(guard), None)))
+                }
+            },
+            stopping,
+            ConnLimits::default(),
+        )
+        .await;
+    });
+    c.write_all(b"GET /first HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A keep-alive client's next request (or a pipelined one), unread by the server.
+    c.write_all(b"GET /second HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    stop.send_replace(());
+    go_tx.send_replace(true);
+    // The client reads a moment later (the answer is queued at the server).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut out = Vec::new();
+    let read = c.read_to_end(&mut out).await;
+    let text = String::from_utf8_lossy(&out[..out.len().min(200)]).into_owned();
+    assert!(
+        read.is_ok(),
+        "the answer and a clean end, not {read:?} after {} bytes: {text}",
+        out.len()
+    );
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    assert!(text.contains("\r\nconnection: close\r\n"), "{text}");
+    assert!(
+        out.ends_with(&[b'a'; 64]),
+        "the whole answer ({} bytes)",
+        out.len()
+    );
+    let _ = served.await;
+}
+
+/// Regression (attack on 7100e66): `send_timeout` is meant to end only a write that
+/// makes no progress, yet "progress" is seen only when the kernel wakes the writer,
+/// which it does once a third of the (autotuned, up to `tcp_wmem` max) send buffer
+/// has drained. A client reading steadily, but slower than that third per
+/// `send_timeout`, is cut while it reads.
+#[tokio::test]
+async fn a_steady_reader_slower_than_a_third_of_the_send_buffer_per_timeout_is_kept() {
+    let limits = ConnLimits {
+        send_timeout: Duration::from_millis(500),
+        ..ConnLimits::default()
+    };
+    let (mut c, _served) = connection_with(limits, None, |_req| async {
+        crate::body::json(http::StatusCode::OK, Bytes::from(vec![b'y'; 4 << 20]))
+    })
+    .await;
+    c.write_all(b"GET /big HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    // Let the buffers fill, then read 32 KiB every 25 ms (1.3 MB/s): never a
+    // pause of more than 25 ms on the client's side.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 32 * 1024];
+    let started = std::time::Instant::now();
+    loop {
+        let n = c.read(&mut buf).await.unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        got += n;
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        got > 4 << 20,
+        "cut after {got} bytes in {:?} of steady reading",
+        started.elapsed()
+    );
+}
+
+/// Regression (attack on 7100e66): RFC 9112 §3.2 requires 400 for "a Host header field
+/// with an invalid field value" as well as for a missing or repeated one; the new
+/// rule counts Host fields only. `Host: a, b` is the very list form a proxy makes
+/// of two Host lines (RFC 9110 §5.3), which the same rule refuses as two fields.
+#[test]
+fn a_host_that_is_not_a_uri_host_and_port_is_refused() {
+    for raw in [
+        &b"GET / HTTP/1.1\r\nHost: a, b\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: u@a\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: a/b\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: a:b\r\n\r\n",
+    ] {
+        assert_eq!(
+            parse(raw).map(|h| h.is_some()).map_err(|e| e.status),
+            Err(400),
+            "{}",
+            String::from_utf8_lossy(raw)
+        );
+    }
+    // Valid values stay accepted (the empty one too, RFC 9112 §3.2).
+    for raw in [
+        &b"GET / HTTP/1.1\r\nHost: a.example:8080\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost:\r\n\r\n",
+    ] {
+        assert!(parse(raw).is_ok(), "{}", String::from_utf8_lossy(raw));
+    }
+}
