@@ -87,6 +87,9 @@ enum Slot {
     Other,
 }
 
+/// Largest chunk kept as a template, bytes (chunks are a few hundred).
+const MAX_TEMPLATE_BYTES: usize = 16 * 1024;
+
 /// Most string values that may differ from the template in one chunk.
 const MAX_CHANGES: usize = 4;
 
@@ -396,6 +399,15 @@ impl ChunkScan {
     /// value", "`choices` is not a list"), when it is not a JSON object of the shape
     /// above.
     pub fn scan(&mut self, b: &[u8]) -> Result<(), &'static str> {
+        if b.len() > MAX_TEMPLATE_BYTES {
+            // Not kept: a stream's one large chunk (a tool call's arguments whole)
+            // would hold its size for the rest of the stream.
+            self.template = Vec::new();
+            self.strings.clear();
+            let scanned = self.full_scan(b);
+            self.strings.clear();
+            return scanned;
+        }
         if self.rescan(b) {
             return Ok(());
         }
@@ -411,7 +423,7 @@ impl ChunkScan {
     /// nothing changed, when it does not.
     fn rescan(&mut self, b: &[u8]) -> bool {
         let t = &self.template[..];
-        if t.is_empty() {
+        if t.is_empty() || b.len() > MAX_TEMPLATE_BYTES {
             return false;
         }
         // (index in `strings`, the new string's length) per changed value.
@@ -978,5 +990,23 @@ mod tests {
             chunks.push(bases[base].as_bytes().to_vec());
             agree(&chunks);
         }
+    }
+
+    /// A chunk over the template cap is scanned in full and not kept, so a large
+    /// one does not hold its size for the rest of the stream.
+    #[test]
+    fn a_large_chunk_is_not_kept_as_the_template() {
+        let small = br#"{"id":"c","choices":[{"delta":{"content":"a"}}]}"#.to_vec();
+        let big = format!(
+            r#"{{"id":"c","choices":[{{"delta":{{"content":"{}"}}}}]}}"#,
+            "x".repeat(MAX_TEMPLATE_BYTES)
+        )
+        .into_bytes();
+        let mut s = ChunkScan::default();
+        s.scan(&small).unwrap();
+        assert!(!s.template.is_empty());
+        s.scan(&big).unwrap();
+        assert_eq!(s.template.capacity(), 0);
+        assert_eq!(agree(&[small.clone(), big, small.clone(), small]), 1);
     }
 }
