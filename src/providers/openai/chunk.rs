@@ -323,11 +323,11 @@ fn choice(
                 }
                 v.end
             }
-            _ => {
+            name => {
                 let v = value(b, vs)?;
                 note_string(b, &v, Slot::Other, strings);
                 let end = v.end;
-                if let Name::FinishReason = Name::of(k) {
+                if name == Name::FinishReason {
                     c.finish = (!is_null(b, &v)).then_some(v);
                 }
                 end

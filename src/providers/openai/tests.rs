@@ -491,13 +491,7 @@ fn a_chunk_sent_as_several_data_lines_reaches_the_client_as_one_json_event() {
 fn an_event_without_a_line_count_is_searched_for_joined_lines() {
     // An event made by hand (no parser, `data_lines` 0) whose data holds a newline
     // still goes out as `data:` lines the client joins back, never as a raw newline.
-    let mut t = OpenAi::standard().stream(StreamContext {
-        logical_model: "m".into(),
-        include_usage: false,
-        prompt_tokens_estimate: 0,
-        track: true,
-        resume: None,
-    });
+    let mut t = tracking_stream();
     let mut out = BytesMut::new();
     let ev = crate::sse::SseEvent {
         event: None,
@@ -651,13 +645,7 @@ fn whole_answers_are_walked_as_serde_json_read_them() {
 /// raw control character in a piece is refused as before.
 #[test]
 fn tracked_text_is_decoded_with_and_without_escapes() {
-    let mut t = OpenAi::standard().stream(StreamContext {
-        logical_model: "m".into(),
-        include_usage: false,
-        prompt_tokens_estimate: 0,
-        track: true,
-        resume: None,
-    });
+    let mut t = tracking_stream();
     let mut out = BytesMut::new();
     let mut parser = SseParser::new();
     for content in [r#""plain ""#, r#""line\n\"q\" \u00e9""#, r#""\\ end""#] {
@@ -679,4 +667,16 @@ fn tracked_text_is_decoded_with_and_without_escapes() {
         "{}",
         e.message
     );
+}
+
+/// The OpenAI relay of a stream for logical model `m`, no usage asked for, its text
+/// tracked.
+fn tracking_stream() -> Box<dyn crate::providers::StreamTranscoder> {
+    OpenAi::standard().stream(StreamContext {
+        logical_model: "m".into(),
+        include_usage: false,
+        prompt_tokens_estimate: 0,
+        track: true,
+        resume: None,
+    })
 }

@@ -367,26 +367,57 @@ where
     }
     let client = socket.connect(l.local_addr().unwrap()).await.unwrap();
     let (server, _) = l.accept().await.unwrap();
-    let (_tx, stopping) = tokio::sync::watch::channel(());
-    let answer = Arc::new(answer);
-    let task = tokio::spawn(async move {
-        let _tx = _tx;
+    let (tx, stopping) = tokio::sync::watch::channel(());
+    (client, serve_on(server, limits, stopping, Some(tx), answer))
+}
+
+/// Serves `server` (sniffed first) with [`serve_answers`] in a task of its own, told
+/// to stop by `stopping`; `hold` is kept alive with the task (a dropped sender is a
+/// stop).
+fn serve_on<F, Fut>(
+    server: TcpStream,
+    limits: ConnLimits,
+    stopping: tokio::sync::watch::Receiver<()>,
+    hold: Option<tokio::sync::watch::Sender<()>>,
+    answer: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: Fn(Request<crate::server::RequestBody>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Response<crate::body::Body>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let _hold = hold;
         let activity = Arc::new(Activity::default());
         let mut io = EdgeIo::new(server, activity.clone(), limits);
         assert!(!io.sniff().await.unwrap());
-        serve(
-            io,
-            move |req| {
-                let guard = activity.start(false);
-                let fut = answer(req);
-                async move { Ok(fut.await.map(|b| Tracked::new(b, Some(guard), None))) }
-            },
-            stopping,
-            limits,
-        )
-        .await;
-    });
-    (client, task)
+        serve_answers(io, activity, stopping, limits, answer).await;
+    })
+}
+
+/// [`serve`] with `answer` as the service: each request counted in on `activity`
+/// (the one `io` was made with) and out with its response body, as the gateway's
+/// service does.
+async fn serve_answers<F, Fut>(
+    io: EdgeIo,
+    activity: Arc<Activity>,
+    stopping: tokio::sync::watch::Receiver<()>,
+    limits: ConnLimits,
+    answer: F,
+) where
+    F: Fn(Request<crate::server::RequestBody>) -> Fut,
+    Fut: Future<Output = Response<crate::body::Body>>,
+{
+    serve(
+        io,
+        move |req| {
+            let guard = activity.start(false);
+            let fut = answer(req);
+            async move { Ok(fut.await.map(|b| Tracked::new(b, Some(guard), None))) }
+        },
+        stopping,
+        limits,
+    )
+    .await;
 }
 
 /// Echoes the request body, with the method and path in `x-seen`.
@@ -704,22 +735,7 @@ async fn shutdown_waits_for_a_head_that_has_begun() {
     let mut c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
     let (server, _) = l.accept().await.unwrap();
     let (stop, stopping) = tokio::sync::watch::channel(());
-    let served = tokio::spawn(async move {
-        let activity = Arc::new(Activity::default());
-        let mut io = EdgeIo::new(server, activity.clone(), ConnLimits::default());
-        assert!(!io.sniff().await.unwrap());
-        serve(
-            io,
-            move |req| {
-                let guard = activity.start(false);
-                let fut = echo(req);
-                async move { Ok(fut.await.map(|b| Tracked::new(b, Some(guard), None))) }
-            },
-            stopping,
-            ConnLimits::default(),
-        )
-        .await;
-    });
+    let served = serve_on(server, ConnLimits::default(), stopping, None, echo);
     c.write_all(b"GET /begun HTTP/1.1\r\nhost: x\r\n")
         .await
         .unwrap();
@@ -799,12 +815,11 @@ async fn a_client_that_reads_nothing_of_its_answer_is_closed_at_the_send_timeout
         .unwrap();
 }
 
-/// A client that reads slowly but steadily is not cut: only a write that waits
-/// `send_timeout` without any progress ends the connection.
-#[tokio::test]
-async fn a_slow_but_steady_reader_gets_the_whole_answer() {
+/// A connection held to `send_timeout` whose client has asked for a 4 MiB answer
+/// (and `connection: close`) and read none of it yet.
+async fn asked_for_4_mib(send_timeout: Duration) -> TcpStream {
     let limits = ConnLimits {
-        send_timeout: Duration::from_secs(2),
+        send_timeout,
         ..ConnLimits::default()
     };
     let (mut c, _served) = connection_with(limits, None, |_req| async {
@@ -814,17 +829,44 @@ async fn a_slow_but_steady_reader_gets_the_whole_answer() {
     c.write_all(b"GET /big HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
         .await
         .unwrap();
+    c
+}
+
+/// Reads `c` to its end (or a read error) in reads of at most `chunk` bytes with
+/// `pause` after each; the bytes read.
+async fn read_steadily(c: &mut TcpStream, chunk: usize, pause: Duration) -> usize {
     let mut got = 0usize;
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = vec![0u8; chunk];
     loop {
-        let n = c.read(&mut buf).await.unwrap();
+        let n = c.read(&mut buf).await.unwrap_or(0);
         if n == 0 {
-            break;
+            return got;
         }
         got += n;
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(pause).await;
     }
+}
+
+/// A client that reads slowly but steadily is not cut: only a write that waits
+/// `send_timeout` without any progress ends the connection.
+#[tokio::test]
+async fn a_slow_but_steady_reader_gets_the_whole_answer() {
+    let mut c = asked_for_4_mib(Duration::from_secs(2)).await;
+    let got = read_steadily(&mut c, 64 * 1024, Duration::from_millis(5)).await;
     assert!(got > 4 << 20, "the whole answer and its head: {got} bytes");
+}
+
+/// The shared state of a connection on `server`, nothing read yet and no body.
+fn shared_on(server: TcpStream) -> Shared {
+    Shared {
+        io: EdgeIo::new(server, Arc::new(Activity::default()), ConnLimits::default()),
+        buf: Bytes::new(),
+        grow: BytesMut::new(),
+        scanned: 0,
+        decode: Decode::Done,
+        cont: Continue::No,
+        eof: false,
+    }
 }
 
 /// Regression (review of the h1 server): a head gathered in pieces was moved out of
@@ -835,15 +877,8 @@ async fn a_head_gathered_in_pieces_leaves_no_allocation_behind() {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let _client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
     let (server, _) = l.accept().await.unwrap();
-    let mut s = Shared {
-        io: EdgeIo::new(server, Arc::new(Activity::default()), ConnLimits::default()),
-        buf: Bytes::new(),
-        grow: BytesMut::with_capacity(4096),
-        scanned: 0,
-        decode: Decode::Done,
-        cont: Continue::No,
-        eof: false,
-    };
+    let mut s = shared_on(server);
+    s.grow = BytesMut::with_capacity(4096);
     s.grow
         .extend_from_slice(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n");
     s.settle_head(head_cap(&ConnLimits::default()));
@@ -918,15 +953,12 @@ async fn a_request_read_by_the_sniff_is_answered_at_shutdown() {
     assert!(io.has_replay());
     let (stop, stopping) = tokio::sync::watch::channel(());
     stop.send_replace(());
-    let served = tokio::spawn(serve(
+    let served = tokio::spawn(serve_answers(
         io,
-        move |req| {
-            let guard = activity.start(false);
-            let fut = echo(req);
-            async move { Ok(fut.await.map(|b| Tracked::new(b, Some(guard), None))) }
-        },
+        activity,
         stopping,
         ConnLimits::default(),
+        echo,
     ));
     let (head, _) = read_response(&mut c).await;
     assert!(head.contains("\r\nx-seen: GET /sniffed\r\n"), "{head}");
@@ -943,15 +975,9 @@ async fn a_continue_partly_written_is_finished_before_the_answer() {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let mut c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
     let (server, _) = l.accept().await.unwrap();
-    let mut s = Shared {
-        io: EdgeIo::new(server, Arc::new(Activity::default()), ConnLimits::default()),
-        buf: Bytes::new(),
-        grow: BytesMut::new(),
-        scanned: 0,
-        decode: Decode::Length(3),
-        cont: Continue::Writing(5),
-        eof: false,
-    };
+    let mut s = shared_on(server);
+    s.decode = Decode::Length(3);
+    s.cont = Continue::Writing(5);
     let read_whole = std::future::poll_fn(|cx| s.poll_settle_body(cx)).await;
     assert!(
         !read_whole,
@@ -1084,27 +1110,13 @@ async fn an_answer_closed_with_a_next_request_in_the_kernel_is_not_reset() {
     let (server, _) = l.accept().await.unwrap();
     let (stop, stopping) = tokio::sync::watch::channel(());
     let (go_tx, go_rx) = tokio::sync::watch::channel(false);
-    let served = tokio::spawn(async move {
-        let activity = Arc::new(Activity::default());
-        let mut io = EdgeIo::new(server, activity.clone(), ConnLimits::default());
-        assert!(!io.sniff().await.unwrap());
-        serve(
-            io,
-            move |_req| {
-                let guard = activity.start(false);
-                let mut go = go_rx.clone();
-                async move {
-                    // The answer is made while the client sends its next request.
-                    let _ = go.wait_for(|g| *g).await;
-                    let resp =
-                        crate::body::json(http::StatusCode::OK, Bytes::from(vec![b'a'; ANSWER]));
-                    Ok(resp.map(|b| Tracked::new(b, Some(guard), None)))
-                }
-            },
-            stopping,
-            ConnLimits::default(),
-        )
-        .await;
+    let served = serve_on(server, ConnLimits::default(), stopping, None, move |_req| {
+        let mut go = go_rx.clone();
+        async move {
+            // The answer is made while the client sends its next request.
+            let _ = go.wait_for(|g| *g).await;
+            crate::body::json(http::StatusCode::OK, Bytes::from(vec![b'a'; ANSWER]))
+        }
     });
     c.write_all(b"GET /first HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
@@ -1144,31 +1156,12 @@ async fn an_answer_closed_with_a_next_request_in_the_kernel_is_not_reset() {
 /// `send_timeout`, is cut while it reads.
 #[tokio::test]
 async fn a_steady_reader_slower_than_a_third_of_the_send_buffer_per_timeout_is_kept() {
-    let limits = ConnLimits {
-        send_timeout: Duration::from_millis(500),
-        ..ConnLimits::default()
-    };
-    let (mut c, _served) = connection_with(limits, None, |_req| async {
-        crate::body::json(http::StatusCode::OK, Bytes::from(vec![b'y'; 4 << 20]))
-    })
-    .await;
-    c.write_all(b"GET /big HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .await
-        .unwrap();
+    let mut c = asked_for_4_mib(Duration::from_millis(500)).await;
     // Let the buffers fill, then read 32 KiB every 25 ms (1.3 MB/s): never a
     // pause of more than 25 ms on the client's side.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut got = 0usize;
-    let mut buf = vec![0u8; 32 * 1024];
     let started = std::time::Instant::now();
-    loop {
-        let n = c.read(&mut buf).await.unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        got += n;
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let got = read_steadily(&mut c, 32 * 1024, Duration::from_millis(25)).await;
     assert!(
         got > 4 << 20,
         "cut after {got} bytes in {:?} of steady reading",
