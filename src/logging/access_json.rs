@@ -267,7 +267,7 @@ where
             buf.clear();
             write_event::<S, N>(buf, ctx, event).map_err(|_| fmt::Error)?;
             buf.push(b'\n');
-            writer.write_str(std::str::from_utf8(buf).map_err(|_| fmt::Error)?)
+            writer.write_str(simdutf8::basic::from_utf8(buf).map_err(|_| fmt::Error)?)
         })
     }
 }

@@ -42,7 +42,7 @@ pub struct Member {
 /// members perhaps already reported) when the text is not valid JSON, not UTF-8,
 /// nested deeper than [`MAX_DEPTH`] or not an object at its top level.
 pub fn object_members(text: &[u8], mut each: impl FnMut(&Member)) -> bool {
-    if std::str::from_utf8(text).is_err() {
+    if simdutf8::basic::from_utf8(text).is_err() {
         return false;
     }
     let Some(mut i) = open_object(text) else {
