@@ -121,16 +121,12 @@ pub fn handle(
             .await;
         // Chat responses carry the version their request ran on; every other
         // response (errors before routing, /v1/models, ...) the version serving now.
-        if !resp.headers().contains_key(crate::gateway::POLICY_HEADER) {
+        let lines = crate::server::lines::of(&mut resp);
+        if !lines.contains(&crate::gateway::POLICY_HEADER) {
             let gw = &svc.gateway;
-            crate::gateway::stamp(
-                gw,
-                resp.headers_mut(),
-                &gw.policy.load().version_header,
-                None,
-            );
+            crate::gateway::stamp(gw, lines, &gw.policy.load().version_header, None);
         }
-        resp.headers_mut().insert(crate::request_id::HEADER, id);
+        lines.push(&crate::request_id::HEADER, &id);
         resp
     }
 }

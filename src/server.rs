@@ -39,6 +39,7 @@
 mod canned;
 mod edge_io;
 pub mod h1;
+pub mod lines;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -241,8 +242,15 @@ pub async fn serve<H, F>(
                 // the larger of the two inline.
                 Ok(true) => {
                     drop(stopping);
-                    let service =
-                        service_fn(move |req: Request<Incoming>| service(req.map(RequestBody::H2)));
+                    // hyper writes the header map only: the field lines join it.
+                    let service = service_fn(move |req: Request<Incoming>| {
+                        let answer = service(req.map(RequestBody::H2));
+                        async move {
+                            let mut resp = answer.await?;
+                            lines::merge(&mut resp);
+                            Ok::<_, std::io::Error>(resp)
+                        }
+                    });
                     let served =
                         Box::pin(watcher.watch(http2.serve_connection(TokioIo::new(io), service)))
                             .await;

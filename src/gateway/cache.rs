@@ -728,11 +728,11 @@ fn value(h: &mut Xxh3, v: &Value) {
     }
 }
 
-/// Writes the cache headers of `status` into `h`.
-pub(super) fn stamp(h: &mut HeaderMap, status: CacheStatus) {
-    h.insert(CACHE_HEADER, HeaderValue::from_static(status.as_str()));
+/// Writes the cache headers of `status` into the response's field lines `h`.
+pub(super) fn stamp(h: &mut crate::server::lines::HeaderLines, status: CacheStatus) {
+    h.push(&CACHE_HEADER, &HeaderValue::from_static(status.as_str()));
     if let CacheStatus::Hit { distance: Some(d) } = status {
-        h.insert(DISTANCE_HEADER, HeaderValue::from(d));
+        h.push_u64(&DISTANCE_HEADER, u64::from(d));
     }
 }
 

@@ -62,7 +62,7 @@ pub async fn admit(
 /// waiting.
 pub fn settle_whole(ctx: &mut RequestCtx, resp: &mut Response<Body>) {
     if let Some(permit) = &ctx.permit {
-        permit.write_headers(resp.headers_mut());
+        permit.write_lines(crate::server::lines::of(resp));
     }
     if ctx.stream || !ctx.served {
         return;

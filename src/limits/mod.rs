@@ -42,6 +42,8 @@ use std::time::{Instant, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
+use crate::server::lines::HeaderLines;
+
 use crate::api::Usage;
 use crate::config::{Budget, Config, OnError, Pricing, RateLimit};
 use crate::error::{Code, ErrorKind, Fault, GatewayError};
@@ -662,6 +664,11 @@ impl ResetText {
     fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len]
     }
+
+    /// The text (ASCII digits and unit letters by construction).
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).unwrap_or("")
+    }
 }
 
 /// `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`, by kind: built once,
@@ -706,6 +713,19 @@ fn write_rate_headers(tight: &[Option<View>; 2], h: &mut HeaderMap) {
     }
 }
 
+/// [`write_rate_headers`] as field lines: an admitted answer's, appended once to
+/// the lines the HTTP/1.1 server writes whole (no header map insert per field).
+fn write_rate_lines(tight: &[Option<View>; 2], l: &mut HeaderLines) {
+    for (v, names) in tight.iter().zip(&RATE_NAMES) {
+        let Some(v) = v else { continue };
+        l.push_u64(&names[0], v.capacity);
+        l.push_u64(&names[1], v.remaining);
+        let mut reset = ResetText::default();
+        reset.write(v.reset_ms);
+        l.push_str(&names[2], reset.as_str());
+    }
+}
+
 /// The `x-ratelimit-*` headers of `views` as a map (for a refusal).
 fn rate_headers(views: &[View]) -> HeaderMap {
     let mut h = HeaderMap::new();
@@ -735,18 +755,18 @@ pub struct Permit {
 }
 
 impl Permit {
-    /// The `x-ratelimit-*` headers as of admission, as a new map (see
-    /// [`Permit::write_headers`]).
+    /// The `x-ratelimit-*` headers as of admission, as a new map (the fields
+    /// [`Permit::write_lines`] writes).
     pub fn headers(&self) -> HeaderMap {
         let mut h = HeaderMap::new();
-        self.write_headers(&mut h);
+        write_rate_headers(&self.tight, &mut h);
         h
     }
 
-    /// Writes the `x-ratelimit-*` headers as of admission into `h` (the successful
-    /// response's).
-    pub fn write_headers(&self, h: &mut HeaderMap) {
-        write_rate_headers(&self.tight, h);
+    /// Appends the `x-ratelimit-*` headers as of admission to `l`, the successful
+    /// response's field lines.
+    pub fn write_lines(&self, l: &mut HeaderLines) {
+        write_rate_lines(&self.tight, l);
     }
 
     /// Tokens charged at admission (estimated input + output cap).

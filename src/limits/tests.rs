@@ -73,6 +73,21 @@ fn a_key_entry_limit_wins_over_the_config_override_and_the_default() {
 }
 
 #[test]
+fn a_permits_field_lines_are_its_header_fields() {
+    let l = limiter(
+        "limits:\n  global: { requests_per_min: 60 }\n  per_key: { tokens_per_min: 1000 }\n",
+    );
+    let p = l.admit_local_at(&caller("a", None), 100, 0, 0).unwrap();
+    let mut lines = crate::server::lines::HeaderLines::default();
+    p.write_lines(&mut lines);
+    let mut from_lines = http::HeaderMap::new();
+    crate::server::lines::append_to(&lines, &mut from_lines);
+    assert_eq!(from_lines, p.headers());
+    assert_eq!(from_lines.len(), 6, "{from_lines:?}");
+    assert_eq!(from_lines["x-ratelimit-remaining-tokens"], "900");
+}
+
+#[test]
 fn settle_refunds_unused_tokens_and_charges_overuse() {
     let l = limiter("limits:\n  per_key: { tokens_per_min: 100 }\n");
     let p = l.admit_local_at(&caller("a", None), 100, 0, 0).unwrap();

@@ -1157,7 +1157,11 @@ fn encode_head<B: HttpBody>(
     if framing == Framing::Close || says_close {
         *keep_alive = false;
     }
-    let mut size = 128;
+    let lines = resp
+        .extensions()
+        .get::<super::lines::HeaderLines>()
+        .map_or(&[][..], |l| l.as_bytes());
+    let mut size = 128 + lines.len();
     for (name, value) in headers {
         size += name.as_str().len() + value.len() + 4;
     }
@@ -1179,6 +1183,7 @@ fn encode_head<B: HttpBody>(
         head.extend_from_slice(value.as_bytes());
         head.extend_from_slice(b"\r\n");
     }
+    head.extend_from_slice(lines);
     let length_field = match length {
         _ if bodiless => None,
         _ if status == StatusCode::NOT_MODIFIED => declared,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use crate::common::*;
@@ -373,6 +373,53 @@ async fn an_http2_connection_is_served_then_closed_once_idle() {
     let _ = tokio::time::timeout(Duration::from_secs(10), conn)
         .await
         .expect("idle HTTP/2 connection closed within 10 s");
+}
+
+/// The gateway's own fields (`x-ratelimit-*`, `x-switchyard-*`, `x-request-id`) are
+/// written as field lines beside the header map (`server::lines`); an HTTP/2 answer,
+/// written by hyper from the map alone, must carry them too.
+#[tokio::test]
+async fn an_http2_chat_answer_carries_the_gateway_fields() {
+    let m = mock(&[]);
+    let gw = serve(&format!(
+        "limits: {{ global: {{ requests_per_min: 1000 }} }}\n{}",
+        config(
+            &[("up", &m)],
+            "",
+            "  m:\n    endpoints:\n      - { provider: up, model: x }\n"
+        )
+    ));
+    let stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    for stream in [false, true] {
+        let req = http::Request::post(gw.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(chat("m", stream, ""))))
+            .unwrap();
+        let resp = send.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), 200, "stream {stream}");
+        assert_eq!(resp.version(), http::Version::HTTP_2);
+        let h = resp.headers();
+        assert_eq!(h["x-ratelimit-limit-requests"], "1000", "stream {stream}");
+        assert!(h.contains_key("x-ratelimit-remaining-requests"));
+        assert!(h.contains_key("x-ratelimit-reset-requests"));
+        assert_eq!(h["x-switchyard-endpoint"], "up/x", "stream {stream}");
+        assert_eq!(h["x-switchyard-attempts"], "1");
+        assert!(h.contains_key("x-switchyard-policy"));
+        assert_eq!(h.get_all("x-request-id").iter().count(), 1);
+        resp.into_body().collect().await.unwrap();
+    }
+    // Not a chat request: the policy version and the request id still.
+    let req = http::Request::get(gw.url("/health"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert!(resp.headers().contains_key("x-switchyard-policy"));
+    assert!(resp.headers().contains_key("x-request-id"));
 }
 
 #[tokio::test]
