@@ -121,8 +121,13 @@ pub fn handle(
             .await;
         // Chat responses carry the version their request ran on; every other
         // response (errors before routing, /v1/models, ...) the version serving now.
+        // The respond phase is the one writer of field lines before this, and it
+        // always writes the version: lines present mean the version is among them.
         let lines = crate::server::lines::of(&mut resp);
-        if !lines.contains(&crate::gateway::POLICY_HEADER) {
+        debug_assert!(
+            lines.as_bytes().is_empty() || lines.contains(&crate::gateway::POLICY_HEADER)
+        );
+        if lines.as_bytes().is_empty() {
             let gw = &svc.gateway;
             crate::gateway::stamp(gw, lines, &gw.policy.load().version_header, None);
         }

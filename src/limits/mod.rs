@@ -673,7 +673,7 @@ impl ResetText {
 
 /// `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`, by kind: built once,
 /// not per request.
-const RATE_NAMES: [[HeaderName; 3]; 2] = [
+static RATE_NAMES: [[HeaderName; 3]; 2] = [
     [
         HeaderName::from_static("x-ratelimit-limit-requests"),
         HeaderName::from_static("x-ratelimit-remaining-requests"),
