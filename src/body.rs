@@ -76,12 +76,13 @@ pub fn empty() -> Body {
     Empty::<Bytes>::new().map_err(|e| match e {}).boxed_unsync()
 }
 
-/// Header fields a gateway answer's map is made with room for: its content type, the
-/// six `x-ratelimit-*` fields, the `x-switchyard-*` and request-id fields (about 15).
-/// A map made empty grew twice on the way (room for 6, then 12, then 24 fields, each
-/// growth rehashing the fields so far and moving them): 1.1% of a JSON request's
-/// instructions under `benches/load/callgrind.sh` (136,608 to 135,107).
-const RESPONSE_HEADERS: usize = 20;
+/// Header fields a gateway answer's map is made with room for: its content type, a
+/// stream's `cache-control`, the provider's `x-upstream-request-id`, and a spare
+/// (`retry-after`, a cache hit's fields). The gateway's own fields (`x-ratelimit-*`,
+/// `x-switchyard-*`, `x-request-id`) are not in the map but in the answer's field
+/// lines ([`crate::server::lines`]); a map sized for them too (20) was an allocation
+/// of about 2 KiB per answer mostly unused.
+const RESPONSE_HEADERS: usize = 4;
 
 /// A response with `status` and a JSON body of `bytes` (`content-type:
 /// application/json`).
