@@ -182,6 +182,10 @@ pub struct Fields<'b> {
 
 impl Fields<'_> {
     /// `"key":`. Keys are the event's field names, Rust identifiers: never escaped.
+    ///
+    /// Inlined, with the members' writers below, into the access line's renderer:
+    /// each key is then a constant, copied without a `memcpy` call (35 keys a line).
+    #[inline]
     fn key(&mut self, key: &'static str) {
         debug_assert!(!needs_escape(key.as_bytes()), "{key}");
         if !self.first {
@@ -194,6 +198,7 @@ impl Fields<'_> {
     }
 
     /// A string member (a `&str` field, or the text of a `%` field).
+    #[inline]
     pub fn str(&mut self, key: &'static str, value: &str) {
         self.key(key);
         // Writing into a `Vec` cannot fail.
@@ -201,6 +206,7 @@ impl Fields<'_> {
     }
 
     /// A string member, or none.
+    #[inline]
     pub fn opt_str(&mut self, key: &'static str, value: Option<&str>) {
         if let Some(v) = value {
             self.str(key, v);
@@ -208,6 +214,7 @@ impl Fields<'_> {
     }
 
     /// An unsigned integer member (`tracing` records every unsigned type as a `u64`).
+    #[inline]
     pub fn u64(&mut self, key: &'static str, value: u64) {
         self.key(key);
         self.buf
@@ -215,6 +222,7 @@ impl Fields<'_> {
     }
 
     /// An unsigned integer member, or none.
+    #[inline]
     pub fn opt_u64(&mut self, key: &'static str, value: Option<u64>) {
         if let Some(v) = value {
             self.u64(key, v);
@@ -222,12 +230,14 @@ impl Fields<'_> {
     }
 
     /// A float member, as `serde_json` writes it (a non-finite one as `null`).
+    #[inline]
     pub fn f64(&mut self, key: &'static str, value: f64) {
         self.key(key);
         let _ = serde_json::to_writer(&mut *self.buf, &value);
     }
 
     /// A float member, or none.
+    #[inline]
     pub fn opt_f64(&mut self, key: &'static str, value: Option<f64>) {
         if let Some(v) = value {
             self.f64(key, v);
@@ -235,6 +245,7 @@ impl Fields<'_> {
     }
 
     /// A boolean member.
+    #[inline]
     pub fn bool(&mut self, key: &'static str, value: bool) {
         self.key(key);
         self.buf
