@@ -349,16 +349,31 @@ fn a_slow_client_within_the_deadlines_is_served() {
     }
 }
 
+/// An HTTP/2 (prior knowledge) client connection to `addr`: its sender and the
+/// connection to spawn.
+async fn h2_connect<B>(
+    addr: SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<B>,
+    hyper::client::conn::http2::Connection<TokioIo<tokio::net::TcpStream>, B, TokioExecutor>,
+)
+where
+    B: hyper::body::Body + Unpin + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn an_http2_connection_is_served_then_closed_once_idle() {
     let gw = serve_edge(&format!(
         "first_byte_timeout_ms: {LONG_MS}, header_timeout_ms: {LONG_MS}, idle_timeout_ms: 300"
     ));
-    let stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
-    let (mut send, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-            .await
-            .unwrap();
+    let (mut send, conn) = h2_connect(gw.addr).await;
     let conn = tokio::spawn(conn);
     for _ in 0..2 {
         let req = http::Request::get(gw.url("/health"))
@@ -389,11 +404,7 @@ async fn an_http2_chat_answer_carries_the_gateway_fields() {
             "  m:\n    endpoints:\n      - { provider: up, model: x }\n"
         )
     ));
-    let stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
-    let (mut send, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-            .await
-            .unwrap();
+    let (mut send, conn) = h2_connect(gw.addr).await;
     tokio::spawn(conn);
     for stream in [false, true] {
         let req = http::Request::post(gw.url("/v1/chat/completions"))
