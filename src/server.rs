@@ -46,7 +46,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderMap, StatusCode, Version};
+use http::{HeaderMap, Method, StatusCode, Version};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
@@ -244,10 +244,14 @@ pub async fn serve<H, F>(
                     drop(stopping);
                     // hyper writes the header map only: the field lines join it.
                     let service = service_fn(move |req: Request<Incoming>| {
+                        let head = req.method() == Method::HEAD;
                         let answer = service(req.map(RequestBody::H2));
                         async move {
                             let mut resp = answer.await?;
                             lines::merge(&mut resp);
+                            if head {
+                                bodiless_head(&mut resp);
+                            }
                             Ok::<_, std::io::Error>(resp)
                         }
                     });
@@ -492,6 +496,22 @@ impl PerCore {
 
 /// Size of a header section as `max_header_bytes` counts it: name, value and 4 bytes
 /// (`: ` and CRLF) per field.
+/// Makes an HTTP/2 answer to `HEAD` carry no body (RFC 9110 §9.3.2; RFC 9113 §8.1:
+/// DATA frames on it are a stream error the client answers with `PROTOCOL_ERROR`),
+/// keeping the `content-length` a `GET` would get: hyper's HTTP/2 server sends what
+/// the body yields whatever the method (its HTTP/1 side, [`h1`], drops it itself).
+fn bodiless_head(resp: &mut Response<Tracked>) {
+    use http_body::Body as _;
+    if let Some(len) = resp.body().size_hint().exact() {
+        if !resp.headers().contains_key(http::header::CONTENT_LENGTH) {
+            resp.headers_mut()
+                .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(len));
+        }
+    }
+    // The answer's body is dropped unread (a stream's upstream exchange ends with it).
+    resp.body_mut().clear();
+}
+
 fn header_bytes(headers: &HeaderMap) -> usize {
     headers
         .iter()

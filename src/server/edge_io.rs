@@ -138,6 +138,12 @@ impl Tracked {
             watch,
         }
     }
+
+    /// Drops the answer's body unread and yields nothing instead (an answer to
+    /// `HEAD`); the request's guard stays until the server drops this.
+    pub(super) fn clear(&mut self) {
+        self.body = crate::body::empty();
+    }
 }
 
 impl HttpBody for Tracked {

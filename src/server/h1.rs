@@ -137,6 +137,19 @@ enum Continue {
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 impl Shared {
+    /// The state of a connection on `io`: nothing read yet, no body being read.
+    fn new(io: EdgeIo) -> Self {
+        Shared {
+            io,
+            buf: Bytes::new(),
+            grow: BytesMut::new(),
+            scanned: 0,
+            decode: Decode::Done,
+            cont: Continue::No,
+            eof: false,
+        }
+    }
+
     /// Reads once from the socket into the scratch buffer and appends the bytes to
     /// `buf`; `Ready(Ok(0))` at the end of the stream.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
@@ -1383,15 +1396,7 @@ where
     S: Fn(Request<crate::server::RequestBody>) -> F,
     F: Future<Output = io::Result<Response<Tracked>>>,
 {
-    let shared = Arc::new(Mutex::new(Shared {
-        io,
-        buf: Bytes::new(),
-        grow: BytesMut::new(),
-        scanned: 0,
-        decode: Decode::Done,
-        cont: Continue::No,
-        eof: false,
-    }));
+    let shared = Arc::new(Mutex::new(Shared::new(io)));
     let mut stopping = stopping;
     async move {
         loop {

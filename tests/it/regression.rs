@@ -433,6 +433,49 @@ async fn an_http2_chat_answer_carries_the_gateway_fields() {
     assert!(resp.headers().contains_key("x-request-id"));
 }
 
+/// Found by review (2026-12-05): hyper's HTTP/2 server sends whatever the answer's
+/// body yields, whatever the method, so `HEAD /health` over h2c carried DATA frames
+/// and the client reset the stream (`PROTOCOL_ERROR`). A `HEAD` answer is now bodiless
+/// and keeps the `content-length` a `GET` gets; the connection serves on.
+#[tokio::test]
+async fn a_head_request_over_http2_is_answered_without_a_body() {
+    let gw = serve_edge("");
+    let (mut send, conn) = h2_connect(gw.addr).await;
+    tokio::spawn(conn);
+    for path in ["/health", "/ui"] {
+        let get = send
+            .send_request(
+                http::Request::get(gw.url(path))
+                    .body(Empty::<Bytes>::new())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(get.status(), 200, "GET {path}");
+        let got = get.into_body().collect().await.unwrap().to_bytes();
+        assert!(!got.is_empty(), "GET {path} has a body");
+        let head = send
+            .send_request(
+                http::Request::head(gw.url(path))
+                    .body(Empty::<Bytes>::new())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(head.status(), 200, "HEAD {path}");
+        assert_eq!(head.version(), http::Version::HTTP_2);
+        assert_eq!(
+            head.headers()["content-length"],
+            got.len().to_string().as_str(),
+            "HEAD {path} says what GET carries"
+        );
+        assert!(head.headers().contains_key("x-request-id"));
+        let body = head.into_body().collect().await;
+        let body = body.unwrap_or_else(|e| panic!("HEAD {path}: stream reset: {e}"));
+        assert!(body.to_bytes().is_empty(), "HEAD {path} carries no body");
+    }
+}
+
 #[tokio::test]
 async fn a_request_in_flight_outlasting_every_deadline_is_not_cut() {
     // 16 tokens at 8 tokens/s: about 2 s, far past the 300 ms deadlines.

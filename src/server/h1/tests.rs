@@ -858,15 +858,11 @@ async fn a_slow_but_steady_reader_gets_the_whole_answer() {
 
 /// The shared state of a connection on `server`, nothing read yet and no body.
 fn shared_on(server: TcpStream) -> Shared {
-    Shared {
-        io: EdgeIo::new(server, Arc::new(Activity::default()), ConnLimits::default()),
-        buf: Bytes::new(),
-        grow: BytesMut::new(),
-        scanned: 0,
-        decode: Decode::Done,
-        cont: Continue::No,
-        eof: false,
-    }
+    Shared::new(EdgeIo::new(
+        server,
+        Arc::new(Activity::default()),
+        ConnLimits::default(),
+    ))
 }
 
 /// Regression (review of the h1 server): a head gathered in pieces was moved out of
