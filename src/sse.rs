@@ -6,10 +6,17 @@
 //! Lines may end in `\n`, `\r\n` or `\r`; several `data:` lines join with `\n`; lines
 //! starting with `:` are comments (keep-alives) and are skipped.
 //!
+//! Received bytes are decoded as UTF-8 once, a read at a time (with SIMD), not line
+//! by line. A relay reads events with [`SseParser::next_ref`], which hands out an
+//! event of one `data:` line ended by `\n\n` (every event an OpenAI-format server
+//! sends) as a view into that text: no copy and no second check. Any other event
+//! (named, several lines, `\r` line ends, a comment before it, the stream's first)
+//! takes the general path, which builds it in a reused buffer.
+//!
 //! The writing side is here too: every OpenAI-format event Switchyard emits (translated
 //! chunks, error events, `[DONE]`) goes through [`write_event`] and [`write_done`].
 
-use bytes::{Buf, BufMut, BytesMut};
+use bytes::{BufMut, BytesMut};
 use serde::Serialize;
 
 /// One complete event.
@@ -24,6 +31,30 @@ pub struct SseEvent {
     pub data_lines: u32,
 }
 
+impl SseEvent {
+    /// The event as a view ([`SseEventRef`]).
+    pub fn view(&self) -> SseEventRef<'_> {
+        SseEventRef {
+            event: self.event.as_deref(),
+            data: &self.data,
+            data_lines: self.data_lines,
+        }
+    }
+}
+
+/// One complete event, borrowed: from the parser's read buffer ([`SseParser::next_ref`])
+/// or from an [`SseEvent`] ([`SseEvent::view`]). Fields as [`SseEvent`]'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SseEventRef<'a> {
+    /// The `event:` field, if any.
+    pub event: Option<&'a str>,
+    /// The joined `data:` lines.
+    pub data: &'a str,
+    /// How many `data:` lines were joined (0: not counted, for an event made by
+    /// hand; a reader then looks for a `\n` in [`SseEventRef::data`]).
+    pub data_lines: u32,
+}
+
 /// Largest event accepted, in bytes; a provider sending more without a blank line is
 /// answering badly, not streaming (protects memory from a broken upstream).
 pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
@@ -34,10 +65,19 @@ pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 pub struct EventTooLarge;
 
 /// Streaming SSE parser: feed bytes with [`SseParser::push`], take events with
-/// [`SseParser::next_event`].
+/// [`SseParser::next_ref`] (or [`SseParser::next_event`], owned).
+///
+/// The bytes are decoded as UTF-8 once, as they are pushed (an invalid sequence
+/// becomes U+FFFD, as `String::from_utf8_lossy` reads it; a sequence cut by the end
+/// of a read waits for the rest), so every line is text already and an event's data
+/// can be lent as a `&str` of the buffer.
 #[derive(Debug, Default)]
 pub struct SseParser {
-    buf: BytesMut,
+    /// Text received; `text[pos..]` is not yet consumed.
+    text: String,
+    pos: usize,
+    /// The first bytes of a UTF-8 sequence cut by the end of the last read (at most 3).
+    carry: Vec<u8>,
     event: Option<String>,
     data: String,
     has_data: bool,
@@ -45,16 +85,21 @@ pub struct SseParser {
     data_lines: u32,
     /// A `\r` ended the last consumed line; a following `\n` belongs to it.
     skip_lf: bool,
-    /// Bytes of `buf` already searched for a line end (keeps parsing linear when an
-    /// event arrives in many small reads).
+    /// Bytes of `text[pos..]` already searched for a line end (keeps parsing linear
+    /// when an event arrives in many small reads).
     scanned: usize,
     /// The stream's first bytes were read past a leading byte order mark (WHATWG:
     /// one leading U+FEFF is ignored).
     past_bom: bool,
+    /// Bytes at `text[pos..]` that belong to the event last handed out by
+    /// [`SseParser::next_ref`] (a view into them), consumed at the next call.
+    lent: usize,
+    /// The event the general path of [`SseParser::next_ref`] builds, reused.
+    built: SseEvent,
 }
 
-/// U+FEFF in UTF-8.
-const BOM: &[u8] = b"\xEF\xBB\xBF";
+/// U+FEFF, the byte order mark.
+const BOM: char = '\u{feff}';
 
 impl SseParser {
     /// A parser with nothing buffered.
@@ -67,11 +112,53 @@ impl SseParser {
     /// # Errors
     /// [`EventTooLarge`] when the unfinished event exceeds [`MAX_EVENT_BYTES`].
     pub fn push(&mut self, bytes: &[u8]) -> Result<(), EventTooLarge> {
-        self.buf.extend_from_slice(bytes);
-        if self.buf.len() + self.data.len() > MAX_EVENT_BYTES {
+        self.settle();
+        if self.pos > 0 {
+            // What is left is an unfinished event (short) or nothing.
+            self.text.drain(..self.pos);
+            self.pos = 0;
+        }
+        if self.carry.is_empty() {
+            self.decode(bytes);
+        } else {
+            let mut joined = std::mem::take(&mut self.carry);
+            joined.extend_from_slice(bytes);
+            self.decode(&joined);
+        }
+        if self.text.len() + self.carry.len() + self.data.len() > MAX_EVENT_BYTES {
             return Err(EventTooLarge);
         }
         Ok(())
+    }
+
+    /// Appends `bytes` to the text: checked as UTF-8 at once (SIMD, `simdutf8`);
+    /// an invalid sequence as U+FFFD, a cut one at the end kept in `carry`.
+    fn decode(&mut self, mut bytes: &[u8]) {
+        loop {
+            match simdutf8::compat::from_utf8(bytes) {
+                Ok(s) => {
+                    self.text.push_str(s);
+                    return;
+                }
+                Err(e) => {
+                    let (valid, rest) = bytes.split_at(e.valid_up_to());
+                    // The prefix the error names is valid: read again without a
+                    // second error (or `""` at worst).
+                    self.text
+                        .push_str(simdutf8::basic::from_utf8(valid).unwrap_or_default());
+                    match e.error_len() {
+                        Some(n) => {
+                            self.text.push(char::REPLACEMENT_CHARACTER);
+                            bytes = &rest[n..];
+                        }
+                        None => {
+                            self.carry.extend_from_slice(rest);
+                            return;
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The next complete event, if the buffer holds one.
@@ -84,36 +171,39 @@ impl SseParser {
     /// contents replaced, its buffers reused): a relay that keeps one `SseEvent`
     /// parses without allocating per event. Returns whether an event was written.
     pub fn next_into(&mut self, ev: &mut SseEvent) -> bool {
+        self.settle();
         if !self.past_bom {
-            if self.buf.len() < BOM.len() && BOM.starts_with(&self.buf) {
-                // Perhaps a byte order mark cut by the read: wait for the rest.
+            let rest = &self.text[self.pos..];
+            if rest.is_empty() {
+                // Wait for the first character (a byte order mark or not).
                 return false;
             }
-            if self.buf.starts_with(BOM) {
-                self.buf.advance(BOM.len());
+            if rest.starts_with(BOM) {
+                self.pos += BOM.len_utf8();
             }
             self.past_bom = true;
             self.scanned = 0;
         }
         loop {
-            if self.skip_lf && !self.buf.is_empty() {
-                if self.buf[0] == b'\n' {
-                    self.buf.advance(1);
+            if self.skip_lf && self.pos < self.text.len() {
+                if self.text.as_bytes()[self.pos] == b'\n' {
+                    self.pos += 1;
                     self.scanned = self.scanned.saturating_sub(1);
                 }
                 self.skip_lf = false;
             }
-            let Some(found) = memchr::memchr2(b'\n', b'\r', &self.buf[self.scanned..]) else {
-                self.scanned = self.buf.len();
+            let rest = &self.text.as_bytes()[self.pos..];
+            let Some(found) = memchr::memchr2(b'\n', b'\r', &rest[self.scanned..]) else {
+                self.scanned = rest.len();
                 return false;
             };
             let end = self.scanned + found;
             self.scanned = 0;
-            if self.buf[end] == b'\r' {
+            if rest[end] == b'\r' {
                 self.skip_lf = true;
             }
             if end == 0 {
-                self.buf.advance(1);
+                self.pos += 1;
                 if self.has_data {
                     self.has_data = false;
                     // The parser keeps `ev`'s old buffer for the next event.
@@ -127,23 +217,70 @@ impl SseParser {
                 continue;
             }
             self.line(end);
-            self.buf.advance(end + 1);
+            self.pos += end + 1;
         }
     }
 
-    /// Takes in the line `buf[..end]` (not empty, its line end excluded).
+    /// The next complete event, if the buffer holds one, as a view: into the
+    /// buffer itself for an event of one `data:` line ended by `\n\n` once the
+    /// stream is under way, otherwise into an event built as
+    /// [`SseParser::next_into`] builds it. The same events, in the same order, as
+    /// [`SseParser::next_event`] (`tests::next_ref_agrees_with_next_event`).
+    pub fn next_ref(&mut self) -> Option<SseEventRef<'_>> {
+        self.settle();
+        if let Some((data, end)) = self.one_line_event() {
+            self.lent = end;
+            let base = self.pos;
+            return Some(SseEventRef {
+                event: None,
+                data: &self.text[base + data.start..base + data.end],
+                data_lines: 1,
+            });
+        }
+        let mut built = std::mem::take(&mut self.built);
+        let got = self.next_into(&mut built);
+        self.built = built;
+        got.then(|| self.built.view())
+    }
+
+    /// Where (in `text[pos..]`) the `data:` value of the event at the start of the
+    /// buffer lies, and where the event ends, when it is one `data:` line ended by
+    /// `\n\n` and the general path holds nothing of it (no field line read, no line
+    /// end or byte order mark pending, no search under way).
+    #[inline]
+    fn one_line_event(&self) -> Option<(std::ops::Range<usize>, usize)> {
+        if !self.past_bom || self.has_data || self.event.is_some() || self.skip_lf {
+            return None;
+        }
+        if self.scanned != 0 {
+            // Part of a line already searched: the general path goes on from there
+            // (so a long event arriving in many reads is searched once).
+            return None;
+        }
+        let b = &self.text.as_bytes()[self.pos..];
+        if b.len() < 7 || &b[..5] != b"data:" {
+            return None;
+        }
+        let start = if b[5] == b' ' { 6 } else { 5 };
+        let nl = start + memchr::memchr2(b'\n', b'\r', &b[start..])?;
+        if b[nl] != b'\n' || b.get(nl + 1) != Some(&b'\n') {
+            return None;
+        }
+        Some((start..nl, nl + 2))
+    }
+
+    /// Consumes the event last lent by [`SseParser::next_ref`].
+    #[inline]
+    fn settle(&mut self) {
+        self.pos += std::mem::take(&mut self.lent);
+    }
+
+    /// Takes in the line `text[pos..pos + end]` (not empty, its line end excluded).
     fn line(&mut self, end: usize) {
-        let raw = &self.buf[..end];
-        if raw[0] == b':' {
+        let line = &self.text[self.pos..self.pos + end];
+        if line.as_bytes()[0] == b':' {
             return;
         }
-        // Valid UTF-8 (every provider sends it) is checked without a copy, with SIMD
-        // (`simdutf8`: a line is a whole chunk, a few hundred bytes); anything else
-        // is read with replacement characters.
-        let line = match simdutf8::basic::from_utf8(raw) {
-            Ok(s) => std::borrow::Cow::Borrowed(s),
-            Err(_) => String::from_utf8_lossy(raw),
-        };
         // The field name is a few bytes ("data"): a plain scan for the colon, not
         // `str::find`'s searcher (an ASCII byte: its index is a character boundary).
         let (field, value) = match line.as_bytes().iter().position(|&b| b == b':') {
@@ -151,7 +288,7 @@ impl SseParser {
                 let v = &line[i + 1..];
                 (&line[..i], v.strip_prefix(' ').unwrap_or(v))
             }
-            None => (&line[..], ""),
+            None => (line, ""),
         };
         match field {
             "data" => {
@@ -173,12 +310,19 @@ impl SseParser {
     /// parse in the adapter, while a whole one (a server that ends its body with
     /// `data: {...}` and no blank line) is not lost.
     pub fn finish(&mut self) -> Option<SseEvent> {
+        self.settle();
+        if !self.carry.is_empty() {
+            // A sequence the body ended inside.
+            self.carry.clear();
+            self.text.push(char::REPLACEMENT_CHARACTER);
+        }
         if !self.has_partial() {
             return None;
         }
-        self.buf.extend_from_slice(b"\n\n");
+        self.text.push_str("\n\n");
         let ev = self.next_event();
-        self.buf.clear();
+        self.text.clear();
+        self.pos = 0;
         self.scanned = 0;
         ev
     }
@@ -186,7 +330,11 @@ impl SseParser {
     /// Whether bytes of an unfinished event remain (used to tell a clean end of stream
     /// from a cut one).
     pub fn has_partial(&self) -> bool {
-        self.has_data || !self.buf.iter().all(|b| b.is_ascii_whitespace())
+        self.has_data
+            || !self.carry.is_empty()
+            || !self.text.as_bytes()[self.pos + self.lent..]
+                .iter()
+                .all(|b| b.is_ascii_whitespace())
     }
 }
 
@@ -292,6 +440,118 @@ mod tests {
         let mut p = SseParser::new();
         p.push("\u{feff}".as_bytes()).unwrap();
         assert!(p.next_event().is_none() && p.finish().is_none());
+    }
+
+    /// Every event `next_ref` hands out, owned, reading `parts` one after another.
+    fn by_ref(parts: &[&[u8]]) -> Vec<SseEvent> {
+        let mut p = SseParser::new();
+        let mut got = Vec::new();
+        for part in parts {
+            p.push(part).unwrap();
+            while let Some(ev) = p.next_ref() {
+                got.push(SseEvent {
+                    event: ev.event.map(str::to_string),
+                    data: ev.data.to_string(),
+                    data_lines: ev.data_lines,
+                });
+            }
+        }
+        got.extend(p.finish());
+        got
+    }
+
+    /// As [`by_ref`], with `next_event`.
+    fn by_event(parts: &[&[u8]]) -> Vec<SseEvent> {
+        let mut p = SseParser::new();
+        let mut got = Vec::new();
+        for part in parts {
+            p.push(part).unwrap();
+            got.extend(all(&mut p));
+        }
+        got.extend(p.finish());
+        got
+    }
+
+    const MIXED: &[u8] = b"data: {\"a\":1}\n\ndata:{\"b\":2}\n\nevent: e\ndata: x\n\ndata: l1\ndata: l2\n\n: ping\n\ndata: r\r\n\r\ndata: \n\ndata:\n\ndata: caf\xc3\xa9 \xe2\x82\xac\n\ndata: bad \xff here\n\ndata: after\n\nid: 7\ndata: with id\n\ndata: [DONE]\n\ndata: tail";
+
+    #[test]
+    fn next_ref_agrees_with_next_event() {
+        let whole = by_event(&[MIXED]);
+        assert_eq!(whole.len(), 13, "{whole:?}");
+        assert_eq!(by_ref(&[MIXED]), whole);
+        for cut in 0..=MIXED.len() {
+            let parts = [&MIXED[..cut], &MIXED[cut..]];
+            assert_eq!(by_ref(&parts), whole, "cut at {cut}");
+        }
+        let bytes: Vec<&[u8]> = MIXED.chunks(1).collect();
+        assert_eq!(by_ref(&bytes), whole, "a byte at a time");
+        let mut bom = b"\xEF\xBB\xBF".to_vec();
+        bom.extend_from_slice(MIXED);
+        assert_eq!(by_ref(&[&bom]), whole, "after a byte order mark");
+    }
+
+    #[test]
+    fn a_one_line_event_is_lent_from_the_read_buffer() {
+        let mut p = SseParser::new();
+        p.push(b"data: first\n\ndata: {\"x\":1}\n\ndata: caf\xc3\xa9\n\n")
+            .unwrap();
+        // The stream's first event takes the general path (a byte order mark?).
+        assert_eq!(p.next_ref().unwrap().data, "first");
+        assert_eq!(p.lent, 0);
+        let ev = p.next_ref().unwrap();
+        assert_eq!((ev.event, ev.data, ev.data_lines), (None, "{\"x\":1}", 1));
+        assert_eq!(p.lent, 15, "lent from the buffer");
+        assert_eq!(p.next_ref().unwrap().data, "caf\u{e9}");
+        assert!(p.lent > 0);
+        assert!(p.next_ref().is_none());
+        assert!(!p.has_partial());
+    }
+
+    #[test]
+    fn utf8_cut_by_a_read_or_invalid_is_read_as_the_general_path_reads_it() {
+        // "é" cut between two reads: valid once whole.
+        assert_eq!(
+            by_ref(&[b"data: a\n\ndata: caf\xc3", b"\xa9\n\ndata: b\n\n"]),
+            by_event(&[b"data: a\n\ndata: caf\xc3\xa9\n\ndata: b\n\n"])
+        );
+        // An invalid byte: replaced, the events after it unharmed.
+        let got = by_ref(&[b"data: a\n\ndata: \xff\n\ndata: b\n\ndata: \xc3\xa9\n\n"]);
+        let data: Vec<&str> = got.iter().map(|e| e.data.as_str()).collect();
+        assert_eq!(data, ["a", "\u{fffd}", "b", "\u{e9}"]);
+    }
+
+    proptest::proptest! {
+        /// Any stream of events cut into any reads gives the same events whichever
+        /// way it is read.
+        #[test]
+        fn next_ref_agrees_with_next_event_on_any_stream(
+            lines in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    &b"data: {\"x\":1}\n"[..], b"data:y\n", b"data: \n", b"\n", b"\n",
+                    b"\n", b"event: e\n", b": c\n", b"data: z\r\n", b"\r\n", b"\r",
+                    b"data: \xc3\xa9\n", b"data: \xff\n", b"id: 1\n", b"data", b"\xe2\x82\xac",
+                    b"\xc3", b"\xa9", b"\xe2\x82", b"\xef\xbb\xbf", b"x",
+                ]),
+                0..40,
+            ),
+            cuts in proptest::collection::vec(0usize..400, 0..6),
+        ) {
+            let text: Vec<u8> = lines.concat();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(text.len())).collect();
+            cuts.sort_unstable();
+            let mut parts = Vec::new();
+            let mut at = 0;
+            for c in cuts {
+                parts.push(&text[at..c]);
+                at = c;
+            }
+            parts.push(&text[at..]);
+            // The text read as `String::from_utf8_lossy` reads it, however cut.
+            let lossy = String::from_utf8_lossy(&text);
+            let whole = by_event(&[lossy.as_bytes()]);
+            proptest::prop_assert_eq!(&by_event(&parts), &whole);
+            proptest::prop_assert_eq!(by_ref(&parts), whole);
+        }
     }
 
     #[test]

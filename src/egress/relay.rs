@@ -24,7 +24,7 @@ use tokio::time::{Instant, Sleep};
 use crate::body::Body;
 use crate::error::{ErrorKind, GatewayError};
 use crate::providers::{Sent, StreamStep, StreamTranscoder};
-use crate::sse::{SseEvent, SseParser};
+use crate::sse::SseParser;
 
 /// Ends every stream relayed with it: the shutdown token. When the shutdown drain
 /// runs out of time, the owner calls [`StreamStop::stop`] and each live relay ends
@@ -190,8 +190,6 @@ pub enum Step {
 pub struct SseRelay {
     upstream: Body,
     parser: SseParser,
-    /// The event being handled, reused so parsing allocates nothing per event.
-    event: SseEvent,
     transcoder: Box<dyn StreamTranscoder>,
     out: BytesMut,
     idle: Duration,
@@ -223,7 +221,6 @@ impl SseRelay {
         SseRelay {
             upstream,
             parser: SseParser::new(),
-            event: SseEvent::default(),
             transcoder,
             out: BytesMut::with_capacity(1024),
             idle,
@@ -367,7 +364,7 @@ impl SseRelay {
             Poll::Ready(None) => {
                 // An SSE body may end without the blank line of its last event.
                 if let Some(ev) = self.parser.finish() {
-                    match self.transcoder.event(&ev, &mut self.out) {
+                    match self.transcoder.event(ev.view(), &mut self.out) {
                         Ok(StreamStep::Continue) => {}
                         Ok(StreamStep::Done) => {
                             self.finish();
@@ -441,9 +438,11 @@ impl SseRelay {
         // The events of one frame go out as one write: room for all of them at once
         // (a relayed event is about as long as the upstream's).
         self.out.reserve(data.len() + 256);
-        while self.parser.next_into(&mut self.event) {
+        // Each event a view into the parser's buffer (or a buffer it reuses): no
+        // allocation or copy per event.
+        while let Some(ev) = self.parser.next_ref() {
             self.events += 1;
-            match self.transcoder.event(&self.event, &mut self.out) {
+            match self.transcoder.event(ev, &mut self.out) {
                 Ok(StreamStep::Continue) => {}
                 Ok(StreamStep::Done) => {
                     self.finish();

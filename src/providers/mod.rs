@@ -24,7 +24,7 @@ use crate::api::ChatRequest;
 use crate::body::Body;
 use crate::config::{ProviderConfig, ProviderKind};
 use crate::error::GatewayError;
-use crate::sse::SseEvent;
+use crate::sse::SseEventRef;
 
 /// What an adapter needs to know about the endpoint it builds a request for.
 #[derive(Debug, Clone)]
@@ -154,11 +154,17 @@ pub enum StreamStep {
 
 /// Turns one provider's stream events into OpenAI SSE bytes.
 pub trait StreamTranscoder: Send {
-    /// Handles one event, appending zero or more complete SSE events to `out`.
+    /// Handles one event (a view into the relay's read buffer or a built event:
+    /// [`crate::sse::SseParser::next_ref`]), appending zero or more complete SSE
+    /// events to `out`.
     ///
     /// # Errors
     /// HTTP 502 when the event is malformed or reports an error.
-    fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> Result<StreamStep, GatewayError>;
+    fn event(
+        &mut self,
+        event: SseEventRef<'_>,
+        out: &mut BytesMut,
+    ) -> Result<StreamStep, GatewayError>;
 
     /// Called when the upstream body ends without a `Done` step. Returns `Ok` (after
     /// writing `[DONE]`) when what arrived was a complete answer (a finish reason was

@@ -127,7 +127,7 @@ pub fn replay(mut t: Box<dyn StreamTranscoder>, lines: &str, named: bool) -> Rep
     let mut out = BytesMut::new();
     let mut result = None;
     while let Some(ev) = parser.next_event() {
-        match t.event(&ev, &mut out) {
+        match t.event(ev.view(), &mut out) {
             Ok(StreamStep::Continue) => {}
             Ok(StreamStep::Done) => {
                 result = Some(Ok(()));

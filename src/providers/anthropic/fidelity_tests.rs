@@ -466,7 +466,7 @@ fn a_thinking_stream_gives_reasoning_deltas_and_whole_signed_blocks() {
             parser.push(format!("data: {line}\n\n").as_bytes()).unwrap();
         }
         while let Some(ev) = parser.next_event() {
-            t.event(&ev, &mut out).unwrap();
+            t.event(ev.view(), &mut out).unwrap();
         }
         t
     };

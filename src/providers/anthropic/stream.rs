@@ -25,7 +25,7 @@ use crate::providers::common::{
 };
 use crate::providers::reasoning::ThinkingBlock;
 use crate::providers::{StreamContext, StreamStep, StreamTranscoder};
-use crate::sse::SseEvent;
+use crate::sse::SseEventRef;
 
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -201,7 +201,11 @@ impl AnthropicStream {
 }
 
 impl StreamTranscoder for AnthropicStream {
-    fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> Result<StreamStep, GatewayError> {
+    fn event(
+        &mut self,
+        event: SseEventRef<'_>,
+        out: &mut BytesMut,
+    ) -> Result<StreamStep, GatewayError> {
         let data = event.data.trim();
         if data.is_empty() {
             return Ok(StreamStep::Continue);

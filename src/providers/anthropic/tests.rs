@@ -456,11 +456,11 @@ fn a_thinking_block_larger_than_the_held_bound_ends_the_stream_with_an_error() {
         r#"{"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":2,"output_tokens":1}}}"#,
         r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
     ] {
-        t.event(&ev(data.into()), &mut out).unwrap();
+        t.event(ev(data.into()).view(), &mut out).unwrap();
     }
     let delta = json!({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking": "t".repeat(9 * 1024 * 1024)}}).to_string();
-    t.event(&ev(delta.clone()), &mut out).unwrap();
-    let e = t.event(&ev(delta), &mut out).unwrap_err();
+    t.event(ev(delta.clone()).view(), &mut out).unwrap();
+    let e = t.event(ev(delta).view(), &mut out).unwrap_err();
     assert_eq!(e.code, Some(crate::error::Code::UpstreamBadResponse));
     assert!(
         e.message.contains("thinking block larger than"),

@@ -31,7 +31,7 @@ use crate::providers::common::{
 };
 use crate::providers::reasoning::ThinkingBlock;
 use crate::providers::{StreamContext, StreamStep, StreamTranscoder};
-use crate::sse::SseEvent;
+use crate::sse::SseEventRef;
 
 /// Largest event stream frame accepted, in bytes (16 MiB, the bound the AWS SDKs
 /// apply to one message).
@@ -436,7 +436,7 @@ impl StreamTranscoder for BedrockStream {
     /// answer.
     fn event(
         &mut self,
-        _event: &SseEvent,
+        _event: SseEventRef<'_>,
         _out: &mut BytesMut,
     ) -> Result<StreamStep, GatewayError> {
         Err(bad_upstream(

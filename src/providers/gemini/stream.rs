@@ -18,7 +18,7 @@ use crate::providers::common::{
     MAX_HELD_BLOCK_BYTES,
 };
 use crate::providers::{StreamContext, StreamStep, StreamTranscoder};
-use crate::sse::SseEvent;
+use crate::sse::SseEventRef;
 
 /// A function call whose arguments are still streaming.
 struct Pending {
@@ -231,7 +231,11 @@ impl GeminiStream {
 }
 
 impl StreamTranscoder for GeminiStream {
-    fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> Result<StreamStep, GatewayError> {
+    fn event(
+        &mut self,
+        event: SseEventRef<'_>,
+        out: &mut BytesMut,
+    ) -> Result<StreamStep, GatewayError> {
         let data = event.data.trim();
         if data.is_empty() {
             return Ok(StreamStep::Continue);

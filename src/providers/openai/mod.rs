@@ -26,7 +26,7 @@ use super::{splice, Adapter, StreamContext, StreamStep, StreamTranscoder, Target
 use crate::api::{ChatRequest, Message, StreamOptions, Usage};
 use crate::body::{self, Body};
 use crate::error::{ErrorKind, GatewayError};
-use crate::sse::SseEvent;
+use crate::sse::SseEventRef;
 use chunk::{ChoiceScan, ChunkScan};
 use view::{ResponseView, ResponseWalk};
 
@@ -740,10 +740,14 @@ fn bad_chunk(why: String) -> GatewayError {
 }
 
 impl StreamTranscoder for OpenAiStream {
-    fn event(&mut self, event: &SseEvent, out: &mut BytesMut) -> Result<StreamStep, GatewayError> {
+    fn event(
+        &mut self,
+        event: SseEventRef<'_>,
+        out: &mut BytesMut,
+    ) -> Result<StreamStep, GatewayError> {
         // JSON's whitespace is ASCII (RFC 8259, section 2).
         let data = event.data.trim_ascii();
-        match event.event.as_deref() {
+        match event.event {
             // Chat Completions chunks carry no event name (`message` is the SSE
             // default one).
             None | Some("" | "message") => {}

@@ -117,7 +117,7 @@ fn relay(chunks: &str, include_usage: bool, add_done: bool) -> (String, Result<(
         parser.push(b"data: [DONE]\n\n").unwrap();
     }
     while let Some(ev) = parser.next_event() {
-        match t.event(&ev, &mut out) {
+        match t.event(ev.view(), &mut out) {
             Ok(StreamStep::Done) => return (String::from_utf8(out.to_vec()).unwrap(), Ok(())),
             Ok(StreamStep::Continue) => {}
             Err(e) => return (String::from_utf8(out.to_vec()).unwrap(), Err(e)),
@@ -287,7 +287,7 @@ fn usage_asked_for_the_gateway_is_stripped_from_every_chunk_and_recorded() {
     }
     parser.push(b"data: [DONE]\n\n").unwrap();
     while let Some(ev) = parser.next_event() {
-        if t.event(&ev, &mut out).unwrap() == StreamStep::Done {
+        if t.event(ev.view(), &mut out).unwrap() == StreamStep::Done {
             break;
         }
     }
@@ -347,7 +347,7 @@ fn relay_raw(text: &str) -> (Vec<String>, Result<(), GatewayError>) {
     parser.push(text.as_bytes()).unwrap();
     let mut r = None;
     while let Some(ev) = parser.next_event() {
-        match t.event(&ev, &mut out) {
+        match t.event(ev.view(), &mut out) {
             Ok(StreamStep::Continue) => {}
             Ok(StreamStep::Done) => {
                 r = Some(Ok(()));
@@ -438,7 +438,7 @@ fn relay_split(text: &[u8], step: usize) -> (Vec<String>, Result<(), GatewayErro
     'reads: for read in text.chunks(step) {
         parser.push(read).unwrap();
         while parser.next_into(&mut ev) {
-            match t.event(&ev, &mut out) {
+            match t.event(ev.view(), &mut out) {
                 Ok(StreamStep::Continue) => {}
                 Ok(StreamStep::Done) => {
                     r = Some(Ok(()));
@@ -498,7 +498,7 @@ fn an_event_without_a_line_count_is_searched_for_joined_lines() {
         data: "{\"id\":\"c1\",\n\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}".into(),
         data_lines: 0,
     };
-    t.event(&ev, &mut out).unwrap();
+    t.event(ev.view(), &mut out).unwrap();
     let text = std::str::from_utf8(&out).unwrap();
     assert!(text.contains("\ndata: "), "{text}");
     let mut client = SseParser::new();
@@ -654,14 +654,14 @@ fn tracked_text_is_decoded_with_and_without_escapes() {
             .unwrap();
     }
     while let Some(ev) = parser.next_event() {
-        t.event(&ev, &mut out).unwrap();
+        t.event(ev.view(), &mut out).unwrap();
     }
     assert_eq!(t.sent().text, "plain line\n\"q\" \u{e9}\\ end");
     parser
         .push(b"data: {\"id\":\"c\",\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\tb\"},\"finish_reason\":null}]}\n\n")
         .unwrap();
     let ev = parser.next_event().unwrap();
-    let e = t.event(&ev, &mut out).unwrap_err();
+    let e = t.event(ev.view(), &mut out).unwrap_err();
     assert!(
         e.message.contains("`delta.content` is not a string"),
         "{}",
