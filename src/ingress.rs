@@ -164,7 +164,14 @@ async fn route(
             return e.to_response();
         }
     }
-    match (&req.method, path) {
+    // HEAD is GET without the body (RFC 9110 section 9.3.2): both servers drop a
+    // HEAD answer's body and keep its framing fields.
+    let method = if req.method == Method::HEAD {
+        &Method::GET
+    } else {
+        &req.method
+    };
+    match (method, path) {
         (&Method::POST, "/v1/chat/completions") => {
             // Counted until the response body ends (streams included), and released
             // even when the client goes away and the future is dropped.
@@ -190,10 +197,25 @@ async fn route(
                 })
             })
         }
-        (&Method::GET, "/v1/models") => body::json(StatusCode::OK, gw.models_json()),
-        (&Method::GET | &Method::HEAD, "/health") => {
-            body::json(StatusCode::OK, &br#"{"status":"ok"}"#[..])
+        // Authenticated as a chat request is, and listed as its key sees them.
+        (&Method::GET, "/v1/models") => match gw.auth.authenticate(&req.headers) {
+            Ok(p) => body::json(StatusCode::OK, gw.models_json(&p)),
+            Err(e) => e.to_response(),
+        },
+        (&Method::GET, p) if p.starts_with(MODEL_PATH) => {
+            // A model name may hold `/` (sent as is or as `%2F`) or other escapes.
+            let name =
+                percent_encoding::percent_decode_str(&p[MODEL_PATH.len()..]).decode_utf8_lossy();
+            match gw
+                .auth
+                .authenticate(&req.headers)
+                .and_then(|principal| gw.model_json(&name, &principal))
+            {
+                Ok(b) => body::json(StatusCode::OK, b),
+                Err(e) => e.to_response(),
+            }
         }
+        (&Method::GET, "/health") => body::json(StatusCode::OK, &br#"{"status":"ok"}"#[..]),
         (&Method::GET, "/ready") => {
             if svc.is_draining() {
                 body::json(
@@ -233,7 +255,7 @@ async fn route(
         (&Method::GET, "/admin/decisions") => crate::admin::recent::decisions(gw),
         // The page shell carries no data; what it shows comes from `/admin/*` above,
         // with the admin key (`admin::ui`).
-        (&Method::GET | &Method::HEAD, "/ui") => crate::admin::ui::page(),
+        (&Method::GET, "/ui") => crate::admin::ui::page(),
         (
             _,
             "/v1/chat/completions"
@@ -247,26 +269,33 @@ async fn route(
             | "/admin/traffic"
             | "/admin/decisions"
             | "/ui",
-        ) => {
-            let allow = if matches!(path, "/v1/chat/completions" | "/admin/reload") {
-                "POST"
-            } else {
-                "GET"
-            };
-            let mut r = GatewayError::new(
-                ErrorKind::MethodNotAllowed,
-                format!(
-                    "{} is not allowed on {path}; use {allow}",
-                    crate::error::bounded(req.method.as_str(), 32)
-                ),
-            )
-            .to_response();
-            r.headers_mut()
-                .insert(http::header::ALLOW, HeaderValue::from_static(allow));
-            r
-        }
+        ) => method_not_allowed(&req.method, path),
+        (_, p) if p.starts_with(MODEL_PATH) => method_not_allowed(&req.method, path),
         _ => unknown_path(&req.method, path),
     }
+}
+
+/// Where `GET /v1/models/{model}` starts.
+const MODEL_PATH: &str = "/v1/models/";
+
+/// 405 for `method` on `path`, with `Allow` naming what the path takes.
+fn method_not_allowed(method: &Method, path: &str) -> Response<Body> {
+    let allow = if matches!(path, "/v1/chat/completions" | "/admin/reload") {
+        "POST"
+    } else {
+        "GET, HEAD"
+    };
+    let mut r = GatewayError::new(
+        ErrorKind::MethodNotAllowed,
+        format!(
+            "{} is not allowed on {path}; use {allow}",
+            crate::error::bounded(method.as_str(), 32)
+        ),
+    )
+    .to_response();
+    r.headers_mut()
+        .insert(http::header::ALLOW, HeaderValue::from_static(allow));
+    r
 }
 
 fn unknown_path(method: &Method, path: &str) -> Response<Body> {

@@ -141,17 +141,7 @@ impl Gateway {
             config.providers.iter().position(|p| p.name == name)
         });
         let stats = StatsStore::from_config(&config);
-        let data: Vec<serde_json::Value> = registry
-            .model_order
-            .iter()
-            .map(|name| {
-                serde_json::json!({"id": &**name, "object": "model", "created": 0, "owned_by": "switchyard"})
-            })
-            .collect();
-        let models_json = Bytes::from(
-            serde_json::to_vec(&serde_json::json!({"object": "list", "data": data}))
-                .unwrap_or_default(),
-        );
+        let models_json = model_list(registry.model_order.iter().map(|m| &**m));
         let cache = cache::CachePhase::new(&config, &registry, policy.load().set());
         let registry_len = registry.endpoints.len();
         let endpoint_headers = registry
@@ -193,9 +183,40 @@ impl Gateway {
         self.endpoint_headers.get(index)?.as_ref()
     }
 
-    /// The `GET /v1/models` body (OpenAI list shape).
-    pub fn models_json(&self) -> Bytes {
-        self.models_json.clone()
+    /// The `GET /v1/models` body (OpenAI's list shape, `{"object":"list","data":[..]}`,
+    /// <https://platform.openai.com/docs/api-reference/models/list>) as `principal`
+    /// sees it: every model in config order, or those its key's `models` scope allows.
+    pub fn models_json(&self, principal: &crate::auth::Principal) -> Bytes {
+        if principal.models.is_none() {
+            return self.models_json.clone();
+        }
+        model_list(
+            self.registry
+                .model_order
+                .iter()
+                .map(|m| &**m)
+                .filter(|m| principal.allows_model(m)),
+        )
+    }
+
+    /// The `GET /v1/models/{model}` body (OpenAI's model object,
+    /// <https://platform.openai.com/docs/api-reference/models/retrieve>).
+    ///
+    /// # Errors
+    /// 404 `model_not_found` for a model that does not exist and, alike, for one
+    /// `principal` may not use (the answer does not tell which models exist).
+    pub fn model_json(
+        &self,
+        name: &str,
+        principal: &crate::auth::Principal,
+    ) -> Result<Bytes, GatewayError> {
+        if !principal.allows_model(name) {
+            return Err(crate::routing::model_not_found(name));
+        }
+        let model = self.registry.model(name)?;
+        Ok(Bytes::from(
+            serde_json::to_vec(&model_object(&model.name)).unwrap_or_default(),
+        ))
     }
 
     /// Serves one chat completion request `id`: `body` as read by ingress, the
@@ -327,4 +348,19 @@ impl Gateway {
     fn lock_decisions(&self) -> MutexGuard<'_, ()> {
         self.decision_lock.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// One model as OpenAI's model object (`id`, `object: "model"`, `created`,
+/// `owned_by`); `created` is 0, as the gateway does not know when a provider made it.
+fn model_object(name: &str) -> serde_json::Value {
+    serde_json::json!({"id": name, "object": "model", "created": 0, "owned_by": "switchyard"})
+}
+
+/// The models `names` as OpenAI's list (`{"object":"list","data":[..]}`).
+fn model_list<'a>(names: impl Iterator<Item = &'a str>) -> Bytes {
+    let data: Vec<serde_json::Value> = names.map(model_object).collect();
+    Bytes::from(
+        serde_json::to_vec(&serde_json::json!({"object": "list", "data": data}))
+            .unwrap_or_default(),
+    )
 }

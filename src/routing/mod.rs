@@ -151,16 +151,21 @@ impl Registry {
     /// 404 `model_not_found` naming the model (cut to [`MAX_ECHOED_NAME`] bytes: a
     /// 1 MB name must not make a 1 MB answer).
     pub fn model(&self, name: &str) -> Result<&Model, GatewayError> {
-        self.models.get(name).ok_or_else(|| {
-            let shown = crate::error::bounded(name, MAX_ECHOED_NAME);
-            GatewayError::invalid_field(
-                "model",
-                format!("The model `{shown}` does not exist or you do not have access to it."),
-            )
-            .with_kind(ErrorKind::NotFound)
-            .with_code(crate::error::Code::ModelNotFound)
-        })
+        self.models.get(name).ok_or_else(|| model_not_found(name))
     }
+}
+
+/// 404 `model_not_found` naming the model `name` (cut to [`MAX_ECHOED_NAME`] bytes),
+/// `param: "model"`, in OpenAI's words: the model "does not exist or you do not have
+/// access to it" (so it also answers for a model a key may not see).
+pub fn model_not_found(name: &str) -> GatewayError {
+    let shown = crate::error::bounded(name, MAX_ECHOED_NAME);
+    GatewayError::invalid_field(
+        "model",
+        format!("The model `{shown}` does not exist or you do not have access to it."),
+    )
+    .with_kind(ErrorKind::NotFound)
+    .with_code(crate::error::Code::ModelNotFound)
 }
 
 #[cfg(test)]

@@ -50,6 +50,14 @@ def test_models_lists_the_logical_model(client):
     assert all(m.object == "model" for m in models.data)
 
 
+def test_a_model_is_retrieved_and_an_unknown_one_is_not_found(client):
+    m = client.models.retrieve(LOGICAL_MODEL)
+    assert (m.id, m.object) == (LOGICAL_MODEL, "model")
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("no-such-model")
+    assert e.value.code == "model_not_found"
+
+
 # ------------------------------------------------------------------------------- chat
 
 

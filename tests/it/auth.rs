@@ -111,6 +111,57 @@ async fn api_keys_no_key_wrong_key_revoked_key_and_model_scope() {
     assert!(!r.text().contains("sy-m") && !r.text().contains("key-m"));
 }
 
+/// Found by attack (2026-12-05): `GET /v1/models` answered anyone, with every model,
+/// whatever the key's scope; OpenAI's needs the key and lists what it may use.
+#[tokio::test]
+async fn listing_models_needs_a_key_and_shows_what_the_key_may_use() {
+    let gw = start(&keys_config(""), &[]).await;
+    let get = |path: &'static str, key: Option<&'static str>| {
+        let url = gw.url(path);
+        async move {
+            let auth = key.map(bearer);
+            let headers: Vec<(&str, &str)> =
+                auth.iter().map(|a| ("authorization", a.as_str())).collect();
+            request_with("GET", &url, &headers, "").await
+        }
+    };
+    for key in [None, Some("sy-nope"), Some("sy-old")] {
+        assert_401(&get("/v1/models", key).await);
+        assert_401(&get("/v1/models/m", key).await);
+    }
+    let ids = |r: &crate::common::Reply| -> Vec<String> {
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["object"], "list");
+        r.json()["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids(&get("/v1/models", Some("sy-all")).await), ["m", "n"]);
+    assert_eq!(ids(&get("/v1/models", Some("sy-m")).await), ["m"]);
+    // Retrieve: the model object, or 404 alike for a model that does not exist and
+    // for one the key may not use.
+    let r = get("/v1/models/m", Some("sy-m")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(
+        (v["id"].as_str(), v["object"].as_str()),
+        (Some("m"), Some("model"))
+    );
+    assert_eq!(v["owned_by"], "switchyard");
+    for (path, key) in [("/v1/models/n", "sy-m"), ("/v1/models/zz", "sy-all")] {
+        let r = get(path, Some(key)).await;
+        assert_eq!(r.status, 404, "{path}: {}", r.text());
+        let v = r.json();
+        assert_eq!(v["error"]["code"], "model_not_found", "{path}");
+        assert_eq!(v["error"]["param"], "model");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+    }
+    assert_eq!(get("/v1/models/n", Some("sy-all")).await.status, 200);
+}
+
 #[tokio::test]
 async fn provider_scope_filters_the_plan() {
     let gw = start(&keys_config(""), &[]).await;

@@ -442,7 +442,7 @@ async fn a_head_request_over_http2_is_answered_without_a_body() {
     let gw = serve_edge("");
     let (mut send, conn) = h2_connect(gw.addr).await;
     tokio::spawn(conn);
-    for path in ["/health", "/ui"] {
+    for path in ["/health", "/ui", "/v1/models", "/v1/models/m", "/ready"] {
         let get = send
             .send_request(
                 http::Request::get(gw.url(path))
@@ -474,6 +474,76 @@ async fn a_head_request_over_http2_is_answered_without_a_body() {
         let body = body.unwrap_or_else(|e| panic!("HEAD {path}: stream reset: {e}"));
         assert!(body.to_bytes().is_empty(), "HEAD {path} carries no body");
     }
+}
+
+/// Found by attack (2026-12-05): only `/health` and `/ui` took `HEAD`; every other
+/// GET route answered 405 with `allow: GET` (RFC 9110 section 9.1: a general-purpose
+/// server supports GET and HEAD). HEAD is now GET without the body everywhere, and a
+/// 405 names both.
+#[test]
+fn head_is_served_wherever_get_is_and_a_405_allows_both() {
+    let gw = serve_edge("");
+    for path in ["/v1/models", "/v1/models/m", "/ready", "/health"] {
+        let req = format!("HEAD {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let mut s = connect(&gw);
+        s.write_all(req.as_bytes()).unwrap();
+        let got = String::from_utf8(closed_by_server(&mut s)).unwrap();
+        assert!(got.starts_with("HTTP/1.1 200 "), "HEAD {path}: {got}");
+        let (head, body) = got.split_once("\r\n\r\n").unwrap();
+        assert!(body.is_empty(), "HEAD {path} carries no body: {body:?}");
+        assert!(
+            head.to_ascii_lowercase().contains("\r\ncontent-length: "),
+            "{head}"
+        );
+    }
+    for (method, path, allow) in [
+        ("POST", "/v1/models", "GET, HEAD"),
+        ("DELETE", "/v1/models/m", "GET, HEAD"),
+        ("PUT", "/health", "GET, HEAD"),
+        ("GET", "/v1/chat/completions", "POST"),
+    ] {
+        let r = exchange(
+            &gw,
+            format!("{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").as_bytes(),
+        );
+        assert_eq!(r.status, 405, "{method} {path}: {}", r.head);
+        assert!(
+            r.head
+                .to_ascii_lowercase()
+                .contains(&format!("\r\nallow: {}\r\n", allow.to_ascii_lowercase())),
+            "{method} {path}: {}",
+            r.head
+        );
+        // An OpenAI-shaped `invalid_request_error` (checked by `error`).
+        assert!(r.error()["message"].as_str().unwrap().contains(path));
+    }
+}
+
+/// `GET /v1/models/{model}` (OpenAI's retrieve) finds a model whose name holds a
+/// `/`, sent as is or escaped, as SDKs send it.
+#[test]
+fn a_model_named_with_a_slash_is_retrieved_escaped_or_not() {
+    let gw = serve(
+        "providers: { p: { kind: mock } }\nmodels: { 'meta-llama/Llama-3 8B': { endpoints: [ { provider: p, model: mock-1 } ] } }\n",
+    );
+    for path in [
+        "/v1/models/meta-llama/Llama-3%208B",
+        "/v1/models/meta-llama%2FLlama-3%208B",
+        "/v1/models/meta-llama%2fLlama-3%208B/",
+    ] {
+        let r = exchange(
+            &gw,
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{path}: {}", r.head);
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(v["id"], "meta-llama/Llama-3 8B", "{path}");
+    }
+    let r = exchange(
+        &gw,
+        b"GET /v1/models/meta-llama HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 404);
 }
 
 #[tokio::test]
