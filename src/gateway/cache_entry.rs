@@ -243,17 +243,32 @@ impl Entry {
         replay: Replay,
     ) -> Vec<(Duration, Bytes)> {
         let mut out = Vec::new();
-        let event = |rest: &str| {
-            let mut b = BytesMut::with_capacity(rest.len() + 64);
+        // With `include_usage`, every chunk but the usage chunk carries `usage: null`
+        // (OpenAI's reference: "all other chunks will also include a usage field,
+        // but with a null value"); stored chunks are kept without it.
+        let event = |rest: &str, null_usage: bool| {
+            let mut b = BytesMut::with_capacity(rest.len() + 80);
             b.put_slice(b"data: ");
-            head(&mut b, id, created, rest);
+            match rest.strip_suffix('}').filter(|_| null_usage) {
+                Some(members) => {
+                    head(&mut b, id, created, members);
+                    if !members.is_empty() {
+                        b.put_u8(b',');
+                    }
+                    b.put_slice(b"\"usage\":null}");
+                }
+                None => head(&mut b, id, created, rest),
+            }
             b.put_slice(b"\n\n");
             b.freeze()
         };
         match &self.chunks {
             Some(chunks) => {
                 for c in chunks {
-                    out.push((replay.gap(u64::from(c.gap_ms)), event(&c.rest)));
+                    out.push((
+                        replay.gap(u64::from(c.gap_ms)),
+                        event(&c.rest, include_usage),
+                    ));
                 }
             }
             None => {
@@ -261,12 +276,12 @@ impl Entry {
                     let chunk = self.chunk(vec![serde_json::json!({
                         "index": 0, "delta": delta, "logprobs": null, "finish_reason": null,
                     })]);
-                    out.push((Duration::ZERO, event(&chunk)));
+                    out.push((Duration::ZERO, event(&chunk, include_usage)));
                 }
                 let fin = self.chunk(vec![serde_json::json!({
                     "index": 0, "delta": {}, "logprobs": null, "finish_reason": self.finish_reason,
                 })]);
-                out.push((Duration::ZERO, event(&fin)));
+                out.push((Duration::ZERO, event(&fin, include_usage)));
             }
         }
         if include_usage {
@@ -279,7 +294,10 @@ impl Entry {
                 "usage".into(),
                 serde_json::to_value(usage).unwrap_or(Value::Null),
             );
-            out.push((Duration::ZERO, event(&rest_of(&obj).unwrap_or_default())));
+            out.push((
+                Duration::ZERO,
+                event(&rest_of(&obj).unwrap_or_default(), false),
+            ));
         }
         out.push((Duration::ZERO, Bytes::from_static(b"data: [DONE]\n\n")));
         out
@@ -492,6 +510,11 @@ mod tests {
         assert_eq!(ev[2]["choices"][0]["finish_reason"], "stop");
         assert_eq!(ev[3]["usage"]["prompt_tokens"], 5);
         assert!(ev.iter().all(|c| c["id"] == "new" && c["created"] == 99));
+        // Found by attack (2026-12-05): a replayed stream's chunks lacked the
+        // `usage: null` OpenAI puts on every chunk but the last with include_usage.
+        for c in &ev[..3] {
+            assert!(c.get("usage").is_some_and(Value::is_null), "{c}");
+        }
         // Without include_usage there is no usage chunk.
         let ev = events(&e.stream("new", 99, false, Replay::Recorded));
         assert!(ev.iter().all(|c| c.get("usage").is_none()), "{ev:?}");
@@ -547,6 +570,16 @@ mod tests {
         assert_eq!(ev.len(), 5);
         assert_eq!(ev[1]["choices"][0]["delta"]["content"], "Hel");
         assert_eq!(ev[1]["id"], "n");
+        assert!(ev.iter().all(|c| c.get("usage").is_none()), "{ev:?}");
+        // Replayed with include_usage: `usage: null` on each recorded chunk, the
+        // counts on the last.
+        let ev = events(&e.stream("n", 5, true, Replay::Compressed));
+        assert_eq!(ev.len(), 6);
+        for c in &ev[..5] {
+            assert!(c.get("usage").is_some_and(Value::is_null), "{c}");
+            assert_eq!(c["id"], "n");
+        }
+        assert_eq!(ev[5]["usage"]["total_tokens"], 7);
 
         let body: Value = serde_json::from_slice(&e.whole("w", 7)).unwrap();
         let m = &body["choices"][0]["message"];

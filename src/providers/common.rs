@@ -636,8 +636,10 @@ struct Chunk<'a> {
     created: u64,
     model: &'a str,
     choices: &'a [ChunkChoice<'a>],
+    /// Absent (`None`), `null` (`Some(None)`: every chunk but the last of a stream
+    /// whose client asked for usage), or the counts (the usage chunk).
     #[serde(skip_serializing_if = "Option::is_none")]
-    usage: Option<Usage>,
+    usage: Option<Option<Usage>>,
 }
 
 /// Keeps what a stream has sent ([`Sent`]) and drops the start of a continuation
@@ -776,6 +778,8 @@ impl Progress {
 pub(crate) struct ChunkWriter {
     model: String,
     role_sent: bool,
+    /// The client asked for usage: every chunk but the usage chunk has `usage: null`.
+    usage_null: bool,
     /// What has been sent, and the continuation's skip.
     pub progress: Progress,
 }
@@ -791,6 +795,7 @@ impl ChunkWriter {
         ChunkWriter {
             model: ctx.logical_model.clone(),
             role_sent: resuming,
+            usage_null: ctx.include_usage,
             progress,
         }
     }
@@ -838,7 +843,9 @@ impl ChunkWriter {
             created: self.progress.sent.created,
             model: &self.model,
             choices: &choices,
-            usage: None,
+            // OpenAI: with `include_usage`, "all other chunks will also include a
+            // usage field, but with a null value".
+            usage: self.usage_null.then_some(None),
         };
         write_event(out, &chunk);
     }
@@ -973,7 +980,7 @@ impl ChunkWriter {
             created: self.progress.sent.created,
             model: &self.model,
             choices: &[],
-            usage: Some(usage),
+            usage: Some(Some(usage)),
         };
         write_event(out, &chunk);
     }

@@ -107,7 +107,7 @@ impl Replay {
     pub fn usage_chunks(&self) -> Vec<&Value> {
         self.chunks
             .iter()
-            .filter(|c| c.get("usage").is_some())
+            .filter(|c| c.get("usage").is_some_and(|u| !u.is_null()))
             .collect()
     }
 }
@@ -167,7 +167,11 @@ pub fn assert_well_formed(r: &Replay, model: &str) {
     assert!(!r.chunks.is_empty());
     let id = r.chunks[0]["id"].as_str().unwrap();
     assert!(!id.is_empty());
+    // OpenAI, `stream_options.include_usage`: "all other chunks will also include a
+    // usage field, but with a null value"; without it, no chunk has the field.
+    let asked = !r.usage_chunks().is_empty();
     for (i, c) in r.chunks.iter().enumerate() {
+        assert_eq!(c.get("usage").is_some(), asked, "usage field: {c}");
         assert_eq!(c["object"], "chat.completion.chunk", "{c}");
         assert_eq!(c["model"], model, "{c}");
         assert_eq!(c["id"], id, "{c}");
