@@ -373,22 +373,41 @@ fn choices(
     }
 }
 
-/// Bytes at the start of `a` and `b` that are equal, compared sixteen at a time.
+/// Where the sixteen bytes of `a` and `b` at `at` first differ, if they do.
+#[inline(always)]
+fn diff16(a: &[u8], b: &[u8], at: usize) -> Option<usize> {
+    let word = |s: &[u8]| u128::from_le_bytes(s[at..at + 16].try_into().unwrap_or([0; 16]));
+    let d = word(a) ^ word(b);
+    (d != 0).then(|| at + (d.trailing_zeros() / 8) as usize)
+}
+
+/// Bytes at the start of `a` and `b` that are equal: compared 32 at a time (a
+/// comparison of fixed length the compiler does with two vector compares, no call),
+/// the block that differs and the last 16-31 bytes sixteen at a time, windows
+/// overlapping bytes already known equal (sixteen at a time and a byte-wise tail
+/// was about 1,000 instructions more per 24-event stream, `callgrind.sh`).
 fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    let mut i = 0;
-    for (x, y) in a.chunks_exact(16).zip(b.chunks_exact(16)) {
-        let x = u128::from_le_bytes(x.try_into().unwrap_or([0; 16]));
-        let y = u128::from_le_bytes(y.try_into().unwrap_or([0; 16]));
-        if x != y {
-            return i + ((x ^ y).trailing_zeros() / 8) as usize;
-        }
-        i += 16;
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    if n < 16 {
+        return a.iter().zip(b).take_while(|(x, y)| x == y).count();
     }
-    i + a[i..]
-        .iter()
-        .zip(&b[i..])
-        .take_while(|(x, y)| x == y)
-        .count()
+    let mut i = 0;
+    while i + 32 <= n {
+        if a[i..i + 32] != b[i..i + 32] {
+            return diff16(a, b, i)
+                .or_else(|| diff16(a, b, i + 16))
+                .unwrap_or(i + 32);
+        }
+        i += 32;
+    }
+    if i + 16 <= n {
+        if let Some(d) = diff16(a, b, i) {
+            return d;
+        }
+    }
+    // The last sixteen, from before `i` when fewer are left: those are equal.
+    diff16(a, b, n - 16).unwrap_or(n)
 }
 
 impl ChunkScan {
@@ -945,6 +964,25 @@ mod tests {
             &out[..],
             br#"{"id":"c","model":"gpt","choices":[{"index":0,"delta":{"content":"longer text"},"finish_reason":null}],"obfuscation":"xyz"}"#
         );
+    }
+
+    #[test]
+    fn common_prefix_is_the_length_of_the_equal_start() {
+        let naive = |a: &[u8], b: &[u8]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
+        for n in 0..100usize {
+            let a: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
+            assert_eq!(common_prefix(&a, &a), n);
+            for m in 0..=n {
+                assert_eq!(common_prefix(&a, &a[..m]), m, "n {n}, prefix {m}");
+            }
+            for at in 0..n {
+                let mut b = a.clone();
+                b[at] ^= 0x20;
+                assert_eq!(common_prefix(&a, &b), at, "n {n}, differs at {at}");
+                b.push(1);
+                assert_eq!(common_prefix(&b, &a), naive(&b, &a));
+            }
+        }
     }
 
     proptest::proptest! {
