@@ -711,6 +711,10 @@ pub(super) struct HeadError {
 /// 400 for a head that is not valid HTTP/1.x.
 const BAD_REQUEST: HeadError =
     bad_request("The request is not valid HTTP: its request line or a header is malformed.");
+/// 400 for a request target in none of the forms its method may use.
+const BAD_TARGET: HeadError = bad_request(
+    "The request target must be a path starting with `/` or an absolute URI (RFC 9112, section 3.2).",
+);
 const URI_TOO_LONG: HeadError = HeadError {
     status: 414,
     reason: "URI Too Long",
@@ -794,6 +798,16 @@ pub(super) fn parse_head(buf: &Bytes, limits: &ConnLimits) -> Result<Option<Head
     }
     let method = Method::from_bytes(method.as_bytes()).map_err(|_| BAD_REQUEST)?;
     let uri = Uri::from_maybe_shared(buf.slice_ref(path.as_bytes())).map_err(|_| BAD_REQUEST)?;
+    // RFC 9112 section 3.2: origin-form (`/path`) or absolute-form (`http://h/path`);
+    // authority-form (`host:port`) is for CONNECT only and asterisk-form (`*`) for
+    // OPTIONS only. Anything else (`GET health`) is malformed, not a path to 404.
+    let target_ok = path.starts_with('/')
+        || uri.scheme().is_some()
+        || (path == "*" && method == Method::OPTIONS)
+        || method == Method::CONNECT;
+    if !target_ok {
+        return Err(BAD_TARGET);
+    }
     let version = if minor == 0 {
         Version::HTTP_10
     } else {

@@ -100,6 +100,30 @@ fn continue_is_expected_only_for_a_body_on_http_1_1() {
     assert!(!h.expects_continue, "HTTP/1.0");
 }
 
+/// Found by attack (2026-12-05): `GET health` and `GET x:80` were read as
+/// authority-form targets and answered 404 (`unknown path GET `) on a kept
+/// connection; RFC 9112 section 3.2 allows that form for CONNECT only.
+#[test]
+fn a_request_target_in_a_form_its_method_may_not_use_is_a_400() {
+    for raw in [
+        &b"GET health HTTP/1.1\r\nhost: x\r\n\r\n"[..],
+        b"GET x:80 HTTP/1.1\r\nhost: x\r\n\r\n",
+        b"POST v1/chat/completions HTTP/1.1\r\nhost: x\r\n\r\n",
+        b"GET * HTTP/1.1\r\nhost: x\r\n\r\n",
+    ] {
+        let e = parse(raw).expect_err("refused");
+        assert_eq!(e.status, 400, "{}", String::from_utf8_lossy(raw));
+    }
+    for raw in [
+        &b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"[..],
+        b"GET http://x/health HTTP/1.1\r\nhost: x\r\n\r\n",
+        b"OPTIONS * HTTP/1.1\r\nhost: x\r\n\r\n",
+        b"CONNECT x:443 HTTP/1.1\r\nhost: x:443\r\n\r\n",
+    ] {
+        head(raw);
+    }
+}
+
 #[test]
 fn malformed_or_oversized_heads_get_their_status() {
     assert_eq!(refused(b"GARBAGE\r\n\r\n"), 400);
