@@ -479,20 +479,19 @@ impl ChunkScan {
         }
         // Each change as where its value ended in the template and by how much
         // it grew, and the changed values' slots.
-        // Unused entries end nowhere (`usize::MAX`): the position map below runs a
-        // loop of fixed length, unrolled without branches.
-        let mut shifts = [(usize::MAX, 0isize); MAX_CHANGES];
+        let mut shifts = [(0usize, 0isize); MAX_CHANGES];
         let mut slots = [(0usize, 0usize, Slot::Other); MAX_CHANGES];
         for (j, &(k, len)) in changes[..n].iter().enumerate() {
             let (r, slot) = &self.strings[k];
             shifts[j] = (r.end, len as isize - r.len() as isize);
             slots[j] = (r.start, r.end, *slot);
         }
+        let shifts = &shifts[..n];
         // A position of the template to the same place in `b`: moved by the change
         // of every value that ends at or before it.
         let at = |q: usize| -> usize {
             let mut moved = q as isize;
-            for &(end, grew) in &shifts {
+            for &(end, grew) in shifts {
                 if end <= q {
                     moved += grew;
                 }
