@@ -222,6 +222,14 @@ impl ChatRequest {
                 }
             }
         }
+        if self.stream_options.is_some() && self.stream != Some(true) {
+            // OpenAI answers the same 400 (and vLLM: "Stream options can only be
+            // defined when `stream=True`").
+            return Err(GatewayError::invalid_field(
+                "stream_options",
+                "`stream_options` is only allowed when `stream` is true",
+            ));
+        }
         if let Some(t) = self.temperature {
             if !(0.0..=2.0).contains(&t) {
                 return Err(GatewayError::invalid_field(
@@ -437,6 +445,25 @@ mod tests {
             let e = ChatRequest::parse(bad).unwrap_err();
             let t = ChatRequest::parse_tracked(bad).unwrap_err();
             assert_eq!((e.message, e.param), (t.message, t.param));
+        }
+    }
+
+    /// Found by attack (2026-12-05): `stream_options` without `stream: true` was
+    /// accepted and forwarded; OpenAI answers 400.
+    #[test]
+    fn stream_options_need_stream_true() {
+        for body in [
+            &br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}}"#[..],
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream":false,"stream_options":{}}"#,
+        ] {
+            let e = ChatRequest::parse(body).unwrap_err();
+            assert_eq!((e.status(), e.param.as_deref()), (400, Some("stream_options")));
+        }
+        for body in [
+            &br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true}}"#[..],
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":null}"#,
+        ] {
+            ChatRequest::parse(body).unwrap();
         }
     }
 
