@@ -78,6 +78,10 @@ pub struct SseParser {
     pos: usize,
     /// The first bytes of a UTF-8 sequence cut by the end of the last read (at most 3).
     carry: Vec<u8>,
+    /// U+FFFD written for invalid bytes since `text` was last wholly consumed: each
+    /// is 3 bytes of text for 1 to 3 received, and [`MAX_EVENT_BYTES`] is counted in
+    /// received bytes.
+    replaced: usize,
     event: Option<String>,
     data: String,
     has_data: bool,
@@ -117,6 +121,9 @@ impl SseParser {
             // What is left is an unfinished event (short) or nothing.
             self.text.drain(..self.pos);
             self.pos = 0;
+            if self.text.is_empty() {
+                self.replaced = 0;
+            }
         }
         if self.carry.is_empty() {
             self.decode(bytes);
@@ -125,38 +132,38 @@ impl SseParser {
             joined.extend_from_slice(bytes);
             self.decode(&joined);
         }
-        if self.text.len() + self.carry.len() + self.data.len() > MAX_EVENT_BYTES {
+        // Received bytes, about: a replacement character stands for at least one.
+        let text = self.text.len().saturating_sub(2 * self.replaced);
+        if text + self.carry.len() + self.data.len() > MAX_EVENT_BYTES {
             return Err(EventTooLarge);
         }
         Ok(())
     }
 
     /// Appends `bytes` to the text: checked as UTF-8 at once (SIMD, `simdutf8`);
-    /// an invalid sequence as U+FFFD, a cut one at the end kept in `carry`.
-    fn decode(&mut self, mut bytes: &[u8]) {
-        loop {
-            match simdutf8::compat::from_utf8(bytes) {
-                Ok(s) => {
-                    self.text.push_str(s);
-                    return;
-                }
-                Err(e) => {
-                    let (valid, rest) = bytes.split_at(e.valid_up_to());
-                    // The prefix the error names is valid: read again without a
-                    // second error (or `""` at worst).
-                    self.text
-                        .push_str(simdutf8::basic::from_utf8(valid).unwrap_or_default());
-                    match e.error_len() {
-                        Some(n) => {
-                            self.text.push(char::REPLACEMENT_CHARACTER);
-                            bytes = &rest[n..];
-                        }
-                        None => {
-                            self.carry.extend_from_slice(rest);
-                            return;
-                        }
-                    }
-                }
+    /// when that fails, read as `String::from_utf8_lossy` reads it (an invalid
+    /// sequence as U+FFFD, in one pass), except a sequence cut by the end of the read,
+    /// kept in `carry` for the next.
+    fn decode(&mut self, bytes: &[u8]) {
+        if let Ok(s) = simdutf8::basic::from_utf8(bytes) {
+            self.text.push_str(s);
+            return;
+        }
+        let mut chunks = bytes.utf8_chunks().peekable();
+        while let Some(c) = chunks.next() {
+            self.text.push_str(c.valid());
+            let bad = c.invalid();
+            if bad.is_empty() {
+                continue;
+            }
+            // The last piece may be the start of a sequence the next read completes.
+            let cut = chunks.peek().is_none()
+                && std::str::from_utf8(bad).is_err_and(|e| e.error_len().is_none());
+            if cut {
+                self.carry.extend_from_slice(bad);
+            } else {
+                self.text.push(char::REPLACEMENT_CHARACTER);
+                self.replaced += 1;
             }
         }
     }
@@ -552,6 +559,26 @@ mod tests {
             proptest::prop_assert_eq!(&by_event(&parts), &whole);
             proptest::prop_assert_eq!(by_ref(&parts), whole);
         }
+    }
+
+    /// Found by attack (2026-12-05): an event of 6 MB of invalid bytes was refused as
+    /// larger than 16 MiB, its U+FFFD (3 bytes each) counted instead of the bytes
+    /// received. The bound is on received bytes; a valid event past it still fails.
+    #[test]
+    fn the_event_size_bound_counts_received_bytes_not_replacements() {
+        let mut p = SseParser::new();
+        p.push(b"data: ").unwrap();
+        for _ in 0..96 {
+            p.push(&[0xFF; 64 * 1024]).unwrap();
+        }
+        p.push(b"\n\n").unwrap();
+        let ev = p.next_event().unwrap();
+        assert_eq!(ev.data.chars().count(), 96 * 64 * 1024);
+        let mut p = SseParser::new();
+        p.push(b"data: ").unwrap();
+        let big = vec![b'a'; 1 << 20];
+        let refused = (0..17).any(|_| p.push(&big).is_err());
+        assert!(refused, "17 MiB of one event");
     }
 
     #[test]
