@@ -488,8 +488,17 @@ impl ChunkScan {
         }
         let shifts = &shifts[..n];
         // A position of the template to the same place in `b`: moved by the change
-        // of every value that ends at or before it.
+        // of every value that ends at or before it. One change (a content chunk's
+        // text) is most chunks: no loop then.
+        let one = (n == 1).then(|| shifts[0]);
         let at = |q: usize| -> usize {
+            if let Some((end, grew)) = one {
+                return if end <= q {
+                    (q as isize + grew) as usize
+                } else {
+                    q
+                };
+            }
             let mut moved = q as isize;
             for &(end, grew) in shifts {
                 if end <= q {
