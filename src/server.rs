@@ -494,8 +494,6 @@ impl PerCore {
     }
 }
 
-/// Size of a header section as `max_header_bytes` counts it: name, value and 4 bytes
-/// (`: ` and CRLF) per field.
 /// Makes an HTTP/2 answer to `HEAD` carry no body (RFC 9110 §9.3.2; RFC 9113 §8.1:
 /// DATA frames on it are a stream error the client answers with `PROTOCOL_ERROR`),
 /// keeping the `content-length` a `GET` would get: hyper's HTTP/2 server sends what
@@ -512,6 +510,8 @@ fn bodiless_head(resp: &mut Response<Tracked>) {
     resp.body_mut().clear();
 }
 
+/// Size of a header section as `max_header_bytes` counts it: name, value and 4 bytes
+/// (`: ` and CRLF) per field.
 fn header_bytes(headers: &HeaderMap) -> usize {
     headers
         .iter()

@@ -331,6 +331,7 @@ impl SseParser {
         self.text.clear();
         self.pos = 0;
         self.scanned = 0;
+        self.replaced = 0;
         ev
     }
 
