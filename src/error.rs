@@ -90,6 +90,9 @@ pub enum ErrorKind {
     NotFound,
     /// 405: wrong HTTP method for a known path.
     MethodNotAllowed,
+    /// 501: a request method the server does not know (RFC 9110 section 9.1), on
+    /// any path.
+    NotImplemented,
     /// 408: the request (its body) did not arrive in time.
     RequestTimeout,
     /// 413: request body larger than `server.max_body_bytes`.
@@ -124,6 +127,7 @@ impl ErrorKind {
             ErrorKind::PermissionDenied => 403,
             ErrorKind::NotFound => 404,
             ErrorKind::MethodNotAllowed => 405,
+            ErrorKind::NotImplemented => 501,
             ErrorKind::RequestTimeout => 408,
             ErrorKind::PayloadTooLarge => 413,
             ErrorKind::Throttled | ErrorKind::RateLimited => 429,
@@ -141,6 +145,7 @@ impl ErrorKind {
             | ErrorKind::ContextWindowExceeded
             | ErrorKind::NotFound
             | ErrorKind::MethodNotAllowed
+            | ErrorKind::NotImplemented
             | ErrorKind::RequestTimeout
             | ErrorKind::PayloadTooLarge => "invalid_request_error",
             ErrorKind::Unauthenticated => "authentication_error",
@@ -164,6 +169,7 @@ impl ErrorKind {
             | ErrorKind::PermissionDenied
             | ErrorKind::NotFound
             | ErrorKind::MethodNotAllowed
+            | ErrorKind::NotImplemented
             | ErrorKind::RequestTimeout
             | ErrorKind::PayloadTooLarge
             | ErrorKind::Throttled => Fault::Client,
@@ -196,6 +202,7 @@ impl ErrorKind {
             ErrorKind::PermissionDenied => "permission_denied",
             ErrorKind::NotFound => "not_found",
             ErrorKind::MethodNotAllowed => "method_not_allowed",
+            ErrorKind::NotImplemented => "not_implemented",
             ErrorKind::RequestTimeout => "request_timeout",
             ErrorKind::PayloadTooLarge => "payload_too_large",
             ErrorKind::Throttled => "throttled",

@@ -164,6 +164,18 @@ async fn route(
             return e.to_response();
         }
     }
+    // A method no path here could take, because no server knows it (RFC 9110
+    // section 9.1: 501; methods are case-sensitive, so `get` is one).
+    if !KNOWN_METHODS.contains(&req.method) {
+        return GatewayError::new(
+            ErrorKind::NotImplemented,
+            format!(
+                "the method {} is not implemented",
+                crate::error::bounded(req.method.as_str(), 32)
+            ),
+        )
+        .to_response();
+    }
     // HEAD is GET without the body (RFC 9110 section 9.3.2): both servers drop a
     // HEAD answer's body and keep its framing fields.
     let method = if req.method == Method::HEAD {
@@ -274,6 +286,19 @@ async fn route(
         _ => unknown_path(&req.method, path),
     }
 }
+
+/// The methods of RFC 9110 section 9 and PATCH (RFC 5789): any other gets 501.
+const KNOWN_METHODS: [Method; 9] = [
+    Method::GET,
+    Method::HEAD,
+    Method::POST,
+    Method::PUT,
+    Method::DELETE,
+    Method::CONNECT,
+    Method::OPTIONS,
+    Method::TRACE,
+    Method::PATCH,
+];
 
 /// Where `GET /v1/models/{model}` starts.
 const MODEL_PATH: &str = "/v1/models/";

@@ -512,6 +512,33 @@ fn head_is_served_wherever_get_is_and_a_405_allows_both() {
     }
 }
 
+/// Found by attack (2026-12-05): `FOO /v1/models` and `get /v1/models` got 405
+/// with `allow: GET`; RFC 9110 section 9.1: a method the server does not know
+/// SHOULD get 501 (methods are case-sensitive).
+#[test]
+fn an_unknown_method_is_a_501_on_any_path() {
+    let gw = serve_edge("");
+    for (method, path) in [
+        ("FOO", "/v1/models"),
+        ("get", "/v1/models"),
+        ("BREW", "/v1/chat/completions"),
+        ("FOO", "/nowhere"),
+    ] {
+        let r = exchange(
+            &gw,
+            format!("{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").as_bytes(),
+        );
+        assert_eq!(r.status, 501, "{method} {path}: {}", r.head);
+        assert!(r.error()["message"].as_str().unwrap().contains(method));
+    }
+    // A known method a path does not take is still a 405.
+    let r = exchange(
+        &gw,
+        b"PATCH /v1/models HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+    );
+    assert_eq!(r.status, 405);
+}
+
 /// `GET /v1/models/{model}` (OpenAI's retrieve) finds a model whose name holds a
 /// `/`, sent as is or escaped, as SDKs send it.
 #[test]
