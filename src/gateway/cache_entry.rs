@@ -249,15 +249,12 @@ impl Entry {
         let event = |rest: &str, null_usage: bool| {
             let mut b = BytesMut::with_capacity(rest.len() + 80);
             b.put_slice(b"data: ");
-            match rest.strip_suffix('}').filter(|_| null_usage) {
-                Some(members) => {
-                    head(&mut b, id, created, members);
-                    if !members.is_empty() {
-                        b.put_u8(b',');
-                    }
-                    b.put_slice(b"\"usage\":null}");
-                }
-                None => head(&mut b, id, created, rest),
+            head(&mut b, id, created, rest);
+            // The object's closing brace moved past one more member (`id` and
+            // `created` are always before it).
+            if null_usage && b.ends_with(b"}") {
+                b.truncate(b.len() - 1);
+                b.put_slice(b",\"usage\":null}");
             }
             b.put_slice(b"\n\n");
             b.freeze()

@@ -126,8 +126,8 @@ pub fn replay(mut t: Box<dyn StreamTranscoder>, lines: &str, named: bool) -> Rep
     }
     let mut out = BytesMut::new();
     let mut result = None;
-    while let Some(ev) = parser.next_event() {
-        match t.event(ev.view(), &mut out) {
+    while let Some(ev) = parser.next_ref() {
+        match t.event(ev, &mut out) {
             Ok(StreamStep::Continue) => {}
             Ok(StreamStep::Done) => {
                 result = Some(Ok(()));

@@ -465,8 +465,8 @@ fn a_thinking_stream_gives_reasoning_deltas_and_whole_signed_blocks() {
         for line in THINKING_STREAM.lines().take(3) {
             parser.push(format!("data: {line}\n\n").as_bytes()).unwrap();
         }
-        while let Some(ev) = parser.next_event() {
-            t.event(ev.view(), &mut out).unwrap();
+        while let Some(ev) = parser.next_ref() {
+            t.event(ev, &mut out).unwrap();
         }
         t
     };

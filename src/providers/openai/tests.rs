@@ -116,8 +116,8 @@ fn relay(chunks: &str, include_usage: bool, add_done: bool) -> (String, Result<(
     if add_done {
         parser.push(b"data: [DONE]\n\n").unwrap();
     }
-    while let Some(ev) = parser.next_event() {
-        match t.event(ev.view(), &mut out) {
+    while let Some(ev) = parser.next_ref() {
+        match t.event(ev, &mut out) {
             Ok(StreamStep::Done) => return (String::from_utf8(out.to_vec()).unwrap(), Ok(())),
             Ok(StreamStep::Continue) => {}
             Err(e) => return (String::from_utf8(out.to_vec()).unwrap(), Err(e)),
@@ -286,8 +286,8 @@ fn usage_asked_for_the_gateway_is_stripped_from_every_chunk_and_recorded() {
         parser.push(format!("data: {line}\n\n").as_bytes()).unwrap();
     }
     parser.push(b"data: [DONE]\n\n").unwrap();
-    while let Some(ev) = parser.next_event() {
-        if t.event(ev.view(), &mut out).unwrap() == StreamStep::Done {
+    while let Some(ev) = parser.next_ref() {
+        if t.event(ev, &mut out).unwrap() == StreamStep::Done {
             break;
         }
     }
@@ -346,8 +346,8 @@ fn relay_raw(text: &str) -> (Vec<String>, Result<(), GatewayError>) {
     let mut parser = SseParser::new();
     parser.push(text.as_bytes()).unwrap();
     let mut r = None;
-    while let Some(ev) = parser.next_event() {
-        match t.event(ev.view(), &mut out) {
+    while let Some(ev) = parser.next_ref() {
+        match t.event(ev, &mut out) {
             Ok(StreamStep::Continue) => {}
             Ok(StreamStep::Done) => {
                 r = Some(Ok(()));
@@ -433,12 +433,11 @@ fn relay_split(text: &[u8], step: usize) -> (Vec<String>, Result<(), GatewayErro
     });
     let mut out = BytesMut::new();
     let mut parser = SseParser::new();
-    let mut ev = crate::sse::SseEvent::default();
     let mut r = None;
     'reads: for read in text.chunks(step) {
         parser.push(read).unwrap();
-        while parser.next_into(&mut ev) {
-            match t.event(ev.view(), &mut out) {
+        while let Some(ev) = parser.next_ref() {
+            match t.event(ev, &mut out) {
                 Ok(StreamStep::Continue) => {}
                 Ok(StreamStep::Done) => {
                     r = Some(Ok(()));
@@ -653,15 +652,15 @@ fn tracked_text_is_decoded_with_and_without_escapes() {
             .push(format!("data: {{\"id\":\"c\",\"model\":\"up\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{content}}},\"finish_reason\":null}}]}}\n\n").as_bytes())
             .unwrap();
     }
-    while let Some(ev) = parser.next_event() {
-        t.event(ev.view(), &mut out).unwrap();
+    while let Some(ev) = parser.next_ref() {
+        t.event(ev, &mut out).unwrap();
     }
     assert_eq!(t.sent().text, "plain line\n\"q\" \u{e9}\\ end");
     parser
         .push(b"data: {\"id\":\"c\",\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\tb\"},\"finish_reason\":null}]}\n\n")
         .unwrap();
-    let ev = parser.next_event().unwrap();
-    let e = t.event(ev.view(), &mut out).unwrap_err();
+    let ev = parser.next_ref().unwrap();
+    let e = t.event(ev, &mut out).unwrap_err();
     assert!(
         e.message.contains("`delta.content` is not a string"),
         "{}",
