@@ -56,7 +56,7 @@ use tokio::net::TcpListener;
 
 use crate::body::{Body, BoxError};
 use crate::config::ServerConfig;
-use edge_io::{Activity, ClientWatch, EdgeIo, Tracked};
+use edge_io::{Activity, ClientWatch, EdgeIo, Reclaim, Tracked};
 
 /// The body of a request as the service receives it, whichever protocol brought it.
 #[derive(Debug)]
@@ -178,13 +178,35 @@ pub async fn serve<H, F>(
     // (HTTP/2 ones are told by `graceful`); the drain waits for every receiver.
     let (stopping_tx, stopping) = tokio::sync::watch::channel(());
     tokio::pin!(shutdown);
+    let mut reclaim = Reclaim::default();
+    // Accept failures since the last warning, and idle connections closed for them.
+    let (mut failures, mut logged) = ((0u64, 0usize), None::<tokio::time::Instant>);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
-                    tracing::warn!(error = %e, "accept failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    // Out of file descriptors: idle connections give theirs back
+                    // (`Reclaim`), and the accept is retried as soon as they close.
+                    let out_of_fds = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+                    let closed = if out_of_fds { reclaim.reclaim(Reclaim::BATCH) } else { 0 };
+                    failures.0 += 1;
+                    failures.1 += closed;
+                    // At most a line a second: under a flood of connections the
+                    // loop below retries every few milliseconds.
+                    let now = tokio::time::Instant::now();
+                    if logged.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1)) {
+                        tracing::warn!(
+                            error = %e,
+                            failures = failures.0,
+                            idle_connections_closed = failures.1,
+                            "accept failed; retrying"
+                        );
+                        logged = Some(now);
+                        failures = (0, 0);
+                    }
+                    let pause = if closed > 0 { 2 } else { 50 };
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
                     continue;
                 }
             },
@@ -194,6 +216,7 @@ pub async fn serve<H, F>(
         let _ = stream.set_nodelay(true);
         let handler = handler.clone();
         let activity = Arc::new(Activity::default());
+        reclaim.add(&activity);
         let mut io = EdgeIo::new(stream, activity.clone(), limits);
         let socket = io.watch();
         let service = move |req: Request<RequestBody>| {

@@ -56,8 +56,8 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -84,9 +84,21 @@ pub(super) struct Activity {
     /// An HTTP/2 request was seen: control frames then no longer start a head deadline.
     h2: AtomicBool,
     /// The connection task, woken when the last HTTP/2 stream ends in another task so
-    /// that the idle deadline is armed on time.
+    /// that the idle deadline is armed on time, and when the connection is reclaimed.
     idle_waker: AtomicWaker,
+    /// What the connection waits for, for [`Reclaim`]: [`IDLE_NO`], [`IDLE_FIRST_BYTE`]
+    /// or [`IDLE_KEEP_ALIVE`]. Written by [`EdgeIo`] when its wait state changes.
+    idle: AtomicU8,
+    /// Set by [`Reclaim`]: the connection closes at its next idle wait.
+    reclaim: AtomicBool,
 }
+
+/// [`Activity::idle`]: a request head or a request is in hand.
+const IDLE_NO: u8 = 0;
+/// [`Activity::idle`]: a new connection that has sent nothing yet.
+const IDLE_FIRST_BYTE: u8 = 1;
+/// [`Activity::idle`]: a connection between requests.
+const IDLE_KEEP_ALIVE: u8 = 2;
 
 impl Activity {
     /// Counts a request in; the guard counts it out when dropped.
@@ -102,6 +114,66 @@ impl Activity {
     fn load(&self) -> (u64, bool) {
         let started = self.started.load(Ordering::Relaxed);
         (started, self.finished.load(Ordering::Acquire) != started)
+    }
+}
+
+/// The connections one accept loop has started, for closing idle ones when the
+/// process runs out of file descriptors.
+///
+/// # Why
+/// An `accept` that fails with `EMFILE` or `ENFILE` leaves the new connection in the
+/// kernel's backlog, and without a free descriptor it waits there until a deadline
+/// closes some other connection: with the descriptor limit held by connections that
+/// sent nothing (or by keep-alive connections between requests), a client with a
+/// request in hand waited `first_byte_timeout` (10 s by default) or longer. Like
+/// nginx's reuse of idle keep-alive connections when it runs short, the accept loop
+/// then closes a few idle connections ([`Reclaim::reclaim`]): first those that have
+/// not sent a byte, then those between requests, oldest first. A connection with a
+/// request head or a request in hand is never closed for this.
+///
+/// Kept by the accept loop alone (no lock): a weak reference per connection, with
+/// the dead ones dropped whenever the list has doubled since the last sweep.
+#[derive(Default)]
+pub(super) struct Reclaim {
+    conns: Vec<Weak<Activity>>,
+    /// Live connections at the last sweep.
+    live: usize,
+}
+
+impl Reclaim {
+    /// Connections closed per accept error: nginx drains up to 32 idle
+    /// connections each time it runs short.
+    pub(super) const BATCH: usize = 32;
+
+    /// Remembers a just-accepted connection.
+    pub(super) fn add(&mut self, activity: &Arc<Activity>) {
+        if self.conns.len() >= 2 * self.live + 64 {
+            self.conns.retain(|c| c.strong_count() > 0);
+            self.live = self.conns.len();
+        }
+        self.conns.push(Arc::downgrade(activity));
+    }
+
+    /// Asks up to `n` idle connections to close (first those that have sent
+    /// nothing, then those between requests; oldest first) and wakes them; returns
+    /// how many were asked.
+    pub(super) fn reclaim(&mut self, n: usize) -> usize {
+        let mut asked = 0;
+        for want in [IDLE_FIRST_BYTE, IDLE_KEEP_ALIVE] {
+            for c in &self.conns {
+                if asked == n {
+                    return asked;
+                }
+                let Some(a) = c.upgrade() else { continue };
+                if a.idle.load(Ordering::Relaxed) == want
+                    && !a.reclaim.swap(true, Ordering::Relaxed)
+                {
+                    a.idle_waker.wake();
+                    asked += 1;
+                }
+            }
+        }
+        asked
     }
 }
 
@@ -242,6 +314,7 @@ impl EdgeIo {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         let _ = SockRef::from(&stream).set_tcp_notsent_lowat(NOTSENT_LOWAT);
         let deadline = Instant::now() + limits.first_byte_timeout;
+        activity.idle.store(IDLE_FIRST_BYTE, Ordering::Relaxed);
         EdgeIo {
             stream: Arc::new(stream),
             activity,
@@ -324,6 +397,10 @@ impl EdgeIo {
                 if head_starts {
                     self.wait = Some(Wait::Head);
                     self.deadline = Instant::now() + self.limits.header_timeout;
+                    self.activity.idle.store(IDLE_NO, Ordering::Relaxed);
+                    // A connection picked to close that has just started a request
+                    // is serving again: it is not closed under that request.
+                    self.activity.reclaim.store(false, Ordering::Relaxed);
                 }
                 Poll::Ready(Ok(()))
             }
@@ -336,6 +413,16 @@ impl EdgeIo {
                     // The last stream may have ended before the waker was in place.
                     if self.sync() {
                         return Poll::Pending;
+                    }
+                }
+                if !busy && matches!(self.wait, Some(Wait::FirstByte | Wait::Idle)) {
+                    // Waiting for a request: [`Reclaim`] may ask for the socket back.
+                    self.activity.idle_waker.register(cx.waker());
+                    if self.activity.reclaim.load(Ordering::Relaxed) {
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "idle connection closed: the process ran out of file descriptors",
+                        )));
                     }
                 }
                 match self.poll_deadline(cx) {
@@ -352,11 +439,14 @@ impl EdgeIo {
     fn sync(&mut self) -> bool {
         let (started, busy) = self.activity.load();
         if busy {
-            self.wait = None;
+            if self.wait.take().is_some() {
+                self.activity.idle.store(IDLE_NO, Ordering::Relaxed);
+            }
         } else if self.wait.is_none() || started != self.seen {
             // A request ended since the last look: the connection just went idle.
             self.wait = Some(Wait::Idle);
             self.deadline = Instant::now() + self.limits.idle_timeout;
+            self.activity.idle.store(IDLE_KEEP_ALIVE, Ordering::Relaxed);
         }
         if !busy {
             // A stall of an answer that has ended says nothing about the next one.
@@ -603,6 +693,64 @@ mod tests {
         let (server, _) = l.accept().await.unwrap();
         let io = EdgeIo::new(server, Arc::new(Activity::default()), limits);
         (client, io)
+    }
+
+    /// A connection that has sent nothing is closed first, then one between
+    /// requests; one with a request head in hand never; each only once.
+    #[tokio::test]
+    async fn reclaim_closes_silent_then_keep_alive_connections_never_a_busy_one() {
+        let conns: Vec<Arc<Activity>> = (0..4).map(|_| Arc::new(Activity::default())).collect();
+        let mut r = Reclaim::default();
+        for c in &conns {
+            r.add(c);
+        }
+        conns[0].idle.store(IDLE_KEEP_ALIVE, Ordering::Relaxed);
+        conns[1].idle.store(IDLE_NO, Ordering::Relaxed);
+        conns[2].idle.store(IDLE_FIRST_BYTE, Ordering::Relaxed);
+        conns[3].idle.store(IDLE_KEEP_ALIVE, Ordering::Relaxed);
+        assert_eq!(r.reclaim(1), 1);
+        let asked = |c: &Activity| c.reclaim.load(Ordering::Relaxed);
+        assert!(
+            asked(&conns[2]) && !asked(&conns[0]),
+            "the silent one first"
+        );
+        assert_eq!(r.reclaim(1), 1);
+        assert!(
+            asked(&conns[0]) && !asked(&conns[3]),
+            "then the oldest keep-alive one"
+        );
+        assert_eq!(r.reclaim(8), 1, "a connection is asked once");
+        assert!(!asked(&conns[1]), "never one with a request in hand");
+        assert_eq!(r.reclaim(8), 0);
+    }
+
+    /// A read waiting for a first byte fails once its connection is reclaimed, and
+    /// a connection that has started a request is not closed under it.
+    #[tokio::test]
+    async fn a_reclaimed_connection_closes_only_while_it_waits_for_a_request() {
+        let (_client, mut io) = pair(ConnLimits::default()).await;
+        let activity = io.activity.clone();
+        let mut reclaim = Reclaim::default();
+        reclaim.add(&activity);
+        let read = tokio::spawn(async move { io.sniff().await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(reclaim.reclaim(Reclaim::BATCH), 1);
+        let err = tokio::time::timeout(Duration::from_secs(5), read)
+            .await
+            .expect("the waiting read was woken")
+            .unwrap()
+            .unwrap_err();
+        assert!(err.to_string().contains("file descriptors"), "{err}");
+
+        let (mut client, mut io) = pair(ConnLimits::default()).await;
+        let mut reclaim = Reclaim::default();
+        reclaim.add(&io.activity);
+        client.write_all(b"GET /he").await.unwrap();
+        assert!(!io.sniff().await.unwrap());
+        assert_eq!(reclaim.reclaim(Reclaim::BATCH), 0, "a head has started");
+        client.write_all(b"alth HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 64];
+        assert!(io.read(&mut buf).await.unwrap() > 0);
     }
 
     /// Regression (issue 17, 16 KiB read buffers): hyper-util's `Rewind` replayed the

@@ -824,3 +824,82 @@ async fn an_upstream_429_retry_after_http_date_reaches_the_client() {
         r.headers
     );
 }
+
+/// `../shared/reliability/input_extra.py`: with the gateway's descriptor limit
+/// (`ulimit -n`) held by connections that sent nothing, a client with a request in
+/// hand waited in the kernel's backlog until `first_byte_timeout` closed some of them
+/// (a `ReadTimeout` after 5 s in the script). The accept loop now closes idle
+/// connections when `accept` fails with `EMFILE`; here `first_byte_timeout` is a
+/// minute, so only that can let the request through within the 15 s allowed.
+#[test]
+fn a_request_gets_through_while_idle_connections_hold_every_file_descriptor() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("switchyard.yaml");
+    std::fs::write(
+        &cfg,
+        "server: { first_byte_timeout_ms: 60000 }\nproviders:\n  a: { kind: mock }\nmodels:\n  m: { endpoints: [ { provider: a, model: x } ] }\n",
+    )
+    .unwrap();
+    let mut child = Command::new("bash")
+        .args([
+            "-c",
+            "ulimit -n 160 && exec \"$0\" serve --config \"$1\" --listen 127.0.0.1:0",
+            env!("CARGO_BIN_EXE_switchyard"),
+            cfg.to_str().unwrap(),
+        ])
+        .env("SWITCHYARD_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start switchyard");
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let _kill = Kill(child);
+    let mut line = String::new();
+    let addr: SocketAddr = loop {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "serve exited");
+        if let Some(rest) = line.trim().strip_prefix("switchyard listening on") {
+            break rest.trim().parse().unwrap();
+        }
+    };
+    // More silent connections than the gateway has descriptors.
+    let idle: Vec<TcpStream> = (0..240)
+        .map(|_| TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let body = chat("m", false, r#","max_tokens":4"#);
+    let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    write!(
+        c,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut status = String::new();
+    let read = BufReader::new(&c).read_line(&mut status);
+    assert!(
+        matches!(read, Ok(n) if n > 0) && status.starts_with("HTTP/1.1 200"),
+        "no answer while idle connections held the descriptors: {read:?} {status:?}"
+    );
+    // Some of the silent connections were closed to make room, not all of them.
+    let closed = idle
+        .iter()
+        .filter(|s| {
+            s.set_nonblocking(true).unwrap();
+            matches!((&**s).read(&mut [0u8; 1]), Ok(0))
+        })
+        .count();
+    assert!(
+        closed > 0 && closed < idle.len(),
+        "{closed} of {} closed",
+        idle.len()
+    );
+}
