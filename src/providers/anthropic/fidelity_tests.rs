@@ -632,3 +632,34 @@ fn tool_results_take_images_and_bare_reasoning_text_is_not_replayed() {
         ]}])
     );
 }
+
+/// Anthropic answers any `tool_choice` on a request without `tools` with a 400
+/// ("tool_choice may only be specified while providing tools"); OpenAI SDKs send
+/// `parallel_tool_calls: false` or `tool_choice: "none"` on calls without tools.
+#[test]
+fn tool_choice_without_tools_is_not_sent_to_anthropic() {
+    let hi = json!([{"role": "user", "content": "hi"}]);
+    for extra in [
+        json!({"parallel_tool_calls": false}),
+        json!({"tool_choice": "none"}),
+        json!({"tool_choice": "none", "parallel_tool_calls": false}),
+        json!({"tool_choice": "auto", "tools": []}),
+    ] {
+        let mut req = json!({"model": "m", "messages": hi});
+        req.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let b = body(req);
+        assert!(b.get("tool_choice").is_none(), "{extra}: {b}");
+        assert!(b.get("tools").is_none(), "{extra}: {b}");
+    }
+    // With tools, `parallel_tool_calls: false` still rides on an auto choice.
+    let b = body(
+        json!({"model": "m", "messages": hi, "parallel_tool_calls": false,
+        "tools": [{"type": "function", "function": {"name": "f"}}]}),
+    );
+    assert_eq!(
+        b["tool_choice"],
+        json!({"type": "auto", "disable_parallel_tool_use": true})
+    );
+}

@@ -264,6 +264,7 @@ pub(super) fn build<'a>(
         _ => Vec::new(),
     };
     let (thinking, max_tokens) = thinking(chat)?;
+    let tools = tools(chat, &mut markers)?;
     Ok(Outgoing {
         model,
         max_tokens,
@@ -274,8 +275,8 @@ pub(super) fn build<'a>(
         top_k: chat.extra.get("top_k").filter(|v| v.is_number()),
         stop_sequences,
         stream: chat.stream.filter(|&s| s),
-        tools: tools(chat, &mut markers)?,
-        tool_choice: tool_choice(chat)?,
+        tool_choice: tool_choice(chat)?.filter(|_| !tools.is_empty()),
+        tools,
         metadata: chat
             .extra
             .get("user")
@@ -435,6 +436,10 @@ fn tools<'a>(chat: &'a ChatRequest, markers: &mut Markers) -> Result<Vec<Tool<'a
 }
 
 /// OpenAI `tool_choice` (+ `parallel_tool_calls: false`) → Anthropic `tool_choice`.
+/// Sent only with tools: Anthropic answers any `tool_choice` (`none` included) on a
+/// request without `tools` with a 400 ("tool_choice may only be specified while
+/// providing tools"), so without tools it is dropped (the answer is the same: no
+/// tool can be called).
 fn tool_choice(chat: &ChatRequest) -> Result<Option<ToolChoice<'_>>, GatewayError> {
     let no_parallel = chat
         .extra

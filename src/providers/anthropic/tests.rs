@@ -117,7 +117,8 @@ fn max_tokens_defaults_and_tool_choice_maps() {
         ),
     ] {
         let (_, body) = build(&chat(
-            json!({"model": "m", "tool_choice": choice, "messages": [{"role": "user", "content": "hi"}]}),
+            json!({"model": "m", "tool_choice": choice, "messages": [{"role": "user", "content": "hi"}],
+                   "tools": [{"type": "function", "function": {"name": "f"}}]}),
         ));
         assert_eq!(body["tool_choice"], expected);
     }
