@@ -429,6 +429,39 @@ pub(crate) fn tool_calls(m: &Message, i: usize) -> Result<Vec<ToolCallRef<'_>>, 
     Ok(out)
 }
 
+/// Longest tool use id Bedrock takes (and the length [`tool_use_id`] keeps ids to).
+pub(crate) const MAX_TOOL_USE_ID: usize = 64;
+
+/// `id`, a tool call id of the client's conversation, as a tool use id Anthropic and
+/// Bedrock take: 1 to 64 of `a-z A-Z 0-9 _ -` (Bedrock API reference,
+/// `ToolUseBlock.toolUseId` and `ToolResultBlock.toolUseId`: "Length Constraints:
+/// Minimum length of 1. Maximum length of 64. Pattern: `[a-zA-Z0-9_-]+`"; Anthropic
+/// refuses a `tool_use.id` outside that pattern with a 400, "String should match
+/// pattern '^[a-zA-Z0-9_-]+$'"). Conversations begun elsewhere carry other ids
+/// (`functions.get_weather:0`, ids with a Gemini signature after `__thought__`).
+///
+/// An id that fits is kept as is. Any other is rewritten the same way wherever it
+/// appears, so a call and its result still match: each other character becomes `_`,
+/// cut to 47 characters, followed by `_` and 16 hex digits of a hash (FNV-1a, 64
+/// bits) of the whole id, so ids that differ only in rewritten or cut characters stay
+/// distinct.
+pub(crate) fn tool_use_id(id: &str) -> std::borrow::Cow<'_, str> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if !id.is_empty() && id.len() <= MAX_TOOL_USE_ID && id.chars().all(allowed) {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    let mut out: String = id
+        .chars()
+        .map(|c| if allowed(c) { c } else { '_' })
+        .take(MAX_TOOL_USE_ID - 17)
+        .collect();
+    out.push_str(&format!("_{hash:016x}"));
+    std::borrow::Cow::Owned(out)
+}
+
 /// `text` as a borrowed JSON object; blank text is `{}`. `None` when the text is not
 /// a JSON object.
 pub(crate) fn json_object(text: &str) -> Option<&RawValue> {
@@ -1217,6 +1250,52 @@ mod tool_tests {
         let e = got[2].as_ref().unwrap_err();
         assert_eq!(e.param.as_deref(), Some("tools[2].function.name"));
         assert!(e.message.contains("needs a name"), "{}", e.message);
+    }
+}
+
+/// Matches what Anthropic and Bedrock take as a tool use id (`[a-zA-Z0-9_-]`, 1 to
+/// 64 characters).
+#[cfg(test)]
+pub(crate) fn is_tool_use_id(id: &str) -> bool {
+    (1..=MAX_TOOL_USE_ID).contains(&id.len())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+#[cfg(test)]
+mod tool_use_id_tests {
+    use super::*;
+
+    #[test]
+    fn tool_call_ids_outside_the_anthropic_and_bedrock_pattern_are_rewritten_consistently() {
+        for fits in [
+            "call_abc123",
+            "toolu_01A09q90qw90lq917835lq9",
+            "a-b_C",
+            &"x".repeat(64),
+        ] {
+            assert!(matches!(tool_use_id(fits), std::borrow::Cow::Borrowed(s) if s == fits));
+        }
+        let signed = format!("call_1__thought__{}", "Q2l+/=".repeat(40));
+        for id in [
+            "functions.get_weather:0",
+            "call 1",
+            "call.1",
+            "ид",
+            "",
+            &"y".repeat(65),
+            &signed,
+        ] {
+            let out = tool_use_id(id);
+            assert!(is_tool_use_id(&out), "{id:?} -> {out:?}");
+            // The same id always becomes the same one (a call and its result match).
+            assert_eq!(out, tool_use_id(id));
+        }
+        assert!(tool_use_id("functions.get_weather:0").starts_with("functions_get_weather_0_"));
+        // Ids differing only in rewritten characters stay distinct.
+        assert_ne!(tool_use_id("call.1"), tool_use_id("call:1"));
+        assert_ne!(tool_use_id("call.1"), tool_use_id("call_1"));
     }
 }
 

@@ -36,14 +36,16 @@ pub(super) enum Block<'a> {
         cache_control: Option<&'a Value>,
     },
     ToolUse {
-        id: &'a str,
+        /// As [`crate::providers::common::tool_use_id`] makes it.
+        id: Cow<'a, str>,
         name: &'a str,
         input: &'a RawValue,
         #[serde(skip_serializing_if = "Option::is_none")]
         cache_control: Option<&'a Value>,
     },
     ToolResult {
-        tool_use_id: &'a str,
+        /// As [`crate::providers::common::tool_use_id`] makes it.
+        tool_use_id: Cow<'a, str>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         content: Vec<Block<'a>>,
         #[serde(skip_serializing_if = "Option::is_none")]

@@ -663,3 +663,26 @@ fn tool_choice_without_tools_is_not_sent_to_anthropic() {
         json!({"type": "auto", "disable_parallel_tool_use": true})
     );
 }
+
+/// Anthropic refuses a `tool_use.id` outside `^[a-zA-Z0-9_-]+$` ("String should
+/// match pattern"); ids of conversations begun elsewhere are rewritten, the call and
+/// its result the same way.
+#[test]
+fn tool_call_ids_outside_anthropics_pattern_are_rewritten_in_call_and_result() {
+    let b = body(json!({"model": "m", "messages": [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "functions.get_weather:0", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}},
+            {"id": "call_ok-1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+        ]},
+        {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "call_ok-1", "content": "rainy"}
+    ], "tools": [{"type": "function", "function": {"name": "get_weather"}}]}));
+    let calls = &b["messages"][1]["content"];
+    let results = &b["messages"][2]["content"];
+    let id = calls[0]["id"].as_str().unwrap();
+    assert!(crate::providers::common::is_tool_use_id(id), "{id}");
+    assert_eq!(results[0]["tool_use_id"], id);
+    assert_eq!(calls[1]["id"], "call_ok-1");
+    assert_eq!(results[1]["tool_use_id"], "call_ok-1");
+}

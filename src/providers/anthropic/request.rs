@@ -14,7 +14,7 @@ use super::content::{blocks, message_marker, Allow, Block, Markers};
 use crate::api::ChatRequest;
 use crate::error::GatewayError;
 use crate::providers::common::{
-    function_tools, openai_tool_choice, refuse_untranslated, tool_calls, unsupported,
+    function_tools, openai_tool_choice, refuse_untranslated, tool_calls, tool_use_id, unsupported,
     OpenAiToolChoice,
 };
 use crate::providers::reasoning::{self, ThinkingBlock};
@@ -199,7 +199,7 @@ pub(super) fn build<'a>(
                 b.extend(blocks(&m.content, i, Allow::Text, &mut markers)?);
                 for c in tool_calls(m, i)? {
                     b.push(Block::ToolUse {
-                        id: c.id,
+                        id: tool_use_id(c.id),
                         name: c.name,
                         input: c.arguments,
                         cache_control: None,
@@ -235,7 +235,7 @@ pub(super) fn build<'a>(
                     &mut turns,
                     "user",
                     vec![Block::ToolResult {
-                        tool_use_id: id,
+                        tool_use_id: tool_use_id(id),
                         content,
                         cache_control: mark,
                     }],

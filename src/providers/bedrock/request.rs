@@ -21,7 +21,8 @@ use crate::api::ChatRequest;
 use crate::error::GatewayError;
 use crate::providers::common::{
     accepted_media_type, function_tools, image_part_index, openai_tool_choice, parts,
-    refuse_untranslated, text_only, tool_calls, unsupported, ImageRef, OpenAiToolChoice, Part,
+    refuse_untranslated, text_only, tool_calls, tool_use_id, unsupported, ImageRef,
+    OpenAiToolChoice, Part,
 };
 use crate::providers::reasoning::{thinking_blocks, ThinkingBlock};
 
@@ -144,14 +145,16 @@ enum Block<'a> {
         source: ImageSource<'a>,
     },
     ToolUse {
+        /// As [`crate::providers::common::tool_use_id`] makes it.
         #[serde(rename = "toolUseId")]
-        tool_use_id: &'a str,
+        tool_use_id: std::borrow::Cow<'a, str>,
         name: &'a str,
         input: &'a RawValue,
     },
     ToolResult {
+        /// As [`crate::providers::common::tool_use_id`] makes it.
         #[serde(rename = "toolUseId")]
-        tool_use_id: &'a str,
+        tool_use_id: std::borrow::Cow<'a, str>,
         content: [ResultBlock<'a>; 1],
     },
     CachePoint(CachePoint),
@@ -446,7 +449,7 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
                 b.extend(blocks(&m.content, i, false, &mut markers)?);
                 for c in tool_calls(m, i)? {
                     b.push(Block::ToolUse {
-                        tool_use_id: c.id,
+                        tool_use_id: tool_use_id(c.id),
                         name: c.name,
                         input: c.arguments,
                     });
@@ -474,7 +477,7 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
                     })?;
                 let content = result_block(text_only(&m.content, i)?);
                 let mut b = vec![Block::ToolResult {
-                    tool_use_id: id,
+                    tool_use_id: tool_use_id(id),
                     content: [content],
                 }];
                 if message_marker(m, i, &mut markers)? {

@@ -877,3 +877,31 @@ fn a_converse_response_without_output_message_is_a_bad_response_not_an_empty_ans
     let v: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
 }
+
+/// Bedrock API reference, `ToolUseBlock.toolUseId` / `ToolResultBlock.toolUseId`:
+/// "Length Constraints: Minimum length of 1. Maximum length of 64. Pattern:
+/// [a-zA-Z0-9_-]+". Other ids are rewritten, the call and its result the same way.
+#[test]
+fn tool_call_ids_outside_bedrocks_pattern_or_length_are_rewritten_in_call_and_result() {
+    let long = format!("call_1__thought__{}", "c2ln+/=".repeat(30));
+    let req = testing::chat(&json!({"model": "m", "messages": [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "functions.get_weather:0", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}},
+            {"id": long, "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+        ]},
+        {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "sunny"},
+        {"role": "tool", "tool_call_id": long, "content": "rainy"}
+    ], "tools": [{"type": "function", "function": {"name": "get_weather"}}]}));
+    let (_, b) = build(&req);
+    for k in 0..2 {
+        let id = b["messages"][1]["content"][k]["toolUse"]["toolUseId"]
+            .as_str()
+            .unwrap();
+        assert!(crate::providers::common::is_tool_use_id(id), "{id}");
+        assert_eq!(
+            b["messages"][2]["content"][k]["toolResult"]["toolUseId"],
+            id
+        );
+    }
+}
