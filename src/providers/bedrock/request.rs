@@ -374,10 +374,18 @@ fn push<'a>(turns: &mut Vec<Turn<'a>>, role: &'static str, content: Vec<Block<'a
     }
 }
 
+/// What an empty or whitespace-only tool result is sent as: Bedrock refuses a blank
+/// text block anywhere ("text content blocks must be non-empty"), and a
+/// `toolResult` needs content (`ToolResultBlock.content`, "Required: Yes").
+pub(super) const EMPTY_TOOL_RESULT: &str = "(empty)";
+
 /// A tool message's content as one `toolResult` content block: a JSON object as
-/// `json`, anything else as `text`.
+/// `json`, blank text as [`EMPTY_TOOL_RESULT`], anything else as `text`.
 fn result_block(text: std::borrow::Cow<'_, str>) -> ResultBlock<'_> {
     use std::borrow::Cow;
+    if text.trim().is_empty() {
+        return ResultBlock::Text(Cow::Borrowed(EMPTY_TOOL_RESULT));
+    }
     let object = text.trim_start().starts_with('{');
     match text {
         Cow::Borrowed(t) if object => match serde_json::from_str::<&RawValue>(t) {

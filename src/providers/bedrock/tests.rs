@@ -905,3 +905,29 @@ fn tool_call_ids_outside_bedrocks_pattern_or_length_are_rewritten_in_call_and_re
         );
     }
 }
+
+/// Bedrock refuses blank text blocks ("text content blocks must be non-empty"), a
+/// tool result's included, and `ToolResultBlock.content` is "Required: Yes": a tool
+/// that returned nothing must not wedge the conversation.
+#[test]
+fn an_empty_tool_result_is_sent_as_non_blank_text() {
+    for content in [
+        json!(""),
+        json!("  \n"),
+        json!([{"type": "text", "text": ""}]),
+    ] {
+        let req = testing::chat(&json!({"model": "m", "messages": [
+            {"role": "user", "content": "run it"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "run", "arguments": "{}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "call_1", "content": content}
+        ], "tools": [{"type": "function", "function": {"name": "run"}}]}));
+        let (_, b) = build(&req);
+        let result = &b["messages"][2]["content"][0]["toolResult"];
+        assert_eq!(result["toolUseId"], "call_1");
+        let text = result["content"][0]["text"].as_str().unwrap();
+        assert!(!text.trim().is_empty(), "{content}: {result}");
+        assert_eq!(text, request::EMPTY_TOOL_RESULT);
+    }
+}
