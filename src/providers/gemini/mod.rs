@@ -178,6 +178,17 @@ struct ErrorDetail {
 }
 
 impl ErrorDetail {
+    /// Whether a `google.rpc.ErrorInfo` detail says the API key is not valid (reason
+    /// `API_KEY_INVALID`, also sent for an expired key).
+    fn bad_key(&self) -> bool {
+        self.details.iter().any(|d| {
+            d.get("@type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.ends_with("google.rpc.ErrorInfo"))
+                && d.get("reason").and_then(Value::as_str) == Some("API_KEY_INVALID")
+        })
+    }
+
     /// Seconds from a `google.rpc.RetryInfo` detail's `retryDelay` ("34.4s" → 35).
     fn retry_delay(&self) -> Option<u64> {
         let delay = self.details.iter().find_map(|d| {
@@ -298,10 +309,19 @@ impl Adapter for Gemini {
     }
 
     /// Maps an error answer like [`upstream_error`]; a 429 without `Retry-After` takes
-    /// its wait from the body's `RetryInfo.retryDelay`.
+    /// its wait from the body's `RetryInfo.retryDelay`. A key Gemini does not take
+    /// comes back as HTTP 400 `INVALID_ARGUMENT` with a `google.rpc.ErrorInfo` reason
+    /// `API_KEY_INVALID` ("API key not valid. Please pass a valid API key."): that is
+    /// Switchyard's configuration, not the client's request, so it is mapped as a
+    /// 401 (502 `upstream_auth_failed`, tried on the next endpoint).
     fn error(&self, status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayError {
+        let parsed = serde_json::from_slice::<ErrorBody>(body).ok();
+        let status = match &parsed {
+            Some(b) if status == 400 && b.error.bad_key() => 401,
+            _ => status,
+        };
         let mut e = upstream_error(status, headers, body);
-        if let Ok(b) = serde_json::from_slice::<ErrorBody>(body) {
+        if let Some(b) = parsed {
             if e.retry_after.is_none() {
                 e.retry_after = b.error.retry_delay().map(std::time::Duration::from_secs);
             }

@@ -660,3 +660,18 @@ fn output_gemini_is_not_asked_for_is_refused_naming_the_field() {
     let (_, body) = build(&c);
     assert!(body.get("user").is_none());
 }
+
+/// Gemini answers a key it does not take with HTTP 400 `INVALID_ARGUMENT` and an
+/// `ErrorInfo` reason `API_KEY_INVALID`: the gateway's credentials, not the client's
+/// request (LiteLLM maps "API key not valid" to an authentication error too).
+#[test]
+fn an_invalid_api_key_answered_as_400_is_an_upstream_auth_failure() {
+    let body = br#"{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com","metadata":{"service":"generativelanguage.googleapis.com"}},{"@type":"type.googleapis.com/google.rpc.LocalizedMessage","locale":"en-US","message":"API key not valid. Please pass a valid API key."}]}}"#;
+    let e = Gemini.error(400, &HeaderMap::new(), body);
+    assert_eq!(e.status(), 502, "{}", e.message);
+    assert_eq!(e.code, Some(crate::error::Code::UpstreamAuthFailed));
+    assert!(!e.retry.same_endpoint() && e.retry.other_endpoint());
+    // Any other 400 is still the client's.
+    let body = br#"{"error":{"code":400,"message":"Invalid value at 'contents'","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[]}]}}"#;
+    assert_eq!(Gemini.error(400, &HeaderMap::new(), body).status(), 400);
+}
