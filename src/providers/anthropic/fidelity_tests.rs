@@ -686,3 +686,17 @@ fn tool_call_ids_outside_anthropics_pattern_are_rewritten_in_call_and_result() {
     assert_eq!(calls[1]["id"], "call_ok-1");
     assert_eq!(results[1]["tool_use_id"], "call_ok-1");
 }
+
+/// Anthropic refuses whitespace-only stop sequences ("stop_sequences: each stop
+/// sequence must contain non-whitespace", LiteLLM issue 3286 for `stop: ["\n"]`):
+/// they are left out, the others kept.
+#[test]
+fn whitespace_only_stop_sequences_are_not_sent_to_anthropic() {
+    let hi = json!([{"role": "user", "content": "hi"}]);
+    let b = body(json!({"model": "m", "messages": hi, "stop": ["\n", "END", " \t", "\n\nHuman:"]}));
+    assert_eq!(b["stop_sequences"], json!(["END", "\n\nHuman:"]));
+    let b = body(json!({"model": "m", "messages": hi, "stop": "\n"}));
+    assert!(b.get("stop_sequences").is_none(), "{b}");
+    let b = body(json!({"model": "m", "messages": hi, "stop": "###"}));
+    assert_eq!(b["stop_sequences"], json!(["###"]));
+}

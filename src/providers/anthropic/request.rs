@@ -10,7 +10,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::content::{blocks, message_marker, Allow, Block, Markers};
+use super::content::{blank, blocks, message_marker, Allow, Block, Markers};
 use crate::api::ChatRequest;
 use crate::error::GatewayError;
 use crate::providers::common::{
@@ -258,11 +258,7 @@ pub(super) fn build<'a>(
             "has no content Anthropic can take: empty and whitespace-only text is left out, and nothing else is left",
         ));
     }
-    let stop_sequences = match chat.extra.get("stop") {
-        Some(Value::String(s)) => vec![s.as_str()],
-        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
-        _ => Vec::new(),
-    };
+    let stop_sequences = stop_sequences(chat);
     let (thinking, max_tokens) = thinking(chat)?;
     let tools = tools(chat, &mut markers)?;
     Ok(Outgoing {
@@ -284,6 +280,26 @@ pub(super) fn build<'a>(
             .map(|user_id| Metadata { user_id }),
         thinking,
     })
+}
+
+/// OpenAI `stop` (a string or an array) → `stop_sequences`, leaving out the empty
+/// and whitespace-only ones (`"\n"` is common), which Anthropic refuses with a 400
+/// ("stop_sequences: each stop sequence must contain non-whitespace"; LiteLLM drops
+/// them for the same reason), with a debug log line.
+fn stop_sequences(chat: &ChatRequest) -> Vec<&str> {
+    let given: Vec<&str> = match chat.extra.get("stop") {
+        Some(Value::String(s)) => vec![s.as_str()],
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    let kept: Vec<&str> = given.iter().copied().filter(|s| !blank(s)).collect();
+    if kept.len() < given.len() {
+        tracing::debug!(
+            dropped = given.len() - kept.len(),
+            "blank stop sequences dropped: Anthropic refuses whitespace-only stop sequences"
+        );
+    }
+    kept
 }
 
 /// A final assistant turn is a prefill: Anthropic rejects trailing whitespace there.
