@@ -471,7 +471,9 @@ impl Adapter for Bedrock {
     /// A client error's `code` is that type (`ValidationException`, ...), or
     /// `context_length_exceeded` for an input too long; a 5xx body is never relayed,
     /// only its type named; `ServiceUnavailableException` (503) is
-    /// `upstream_overloaded`.
+    /// `upstream_overloaded`. `ModelErrorException` (HTTP 424, "The request failed
+    /// due to an error while processing the model") is the model's failure, not the
+    /// client's request: mapped like a 5xx (502, retried).
     fn error(&self, status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayError {
         use crate::error::{bounded, Code};
         let message = serde_json::from_slice::<ErrorBody>(body)
@@ -482,22 +484,29 @@ impl Adapter for Bedrock {
             .and_then(|v| v.to_str().ok())
             .map(|t| bounded(t.split(':').next().unwrap_or(t), 64).into_owned())
             .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric()));
+        let model_error = status == 424 || kind.as_deref() == Some("ModelErrorException");
+        // The status the answer is mapped by: a model error is a server error.
+        let mapped = if model_error && status < 500 {
+            502
+        } else {
+            status
+        };
         let mut e = match &message {
             Some(m) => {
                 let body = serde_json::json!({ "error": { "message": m } });
                 upstream_error(
-                    status,
+                    mapped,
                     headers,
                     &serde_json::to_vec(&body).unwrap_or_default(),
                 )
             }
-            None => upstream_error(status, headers, body),
+            None => upstream_error(mapped, headers, body),
         };
         let named = kind
             .as_deref()
             .map(|k| format!(", {k}"))
             .unwrap_or_default();
-        if status >= 500 {
+        if mapped >= 500 {
             e.message = format!("Bedrock answered an error (HTTP {status}{named})");
             if status == 503 || kind.as_deref() == Some("ServiceUnavailableException") {
                 e = e.with_code(Code::UpstreamOverloaded);

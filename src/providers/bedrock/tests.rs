@@ -931,3 +931,20 @@ fn an_empty_tool_result_is_sent_as_non_blank_text() {
         assert_eq!(text, request::EMPTY_TOOL_RESULT);
     }
 }
+
+/// Bedrock API reference, Converse "Errors": `ModelErrorException` "The request
+/// failed due to an error while processing the model. HTTP Status Code: 424". The
+/// model failed, not the client's request: a retryable 502, not a 400.
+#[test]
+fn a_model_error_exception_424_is_an_upstream_failure_not_the_clients() {
+    let mut h = HeaderMap::new();
+    h.insert("x-amzn-errortype", "ModelErrorException".parse().unwrap());
+    let body = br#"{"message":"Received error from model","originalStatusCode":500,"resourceName":"anthropic.claude"}"#;
+    let e = adapter().error(424, &h, body);
+    assert_eq!(e.status(), 502, "{}", e.message);
+    assert!(e.retry.same_endpoint());
+    assert!(e.message.contains("424"), "{}", e.message);
+    assert!(e.message.contains("ModelErrorException"), "{}", e.message);
+    // Without the header too.
+    assert_eq!(adapter().error(424, &HeaderMap::new(), body).status(), 502);
+}
