@@ -313,9 +313,30 @@ impl Adapter for Gemini {
     /// comes back as HTTP 400 `INVALID_ARGUMENT` with a `google.rpc.ErrorInfo` reason
     /// `API_KEY_INVALID` ("API key not valid. Please pass a valid API key."): that is
     /// Switchyard's configuration, not the client's request, so it is mapped as a
-    /// 401 (502 `upstream_auth_failed`, tried on the next endpoint).
+    /// 401 (502 `upstream_auth_failed`, tried on the next endpoint). A 400
+    /// `FAILED_PRECONDITION` is the account's state, not the request (Gemini API
+    /// "Troubleshooting": "Gemini API free tier is not available in your country.
+    /// Please enable billing on your project in Google AI Studio."; also "User
+    /// location is not supported"): 502 `upstream_error` at Switchyard's fault,
+    /// tried on the next endpoint.
     fn error(&self, status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayError {
+        use crate::error::{bounded, Code, ErrorKind, Fault, Retry};
         let parsed = serde_json::from_slice::<ErrorBody>(body).ok();
+        if let Some(b) = parsed
+            .as_ref()
+            .filter(|b| status == 400 && b.error.status == "FAILED_PRECONDITION")
+        {
+            return GatewayError::new(
+                ErrorKind::BadUpstream,
+                format!(
+                    "Gemini refused the request for the state of Switchyard's account (HTTP 400 FAILED_PRECONDITION): {}",
+                    bounded(&b.error.message, 500)
+                ),
+            )
+            .with_code(Code::UpstreamError)
+            .with_fault(Fault::Gateway)
+            .with_retry(Retry::OtherEndpoint);
+        }
         let status = match &parsed {
             Some(b) if status == 400 && b.error.bad_key() => 401,
             _ => status,

@@ -675,3 +675,20 @@ fn an_invalid_api_key_answered_as_400_is_an_upstream_auth_failure() {
     let body = br#"{"error":{"code":400,"message":"Invalid value at 'contents'","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[]}]}}"#;
     assert_eq!(Gemini.error(400, &HeaderMap::new(), body).status(), 400);
 }
+
+/// Gemini API "Troubleshooting": 400 `FAILED_PRECONDITION`, "Gemini API free tier
+/// is not available in your country. Please enable billing on your project in Google
+/// AI Studio." The account's state, not the client's request: not a 400 blaming it.
+#[test]
+fn failed_precondition_is_the_accounts_state_not_the_clients_request() {
+    let body = br#"{"error":{"code":400,"message":"User location is not supported for the API use.","status":"FAILED_PRECONDITION"}}"#;
+    let e = Gemini.error(400, &HeaderMap::new(), body);
+    assert_eq!(e.status(), 502, "{}", e.message);
+    assert_eq!(e.fault, crate::error::Fault::Gateway);
+    assert!(e.retry.other_endpoint() && !e.retry.same_endpoint());
+    assert!(
+        e.message.contains("User location is not supported"),
+        "{}",
+        e.message
+    );
+}
