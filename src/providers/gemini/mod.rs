@@ -205,12 +205,15 @@ impl ErrorDetail {
 }
 
 /// Gemini `finishReason` → OpenAI `finish_reason`; a normal stop with function calls
-/// is OpenAI's `tool_calls`.
+/// is OpenAI's `tool_calls`. Every reason Gemini documents as the candidate being
+/// flagged or blocked is `content_filter`, `LANGUAGE` included ("The response
+/// candidate content was flagged for using an unsupported language").
 fn finish_reason(reason: &str, tool_calls: bool) -> &'static str {
     match reason {
         "MAX_TOKENS" => "length",
         "SAFETY"
         | "RECITATION"
+        | "LANGUAGE"
         | "BLOCKLIST"
         | "PROHIBITED_CONTENT"
         | "SPII"
@@ -218,7 +221,7 @@ fn finish_reason(reason: &str, tool_calls: bool) -> &'static str {
         | "IMAGE_PROHIBITED_CONTENT"
         | "IMAGE_RECITATION" => "content_filter",
         _ if tool_calls => "tool_calls",
-        // STOP, OTHER, LANGUAGE, MALFORMED_FUNCTION_CALL and reasons added later.
+        // STOP, OTHER, MALFORMED_FUNCTION_CALL and reasons added later.
         _ => "stop",
     }
 }

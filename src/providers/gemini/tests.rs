@@ -692,3 +692,20 @@ fn failed_precondition_is_the_accounts_state_not_the_clients_request() {
         e.message
     );
 }
+
+/// Gemini API reference, `FinishReason`: "LANGUAGE: The response candidate content
+/// was flagged for using an unsupported language." Flagged content is OpenAI's
+/// `content_filter` (LiteLLM maps it the same way), not a normal `stop`.
+#[test]
+fn a_candidate_flagged_for_its_language_is_content_filter() {
+    let body = json!({"candidates": [{"content": {"parts": [{"text": "x"}]}, "finishReason": "LANGUAGE"}]});
+    let out = Gemini.response(body.to_string().as_bytes(), "g").unwrap();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "content_filter");
+    let r = replay(
+        Gemini.stream(ctx(false)),
+        r#"{"candidates":[{"content":{"parts":[{"text":"x"}],"role":"model"},"finishReason":"LANGUAGE","index":0}]}"#,
+        false,
+    );
+    assert_eq!(r.finish_reasons(), ["content_filter"]);
+}
