@@ -471,8 +471,10 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
         tools.push(FunctionDeclaration {
             name: f.name,
             description: f.description,
+            // `parameters: null` is a function without parameters, as when absent.
             parameters_json_schema: f
                 .parameters
+                .filter(|p| !p.is_null())
                 .map(|p| super::schema::lower(p, i))
                 .transpose()?,
         });

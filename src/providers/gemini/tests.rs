@@ -709,3 +709,19 @@ fn a_candidate_flagged_for_its_language_is_content_filter() {
     );
     assert_eq!(r.finish_reasons(), ["content_filter"]);
 }
+
+/// OpenAI: "Omitting `parameters` defines a function with an empty parameter list";
+/// a `null` (which validation reads as absent) was refused with a 400 here.
+#[test]
+fn a_tool_with_null_parameters_is_a_function_without_parameters() {
+    let c = chat(
+        json!({"model": "gem", "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "now", "parameters": null}}]}),
+    );
+    assert!(crate::api::validate::check(&c).is_ok());
+    let (_, body) = build(&c);
+    assert_eq!(
+        body["tools"][0]["functionDeclarations"][0],
+        json!({"name": "now"})
+    );
+}
