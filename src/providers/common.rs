@@ -137,6 +137,31 @@ fn function_tool(tool: &Value, i: usize) -> Result<FunctionTool<'_>, GatewayErro
     })
 }
 
+/// A function's `parameters` (as [`FunctionTool::parameters`] reads them) as the
+/// object schema Anthropic's `input_schema` and Bedrock's `inputSchema.json` must
+/// be: `"type": "object"` at the top (Anthropic API reference, Messages,
+/// `tools[].input_schema.type`: "object", required; Bedrock refuses anything else
+/// with "The value at toolConfig.tools.0.toolSpec.inputSchema.json.type must be one
+/// of the following: object"). OpenAI takes a schema without `type` (`{}`, or only
+/// `properties`), and "Omitting `parameters` defines a function with an empty
+/// parameter list": absent or null is `{"type":"object","properties":{}}`, an
+/// object schema without `type` gets `"type": "object"` added, anything else is
+/// sent as the client wrote it.
+pub(crate) fn object_schema(parameters: Option<&Value>) -> std::borrow::Cow<'_, Value> {
+    use std::borrow::Cow;
+    match parameters {
+        None | Some(Value::Null) => {
+            Cow::Owned(serde_json::json!({"type": "object", "properties": {}}))
+        }
+        Some(Value::Object(m)) if !m.contains_key("type") => {
+            let mut m = m.clone();
+            m.insert("type".into(), Value::String("object".into()));
+            Cow::Owned(Value::Object(m))
+        }
+        Some(p) => Cow::Borrowed(p),
+    }
+}
+
 /// Refuses what no translating adapter can send on: output other than text
 /// (`audio`, or `modalities` holding anything but `"text"`), answered with
 /// `text_only` (the provider's words), and `web_search_options` or the legacy

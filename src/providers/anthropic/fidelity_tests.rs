@@ -700,3 +700,28 @@ fn whitespace_only_stop_sequences_are_not_sent_to_anthropic() {
     let b = body(json!({"model": "m", "messages": hi, "stop": "###"}));
     assert_eq!(b["stop_sequences"], json!(["###"]));
 }
+
+/// Anthropic API reference, Messages: `tools[].input_schema.type` is "object" and
+/// required; OpenAI takes `parameters` without `type` (`{}`, only `properties`) and
+/// `null` (no parameters).
+#[test]
+fn tool_parameters_without_type_or_null_become_an_object_input_schema() {
+    for (params, expected) in [
+        (json!(null), json!({"type": "object", "properties": {}})),
+        (json!({}), json!({"type": "object"})),
+        (
+            json!({"properties": {"a": {"type": "string"}}}),
+            json!({"type": "object", "properties": {"a": {"type": "string"}}}),
+        ),
+        (
+            json!({"type": "object", "properties": {}, "required": []}),
+            json!({"type": "object", "properties": {}, "required": []}),
+        ),
+    ] {
+        let b = body(
+            json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": params}}]}),
+        );
+        assert_eq!(b["tools"][0]["input_schema"], expected, "{params}");
+    }
+}

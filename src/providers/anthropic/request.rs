@@ -14,8 +14,8 @@ use super::content::{blank, blocks, message_marker, Allow, Block, Markers};
 use crate::api::ChatRequest;
 use crate::error::GatewayError;
 use crate::providers::common::{
-    function_tools, openai_tool_choice, refuse_untranslated, tool_calls, tool_use_id, unsupported,
-    OpenAiToolChoice,
+    function_tools, object_schema, openai_tool_choice, refuse_untranslated, tool_calls,
+    tool_use_id, unsupported, OpenAiToolChoice,
 };
 use crate::providers::reasoning::{self, ThinkingBlock};
 
@@ -100,7 +100,8 @@ struct Tool<'a> {
     name: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     description: Option<&'a str>,
-    input_schema: &'a Value,
+    /// As [`object_schema`] makes it.
+    input_schema: std::borrow::Cow<'a, Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     cache_control: Option<&'a Value>,
 }
@@ -113,12 +114,6 @@ struct ToolChoice<'a> {
     name: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     disable_parallel_tool_use: Option<bool>,
-}
-
-/// A JSON Schema for a function without parameters.
-fn empty_schema() -> &'static Value {
-    static EMPTY: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
-    EMPTY.get_or_init(|| serde_json::json!({"type": "object", "properties": {}}))
 }
 
 /// Appends `blocks` as a `role` turn, merging into the previous turn of the same role
@@ -442,7 +437,7 @@ fn tools<'a>(chat: &'a ChatRequest, markers: &mut Markers) -> Result<Vec<Tool<'a
         tools.push(Tool {
             name: f.name,
             description: f.description,
-            input_schema: f.parameters.unwrap_or_else(|| empty_schema()),
+            input_schema: object_schema(f.parameters),
             cache_control: markers.check(f.tool.get("cache_control"), || {
                 format!("tools[{i}].cache_control")
             })?,

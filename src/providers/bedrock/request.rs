@@ -20,8 +20,8 @@ use serde_json::Value;
 use crate::api::ChatRequest;
 use crate::error::GatewayError;
 use crate::providers::common::{
-    accepted_media_type, function_tools, image_part_index, openai_tool_choice, parts,
-    refuse_untranslated, text_only, tool_calls, tool_use_id, unsupported, ImageRef,
+    accepted_media_type, function_tools, image_part_index, object_schema, openai_tool_choice,
+    parts, refuse_untranslated, text_only, tool_calls, tool_use_id, unsupported, ImageRef,
     OpenAiToolChoice, Part,
 };
 use crate::providers::reasoning::{thinking_blocks, ThinkingBlock};
@@ -236,15 +236,8 @@ struct ToolSpec<'a> {
 
 #[derive(Serialize)]
 struct InputSchema<'a> {
-    json: SchemaJson<'a>,
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-enum SchemaJson<'a> {
-    Given(&'a Value),
-    /// A tool without `parameters` takes no arguments.
-    Empty(Value),
+    /// As [`object_schema`] makes it.
+    json: std::borrow::Cow<'a, Value>,
 }
 
 #[derive(Serialize)]
@@ -552,14 +545,12 @@ fn tool_config<'a>(
     let mut tools = Vec::new();
     for tool in function_tools(chat) {
         let (i, f) = tool?;
-        let schema = match f.parameters.filter(|p| !p.is_null()) {
-            Some(p) => SchemaJson::Given(p),
-            None => SchemaJson::Empty(serde_json::json!({"type": "object", "properties": {}})),
-        };
         tools.push(Tool::ToolSpec(ToolSpec {
             name: f.name,
             description: f.description,
-            input_schema: InputSchema { json: schema },
+            input_schema: InputSchema {
+                json: object_schema(f.parameters),
+            },
         }));
         let marker = f
             .tool

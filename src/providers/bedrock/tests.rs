@@ -948,3 +948,28 @@ fn a_model_error_exception_424_is_an_upstream_failure_not_the_clients() {
     // Without the header too.
     assert_eq!(adapter().error(424, &HeaderMap::new(), body).status(), 502);
 }
+
+/// Bedrock refuses a tool schema without a top-level object type: "The value at
+/// toolConfig.tools.0.toolSpec.inputSchema.json.type must be one of the following:
+/// object". OpenAI takes `parameters: {}` or only `properties`.
+#[test]
+fn tool_parameters_without_type_get_the_object_type_bedrock_requires() {
+    for (params, expected) in [
+        (json!({}), json!({"type": "object"})),
+        (
+            json!({"properties": {"a": {"type": "string"}}}),
+            json!({"type": "object", "properties": {"a": {"type": "string"}}}),
+        ),
+        (json!(null), json!({"type": "object", "properties": {}})),
+    ] {
+        let req = testing::chat(
+            &json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": params}}]}),
+        );
+        let (_, b) = build(&req);
+        assert_eq!(
+            b["toolConfig"]["tools"][0]["toolSpec"]["inputSchema"]["json"], expected,
+            "{params}"
+        );
+    }
+}
