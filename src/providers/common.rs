@@ -47,7 +47,9 @@ pub(crate) enum OpenAiToolChoice<'a> {
     Function(&'a str),
 }
 
-/// Reads `tool_choice` from `chat`.
+/// Reads `tool_choice` from `chat`. An `allowed_tools` choice ("Constrains the tools
+/// available to the model to a pre-defined set", its `mode` "auto" or "required")
+/// reads as its mode: [`function_tools`] leaves out the tools it does not allow.
 ///
 /// # Errors
 /// 400 naming `tool_choice` for an unknown string or a function without a name.
@@ -68,6 +70,23 @@ pub(crate) fn openai_tool_choice(
                 ))
             }
         },
+        Some(v) if v.get("type").and_then(Value::as_str) == Some("allowed_tools") => {
+            // The tools are narrowed by `function_tools`; the mode is kept here.
+            match v
+                .get("allowed_tools")
+                .and_then(|a| a.get("mode"))
+                .and_then(Value::as_str)
+            {
+                Some("auto") => OpenAiToolChoice::Auto,
+                Some("required") => OpenAiToolChoice::Required,
+                _ => {
+                    return Err(unsupported(
+                        "tool_choice.allowed_tools.mode",
+                        "`tool_choice.allowed_tools.mode` must be \"auto\" or \"required\"",
+                    ))
+                }
+            }
+        }
         Some(v) => OpenAiToolChoice::Function(
             v.get("function")
                 .and_then(|f| f.get("name"))
@@ -98,7 +117,10 @@ pub(crate) struct FunctionTool<'a> {
     pub parameters: Option<&'a Value>,
 }
 
-/// The function tools of `chat`, in order, each with its index in `tools`.
+/// The function tools of `chat`, in order, each with its index in `tools`. With
+/// `tool_choice` `allowed_tools`, only the functions it names (OpenAI API reference,
+/// `tool_choice`, allowed tools: "Constrains the tools available to the model to a
+/// pre-defined set"): the providers have no such list, so the others are not sent.
 ///
 /// # Errors
 /// Each item is a 400 naming `tools[i]` for a tool that is not a function tool, or
@@ -106,11 +128,33 @@ pub(crate) struct FunctionTool<'a> {
 pub(crate) fn function_tools(
     chat: &crate::api::ChatRequest,
 ) -> impl Iterator<Item = Result<(usize, FunctionTool<'_>), GatewayError>> {
+    let allowed = allowed_functions(chat);
     chat.tools
         .iter()
         .flatten()
         .enumerate()
         .map(|(i, t)| Ok((i, function_tool(t, i)?)))
+        .filter(move |t| match (t, &allowed) {
+            (Ok((_, f)), Some(names)) => names.contains(&f.name),
+            _ => true,
+        })
+}
+
+/// The function names a `tool_choice` of type `allowed_tools` allows; `None` for any
+/// other `tool_choice` (every tool is available).
+fn allowed_functions(chat: &crate::api::ChatRequest) -> Option<Vec<&str>> {
+    let choice = chat.extra.get("tool_choice")?;
+    if choice.get("type").and_then(Value::as_str) != Some("allowed_tools") {
+        return None;
+    }
+    let tools = choice.get("allowed_tools")?.get("tools")?.as_array()?;
+    Some(
+        tools
+            .iter()
+            .filter(|t| t.get("type").and_then(Value::as_str) == Some("function"))
+            .filter_map(|t| t.get("function")?.get("name")?.as_str())
+            .collect(),
+    )
 }
 
 /// Reads `tools[i]` (see [`function_tools`]).
@@ -1275,6 +1319,72 @@ mod tool_tests {
         let e = got[2].as_ref().unwrap_err();
         assert_eq!(e.param.as_deref(), Some("tools[2].function.name"));
         assert!(e.message.contains("needs a name"), "{}", e.message);
+    }
+}
+
+#[cfg(test)]
+mod allowed_tools_tests {
+    use crate::providers::testing::{build, chat};
+    use crate::providers::{anthropic::Anthropic, bedrock, gemini::Gemini, Target};
+    use serde_json::{json, Value};
+
+    /// OpenAI API reference, `tool_choice` allowed tools: "Constrains the tools
+    /// available to the model to a pre-defined set", `mode` "auto" or "required".
+    /// Validation takes it; the translating adapters refused it as a function choice
+    /// without a name ("`tool_choice.function.name` is required").
+    #[test]
+    fn allowed_tools_narrow_the_tools_sent_and_keep_the_mode() {
+        let req = |mode: &str| {
+            chat(
+                &json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                "tools": [
+                    {"type": "function", "function": {"name": "a"}},
+                    {"type": "function", "function": {"name": "b"}},
+                    {"type": "function", "function": {"name": "c"}}
+                ],
+                "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": mode,
+                    "tools": [{"type": "function", "function": {"name": "a"}},
+                              {"type": "function", "function": {"name": "c"}}]}}}),
+            )
+        };
+        for mode in ["auto", "required"] {
+            assert!(crate::api::validate::check(&req(mode)).is_ok());
+        }
+        let t = Target {
+            base_url: "https://x",
+            model: "m",
+            api_key: Some("k"),
+        };
+        let names = |v: &Value, at: &str, key: &str| -> Vec<String> {
+            v.pointer(at)
+                .and_then(Value::as_array)
+                .unwrap()
+                .iter()
+                .map(|x| x.pointer(key).and_then(Value::as_str).unwrap().to_string())
+                .collect()
+        };
+        let b = build(&Anthropic, &t, &req("auto")).1;
+        assert_eq!(names(&b, "/tools", "/name"), ["a", "c"]);
+        assert_eq!(b["tool_choice"], json!({"type": "auto"}));
+        let b = build(&Anthropic, &t, &req("required")).1;
+        assert_eq!(b["tool_choice"], json!({"type": "any"}));
+
+        let b = build(&Gemini, &t, &req("required")).1;
+        assert_eq!(
+            names(&b, "/tools/0/functionDeclarations", "/name"),
+            ["a", "c"]
+        );
+        assert_eq!(b["toolConfig"]["functionCallingConfig"]["mode"], "ANY");
+
+        let keys = bedrock::AwsKeys {
+            access_key_id: "AKID".into(),
+            secret_access_key: "s".into(),
+            session_token: None,
+        };
+        let br = bedrock::Bedrock::with_keys("us-east-1", keys);
+        let b = build(&br, &t, &req("auto")).1;
+        assert_eq!(names(&b, "/toolConfig/tools", "/toolSpec/name"), ["a", "c"]);
+        assert_eq!(b["toolConfig"]["toolChoice"], json!({"auto": {}}));
     }
 }
 
