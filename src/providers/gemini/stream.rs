@@ -185,22 +185,33 @@ impl GeminiStream {
             self.calls += 1;
             let id = f.id.clone().unwrap_or_else(|| random_id("call_"));
             let complete = !f.will_continue && f.partial_args.is_empty();
-            let args = match (&f.args, complete) {
-                (Some(a), true) => a.to_string(),
-                (None, true) => "{}".to_string(),
-                (_, false) => String::new(),
-            };
+            // OpenAI's shape: the call's first piece has its id, type, name and
+            // empty arguments; the arguments follow in pieces of their own.
             let piece = ToolDelta {
                 index,
                 id: Some(&id),
                 kind: Some("function"),
                 function: FunctionDelta {
                     name: Some(name),
-                    arguments: &args,
+                    arguments: "",
                 },
             };
             self.w.tool_signed(out, piece, signature);
             if complete {
+                let args = f
+                    .args
+                    .as_ref()
+                    .map_or_else(|| "{}".to_string(), Value::to_string);
+                let piece = ToolDelta {
+                    index,
+                    id: None,
+                    kind: None,
+                    function: FunctionDelta {
+                        name: None,
+                        arguments: &args,
+                    },
+                };
+                self.w.tool(out, piece);
                 return Ok(());
             }
             let args = f.args.unwrap_or_else(|| Value::Object(Map::new()));

@@ -725,3 +725,44 @@ fn a_tool_with_null_parameters_is_a_function_without_parameters() {
         json!({"name": "now"})
     );
 }
+
+/// OpenAI's stream shape for tool calls: a call's first delta carries `index`, `id`,
+/// `type`, `function.name` and `arguments: ""`; later deltas only `index` and
+/// argument pieces; parallel calls get indices 0, 1, ... Gemini sends each call
+/// whole in one part, which went out as one delta with the whole arguments.
+#[test]
+fn whole_streamed_calls_open_with_empty_arguments_like_openai_deltas() {
+    let r = replay(
+        Gemini.stream(ctx(false)),
+        concat!(
+            r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f","args":{"a":1}}},{"functionCall":{"name":"g"}}],"role":"model"},"index":0}]}"#,
+            "\n",
+            r#"{"candidates":[{"content":{"parts":[{"text":""}],"role":"model"},"finishReason":"STOP","index":0}]}"#
+        ),
+        false,
+    );
+    assert!(r.result.is_ok(), "{:?}", r.result);
+    let deltas: Vec<&Value> = r
+        .chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].get(0))
+        .collect();
+    assert_eq!(deltas.len(), 4, "{deltas:?}");
+    for (k, (index, name, args)) in [(0, "f", r#"{"a":1}"#), (1, "g", "{}")]
+        .into_iter()
+        .enumerate()
+    {
+        let first = deltas[2 * k];
+        assert_eq!(first["index"], index);
+        assert_eq!(first["type"], "function");
+        assert_eq!(first["function"]["name"], name);
+        assert_eq!(first["function"]["arguments"], "");
+        assert!(first["id"].as_str().is_some_and(|id| !id.is_empty()));
+        let rest = deltas[2 * k + 1];
+        assert_eq!(
+            rest,
+            &json!({"index": index, "function": {"arguments": args}})
+        );
+    }
+    assert_eq!(r.finish_reasons(), ["tool_calls"]);
+}
