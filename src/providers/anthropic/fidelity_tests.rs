@@ -725,3 +725,18 @@ fn tool_parameters_without_type_or_null_become_an_object_input_schema() {
         assert_eq!(b["tools"][0]["input_schema"], expected, "{params}");
     }
 }
+
+/// OpenAI's `safety_identifier` ("A stable identifier used to help detect users of
+/// your application that may be violating OpenAI's usage policies", replacing the
+/// deprecated `user`) is what Anthropic's `metadata.user_id` is for ("Anthropic may
+/// use this id to help detect abuse"); it was dropped.
+#[test]
+fn safety_identifier_becomes_metadata_user_id_before_user() {
+    let hi = json!([{"role": "user", "content": "hi"}]);
+    let b = body(json!({"model": "m", "messages": hi, "safety_identifier": "hash-1"}));
+    assert_eq!(b["metadata"], json!({"user_id": "hash-1"}));
+    let b = body(json!({"model": "m", "messages": hi, "safety_identifier": "hash-1", "user": "u"}));
+    assert_eq!(b["metadata"], json!({"user_id": "hash-1"}));
+    let b = body(json!({"model": "m", "messages": hi, "user": "u"}));
+    assert_eq!(b["metadata"], json!({"user_id": "u"}));
+}

@@ -29,7 +29,7 @@ pub const MIN_THINKING_BUDGET: u64 = reasoning::MIN_THINKING_BUDGET;
 
 /// OpenAI fields Anthropic has no equivalent for and that do not change what a
 /// correct answer looks like: dropped, with a debug log line naming them.
-const DROPPED: [&str; 11] = [
+const DROPPED: [&str; 10] = [
     "frequency_penalty",
     "presence_penalty",
     "seed",
@@ -40,7 +40,6 @@ const DROPPED: [&str; 11] = [
     "prediction",
     "verbosity",
     "prompt_cache_key",
-    "safety_identifier",
 ];
 
 /// The Messages request body, borrowing from the client's request.
@@ -71,6 +70,11 @@ pub(super) struct Outgoing<'a> {
     thinking: Option<Thinking<'a>>,
 }
 
+/// `metadata.user_id`, "an external identifier for the user who is associated with
+/// the request ... Anthropic may use this id to help detect abuse": OpenAI's
+/// `safety_identifier` ("A stable identifier used to help detect users of your
+/// application that may be violating OpenAI's usage policies"), or the older `user`
+/// it replaces.
 #[derive(Serialize)]
 struct Metadata<'a> {
     user_id: &'a str,
@@ -268,10 +272,9 @@ pub(super) fn build<'a>(
         stream: chat.stream.filter(|&s| s),
         tool_choice: tool_choice(chat)?.filter(|_| !tools.is_empty()),
         tools,
-        metadata: chat
-            .extra
-            .get("user")
-            .and_then(Value::as_str)
+        metadata: ["safety_identifier", "user"]
+            .into_iter()
+            .find_map(|k| chat.extra.get(k).and_then(Value::as_str))
             .map(|user_id| Metadata { user_id }),
         thinking,
     })
