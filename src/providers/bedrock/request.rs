@@ -400,8 +400,9 @@ fn result_block(text: std::borrow::Cow<'_, str>) -> ResultBlock<'_> {
 /// probabilities, audio, `response_format` JSON modes, legacy functions, roles other
 /// than system/developer/user/assistant/tool, image URLs or media types Bedrock does
 /// not take, images outside user messages, malformed tool calls, a tool result
-/// without `tool_call_id`, `tool_choice: "none"` with tools, tool calls or results
-/// in a request without `tools` (Bedrock requires `toolConfig` then).
+/// without `tool_call_id`, tool calls or results in a request without `tools`
+/// (Bedrock requires `toolConfig` then) or with `tool_choice: "none"` (which is
+/// sent as no tools).
 pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
     refuse_unsupported(chat)?;
     let mut markers = Markers::default();
@@ -503,6 +504,14 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
         .flat_map(|t| &t.content)
         .any(|b| matches!(b, Block::ToolUse { .. } | Block::ToolResult { .. }));
     if tool_config.is_none() && tool_blocks {
+        if chat.tools.as_ref().is_some_and(|t| !t.is_empty())
+            && openai_tool_choice(chat)? == OpenAiToolChoice::None
+        {
+            return Err(unsupported(
+                "tool_choice",
+                "Bedrock has no `tool_choice` \"none\": it is sent as no tools, but a conversation holding tool calls or tool results must send its tools; use \"auto\"",
+            ));
+        }
         return Err(unsupported(
             "tools",
             "Bedrock needs `tools` in every request whose conversation holds tool calls or tool results; send the tool definitions again",
@@ -569,12 +578,9 @@ fn tool_config<'a>(
         OpenAiToolChoice::Auto => Some(ToolChoice::Auto(Empty {})),
         OpenAiToolChoice::Required => Some(ToolChoice::Any(Empty {})),
         OpenAiToolChoice::Function(name) => Some(ToolChoice::Tool { name }),
-        OpenAiToolChoice::None => {
-            return Err(unsupported(
-                "tool_choice",
-                "Bedrock has no `tool_choice` \"none\"; send the request without `tools`",
-            ))
-        }
+        // Converse has no "none" (`ToolChoice` is auto, any or tool): without tools
+        // the model calls none, which is what "none" asks.
+        OpenAiToolChoice::None => return Ok(None),
     };
     Ok(Some(ToolConfig { tools, tool_choice }))
 }

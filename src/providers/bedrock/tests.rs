@@ -288,7 +288,11 @@ fn what_bedrock_cannot_take_is_refused_naming_the_field() {
             "tools",
         ),
         (
-            json!({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"}),
+            json!({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none",
+                   "messages": [
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "x"}
+            ]}),
             "tool_choice",
         ),
     ];
@@ -972,4 +976,17 @@ fn tool_parameters_without_type_get_the_object_type_bedrock_requires() {
             "{params}"
         );
     }
+}
+
+/// OpenAI: `tool_choice` "none" means "the model will not call any tool and instead
+/// generates a message". Converse's `ToolChoice` has no such member, but a request
+/// without `toolConfig` cannot call tools: the tools are withheld (it was refused).
+#[test]
+fn tool_choice_none_is_sent_as_no_tools() {
+    let req = testing::chat(
+        &json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"}),
+    );
+    let (_, b) = build(&req);
+    assert!(b.get("toolConfig").is_none(), "{b}");
 }
