@@ -498,6 +498,7 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
             }
         }
     }
+    trim_prefill(&mut turns);
     let tool_config = tool_config(chat, &mut markers)?;
     let tool_blocks = turns
         .iter()
@@ -533,6 +534,25 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
         tool_config,
         additional_model_request_fields: None,
     })
+}
+
+/// A final assistant turn is a prefill: Bedrock refuses trailing whitespace there
+/// ("messages: final assistant content cannot end with trailing whitespace"), so the
+/// last text block loses it (and goes when nothing is left, as does a turn left
+/// empty).
+fn trim_prefill(turns: &mut Vec<Turn<'_>>) {
+    let Some(last) = turns.last_mut().filter(|t| t.role == "assistant") else {
+        return;
+    };
+    if let Some(Block::Text(text)) = last.content.last_mut() {
+        *text = text.trim_end();
+        if text.is_empty() {
+            last.content.pop();
+        }
+    }
+    if last.content.is_empty() {
+        turns.pop();
+    }
 }
 
 /// Whether message `i` carries a message-level `cache_control` marker.

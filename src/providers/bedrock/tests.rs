@@ -990,3 +990,33 @@ fn tool_choice_none_is_sent_as_no_tools() {
     let (_, b) = build(&req);
     assert!(b.get("toolConfig").is_none(), "{b}");
 }
+
+/// Bedrock (Claude) refuses a final assistant turn ending in whitespace: "messages:
+/// final assistant content cannot end with trailing whitespace" (fixed the same way
+/// in langchain-aws and the AWS .NET SDK's chat client). The prefill is trimmed;
+/// earlier assistant turns are left as they are.
+#[test]
+fn a_trailing_assistant_prefill_loses_its_trailing_whitespace() {
+    let req = testing::chat(&json!({"model": "m", "messages": [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "kept as is \n"},
+        {"role": "user", "content": "b"},
+        {"role": "assistant", "content": "The answer is: "}
+    ]}));
+    let (_, b) = build(&req);
+    assert_eq!(
+        b["messages"][1]["content"],
+        json!([{"text": "kept as is \n"}])
+    );
+    assert_eq!(
+        b["messages"][3]["content"],
+        json!([{"text": "The answer is:"}])
+    );
+    // A prefill of only whitespace is left out.
+    let req = testing::chat(&json!({"model": "m", "messages": [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "  \n"}
+    ]}));
+    let (_, b) = build(&req);
+    assert_eq!(b["messages"].as_array().unwrap().len(), 1, "{b}");
+}
