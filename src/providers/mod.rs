@@ -233,9 +233,11 @@ pub fn adapter_for(
 ///   is [`ErrorKind::ContextWindowExceeded`]. Never retried.
 /// - 429: the provider's rate limit, with its wait (`retry-after-ms`, `Retry-After`
 ///   seconds or HTTP-date); retried here after that wait, or elsewhere.
-/// - 401/403: the provider refused our credentials, 404: it does not know the
-///   configured model id. Both are our configuration, not the client's request: 502,
-///   tried on the next endpoint only (this one can only fail the same way).
+/// - 401/403: the provider refused our credentials, 402: our account with it is out
+///   of credit (DeepSeek's "402 - Insufficient Balance: You have run out of
+///   balance", OpenRouter's and Anthropic's billing errors), 404: it does not know
+///   the configured model id. All are our configuration, not the client's request:
+///   502, tried on the next endpoint only (this one can only fail the same way).
 /// - 408 and 5xx: 502, retried here or elsewhere. The body is never relayed: it can
 ///   hold anything (one provider's held a Python traceback). The client reads
 ///   "upstream answered HTTP {status}", plus the provider's `error.message` only when
@@ -265,7 +267,7 @@ pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayE
         });
     let retry_after = crate::stats::ratelimit::retry_after(headers, std::time::SystemTime::now());
     match status {
-        400..=499 if !matches!(status, 401 | 403 | 404 | 408 | 429) => {
+        400..=499 if !matches!(status, 401 | 402 | 403 | 404 | 408 | 429) => {
             let code = field("code").map(Code::provider);
             let lower = detail.to_ascii_lowercase();
             let too_long = code == Some(Code::ContextLengthExceeded)
@@ -296,6 +298,13 @@ pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayE
             format!("upstream refused Switchyard's credentials (HTTP {status}); check the provider's api_key_env"),
         )
         .with_code(Code::UpstreamAuthFailed)
+        .with_fault(Fault::Gateway)
+        .with_retry(Retry::OtherEndpoint),
+        402 => GatewayError::new(
+            ErrorKind::BadUpstream,
+            format!("upstream refused Switchyard's account for payment (HTTP 402): {detail}"),
+        )
+        .with_code(Code::UpstreamError)
         .with_fault(Fault::Gateway)
         .with_retry(Retry::OtherEndpoint),
         404 => GatewayError::new(
@@ -379,6 +388,19 @@ mod error_tests {
         );
         let long = format!(r#"{{"error":{{"message":"{}"}}}}"#, "x".repeat(5000));
         assert!(upstream_error(500, &h, long.as_bytes()).message.len() < MAX_5XX_MESSAGE + 40);
+    }
+
+    /// DeepSeek API, "Error Codes": "402 - Insufficient Balance. Cause: You have run
+    /// out of balance." The gateway's account, not the client's request: it was a 400
+    /// blaming the request, never tried on another endpoint.
+    #[test]
+    fn a_402_payment_required_is_the_gateways_account_not_the_clients_request() {
+        let body = br#"{"error":{"message":"Insufficient Balance","type":"unknown_error","param":null,"code":"invalid_request_error"}}"#;
+        let e = upstream_error(402, &HeaderMap::new(), body);
+        assert_eq!(e.status(), 502, "{}", e.message);
+        assert_eq!(e.fault, crate::error::Fault::Gateway);
+        assert!(e.retry.other_endpoint() && !e.retry.same_endpoint());
+        assert!(e.message.contains("Insufficient Balance"), "{}", e.message);
     }
 
     #[test]
