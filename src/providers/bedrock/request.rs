@@ -396,8 +396,8 @@ fn result_block(text: std::borrow::Cow<'_, str>) -> ResultBlock<'_> {
 /// Translates `chat`.
 ///
 /// # Errors
-/// 400 naming the field for what Converse cannot express: `n` > 1, log
-/// probabilities, audio, `response_format` JSON modes, legacy functions, roles other
+/// 400 naming the field for what Converse cannot express: `n` > 1, `temperature`
+/// above 1, log probabilities, audio, `response_format` JSON modes, legacy functions, roles other
 /// than system/developer/user/assistant/tool, image URLs or media types Bedrock does
 /// not take, images outside user messages, malformed tool calls, a tool result
 /// without `tool_call_id`, tool calls or results in a request without `tools`
@@ -612,6 +612,14 @@ fn refuse_unsupported(chat: &ChatRequest) -> Result<(), GatewayError> {
         return Err(unsupported(
             "n",
             format!("Bedrock returns one choice; `n` is {n}"),
+        ));
+    }
+    // InferenceConfiguration.temperature: "Valid Range: Minimum value of 0. Maximum
+    // value of 1." (OpenAI takes 0 to 2.)
+    if let Some(t) = chat.temperature.filter(|&t| t > 1.0) {
+        return Err(unsupported(
+            "temperature",
+            format!("`temperature` is {t}; Bedrock Converse takes 0 to 1"),
         ));
     }
     if let Some(kind) = set("response_format")

@@ -1020,3 +1020,22 @@ fn a_trailing_assistant_prefill_loses_its_trailing_whitespace() {
     let (_, b) = build(&req);
     assert_eq!(b["messages"].as_array().unwrap().len(), 1, "{b}");
 }
+
+/// Bedrock API reference, `InferenceConfiguration.temperature`: "Valid Range:
+/// Minimum value of 0. Maximum value of 1." OpenAI takes up to 2; above 1 is refused
+/// naming the field before any upstream call, as for Anthropic.
+#[test]
+fn a_temperature_above_one_is_refused_naming_it() {
+    let e = adapter()
+        .request(
+            &target(),
+            &chat(json!({"model": "m", "temperature": 1.5, "messages": [{"role": "user", "content": "x"}]})),
+        )
+        .unwrap_err();
+    assert_eq!(e.status(), 400);
+    assert_eq!(e.param.as_deref(), Some("temperature"));
+    let (_, b) = build(&chat(
+        json!({"model": "m", "temperature": 1.0, "messages": [{"role": "user", "content": "x"}]}),
+    ));
+    assert_eq!(b["inferenceConfig"]["temperature"], 1.0);
+}
