@@ -244,3 +244,38 @@ fn endpoint_order_in_the_registry_is_an_input_and_its_failure_is_reported() {
     let failed: Vec<_> = report.cases.iter().filter(|c| !c.passed).collect();
     assert_eq!(failed[0].name, "t_order");
 }
+
+/// A reused `sample` test larger than [`CHECK_REQUESTS`] is checked on every
+/// stride-th request only (issue 17: save to serving), and a compiled engine that
+/// differs on one of those still sends it back to a full run.
+#[test]
+fn a_large_reused_sample_test_is_checked_on_a_spread_subset() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let reg = Registry::example();
+    let tests = TESTS.replace("sample 100 by api_key", "sample 5_000 by api_key");
+    let c = compiled(STRATEGY, ROUTES, &tests, &reg);
+    let (_, _, first) = check(&c, None);
+    let set = c.checked();
+    let full = |r: &RequestFeatures, s: &crate::policy::StatsSnapshot, seed: u64| {
+        Ok(crate::policy::interp::decide(set, r, s, seed))
+    };
+    let calls = AtomicUsize::new(0);
+    let counted = |r: &RequestFeatures, s: &crate::policy::StatsSnapshot, seed: u64| {
+        calls.fetch_add(1, Ordering::Relaxed);
+        Ok(crate::policy::interp::decide(set, r, s, seed))
+    };
+    let (report, _) = run_tests_parallel(set, &full, &counted, None, Some(&first), 2);
+    assert_eq!((report.passed, report.reused), (4, 4), "{}", report.render());
+    // The three one-request tests, and 1,000 of the sample's 5,000 (stride 5).
+    assert_eq!(calls.load(Ordering::Relaxed), 3 + 1_000);
+    // Wrong on request 2,005 only (a multiple of the stride): found.
+    let wrong = |r: &RequestFeatures, s: &crate::policy::StatsSnapshot, seed: u64| {
+        let mut d = crate::policy::interp::decide(set, r, s, seed);
+        if r.api_key.as_deref() == Some("key-2005") {
+            d.priority = crate::policy::ast::PriorityLevel::Critical;
+        }
+        Ok(d)
+    };
+    let (report, _) = run_tests_parallel(set, &full, &wrong, None, Some(&first), 2);
+    assert_eq!((report.passed, report.reused), (4, 3), "{}", report.render());
+}
