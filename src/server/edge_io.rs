@@ -401,6 +401,10 @@ impl EdgeIo {
                     // A connection picked to close that has just started a request
                     // is serving again: it is not closed under that request.
                     self.activity.reclaim.store(false, Ordering::Relaxed);
+                    // Nor woken for it: the waker of the idle wait would otherwise be
+                    // woken when the request ends (`RequestGuard`), an extra poll of
+                    // the connection's task per HTTP/1 request.
+                    drop(self.activity.idle_waker.take());
                 }
                 Poll::Ready(Ok(()))
             }
