@@ -155,14 +155,25 @@ impl JwtVerifier {
         v.algorithms = vec![header.alg];
         v.leeway = self.cfg.leeway_s;
         v.validate_nbf = true;
+        // `jsonwebtoken` compares `iss` and `aud` only when the token has them: a
+        // configured one must also be required, or a token without the claim passes
+        // (RFC 7519 sections 4.1.1 and 4.1.3; RFC 8725 sections 3.8 and 3.9).
+        let mut required = vec!["exp"];
         match &self.cfg.issuer {
-            Some(iss) => v.set_issuer(&[iss]),
+            Some(iss) => {
+                v.set_issuer(&[iss]);
+                required.push("iss");
+            }
             None => v.iss = None,
         }
         match &self.cfg.audience {
-            Some(aud) => v.set_audience(&[aud]),
+            Some(aud) => {
+                v.set_audience(&[aud]);
+                required.push("aud");
+            }
             None => v.validate_aud = false,
         }
+        v.set_required_spec_claims(&required);
         let data =
             jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(token, key, &v)
                 .map_err(|e| e.to_string())?;
@@ -223,5 +234,59 @@ fn union(set: &mut Option<BTreeSet<String>>, grant: Option<&[String]>) {
                 s.extend(items.iter().cloned());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::{encode, EncodingKey, Header};
+    use serde_json::json;
+
+    const SECRET: &str = "a-test-secret-of-at-least-thirty-two-bytes";
+
+    fn verifier(issuer: Option<&str>, audience: Option<&str>) -> JwtVerifier {
+        let cfg = JwtConfig {
+            hs256_secret_env: Some("SECRET".into()),
+            jwks_file: None,
+            issuer: issuer.map(str::to_string),
+            audience: audience.map(str::to_string),
+            leeway_s: 5,
+            org_claim: "org".into(),
+            key_id_claim: "sub".into(),
+            scopes: Default::default(),
+        };
+        JwtVerifier::new(&cfg, &|_| Some(SECRET.into())).unwrap()
+    }
+
+    fn token(claims: &serde_json::Value) -> String {
+        encode(
+            &Header::new(Algorithm::HS256),
+            claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap()
+    }
+
+    fn exp() -> u64 {
+        jsonwebtoken::get_current_timestamp() + 600
+    }
+
+    #[test]
+    fn configured_issuer_and_audience_are_required_claims() {
+        let v = verifier(Some("https://idp.test"), Some("switchyard"));
+        let ok = json!({"sub": "s", "iss": "https://idp.test", "aud": "switchyard", "exp": exp()});
+        assert!(v.verify(&token(&ok)).is_ok());
+        let no_iss = json!({"sub": "s", "aud": "switchyard", "exp": exp()});
+        assert!(v.verify(&token(&no_iss)).is_err(), "a token without iss");
+        let no_aud = json!({"sub": "s", "iss": "https://idp.test", "exp": exp()});
+        assert!(v.verify(&token(&no_aud)).is_err(), "a token without aud");
+        let no_exp = json!({"sub": "s", "iss": "https://idp.test", "aud": "switchyard"});
+        assert!(v.verify(&token(&no_exp)).is_err(), "a token without exp");
+        // Without `issuer` / `audience`, neither claim is needed.
+        let open = verifier(None, None);
+        assert!(open
+            .verify(&token(&json!({"sub": "s", "exp": exp()})))
+            .is_ok());
     }
 }
