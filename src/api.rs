@@ -352,12 +352,13 @@ pub struct CompletionTokensDetails {
 }
 
 impl Usage {
-    /// Usage with `total_tokens` filled in.
+    /// Usage with `total_tokens` filled in (saturating: the counts come from the
+    /// upstream, which may report absurd ones).
     pub fn new(prompt_tokens: u64, completion_tokens: u64) -> Usage {
         Usage {
             prompt_tokens,
             completion_tokens,
-            total_tokens: prompt_tokens + completion_tokens,
+            total_tokens: prompt_tokens.saturating_add(completion_tokens),
             prompt_tokens_details: None,
             completion_tokens_details: None,
         }

@@ -808,7 +808,7 @@ impl Permit {
         }
         let actual = usage
             .total_tokens
-            .max(usage.prompt_tokens + usage.completion_tokens);
+            .max(usage.prompt_tokens.saturating_add(usage.completion_tokens));
         let delta = i128::from(self.charged_tokens) - i128::from(actual);
         if self.backend == Backend::Redis {
             if let (Some(r), Ok(rt)) = (&inner.redis, tokio::runtime::Handle::try_current()) {

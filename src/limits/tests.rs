@@ -103,6 +103,23 @@ fn settle_refunds_unused_tokens_and_charges_overuse() {
 }
 
 #[test]
+fn absurd_upstream_usage_saturates_instead_of_overflowing() {
+    // An upstream reporting counts whose sum overflows u64 must neither panic nor
+    // wrap around to a small total (which would refund the charged estimate).
+    let l = limiter("limits:\n  per_key: { tokens_per_min: 100 }\n");
+    let p = l.admit_local_at(&caller("a", None), 10, 0, 0).unwrap();
+    let usage = Usage::new(u64::MAX, 2);
+    assert_eq!(usage.total_tokens, u64::MAX);
+    let reported = Usage {
+        total_tokens: 1,
+        ..usage
+    };
+    p.settle_at(Some(0), &reported, 0, 0);
+    let e = l.admit_local_at(&caller("a", None), 1, 0, 0).unwrap_err();
+    assert_eq!(e.code, Some(Code::RateLimitExceeded));
+}
+
+#[test]
 fn budgets_refuse_once_spent() {
     // 1 USD per token: any usage spends the day's budget of 5 USD.
     let l = limiter(
