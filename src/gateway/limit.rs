@@ -23,13 +23,25 @@ use crate::error::GatewayError;
 use crate::limits::tokens::TokenCounter;
 
 /// The token cost counted at admission: input tokens (`counter`: OpenAI's tokenizer
-/// for OpenAI model families, else the estimate) plus the output cap
-/// (`max_completion_tokens`, else `max_tokens`, else `limits.default_output_tokens`).
+/// for OpenAI model families, else the estimate) plus [`output_reserve`].
 pub fn cost(gw: &Gateway, counter: &TokenCounter, chat: &ChatRequest) -> u64 {
-    counter.count(chat).saturating_add(
-        chat.output_cap()
-            .unwrap_or(gw.config.limits.default_output_tokens),
-    )
+    counter
+        .count(chat)
+        .saturating_add(output_reserve(chat, gw.config.limits.default_output_tokens))
+}
+
+/// The output tokens reserved at admission: the output cap (`max_completion_tokens`,
+/// else `max_tokens`, else `default`) for each of the `n` choices, as the cap bounds
+/// each choice (OpenAI API reference, "Create chat completion", `n`; the OpenAI
+/// cookbook's `api_request_parallel_processor.py` counts `n * max_tokens`).
+pub fn output_reserve(chat: &ChatRequest, default: u64) -> u64 {
+    let n = chat
+        .extra
+        .get("n")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(1)
+        .max(1);
+    chat.output_cap().unwrap_or(default).saturating_mul(n)
 }
 
 /// Admits the request against every limit and budget, or refuses it.
@@ -148,7 +160,32 @@ fn usage_of(data: &[u8]) -> Option<Usage> {
 
 #[cfg(test)]
 mod tests {
-    use super::usage_of;
+    use super::{output_reserve, usage_of};
+
+    #[test]
+    fn n_choices_reserve_the_output_cap_each() {
+        let chat = |extra: &str| {
+            let body =
+                format!(r#"{{"model":"m","messages":[{{"role":"user","content":"hi"}}]{extra}}}"#);
+            crate::api::ChatRequest::parse(body.as_bytes()).unwrap()
+        };
+        assert_eq!(output_reserve(&chat(""), 1024), 1024);
+        assert_eq!(output_reserve(&chat(r#","max_tokens":100"#), 1024), 100);
+        assert_eq!(
+            output_reserve(&chat(r#","max_tokens":100,"n":8"#), 1024),
+            800
+        );
+        assert_eq!(output_reserve(&chat(r#","n":3"#), 10), 30);
+        assert_eq!(
+            output_reserve(
+                &chat(r#","max_completion_tokens":50,"max_tokens":9,"n":2"#),
+                1
+            ),
+            100
+        );
+        let huge = format!(r#","max_tokens":{},"n":128"#, u64::MAX / 2);
+        assert_eq!(output_reserve(&chat(&huge), 1), u64::MAX);
+    }
 
     #[test]
     fn usage_is_read_from_the_tail_or_the_whole_body() {

@@ -3,7 +3,8 @@
 //! A request needs room in up to six token buckets ([`bucket::Bucket`]): requests
 //! and tokens, at each of three levels: global, its API key id, its organization.
 //! Its token cost is its estimated input tokens plus its output cap (`max_tokens` /
-//! `max_completion_tokens`, else `limits.default_output_tokens`). Admission:
+//! `max_completion_tokens`, else `limits.default_output_tokens`) for each of its `n`
+//! choices. Admission:
 //! 1. every budget of the key and the org (`budgets:`) must have spend left for the
 //!    UTC day and month, else 429 `budget_exceeded`;
 //! 2. every bucket must hold the request's cost; if one does not, nothing is taken
