@@ -56,10 +56,11 @@ pub async fn admit(
     if !gw.limits.applies(&ctx.caller) {
         return Ok(());
     }
-    let permit = gw
+    let mut permit = gw
         .limits
         .admit(&ctx.caller, |counter| cost(gw, counter, chat))
         .await?;
+    permit.prompt_estimate = chat.estimated_input_tokens();
     // What `request.budget_remaining` reads (the features are built from the caller
     // after this step).
     ctx.caller.budget_remaining = permit.budget_remaining;
@@ -71,7 +72,10 @@ pub async fn admit(
 /// into `ctx.usage` (the access line and the token and cost metrics use it too),
 /// settles `ctx.permit` with it, and adds the permit's `x-ratelimit-*` headers. The
 /// body is one ready frame (dispatch builds it in memory), taken and put back without
-/// waiting.
+/// waiting. An answer without `usage` is settled with estimates (the permit's
+/// [`prompt_estimate`](crate::limits::Permit::prompt_estimate) in, [`text_tokens`]
+/// of its choices out), as a stream without one is: else its spend would never
+/// reach the budgets.
 pub fn settle_whole(ctx: &mut RequestCtx, resp: &mut Response<Body>) {
     if let Some(permit) = &ctx.permit {
         permit.write_lines(crate::server::lines::of(resp));
@@ -79,34 +83,64 @@ pub fn settle_whole(ctx: &mut RequestCtx, resp: &mut Response<Body>) {
     if ctx.stream || !ctx.served {
         return;
     }
-    ctx.usage = read_usage(resp);
-    if let (Some(permit), Some(usage)) = (&ctx.permit, &ctx.usage) {
-        permit.settle(ctx.endpoint, usage);
+    let (usage, output_estimate) = read_usage(resp);
+    ctx.usage = usage;
+    if let Some(permit) = &ctx.permit {
+        let usage = ctx
+            .usage
+            .unwrap_or_else(|| Usage::new(permit.prompt_estimate, output_estimate));
+        permit.settle(ctx.endpoint, &usage);
     }
 }
 
-/// The `usage` of the whole answer in `resp`, its body taken and put back.
-fn read_usage(resp: &mut Response<Body>) -> Option<Usage> {
+/// The `usage` of the whole answer in `resp`, its body taken and put back; without
+/// one, the estimated output tokens of the answer ([`text_tokens`]) beside `None`.
+fn read_usage(resp: &mut Response<Body>) -> (Option<Usage>, u64) {
     let mut taken = std::mem::replace(resp.body_mut(), body::empty());
     let Some(Some(Ok(frame))) = taken.frame().now_or_never() else {
         // Not ready at once (never for dispatch's whole answers): no usage.
         *resp.body_mut() = taken;
-        return None;
+        return (None, 0);
     };
     let data = match frame.into_data() {
         Ok(data) => data,
         Err(frame) => {
             *resp.body_mut() = prepend(frame, taken);
-            return None;
+            return (None, 0);
         }
     };
     let usage = usage_of(&data);
+    let estimate = if usage.is_none() {
+        text_tokens(&data)
+    } else {
+        0
+    };
     *resp.body_mut() = if http_body::Body::is_end_stream(&taken) {
         body::full(data)
     } else {
         prepend(http_body::Frame::data(data), taken)
     };
-    usage
+    (usage, estimate)
+}
+
+/// The estimated output tokens of a chat completion body that reports no `usage`:
+/// the bytes of every string under `choices` (content, refusals, tool call
+/// arguments), about 4 per token as the input estimate counts; a body that is not
+/// JSON counts whole.
+pub fn text_tokens(data: &[u8]) -> u64 {
+    fn text_bytes(v: &serde_json::Value) -> u64 {
+        match v {
+            serde_json::Value::String(s) => s.len() as u64,
+            serde_json::Value::Array(a) => a.iter().map(text_bytes).sum(),
+            serde_json::Value::Object(o) => o.values().map(text_bytes).sum(),
+            _ => 0,
+        }
+    }
+    let bytes = match serde_json::from_slice::<serde_json::Value>(data) {
+        Ok(v) => v.get("choices").map_or(0, text_bytes),
+        Err(_) => data.len() as u64,
+    };
+    bytes.div_ceil(4)
 }
 
 fn prepend(first: http_body::Frame<Bytes>, rest: Body) -> Body {

@@ -17,8 +17,10 @@
 //! The [`Permit`] then travels with the request; [`Permit::settle`] reconciles the
 //! token buckets with the actual usage (refund or charge the difference) and adds the
 //! spend in USD, from the serving provider's prices, to the budgets and to
-//! `switchyard_spend_usd_total`. A permit never settled keeps its estimate charged
-//! and records no spend.
+//! `switchyard_spend_usd_total`; an answer whose provider reported no `usage` is
+//! settled with estimates ([`Permit::prompt_estimate`] in, its text out). A permit
+//! never settled (no answer was served) keeps its estimate charged and records no
+//! spend.
 //!
 //! A key's rate limit and budget are its key entry's own (`limits:` / `budget:` of
 //! the entry, carried by the [`Caller`]), field by field over `limits.keys.<id>` /
@@ -534,6 +536,7 @@ impl Limiter {
                     scopes,
                     budget_remaining,
                     tight: tightest(&views),
+                    prompt_estimate: 0,
                     settled: AtomicBool::new(false),
                 })
             }
@@ -749,6 +752,10 @@ pub struct Permit {
     /// budget applies. From the same check that admitted (in memory, or Redis's
     /// admission script), so it costs no extra lock or round trip.
     pub budget_remaining: Option<f64>,
+    /// The request's estimated input tokens (about 4 characters per token, set by
+    /// the gateway's admit step): what an answer whose provider reported no `usage`
+    /// is settled with as its input, so its spend still counts against the budgets.
+    pub prompt_estimate: u64,
     /// The buckets its `x-ratelimit-*` headers describe (written into the response,
     /// not kept as a header map).
     tight: [Option<View>; 2],

@@ -151,6 +151,28 @@ async fn a_key_entry_budget_applies_without_any_budgets_section() {
 }
 
 #[tokio::test]
+async fn an_answer_without_usage_still_spends_the_budget() {
+    // The upstream's completions carry no `usage`: the spend is estimated (input
+    // and output at about 4 characters a token), not skipped. 1000 USD per 1M
+    // tokens: some 10 tokens spend about 0.01 USD, over the 0.001 budget.
+    let (addr, hits) = crate::common::scripted_upstream(200, crate::common::COMPLETION);
+    let app = start_app(
+        &format!(
+            "providers:\n  a: {{ kind: openai-compatible, base_url: http://{addr}/v1, pricing: {{ input_per_mtok: 1000, output_per_mtok: 1000 }} }}\nmodels:\n  m: {{ endpoints: [ {{ provider: a, model: x }} ] }}\nbudgets:\n  per_key: {{ usd_per_day: 0.001 }}\n"
+        ),
+        &[],
+    )
+    .await;
+    let url = app.url("/v1/chat/completions");
+    let r = send(&url, "sk-a").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = send(&url, "sk-a").await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "budget_exceeded");
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
 async fn two_instances_sharing_redis_enforce_one_limit_and_fall_back_when_it_dies() {
     let mut redis = start_redis();
     let limits = "limits:\n  per_key: { requests_per_min: 1, burst_requests: 5 }\n";
