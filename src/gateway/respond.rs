@@ -60,6 +60,11 @@ pub fn respond(
             resp
         }
         Err(e) => {
+            if let (Some(permit), 0) = (&ctx.permit, ctx.attempts) {
+                // Refused before any upstream attempt (route, scope, context, queue):
+                // no provider tokens were used, so the charged estimate goes back.
+                permit.settle(None, &crate::api::Usage::default());
+            }
             gw.log.failed(ctx.endpoint, &e);
             error = Some(e.metric_kind());
             e.to_response()

@@ -173,6 +173,37 @@ async fn an_answer_without_usage_still_spends_the_budget() {
 }
 
 #[tokio::test]
+async fn a_request_refused_before_any_upstream_attempt_gets_its_tokens_back() {
+    // The context check refuses the first request after admission charged its
+    // 900-token output cap; no provider saw it, so the tokens go back (the request
+    // still counts against the requests bucket).
+    let app = start_app(
+        "providers:\n  p: { kind: mock }\nmodels:\n  m: { endpoints: [ { provider: p, model: x, context_window: 500 } ] }\nlimits:\n  per_key: { tokens_per_min: 1000, requests_per_min: 60 }\n",
+        &[],
+    )
+    .await;
+    let url = app.url("/v1/chat/completions");
+    let post = |max: u32| {
+        let url = url.clone();
+        async move {
+            request_with(
+                "POST",
+                &url,
+                &[("authorization", "Bearer sk-a")],
+                chat("m", false, &format!(r#","max_tokens":{max}"#)),
+            )
+            .await
+        }
+    };
+    let r = post(900).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "context_length_exceeded");
+    let r = post(400).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.headers["x-ratelimit-remaining-requests"], "58");
+}
+
+#[tokio::test]
 async fn two_instances_sharing_redis_enforce_one_limit_and_fall_back_when_it_dies() {
     let mut redis = start_redis();
     let limits = "limits:\n  per_key: { requests_per_min: 1, burst_requests: 5 }\n";
