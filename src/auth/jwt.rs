@@ -72,6 +72,11 @@ impl Jwks {
     }
 }
 
+/// Shortest HS256 secret accepted, in bytes: RFC 7518 section 3.2 requires a key
+/// at least as long as the hash output (256 bits), so a short, guessable secret
+/// cannot be brute-forced offline from one token to forge others.
+pub const MIN_HS256_SECRET_BYTES: usize = 32;
+
 /// Checks JWTs against one `auth.jwt` config.
 pub struct JwtVerifier {
     cfg: JwtConfig,
@@ -106,6 +111,13 @@ impl JwtVerifier {
             .hs256_secret_env
             .as_ref()
             .and_then(|var| match env(var) {
+                Some(secret) if secret.len() < MIN_HS256_SECRET_BYTES => {
+                    problems.push(format!(
+                        "auth.jwt.hs256_secret_env: the secret in {var} is {} bytes; HS256 needs at least {MIN_HS256_SECRET_BYTES} (RFC 7518 section 3.2)",
+                        secret.len()
+                    ));
+                    None
+                }
                 Some(secret) => Some(DecodingKey::from_secret(secret.as_bytes())),
                 None => {
                     problems.push(format!(
@@ -245,8 +257,8 @@ mod tests {
 
     const SECRET: &str = "a-test-secret-of-at-least-thirty-two-bytes";
 
-    fn verifier(issuer: Option<&str>, audience: Option<&str>) -> JwtVerifier {
-        let cfg = JwtConfig {
+    fn config(issuer: Option<&str>, audience: Option<&str>) -> JwtConfig {
+        JwtConfig {
             hs256_secret_env: Some("SECRET".into()),
             jwks_file: None,
             issuer: issuer.map(str::to_string),
@@ -255,8 +267,20 @@ mod tests {
             org_claim: "org".into(),
             key_id_claim: "sub".into(),
             scopes: Default::default(),
-        };
-        JwtVerifier::new(&cfg, &|_| Some(SECRET.into())).unwrap()
+        }
+    }
+
+    fn verifier(issuer: Option<&str>, audience: Option<&str>) -> JwtVerifier {
+        JwtVerifier::new(&config(issuer, audience), &|_| Some(SECRET.into())).unwrap()
+    }
+
+    #[test]
+    fn a_short_hs256_secret_is_refused_at_startup() {
+        let e = JwtVerifier::new(&config(None, None), &|_| Some("secret".into())).unwrap_err();
+        assert!(e.contains("auth.jwt.hs256_secret_env"), "{e}");
+        assert!(e.contains("6 bytes"), "{e}");
+        let at_least = "x".repeat(MIN_HS256_SECRET_BYTES);
+        assert!(JwtVerifier::new(&config(None, None), &|_| Some(at_least.clone())).is_ok());
     }
 
     fn token(claims: &serde_json::Value) -> String {
