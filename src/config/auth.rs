@@ -149,6 +149,12 @@ struct RawAuth {
     jwt: Option<RawJwt>,
 }
 
+/// Largest `auth.jwt.leeway_s` accepted, seconds (an hour). RFC 7519 (sections
+/// 4.1.4, 4.1.5) allows "some small leeway, usually no more than a few minutes";
+/// a leeway past the current Unix time also overflowed `jsonwebtoken`'s
+/// `now - leeway` (a panic in debug builds, every token expired in release).
+pub const MAX_LEEWAY_S: u64 = 3600;
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawJwt {
@@ -406,6 +412,17 @@ pub fn auth(
             }
         }
     }
+    if let Some(l) = raw
+        .jwt
+        .as_ref()
+        .and_then(|j| j.leeway_s)
+        .filter(|l| *l > MAX_LEEWAY_S)
+    {
+        errors.push(ConfigError {
+            path: "auth.jwt.leeway_s".into(),
+            message: format!("{l} is out of range (0 to {MAX_LEEWAY_S} seconds)"),
+        });
+    }
     let jwt = raw.jwt.map(|j| JwtConfig {
         hs256_secret_env: j.hs256_secret_env,
         jwks_file: j.jwks_file.map(|f| base_dir.join(f)),
@@ -578,6 +595,23 @@ mod tests {
             errors[0].message.contains("unknown field `keyz`"),
             "{errors:?}"
         );
+    }
+
+    #[test]
+    fn a_jwt_leeway_over_an_hour_is_refused() {
+        let check = |leeway: u64| {
+            let v: serde_yaml::Value = serde_yaml::from_str(&format!(
+                "mode: jwt\njwt: {{ hs256_secret_env: S, leeway_s: {leeway} }}\n"
+            ))
+            .unwrap();
+            let mut errors = Vec::new();
+            auth(&v, Path::new("."), &mut errors);
+            errors
+        };
+        assert!(check(MAX_LEEWAY_S).is_empty());
+        let errors = check(u64::MAX);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].path, "auth.jwt.leeway_s");
     }
 
     #[test]
