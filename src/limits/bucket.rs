@@ -47,6 +47,20 @@ impl Bucket {
         self.per_min
     }
 
+    /// Takes refill rate `per_min` and capacity `capacity` from `now_ms` on (the
+    /// level refilled at the old rate until then, and cut to the new capacity):
+    /// a key entry's own `limits:` can change while its bucket lives (the key file
+    /// is re-read), and the new limit must apply at once. Same parameters: no-op.
+    pub fn reconfigure(&mut self, per_min: u64, capacity: u64, now_ms: u64) {
+        if self.per_min == per_min && self.capacity == capacity {
+            return;
+        }
+        self.refill(now_ms);
+        self.per_min = per_min;
+        self.capacity = capacity;
+        self.level = self.level.min(i128::from(capacity) * SUB);
+    }
+
     /// Brings the level up to `now_ms` (a `now_ms` before the last update changes
     /// nothing).
     pub fn refill(&mut self, now_ms: u64) {

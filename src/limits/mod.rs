@@ -376,7 +376,10 @@ impl Limiter {
         let mut refused: Option<(Option<u64>, usize)> = None;
         for (i, n) in needs.iter().enumerate() {
             let b = match local.buckets.get_mut(&*n.key) {
-                Some(b) => b,
+                Some(b) => {
+                    b.reconfigure(n.per_min, n.capacity, now_ms);
+                    b
+                }
                 None => {
                     local.new_buckets += 1;
                     if local.new_buckets >= SWEEP_EVERY {

@@ -62,6 +62,7 @@ for j = 1, nk do
   local level, last = tonumber(h[1]), tonumber(h[2])
   if level == nil or last == nil then level, last = cap, now end
   if now > last and level < cap then level = math.min(cap, level + (now - last) * rate) end
+  if level > cap then level = cap end
   levels[j], rates[j], caps[j], costs[j] = level, rate, cap, cost
   if level < cost then
     local w = -1

@@ -88,6 +88,29 @@ fn a_permits_field_lines_are_its_header_fields() {
 }
 
 #[test]
+fn a_lowered_key_entry_limit_applies_to_its_live_bucket() {
+    // The key file lowers key a's own burst from 10 to 1 while its bucket is live:
+    // the bucket must take the new capacity at once, not keep the old one.
+    let l = limiter("");
+    let mut a = caller("a", None);
+    a.limits = Some(RateLimit {
+        requests_per_min: Some(60),
+        burst_requests: Some(10),
+        ..RateLimit::default()
+    });
+    assert!(l.admit_local_at(&a, 1, 0, 0).is_ok());
+    a.limits = Some(RateLimit {
+        requests_per_min: Some(1),
+        burst_requests: Some(1),
+        ..RateLimit::default()
+    });
+    let p = l.admit_local_at(&a, 1, 0, 0).unwrap();
+    assert_eq!(p.headers()["x-ratelimit-limit-requests"], "1");
+    let e = l.admit_local_at(&a, 1, 0, 0).unwrap_err();
+    assert_eq!(e.retry_after_secs(), Some(60));
+}
+
+#[test]
 fn settle_refunds_unused_tokens_and_charges_overuse() {
     let l = limiter("limits:\n  per_key: { tokens_per_min: 100 }\n");
     let p = l.admit_local_at(&caller("a", None), 100, 0, 0).unwrap();
