@@ -362,3 +362,40 @@ async fn openai_models_are_counted_with_their_tokenizer_and_others_estimated() {
         assert_eq!(remaining(&r), 100_000 - want, "{model}");
     }
 }
+
+#[tokio::test]
+async fn a_redis_that_never_answers_is_bounded_by_the_deadline() {
+    // A listener that accepts and never replies (a hung Redis, or a black-holed
+    // network path): every admission still ends within a few `timeout_ms`, with
+    // `on_error` deciding, instead of waiting on the connection.
+    let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = hung.local_addr().unwrap().port();
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    std::thread::spawn(move || {
+        for s in hung.incoming().flatten() {
+            keep.lock().unwrap().push(s);
+        }
+    });
+    let limits = "limits:\n  per_key: { requests_per_min: 1, burst_requests: 1 }\n";
+    let state = |on_error: &str| {
+        format!("state: {{ redis: 'redis://127.0.0.1:{port}', timeout_ms: 50, on_error: {on_error} }}\n")
+    };
+    let open = start_app(&format!("{MOCK}{limits}{}", state("open")), &[]).await;
+    let closed = start_app(&format!("{MOCK}{limits}{}", state("closed")), &[]).await;
+    let started = Instant::now();
+    let r = send(&open.url("/v1/chat/completions"), "sk-a").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // The fallback's own bucket (burst 1) is now empty.
+    let r = send(&open.url("/v1/chat/completions"), "sk-a").await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    let r = send(&closed.url("/v1/chat/completions"), "sk-a").await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "rate_limiter_unavailable");
+    assert_eq!(r.headers["retry-after"], "1");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "admission waited {:?} on a silent Redis",
+        started.elapsed()
+    );
+}
