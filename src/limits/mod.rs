@@ -164,6 +164,9 @@ struct Inner {
     prices: Vec<Price>,
     backend_errors: metrics::Counter,
     tokens: tokens::TokenCounter,
+    /// `server.metrics_caller_labels`: label `switchyard_spend_usd_total` with the
+    /// caller's key id and org (`false`: `all` for both, one series per model).
+    caller_labels: bool,
 }
 
 /// The limiter of one gateway: cheap to clone (one shared state).
@@ -229,6 +232,7 @@ impl Limiter {
                 prices,
                 backend_errors: metrics::counter!(t::LIMIT_BACKEND_ERRORS),
                 tokens,
+                caller_labels: config.server.metrics_caller_labels,
             }),
         }
     }
@@ -811,9 +815,16 @@ impl Permit {
         // (Nothing to add for an unpriced endpoint: skipping saves the labelled
         // gauge's lookup, which clones three label strings.)
         if let Some(p) = price.filter(|_| usd > 0.0) {
+            // Without caller labels, `all`: one series per model however many key
+            // ids callers present (in `auth.mode: none` any token is a new one).
+            let label = |v: &Option<String>| match (inner.caller_labels, v) {
+                (false, _) => "all".to_string(),
+                (true, Some(v)) => v.clone(),
+                (true, None) => "none".to_string(),
+            };
             metrics::gauge!(t::SPEND,
-                "key" => self.key.clone().unwrap_or_else(|| "none".into()),
-                "org" => self.org.clone().unwrap_or_else(|| "none".into()),
+                "key" => label(&self.key),
+                "org" => label(&self.org),
                 "model" => p.model.to_string())
             .increment(usd);
         }

@@ -399,3 +399,27 @@ async fn a_redis_that_never_answers_is_bounded_by_the_deadline() {
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn spend_without_caller_labels_is_one_series_per_model() {
+    // `auth.mode: none`: every new bearer token is a new key id. With
+    // `metrics_caller_labels: false` the spend metric must not grow a series per
+    // token, as the cost metric does not.
+    let gw = crate::common::serve(&format!(
+        "server: {{ metrics_caller_labels: false }}\n{MOCK}budgets:\n  per_key: {{ usd_per_day: 100 }}\n"
+    ));
+    for key in ["sk-one", "sk-two", "sk-three"] {
+        let r = send(&gw.url("/v1/chat/completions"), key).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let m = crate::common::get(&gw.url("/metrics")).await.text();
+    let spend: Vec<&str> = m
+        .lines()
+        .filter(|l| l.starts_with("switchyard_spend_usd_total{"))
+        .collect();
+    assert_eq!(spend.len(), 1, "{spend:?}");
+    assert!(
+        spend[0].contains("key=\"all\"") && spend[0].contains("org=\"all\""),
+        "{spend:?}"
+    );
+}
