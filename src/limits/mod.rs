@@ -847,14 +847,22 @@ impl Permit {
             return;
         }
         let mut local = self.limiter.lock();
+        let units = u64::try_from(delta.unsigned_abs()).unwrap_or(u64::MAX);
         for n in &self.token_needs {
-            if let Some(b) = local.buckets.get_mut(&*n.key) {
-                let units = u64::try_from(delta.unsigned_abs()).unwrap_or(u64::MAX);
-                if delta > 0 {
+            if delta > 0 {
+                // A bucket forgotten meanwhile was full: nothing to give back.
+                if let Some(b) = local.buckets.get_mut(&*n.key) {
                     b.refund(units, now_ms);
-                } else {
-                    b.charge(units, now_ms);
                 }
+            } else if delta < 0 {
+                // The sweep forgets full buckets, and a long request's bucket may
+                // have refilled before its answer ended: overuse is still owed, to
+                // a full bucket made again.
+                local
+                    .buckets
+                    .entry(n.key.to_string())
+                    .or_insert_with(|| Bucket::full(n.per_min, n.capacity, now_ms))
+                    .charge(units, now_ms);
             }
         }
         if usd > 0.0 {

@@ -111,6 +111,24 @@ fn a_lowered_key_entry_limit_applies_to_its_live_bucket() {
 }
 
 #[test]
+fn overuse_is_charged_even_after_the_sweep_forgot_the_bucket() {
+    // Key a's request outlives a refill of its bucket; meanwhile 4,096 new keys
+    // make the limiter forget full buckets, a's among them. Its overuse must still
+    // become debt, not vanish with the bucket.
+    let l = limiter("limits:\n  per_key: { tokens_per_min: 100 }\n");
+    let p = l.admit_local_at(&caller("a", None), 100, 0, 0).unwrap();
+    for i in 0..SWEEP_EVERY {
+        let _ = l.admit_local_at(&caller(&format!("other-{i}"), None), 1, 60_000, 0);
+    }
+    assert!(!l.lock().buckets.contains_key("k:a:tpm"), "swept");
+    p.settle_at(Some(0), &Usage::new(250, 50), 60_000, 0);
+    let e = l
+        .admit_local_at(&caller("a", None), 1, 60_000, 0)
+        .unwrap_err();
+    assert_eq!(e.code, Some(Code::RateLimitExceeded));
+}
+
+#[test]
 fn settle_refunds_unused_tokens_and_charges_overuse() {
     let l = limiter("limits:\n  per_key: { tokens_per_min: 100 }\n");
     let p = l.admit_local_at(&caller("a", None), 100, 0, 0).unwrap();
