@@ -7,7 +7,9 @@
 //!    the HS256 secret or nothing. `alg: none` is no algorithm `jsonwebtoken`
 //!    knows: such a header does not parse. Any other algorithm is refused.
 //! 2. RS256 and ES256 need a `kid` naming a key of the JWKS file (re-read when it
-//!    changes, [`super::file`]); a JWK whose own `alg` differs is never used.
+//!    changes, [`super::file`]); a JWK whose own `alg` differs, or that is
+//!    published for another use (`use: enc`, `key_ops` without `verify`), is never
+//!    used.
 //! 3. The signature, `exp` (required), `nbf` (when present), `iss` and `aud` (when
 //!    configured) are checked with `leeway_s` seconds of clock leeway.
 //! 4. The key id is the `key_id_claim` (default `sub`), the organization the
@@ -20,7 +22,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
-use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet, KeyAlgorithm};
+use jsonwebtoken::jwk::{
+    AlgorithmParameters, EllipticCurve, JwkSet, KeyAlgorithm, KeyOperations, PublicKeyUse,
+};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 
 use super::file::Reloading;
@@ -61,7 +65,18 @@ impl Jwks {
                 Some(KeyAlgorithm::ES256) => alg == Algorithm::ES256,
                 Some(_) => false,
             };
-            if !declared_ok {
+            // A key published for another use (`"use": "enc"`, or `key_ops`
+            // without `verify`) never verifies signatures (RFC 7517 sections 4.2
+            // and 4.3: one key, one purpose).
+            let for_signatures = !matches!(
+                jwk.common.public_key_use,
+                Some(PublicKeyUse::Encryption | PublicKeyUse::Other(_))
+            ) && jwk
+                .common
+                .key_operations
+                .as_ref()
+                .is_none_or(|ops| ops.contains(&KeyOperations::Verify));
+            if !declared_ok || !for_signatures {
                 continue;
             }
             if let Ok(key) = DecodingKey::from_jwk(jwk) {
@@ -272,6 +287,34 @@ mod tests {
 
     fn verifier(issuer: Option<&str>, audience: Option<&str>) -> JwtVerifier {
         JwtVerifier::new(&config(issuer, audience), &|_| Some(SECRET.into())).unwrap()
+    }
+
+    #[test]
+    fn a_jwk_published_for_encryption_never_verifies() {
+        let rsa: serde_json::Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/test_rsa_jwk.json")).unwrap();
+        let with = |kid: &str, extra: serde_json::Value| {
+            let mut k = rsa.clone();
+            k["kid"] = json!(kid);
+            for (name, v) in extra.as_object().unwrap() {
+                k[name] = v.clone();
+            }
+            k
+        };
+        let set = json!({"keys": [
+            with("plain", json!({})),
+            with("sig", json!({"use": "sig"})),
+            with("verify", json!({"key_ops": ["verify"]})),
+            with("enc", json!({"use": "enc"})),
+            with("wrap", json!({"key_ops": ["wrapKey", "encrypt"]})),
+        ]});
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jwks.json");
+        std::fs::write(&path, set.to_string()).unwrap();
+        let jwks = Jwks::read(&path).unwrap();
+        let mut kids: Vec<&str> = jwks.keys.keys().map(String::as_str).collect();
+        kids.sort_unstable();
+        assert_eq!(kids, ["plain", "sig", "verify"]);
     }
 
     #[test]
