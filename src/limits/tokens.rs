@@ -174,6 +174,14 @@ fn texts(content: &Value) -> impl Iterator<Item = &str> {
     )
 }
 
+/// Most bytes per token assumed for the text past the tokenized sample (8: prose
+/// and code run at 3 to 5 in `o200k_base` and `cl100k_base`; only long runs of
+/// whitespace or repeated characters compress further). A sample of 512 spaces
+/// (4 tokens) would otherwise make a 1 MB prompt count as some 7,000 tokens
+/// instead of 200,000, and slip that many past a `tokens_per_min` bucket and the
+/// context check at once.
+pub const MAX_EXTRAPOLATED_BYTES_PER_TOKEN: u64 = 8;
+
 /// Tokens of `chat` under `bpe`, tokenizing at most [`MAX_TOKENIZED_BYTES`].
 pub fn count_with(bpe: &CoreBPE, chat: &ChatRequest) -> u64 {
     let mut budget = MAX_TOKENIZED_BYTES;
@@ -195,13 +203,16 @@ pub fn count_with(bpe: &CoreBPE, chat: &ChatRequest) -> u64 {
         }
     }
     if skipped > 0 {
-        // Extrapolate at the measured bytes per token (4 if nothing was measured).
+        // Extrapolate at the measured bytes per token (4 if nothing was measured),
+        // but at no more than MAX_EXTRAPOLATED_BYTES_PER_TOKEN: a sample the client
+        // padded (512 spaces are 4 tokens) must not make the rest count as nearly
+        // nothing.
         let extra = if tokens > 0 {
             (skipped as f64 * tokens as f64 / tokenized.max(1) as f64).ceil() as u64
         } else {
             skipped.div_ceil(4)
         };
-        tokens += extra;
+        tokens += extra.max(skipped.div_ceil(MAX_EXTRAPOLATED_BYTES_PER_TOKEN));
     }
     tokens + PER_MESSAGE * chat.messages.len() as u64 + PER_MESSAGE
 }
@@ -330,5 +341,21 @@ mod tests {
         let c = chat("gpt-4o", &text[..400]);
         let exact = bpe.encode_ordinary(&text[..400]).len() as u64 + 6;
         assert_eq!(count_with(bpe, &c), exact);
+    }
+
+    #[test]
+    fn a_padded_sample_does_not_shrink_the_rest() {
+        // 512 spaces first (4 tokens), then 900 KB of prose (about 200,000 tokens):
+        // the count stays within a factor of two of the truth.
+        let text = format!(
+            "{}{}",
+            " ".repeat(MAX_TOKENIZED_BYTES),
+            "The quick brown fox jumps over the lazy dog. ".repeat(20_000)
+        );
+        let c = chat("gpt-4o", &text);
+        let bpe = Encoding::O200k.bpe();
+        let exact = bpe.encode_ordinary(&text).len() as u64;
+        let n = count_with(bpe, &c);
+        assert!(n * 2 >= exact, "estimate {n}, exact {exact}");
     }
 }
