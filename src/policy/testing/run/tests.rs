@@ -265,7 +265,12 @@ fn a_large_reused_sample_test_is_checked_on_a_spread_subset() {
         Ok(crate::policy::interp::decide(set, r, s, seed))
     };
     let (report, _) = run_tests_parallel(set, &full, &counted, None, Some(&first), 2);
-    assert_eq!((report.passed, report.reused), (4, 4), "{}", report.render());
+    assert_eq!(
+        (report.passed, report.reused),
+        (4, 4),
+        "{}",
+        report.render()
+    );
     // The three one-request tests, and 1,000 of the sample's 5,000 (stride 5).
     assert_eq!(calls.load(Ordering::Relaxed), 3 + 1_000);
     // Wrong on request 2,005 only (a multiple of the stride): found.
@@ -277,5 +282,10 @@ fn a_large_reused_sample_test_is_checked_on_a_spread_subset() {
         Ok(d)
     };
     let (report, _) = run_tests_parallel(set, &full, &wrong, None, Some(&first), 2);
-    assert_eq!((report.passed, report.reused), (4, 3), "{}", report.render());
+    assert_eq!(
+        (report.passed, report.reused),
+        (4, 3),
+        "{}",
+        report.render()
+    );
 }
