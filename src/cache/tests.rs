@@ -168,3 +168,18 @@ async fn storing_a_text_again_replaces_its_entry() {
         .unwrap();
     assert_eq!(&hit.payload[..], b"second!");
 }
+
+#[tokio::test]
+async fn a_leading_decimal_point_is_not_a_hit_on_the_bare_number() {
+    // Found by audit (2026-12-05): normalization dropped the `.` of `.5`, so these
+    // prompts shared one entry (an exact hit, no verification).
+    let c = cache(100);
+    for (stored, asked) in [
+        ("What is 5 times 4?", "What is .5 times 4?"),
+        ("Is .25 less than .3?", "Is 25 less than 3?"),
+    ] {
+        c.put(&c.key(1, stored, false), Bytes::from_static(b"x"), HOUR)
+            .await;
+        assert!(c.get(&c.key(1, asked, false)).await.is_none(), "{asked}");
+    }
+}

@@ -8,6 +8,9 @@
 //!    typographic quotes, `…` and `¿ ¡`. Everything else stays, so `-5`, `$5`, `5%`,
 //!    `x > y`, `c++` and `3.14` keep their sign, unit, operator and inner dot; a token
 //!    made only of sentence punctuation disappears. `’` inside a word becomes `'`.
+//!    One edge mark is part of a number and stays: a leading `.` before a digit (the
+//!    decimal point of `.5`, which is not `5`). A trailing `!` after a digit goes
+//!    (`1991!` is an exclamation far more often than a factorial).
 //!
 //! Why edge punctuation only: a trailing `?` or a comma does not change what is asked,
 //! but an inner `.` (`3.14` vs `314`), a leading `-` or a symbol token (`<` vs `>`) can.
@@ -62,12 +65,31 @@ fn is_edge_punct(c: char) -> bool {
     )
 }
 
+/// `word` without its edge punctuation, except the decimal point that opens a number
+/// (`.5`; module docs).
+fn trim_edges(word: &str) -> &str {
+    let mut s = word;
+    loop {
+        let mut rest = s.chars();
+        match rest.next() {
+            Some(c)
+                if is_edge_punct(c)
+                    && !(c == '.' && rest.clone().next().is_some_and(|d| d.is_ascii_digit())) =>
+            {
+                s = rest.as_str();
+            }
+            _ => break,
+        }
+    }
+    s.trim_end_matches(is_edge_punct)
+}
+
 /// The normalized form of `text` (module docs): lowercase words of it without edge
 /// punctuation, separated by single spaces.
 pub fn normalize(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for word in text.split_whitespace() {
-        let word = word.trim_matches(is_edge_punct);
+        let word = trim_edges(word);
         if word.is_empty() {
             continue;
         }
@@ -164,6 +186,25 @@ mod tests {
         assert_eq!(normalize("don’t ... stop"), "don't stop");
         assert_eq!(normalize(" ?! "), "");
         assert_eq!(normalize("ÉCOLE Straße"), "école straße");
+    }
+
+    #[test]
+    fn a_leading_decimal_point_is_not_dropped() {
+        // Found by audit (2026-12-05): `.5` normalized to `5`, so "what is .5 times
+        // 4" was an exact hit on the answer to "what is 5 times 4".
+        assert_eq!(normalize("What is .5 times 4?"), "what is .5 times 4");
+        assert_ne!(
+            normalize("what is .5 times 4"),
+            normalize("what is 5 times 4")
+        );
+        assert_eq!(normalize("(.75)"), ".75");
+        assert_eq!(normalize("x=.5."), "x=.5");
+        // Sentence punctuation around numbers and words still goes.
+        assert_eq!(
+            normalize("Is it 5? Yes, 5. In 1991!"),
+            "is it 5 yes 5 in 1991"
+        );
+        assert_eq!(normalize("... ok"), "ok");
     }
 
     #[test]
