@@ -16,11 +16,12 @@
 //! but an inner `.` (`3.14` vs `314`), a leading `-` or a symbol token (`<` vs `>`) can.
 //!
 //! **SimHash**: features are the character 3-grams of the normalized text, with each
-//! word first replaced by its canonical synonym (`synonyms.txt`) and filler words
-//! (`verify::FILLER`) left out, weighted by how often they occur. Why fold them: one
-//! changed word of a short prompt moves ~20 of the 128 bits, so without folding a
-//! listed synonym or a `please` would be out of reach of any useful τ (on the
-//! evaluation set, filler variants went from 15 of 226 found to all of them); the
+//! word first replaced by its canonical synonym (`synonyms.txt`) and the filler words
+//! that open or close the prompt (`verify::FILLER`, `verify::canon`) left out,
+//! weighted by how often they occur. Why fold them: one changed word of a short
+//! prompt moves ~20 of the 128 bits, so without folding a listed synonym or a
+//! `please` would be out of reach of any useful τ (on the evaluation set, filler
+//! variants went from 15 of 226 found to all of them); the
 //! folding cannot cost precision, as verification still checks every word. Each feature is hashed with XXH3-128 (seed 0, the same on every
 //! instance and release, pinned by a test); bit `i` of the SimHash is set when more
 //! features have bit `i` set than not. Texts shorter than 3 characters are one feature.

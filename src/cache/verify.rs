@@ -11,7 +11,12 @@
 //!    swapped comparison (`a larger than b` vs `b larger than a`: same words, other
 //!    order);
 //! 3. filler words (politeness and greetings) may differ by at most
-//!    [`FILLER_BUDGET`] words (counted as a multiset difference).
+//!    [`FILLER_BUDGET`] words (counted as a multiset difference). A word is filler
+//!    only where politeness goes: in the run of [`FILLER`] words that opens the
+//!    prompt (not `thanks`) or the run that closes it (`please`, `pls`, `plz`,
+//!    `kindly`, `thanks`). Elsewhere it is a content word: `translate hello to
+//!    french` is not `translate hi to french`, nor `how do you say hello` `how do
+//!    you say hi`. A prompt of filler alone matches only the same filler words.
 //!
 //! Why the content budget is 0: the hard negatives include "one added constraint"
 //! (`briefly`, `in French`, `as a haiku`), a single added content word that changes
@@ -71,6 +76,18 @@ pub fn is_filler(word: &str) -> bool {
     filler_index(word).is_some()
 }
 
+/// Whether filler `word` is filler where it stands: `leading` in the run that opens
+/// a prompt (a greeting or a plea), else in the run that closes it (a plea or
+/// thanks).
+fn filler_at_edge(word: &str, leading: bool) -> bool {
+    match word {
+        "please" | "pls" | "plz" | "kindly" => true,
+        "hi" | "hello" | "hey" => leading,
+        "thanks" => !leading,
+        _ => false,
+    }
+}
+
 /// What verification compares, computed once per key and per stored entry: the
 /// canonical content words joined by single spaces (synonyms folded, filler left
 /// out; also what the SimHash is computed over) and how often each filler occurs.
@@ -88,9 +105,21 @@ pub fn canon(normalized: &str) -> Canon {
         content: String::with_capacity(normalized.len()),
         fillers: [0; FILLER.len()],
     };
-    for word in normalized.split(' ').filter(|w| !w.is_empty()) {
-        if let Some(i) = filler_index(word) {
-            c.fillers[i] = c.fillers[i].saturating_add(1);
+    let words: Vec<&str> = normalized.split(' ').filter(|w| !w.is_empty()).collect();
+    // The opening and closing runs of filler (module docs); the rest is content.
+    let start = words
+        .iter()
+        .position(|w| !filler_at_edge(w, true))
+        .unwrap_or(words.len());
+    let end = words[start..]
+        .iter()
+        .rposition(|w| !filler_at_edge(w, false))
+        .map_or(start, |i| start + i + 1);
+    for (at, word) in words.iter().enumerate() {
+        if at < start || at >= end {
+            if let Some(i) = filler_index(word) {
+                c.fillers[i] = c.fillers[i].saturating_add(1);
+            }
             continue;
         }
         if !c.content.is_empty() {
@@ -105,6 +134,10 @@ pub fn canon(normalized: &str) -> Canon {
 /// words in the same order (words hold no spaces, so string equality is sequence
 /// equality) and at most [`FILLER_BUDGET`] filler words apart.
 pub fn same(a: &Canon, b: &Canon) -> bool {
+    if a.content.is_empty() {
+        // Filler alone (`hi`, `thanks`): the words are the whole request.
+        return b.content.is_empty() && a.fillers == b.fillers;
+    }
     a.content == b.content
         && a.fillers
             .iter()
@@ -198,5 +231,28 @@ mod tests {
             "explain tides",
             "hi hello please explain tides"
         ));
+    }
+
+    #[test]
+    fn a_filler_word_that_is_the_subject_of_the_prompt_is_content() {
+        // Found by audit (2026-12-05): filler words were dropped wherever they stood,
+        // so prompts differing only in the greeting they are about shared an answer.
+        for (a, b) in [
+            ("translate hello to french", "translate hi to french"),
+            ("how do you say hello", "how do you say hi"),
+            ("what does please mean", "what does kindly mean"),
+            ("thanks", "hello"),
+            ("hi", "hey"),
+        ] {
+            assert!(!equivalent(a, b), "{a} / {b}");
+        }
+        // Politeness at the edges is still harmless.
+        assert!(equivalent("hi explain tides", "explain tides thanks"));
+        assert!(equivalent(
+            "hello please explain tides",
+            "please explain tides"
+        ));
+        assert!(equivalent("hi", "hi"));
+        assert_eq!(canon("say hello thanks").content, "say hello");
     }
 }
