@@ -35,7 +35,8 @@
 //!
 //! Only complete answers are stored: a whole 200 with one choice and a finish
 //! reason; a stream that reached `[DONE]` on its first endpoint with a finish reason
-//! and no error event (not cut, not continued elsewhere). A stream's chunks are kept
+//! and no error event (not cut, not continued elsewhere); never one ended by the
+//! provider's content filter (`content_filter`). A stream's chunks are kept
 //! by its body as they go out ([`Tee`]), only for requests that may store; the
 //! entry is built and written off the request path.
 //!

@@ -97,7 +97,8 @@ impl Entry {
     }
 
     /// The entry of a whole `chat.completion` body: `None` unless it has exactly one
-    /// choice with a message and a finish reason.
+    /// choice with a message and a finish reason that ends a complete answer
+    /// ([`complete`]).
     pub fn from_whole(body: &[u8], origin: Origin, now: u64) -> Option<Entry> {
         let Value::Object(mut obj) = serde_json::from_slice::<Value>(body).ok()? else {
             return None;
@@ -107,7 +108,11 @@ impl Entry {
             return None;
         };
         let message = choice.get("message")?.clone();
-        let finish_reason = choice.get("finish_reason")?.as_str()?.to_string();
+        let finish_reason = choice
+            .get("finish_reason")?
+            .as_str()
+            .filter(|f| complete(f))?
+            .to_string();
         let usage = obj
             .get("usage")
             .and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok());
@@ -132,7 +137,8 @@ impl Entry {
     /// The entry of a stream the client received completely: `frames` are the bytes
     /// it was sent with the milliseconds since the frame before. `None` when the
     /// stream has no finish reason, holds an error event, more than one choice, or
-    /// a chunk that is not JSON.
+    /// a chunk that is not JSON, or its finish reason does not end a complete answer
+    /// ([`complete`]).
     pub fn from_stream(
         frames: &[(u32, Bytes)],
         usage: Option<Usage>,
@@ -183,7 +189,7 @@ impl Entry {
         if parser.has_partial() {
             return None;
         }
-        let finish_reason = asm.finish_reason.take()?;
+        let finish_reason = asm.finish_reason.take().filter(|f| complete(f))?;
         if let Some(c) = chunks.first_mut() {
             c.gap_ms = 0;
         }
@@ -347,6 +353,14 @@ impl Entry {
         }
         deltas
     }
+}
+
+/// Whether finish reason `f` ends an answer worth serving again: every reason but
+/// `content_filter`, which OpenAI sends when "content was omitted due to a flag from
+/// our content filters" — a withheld or cut answer, and a verdict of the provider's
+/// filter at that moment, not the model's answer to the prompt.
+fn complete(f: &str) -> bool {
+    f != "content_filter"
 }
 
 /// Writes `{"id":ID,"created":N,` and `rest` (an object's JSON after its brace).
@@ -607,5 +621,28 @@ mod tests {
         assert!(Entry::from_stream(&error, None, origin(), 0).is_none());
         assert!(Entry::from_whole(br#"{"model":"m","choices":[]}"#, origin(), 0).is_none());
         assert!(Entry::decode(br#"{"v":99}"#).is_none());
+    }
+
+    #[test]
+    fn a_content_filter_answer_makes_no_entry() {
+        // Found by audit (2026-12-05): an answer the provider's content filter cut or
+        // withheld (`finish_reason: content_filter`) was stored and served again.
+        let filtered = WHOLE.replace(
+            r#""finish_reason":"stop""#,
+            r#""finish_reason":"content_filter""#,
+        );
+        assert!(Entry::from_whole(filtered.as_bytes(), origin(), 0).is_none());
+        let cut = vec![(
+            0,
+            frame(&[
+                r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}"#,
+                r#"{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"content_filter"}]}"#,
+                "[DONE]",
+            ]),
+        )];
+        assert!(Entry::from_stream(&cut, None, origin(), 0).is_none());
+        // `length` is a complete answer to a request with that cap: stored.
+        let capped = WHOLE.replace(r#""finish_reason":"stop""#, r#""finish_reason":"length""#);
+        assert!(Entry::from_whole(capped.as_bytes(), origin(), 0).is_some());
     }
 }
