@@ -2,10 +2,11 @@
 //! the client asked for (issue 14; seed 001, "Streaming Cache").
 //!
 //! One [`Entry`] serves both shapes: it always holds the assistant message, finish
-//! reason and usage; a stored whole answer keeps its body, a stored stream its
-//! chunks with the gap before each. Bodies and chunks are kept as their JSON without
-//! `id` and `created` (the "rest" of the object after its opening brace), so a hit
-//! writes a fresh `id` and `created` in front without parsing them again.
+//! reason, usage and (when the answer had them) logprobs; a stored whole answer keeps
+//! its body, a stored stream its chunks with the gap before each. Bodies and chunks
+//! are kept as their JSON without `id` and `created` (the "rest" of the object after
+//! its opening brace), so a hit writes a fresh `id` and `created` in front without
+//! parsing them again.
 //!
 //! | stored \ asked | whole | stream |
 //! |---|---|---|
@@ -53,6 +54,11 @@ pub struct Entry {
     /// Token counts of the original answer, when the provider reported them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// The choice's `logprobs` (`{"content": [...], "refusal": ...}`) when the answer
+    /// had them (`logprobs: true`); a stream's are its chunks' lists joined. They go
+    /// into the other shape's answer too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Value>,
     /// A stored whole answer: its body without `id` and `created` (see the module
     /// doc).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -108,6 +114,7 @@ impl Entry {
             return None;
         };
         let message = choice.get("message")?.clone();
+        let logprobs = choice.get("logprobs").filter(|l| !l.is_null()).cloned();
         let finish_reason = choice
             .get("finish_reason")?
             .as_str()
@@ -129,6 +136,7 @@ impl Entry {
             message,
             finish_reason,
             usage,
+            logprobs,
             body: Some(rest_of(&obj)?),
             chunks: None,
         })
@@ -203,6 +211,7 @@ impl Entry {
             message: asm.message(),
             finish_reason,
             usage,
+            logprobs: asm.logprobs(),
             body: None,
             chunks: Some(chunks),
         })
@@ -222,7 +231,7 @@ impl Entry {
                     serde_json::json!([{
                         "index": 0,
                         "message": self.message,
-                        "logprobs": null,
+                        "logprobs": self.logprobs,
                         "finish_reason": self.finish_reason,
                     }]),
                 );
@@ -275,9 +284,20 @@ impl Entry {
                 }
             }
             None => {
-                for delta in self.synthesized_deltas() {
+                let deltas = self.synthesized_deltas();
+                // The logprobs go with the content (else with the first chunk).
+                let with_logprobs = if deltas.len() > 1 && deltas[1].get("content").is_some() {
+                    1
+                } else {
+                    0
+                };
+                for (i, delta) in deltas.into_iter().enumerate() {
+                    let logprobs = match &self.logprobs {
+                        Some(l) if i == with_logprobs => l.clone(),
+                        _ => Value::Null,
+                    };
                     let chunk = self.chunk(vec![serde_json::json!({
-                        "index": 0, "delta": delta, "logprobs": null, "finish_reason": null,
+                        "index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": null,
                     })]);
                     out.push((Duration::ZERO, event(&chunk, include_usage)));
                 }
@@ -391,12 +411,23 @@ struct Assembler {
     /// Tool calls by their `index`: id, type, name, arguments.
     tool_calls: Vec<(u64, Map<String, Value>, String, String)>,
     finish_reason: Option<String>,
+    /// The chunks' `logprobs.content` and `logprobs.refusal` lists, joined (`None`:
+    /// no chunk had that list).
+    logprobs: [Option<Vec<Value>>; 2],
 }
 
 impl Assembler {
     fn add(&mut self, choice: &Value) {
         if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
             self.finish_reason = Some(f.to_string());
+        }
+        if let Some(l) = choice.get("logprobs").filter(|l| !l.is_null()) {
+            for (slot, key) in self.logprobs.iter_mut().zip(["content", "refusal"]) {
+                if let Some(items) = l.get(key).and_then(Value::as_array) {
+                    slot.get_or_insert_with(Vec::new)
+                        .extend(items.iter().cloned());
+                }
+            }
         }
         let Some(delta) = choice.get("delta") else {
             return;
@@ -439,6 +470,15 @@ impl Assembler {
                 }
             }
         }
+    }
+
+    /// The answer's `logprobs` object, when a chunk had any.
+    fn logprobs(&mut self) -> Option<Value> {
+        if self.logprobs.iter().all(Option::is_none) {
+            return None;
+        }
+        let [content, refusal] = std::mem::take(&mut self.logprobs);
+        Some(serde_json::json!({ "content": content, "refusal": refusal }))
     }
 
     fn message(&mut self) -> Value {
@@ -621,6 +661,59 @@ mod tests {
         assert!(Entry::from_stream(&error, None, origin(), 0).is_none());
         assert!(Entry::from_whole(br#"{"model":"m","choices":[]}"#, origin(), 0).is_none());
         assert!(Entry::decode(br#"{"v":99}"#).is_none());
+    }
+
+    #[test]
+    fn logprobs_survive_a_change_of_shape() {
+        // Found by audit (2026-12-05): a request with `logprobs: true` served from the
+        // other shape's entry got `logprobs: null` (whole from a stored stream, and
+        // a stream synthesized from a stored whole answer).
+        let lp = r#"{"content":[{"token":"Hel","logprob":-0.1,"bytes":[72,101,108],"top_logprobs":[]},{"token":"lo","logprob":-0.2,"bytes":[108,111],"top_logprobs":[]}],"refusal":null}"#;
+        let whole = WHOLE.replace(
+            r#""finish_reason":"stop""#,
+            &format!(r#""logprobs":{lp},"finish_reason":"stop""#),
+        );
+        let e = Entry::from_whole(whole.as_bytes(), origin(), 0).unwrap();
+        let e = Entry::decode(&e.encode().unwrap()).unwrap();
+        let ev = events(&e.stream("n", 1, false, Replay::None));
+        let want: Value = serde_json::from_str(lp).unwrap();
+        assert_eq!(ev[1]["choices"][0]["delta"]["content"], "Hello");
+        assert_eq!(ev[1]["choices"][0]["logprobs"], want);
+        assert!(ev[0]["choices"][0]["logprobs"].is_null());
+
+        let chunk = |content: &str, logprobs: &str, finish: &str| {
+            format!(
+                r#"{{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{{"content":"{content}"}},"logprobs":{logprobs},"finish_reason":{finish}}}]}}"#
+            )
+        };
+        let frames = vec![(
+            0,
+            frame(&[
+                &chunk("", "null", "null"),
+                &chunk(
+                    "Hel",
+                    r#"{"content":[{"token":"Hel","logprob":-0.1,"bytes":[72,101,108],"top_logprobs":[]}],"refusal":null}"#,
+                    "null",
+                ),
+                &chunk(
+                    "lo",
+                    r#"{"content":[{"token":"lo","logprob":-0.2,"bytes":[108,111],"top_logprobs":[]}],"refusal":null}"#,
+                    "null",
+                ),
+                &chunk("", "null", r#""stop""#),
+                "[DONE]",
+            ]),
+        )];
+        let e = Entry::from_stream(&frames, None, origin(), 0).unwrap();
+        let e = Entry::decode(&e.encode().unwrap()).unwrap();
+        let body: Value = serde_json::from_slice(&e.whole("w", 1)).unwrap();
+        assert_eq!(body["choices"][0]["message"]["content"], "Hello");
+        assert_eq!(body["choices"][0]["logprobs"], want);
+        // Without logprobs the answer says `null`, as before.
+        let plain = Entry::from_whole(WHOLE.as_bytes(), origin(), 0).unwrap();
+        assert!(plain.logprobs.is_none());
+        let ev = events(&plain.stream("n", 1, false, Replay::None));
+        assert!(ev.iter().all(|c| c["choices"][0]["logprobs"].is_null()));
     }
 
     #[test]
