@@ -16,7 +16,10 @@
 //! an XXH3-128 hash of the caller's partition (`cache.share`: by default its
 //! organization, else its API key id, so tenants never see each other's entries)
 //! and of everything else that changes the answer — the logical model
-//! asked for and the one the decision chose (its plan's first endpoint's), the
+//! asked for and the one the decision chose (its plan's first endpoint's), that
+//! endpoint's upstream model (so a gateway whose model now maps to another upstream
+//! model, or another instance on the same Redis configured so, never serves the old
+//! model's answers), the
 //! temperature, both output caps, the tools (sorted by function name, each as
 //! canonical JSON with sorted keys), every other request field except those that
 //! only label the request (`user`, `metadata`, `store`, `prompt_cache_key`,
@@ -38,7 +41,8 @@
 //! and no error event (not cut, not continued elsewhere); never one ended by the
 //! provider's content filter (`content_filter`). A stream's chunks are kept
 //! by its body as they go out ([`Tee`]), only for requests that may store; the
-//! entry is built and written off the request path.
+//! entry is built and written off the request path. An answer from another upstream
+//! model than the key's (a failover's) is not stored.
 //!
 //! A cache failure never fails a request: the store's L2 errors are misses, and an
 //! entry that does not decode is a miss.
@@ -138,6 +142,8 @@ pub(super) enum Lookup {
 pub struct Ticket {
     store: Arc<Cache>,
     key: Key,
+    /// The upstream model in the key's scope: an answer from another is not stored.
+    upstream_model: String,
     ttl: Duration,
     stored: Arc<AtomicU64>,
 }
@@ -325,12 +331,12 @@ pub(super) async fn lookup(
     // The logical model the decision chose (a rule may send a request elsewhere,
     // an A/B split arms differently): part of the scope, so one arm's answer is
     // never served to the other.
-    let target = ctx
-        .plan
-        .first()
-        .and_then(|&i| gw.registry.endpoints.get(i))
-        .map_or("", |e| &*e.model);
-    let (scope, prompt, whole_conversation) = scope(chat, target, partition(cfg.share, ctx));
+    // Its upstream model too: the answer is that model's.
+    let first = ctx.plan.first().and_then(|&i| gw.registry.endpoints.get(i));
+    let target = first.map_or("", |e| &*e.model);
+    let upstream_model = first.map_or("", |e| e.upstream_model.as_str());
+    let (scope, prompt, whole_conversation) =
+        scope(chat, target, upstream_model, partition(cfg.share, ctx));
     let exact =
         whole_conversation || cfg.mode == CacheMode::Exact || setting.is_some_and(|s| s.exact);
     let key = store.key(scope, &prompt, exact);
@@ -338,6 +344,7 @@ pub(super) async fn lookup(
     let ticket = Ticket {
         store: store.clone(),
         key,
+        upstream_model: upstream_model.to_string(),
         ttl,
         stored: phase.stored.clone(),
     };
@@ -442,6 +449,9 @@ pub(super) fn store_whole(
     let Some(origin) = ctx.endpoint.and_then(|ep| origin(gw, ep)) else {
         return;
     };
+    if origin.upstream_model != ticket.upstream_model {
+        return;
+    }
     let mut taken = std::mem::replace(resp.body_mut(), body::empty());
     let data = match taken.frame().now_or_never() {
         Some(Some(Ok(frame))) if frame.is_data() && http_body::Body::is_end_stream(&taken) => {
@@ -536,6 +546,9 @@ impl Tee {
     /// builds its entry and stores it, off the request path.
     pub(super) fn finish(self, gw: &Gateway, ep: usize, usage: Option<Usage>) {
         let Some(origin) = origin(gw, ep) else { return };
+        if origin.upstream_model != self.ticket.upstream_model {
+            return;
+        }
         tokio::spawn(async move {
             let entry = Entry::from_stream(&self.frames, usage, origin, unix_now());
             if let Some(payload) = entry.and_then(|e| e.encode()) {
@@ -559,13 +572,21 @@ fn partition(share: Share, ctx: &RequestCtx) -> String {
 }
 
 /// The scope hash, the prompt text, and whether the whole conversation is the
-/// scope (the last message is not a user turn). `partition` is [`partition`]'s.
-fn scope(chat: &ChatRequest, target: &str, partition: String) -> (u128, String, bool) {
+/// scope (the last message is not a user turn). `target` is the logical model the
+/// decision chose and `upstream_model` the model id its first endpoint sends;
+/// `partition` is [`partition`]'s.
+fn scope(
+    chat: &ChatRequest,
+    target: &str,
+    upstream_model: &str,
+    partition: String,
+) -> (u128, String, bool) {
     let mut h = Xxh3::new();
     str_(&mut h, "switchyard-cache-scope-v1");
     str_(&mut h, &partition);
     str_(&mut h, &chat.model);
     str_(&mut h, target);
+    str_(&mut h, upstream_model);
     match chat.temperature {
         // 0 and -0 are the same setting.
         Some(0.0) => h.update(b"t0"),
@@ -746,24 +767,37 @@ mod tests {
     }
 
     fn scope_of(body: &str) -> (u128, String, bool) {
-        scope(&parse(body), "m", String::new())
+        scope(&parse(body), "m", "x", String::new())
     }
 
     #[test]
     fn the_model_the_decision_chose_is_in_the_scope() {
         let body = parse(r#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#);
         assert_ne!(
-            scope(&body, "m", String::new()).0,
-            scope(&body, "m-canary", String::new()).0
+            scope(&body, "m", "x", String::new()).0,
+            scope(&body, "m-canary", "x", String::new()).0
         );
         assert_eq!(
-            scope(&body, "m", String::new()).0,
-            scope(&body, "m", String::new()).0
+            scope(&body, "m", "x", String::new()).0,
+            scope(&body, "m", "x", String::new()).0
         );
         assert_ne!(
-            scope(&body, "m", "org:a".into()).0,
-            scope(&body, "m", "org:b".into()).0,
+            scope(&body, "m", "x", "org:a".into()).0,
+            scope(&body, "m", "x", "org:b".into()).0,
             "two organizations never share an entry"
+        );
+    }
+
+    #[test]
+    fn the_upstream_model_of_the_chosen_endpoint_is_in_the_scope() {
+        // Found by audit (2026-12-05): only logical model names were in the scope, so
+        // after `m` was pointed at another upstream model (a restart with a new
+        // config, or another instance on the same Redis), the old model's answers
+        // were still served for `m`.
+        let body = parse(r#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#);
+        assert_ne!(
+            scope(&body, "m", "gpt-4o-mini", String::new()).0,
+            scope(&body, "m", "gpt-4.1", String::new()).0
         );
     }
 

@@ -502,3 +502,63 @@ async fn callers_of_another_organization_never_get_a_hit_from_this_ones_entry() 
     );
     assert_eq!(hits.load(Ordering::SeqCst), 1);
 }
+
+/// Regression (audit, 2026-12-05): the scope named logical models only, so once `m`
+/// was pointed at another upstream model (a restart with a new config, or another
+/// instance on the same Redis), the old upstream model's answers were served for it.
+#[tokio::test]
+async fn an_instance_whose_model_maps_to_another_upstream_model_misses_the_old_answer() {
+    let redis = start_redis();
+    let (addr, hits) = upstream(false);
+    let cache = format!(
+        "enabled: true, redis: 'redis://127.0.0.1:{}', redis_timeout_ms: 2000",
+        redis.port
+    );
+    let old = start_app(&config(addr, &cache), &[]).await;
+    let body = ask("which model are you?", false, "");
+    assert_eq!(cache_header(&send(&old, &body, &[]).await), "miss");
+    stored(&old, 1).await;
+    let same = start_app(&config(addr, &cache), &[]).await;
+    assert_eq!(cache_header(&send(&same, &body, &[]).await), "hit");
+    let moved = config(addr, &cache).replace("model: x", "model: y");
+    let new = start_app(&moved, &[]).await;
+    assert_eq!(cache_header(&send(&new, &body, &[]).await), "miss");
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+}
+
+/// Regression (audit, 2026-12-05): an answer a failover got from an endpoint with
+/// another upstream model was stored under the first endpoint's scope, and served as
+/// that model's answer once it was back.
+#[tokio::test]
+async fn an_answer_from_a_failover_to_another_upstream_model_is_not_stored() {
+    let (addr, hits) = upstream(false);
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let cfg = format!(
+        "providers:\n  down: {{ kind: openai-compatible, base_url: http://{dead}/v1 }}\n  p: {{ kind: openai-compatible, base_url: http://{addr}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: down, model: x, priority: 1 }}, {{ provider: p, model: y, priority: 2 }} ] }}\ncache: {{ enabled: true }}\n"
+    );
+    let chain = r#"
+route r when request.model == "m" {
+  default use endpoint "down/x"
+  fallback endpoint "p/y"
+}
+"#;
+    let gw = start_app(&cfg, &[("r.policy", chain)]).await;
+    let body = ask("which model answered?", false, "");
+    let r = send(&gw, &body, &[]).await;
+    assert_eq!(cache_header(&r), "miss");
+    assert_eq!(
+        r.headers["x-switchyard-endpoint"], "p/y",
+        "the failover answered"
+    );
+    assert_eq!(r.headers["x-switchyard-attempts"], "2");
+    // A stream falls back the same way (before its first byte): not stored either.
+    let r = send(&gw, &ask("which model streamed?", true, ""), &[]).await;
+    assert_eq!(r.headers["x-switchyard-endpoint"], "p/y");
+    assert!(r.text().ends_with("data: [DONE]\n\n"), "{}", r.text());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(gw.app.services().gateway.cache.stored(), 0);
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+}
