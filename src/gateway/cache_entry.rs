@@ -335,16 +335,18 @@ impl Entry {
         rest_of(&obj).unwrap_or_default()
     }
 
-    /// The deltas of a stream carrying the stored message: the role (with any
-    /// reasoning and refusal), the content, then every tool call whole.
+    /// The deltas of a stream carrying the stored message: the role (with every
+    /// other field of the message whole: reasoning, refusal, `thinking_blocks`,
+    /// a legacy `function_call`, `annotations`, `audio`, ...), the content, then
+    /// every tool call whole.
     fn synthesized_deltas(&self) -> Vec<Value> {
         let m = &self.message;
         let mut first = Map::new();
         first.insert("role".into(), "assistant".into());
         first.insert("content".into(), "".into());
-        for key in ["reasoning_content", "refusal"] {
-            if let Some(v) = m.get(key).filter(|v| !v.is_null()) {
-                first.insert(key.into(), v.clone());
+        for (key, v) in m.as_object().into_iter().flatten() {
+            if !matches!(key.as_str(), "role" | "content" | "tool_calls") && !v.is_null() {
+                first.insert(key.clone(), v.clone());
             }
         }
         let mut deltas = vec![Value::Object(first)];
@@ -414,6 +416,31 @@ struct Assembler {
     /// The chunks' `logprobs.content` and `logprobs.refusal` lists, joined (`None`:
     /// no chunk had that list).
     logprobs: [Option<Vec<Value>>; 2],
+    /// Every other delta field (`thinking_blocks`, a legacy `function_call`,
+    /// `annotations`, `audio`, ...), merged as [`merge`] says.
+    other: Map<String, Value>,
+}
+
+/// Adds delta value `v` to what the earlier deltas gave for the same field: strings
+/// are appended (`function_call.arguments`, `audio.transcript`), lists extended
+/// (`thinking_blocks`, `annotations`), objects merged member by member, anything
+/// else replaced.
+fn merge(slot: &mut Value, v: &Value) {
+    match (slot, v) {
+        (Value::String(a), Value::String(b)) => a.push_str(b),
+        (Value::Array(a), Value::Array(b)) => a.extend(b.iter().cloned()),
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, x) in b {
+                match a.get_mut(k) {
+                    Some(s) => merge(s, x),
+                    None => {
+                        a.insert(k.clone(), x.clone());
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v.clone(),
+    }
 }
 
 impl Assembler {
@@ -437,6 +464,20 @@ impl Assembler {
                 slot.get_or_insert_with(String::new).push_str(s);
             }
         };
+        for (k, v) in delta.as_object().into_iter().flatten() {
+            let known = matches!(
+                k.as_str(),
+                "role" | "content" | "reasoning_content" | "refusal" | "tool_calls"
+            );
+            if !known && !v.is_null() {
+                match self.other.get_mut(k) {
+                    Some(slot) => merge(slot, v),
+                    None => {
+                        self.other.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
         append(&mut self.content, delta.get("content"));
         append(&mut self.reasoning, delta.get("reasoning_content"));
         append(&mut self.refusal, delta.get("refusal"));
@@ -496,6 +537,9 @@ impl Assembler {
         }
         if let Some(r) = self.refusal.take() {
             m.insert("refusal".into(), r.into());
+        }
+        for (k, v) in std::mem::take(&mut self.other) {
+            m.entry(k).or_insert(v);
         }
         if has_calls {
             self.tool_calls.sort_by_key(|t| t.0);
@@ -714,6 +758,56 @@ mod tests {
         assert!(plain.logprobs.is_none());
         let ev = events(&plain.stream("n", 1, false, Replay::None));
         assert!(ev.iter().all(|c| c["choices"][0]["logprobs"].is_null()));
+    }
+
+    #[test]
+    fn thinking_blocks_and_a_function_call_survive_a_change_of_shape() {
+        // Found by audit (2026-12-05): fields of the message other than content,
+        // reasoning, refusal and tool calls were dropped when an entry was served in
+        // the other shape: a legacy `function_call` answer replayed as a stream was
+        // empty, and Anthropic's signed `thinking_blocks` (which the client must send
+        // back on its next turn) were lost either way.
+        let whole = WHOLE
+            .replace(
+                r#""content":"Hello"}"#,
+                r#""content":null,"function_call":{"name":"f","arguments":"{\"a\":1}"},"thinking_blocks":[{"type":"thinking","thinking":"hm","signature":"sig"}]}"#,
+            )
+            .replace(r#""finish_reason":"stop""#, r#""finish_reason":"function_call""#);
+        let e = Entry::from_whole(whole.as_bytes(), origin(), 0).unwrap();
+        let ev = events(&e.stream("n", 1, false, Replay::None));
+        let delta = &ev[0]["choices"][0]["delta"];
+        assert_eq!(delta["function_call"]["arguments"], "{\"a\":1}");
+        assert_eq!(delta["thinking_blocks"][0]["signature"], "sig");
+
+        let chunk = |delta: &str, finish: &str| {
+            format!(
+                r#"{{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{delta},"finish_reason":{finish}}}]}}"#
+            )
+        };
+        let frames = vec![(
+            0,
+            frame(&[
+                &chunk(r#"{"role":"assistant","content":null}"#, "null"),
+                &chunk(r#"{"reasoning_content":"hm"}"#, "null"),
+                &chunk(
+                    r#"{"thinking_blocks":[{"type":"thinking","thinking":"hm","signature":"sig"}]}"#,
+                    "null",
+                ),
+                &chunk(r#"{"function_call":{"name":"f","arguments":""}}"#, "null"),
+                &chunk(r#"{"function_call":{"arguments":"{\"a\""}}"#, "null"),
+                &chunk(r#"{"function_call":{"arguments":":1}"}}"#, "null"),
+                &chunk("{}", r#""function_call""#),
+                "[DONE]",
+            ]),
+        )];
+        let e = Entry::from_stream(&frames, None, origin(), 0).unwrap();
+        let body: Value = serde_json::from_slice(&e.whole("w", 1)).unwrap();
+        let m = &body["choices"][0]["message"];
+        assert_eq!(m["function_call"]["name"], "f");
+        assert_eq!(m["function_call"]["arguments"], "{\"a\":1}");
+        assert_eq!(m["thinking_blocks"][0]["signature"], "sig");
+        assert_eq!(m["thinking_blocks"].as_array().unwrap().len(), 1);
+        assert_eq!(m["reasoning_content"], "hm");
     }
 
     #[test]
