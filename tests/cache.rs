@@ -388,3 +388,66 @@ async fn a_dead_redis_gives_misses_within_the_deadline() {
         );
     }
 }
+
+/// Regression (audit, 2026-12-05): a band bucket was a plain set whose TTL every
+/// store pushed on, and nothing removed an expired entry's member, so a bucket
+/// written to steadily (near-duplicate prompts of one scope) grew without bound in
+/// Redis and every lookup read all of it. It now holds only live entries.
+#[tokio::test]
+async fn a_band_bucket_keeps_only_live_entries() {
+    let Some(redis) = start_redis() else { return };
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let [a, b] = [(); 2].map(|_| on_redis(url.clone(), Duration::from_secs(2)));
+    // Filler and a listed synonym: other texts (other entries), one SimHash (one
+    // bucket per band).
+    let short = [
+        "explain how ocean tides work",
+        "please explain how ocean tides work",
+        "hi explain how ocean tides work",
+        "explain how ocean tides work thanks",
+    ];
+    let sh = a.key(3, short[0], false).simhash();
+    let long = a.key(3, "describe how ocean tides work", false);
+    a.put(&long, Bytes::from_static(b"new"), HOUR).await;
+    for t in short {
+        assert_eq!(a.key(3, t, false).simhash(), sh);
+        a.put(
+            &a.key(3, t, false),
+            Bytes::from_static(b"old"),
+            Duration::from_millis(50),
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Stored again: the buckets are written to while the short entries are gone.
+    a.put(&long, Bytes::from_static(b"new"), HOUR).await;
+
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("sy:test:*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut buckets = 0;
+    for k in keys.iter().filter(|k| !k.starts_with("sy:test:e:")) {
+        let kind: String = redis::cmd("TYPE")
+            .arg(k)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let count = if kind == "zset" { "ZCARD" } else { "SCARD" };
+        let n: u64 = redis::cmd(count)
+            .arg(k)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(n, 1, "{k} holds expired entries");
+        buckets += 1;
+    }
+    assert_eq!(buckets, 4, "{keys:?}");
+    // The live entry is still found through its buckets, from another instance.
+    let hit = b.get(&b.key(3, short[0], false)).await.unwrap();
+    assert_eq!((hit.tier, &hit.payload[..]), (Tier::L2, &b"new"[..]));
+    assert_eq!(b.counters().l2_errors.load(Ordering::Relaxed), 0);
+}

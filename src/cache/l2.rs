@@ -5,11 +5,17 @@
 //! - `{ns}:e:{scope}{id}`: one entry, a string with TTL (`PX`): version byte `1`, an
 //!   exact flag byte, the SimHash (16 bytes LE), the text length (4 bytes LE), the
 //!   normalized text (raw for an exact key), then the payload.
-//! - `{ns}:b:{scope}:{band}:{value}` (band 0–3, value 8 hex digits): a set of the
-//!   entries in that bucket, each member id (16 bytes LE) + SimHash (16 bytes LE), so
-//!   candidates are filtered by distance before their entries are read. The set's
-//!   TTL is the longest of its members' (`PEXPIRE NX` then `PEXPIRE GT`); a member
-//!   whose entry expired first reads as a missing entry and is skipped.
+//! - `{ns}:z:{scope}:{band}:{value}` (band 0–3, value 8 hex digits): a sorted set of
+//!   the entries in that bucket, each member id (16 bytes LE) + SimHash (16 bytes
+//!   LE), so candidates are filtered by distance before their entries are read, with
+//!   its entry's expiry (Unix milliseconds) as score. A store drops the members that
+//!   have expired (`ZREMRANGEBYSCORE`) and a lookup reads only live ones, so a bucket
+//!   holds the live entries of its scope, however long it keeps being written to
+//!   (a plain set only grew: its TTL, the longest of its members', was pushed on by
+//!   every store). The set's own TTL is the longest of its members' (`PEXPIRE NX`
+//!   then `PEXPIRE GT`). A member whose entry went first (an expiry a few
+//!   milliseconds apart, another instance's clock) reads as a missing entry and is
+//!   skipped.
 //!
 //! A lookup is at most two pipelined round trips: the exact entry plus the band sets
 //! (for τ > 3 also the one-bit neighbours of each band, as in L1's index), then the
@@ -82,7 +88,14 @@ fn entry_key(ns: &str, scope: u128, id: u128) -> String {
 }
 
 fn band_key(ns: &str, scope: u128, b: usize, value: u32) -> String {
-    format!("{ns}:b:{scope:032x}:{b}:{value:08x}")
+    format!("{ns}:z:{scope:032x}:{b}:{value:08x}")
+}
+
+/// Now, Unix milliseconds (the clock band members' expiries are written in).
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn encode(exact: bool, simhash: u128, text: &str, payload: &[u8]) -> Vec<u8> {
@@ -216,6 +229,7 @@ impl L2 {
         let exact_key = entry_key(&self.ns, key.scope, key.id);
         p.cmd("GET").arg(&exact_key).cmd("PTTL").arg(&exact_key);
         if !key.exact {
+            let now = unix_ms();
             let flips = if tau > 3 { 32 } else { 0 };
             for b in 0..4 {
                 let value = (key.simhash >> (32 * b)) as u32;
@@ -225,7 +239,11 @@ impl L2 {
                     } else {
                         value ^ (1 << (f - 1))
                     };
-                    p.cmd("SMEMBERS").arg(band_key(&self.ns, key.scope, b, v));
+                    p.cmd("ZRANGE")
+                        .arg(band_key(&self.ns, key.scope, b, v))
+                        .arg(now)
+                        .arg("+inf")
+                        .arg("BYSCORE");
                 }
             }
         }
@@ -323,9 +341,19 @@ impl L2 {
                 .ignore();
             if !key.exact {
                 let m = member(key.id, key.simhash);
+                let now = unix_ms();
                 for b in 0..4 {
                     let k = band_key(&self.ns, key.scope, b, (key.simhash >> (32 * b)) as u32);
-                    p.cmd("SADD").arg(&k).arg(&m[..]).ignore();
+                    p.cmd("ZADD")
+                        .arg(&k)
+                        .arg(now.saturating_add(ms))
+                        .arg(&m[..])
+                        .ignore();
+                    p.cmd("ZREMRANGEBYSCORE")
+                        .arg(&k)
+                        .arg("-inf")
+                        .arg(format!("({now}"))
+                        .ignore();
                     p.cmd("PEXPIRE").arg(&k).arg(ms).arg("NX").ignore();
                     p.cmd("PEXPIRE").arg(&k).arg(ms).arg("GT").ignore();
                 }
