@@ -10,7 +10,8 @@
 //!    read but stores the answer.
 //! 3. The request must be cacheable: temperature exactly 0 unless
 //!    `cache.stochastic` (an absent temperature is OpenAI's default, 1), and `n` at
-//!    most 1 (several choices are neither replayed nor assembled).
+//!    most 1 (several choices are neither replayed nor assembled), from a caller with
+//!    a partition of its own ([`partition`]).
 //!
 //! The key is the prompt text (the last user message's text parts) within a scope:
 //! an XXH3-128 hash of the caller's partition (`cache.share`: by default its
@@ -62,12 +63,14 @@ use super::cache_entry::{Entry, Origin, MAX_ENTRY_BYTES};
 use super::ctx::RequestCtx;
 use super::Gateway;
 use crate::api::{ChatRequest, Usage};
+use crate::auth::Method;
 use crate::body::{self, Body, BoxError};
 use crate::cache::{Cache, Key, Settings, Tier};
 use crate::config::{CacheConfig, CacheMode, Config, Pricing, Share};
 use crate::error::{ErrorKind, GatewayError};
 use crate::policy::checked::CacheSetting;
 use crate::policy::CheckedPolicySet;
+use crate::routing::features::Caller;
 use crate::routing::Registry;
 use crate::telemetry as t;
 
@@ -325,6 +328,9 @@ pub(super) async fn lookup(
     if !cacheable(chat, cfg.stochastic) {
         return bypass(ctx, "uncacheable");
     }
+    let Some(partition) = partition(cfg.share, &ctx.caller, ctx.principal.method) else {
+        return bypass(ctx, "uncacheable");
+    };
     let Some(store) = phase.store() else {
         return Ok(Lookup::Dispatch(None));
     };
@@ -335,8 +341,7 @@ pub(super) async fn lookup(
     let first = ctx.plan.first().and_then(|&i| gw.registry.endpoints.get(i));
     let target = first.map_or("", |e| &*e.model);
     let upstream_model = first.map_or("", |e| e.upstream_model.as_str());
-    let (scope, prompt, whole_conversation) =
-        scope(chat, target, upstream_model, partition(cfg.share, ctx));
+    let (scope, prompt, whole_conversation) = scope(chat, target, upstream_model, partition);
     let exact =
         whole_conversation || cfg.mode == CacheMode::Exact || setting.is_some_and(|s| s.exact);
     let key = store.key(scope, &prompt, exact);
@@ -560,14 +565,17 @@ impl Tee {
 
 /// Which callers' entries this request may read and write (`cache.share`): the
 /// organization (else the API key id) by default, the key id, or everyone (`""`).
-/// The caller is the one the admit phase authenticated.
-fn partition(share: Share, ctx: &RequestCtx) -> String {
-    let c = &ctx.caller;
-    match (share, &c.org, &c.api_key) {
-        (Share::All, _, _) => String::new(),
-        (Share::Org, Some(org), _) => format!("org:{org}"),
-        (Share::Org | Share::Key, _, Some(key)) => format!("key:{key}"),
-        (Share::Org | Share::Key, _, None) => String::new(),
+/// `caller` is the one the admit phase authenticated, by `method`. `None`: a
+/// verified caller that names neither what `share` asks for nor a key id (a JWT
+/// without the `key_id_claim`, and without the `org_claim` for `share: org`) has no
+/// partition of its own, and is not cached; unverified callers without a key
+/// (`auth.mode: none`, no credential) share one, as nothing tells them apart.
+fn partition(share: Share, caller: &Caller, method: Method) -> Option<String> {
+    match (share, &caller.org, &caller.api_key) {
+        (Share::All, _, _) => Some(String::new()),
+        (Share::Org, Some(org), _) => Some(format!("org:{org}")),
+        (Share::Org | Share::Key, _, Some(key)) => Some(format!("key:{key}")),
+        (Share::Org | Share::Key, _, None) => (method == Method::Unverified).then(String::new),
     }
 }
 
@@ -785,6 +793,43 @@ mod tests {
             scope(&body, "m", "x", "org:a".into()).0,
             scope(&body, "m", "x", "org:b".into()).0,
             "two organizations never share an entry"
+        );
+    }
+
+    #[test]
+    fn a_verified_caller_naming_no_key_or_organization_gets_no_shared_partition() {
+        // Found by audit (2026-12-05): a JWT without the key id claim (and without
+        // the organization claim) fell into the partition of everyone, so two such
+        // callers, different tenants, were served each other's answers under
+        // `share: key` or `share: org`.
+        let caller = |org: Option<&str>, key: Option<&str>| Caller {
+            org: org.map(str::to_string),
+            api_key: key.map(str::to_string),
+            ..Caller::default()
+        };
+        let nobody = caller(None, None);
+        for share in [Share::Org, Share::Key] {
+            assert_eq!(partition(share, &nobody, Method::Jwt), None);
+            assert_eq!(partition(share, &nobody, Method::ApiKey), None);
+            // Unverified callers without a credential: nothing tells them apart.
+            assert_eq!(
+                partition(share, &nobody, Method::Unverified),
+                Some(String::new())
+            );
+        }
+        assert_eq!(
+            partition(Share::All, &nobody, Method::Jwt),
+            Some(String::new())
+        );
+        let org_only = caller(Some("o"), None);
+        assert_eq!(
+            partition(Share::Org, &org_only, Method::Jwt),
+            Some("org:o".into())
+        );
+        assert_eq!(partition(Share::Key, &org_only, Method::Jwt), None);
+        assert_eq!(
+            partition(Share::Org, &caller(None, Some("k")), Method::Jwt),
+            Some("key:k".into())
         );
     }
 
