@@ -676,6 +676,35 @@ pub(crate) struct ToolDelta<'a> {
     pub function: FunctionDelta<'a>,
 }
 
+impl<'a> ToolDelta<'a> {
+    /// The first piece of call `index`, as OpenAI streams one: its id, type and
+    /// name, and `arguments: ""` (the arguments follow in pieces of their own).
+    pub(crate) fn opening(index: u32, id: &'a str, name: &'a str) -> Self {
+        ToolDelta {
+            index,
+            id: Some(id),
+            kind: Some("function"),
+            function: FunctionDelta {
+                name: Some(name),
+                arguments: "",
+            },
+        }
+    }
+
+    /// A later piece of call `index`: the next part of its JSON arguments string.
+    pub(crate) fn arguments(index: u32, arguments: &'a str) -> Self {
+        ToolDelta {
+            index,
+            id: None,
+            kind: None,
+            function: FunctionDelta {
+                name: None,
+                arguments,
+            },
+        }
+    }
+}
+
 /// `delta.tool_calls[].function`.
 #[derive(Debug, Serialize)]
 pub(crate) struct FunctionDelta<'a> {

@@ -20,9 +20,7 @@ use serde::Deserialize;
 use super::{finish_reason, AnthropicUsage, ErrorDetail};
 use crate::api::Usage;
 use crate::error::{ErrorKind, GatewayError};
-use crate::providers::common::{
-    bad_upstream, end_of_body, hold, ChunkWriter, FunctionDelta, ToolDelta,
-};
+use crate::providers::common::{bad_upstream, end_of_body, hold, ChunkWriter, ToolDelta};
 use crate::providers::reasoning::ThinkingBlock;
 use crate::providers::{StreamContext, StreamStep, StreamTranscoder};
 use crate::sse::SseEventRef;
@@ -245,15 +243,7 @@ impl StreamTranscoder for AnthropicStream {
                         call,
                         args: false,
                     });
-                    let piece = ToolDelta {
-                        index: call,
-                        id: Some(&id),
-                        kind: Some("function"),
-                        function: FunctionDelta {
-                            name: Some(&name),
-                            arguments: "",
-                        },
-                    };
+                    let piece = ToolDelta::opening(call, &id, &name);
                     self.w.tool(out, piece);
                 }
                 StartBlock::Thinking {
@@ -282,15 +272,7 @@ impl StreamTranscoder for AnthropicStream {
                         ))
                     })?;
                     tool.args = true;
-                    let piece = ToolDelta {
-                        index: tool.call,
-                        id: None,
-                        kind: None,
-                        function: FunctionDelta {
-                            name: None,
-                            arguments: &partial_json,
-                        },
-                    };
+                    let piece = ToolDelta::arguments(tool.call, &partial_json);
                     self.w.tool(out, piece);
                 }
                 BlockDelta::ThinkingDelta { thinking } => {
@@ -316,15 +298,7 @@ impl StreamTranscoder for AnthropicStream {
                 // expect a JSON object string.
                 if let Some(t) = self.tools.iter_mut().find(|t| t.block == index && !t.args) {
                     t.args = true;
-                    let piece = ToolDelta {
-                        index: t.call,
-                        id: None,
-                        kind: None,
-                        function: FunctionDelta {
-                            name: None,
-                            arguments: "{}",
-                        },
-                    };
+                    let piece = ToolDelta::arguments(t.call, "{}");
                     self.w.tool(out, piece);
                 }
             }

@@ -27,7 +27,7 @@ use super::{finish_reason, TokenUsage};
 use crate::api::Usage;
 use crate::error::{bounded, Code, ErrorKind, GatewayError};
 use crate::providers::common::{
-    bad_upstream, end_of_body, hold, random_id, ChunkWriter, FunctionDelta, ToolDelta,
+    bad_upstream, end_of_body, hold, random_id, ChunkWriter, ToolDelta,
 };
 use crate::providers::reasoning::ThinkingBlock;
 use crate::providers::{StreamContext, StreamStep, StreamTranscoder};
@@ -273,15 +273,7 @@ impl BedrockStream {
                         call,
                         args: false,
                     });
-                    let piece = ToolDelta {
-                        index: call,
-                        id: Some(&t.tool_use_id),
-                        kind: Some("function"),
-                        function: FunctionDelta {
-                            name: Some(&t.name),
-                            arguments: "",
-                        },
-                    };
+                    let piece = ToolDelta::opening(call, &t.tool_use_id, &t.name);
                     self.w.tool(out, piece);
                 }
             }
@@ -298,15 +290,7 @@ impl BedrockStream {
                         ))
                     })?;
                     tool.args = true;
-                    let piece = ToolDelta {
-                        index: tool.call,
-                        id: None,
-                        kind: None,
-                        function: FunctionDelta {
-                            name: None,
-                            arguments: &input.input,
-                        },
-                    };
+                    let piece = ToolDelta::arguments(tool.call, &input.input);
                     self.w.tool(out, piece);
                 } else if let Some(r) = ev.delta.reasoning_content {
                     let t = self.thinking.get_or_insert_with(|| Thinking {
@@ -357,15 +341,7 @@ impl BedrockStream {
                     .find(|t| t.block == ev.content_block_index && !t.args)
                 {
                     t.args = true;
-                    let piece = ToolDelta {
-                        index: t.call,
-                        id: None,
-                        kind: None,
-                        function: FunctionDelta {
-                            name: None,
-                            arguments: "{}",
-                        },
-                    };
+                    let piece = ToolDelta::arguments(t.call, "{}");
                     self.w.tool(out, piece);
                 }
             }

@@ -14,8 +14,7 @@ use super::{finish_reason, FunctionCall, GenerateResponse, PartialArg};
 use crate::api::Usage;
 use crate::error::{ErrorKind, GatewayError};
 use crate::providers::common::{
-    bad_upstream, end_of_body, random_id, ChunkWriter, FunctionDelta, ToolDelta,
-    MAX_HELD_BLOCK_BYTES,
+    bad_upstream, end_of_body, random_id, ChunkWriter, ToolDelta, MAX_HELD_BLOCK_BYTES,
 };
 use crate::providers::{StreamContext, StreamStep, StreamTranscoder};
 use crate::sse::SseEventRef;
@@ -124,15 +123,7 @@ impl GeminiStream {
                 Value::Object(m) if !m.is_empty() => p.args.to_string(),
                 _ => "{}".to_string(),
             };
-            let piece = ToolDelta {
-                index: p.index,
-                id: None,
-                kind: None,
-                function: FunctionDelta {
-                    name: None,
-                    arguments: &args,
-                },
-            };
+            let piece = ToolDelta::arguments(p.index, &args);
             self.w.tool(out, piece);
         }
     }
@@ -187,30 +178,14 @@ impl GeminiStream {
             let complete = !f.will_continue && f.partial_args.is_empty();
             // OpenAI's shape: the call's first piece has its id, type, name and
             // empty arguments; the arguments follow in pieces of their own.
-            let piece = ToolDelta {
-                index,
-                id: Some(&id),
-                kind: Some("function"),
-                function: FunctionDelta {
-                    name: Some(name),
-                    arguments: "",
-                },
-            };
+            let piece = ToolDelta::opening(index, &id, name);
             self.w.tool_signed(out, piece, signature);
             if complete {
                 let args = f
                     .args
                     .as_ref()
                     .map_or_else(|| "{}".to_string(), Value::to_string);
-                let piece = ToolDelta {
-                    index,
-                    id: None,
-                    kind: None,
-                    function: FunctionDelta {
-                        name: None,
-                        arguments: &args,
-                    },
-                };
+                let piece = ToolDelta::arguments(index, &args);
                 self.w.tool(out, piece);
                 return Ok(());
             }
