@@ -80,12 +80,25 @@ impl std::fmt::Debug for L1 {
 }
 
 impl L1 {
-    /// An empty L1 of at most `capacity` entries.
-    pub fn new(capacity: u64, counters: Arc<Counters>) -> L1 {
+    /// An empty L1 of at most `capacity` entries and `max_bytes` bytes of answers
+    /// and prompt texts.
+    ///
+    /// Why both: an entry may hold up to 1 MiB, so a bound by count alone (10,000
+    /// by default) allowed about 10 GiB. moka has one bound, by weight: an entry
+    /// weighs its bytes but at least `max_bytes / capacity`, and the weights are
+    /// held to `max_bytes`, so neither more than `capacity` entries nor more than
+    /// `max_bytes` bytes are kept (moka evicts, or refuses a newcomer, by TinyLFU).
+    pub fn new(capacity: u64, max_bytes: u64, counters: Arc<Counters>) -> L1 {
         let index = Arc::new(Index::default());
         let (idx, cnt) = (index.clone(), counters.clone());
+        let max_bytes = max_bytes.max(1);
+        let floor = u32::try_from((max_bytes / capacity.max(1)).max(1)).unwrap_or(u32::MAX);
         let map = moka::sync::Cache::builder()
-            .max_capacity(capacity)
+            .max_capacity(max_bytes)
+            .weigher(move |_, v: &Arc<Stored>| {
+                let bytes = v.payload.len().saturating_add(v.text.len());
+                u32::try_from(bytes).unwrap_or(u32::MAX).max(floor)
+            })
             .expire_after(PerEntry)
             .eviction_listener(move |_, v: Arc<Stored>, cause| {
                 idx.remove(v.slot);

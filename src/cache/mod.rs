@@ -42,6 +42,9 @@ use self::l2::{L2Error, L2};
 pub struct Settings {
     /// L1 capacity in entries (default 10,000).
     pub capacity: u64,
+    /// L1 capacity in bytes of stored answers and prompt texts (default 256 MiB):
+    /// with `capacity`, the bound of the cache's memory ([`l1::L1::new`]).
+    pub max_bytes: u64,
     /// Largest Hamming distance between two prompts' 128-bit SimHashes that may be a
     /// semantic hit (τ, default 3; seed 001). Lookups find every entry within
     /// τ ≤ 7 ([`index`]); above 7 some are missed.
@@ -58,6 +61,7 @@ impl Default for Settings {
     fn default() -> Settings {
         Settings {
             capacity: 10_000,
+            max_bytes: DEFAULT_MAX_BYTES,
             tau: 3,
             redis: None,
             redis_timeout: Duration::from_millis(50),
@@ -141,6 +145,9 @@ pub struct Counters {
     pub bytes: AtomicU64,
 }
 
+/// Default L1 bound in bytes of stored answers and prompt texts (256 MiB).
+pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
+
 /// The longest time an entry is kept (365 days); longer TTLs are cut to it.
 pub const MAX_TTL: Duration = Duration::from_secs(365 * 86_400);
 
@@ -166,7 +173,7 @@ impl Cache {
         };
         Ok(Cache {
             settings: settings.clone(),
-            l1: L1::new(settings.capacity, counters.clone()),
+            l1: L1::new(settings.capacity, settings.max_bytes, counters.clone()),
             l2,
             counters,
         })

@@ -118,6 +118,29 @@ async fn evictions_keep_the_index_and_byte_count_in_step() {
     assert_eq!(counters.evictions.load(Ordering::Relaxed), 1000 - held);
 }
 
+/// Found by audit (2026-12-05): the in-memory tier was bounded by entries only
+/// (10,000 by default, each up to 1 MiB: about 10 GiB). `max_bytes` bounds the bytes
+/// too; with small entries `capacity` still bounds the count.
+#[tokio::test]
+async fn the_in_memory_tier_is_bounded_in_bytes_as_well_as_entries() {
+    let c = Cache::new(&Settings {
+        capacity: 1_000,
+        max_bytes: 1 << 20,
+        ..Settings::default()
+    })
+    .unwrap();
+    for i in 0..200 {
+        let k = c.key(1, &format!("question number {i} about tides"), false);
+        c.put(&k, Bytes::from(vec![0u8; 64 * 1024]), HOUR).await;
+    }
+    c.l1().settle();
+    let held = c.l1().len();
+    let bytes = c.counters().bytes.load(Ordering::Relaxed);
+    assert!(bytes <= 1 << 20, "{bytes} bytes in {held} entries");
+    assert!(held > 0 && held < 16, "{held}");
+    assert_eq!(c.l1().index().len() as u64, held);
+}
+
 #[tokio::test]
 async fn an_entry_expires_after_its_own_ttl() {
     let c = cache(100);

@@ -8,6 +8,7 @@
 //!   tau: 3                 # largest Hamming distance of a semantic hit
 //!   ttl: 1h                # default time to live (a policy's `cache on ttl D` wins)
 //!   capacity: 10000        # L1 entries
+//!   max_bytes: 268435456   # L1 bytes of answers and prompts (256 MiB)
 //!   stochastic: false      # true: cache answers to temperature > 0 too
 //!   redis: redis://127.0.0.1:6379   # L2 shared by every instance (optional)
 //!   redis_timeout_ms: 50
@@ -89,6 +90,9 @@ pub struct CacheConfig {
     pub ttl_ms: u64,
     /// L1 capacity in entries (`capacity`, default 10,000).
     pub capacity: u64,
+    /// L1 capacity in bytes of stored answers and prompt texts (`max_bytes`,
+    /// default 256 MiB, 1 MiB to 1 TiB).
+    pub max_bytes: u64,
     /// Cache answers to requests with a temperature other than 0, or none (OpenAI's
     /// default is 1) (`stochastic`, default false).
     pub stochastic: bool,
@@ -110,6 +114,7 @@ impl Default for CacheConfig {
             tau: 3,
             ttl_ms: 3_600_000,
             capacity: 10_000,
+            max_bytes: 256 << 20,
             stochastic: false,
             redis: None,
             redis_timeout_ms: 50,

@@ -20,6 +20,7 @@ impl Validator {
                 "tau",
                 "ttl",
                 "capacity",
+                "max_bytes",
                 "stochastic",
                 "redis",
                 "redis_timeout_ms",
@@ -46,6 +47,9 @@ impl Validator {
         }
         if let Some(n) = self.uint(map, "capacity", path, 1, 100_000_000) {
             cfg.capacity = n;
+        }
+        if let Some(n) = self.uint(map, "max_bytes", path, 1 << 20, 1 << 40) {
+            cfg.max_bytes = n;
         }
         if let Some(n) = self.uint(map, "redis_timeout_ms", path, 1, 10_000) {
             cfg.redis_timeout_ms = n;

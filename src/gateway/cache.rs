@@ -159,6 +159,7 @@ impl CachePhase {
         let c = &config.cache;
         let settings = Settings {
             capacity: c.capacity,
+            max_bytes: c.max_bytes,
             tau: c.tau,
             redis: c.redis.clone(),
             redis_timeout: Duration::from_millis(c.redis_timeout_ms),
