@@ -81,17 +81,24 @@ fn spawn(args: &[&str], marker: &str, dir: Option<tempfile::TempDir>) -> Proc {
     spawn_env(args, marker, dir, &[])
 }
 
-#[allow(clippy::zombie_processes)] // Proc's Drop kills and waits.
 fn spawn_env(
     args: &[&str],
     marker: &str,
     dir: Option<tempfile::TempDir>,
     env: &[(&str, &str)],
 ) -> Proc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(args)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+    cmd.args(args)
         .env("SWITCHYARD_LOG", "warn")
-        .envs(env.iter().copied())
+        .envs(env.iter().copied());
+    spawn_command(cmd, marker, dir)
+}
+
+/// Starts `cmd` (switchyard, or a shell that `exec`s it) and waits for the stdout line
+/// starting with `marker` followed by the listen address.
+#[allow(clippy::zombie_processes)] // Proc's Drop kills and waits.
+pub fn spawn_command(mut cmd: Command, marker: &str, dir: Option<tempfile::TempDir>) -> Proc {
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -106,7 +113,7 @@ fn spawn_env(
         if n == 0 {
             std::thread::sleep(Duration::from_millis(50));
             let log = stderr.lock().map(|s| s.clone()).unwrap_or_default();
-            panic!("process exited before listening: {args:?}\n{log}");
+            panic!("process exited before listening: {cmd:?}\n{log}");
         }
         if let Some(rest) = line.trim().strip_prefix(marker) {
             let addr: SocketAddr = rest.trim().parse().expect("address");

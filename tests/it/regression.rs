@@ -840,35 +840,16 @@ fn a_request_gets_through_while_idle_connections_hold_every_file_descriptor() {
         "server: { first_byte_timeout_ms: 60000 }\nproviders:\n  a: { kind: mock }\nmodels:\n  m: { endpoints: [ { provider: a, model: x } ] }\n",
     )
     .unwrap();
-    let mut child = Command::new("bash")
-        .args([
-            "-c",
-            "ulimit -n 160 && exec \"$0\" serve --config \"$1\" --listen 127.0.0.1:0",
-            env!("CARGO_BIN_EXE_switchyard"),
-            cfg.to_str().unwrap(),
-        ])
-        .env("SWITCHYARD_LOG", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start switchyard");
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
-    let _kill = Kill(child);
-    let mut line = String::new();
-    let addr: SocketAddr = loop {
-        line.clear();
-        assert!(reader.read_line(&mut line).unwrap() > 0, "serve exited");
-        if let Some(rest) = line.trim().strip_prefix("switchyard listening on") {
-            break rest.trim().parse().unwrap();
-        }
-    };
+    let mut cmd = Command::new("bash");
+    cmd.args([
+        "-c",
+        "ulimit -n 160 && exec \"$0\" serve --config \"$1\" --listen 127.0.0.1:0",
+        env!("CARGO_BIN_EXE_switchyard"),
+        cfg.to_str().unwrap(),
+    ])
+    .env("SWITCHYARD_LOG", "error");
+    let gw = spawn_command(cmd, "switchyard listening on", Some(dir));
+    let addr = gw.addr;
     // More silent connections than the gateway has descriptors.
     let idle: Vec<TcpStream> = (0..240)
         .map(|_| TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap())
