@@ -6,6 +6,7 @@
 //! and forwarded untouched, so a new OpenAI parameter works through the gateway on the
 //! day it ships.
 
+pub mod counts;
 pub mod messages;
 pub mod validate;
 

@@ -17,6 +17,7 @@ use http_body_util::BodyExt as _;
 
 use super::ctx::RequestCtx;
 use super::Gateway;
+use crate::api::counts::Read;
 use crate::api::{ChatRequest, Usage};
 use crate::body::{self, Body};
 use crate::error::GatewayError;
@@ -150,7 +151,7 @@ fn prepend(first: http_body::Frame<Bytes>, rest: Body) -> Body {
         .boxed_unsync()
 }
 
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, Debug, PartialEq, Eq)]
 struct Counts {
     #[serde(default)]
     prompt_tokens: u64,
@@ -160,6 +161,34 @@ struct Counts {
     prompt_tokens_details: Option<crate::api::PromptTokensDetails>,
     #[serde(default)]
     completion_tokens_details: Option<crate::api::CompletionTokensDetails>,
+}
+
+impl From<crate::api::counts::Counts> for Counts {
+    /// The counts as `serde_json` reads them into [`Counts`]: a details object's
+    /// missing count is 0.
+    fn from(c: crate::api::counts::Counts) -> Counts {
+        Counts {
+            prompt_tokens: c.prompt_tokens,
+            completion_tokens: c.completion_tokens,
+            prompt_tokens_details: c.prompt_details.map(|d| crate::api::PromptTokensDetails {
+                cached_tokens: d.cached_tokens.unwrap_or(0),
+                cache_creation_tokens: d.cache_creation_tokens,
+            }),
+            completion_tokens_details: c.completion_details.map(|d| {
+                crate::api::CompletionTokensDetails {
+                    reasoning_tokens: d.reasoning_tokens.unwrap_or(0),
+                }
+            }),
+        }
+    }
+}
+
+/// The `usage` value at the start of `value` read by `serde_json` (what follows it
+/// ignored): `None` for `null` and for anything that is not a usage object.
+fn counts_serde(value: &[u8]) -> Option<Counts> {
+    let mut de = serde_json::Deserializer::from_slice(value);
+    let u: Option<Counts> = serde::Deserialize::deserialize(&mut de).ok()?;
+    u
 }
 
 /// The `usage` of an OpenAI chat completion body.
@@ -172,9 +201,12 @@ struct Counts {
 fn usage_of(data: &[u8]) -> Option<Usage> {
     const KEY: &[u8] = b"\"usage\":";
     let from_tail = memchr::memmem::rfind(data, KEY).and_then(|at| {
-        let mut de = serde_json::Deserializer::from_slice(&data[at + KEY.len()..]);
-        let u: Option<Counts> = serde::Deserialize::deserialize(&mut de).ok()?;
-        u
+        let value = &data[at + KEY.len()..];
+        match crate::api::counts::read(value) {
+            Read::Counts(c, _) => Some(Counts::from(c)),
+            Read::Null(_) => None,
+            Read::Unsure => counts_serde(value),
+        }
     });
     let counts = match from_tail {
         Some(c) => c,
@@ -194,7 +226,52 @@ fn usage_of(data: &[u8]) -> Option<Usage> {
 
 #[cfg(test)]
 mod tests {
-    use super::{output_reserve, usage_of};
+    use super::{output_reserve, usage_of, Counts};
+
+    /// `usage_of` as it was before the quick reader: `serde_json` alone.
+    fn usage_of_serde(data: &[u8]) -> Option<crate::api::Usage> {
+        const KEY: &[u8] = b"\"usage\":";
+        let from_tail = memchr::memmem::rfind(data, KEY).and_then(|at| {
+            let mut de = serde_json::Deserializer::from_slice(&data[at + KEY.len()..]);
+            let u: Option<Counts> = serde::Deserialize::deserialize(&mut de).ok()?;
+            u
+        });
+        let counts = match from_tail {
+            Some(c) => c,
+            None => {
+                #[derive(serde::Deserialize)]
+                struct Completion {
+                    usage: Option<Counts>,
+                }
+                serde_json::from_slice::<Completion>(data).ok()?.usage?
+            }
+        };
+        let mut usage = crate::api::Usage::new(counts.prompt_tokens, counts.completion_tokens);
+        usage.prompt_tokens_details = counts.prompt_tokens_details;
+        usage.completion_tokens_details = counts.completion_tokens_details;
+        Some(usage)
+    }
+
+    proptest::proptest! {
+        // About one text in eight is a usage object the quick reader reads itself.
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        #[test]
+        fn the_quick_usage_reader_settles_what_serde_reads(
+            usage in crate::api::counts::usage_texts()
+        ) {
+            for body in [
+                format!(r#"{{"id":"x","choices":[],"usage":{usage}}}"#),
+                format!(r#"{{"choices":[],"usage":{usage},"model":"m"}}"#),
+                format!(r#"{{"usage":{usage}"#),
+            ] {
+                proptest::prop_assert_eq!(
+                    usage_of(body.as_bytes()),
+                    usage_of_serde(body.as_bytes()),
+                    "{}", body
+                );
+            }
+        }
+    }
 
     #[test]
     fn n_choices_reserve_the_output_cap_each() {

@@ -679,3 +679,47 @@ fn tracking_stream() -> Box<dyn crate::providers::StreamTranscoder> {
         resume: None,
     })
 }
+
+proptest::proptest! {
+    // About one text in eight is a usage object the quick reader reads itself.
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+    #[test]
+    fn the_quick_usage_reader_of_a_stream_reads_what_serde_reads(
+        usage in crate::api::counts::usage_texts()
+    ) {
+        proptest::prop_assert_eq!(
+            super::reported_usage(&usage),
+            super::reported_usage_serde(&usage),
+            "{}", usage
+        );
+    }
+}
+
+#[test]
+fn scalar_values_read_as_serde_reads_them() {
+    for raw in [
+        r#""chatcmpl-1""#,
+        r#""""#,
+        r#""a\"b""#,
+        r#""a\u0041""#,
+        "\"tab\there\"",
+        r#""é ü""#,
+        r#"""#,
+        r#""x"y""#,
+        "0",
+        "1700000000",
+        "01",
+        "-5",
+        "1.5",
+        "1e3",
+        "18446744073709551615",
+        "18446744073709551616",
+        "null",
+        "true",
+        "[1]",
+        "",
+    ] {
+        let serde: serde_json::Value = serde_json::from_str(raw).unwrap_or_default();
+        assert_eq!(super::scalar_value(raw), serde, "{raw}");
+    }
+}
