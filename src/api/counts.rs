@@ -66,8 +66,10 @@ pub fn read(text: &[u8]) -> Read {
             b"completion_tokens" => (2, Some(&mut c.completion_tokens)),
             b"prompt_tokens_details" => (4, None),
             b"completion_tokens_details" => (8, None),
+            // Counts the gateway does not read (named here: no check of the name).
+            b"total_tokens" => return int(text, v).map(|(_, end)| end),
             // Any other member: only a count is understood.
-            _ => return int(text, v).map(|(_, end)| end),
+            _ => return int(text, v).filter(|_| plain(key)).map(|(_, end)| end),
         };
         if seen & bit != 0 {
             return None;
@@ -106,7 +108,7 @@ fn details(text: &[u8], i: usize) -> Option<(Details, usize)> {
             b"cached_tokens" => &mut d.cached_tokens,
             b"cache_creation_tokens" => &mut d.cache_creation_tokens,
             b"reasoning_tokens" => &mut d.reasoning_tokens,
-            _ => return Some(end),
+            _ => return plain(key).then_some(end),
         };
         if slot.replace(n).is_some() {
             return None;
@@ -117,8 +119,9 @@ fn details(text: &[u8], i: usize) -> Option<(Details, usize)> {
 }
 
 /// Walks the object at `text[i] == '{'`: for each member, `each(key, value_start)`
-/// reads the value and returns the index past it (`None`: unsure). Keys must be
-/// printable ASCII without escapes. Returns the index past the closing brace.
+/// reads the value and returns the index past it (`None`: unsure). `key` is the
+/// text up to the next quote: `each` takes it only if it is one of its names or
+/// [`plain`]. Returns the index past the closing brace.
 fn object(
     text: &[u8],
     i: usize,
@@ -135,13 +138,8 @@ fn object(
         if text.get(i) != Some(&b'"') {
             return None;
         }
-        let len = text[i + 1..]
-            .iter()
-            .position(|&b| b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b))?;
+        let len = memchr::memchr(b'"', &text[i + 1..])?;
         let key = &text[i + 1..i + 1 + len];
-        if text[i + 1 + len] != b'"' {
-            return None;
-        }
         i = ws(text, i + len + 2);
         if text.get(i) != Some(&b':') {
             return None;
@@ -154,6 +152,12 @@ fn object(
             _ => return None,
         }
     }
+}
+
+/// Whether `key` (the bytes between a key's quotes) is printable ASCII without an
+/// escape: its text as written is its name.
+fn plain(key: &[u8]) -> bool {
+    key.iter().all(|&b| (0x20..0x7f).contains(&b) && b != b'\\')
 }
 
 /// The JSON integer at `text[i]` (no sign, fraction or exponent; no leading zero)
@@ -194,7 +198,7 @@ fn ws(text: &[u8], mut i: usize) -> usize {
 pub(crate) fn usage_texts() -> impl proptest::strategy::Strategy<Value = String> {
     use proptest::prelude::*;
     // The keys the reader reads are listed twice: drawn twice as often.
-    const KEYS: [&str; 15] = [
+    const KEYS: [&str; 16] = [
         "prompt_tokens",
         "completion_tokens",
         "total_tokens",
@@ -210,6 +214,7 @@ pub(crate) fn usage_texts() -> impl proptest::strategy::Strategy<Value = String>
         "cache_creation_tokens",
         "audio_tokens",
         "prompt\\u005ftokens",
+        "cached\\u005ftokens",
     ];
     const BAD: [&str; 9] = [
         "18446744073709551616",
