@@ -199,15 +199,18 @@ fn counts_serde(value: &[u8]) -> Option<Counts> {
 /// JSON string (its quotes would be escaped), so the match is a key; if it is not the
 /// top-level one (or the body is not in that order), the whole body is parsed.
 fn usage_of(data: &[u8]) -> Option<Usage> {
+    usage_read_with(data, |value| match crate::api::counts::read(value) {
+        Read::Counts(c, _) => Some(Counts::from(c)),
+        Read::Null(_) => None,
+        Read::Unsure => counts_serde(value),
+    })
+}
+
+/// [`usage_of`] with `tail` reading the value after the last `"usage":` (`None`:
+/// not a usage object there).
+fn usage_read_with(data: &[u8], tail: impl Fn(&[u8]) -> Option<Counts>) -> Option<Usage> {
     const KEY: &[u8] = b"\"usage\":";
-    let from_tail = memchr::memmem::rfind(data, KEY).and_then(|at| {
-        let value = &data[at + KEY.len()..];
-        match crate::api::counts::read(value) {
-            Read::Counts(c, _) => Some(Counts::from(c)),
-            Read::Null(_) => None,
-            Read::Unsure => counts_serde(value),
-        }
-    });
+    let from_tail = memchr::memmem::rfind(data, KEY).and_then(|at| tail(&data[at + KEY.len()..]));
     let counts = match from_tail {
         Some(c) => c,
         None => {
@@ -226,30 +229,11 @@ fn usage_of(data: &[u8]) -> Option<Usage> {
 
 #[cfg(test)]
 mod tests {
-    use super::{output_reserve, usage_of, Counts};
+    use super::{output_reserve, usage_of};
 
     /// `usage_of` as it was before the quick reader: `serde_json` alone.
     fn usage_of_serde(data: &[u8]) -> Option<crate::api::Usage> {
-        const KEY: &[u8] = b"\"usage\":";
-        let from_tail = memchr::memmem::rfind(data, KEY).and_then(|at| {
-            let mut de = serde_json::Deserializer::from_slice(&data[at + KEY.len()..]);
-            let u: Option<Counts> = serde::Deserialize::deserialize(&mut de).ok()?;
-            u
-        });
-        let counts = match from_tail {
-            Some(c) => c,
-            None => {
-                #[derive(serde::Deserialize)]
-                struct Completion {
-                    usage: Option<Counts>,
-                }
-                serde_json::from_slice::<Completion>(data).ok()?.usage?
-            }
-        };
-        let mut usage = crate::api::Usage::new(counts.prompt_tokens, counts.completion_tokens);
-        usage.prompt_tokens_details = counts.prompt_tokens_details;
-        usage.completion_tokens_details = counts.completion_tokens_details;
-        Some(usage)
+        super::usage_read_with(data, super::counts_serde)
     }
 
     proptest::proptest! {
