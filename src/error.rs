@@ -97,6 +97,8 @@ pub enum ErrorKind {
     RequestTimeout,
     /// 413: request body larger than `server.max_body_bytes`.
     PayloadTooLarge,
+    /// 415: a request body whose `Content-Type` is not JSON.
+    UnsupportedMediaType,
     /// 429 from Switchyard itself (a policy's `reject 429`, later rate limits and
     /// budgets): the client's fault, never an upstream's.
     Throttled,
@@ -130,6 +132,7 @@ impl ErrorKind {
             ErrorKind::NotImplemented => 501,
             ErrorKind::RequestTimeout => 408,
             ErrorKind::PayloadTooLarge => 413,
+            ErrorKind::UnsupportedMediaType => 415,
             ErrorKind::Throttled | ErrorKind::RateLimited => 429,
             ErrorKind::BadUpstream => 502,
             ErrorKind::NoEndpoint | ErrorKind::ShuttingDown | ErrorKind::Overloaded => 503,
@@ -147,7 +150,8 @@ impl ErrorKind {
             | ErrorKind::MethodNotAllowed
             | ErrorKind::NotImplemented
             | ErrorKind::RequestTimeout
-            | ErrorKind::PayloadTooLarge => "invalid_request_error",
+            | ErrorKind::PayloadTooLarge
+            | ErrorKind::UnsupportedMediaType => "invalid_request_error",
             ErrorKind::Unauthenticated => "authentication_error",
             ErrorKind::PermissionDenied => "permission_error",
             ErrorKind::Throttled | ErrorKind::RateLimited => "rate_limit_error",
@@ -172,6 +176,7 @@ impl ErrorKind {
             | ErrorKind::NotImplemented
             | ErrorKind::RequestTimeout
             | ErrorKind::PayloadTooLarge
+            | ErrorKind::UnsupportedMediaType
             | ErrorKind::Throttled => Fault::Client,
             ErrorKind::RateLimited | ErrorKind::BadUpstream | ErrorKind::UpstreamTimeout => {
                 Fault::Upstream
@@ -205,6 +210,7 @@ impl ErrorKind {
             ErrorKind::NotImplemented => "not_implemented",
             ErrorKind::RequestTimeout => "request_timeout",
             ErrorKind::PayloadTooLarge => "payload_too_large",
+            ErrorKind::UnsupportedMediaType => "unsupported_media_type",
             ErrorKind::Throttled => "throttled",
             ErrorKind::RateLimited => "rate_limited",
             ErrorKind::BadUpstream => "bad_upstream",
@@ -228,6 +234,8 @@ pub enum Code {
     RequestTooLarge,
     /// The body did not arrive in time.
     RequestTimeout,
+    /// The body's `Content-Type` is not JSON.
+    UnsupportedMediaType,
     /// A policy's `reject`.
     RejectedByPolicy,
     /// No endpoint could serve the route.
@@ -297,6 +305,7 @@ impl Code {
             Code::UnknownUrl => "unknown_url",
             Code::RequestTooLarge => "request_too_large",
             Code::RequestTimeout => "request_timeout",
+            Code::UnsupportedMediaType => "unsupported_media_type",
             Code::RejectedByPolicy => "rejected_by_policy",
             Code::NoEndpoint => "no_endpoint",
             Code::GatewayShutdown => "gateway_shutdown",

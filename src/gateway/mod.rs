@@ -263,7 +263,7 @@ impl Gateway {
         let (chat, plan, decided, mut ticket) = {
             admit::authenticate(self, ctx, headers)?;
             schedule::admit(ctx, headers)?;
-            let mut chat = normalize::parse(ctx, body)?;
+            let mut chat = normalize::parse(ctx, body, headers)?;
             ctx.trace.requested(&chat);
             chat.headers = crate::egress::forward::candidates(headers);
             // Every attempt sends the request's id as `x-request-id` when it is a UUID

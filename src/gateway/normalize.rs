@@ -18,18 +18,59 @@ use crate::error::GatewayError;
 use crate::policy::RequestFeatures;
 use crate::routing::features::features_reading;
 
-/// Parses and validates the body: [`ChatRequest::parse_bytes`]'s structural checks,
-/// then [`crate::api::validate::check`]'s field rules (roles and content parts, tool
-/// calls and results, tools and their schemas, `tool_choice`, parameter ranges).
+/// Parses and validates the body: its declared media type ([`json_content_type`]),
+/// [`ChatRequest::parse_bytes`]'s structural checks, then
+/// [`crate::api::validate::check`]'s field rules (roles and content parts, tool calls
+/// and results, tools and their schemas, `tool_choice`, parameter ranges).
 ///
 /// # Errors
-/// 400 naming the field at fault.
-pub fn parse(ctx: &mut RequestCtx, body: Bytes) -> Result<ChatRequest, GatewayError> {
+/// 415 for a body not declared as JSON; 400 naming the field at fault.
+pub fn parse(
+    ctx: &mut RequestCtx,
+    body: Bytes,
+    headers: &HeaderMap,
+) -> Result<ChatRequest, GatewayError> {
+    json_content_type(headers)?;
     let chat = ChatRequest::parse_bytes(body)?;
     ctx.model.clone_from(&chat.model);
     ctx.stream = chat.is_stream();
     crate::api::validate::check(&chat)?;
     Ok(chat)
+}
+
+/// Checks that a chat request's body is declared as JSON: its `Content-Type` is
+/// `application/json` or a `+json` type of `application` (RFC 6839), parameters
+/// such as `charset` aside and without regard to case, or is absent (a body sent
+/// without one is read as JSON, and one that is not gets its 400 from the parse).
+///
+/// # Errors
+/// 415 `unsupported_media_type` for any other type: `text/plain`, and the
+/// `application/x-www-form-urlencoded` that `curl -d` sends by default. OpenAI's
+/// API takes JSON bodies only; RFC 9110 section 15.5.16 gives the status.
+pub fn json_content_type(headers: &HeaderMap) -> Result<(), GatewayError> {
+    let Some(value) = headers.get(http::header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let essence = value
+        .as_bytes()
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii()
+        .to_ascii_lowercase();
+    let json = essence == b"application/json"
+        || (essence.starts_with(b"application/") && essence.ends_with(b"+json"));
+    if json {
+        return Ok(());
+    }
+    Err(GatewayError::new(
+        crate::error::ErrorKind::UnsupportedMediaType,
+        format!(
+            "unsupported Content-Type `{}`: this endpoint takes JSON bodies only; send `Content-Type: application/json`",
+            crate::error::bounded(&String::from_utf8_lossy(value.as_bytes()), 128)
+        ),
+    )
+    .with_code(crate::error::Code::UnsupportedMediaType))
 }
 
 /// Bodies of at least this many bytes have their decoded messages set aside by

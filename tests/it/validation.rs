@@ -137,3 +137,66 @@ async fn an_output_cap_over_every_max_output_tokens_is_a_400_on_that_field() {
     let r = post(&url, &hello(100)).await;
     assert_eq!(r.status, 200, "{}", r.text());
 }
+
+/// A chat request with exactly these headers (no `content-type` added).
+async fn post_with_content_type(
+    url: &str,
+    content_type: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    use http_body_util::{BodyExt, Full};
+    let client: hyper_util::client::legacy::Client<_, Full<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http();
+    let mut req = http::Request::builder().method("POST").uri(url);
+    if let Some(ct) = content_type {
+        req = req.header("content-type", ct);
+    }
+    let req = req
+        .body(Full::new(bytes::Bytes::from(body.to_string())))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Found by the OpenAI-ingress review (2026-12-05): a body declared as `text/plain`
+/// or as a form (`curl -d` without `-H`) was parsed as JSON anyway and forwarded;
+/// it is a 415 `unsupported_media_type` (as OpenAI and RFC 9110 section 15.5.16 answer
+/// a body in a media type the endpoint does not take), and the upstream never sees it.
+#[tokio::test]
+async fn a_body_declared_as_text_or_a_form_was_forwarded_instead_of_refused_with_415() {
+    let (addr, hits) = scripted_upstream(200, COMPLETION);
+    let gw = start_app(&one_upstream_config(addr, ""), &[]).await;
+    let url = gw.url("/v1/chat/completions");
+    let body = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"q"}]}"#;
+    for ct in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/jsonl",
+    ] {
+        let (status, text) = post_with_content_type(&url, Some(ct), body).await;
+        assert_eq!(status, 415, "{ct}: {text}");
+        let e: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(e["error"]["type"], "invalid_request_error", "{text}");
+        assert_eq!(e["error"]["code"], "unsupported_media_type", "{text}");
+        assert!(
+            e["error"]["message"].as_str().unwrap().contains(ct),
+            "{text}"
+        );
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "the upstream saw a request");
+    // JSON in any spelling, and a body with no declared type, go through.
+    for ct in [
+        None,
+        Some("application/json"),
+        Some("Application/JSON; charset=utf-8"),
+        Some("application/vnd.api+json"),
+    ] {
+        let (status, text) = post_with_content_type(&url, ct, body).await;
+        assert_eq!(status, 200, "{ct:?}: {text}");
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 4);
+}
