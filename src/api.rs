@@ -156,15 +156,25 @@ impl ChatRequest {
                 } else {
                     format!("invalid field `{path}`: {inner}")
                 };
-                let mut err = GatewayError::invalid_field(path, message);
-                if at_root || inner.is_syntax() || inner.is_eof() {
-                    // serde names a missing field only in its message: "missing field `x`".
-                    err.param = inner
-                        .to_string()
-                        .strip_prefix("missing field `")
-                        .and_then(|r| r.split('`').next())
-                        .map(str::to_string);
-                }
+                // serde names a missing field only in its message: "missing field `x`".
+                let text = inner.to_string();
+                let missing = text
+                    .strip_prefix("missing field `")
+                    .and_then(|r| r.split('`').next());
+                let param = if inner.is_syntax() || inner.is_eof() {
+                    None
+                } else if at_root {
+                    missing.map(str::to_string)
+                } else {
+                    // The missing field itself, not the object it is missing from
+                    // (`messages[0].role`, not `messages[0]`).
+                    Some(match missing {
+                        Some(field) => format!("{path}.{field}"),
+                        None => path,
+                    })
+                };
+                let mut err = GatewayError::new(crate::error::ErrorKind::InvalidRequest, message);
+                err.param = param;
                 return Err(err);
             }
         };
@@ -422,6 +432,27 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("temperature"));
+    }
+
+    /// Found by the OpenAI-ingress review (2026-12-05): a field missing inside a
+    /// message (`{"content": "hi"}` without `role`) named the message as `param`,
+    /// `messages[0]`, where OpenAI names the missing field, `messages[0].role`.
+    #[test]
+    fn a_field_missing_inside_a_message_named_the_message_not_the_field() {
+        let e = ChatRequest::parse(br#"{"model":"m","messages":[{"content":"hi"}]}"#).unwrap_err();
+        assert_eq!(e.status(), 400);
+        assert_eq!(
+            e.param.as_deref(),
+            Some("messages[0].role"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains("`role`"), "{}", e.message);
+        let e = ChatRequest::parse(
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":1}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("stream_options.include_usage"));
     }
 
     #[test]
