@@ -134,7 +134,7 @@ struct Reply<'a> {
 impl Reply<'_> {
     /// Output tokens of the answer proper, thinking excluded.
     fn answer_tokens(&self) -> u64 {
-        self.usage.completion_tokens - self.thinking.len() as u64
+        (self.usage.completion_tokens - self.thinking.len() as u64) / u64::from(self.turn.choices())
     }
 }
 
@@ -283,7 +283,8 @@ impl MockProvider {
         } else {
             Vec::new()
         };
-        let completion_tokens = answer_tokens + thinking.len() as u64;
+        // Every choice is the same answer, and OpenAI counts the tokens of all of them.
+        let completion_tokens = answer_tokens * u64::from(turn.choices()) + thinking.len() as u64;
         let too_long = self.opts.context_window.filter(|&w| prompt_tokens > w);
         let limits = if too_long.is_some() {
             Ok(Limits::default())

@@ -38,67 +38,82 @@ pub(super) fn json(r: &Reply<'_>) -> Value {
         }),
         None => json!({"role": "assistant", "content": r.words.concat(), "refusal": null}),
     };
+    let choices: Vec<Value> = (0..r.turn.choices())
+        .map(|index| {
+            json!({
+                "index": index,
+                "message": message,
+                "logprobs": null,
+                "finish_reason": finish_reason(r.finish),
+            })
+        })
+        .collect();
     json!({
         "id": id(r),
         "object": "chat.completion",
         "created": r.created,
         "model": r.turn.model,
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "logprobs": null,
-            "finish_reason": finish_reason(r.finish),
-        }],
+        "choices": choices,
         "usage": r.usage,
         "system_fingerprint": "fp_switchyard_mock",
     })
 }
 
-/// The stream's events: the role chunk, one chunk a token (or the tool call's name,
-/// then its arguments in pieces), the finish chunk, the usage chunk when asked for,
+/// The stream's events: per choice (`n`, one after the other, each chunk naming its
+/// `index`), the role chunk, one chunk a token (or the tool call's name, then its
+/// arguments in pieces) and the finish chunk; then the usage chunk when asked for,
 /// and `[DONE]`.
 pub(super) fn chunks(r: &Reply<'_>) -> Vec<Bytes> {
     let id = id(r);
     let include_usage = r.turn.include_usage;
-    let chunk = |delta: Value, finish: Option<&str>| {
+    let chunk = |index: u32, delta: Value, finish: Option<&str>| {
         let mut c = json!({
             "id": id,
             "object": "chat.completion.chunk",
             "created": r.created,
             "model": r.turn.model,
             "system_fingerprint": "fp_switchyard_mock",
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+            "choices": [{"index": index, "delta": delta, "logprobs": null, "finish_reason": finish}],
         });
         if include_usage {
             c["usage"] = Value::Null;
         }
         sse_data(&c)
     };
-    let mut out = Vec::with_capacity(r.words.len() + 4);
-    match &r.call {
-        Some(c) => {
-            out.push(chunk(
-                json!({"role": "assistant", "content": null, "tool_calls": [{
-                    "index": 0, "id": c.id, "type": "function",
-                    "function": {"name": c.name, "arguments": ""},
-                }]}),
-                None,
-            ));
-            for piece in pieces(&c.args) {
+    let choices = r.turn.choices();
+    let mut out = Vec::with_capacity((r.words.len() + 2) * choices as usize + 2);
+    for index in 0..choices {
+        match &r.call {
+            Some(c) => {
                 out.push(chunk(
-                    json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
+                    index,
+                    json!({"role": "assistant", "content": null, "tool_calls": [{
+                        "index": 0, "id": c.id, "type": "function",
+                        "function": {"name": c.name, "arguments": ""},
+                    }]}),
                     None,
                 ));
+                for piece in pieces(&c.args) {
+                    out.push(chunk(
+                        index,
+                        json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
+                        None,
+                    ));
+                }
+            }
+            None => {
+                out.push(chunk(
+                    index,
+                    json!({"role": "assistant", "content": ""}),
+                    None,
+                ));
+                for w in &r.words {
+                    out.push(chunk(index, json!({"content": w}), None));
+                }
             }
         }
-        None => {
-            out.push(chunk(json!({"role": "assistant", "content": ""}), None));
-            for w in &r.words {
-                out.push(chunk(json!({"content": w}), None));
-            }
-        }
+        out.push(chunk(index, json!({}), Some(finish_reason(r.finish))));
     }
-    out.push(chunk(json!({}), Some(finish_reason(r.finish))));
     if include_usage {
         let u = json!({
             "id": id,

@@ -18,6 +18,9 @@ pub struct Turn {
     pub stream: bool,
     /// OpenAI only: the client asked for the final usage chunk.
     pub include_usage: bool,
+    /// OpenAI only: how many choices to answer with (`n`); 0 and 1 both mean one
+    /// (read it with [`Turn::choices`]).
+    pub n: u32,
     /// Output cap in tokens (`max_tokens`, `maxOutputTokens`), if any.
     pub cap: Option<u64>,
     /// The conversation's text, one message a line: what the answer is drawn from.
@@ -184,7 +187,15 @@ pub(super) fn result_text(content: &Value) -> String {
     }
 }
 
+/// Most choices the emulator answers with (OpenAI's largest `n`).
+pub const MAX_CHOICES: u32 = 128;
+
 impl Turn {
+    /// How many choices the answer has: the request's `n`, at least 1.
+    pub fn choices(&self) -> u32 {
+        self.n.max(1)
+    }
+
     /// The turn of an OpenAI Chat Completions request: the tool result is a trailing
     /// `role: tool` message; tools are `tools[].function` with `parameters`; no call
     /// with `tool_choice: "none"` or after a trailing assistant message (a prefill).
@@ -223,6 +234,11 @@ impl Turn {
             model: req.model.clone(),
             stream: req.is_stream(),
             include_usage: req.wants_usage_chunk(),
+            n: req
+                .extra
+                .get("n")
+                .and_then(Value::as_u64)
+                .map_or(1, |n| n.clamp(1, MAX_CHOICES.into()) as u32),
             cap: req.output_cap(),
             prompt: req.prompt_text(),
             prompt_tokens: req.estimated_input_tokens(),

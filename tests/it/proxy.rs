@@ -118,3 +118,60 @@ async fn weights_split_traffic_between_endpoints() {
     // Binomial(60, 0.5): 10..=50 holds with probability 1 - 1e-7.
     assert!((10..=50).contains(&seen_a), "{seen_a}");
 }
+
+/// Found by the OpenAI-ingress review (2026-12-05): the emulator behind `kind: mock`
+/// (and `switchyard mock`) answered `n: 3` with one choice, silently dropping the
+/// parameter; OpenAI answers `n` choices (indexes 0 to n-1, each with its own
+/// finish reason, a stream's chunks naming their choice) and counts the output
+/// tokens of all of them.
+#[tokio::test]
+async fn n_choices_were_answered_with_one() {
+    let gw = start_app(
+        "providers: { p: { kind: mock } }\nmodels: { m: { endpoints: [ { provider: p, model: x } ] } }\n",
+        &[],
+    )
+    .await;
+    let url = gw.url("/v1/chat/completions");
+    let r = post(&url, &chat("m", false, r#","max_tokens":4,"n":3"#)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3, "{}", r.text());
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i, "{}", r.text());
+        assert_eq!(c["finish_reason"], "length");
+        assert!(c["message"]["content"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty()));
+    }
+    assert_eq!(v["usage"]["completion_tokens"], 12, "{}", r.text());
+    let r = post(
+        &url,
+        &chat(
+            "m",
+            true,
+            r#","max_tokens":4,"n":2,"stream_options":{"include_usage":true}"#,
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let events = r.events();
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let mut text = [String::new(), String::new()];
+    let mut finishes = [0, 0];
+    let mut usage = serde_json::Value::Null;
+    for e in &events[..events.len() - 1] {
+        let v: serde_json::Value = serde_json::from_str(e).unwrap();
+        if !v["usage"].is_null() {
+            usage = v["usage"].clone();
+        }
+        for c in v["choices"].as_array().unwrap() {
+            let i = c["index"].as_u64().unwrap() as usize;
+            text[i].push_str(c["delta"]["content"].as_str().unwrap_or(""));
+            finishes[i] += usize::from(!c["finish_reason"].is_null());
+        }
+    }
+    assert_eq!(finishes, [1, 1], "{}", r.text());
+    assert!(!text[0].is_empty() && !text[1].is_empty(), "{}", r.text());
+    assert_eq!(usage["completion_tokens"], 8, "{}", r.text());
+}
