@@ -38,12 +38,19 @@ pub(super) fn json(r: &Reply<'_>) -> Value {
         }),
         None => json!({"role": "assistant", "content": r.words.concat(), "refusal": null}),
     };
+    let logprobs = match (&r.call, r.turn.logprobs) {
+        (None, Some(top)) => json!({
+            "content": r.words.iter().enumerate().map(|(k, w)| token_logprob(k, w, top)).collect::<Vec<_>>(),
+            "refusal": null,
+        }),
+        _ => Value::Null,
+    };
     let choices: Vec<Value> = (0..r.turn.choices())
         .map(|index| {
             json!({
                 "index": index,
                 "message": message,
-                "logprobs": null,
+                "logprobs": logprobs,
                 "finish_reason": finish_reason(r.finish),
             })
         })
@@ -66,19 +73,22 @@ pub(super) fn json(r: &Reply<'_>) -> Value {
 pub(super) fn chunks(r: &Reply<'_>) -> Vec<Bytes> {
     let id = id(r);
     let include_usage = r.turn.include_usage;
-    let chunk = |index: u32, delta: Value, finish: Option<&str>| {
+    let chunk_with = |index: u32, delta: Value, logprobs: Value, finish: Option<&str>| {
         let mut c = json!({
             "id": id,
             "object": "chat.completion.chunk",
             "created": r.created,
             "model": r.turn.model,
             "system_fingerprint": "fp_switchyard_mock",
-            "choices": [{"index": index, "delta": delta, "logprobs": null, "finish_reason": finish}],
+            "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
         });
         if include_usage {
             c["usage"] = Value::Null;
         }
         sse_data(&c)
+    };
+    let chunk = |index: u32, delta: Value, finish: Option<&str>| {
+        chunk_with(index, delta, Value::Null, finish)
     };
     let choices = r.turn.choices();
     let mut out = Vec::with_capacity((r.words.len() + 2) * choices as usize + 2);
@@ -107,8 +117,14 @@ pub(super) fn chunks(r: &Reply<'_>) -> Vec<Bytes> {
                     json!({"role": "assistant", "content": ""}),
                     None,
                 ));
-                for w in &r.words {
-                    out.push(chunk(index, json!({"content": w}), None));
+                for (k, w) in r.words.iter().enumerate() {
+                    let logprobs = match r.turn.logprobs {
+                        Some(top) => {
+                            json!({"content": [token_logprob(k, w, top)], "refusal": null})
+                        }
+                        None => Value::Null,
+                    };
+                    out.push(chunk_with(index, json!({"content": w}), logprobs, None));
                 }
             }
         }
@@ -128,6 +144,33 @@ pub(super) fn chunks(r: &Reply<'_>) -> Vec<Bytes> {
     }
     out.push(Bytes::from_static(b"data: [DONE]\n\n"));
     out
+}
+
+/// The `logprobs.content` entry of the `k`th token `token`, with `top` alternatives
+/// in `top_logprobs` (the token itself first, then other words of the list, each
+/// less likely): made-up but deterministic numbers, in OpenAI's shape (`token`,
+/// `logprob`, its UTF-8 `bytes`, `top_logprobs`).
+fn token_logprob(k: usize, token: &str, top: u32) -> Value {
+    let logprob = -(((k % 7) as f64) + 1.0) / 8.0;
+    let entry = |t: &str, lp: f64| json!({"token": t, "logprob": lp, "bytes": t.as_bytes()});
+    let lead = if token.starts_with(' ') { " " } else { "" };
+    let word = token.trim().trim_end_matches('.');
+    let alternatives = super::WORDS
+        .iter()
+        .cycle()
+        .skip(k % super::WORDS.len())
+        .filter(|w| **w != word)
+        .take(top.saturating_sub(1) as usize);
+    let mut top_logprobs = Vec::with_capacity(top as usize);
+    if top > 0 {
+        top_logprobs.push(entry(token, logprob));
+    }
+    for (j, w) in alternatives.enumerate() {
+        top_logprobs.push(entry(&format!("{lead}{w}"), logprob - 1.0 - j as f64));
+    }
+    let mut e = entry(token, logprob);
+    e["top_logprobs"] = Value::Array(top_logprobs);
+    e
 }
 
 /// Most bytes of tool-call arguments in one streamed piece.

@@ -21,6 +21,8 @@ pub struct Turn {
     /// OpenAI only: how many choices to answer with (`n`); 0 and 1 both mean one
     /// (read it with [`Turn::choices`]).
     pub n: u32,
+    /// OpenAI only: `Some(top_logprobs)` when the request asked for `logprobs`.
+    pub logprobs: Option<u32>,
     /// Output cap in tokens (`max_tokens`, `maxOutputTokens`), if any.
     pub cap: Option<u64>,
     /// The conversation's text, one message a line: what the answer is drawn from.
@@ -190,6 +192,9 @@ pub(super) fn result_text(content: &Value) -> String {
 /// Most choices the emulator answers with (OpenAI's largest `n`).
 pub const MAX_CHOICES: u32 = 128;
 
+/// Most alternatives per token in `top_logprobs` (OpenAI's largest).
+pub const MAX_TOP_LOGPROBS: u32 = 20;
+
 impl Turn {
     /// How many choices the answer has: the request's `n`, at least 1.
     pub fn choices(&self) -> u32 {
@@ -239,6 +244,12 @@ impl Turn {
                 .get("n")
                 .and_then(Value::as_u64)
                 .map_or(1, |n| n.clamp(1, MAX_CHOICES.into()) as u32),
+            logprobs: (req.extra.get("logprobs") == Some(&Value::Bool(true))).then(|| {
+                req.extra
+                    .get("top_logprobs")
+                    .and_then(Value::as_u64)
+                    .map_or(0, |k| k.min(MAX_TOP_LOGPROBS.into()) as u32)
+            }),
             cap: req.output_cap(),
             prompt: req.prompt_text(),
             prompt_tokens: req.estimated_input_tokens(),

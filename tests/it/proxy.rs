@@ -175,3 +175,55 @@ async fn n_choices_were_answered_with_one() {
     assert!(!text[0].is_empty() && !text[1].is_empty(), "{}", r.text());
     assert_eq!(usage["completion_tokens"], 8, "{}", r.text());
 }
+
+/// Found by the OpenAI-ingress review (2026-12-05): the emulator behind `kind: mock`
+/// answered `logprobs: true, top_logprobs: 2` with `"logprobs": null`, silently
+/// dropping both; OpenAI answers `choices[].logprobs.content`, one entry a token
+/// (`token`, `logprob`, `bytes`, `top_logprobs` of the asked length), in a stream on
+/// each content chunk.
+#[tokio::test]
+async fn logprobs_were_answered_with_null() {
+    let gw = start_app(
+        "providers: { p: { kind: mock } }\nmodels: { m: { endpoints: [ { provider: p, model: x } ] } }\n",
+        &[],
+    )
+    .await;
+    let url = gw.url("/v1/chat/completions");
+    let asked = r#","max_tokens":4,"logprobs":true,"top_logprobs":2"#;
+    let r = post(&url, &chat("m", false, asked)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let choice = &v["choices"][0];
+    let content = choice["logprobs"]["content"]
+        .as_array()
+        .expect("logprobs.content");
+    assert_eq!(content.len(), 4, "{}", r.text());
+    let tokens: String = content
+        .iter()
+        .map(|e| e["token"].as_str().unwrap())
+        .collect();
+    assert_eq!(tokens, choice["message"]["content"].as_str().unwrap());
+    for e in content {
+        let token = e["token"].as_str().unwrap();
+        assert_eq!(e["bytes"], serde_json::json!(token.as_bytes()), "{e}");
+        assert!(e["logprob"].as_f64().unwrap() <= 0.0, "{e}");
+        let top = e["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 2, "{e}");
+        assert_eq!(top[0]["token"], token, "{e}");
+        assert_ne!(top[1]["token"], token, "{e}");
+    }
+    // Without `logprobs` the member stays null.
+    let r = post(&url, &chat("m", false, r#","max_tokens":4"#)).await;
+    assert!(r.json()["choices"][0]["logprobs"].is_null(), "{}", r.text());
+    let r = post(&url, &chat("m", true, asked)).await;
+    let mut streamed = String::new();
+    for e in &r.events()[..r.events().len() - 1] {
+        let v: serde_json::Value = serde_json::from_str(e).unwrap();
+        let c = &v["choices"][0];
+        if let Some(text) = c["delta"]["content"].as_str().filter(|t| !t.is_empty()) {
+            assert_eq!(c["logprobs"]["content"][0]["token"], text, "{e}");
+            streamed.push_str(text);
+        }
+    }
+    assert_eq!(streamed, tokens);
+}
