@@ -202,8 +202,9 @@ impl Turn {
     }
 
     /// The turn of an OpenAI Chat Completions request: the tool result is a trailing
-    /// `role: tool` message; tools are `tools[].function` with `parameters`; no call
-    /// with `tool_choice: "none"` or after a trailing assistant message (a prefill).
+    /// `role: tool` message; tools are `tools[].function` with `parameters`; the tool
+    /// called is the one `tool_choice` names, else the first; no call with
+    /// `tool_choice: "none"` or after a trailing assistant message (a prefill).
     pub fn from_openai(req: &ChatRequest, prefill: bool) -> Turn {
         let last = req.messages.last();
         let action = match last {
@@ -214,7 +215,7 @@ impl Turn {
             _ if req.extra.get("tool_choice").and_then(Value::as_str) == Some("none") => {
                 Action::Text
             }
-            _ => match req.tools.as_deref().and_then(|t| t.first()) {
+            _ => match chosen_tool(req) {
                 Some(t) => {
                     let f = t.get("function").unwrap_or(t);
                     Action::Call {
@@ -259,6 +260,36 @@ impl Turn {
             signature: None,
         }
     }
+}
+
+/// The tool an OpenAI request's answer calls: the function its `tool_choice` names
+/// (`{"type": "function", "function": {"name"}}`, or the first of
+/// `allowed_tools.tools`) when it declares one of that name, else its first tool.
+fn chosen_tool(req: &ChatRequest) -> Option<&Value> {
+    let tools = req.tools.as_deref()?;
+    let named = req.extra.get("tool_choice").and_then(|c| {
+        let function = match c.get("type")?.as_str()? {
+            "function" => c.get("function")?,
+            "allowed_tools" => c
+                .get("allowed_tools")?
+                .get("tools")?
+                .as_array()?
+                .first()?
+                .get("function")?,
+            _ => return None,
+        };
+        function.get("name")?.as_str()
+    });
+    named
+        .and_then(|name| {
+            tools.iter().find(|t| {
+                t.get("function")
+                    .and_then(|f| f.get("name"))
+                    .and_then(Value::as_str)
+                    == Some(name)
+            })
+        })
+        .or_else(|| tools.first())
 }
 
 /// Base64 of `tag` and `n` in hex: a signature this emulator issues.

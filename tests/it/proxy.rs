@@ -227,3 +227,38 @@ async fn logprobs_were_answered_with_null() {
     }
     assert_eq!(streamed, tokens);
 }
+
+/// Found by the OpenAI-ingress review (2026-12-05): the emulator behind `kind: mock`
+/// called the first declared tool even when `tool_choice` named another
+/// (`{"type": "function", "function": {"name": "second"}}`); OpenAI's reference
+/// ("tool_choice": "forces the model to call that tool") calls the named one.
+#[tokio::test]
+async fn a_tool_choice_naming_a_function_called_the_first_tool_instead() {
+    let gw = start_app(
+        "providers: { p: { kind: mock } }\nmodels: { m: { endpoints: [ { provider: p, model: x } ] } }\n",
+        &[],
+    )
+    .await;
+    let url = gw.url("/v1/chat/completions");
+    let tools = r#","tools":[{"type":"function","function":{"name":"first"}},{"type":"function","function":{"name":"second","parameters":{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}}}]"#;
+    for (choice, called) in [
+        (r#""auto""#, "first"),
+        (
+            r#"{"type":"function","function":{"name":"second"}}"#,
+            "second",
+        ),
+        (
+            r#"{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"second"}}]}}"#,
+            "second",
+        ),
+    ] {
+        let extra = format!(r#"{tools},"tool_choice":{choice}"#);
+        let r = post(&url, &chat("m", false, &extra)).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let call = &r.json()["choices"][0]["message"]["tool_calls"][0]["function"];
+        assert_eq!(call["name"], called, "{choice}: {}", r.text());
+        if called == "second" {
+            assert_eq!(call["arguments"], r#"{"q":"x"}"#, "{}", r.text());
+        }
+    }
+}
