@@ -35,7 +35,7 @@ impl Ledger {
             (_, s) if s != 200 => "error",
             (Action::Call { .. }, _) => "tool_call",
             (Action::AfterResult(_), _) => "tool_result_answer",
-            (Action::Text, _) => "text",
+            (Action::Text | Action::Json(_), _) => "text",
         };
         let mut e = json!({
             "n": n,

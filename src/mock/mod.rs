@@ -16,8 +16,10 @@
 //! fixed word list by a hash of the seed and the prompt, one word per token. A trailing
 //! assistant message is an answer prefix to continue ([`prefill`]). Tools: a request
 //! that offers tools and holds no tool result yet is answered with a call of the
-//! first tool ([`turn::tool_args`]); one whose last message is a tool result is
-//! answered with text quoting it ([`result_words`]).
+//! first tool, or the one an OpenAI `tool_choice` names ([`turn::tool_args`]); one
+//! whose last message is a tool result is answered with text quoting it
+//! ([`result_words`]). OpenAI only: `n` choices, `logprobs` when asked, and JSON text
+//! for a `response_format` of `json_object` or `json_schema`.
 //!
 //! Faults for resilience tests: random (`fail_rate`) or leading (`fail_first`) failures,
 //! rate-limit 429s, a context window, each with an error body in the shape of OpenAI,
@@ -415,6 +417,24 @@ impl MockProvider {
             Action::Text => {
                 let (tokens, finish) = capped(u64::from(self.opts.completion_tokens));
                 (self.answer(turn, tokens as usize), None, tokens, finish)
+            }
+            Action::Json(schema) => {
+                let value = match schema {
+                    Some(schema) => turn::tool_args(Some(schema)),
+                    None => {
+                        let words = self.answer(turn, self.opts.completion_tokens as usize);
+                        serde_json::json!({"answer": words.concat()})
+                    }
+                };
+                // The JSON text in tokens of at most 4 bytes (as a tool call's
+                // arguments are counted), cut at the cap like any text.
+                let mut words: Vec<String> = openai::pieces_of(&value.to_string(), 4)
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect();
+                let (tokens, finish) = capped(words.len() as u64);
+                words.truncate(tokens as usize);
+                (words, None, tokens, finish)
             }
         }
     }

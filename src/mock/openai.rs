@@ -179,10 +179,16 @@ const PIECE: usize = 16;
 /// `args` cut into pieces of at most 16 bytes at character boundaries, as providers
 /// stream arguments in fragments that are not valid JSON on their own.
 pub(super) fn pieces(args: &str) -> Vec<&str> {
+    pieces_of(args, PIECE)
+}
+
+/// `text` cut into pieces of at most `len` bytes (more for a character longer than
+/// that) at character boundaries.
+pub(super) fn pieces_of(text: &str, len: usize) -> Vec<&str> {
     let mut out = Vec::new();
-    let mut rest = args;
+    let mut rest = text;
     while !rest.is_empty() {
-        let mut end = rest.len().min(PIECE);
+        let mut end = rest.len().min(len);
         while !rest.is_char_boundary(end) {
             end += 1;
         }

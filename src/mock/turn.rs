@@ -58,6 +58,10 @@ pub enum Action {
     },
     /// The last message is a tool result: text that quotes it.
     AfterResult(String),
+    /// OpenAI's `response_format` asks for JSON: a JSON object as the text, valid for
+    /// the `json_schema` given (filled as [`tool_args`] fills arguments), or, for
+    /// `json_object` (`None`), `{"answer": <generated text>}`.
+    Json(Option<Value>),
 }
 
 /// How a replayed Gemini `functionCall` part carried its `thoughtSignature`.
@@ -213,7 +217,7 @@ impl Turn {
             }
             Some(m) if m.role == "assistant" => Action::Text,
             _ if req.extra.get("tool_choice").and_then(Value::as_str) == Some("none") => {
-                Action::Text
+                json_action(req)
             }
             _ => match chosen_tool(req) {
                 Some(t) => {
@@ -227,7 +231,7 @@ impl Turn {
                         args: tool_args(f.get("parameters")),
                     }
                 }
-                None => Action::Text,
+                None => json_action(req),
             },
         };
         let prefix = if prefill {
@@ -259,6 +263,24 @@ impl Turn {
             thinking: false,
             signature: None,
         }
+    }
+}
+
+/// The text answer of an OpenAI request: JSON when its `response_format` is
+/// `json_object` or `json_schema` (then with the schema of `json_schema.schema`), else
+/// generated text.
+fn json_action(req: &ChatRequest) -> Action {
+    let format = req.extra.get("response_format");
+    match format.and_then(|f| f.get("type")).and_then(Value::as_str) {
+        Some("json_object") => Action::Json(None),
+        Some("json_schema") => Action::Json(Some(
+            format
+                .and_then(|f| f.get("json_schema"))
+                .and_then(|j| j.get("schema"))
+                .cloned()
+                .unwrap_or_else(|| serde_json::json!({"type": "object"})),
+        )),
+        _ => Action::Text,
     }
 }
 

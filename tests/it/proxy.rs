@@ -262,3 +262,66 @@ async fn a_tool_choice_naming_a_function_called_the_first_tool_instead() {
         }
     }
 }
+
+/// Found by the OpenAI-ingress review (2026-12-05): the emulator behind `kind: mock`
+/// answered `response_format` `json_object` and `json_schema` with plain words,
+/// silently ignoring the format; OpenAI's reference ("response_format": JSON mode
+/// "ensures the message the model generates is valid JSON", Structured Outputs
+/// "matches your supplied JSON schema") answers JSON, streamed or not.
+#[tokio::test]
+async fn response_format_json_was_answered_with_plain_words() {
+    let gw = start_app(
+        "providers: { p: { kind: mock } }\nmodels: { m: { endpoints: [ { provider: p, model: x } ] } }\n",
+        &[],
+    )
+    .await;
+    let url = gw.url("/v1/chat/completions");
+    let schema = r#","response_format":{"type":"json_schema","json_schema":{"name":"city","strict":true,"schema":{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"},"tags":{"type":"array","items":{"type":"string"}}},"required":["city","days","tags"],"additionalProperties":false}}}"#;
+    for stream in [false, true] {
+        let r = post(&url, &chat("m", stream, schema)).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let text = if stream {
+            r.events()[..r.events().len() - 1]
+                .iter()
+                .map(|e| {
+                    let v: serde_json::Value = serde_json::from_str(e).unwrap();
+                    v["choices"][0]["delta"]["content"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string()
+                })
+                .collect::<String>()
+        } else {
+            r.json()["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+        assert!(
+            v["city"].is_string() && v["days"].is_i64() && v["tags"].is_array(),
+            "{v}"
+        );
+    }
+    let r = post(
+        &url,
+        &chat("m", false, r#","response_format":{"type":"json_object"}"#),
+    )
+    .await;
+    let text = r.json()["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let v: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    assert!(v.is_object(), "{text}");
+    // `text` stays words.
+    let r = post(
+        &url,
+        &chat("m", false, r#","response_format":{"type":"text"}"#),
+    )
+    .await;
+    let text = r.json()["choices"][0]["message"]["content"].clone();
+    assert!(serde_json::from_str::<serde_json::Value>(text.as_str().unwrap()).is_err());
+}
