@@ -18,8 +18,9 @@
 //! that offers tools and holds no tool result yet is answered with a call of the
 //! first tool, or the one an OpenAI `tool_choice` names ([`turn::tool_args`]); one
 //! whose last message is a tool result is answered with text quoting it
-//! ([`result_words`]). OpenAI only: `n` choices, `logprobs` when asked, and JSON text
-//! for a `response_format` of `json_object` or `json_schema`.
+//! ([`result_words`]). OpenAI only: `n` choices, `logprobs` when asked, JSON text
+//! for a `response_format` of `json_object` or `json_schema`, and text cut before a
+//! `stop` sequence.
 //!
 //! Faults for resilience tests: random (`fail_rate`) or leading (`fail_first`) failures,
 //! rate-limit 429s, a context window, each with an error body in the shape of OpenAI,
@@ -416,7 +417,14 @@ impl MockProvider {
             }
             Action::Text => {
                 let (tokens, finish) = capped(u64::from(self.opts.completion_tokens));
-                (self.answer(turn, tokens as usize), None, tokens, finish)
+                let words = self.answer(turn, tokens as usize);
+                match cut_at_stop(&words, &turn.stop) {
+                    Some(kept) => {
+                        let tokens = kept.len() as u64;
+                        (kept, None, tokens, Finish::Stop)
+                    }
+                    None => (words, None, tokens, finish),
+                }
             }
             Action::Json(schema) => {
                 let value = match schema {
@@ -656,6 +664,29 @@ fn mix(mut x: u64) -> u64 {
 /// A number in [0, 1) from the seed and request number: the failure draw.
 fn unit_hash(seed: u64, n: u64) -> f64 {
     (mix(seed ^ mix(n)) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// `words` cut before the first place their text holds one of the `stop` sequences
+/// (OpenAI's `stop`: the sequence itself is not returned, and the answer finishes
+/// with `stop`); a token the cut falls inside keeps its part before it. `None` when
+/// no sequence occurs.
+fn cut_at_stop(words: &[String], stop: &[String]) -> Option<Vec<String>> {
+    let text = words.concat();
+    let at = stop.iter().filter_map(|s| text.find(s.as_str())).min()?;
+    let mut kept = Vec::new();
+    let mut start = 0;
+    for w in words {
+        if start + w.len() <= at {
+            kept.push(w.clone());
+        } else {
+            if start < at {
+                kept.push(w[..at - start].to_string());
+            }
+            break;
+        }
+        start += w.len();
+    }
+    Some(kept)
 }
 
 /// The reply's tokens: `n` words chosen by hashing the seed and prompt, each but the

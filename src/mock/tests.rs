@@ -641,3 +641,26 @@ async fn prefill_false_treats_the_assistant_message_as_prompt() {
     assert_eq!(v["choices"][0]["message"]["content"], want);
     assert_ne!(want, text);
 }
+
+#[test]
+fn stop_sequences_cut_the_words_before_the_first_one() {
+    let words: Vec<String> = ["Hello", " big", " world", "."].map(String::from).into();
+    let cut = |stop: &[&str]| {
+        cut_at_stop(
+            &words,
+            &stop.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(
+        cut(&["."]),
+        Some(vec!["Hello".into(), " big".into(), " world".into()])
+    );
+    assert_eq!(
+        cut(&["zzz", " w"]),
+        Some(vec!["Hello".into(), " big".into()])
+    );
+    assert_eq!(cut(&["ig wor"]), Some(vec!["Hello".into(), " b".into()]));
+    assert_eq!(cut(&["Hello"]), Some(vec![]));
+    assert_eq!(cut(&["zzz"]), None);
+    assert_eq!(cut(&[]), None);
+}

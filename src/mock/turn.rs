@@ -23,6 +23,8 @@ pub struct Turn {
     pub n: u32,
     /// OpenAI only: `Some(top_logprobs)` when the request asked for `logprobs`.
     pub logprobs: Option<u32>,
+    /// OpenAI only: the `stop` sequences (a string or an array), empty ones left out.
+    pub stop: Vec<String>,
     /// Output cap in tokens (`max_tokens`, `maxOutputTokens`), if any.
     pub cap: Option<u64>,
     /// The conversation's text, one message a line: what the answer is drawn from.
@@ -255,6 +257,18 @@ impl Turn {
                     .and_then(Value::as_u64)
                     .map_or(0, |k| k.min(MAX_TOP_LOGPROBS.into()) as u32)
             }),
+            stop: match req.extra.get("stop") {
+                Some(Value::String(s)) => vec![s.clone()],
+                Some(Value::Array(a)) => a
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect(),
+                _ => Vec::new(),
+            }
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect(),
             cap: req.output_cap(),
             prompt: req.prompt_text(),
             prompt_tokens: req.estimated_input_tokens(),

@@ -325,3 +325,49 @@ async fn response_format_json_was_answered_with_plain_words() {
     let text = r.json()["choices"][0]["message"]["content"].clone();
     assert!(serde_json::from_str::<serde_json::Value>(text.as_str().unwrap()).is_err());
 }
+
+/// Found by the OpenAI-ingress review (2026-12-05): the emulator behind `kind: mock`
+/// ignored `stop`: its answer ran on through a stop sequence (every answer ends in
+/// `.`). OpenAI's reference ("stop": "sequences where the API will stop generating
+/// further tokens. The returned text will not contain the stop sequence") stops
+/// before it, finishing with `stop`.
+#[tokio::test]
+async fn stop_sequences_were_ignored() {
+    let gw = start_app(
+        "providers: { p: { kind: mock } }\nmodels: { m: { endpoints: [ { provider: p, model: x } ] } }\n",
+        &[],
+    )
+    .await;
+    let url = gw.url("/v1/chat/completions");
+    let r = post(&url, &chat("m", false, "")).await;
+    let full = r.json()["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(full.ends_with('.'), "{full}");
+    for (stop, stream) in [(r#"".""#, false), (r#"["x-none", "."]"#, true)] {
+        let r = post(&url, &chat("m", stream, &format!(r#","stop":{stop}"#))).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let (text, finish) = if stream {
+            let mut text = String::new();
+            let mut finish = serde_json::Value::Null;
+            for e in &r.events()[..r.events().len() - 1] {
+                let v: serde_json::Value = serde_json::from_str(e).unwrap();
+                let c = &v["choices"][0];
+                text.push_str(c["delta"]["content"].as_str().unwrap_or(""));
+                if !c["finish_reason"].is_null() {
+                    finish = c["finish_reason"].clone();
+                }
+            }
+            (text, finish)
+        } else {
+            let c = &r.json()["choices"][0];
+            (
+                c["message"]["content"].as_str().unwrap().to_string(),
+                c["finish_reason"].clone(),
+            )
+        };
+        assert_eq!(text, full.trim_end_matches('.'), "{stop}");
+        assert_eq!(finish, "stop");
+    }
+}
