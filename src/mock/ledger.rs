@@ -33,7 +33,7 @@ impl Ledger {
     ) {
         let reply = match (&turn.action, status) {
             (_, s) if s != 200 => "error",
-            (Action::Call { .. }, _) => "tool_call",
+            (Action::Call { .. } | Action::Custom { .. }, _) => "tool_call",
             (Action::AfterResult(_), _) => "tool_result_answer",
             (Action::Text | Action::Json(_), _) => "text",
         };

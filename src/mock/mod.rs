@@ -108,8 +108,10 @@ struct Call {
     /// Its id (`call_…` or `toolu_…`; Gemini sends none).
     id: String,
     name: String,
-    /// The arguments as JSON text.
+    /// The arguments as JSON text (a custom tool's input text).
     args: String,
+    /// OpenAI's custom tool call (`type: "custom"`, `custom.input`), not a function.
+    custom: bool,
     /// Gemini's `thoughtSignature` for it.
     signature: String,
 }
@@ -404,7 +406,19 @@ impl MockProvider {
                     },
                     name: name.clone(),
                     args: args.to_string(),
+                    custom: false,
                     signature: gemini::signature(n),
+                };
+                let tokens = call_tokens(&call);
+                (Vec::new(), Some(call), tokens, Finish::Tool)
+            }
+            Action::Custom { name, input } => {
+                let call = Call {
+                    id: format!("call_mock{n:016x}"),
+                    name: name.clone(),
+                    args: input.clone(),
+                    custom: true,
+                    signature: String::new(),
                 };
                 let tokens = call_tokens(&call);
                 (Vec::new(), Some(call), tokens, Finish::Tool)

@@ -26,6 +26,16 @@ fn id(r: &Reply<'_>) -> String {
 /// The whole `chat.completion` body.
 pub(super) fn json(r: &Reply<'_>) -> Value {
     let message = match &r.call {
+        Some(c) if c.custom => json!({
+            "role": "assistant",
+            "content": null,
+            "tool_calls": [{
+                "id": c.id,
+                "type": "custom",
+                "custom": {"name": c.name, "input": c.args},
+            }],
+            "refusal": null,
+        }),
         Some(c) => json!({
             "role": "assistant",
             "content": null,
@@ -95,18 +105,25 @@ pub(super) fn chunks(r: &Reply<'_>) -> Vec<Bytes> {
     for index in 0..choices {
         match &r.call {
             Some(c) => {
+                // A custom tool's input streams as a function's arguments do, under
+                // its own member names.
+                let (kind, field) = if c.custom {
+                    ("custom", "input")
+                } else {
+                    ("function", "arguments")
+                };
                 out.push(chunk(
                     index,
                     json!({"role": "assistant", "content": null, "tool_calls": [{
-                        "index": 0, "id": c.id, "type": "function",
-                        "function": {"name": c.name, "arguments": ""},
+                        "index": 0, "id": c.id, "type": kind,
+                        kind: {"name": c.name, field: ""},
                     }]}),
                     None,
                 ));
                 for piece in pieces(&c.args) {
                     out.push(chunk(
                         index,
-                        json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
+                        json!({"tool_calls": [{"index": 0, kind: {field: piece}}]}),
                         None,
                     ));
                 }

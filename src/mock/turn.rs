@@ -58,6 +58,14 @@ pub enum Action {
         /// Arguments valid for its schema.
         args: Value,
     },
+    /// OpenAI only: the request offers a custom tool (`{"type": "custom"}`, free-form
+    /// input) and holds no tool result yet: call it with the text `input`.
+    Custom {
+        /// The tool's name.
+        name: String,
+        /// The call's input text.
+        input: String,
+    },
     /// The last message is a tool result: text that quotes it.
     AfterResult(String),
     /// OpenAI's `response_format` asks for JSON: a JSON object as the text, valid for
@@ -201,6 +209,10 @@ pub const MAX_CHOICES: u32 = 128;
 /// Most alternatives per token in `top_logprobs` (OpenAI's largest).
 pub const MAX_TOP_LOGPROBS: u32 = 20;
 
+/// The input of a custom tool call (its format, text or grammar, is not read): the
+/// placeholder a string argument gets.
+pub const CUSTOM_INPUT: &str = "x";
+
 impl Turn {
     /// How many choices the answer has: the request's `n`, at least 1.
     pub fn choices(&self) -> u32 {
@@ -222,6 +234,17 @@ impl Turn {
                 json_action(req)
             }
             _ => match chosen_tool(req) {
+                Some(t) if t.get("type").and_then(Value::as_str) == Some("custom") => {
+                    Action::Custom {
+                        name: t
+                            .get("custom")
+                            .and_then(|c| c.get("name"))
+                            .and_then(Value::as_str)
+                            .unwrap_or("tool")
+                            .to_string(),
+                        input: CUSTOM_INPUT.to_string(),
+                    }
+                }
                 Some(t) => {
                     let f = t.get("function").unwrap_or(t);
                     Action::Call {
@@ -298,31 +321,29 @@ fn json_action(req: &ChatRequest) -> Action {
     }
 }
 
-/// The tool an OpenAI request's answer calls: the function its `tool_choice` names
-/// (`{"type": "function", "function": {"name"}}`, or the first of
-/// `allowed_tools.tools`) when it declares one of that name, else its first tool.
+/// The tool an OpenAI request's answer calls: the function or custom tool its
+/// `tool_choice` names (`{"type": "function", "function": {"name"}}`, the same with
+/// `custom`, or the first of `allowed_tools.tools`) when it declares one of that kind
+/// and name, else its first tool.
 fn chosen_tool(req: &ChatRequest) -> Option<&Value> {
     let tools = req.tools.as_deref()?;
     let named = req.extra.get("tool_choice").and_then(|c| {
-        let function = match c.get("type")?.as_str()? {
-            "function" => c.get("function")?,
-            "allowed_tools" => c
-                .get("allowed_tools")?
-                .get("tools")?
-                .as_array()?
-                .first()?
-                .get("function")?,
+        let c = match c.get("type")?.as_str()? {
+            "function" | "custom" => c,
+            "allowed_tools" => c.get("allowed_tools")?.get("tools")?.as_array()?.first()?,
             _ => return None,
         };
-        function.get("name")?.as_str()
+        let kind = c.get("type")?.as_str()?;
+        Some((kind, c.get(kind)?.get("name")?.as_str()?))
     });
     named
-        .and_then(|name| {
+        .and_then(|(kind, name)| {
             tools.iter().find(|t| {
-                t.get("function")
-                    .and_then(|f| f.get("name"))
-                    .and_then(Value::as_str)
-                    == Some(name)
+                t.get("type").and_then(Value::as_str) == Some(kind)
+                    && t.get(kind)
+                        .and_then(|f| f.get("name"))
+                        .and_then(Value::as_str)
+                        == Some(name)
             })
         })
         .or_else(|| tools.first())

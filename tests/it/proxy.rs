@@ -371,3 +371,43 @@ async fn stop_sequences_were_ignored() {
         assert_eq!(finish, "stop");
     }
 }
+
+/// Found by the OpenAI-ingress review (2026-12-05): the emulator behind `kind: mock`
+/// answered a request offering a custom tool (`{"type": "custom", "custom":
+/// {"name": ...}}`) with a *function* call named `tool`; OpenAI's reference
+/// ("Custom tool call": `type: "custom"`, `custom.name`, `custom.input`) calls the
+/// custom tool by its name, streamed or not.
+#[tokio::test]
+async fn a_custom_tool_was_called_as_a_function_named_tool() {
+    let gw = start_app(
+        "providers: { p: { kind: mock } }\nmodels: { m: { endpoints: [ { provider: p, model: x } ] } }\n",
+        &[],
+    )
+    .await;
+    let url = gw.url("/v1/chat/completions");
+    let only = r#","tools":[{"type":"custom","custom":{"name":"grep","format":{"type":"text"}}}]"#;
+    let named = r#","tools":[{"type":"function","function":{"name":"f"}},{"type":"custom","custom":{"name":"grep"}}],"tool_choice":{"type":"custom","custom":{"name":"grep"}}"#;
+    for extra in [only, named] {
+        let r = post(&url, &chat("m", false, extra)).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        let call = &v["choices"][0]["message"]["tool_calls"][0];
+        assert_eq!(call["type"], "custom", "{}", r.text());
+        assert_eq!(call["custom"]["name"], "grep", "{}", r.text());
+        assert!(call["custom"]["input"].is_string(), "{}", r.text());
+        assert!(call.get("function").is_none(), "{}", r.text());
+        assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+        let input = call["custom"]["input"].as_str().unwrap().to_string();
+        let r = post(&url, &chat("m", true, extra)).await;
+        let mut streamed = String::new();
+        for e in &r.events()[..r.events().len() - 1] {
+            let v: serde_json::Value = serde_json::from_str(e).unwrap();
+            let c = &v["choices"][0]["delta"]["tool_calls"][0];
+            if !c.is_null() {
+                assert!(c.get("function").is_none(), "{e}");
+                streamed.push_str(c["custom"]["input"].as_str().unwrap_or(""));
+            }
+        }
+        assert_eq!(streamed, input, "{}", r.text());
+    }
+}
