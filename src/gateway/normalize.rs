@@ -18,7 +18,8 @@ use crate::error::GatewayError;
 use crate::policy::RequestFeatures;
 use crate::routing::features::features_reading;
 
-/// Parses and validates the body: its declared media type ([`json_content_type`]),
+/// Parses and validates the body: its declared media type and coding
+/// ([`json_content_type`], [`identity_content_encoding`]),
 /// [`ChatRequest::parse_bytes`]'s structural checks, then
 /// [`crate::api::validate::check`]'s field rules (roles and content parts, tool calls
 /// and results, tools and their schemas, `tool_choice`, parameter ranges).
@@ -31,6 +32,7 @@ pub fn parse(
     headers: &HeaderMap,
 ) -> Result<ChatRequest, GatewayError> {
     json_content_type(headers)?;
+    identity_content_encoding(headers)?;
     let chat = ChatRequest::parse_bytes(body)?;
     ctx.model.clone_from(&chat.model);
     ctx.stream = chat.is_stream();
@@ -71,6 +73,40 @@ pub fn json_content_type(headers: &HeaderMap) -> Result<(), GatewayError> {
         ),
     )
     .with_code(crate::error::Code::UnsupportedMediaType))
+}
+
+/// Checks that a chat request's body is not compressed: no `Content-Encoding`, or
+/// only `identity`. The gateway does not decode bodies, and a gzip body read as JSON
+/// would get a misleading "not valid JSON".
+///
+/// # Errors
+/// 415 `unsupported_media_type` naming the coding (RFC 9110 section 15.5.16: "the
+/// content is in a ... content coding the server does not support"), with
+/// `Accept-Encoding: identity` as that section asks.
+pub fn identity_content_encoding(headers: &HeaderMap) -> Result<(), GatewayError> {
+    let coded = headers
+        .get_all(http::header::CONTENT_ENCODING)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        .find(|c| !c.is_empty() && !c.eq_ignore_ascii_case(b"identity"));
+    let Some(coding) = coded else {
+        return Ok(());
+    };
+    let mut accept = HeaderMap::new();
+    accept.insert(
+        http::header::ACCEPT_ENCODING,
+        http::HeaderValue::from_static("identity"),
+    );
+    Err(GatewayError::new(
+        crate::error::ErrorKind::UnsupportedMediaType,
+        format!(
+            "unsupported Content-Encoding `{}`: send the JSON body uncompressed",
+            crate::error::bounded(&String::from_utf8_lossy(coding), 64)
+        ),
+    )
+    .with_code(crate::error::Code::UnsupportedMediaType)
+    .with_headers(accept))
 }
 
 /// Bodies of at least this many bytes have their decoded messages set aside by

@@ -144,6 +144,18 @@ async fn post_with_content_type(
     content_type: Option<&str>,
     body: &str,
 ) -> (u16, String) {
+    let (status, _, text) = post_with_headers(url, content_type, &[], body.as_bytes()).await;
+    (status, text)
+}
+
+/// A chat request with `content_type` (if any) and `headers`; the status, response
+/// headers and body.
+async fn post_with_headers(
+    url: &str,
+    content_type: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, http::HeaderMap, String) {
     use http_body_util::{BodyExt, Full};
     let client: hyper_util::client::legacy::Client<_, Full<bytes::Bytes>> =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
@@ -152,13 +164,17 @@ async fn post_with_content_type(
     if let Some(ct) = content_type {
         req = req.header("content-type", ct);
     }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
     let req = req
-        .body(Full::new(bytes::Bytes::from(body.to_string())))
+        .body(Full::new(bytes::Bytes::copy_from_slice(body)))
         .unwrap();
     let resp = client.request(req).await.unwrap();
     let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
+    (status, headers, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// Found by the OpenAI-ingress review (2026-12-05): a body declared as `text/plain`
@@ -199,4 +215,57 @@ async fn a_body_declared_as_text_or_a_form_was_forwarded_instead_of_refused_with
         assert_eq!(status, 200, "{ct:?}: {text}");
     }
     assert_eq!(hits.load(Ordering::SeqCst), 4);
+}
+
+/// Found by the OpenAI-ingress review (2026-12-05): a gzip-compressed body
+/// (`Content-Encoding: gzip`) was read as JSON and answered "request body is not
+/// valid JSON", as if the client had sent bad JSON; the gateway does not decode
+/// bodies, and RFC 9110 section 15.5.16 answers a content coding the server does not
+/// take with 415 and `Accept-Encoding`.
+#[tokio::test]
+async fn a_gzip_body_was_answered_as_invalid_json_instead_of_415() {
+    let (addr, hits) = scripted_upstream(200, COMPLETION);
+    let gw = start_app(&one_upstream_config(addr, ""), &[]).await;
+    let url = gw.url("/v1/chat/completions");
+    let body = br#"{"model":"gpt-4o","messages":[{"role":"user","content":"q"}]}"#;
+    let (status, headers, text) = post_with_headers(
+        &url,
+        Some("application/json"),
+        &[("content-encoding", "gzip")],
+        &stored_gzip(body),
+    )
+    .await;
+    assert_eq!(status, 415, "{text}");
+    let e: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(e["error"]["code"], "unsupported_media_type", "{text}");
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("gzip"),
+        "{text}"
+    );
+    assert_eq!(headers["accept-encoding"], "identity");
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "the upstream saw a request");
+    // `identity` is no coding at all.
+    let (status, _, text) = post_with_headers(
+        &url,
+        Some("application/json"),
+        &[("content-encoding", "identity")],
+        body,
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+}
+
+/// `body` as a gzip member holding one stored (uncompressed) deflate block: a gzip
+/// body made without a compression library (its CRC-32 is left 0: the gateway never
+/// decodes it).
+fn stored_gzip(body: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+    let len = body.len() as u16;
+    out.push(1); // BFINAL = 1, BTYPE = stored
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&(!len).to_le_bytes());
+    out.extend_from_slice(body);
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out
 }
