@@ -35,6 +35,7 @@ pub(super) fn json(r: &Reply<'_>) -> Value {
                 "custom": {"name": c.name, "input": c.args},
             }],
             "refusal": null,
+            "annotations": [],
         }),
         Some(c) => json!({
             "role": "assistant",
@@ -45,8 +46,14 @@ pub(super) fn json(r: &Reply<'_>) -> Value {
                 "function": {"name": c.name, "arguments": c.args},
             }],
             "refusal": null,
+            "annotations": [],
         }),
-        None => json!({"role": "assistant", "content": r.words.concat(), "refusal": null}),
+        None => json!({
+            "role": "assistant",
+            "content": r.words.concat(),
+            "refusal": null,
+            "annotations": [],
+        }),
     };
     let logprobs = match (&r.call, r.turn.logprobs) {
         (None, Some(top)) => json!({
@@ -71,8 +78,30 @@ pub(super) fn json(r: &Reply<'_>) -> Value {
         "created": r.created,
         "model": r.turn.model,
         "choices": choices,
-        "usage": r.usage,
+        "usage": usage(r),
+        "service_tier": SERVICE_TIER,
         "system_fingerprint": "fp_switchyard_mock",
+    })
+}
+
+/// The `service_tier` OpenAI reports for a request that named none.
+const SERVICE_TIER: &str = "default";
+
+/// The reply's `usage` with the breakdowns OpenAI always sends
+/// (`prompt_tokens_details`, `completion_tokens_details`), all zero here: the
+/// emulator caches no prompts and neither reasons nor speaks in this format.
+fn usage(r: &Reply<'_>) -> Value {
+    json!({
+        "prompt_tokens": r.usage.prompt_tokens,
+        "completion_tokens": r.usage.completion_tokens,
+        "total_tokens": r.usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
     })
 }
 
@@ -89,6 +118,7 @@ pub(super) fn chunks(r: &Reply<'_>) -> Vec<Bytes> {
             "object": "chat.completion.chunk",
             "created": r.created,
             "model": r.turn.model,
+            "service_tier": SERVICE_TIER,
             "system_fingerprint": "fp_switchyard_mock",
             "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
         });
@@ -131,7 +161,7 @@ pub(super) fn chunks(r: &Reply<'_>) -> Vec<Bytes> {
             None => {
                 out.push(chunk(
                     index,
-                    json!({"role": "assistant", "content": ""}),
+                    json!({"role": "assistant", "content": "", "refusal": null}),
                     None,
                 ));
                 for (k, w) in r.words.iter().enumerate() {
@@ -153,9 +183,10 @@ pub(super) fn chunks(r: &Reply<'_>) -> Vec<Bytes> {
             "object": "chat.completion.chunk",
             "created": r.created,
             "model": r.turn.model,
+            "service_tier": SERVICE_TIER,
             "system_fingerprint": "fp_switchyard_mock",
             "choices": [],
-            "usage": r.usage,
+            "usage": usage(r),
         });
         out.push(sse_data(&u));
     }

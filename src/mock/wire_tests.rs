@@ -817,3 +817,48 @@ async fn gemini_thoughts_are_parts_marked_thought_and_counted_apart() {
         THINKING_TOKENS
     );
 }
+
+/// Found by the OpenAI-ingress review (2026-12-05): the OpenAI-format answer lacked
+/// members every recorded OpenAI answer has (`service_tier`, `message.annotations`,
+/// `usage.prompt_tokens_details`, `usage.completion_tokens_details`, the role
+/// chunk's `refusal`), so a client reading `usage.prompt_tokens_details.cached_tokens`
+/// through the gateway failed against the mock and worked against OpenAI. Now the
+/// answer and its chunks have the recorded members both ways (the stream's random
+/// `obfuscation` padding aside).
+#[tokio::test]
+async fn openai_answer_lacked_members_of_the_recorded_answer() {
+    let p = MockProvider::new(MockOptions::default());
+    let real = fixture_json("openai/openai-text.json");
+    let ours = json_of(
+        p.chat(
+            &ChatRequest::parse(br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#)
+                .unwrap(),
+        )
+        .await,
+    )
+    .await;
+    same_names_and_types(&ours, &real, "$");
+    same_names_and_types(&real, &ours, "recorded");
+    let real = fixture_lines("openai/openai-text.chunks.txt");
+    let stream = ChatRequest::parse(
+        br#"{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}"#,
+    )
+    .unwrap();
+    let ours = sse_data_events(p.chat(&stream).await).await;
+    let without_padding = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("obfuscation");
+        }
+        v
+    };
+    for (o, r) in [
+        (ours.first().unwrap(), real.first().unwrap()),
+        (&ours[1], &real[1]),
+        (ours.last().unwrap(), real.last().unwrap()),
+    ] {
+        let r = without_padding(r);
+        same_names_and_types(o, &r, "chunk");
+        same_names_and_types(&r, o, "recorded chunk");
+    }
+}
