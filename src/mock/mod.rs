@@ -263,8 +263,12 @@ impl MockProvider {
     }
 
     /// Answers a chat completion request as an OpenAI server would: JSON, or SSE when
-    /// `stream` is true, after the configured latency; or an injected failure.
+    /// `stream` is true, after the configured latency; or an injected failure; or a
+    /// 400 for what it cannot emulate ([`openai::refused`]: audio output).
     pub async fn chat(&self, req: &ChatRequest) -> Response<Body> {
+        if let Some(refused) = openai::refused(req) {
+            return refused;
+        }
         self.respond(Wire::OpenAi, &Turn::from_openai(req, self.opts.prefill))
             .await
     }

@@ -84,6 +84,36 @@ pub(super) fn json(r: &Reply<'_>) -> Value {
     })
 }
 
+/// A request the emulator cannot answer as asked, refused the way OpenAI refuses an
+/// unsupported value, before any other check: a 400 `invalid_request_error` naming
+/// the parameter. That is audio output (`modalities` holding `"audio"`, or an
+/// `audio` parameter): the emulator answers text only, and an answer without the
+/// `message.audio` the client asked for would drop the parameter silently.
+pub fn refused(req: &crate::api::ChatRequest) -> Option<http::Response<crate::body::Body>> {
+    let audio_modality = req
+        .extra
+        .get("modalities")
+        .and_then(Value::as_array)
+        .is_some_and(|m| m.iter().any(|x| x == "audio"));
+    let param = if audio_modality {
+        "modalities"
+    } else if req.extra.get("audio").is_some_and(|a| !a.is_null()) {
+        "audio"
+    } else {
+        return None;
+    };
+    let body = json!({"error": {
+        "message": format!("`{param}`: this model (switchyard mock) does not produce audio; it answers text only"),
+        "type": "invalid_request_error",
+        "param": param,
+        "code": "unsupported_value",
+    }});
+    Some(crate::body::json(
+        http::StatusCode::BAD_REQUEST,
+        serde_json::to_vec(&body).unwrap_or_default(),
+    ))
+}
+
 /// The `service_tier` OpenAI reports for a request that named none.
 const SERVICE_TIER: &str = "default";
 

@@ -411,3 +411,33 @@ async fn a_custom_tool_was_called_as_a_function_named_tool() {
         assert_eq!(streamed, input, "{}", r.text());
     }
 }
+
+/// Found by the OpenAI-ingress review (2026-12-05): the emulator behind `kind: mock`
+/// answered a request for audio output (`modalities: ["text", "audio"]` with
+/// `audio`) with text only, silently dropping both; it cannot speak, so it now
+/// refuses them as OpenAI refuses an unsupported value (400 naming the parameter),
+/// and the gateway passes that refusal through with its `param`.
+#[tokio::test]
+async fn audio_output_was_answered_with_text_only() {
+    let gw = start_app(
+        "providers: { p: { kind: mock } }\nmodels: { m: { endpoints: [ { provider: p, model: x } ] } }\n",
+        &[],
+    )
+    .await;
+    let url = gw.url("/v1/chat/completions");
+    for (extra, param) in [
+        (
+            r#","modalities":["text","audio"],"audio":{"voice":"alloy","format":"wav"}"#,
+            "modalities",
+        ),
+        (r#","audio":{"voice":"alloy","format":"wav"}"#, "audio"),
+    ] {
+        let r = post(&url, &chat("m", false, extra)).await;
+        assert_eq!(r.status, 400, "{}", r.text());
+        let e = &r.json()["error"];
+        assert_eq!(e["type"], "invalid_request_error", "{}", r.text());
+        assert_eq!(e["param"], param, "{}", r.text());
+    }
+    let r = post(&url, &chat("m", false, r#","modalities":["text"]"#)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+}
