@@ -133,6 +133,53 @@ async fn attack_restart_that_finishes_before_repeating_the_sent_text_is_diverged
     );
 }
 
+/// A chunk of an OpenAI-format reasoning model (DeepSeek, xAI, vLLM) carrying a
+/// piece of `delta.reasoning_content`.
+fn reasoning_chunk(p: &str) -> String {
+    format!(
+        "data: {{\"id\":\"up\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"x\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":null,\"reasoning_content\":{}}},\"finish_reason\":null}}]}}\n\n",
+        serde_json::to_string(p).unwrap()
+    )
+}
+
+// Regression: the OpenAI-format relay read only `delta.content` and `delta.tool_calls`,
+// so a DeepSeek/xAI/vLLM stream's `reasoning_content` was invisible to it: the README
+// says a stream that sent reasoning is not continued, yet this one was, and the
+// restart on q streamed its reasoning again after the text the client already had.
+// Expected: one error event after "Hello", the reasoning once, q never asked.
+#[tokio::test]
+async fn a_stream_cut_after_openai_format_reasoning_is_not_continued() {
+    let mut cut = role_chunk();
+    cut.push_str(&reasoning_chunk("Let me think."));
+    cut.push_str(&text_chunk("Hello"));
+    cut.push_str(PAUSE);
+    cut.push_str(ERROR_EVENT);
+    let (a, _) = sse_upstream(vec![cut]);
+    let mut again = role_chunk();
+    again.push_str(&reasoning_chunk("Let me think again."));
+    again.push_str(&openai_sse(&["Hello", " world"], true)[role_chunk().len()..]);
+    let (b, seen_b) = sse_upstream(vec![again]);
+    let (cfg, policy) = chain3(&oa(a, ""), &oa(b, ""), None, "");
+    let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
+    assert_eq!(r.status, 200);
+    let events = r.events();
+    let reasoning: Vec<&String> = events
+        .iter()
+        .filter(|e| e.contains("reasoning_content\":\""))
+        .collect();
+    assert_eq!(reasoning.len(), 1, "the reasoning once: {}", r.text());
+    assert_eq!(
+        events.iter().filter(|e| e.contains("\"error\"")).count(),
+        1,
+        "{}",
+        r.text()
+    );
+    assert!(events.last().unwrap().contains("\"error\""), "{}", r.text());
+    assert!(!events.iter().any(|e| e == "[DONE]"), "{}", r.text());
+    assert_eq!(seen_b.lock().unwrap().len(), 0, "not continued on q");
+}
+
 // ---------------------------------------------------------------------------
 // Held up (kept as regression checks)
 // ---------------------------------------------------------------------------

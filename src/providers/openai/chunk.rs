@@ -1,7 +1,8 @@
 //! The targeted scanner of the OpenAI stream relay: one pass over a
 //! `chat.completion.chunk` that records, as byte ranges into its text, the few members
 //! the relay reads (`model`, `usage`, `error`, `id`, `created`, and per choice
-//! `finish_reason`, `delta.content`, `delta.tool_calls`), and skips the rest by bracket
+//! `finish_reason`, `delta.content`, `delta.tool_calls`, `delta.reasoning_content`), and
+//! skips the rest by bracket
 //! depth. The relay then writes the chunk with `model` replaced (and `usage` dropped
 //! when the client did not ask for it) straight into the client's buffer: no tree, no
 //! re-serialization and no allocation per event.
@@ -42,6 +43,9 @@ pub(super) struct ChoiceScan {
     pub content: Option<Range<usize>>,
     /// `delta.tool_calls` is present and not `null`.
     pub tool_calls: bool,
+    /// `delta.reasoning_content` (DeepSeek, xAI, vLLM) or `delta.reasoning` (vLLM's
+    /// newer name, OpenRouter) is present and neither `null` nor `""`.
+    pub reasoning: bool,
 }
 
 /// The members of one chunk the relay reads. Value ranges include a string's quotes;
@@ -83,6 +87,9 @@ pub(super) struct ChunkScan {
 enum Slot {
     /// `delta.content` of the choice at this index (absent when `""`).
     Content(u32),
+    /// `delta.reasoning_content` or `delta.reasoning` of the choice at this index
+    /// (no reasoning when `""`).
+    Reasoning(u32),
     /// Any other (its range, if recorded, only moves).
     Other,
 }
@@ -121,6 +128,8 @@ enum Name {
     Content,
     ToolCalls,
     FinishReason,
+    /// `reasoning_content` or `reasoning`.
+    Reasoning,
     /// Any other name.
     Other,
 }
@@ -155,6 +164,7 @@ impl Name {
             [b'f', b'i', b'n', b'i', b's', b'h', b'_', b'r', b'e', b'a', b's', b'o', b'n'] => {
                 Name::FinishReason
             }
+            b"reasoning_content" | b"reasoning" => Name::Reasoning,
             _ => Name::Other,
         }
     }
@@ -310,6 +320,11 @@ fn choice(
                             note_string(b, &v, Slot::Content(index), strings);
                         }
                         Name::ToolCalls => c.tool_calls = !is_null(b, &v),
+                        Name::Reasoning => {
+                            let raw = &b[v.clone()];
+                            c.reasoning |= raw != b"null" && raw != b"\"\"";
+                            note_string(b, &v, Slot::Reasoning(index), strings);
+                        }
                         _ => note_string(b, &v, Slot::Other, strings),
                     }
                     d.value_ends(v.end)?;
@@ -527,12 +542,20 @@ impl ChunkScan {
         for s in &mut self.strings {
             s.0 = map(&s.0);
         }
-        // A changed `delta.content` is content unless it became `""`.
+        // A changed `delta.content` is content unless it became `""`; so is a
+        // changed reasoning piece reasoning (a delta holds one of its two names).
         for &(start, end, slot) in &slots[..n] {
-            if let Slot::Content(i) = slot {
-                let r = map(&(start..end));
-                let c = &mut self.choices[i as usize];
-                c.content = (&b[r.clone()] != b"\"\"").then_some(r);
+            match slot {
+                Slot::Content(i) => {
+                    let r = map(&(start..end));
+                    let c = &mut self.choices[i as usize];
+                    c.content = (&b[r.clone()] != b"\"\"").then_some(r);
+                }
+                Slot::Reasoning(i) => {
+                    let r = map(&(start..end));
+                    self.choices[i as usize].reasoning = &b[r] != b"\"\"";
+                }
+                Slot::Other => {}
             }
         }
         self.template.clear();
@@ -902,6 +925,32 @@ mod tests {
             hits += usize::from(fast && had_template);
         }
         hits
+    }
+
+    /// A reasoning piece that becomes empty (or text again) from one chunk to the
+    /// next is read from the template as the full scan reads it.
+    #[test]
+    fn reasoning_that_empties_is_told_on_the_template_path() {
+        let chunk = |r: &str| {
+            format!(r#"{{"id":"c","model":"m","choices":[{{"index":0,"delta":{{"content":null,"reasoning_content":{r}}},"finish_reason":null}}]}}"#)
+                .into_bytes()
+        };
+        let chunks = [
+            chunk(r#""think""#),
+            chunk(r#""""#),
+            chunk(r#""more""#),
+            chunk("null"),
+        ];
+        assert_eq!(agree(&chunks), 2, "two chunks read from the template");
+        let mut c = ChunkScan::default();
+        let seen: Vec<bool> = chunks
+            .iter()
+            .map(|b| {
+                c.scan(b).unwrap();
+                c.choices[0].reasoning
+            })
+            .collect();
+        assert_eq!(seen, [true, false, true, false]);
     }
 
     fn fixture_chunks(name: &str) -> Vec<Vec<u8>> {

@@ -496,8 +496,14 @@ impl OpenAiStream {
                     _ => None,
                 };
             }
-            if c.content.is_some() || c.tool_calls {
+            if c.content.is_some() || c.tool_calls || c.reasoning {
                 self.deltas += 1;
+            }
+            // Reasoning streams as it arrives (it is the commit point, as text is),
+            // and a stream that sent some is not continued elsewhere: a restart
+            // would send it again.
+            if c.reasoning {
+                self.progress.reasoning();
             }
         }
         if self.progress.resuming() {

@@ -723,3 +723,45 @@ fn scalar_values_read_as_serde_reads_them() {
         assert_eq!(super::scalar_value(raw), serde, "{raw}");
     }
 }
+
+/// Found by attack (2026-12-05): the relay read only `delta.content` and
+/// `delta.tool_calls`, so the reasoning of DeepSeek, xAI and vLLM
+/// (`delta.reasoning_content`, or `delta.reasoning`) was held before the commit
+/// point as if it were a role chunk (the client saw nothing of it until 64 KiB had
+/// piled up or the text began), and a stream cut after its reasoning was continued
+/// elsewhere, where a restart streamed the reasoning a second time. Reasoning is
+/// content for the commit point and marks the stream as not continuable, as the
+/// translating adapters' `reasoning_content` does.
+#[test]
+fn reasoning_deltas_commit_the_stream_and_stop_its_continuation() {
+    let chunks = fixture("openai-compatible/deepseek-tool-call.chunks.txt");
+    let mut parser = SseParser::new();
+    let mut out = BytesMut::new();
+    for name in ["reasoning_content", "reasoning"] {
+        let mut t = tracking_stream();
+        let first_two = chunks.lines().take(2).collect::<Vec<_>>();
+        assert!(first_two[1].contains("\"reasoning_content\":\"The\""));
+        for line in first_two {
+            let line = line.replace("reasoning_content", name);
+            parser.push(format!("data: {line}\n\n").as_bytes()).unwrap();
+        }
+        let ev = parser.next_ref().unwrap();
+        t.event(ev, &mut out).unwrap();
+        assert!(!t.produced_content(), "{name}: a role chunk is no content");
+        let ev = parser.next_ref().unwrap();
+        t.event(ev, &mut out).unwrap();
+        assert!(t.produced_content(), "{name}: reasoning commits the stream");
+        assert!(t.sent().reasoning, "{name}: reasoning was sent");
+        assert!(!t.sent().tool_calls && t.sent().text.is_empty(), "{name}");
+    }
+    // An empty or null reasoning piece is none, whichever path reads the chunk.
+    let mut t = tracking_stream();
+    for piece in ["\"\"", "null", "\"\""] {
+        parser
+            .push(format!("data: {{\"id\":\"c\",\"model\":\"up\",\"choices\":[{{\"index\":0,\"delta\":{{\"reasoning_content\":{piece}}},\"finish_reason\":null}}]}}\n\n").as_bytes())
+            .unwrap();
+        let ev = parser.next_ref().unwrap();
+        t.event(ev, &mut out).unwrap();
+        assert!(!t.produced_content() && !t.sent().reasoning, "{piece}");
+    }
+}
