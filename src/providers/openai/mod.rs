@@ -473,7 +473,13 @@ impl OpenAiStream {
                 return Ok(StreamStep::Continue);
             }
         }
-        if self.id.is_null() {
+        // Azure OpenAI's first chunk carries only `prompt_filter_results`, with
+        // `"id": ""` and `"created": 0`: the answer's id and time come with the next,
+        // and the chunks the gateway writes itself (a finish or usage chunk, a
+        // continuation's) must carry those.
+        let unnamed = self.id.is_null()
+            || (!self.progress.resuming() && self.id.as_str().is_some_and(str::is_empty));
+        if unnamed {
             let parse = |r: &Option<std::ops::Range<usize>>| {
                 r.clone().map_or(Value::Null, |r| scalar_value(&data[r]))
             };

@@ -765,3 +765,37 @@ fn reasoning_deltas_commit_the_stream_and_stop_its_continuation() {
         assert!(!t.produced_content() && !t.sent().reasoning, "{piece}");
     }
 }
+
+/// Found by attack (2026-12-05): Azure OpenAI opens a stream with a chunk of
+/// `prompt_filter_results` only, `"id": ""` and `"created": 0` (Azure OpenAI
+/// reference, "Content filtering": annotations in streaming). The relay took the
+/// stream's id and time from that first chunk, so every chunk it wrote itself (the
+/// finish chunk after a bare `[DONE]`, the estimated usage chunk, and a
+/// continuation's chunks) carried `"id": ""` and `"created": 0`, unlike the
+/// answer's own chunks.
+#[test]
+fn an_azure_prompt_filter_chunk_does_not_name_the_stream() {
+    let chunks = [
+        r#"{"choices":[],"created":0,"id":"","model":"","object":"","prompt_filter_results":[{"prompt_index":0,"content_filter_results":{"hate":{"filtered":false,"severity":"safe"}}}]}"#,
+        r#"{"choices":[{"content_filter_results":{},"delta":{"content":"","role":"assistant"},"finish_reason":null,"index":0}],"created":1733000000,"id":"chatcmpl-az1","model":"gpt-4o-2024-08-06","object":"chat.completion.chunk"}"#,
+        r#"{"choices":[{"content_filter_results":{},"delta":{"content":"Hi"},"finish_reason":null,"index":0}],"created":1733000000,"id":"chatcmpl-az1","model":"gpt-4o-2024-08-06","object":"chat.completion.chunk"}"#,
+    ]
+    .join("\n");
+    let (out, r) = relay(&chunks, true, true);
+    r.unwrap();
+    let mut parser = SseParser::new();
+    parser.push(out.as_bytes()).unwrap();
+    let events: Vec<_> = std::iter::from_fn(|| parser.next_event()).collect();
+    assert_eq!(events.last().unwrap().data, "[DONE]");
+    let written: Vec<Value> = events[3..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(&e.data).unwrap())
+        .collect();
+    assert_eq!(written.len(), 2, "a finish and a usage chunk: {out}");
+    assert_eq!(written[0]["choices"][0]["finish_reason"], "stop");
+    assert!(written[1]["usage"].is_object(), "{out}");
+    for v in &written {
+        assert_eq!(v["id"], "chatcmpl-az1", "{out}");
+        assert_eq!(v["created"], 1733000000, "{out}");
+    }
+}
