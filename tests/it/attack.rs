@@ -180,6 +180,47 @@ async fn a_stream_cut_after_openai_format_reasoning_is_not_continued() {
     assert_eq!(seen_b.lock().unwrap().len(), 0, "not continued on q");
 }
 
+// Regression: Groq, DeepSeek and Mistral put the usage on the finish chunk and send no
+// usage chunk. A client that asked for `include_usage` got no `choices: []` chunk, and
+// a finish chunk whose `usage` was not null (OpenAI: "all other chunks will also
+// include a usage field, but with a null value"); here after a mid-stream failover.
+#[tokio::test]
+async fn usage_on_a_continuations_finish_chunk_goes_out_in_one_usage_chunk() {
+    let mut cut = openai_sse(&["Hello", " world"], false);
+    cut.push_str(PAUSE);
+    cut.push_str(ERROR_EVENT);
+    let (a, _) = sse_upstream(vec![cut]);
+    let mut groq = openai_sse(&["Hello", " world", " again"], false);
+    groq.push_str("data: {\"id\":\"up\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":3,\"total_tokens\":12}}\n\n");
+    groq.push_str(DONE);
+    let (b, _) = sse_upstream(vec![groq]);
+    let (cfg, policy) = chain3(&oa(a, ""), &oa(b, ""), None, "");
+    let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        &chat("m", true, r#","stream_options":{"include_usage":true}"#),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(clean_text_once(&r), "Hello world again");
+    let events = r.events();
+    let chunks: Vec<serde_json::Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let (last, rest) = chunks.split_last().unwrap();
+    assert_eq!(last["choices"], serde_json::json!([]), "{}", r.text());
+    assert_eq!(last["usage"]["completion_tokens"], 3, "{}", r.text());
+    for c in rest {
+        assert!(c.get("usage").is_some_and(|u| u.is_null()), "{c}");
+    }
+    let finishes = rest
+        .iter()
+        .filter(|c| !c["choices"][0]["finish_reason"].is_null())
+        .count();
+    assert_eq!(finishes, 1, "{}", r.text());
+}
+
 // ---------------------------------------------------------------------------
 // Held up (kept as regression checks)
 // ---------------------------------------------------------------------------

@@ -94,6 +94,20 @@ enum Slot {
     Other,
 }
 
+/// What [`ChunkScan::write`] does with a chunk's `usage` member (OpenAI API
+/// reference, `stream_options.include_usage`: the usage chunk, with `choices: []`,
+/// carries the counts, and "all other chunks will also include a usage field, but
+/// with a null value").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum UsageEdit {
+    /// Written as the upstream sent it (the usage chunk of a client that asked).
+    Keep,
+    /// Removed (the client did not ask for usage).
+    Drop,
+    /// `null`, added when absent (a chunk with choices, for a client that asked).
+    Null,
+}
+
 /// Largest chunk kept as a template, bytes (chunks are a few hundred).
 const MAX_TEMPLATE_BYTES: usize = 16 * 1024;
 
@@ -623,9 +637,9 @@ impl ChunkScan {
     }
 
     /// Appends the chunk `b` (as scanned) to `out` with `model` set to `model_json`
-    /// (a JSON string literal), added first when absent, and the `usage` member
-    /// removed when `drop_usage`; every other byte as the upstream sent it.
-    pub fn write(&self, b: &[u8], model_json: &[u8], drop_usage: bool, out: &mut bytes::BytesMut) {
+    /// (a JSON string literal), added first when absent, and its `usage` member as
+    /// `usage` says; every other byte as the upstream sent it.
+    pub fn write(&self, b: &[u8], model_json: &[u8], usage: UsageEdit, out: &mut bytes::BytesMut) {
         let mut pos = 0;
         let mut edits: [(Range<usize>, &[u8]); 2] = [(0..0, &[]), (0..0, &[])];
         let mut n = 0;
@@ -633,13 +647,29 @@ impl ChunkScan {
             edits[n] = (m.clone(), model_json);
             n += 1;
         }
-        if let (true, Some(u)) = (drop_usage, &self.usage_member) {
-            edits[n] = (u.clone(), &[]);
-            n += 1;
+        let drop_usage = usage == UsageEdit::Drop;
+        match (usage, &self.usage_member, &self.usage) {
+            (UsageEdit::Drop, Some(u), _) => {
+                edits[n] = (u.clone(), &[]);
+                n += 1;
+            }
+            (UsageEdit::Null, _, Some(v)) => {
+                edits[n] = (v.clone(), b"null");
+                n += 1;
+            }
+            // No `usage` member: one goes before the closing brace (the chunk ends
+            // with it: nothing but whitespace follows the object).
+            (UsageEdit::Null, None, None) if !self.empty => {
+                if let Some(close) = b.iter().rposition(|&c| c == b'}') {
+                    edits[n] = (close..close, b",\"usage\":null");
+                    n += 1;
+                }
+            }
+            _ => {}
         }
         let edits = &mut edits[..n];
         edits.sort_unstable_by_key(|(r, _)| r.start);
-        out.reserve(b.len() + model_json.len() + 10);
+        out.reserve(b.len() + model_json.len() + 24);
         if self.model.is_none() {
             out.extend_from_slice(&b[..self.after_brace]);
             out.extend_from_slice(b"\"model\":");
@@ -675,10 +705,51 @@ mod tests {
     }
 
     fn rewrite(s: &str, drop_usage: bool) -> String {
+        let usage = if drop_usage {
+            UsageEdit::Drop
+        } else {
+            UsageEdit::Keep
+        };
+        rewritten(s, usage)
+    }
+
+    fn rewritten(s: &str, usage: UsageEdit) -> String {
         let c = scan(s).unwrap();
         let mut out = bytes::BytesMut::new();
-        c.write(s.as_bytes(), br#""gpt-4o""#, drop_usage, &mut out);
+        c.write(s.as_bytes(), br#""gpt-4o""#, usage, &mut out);
         String::from_utf8(out.to_vec()).unwrap()
+    }
+
+    /// A chunk with choices, for a client that asked for usage: its `usage` is
+    /// `null`, replaced or added (OpenAI: "all other chunks will also include a
+    /// usage field, but with a null value").
+    #[test]
+    fn usage_is_nulled_or_added_as_null_on_request() {
+        let null = |s: &str| rewritten(s, UsageEdit::Null);
+        assert_eq!(
+            null(r#"{"id":"c","model":"up","choices":[{"index":0}],"usage":{"prompt_tokens":1}}"#),
+            r#"{"id":"c","model":"gpt-4o","choices":[{"index":0}],"usage":null}"#
+        );
+        assert_eq!(
+            null(r#"{"id":"c","model":"up","choices":[{"index":0}],"usage":null}"#),
+            r#"{"id":"c","model":"gpt-4o","choices":[{"index":0}],"usage":null}"#
+        );
+        assert_eq!(
+            null(r#"{"id":"c","model":"up","choices":[{"index":0}]} "#),
+            r#"{"id":"c","model":"gpt-4o","choices":[{"index":0}],"usage":null} "#
+        );
+        assert_eq!(
+            null(r#"{"choices":[{"index":0}]}"#),
+            r#"{"model":"gpt-4o","choices":[{"index":0}],"usage":null}"#
+        );
+        for s in [
+            r#"{"id":"c","choices":[{"delta":{"content":"}"}}],"x":"}"}"#,
+            r#"{"usage":{"a":{"b":2}},"choices":[{"index":0}]}"#,
+        ] {
+            let v: serde_json::Value = serde_json::from_str(&null(s)).unwrap();
+            assert!(v["usage"].is_null() && v.get("usage").is_some(), "{s}");
+            assert_eq!(v["model"], "gpt-4o");
+        }
     }
 
     #[test]
@@ -1017,7 +1088,7 @@ mod tests {
         s.scan(&chunks[0]).unwrap();
         s.scan(&chunks[1]).unwrap();
         let mut out = bytes::BytesMut::new();
-        s.write(&chunks[1], br#""gpt""#, true, &mut out);
+        s.write(&chunks[1], br#""gpt""#, UsageEdit::Drop, &mut out);
         assert_eq!(
             &out[..],
             br#"{"id":"c","model":"gpt","choices":[{"index":0,"delta":{"content":"longer text"},"finish_reason":null}],"obfuscation":"xyz"}"#

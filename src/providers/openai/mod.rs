@@ -27,7 +27,7 @@ use crate::api::{ChatRequest, Message, StreamOptions, Usage};
 use crate::body::{self, Body};
 use crate::error::{ErrorKind, GatewayError};
 use crate::sse::SseEventRef;
-use chunk::{ChoiceScan, ChunkScan};
+use chunk::{ChoiceScan, ChunkScan, UsageEdit};
 use view::{ResponseView, ResponseWalk};
 
 /// The OpenAI-format adapter.
@@ -400,7 +400,8 @@ impl Adapter for OpenAi {
             prompt_tokens: ctx.prompt_tokens_estimate,
             finished: false,
             chunks: false,
-            usage_seen: false,
+            usage_sent: false,
+            usage_held: None,
             deltas: 0,
             id,
             created,
@@ -429,7 +430,12 @@ struct OpenAiStream {
     finished: bool,
     /// A chunk has been seen (an answer that is only `[DONE]` is not one).
     chunks: bool,
-    usage_seen: bool,
+    /// The usage chunk (`choices: []`, the counts) has been written for the client.
+    usage_sent: bool,
+    /// The counts the upstream reported on a chunk with choices (Groq, DeepSeek and
+    /// Mistral put them on the finish chunk, and send no usage chunk): they go out
+    /// in the usage chunk written before `[DONE]`.
+    usage_held: Option<Value>,
     /// Chunks that carried content (text or tool-call pieces).
     deltas: u64,
     id: Value,
@@ -467,12 +473,17 @@ impl OpenAiStream {
         }
         self.chunks = true;
         if let Some(u) = &scan.usage {
-            self.usage_seen = true;
             self.progress.sent.usage = reported_usage(&data[u.clone()]);
-            if scan.choices.is_empty() && !self.include_usage {
-                return Ok(StreamStep::Continue);
+            if scan.choices.is_empty() {
+                if !self.include_usage {
+                    return Ok(StreamStep::Continue);
+                }
+                self.usage_sent = true;
+            } else if self.include_usage {
+                self.usage_held = serde_json::from_str(&data[u.clone()]).ok();
             }
         }
+        let usage = self.usage_edit(scan.usage.is_some(), !scan.choices.is_empty());
         // Azure OpenAI's first chunk carries only `prompt_filter_results`, with
         // `"id": ""` and `"created": 0`: the answer's id and time come with the next,
         // and the chunks the gateway writes itself (a finish or usage chunk, a
@@ -528,25 +539,24 @@ impl OpenAiStream {
                 ))
             })?;
             v.insert("model".into(), Value::String(self.model.clone()));
-            if !self.include_usage {
-                v.remove("usage");
-            }
+            edit_usage(&mut v, usage);
             write_event(out, &v);
             return Ok(StreamStep::Continue);
         }
         // The client did not ask for usage (it was asked for on its behalf): every
         // chunk's `usage` member (null, or a count on the last content chunk of
-        // some servers) is removed.
+        // some servers) is removed. When it did, only the usage chunk carries
+        // the counts, and every other chunk `"usage": null`.
         out.put_slice(b"data: ");
         if one_line {
-            scan.write(b, self.model_json.as_bytes(), !self.include_usage, out);
+            scan.write(b, self.model_json.as_bytes(), usage, out);
         } else {
             // The upstream sent the chunk as several `data:` lines (joined with `\n`,
             // JSON whitespace): written raw, a newline would end the client's line
             // and cut the event. Each line goes out as a `data:` line of its own, so
             // the client joins the same text.
             let mut one = BytesMut::with_capacity(b.len() + self.model_json.len() + 10);
-            scan.write(b, self.model_json.as_bytes(), !self.include_usage, &mut one);
+            scan.write(b, self.model_json.as_bytes(), usage, &mut one);
             for (i, line) in one[..].split(|&c| c == b'\n').enumerate() {
                 if i > 0 {
                     out.put_slice(b"\ndata: ");
@@ -601,10 +611,13 @@ impl OpenAiStream {
         obj.insert("id".into(), self.id.clone());
         obj.insert("created".into(), self.created.clone());
         obj.insert("model".into(), Value::String(self.model.clone()));
-        if !self.include_usage {
-            obj.remove("usage");
-        }
-        let mut keep = obj.get("usage").is_some_and(|u| !u.is_null());
+        let choices = obj
+            .get("choices")
+            .and_then(Value::as_array)
+            .is_some_and(|c| !c.is_empty());
+        let usage = self.usage_edit(obj.get("usage").is_some_and(|u| !u.is_null()), choices);
+        edit_usage(obj, usage);
+        let mut keep = usage == UsageEdit::Keep && obj.get("usage").is_some_and(|u| !u.is_null());
         if let Some(Value::Array(choices)) = obj.get_mut("choices") {
             for c in choices.iter_mut() {
                 if c.get("finish_reason").is_some_and(|f| !f.is_null()) {
@@ -669,19 +682,36 @@ impl OpenAiStream {
         Ok(())
     }
 
-    /// Writes the estimated usage chunk if one is owed, then `[DONE]`.
+    /// What becomes of the `usage` member of a chunk that has one with counts
+    /// (`counts`) and has choices (`choices`): see [`UsageEdit`].
+    fn usage_edit(&self, counts: bool, choices: bool) -> UsageEdit {
+        if !self.include_usage {
+            UsageEdit::Drop
+        } else if counts && !choices {
+            UsageEdit::Keep
+        } else {
+            UsageEdit::Null
+        }
+    }
+
+    /// Writes the usage chunk if one is owed (with the counts the upstream put on a
+    /// chunk with choices, else estimated), then `[DONE]`.
     fn close(&mut self, out: &mut BytesMut) {
-        if self.include_usage && !self.usage_seen {
+        if self.include_usage && !self.usage_sent {
+            let usage = self.usage_held.take().unwrap_or_else(|| {
+                serde_json::to_value(Usage::new(self.prompt_tokens, self.deltas))
+                    .unwrap_or_default()
+            });
             let chunk = serde_json::json!({
                 "id": self.id,
                 "object": "chat.completion.chunk",
                 "created": self.created,
                 "model": self.model,
                 "choices": [],
-                "usage": Usage::new(self.prompt_tokens, self.deltas),
+                "usage": usage,
             });
             write_event(out, &chunk);
-            self.usage_seen = true;
+            self.usage_sent = true;
         }
         write_done(out);
     }
@@ -781,6 +811,19 @@ fn mid_stream_error(v: &Value) -> GatewayError {
 fn named_error(data: &str) -> GatewayError {
     let v: Value = serde_json::from_str(data).unwrap_or_else(|_| Value::String(data.into()));
     mid_stream_error(v.get("error").unwrap_or(&v))
+}
+
+/// Applies `edit` to the `usage` member of a chunk parsed whole.
+fn edit_usage(chunk: &mut Map<String, Value>, edit: UsageEdit) {
+    match edit {
+        UsageEdit::Keep => {}
+        UsageEdit::Drop => {
+            chunk.remove("usage");
+        }
+        UsageEdit::Null => {
+            chunk.insert("usage".into(), Value::Null);
+        }
+    }
 }
 
 /// 502 for a stream chunk that is not what OpenAI documents.

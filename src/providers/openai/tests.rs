@@ -799,3 +799,63 @@ fn an_azure_prompt_filter_chunk_does_not_name_the_stream() {
         assert_eq!(v["created"], 1733000000, "{out}");
     }
 }
+
+/// Found by attack (2026-12-05): Groq, DeepSeek and Mistral put the stream's usage
+/// on the finish chunk (beside its choice) and send no usage chunk (the recorded
+/// streams in `fixtures/provider-wire/openai-compatible`). Relayed as they came, a
+/// client that asked for `stream_options.include_usage` got no chunk with
+/// `choices: []` and the counts, and a finish chunk whose `usage` was not `null`,
+/// against OpenAI's reference ("an additional chunk will be streamed before the
+/// data: [DONE] message ... the choices field will always be an empty array. All
+/// other chunks will also include a usage field, but with a null value"). The
+/// counts now go out in a usage chunk of their own, every other chunk with
+/// `"usage": null`; a client that did not ask gets no usage member at all.
+#[test]
+fn usage_on_the_finish_chunk_goes_out_in_a_usage_chunk_of_its_own() {
+    for (name, prompt) in [
+        ("openai-compatible/groq-tool-call.chunks.txt", 210),
+        (
+            "openai-compatible/mistral-incremental-tool-call.chunks.txt",
+            171,
+        ),
+        ("openai-compatible/deepseek-tool-call.chunks.txt", -1),
+    ] {
+        let chunks = fixture(name);
+        let (out, r) = relay(&chunks, true, true);
+        r.unwrap();
+        let mut parser = SseParser::new();
+        parser.push(out.as_bytes()).unwrap();
+        let events: Vec<_> = std::iter::from_fn(|| parser.next_event()).collect();
+        assert_eq!(events.last().unwrap().data, "[DONE]", "{name}");
+        let chunks: Vec<Value> = events[..events.len() - 1]
+            .iter()
+            .map(|e| serde_json::from_str(&e.data).unwrap())
+            .collect();
+        let (last, rest) = chunks.split_last().unwrap();
+        assert_eq!(last["choices"], serde_json::json!([]), "{name}: {out}");
+        assert!(last["usage"]["completion_tokens"].is_u64(), "{name}: {out}");
+        if prompt >= 0 {
+            assert_eq!(last["usage"]["prompt_tokens"], prompt, "{name}");
+        }
+        assert_eq!(last["model"], "gpt-4o");
+        for c in rest {
+            assert!(c.get("usage").is_some_and(Value::is_null), "{name}: {c}");
+            assert!(!c["choices"].as_array().unwrap().is_empty(), "{name}: {c}");
+        }
+        let finishes = rest
+            .iter()
+            .filter(|c| !c["choices"][0]["finish_reason"].is_null())
+            .count();
+        assert_eq!(finishes, 1, "{name}: {out}");
+        let (out, r) = relay(&fixture(name), false, true);
+        r.unwrap();
+        let mut parser = SseParser::new();
+        parser.push(out.as_bytes()).unwrap();
+        for e in std::iter::from_fn(|| parser.next_event()) {
+            if e.data != "[DONE]" {
+                let c: Value = serde_json::from_str(&e.data).unwrap();
+                assert!(c.get("usage").is_none(), "{name}: {out}");
+            }
+        }
+    }
+}
