@@ -221,6 +221,48 @@ async fn usage_on_a_continuations_finish_chunk_goes_out_in_one_usage_chunk() {
     assert_eq!(finishes, 1, "{}", r.text());
 }
 
+// Regression: with `n` > 1, the first choice's `finish_reason` was taken for the end of
+// the whole answer: a stream cut after choice 0 finished, while choice 1 was still
+// streaming, ended with `[DONE]` as a clean close would, choice 1 silently cut short.
+// Expected: one error event, no `[DONE]`.
+#[tokio::test]
+async fn a_stream_with_two_choices_cut_after_the_first_finished_ends_with_one_error_event() {
+    let two = |i: u32, delta: &str, finish: &str| {
+        format!("data: {{\"id\":\"up\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"x\",\"choices\":[{{\"index\":{i},\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n")
+    };
+    let mut cut = String::new();
+    for i in 0..2 {
+        cut.push_str(&two(i, r#"{"role":"assistant","content":""}"#, "null"));
+        cut.push_str(&two(i, r#"{"content":"one"}"#, "null"));
+    }
+    cut.push_str(&two(0, "{}", r#""stop""#));
+    cut.push_str(&two(1, r#"{"content":" two"}"#, "null"));
+    cut.push_str(PAUSE);
+    let (a, _) = sse_upstream(vec![cut]);
+    let (b, _) = sse_upstream(vec![openai_sse(&["x"], true)]);
+    let (cfg, policy) = chain3(&oa(a, ""), &oa(b, ""), None, "");
+    let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        &chat("m", true, r#","n":2"#),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let events = r.events();
+    assert!(!events.iter().any(|e| e == "[DONE]"), "{}", r.text());
+    assert_eq!(
+        events.iter().filter(|e| e.contains("\"error\"")).count(),
+        1,
+        "{}",
+        r.text()
+    );
+    assert!(
+        events.last().unwrap().contains("upstream_stream_cut"),
+        "{}",
+        r.text()
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Held up (kept as regression checks)
 // ---------------------------------------------------------------------------

@@ -46,6 +46,8 @@ pub(super) struct ChoiceScan {
     /// `delta.reasoning_content` (DeepSeek, xAI, vLLM) or `delta.reasoning` (vLLM's
     /// newer name, OpenRouter) is present and neither `null` nor `""`.
     pub reasoning: bool,
+    /// The choice's `index`, when it is a number that fits a `u32`.
+    pub index: Option<u32>,
 }
 
 /// The members of one chunk the relay reads. Value ranges include a string's quotes;
@@ -144,6 +146,7 @@ enum Name {
     FinishReason,
     /// `reasoning_content` or `reasoning`.
     Reasoning,
+    Index,
     /// Any other name.
     Other,
 }
@@ -167,6 +170,7 @@ impl Name {
     fn named(text: &[u8]) -> Name {
         match text {
             [b'i', b'd'] => Name::Id,
+            [b'i', b'n', b'd', b'e', b'x'] => Name::Index,
             [b'm', b'o', b'd', b'e', b'l'] => Name::Model,
             [b'u', b's', b'a', b'g', b'e'] => Name::Usage,
             [b'e', b'r', b'r', b'o', b'r'] => Name::Error,
@@ -358,6 +362,8 @@ fn choice(
                 let end = v.end;
                 if name == Name::FinishReason {
                     c.finish = (!is_null(b, &v)).then_some(v);
+                } else if name == Name::Index {
+                    c.index = std::str::from_utf8(&b[v]).ok().and_then(|n| n.parse().ok());
                 }
                 end
             }
@@ -846,6 +852,11 @@ mod tests {
             ("content", Name::Content),
             ("tool_calls", Name::ToolCalls),
             ("finish_reason", Name::FinishReason),
+            ("index", Name::Index),
+            ("reasoning", Name::Reasoning),
+            ("reasoning_content", Name::Reasoning),
+            ("indexes", Name::Other),
+            ("reasoning_contents", Name::Other),
             ("mo\\u0064el", Name::Model),
             ("\\u0069d", Name::Id),
             ("ix", Name::Other),

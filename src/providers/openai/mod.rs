@@ -399,6 +399,7 @@ impl Adapter for OpenAi {
             include_usage: ctx.include_usage,
             prompt_tokens: ctx.prompt_tokens_estimate,
             finished: false,
+            choices: Vec::new(),
             chunks: false,
             usage_sent: false,
             usage_held: None,
@@ -409,6 +410,10 @@ impl Adapter for OpenAi {
         })
     }
 }
+
+/// Most choices tracked one by one (OpenAI's `n` is at most 128); a higher `index`
+/// is counted as this one.
+const MAX_CHOICES: usize = 128;
 
 /// Relays OpenAI chunks, rewriting `model` and dropping a usage chunk the client did
 /// not ask for.
@@ -426,8 +431,12 @@ struct OpenAiStream {
     model: String,
     include_usage: bool,
     prompt_tokens: u64,
-    /// A chunk with a `finish_reason` has been seen.
+    /// Every choice seen has had its `finish_reason`.
     finished: bool,
+    /// Per choice `index` seen (indices past [`MAX_CHOICES`] count as the last):
+    /// whether its `finish_reason` has come. With `n` > 1 each choice finishes in
+    /// a chunk of its own, and the answer is whole only once all have.
+    choices: Vec<bool>,
     /// A chunk has been seen (an answer that is only `[DONE]` is not one).
     chunks: bool,
     /// The usage chunk (`choices: []`, the counts) has been written for the client.
@@ -504,15 +513,34 @@ impl OpenAiStream {
             }
             self.progress.sent.created = self.created.as_u64().unwrap_or_default();
         }
-        for c in &scan.choices {
-            if let Some(r) = &c.finish {
-                self.finished = true;
-                self.progress.sent.finished = true;
+        // A chunk that only repeats the finish of choices already finished (some
+        // servers send the finish chunk twice) is dropped: a client reads one
+        // `finish_reason` per choice.
+        let mut repeats = scan.usage.is_none() && !scan.choices.is_empty();
+        for (pos, c) in scan.choices.iter().enumerate() {
+            let i = (c.index.map_or(pos, |i| i as usize)).min(MAX_CHOICES);
+            if self.choices.len() <= i {
+                self.choices.resize(i + 1, false);
+            }
+            let was = self.choices[i];
+            self.choices[i] = was || c.finish.is_some();
+            repeats &=
+                was && c.finish.is_some() && c.content.is_none() && !c.tool_calls && !c.reasoning;
+            if let Some(r) = c.finish.as_ref().filter(|_| !was) {
                 self.progress.sent.finish_reason = match scalar_value(&data[r.clone()]) {
                     Value::String(s) => Some(s),
                     _ => None,
                 };
             }
+        }
+        if repeats {
+            return Ok(StreamStep::Continue);
+        }
+        if !scan.choices.is_empty() {
+            self.finished = self.choices.iter().all(|&f| f);
+            self.progress.sent.finished = self.finished;
+        }
+        for c in &scan.choices {
             if c.content.is_some() || c.tool_calls || c.reasoning {
                 self.deltas += 1;
             }
@@ -667,14 +695,26 @@ impl OpenAiStream {
             ));
         }
         if !self.finished {
-            let chunk = serde_json::json!({
-                "id": self.id,
-                "object": "chat.completion.chunk",
-                "created": self.created,
-                "model": self.model,
-                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-            });
-            write_event(out, &chunk);
+            if self.choices.is_empty() {
+                self.choices.push(false);
+            }
+            for i in 0..self.choices.len() {
+                if self.choices[i] {
+                    continue;
+                }
+                let mut chunk = serde_json::json!({
+                    "id": self.id,
+                    "object": "chat.completion.chunk",
+                    "created": self.created,
+                    "model": self.model,
+                    "choices": [{"index": i, "delta": {}, "finish_reason": "stop"}],
+                });
+                if self.include_usage {
+                    chunk["usage"] = Value::Null;
+                }
+                write_event(out, &chunk);
+                self.choices[i] = true;
+            }
             self.finished = true;
             self.progress.sent.finished = true;
         }

@@ -471,8 +471,12 @@ fn a_chunk_sent_as_several_data_lines_reaches_the_client_as_one_json_event() {
     for step in 1..=text.len() {
         let (events, r) = relay_split(text.as_bytes(), step);
         r.unwrap_or_else(|e| panic!("reads of {step}: {e:?}"));
-        assert_eq!(events.len(), 3, "reads of {step}: {events:?}");
-        assert_eq!(events[2], "[DONE]", "reads of {step}");
+        // Choice 0 never finished: `[DONE]` closes it with a `stop` chunk of its own.
+        assert_eq!(events.len(), 4, "reads of {step}: {events:?}");
+        assert_eq!(events[3], "[DONE]", "reads of {step}");
+        let closing: Value = serde_json::from_str(&events[2]).unwrap();
+        assert_eq!(closing["choices"][0]["index"], 0, "reads of {step}");
+        assert_eq!(closing["choices"][0]["finish_reason"], "stop");
         let mut content = String::new();
         for e in &events[..2] {
             let v: Value = serde_json::from_str(e)
@@ -858,4 +862,75 @@ fn usage_on_the_finish_chunk_goes_out_in_a_usage_chunk_of_its_own() {
             }
         }
     }
+}
+
+/// A chunk of choice `index` of a stream with `n` > 1.
+fn nth(index: u32, delta: &str, finish: &str) -> String {
+    format!(
+        r#"{{"id":"c","object":"chat.completion.chunk","created":1,"model":"up","choices":[{{"index":{index},"delta":{delta},"finish_reason":{finish}}}]}}"#
+    )
+}
+
+/// The finish reasons of `out` per choice index, in order.
+fn finishes(out: &str) -> Vec<(u64, String)> {
+    let mut parser = SseParser::new();
+    parser.push(out.as_bytes()).unwrap();
+    std::iter::from_fn(|| parser.next_event())
+        .filter(|e| e.data != "[DONE]")
+        .flat_map(|e| {
+            let v: Value = serde_json::from_str(&e.data).unwrap();
+            let cs = v["choices"].as_array().cloned().unwrap_or_default();
+            cs.into_iter()
+                .filter(|c| !c["finish_reason"].is_null())
+                .map(|c| (c["index"].as_u64().unwrap(), c["finish_reason"].to_string()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Found by attack (2026-12-05): with `n` > 1 each choice finishes in a chunk of its
+/// own (OpenAI: one chunk stream, choices told by `index`), but the relay took the
+/// first `finish_reason` for the end of the whole answer. A stream cut after choice
+/// 0 finished, while choice 1 was still streaming, ended as a clean close would,
+/// with `[DONE]`: choice 1 was silently truncated. A bare `[DONE]` got no finish
+/// for the unfinished choice; a repeated finish chunk went out twice.
+#[test]
+fn with_several_choices_the_answer_is_whole_only_once_each_has_finished() {
+    let start = [
+        nth(0, r#"{"role":"assistant","content":""}"#, "null"),
+        nth(1, r#"{"role":"assistant","content":""}"#, "null"),
+        nth(0, r#"{"content":"a"}"#, "null"),
+        nth(1, r#"{"content":"b"}"#, "null"),
+        nth(0, "{}", r#""stop""#),
+    ]
+    .join("\n");
+    let (_, r) = relay(&start, false, false);
+    let e = r.unwrap_err();
+    assert_eq!(
+        e.code,
+        Some(crate::error::Code::UpstreamStreamCut),
+        "{}",
+        e.message
+    );
+    let (out, r) = relay(&start, false, true);
+    r.unwrap();
+    assert_eq!(
+        finishes(&out),
+        [(0, "\"stop\"".to_string()), (1, "\"stop\"".to_string())],
+        "{out}"
+    );
+    let whole = format!(
+        "{start}\n{}\n{}\n{}",
+        nth(1, "{}", r#""length""#),
+        nth(1, "{}", r#""length""#),
+        nth(0, "{}", r#""stop""#)
+    );
+    let (out, r) = relay(&whole, false, false);
+    r.unwrap();
+    assert_eq!(
+        finishes(&out),
+        [(0, "\"stop\"".to_string()), (1, "\"length\"".to_string())],
+        "one finish per choice: {out}"
+    );
+    assert!(out.ends_with("data: [DONE]\n\n"), "{out}");
 }
