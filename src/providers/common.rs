@@ -886,6 +886,33 @@ impl Progress {
         true
     }
 
+    /// A content piece that is not text was sent (Mistral's reasoning models stream
+    /// `delta.content` as a list of `thinking` and `text` parts): content for the
+    /// commit point, but the text sent is no longer known, so the stream is not
+    /// continued elsewhere ([`Sent::untracked`]).
+    ///
+    /// # Errors
+    /// [`Code::UpstreamStreamDiverged`] when a restart still had text to repeat: what
+    /// it sent instead cannot be compared with it.
+    pub fn opaque(&mut self) -> Result<(), GatewayError> {
+        if let Some((_, _, exact)) = self.skip.take() {
+            if exact {
+                return Err(GatewayError::new(
+                    ErrorKind::BadUpstream,
+                    "the stream broke, and the endpoint that was to continue it sent content that is not text instead of repeating the text already sent",
+                )
+                .with_code(Code::UpstreamStreamDiverged)
+                .with_retry(crate::error::Retry::OtherEndpoint));
+            }
+        }
+        self.content = true;
+        self.sent.pieces += 1;
+        self.track = false;
+        self.sent.untracked = true;
+        self.sent.text = String::new();
+        Ok(())
+    }
+
     /// A tool-call piece was sent.
     pub fn tool(&mut self) {
         self.content = true;

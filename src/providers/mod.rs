@@ -106,8 +106,9 @@ pub struct Sent {
     pub reasoning: bool,
     /// The finish reason was sent: the answer itself is complete.
     pub finished: bool,
-    /// The text outgrew [`MAX_TRACKED_BYTES`] and is no longer kept: the stream can
-    /// no longer be continued elsewhere.
+    /// The text outgrew [`MAX_TRACKED_BYTES`], or content that is not text was sent
+    /// (a list of parts), and the text is no longer kept: the stream can no longer
+    /// be continued elsewhere.
     pub untracked: bool,
     /// Bytes of a restart's [`Resume::skip`] not yet matched: a restart that
     /// finishes with some left did not repeat the text already sent.

@@ -263,6 +263,42 @@ async fn a_stream_with_two_choices_cut_after_the_first_finished_ends_with_one_er
     );
 }
 
+// Regression: Mistral's reasoning models stream `delta.content` as a list of parts. With
+// a fallback in the plan (the stream's text tracked for a failover), the relay refused
+// the list as "not a string", so every attempt on p failed and the answer came from q.
+// Expected: p's stream, relayed as it came, and q never asked.
+#[tokio::test]
+async fn content_streamed_as_a_list_of_parts_is_relayed_with_a_fallback_in_the_plan() {
+    let part = |content: &str| {
+        format!("data: {{\"id\":\"up\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"x\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{content}}},\"finish_reason\":null}}]}}\n\n")
+    };
+    let mut script = role_chunk();
+    script.push_str(&part(
+        r#"[{"type":"thinking","thinking":[{"type":"text","text":"Hmm."}]}]"#,
+    ));
+    script.push_str(&part(r#"[{"type":"text","text":"Hello"}]"#));
+    script.push_str(&finish_chunk("stop"));
+    script.push_str(DONE);
+    let (a, _) = sse_upstream(vec![script]);
+    let (b, seen_b) = sse_upstream(vec![openai_sse(&["from q"], true)]);
+    let (cfg, policy) = chain3(&oa(a, ""), &oa(b, ""), None, "");
+    let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.text().contains(r#"[{"type":"text","text":"Hello"}]"#),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        r.events().last().map(String::as_str),
+        Some("[DONE]"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(seen_b.lock().unwrap().len(), 0, "{}", r.text());
+}
+
 // ---------------------------------------------------------------------------
 // Held up (kept as regression checks)
 // ---------------------------------------------------------------------------

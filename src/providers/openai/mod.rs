@@ -610,6 +610,10 @@ impl OpenAiStream {
                     .filter(|i| i.bytes().all(|c| c >= 0x20 && c != b'\\'));
                 if let Some(text) = inner {
                     self.progress.text(text)?;
+                } else if !raw.starts_with('"') {
+                    // Not text: Mistral's reasoning models stream `delta.content` as
+                    // a list of `thinking` and `text` parts. Relayed as it came.
+                    self.progress.opaque()?;
                 } else {
                     let text: std::borrow::Cow<'_, str> = serde_json::from_str(raw)
                         .map_err(|e| bad_chunk(format!("`delta.content` is not a string: {e}")))?;
@@ -664,6 +668,7 @@ impl OpenAiStream {
                         }
                     }
                     Some(other) if !other.is_null() => {
+                        self.progress.opaque()?;
                         d.insert("content".into(), other);
                     }
                     _ => {}

@@ -934,3 +934,34 @@ fn with_several_choices_the_answer_is_whole_only_once_each_has_finished() {
     );
     assert!(out.ends_with("data: [DONE]\n\n"), "{out}");
 }
+
+/// Found by attack (2026-12-05): Mistral's reasoning models (Magistral) stream
+/// `delta.content` as a list of `thinking` and `text` parts. When the stream's text
+/// was tracked for a failover (any plan with a next endpoint), the relay read every
+/// piece as a JSON string and failed the stream at the first list ("`delta.content`
+/// is not a string"), so such an endpoint never streamed with a fallback behind it.
+/// A list is relayed as it came, commits the stream, and stops its continuation
+/// (its text is not known).
+#[test]
+fn content_sent_as_a_list_of_parts_is_relayed_not_refused() {
+    let mut t = tracking_stream();
+    let mut out = BytesMut::new();
+    let mut parser = SseParser::new();
+    let thinking = r#"[{"type":"thinking","thinking":[{"type":"text","text":"Hmm."}]}]"#;
+    let text = r#"[{"type":"text","text":"Hi"}]"#;
+    for content in [r#""""#, thinking, text, r#"" there""#] {
+        parser
+            .push(format!("data: {{\"id\":\"c\",\"model\":\"magistral\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{content}}},\"finish_reason\":null}}]}}\n\n").as_bytes())
+            .unwrap();
+    }
+    let mut n = 0;
+    while let Some(ev) = parser.next_ref() {
+        t.event(ev, &mut out).unwrap();
+        n += 1;
+        assert_eq!(t.produced_content(), n > 1, "chunk {n}");
+    }
+    let out = String::from_utf8(out.to_vec()).unwrap();
+    assert!(out.contains(thinking) && out.contains(text), "{out}");
+    assert!(t.sent().untracked, "not continued: its text is not known");
+    assert!(t.sent().text.is_empty());
+}
