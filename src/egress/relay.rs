@@ -364,7 +364,12 @@ impl SseRelay {
             Poll::Ready(None) => {
                 // An SSE body may end without the blank line of its last event.
                 if let Some(ev) = self.parser.finish() {
-                    match self.transcoder.event(ev.view(), &mut self.out) {
+                    let before = before_event(&self.out, &*self.transcoder);
+                    let step = self.transcoder.event(ev.view(), &mut self.out);
+                    let step = step.and_then(|s| {
+                        restarting(&mut self.out, &*self.transcoder, before).map(|()| s)
+                    });
+                    match step {
                         Ok(StreamStep::Continue) => {}
                         Ok(StreamStep::Done) => {
                             self.finish();
@@ -420,7 +425,10 @@ impl SseRelay {
         let deadline = Instant::now() + self.idle;
         self.idle_timer.as_mut().reset(deadline);
         self.bytes += data.len();
+        let before = before_event(&self.out, &*self.transcoder);
         if let Some(step) = self.transcoder.raw(data, &mut self.out) {
+            let step =
+                step.and_then(|s| restarting(&mut self.out, &*self.transcoder, before).map(|()| s));
             match step {
                 Ok(StreamStep::Continue) => {}
                 Ok(StreamStep::Done) => self.finish(),
@@ -442,7 +450,11 @@ impl SseRelay {
         // allocation or copy per event.
         while let Some(ev) = self.parser.next_ref() {
             self.events += 1;
-            match self.transcoder.event(ev, &mut self.out) {
+            let before = before_event(&self.out, &*self.transcoder);
+            let step = self.transcoder.event(ev, &mut self.out);
+            let step =
+                step.and_then(|s| restarting(&mut self.out, &*self.transcoder, before).map(|()| s));
+            match step {
                 Ok(StreamStep::Continue) => {}
                 Ok(StreamStep::Done) => {
                     self.finish();
@@ -455,4 +467,40 @@ impl SseRelay {
             }
         }
     }
+}
+
+/// What [`restarting`] compares an event's outcome with: the bytes written so far
+/// to `out`, and whether `transcoder` had sent a tool call.
+fn before_event(out: &BytesMut, transcoder: &dyn StreamTranscoder) -> (usize, bool) {
+    (out.len(), transcoder.sent().tool_calls)
+}
+
+/// After an event that `transcoder` wrote to `out`, in a restart that has not yet
+/// repeated all the text already sent ([`crate::providers::Sent::unmatched`]):
+/// nothing the event wrote reaches the client (only what follows that text is
+/// passed on; a restarted reasoning model's reasoning, for one, comes before it),
+/// and a tool call there means the restart is giving another answer.
+///
+/// # Errors
+/// [`crate::error::Code::UpstreamStreamDiverged`] when the event started a tool
+/// call.
+fn restarting(
+    out: &mut BytesMut,
+    transcoder: &dyn StreamTranscoder,
+    (mark, tools): (usize, bool),
+) -> Result<(), GatewayError> {
+    let sent = transcoder.sent();
+    if sent.unmatched == 0 {
+        return Ok(());
+    }
+    out.truncate(mark);
+    if sent.tool_calls && !tools {
+        return Err(GatewayError::new(
+                ErrorKind::BadUpstream,
+                "the stream broke, and the endpoint that was to continue it began a tool call instead of repeating the text already sent",
+            )
+            .with_code(crate::error::Code::UpstreamStreamDiverged)
+            .with_retry(crate::error::Retry::OtherEndpoint));
+    }
+    Ok(())
 }

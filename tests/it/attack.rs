@@ -299,6 +299,49 @@ async fn content_streamed_as_a_list_of_parts_is_relayed_with_a_fallback_in_the_p
     assert_eq!(seen_b.lock().unwrap().len(), 0, "{}", r.text());
 }
 
+// Regression: a restart (no prefill) passes on only what follows the text already sent,
+// but only text was held back: a restarted reasoning model's reasoning, streamed before
+// it repeated the text, reached the client after that text; and a restart that began a
+// tool call instead had its tool-call deltas relayed before the divergence error.
+#[tokio::test]
+async fn a_restart_passes_on_nothing_before_it_has_repeated_the_text_already_sent() {
+    let mut cut = openai_sse(&["Hello", " wor"], false);
+    cut.push_str(PAUSE);
+    let thinking = format!(
+        "{}{}{}",
+        role_chunk(),
+        reasoning_chunk("Thinking again."),
+        &openai_sse(&["Hello", " world", " again"], true)[role_chunk().len()..]
+    );
+    let tool = format!("{}data: {{\"id\":\"up\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"x\",\"choices\":[{{\"index\":0,\"delta\":{{\"tool_calls\":[{{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{{\"name\":\"f\",\"arguments\":\"{{}}\"}}}}]}},\"finish_reason\":null}}]}}\n\n{}{DONE}", role_chunk(), finish_chunk("tool_calls"));
+    for (again, clean) in [(thinking, true), (tool, false)] {
+        let (a, _) = sse_upstream(vec![cut.clone()]);
+        let (b, _) = sse_upstream(vec![again]);
+        let (cfg, policy) = chain3(&oa(a, ""), &oa(b, ""), None, "");
+        let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
+        let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
+        assert_eq!(r.status, 200);
+        assert!(!r.text().contains("reasoning_content\":\""), "{}", r.text());
+        assert!(!r.text().contains("tool_calls\":["), "{}", r.text());
+        if clean {
+            assert_eq!(clean_text_once(&r), "Hello world again");
+        } else {
+            let events = r.events();
+            assert_eq!(
+                events.iter().filter(|e| e.contains("\"error\"")).count(),
+                1,
+                "{}",
+                r.text()
+            );
+            assert!(
+                events.last().unwrap().contains("upstream_stream_diverged"),
+                "{}",
+                r.text()
+            );
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Held up (kept as regression checks)
 // ---------------------------------------------------------------------------
