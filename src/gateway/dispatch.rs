@@ -624,15 +624,23 @@ async fn exchange(
     if chat.is_stream() && !content_type.is_empty() && !streamed {
         // Not a stream (an HTML error page, or JSON from a provider that ignored
         // `stream`): fail before the first byte so the fallback chain can act.
-        let e = GatewayError::new(
-            ErrorKind::BadUpstream,
-            format!(
-                "provider `{}` answered a streaming request with `{}`, not an event stream",
-                up.name,
-                crate::error::bounded(content_type, 128)
-            ),
-        )
-        .with_code(Code::UpstreamBadResponse);
+        let mut message = format!(
+            "provider `{}` answered a streaming request with `{}`, not an event stream",
+            up.name,
+            crate::error::bounded(content_type, 128)
+        );
+        // Some providers and proxies answer a failed stream with 200 and a JSON
+        // error body: its message says what went wrong.
+        if holds_ignoring_case(content_type, "json") {
+            if let Ok(body) = collect(upstream_body, idle, deadline, &up.name).await {
+                if let Some(m) = crate::providers::json_error_message(&body) {
+                    message.push_str(": ");
+                    message.push_str(&m);
+                }
+            }
+        }
+        let e =
+            GatewayError::new(ErrorKind::BadUpstream, message).with_code(Code::UpstreamBadResponse);
         return Err(attempt.failed(e));
     }
     if chat.is_stream() {

@@ -330,6 +330,19 @@ pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayE
     }
 }
 
+/// The `error.message` of a JSON error body (`{"error": {"message": ...}}`, or
+/// `{"error": "..."}`), fit to show the client as a 5xx body's is (one line, at most
+/// [`MAX_5XX_MESSAGE`] bytes, never a stack trace); `None` when the body is not one.
+pub(crate) fn json_error_message(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let e = v.get("error")?;
+    let m = e
+        .get("message")
+        .and_then(|m| m.as_str())
+        .or_else(|| e.as_str())?;
+    safe_message(m)
+}
+
 /// Longest upstream `error.message` of a 5xx answer shown to the client, in bytes.
 pub const MAX_5XX_MESSAGE: usize = 200;
 
@@ -402,6 +415,25 @@ mod error_tests {
         assert_eq!(e.fault, crate::error::Fault::Gateway);
         assert!(e.retry.other_endpoint() && !e.retry.same_endpoint());
         assert!(e.message.contains("Insufficient Balance"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_json_error_body_gives_its_message_fit_to_show() {
+        let m = |b: &str| json_error_message(b.as_bytes());
+        assert_eq!(
+            m(r#"{"error":{"message":"quota\nsecond line","type":"x"}}"#).as_deref(),
+            Some("quota")
+        );
+        assert_eq!(
+            m(r#"{"error":"overloaded"}"#).as_deref(),
+            Some("overloaded")
+        );
+        assert_eq!(
+            m(r#"{"error":{"message":"Traceback (most recent call last)"}}"#),
+            None
+        );
+        assert_eq!(m(r#"{"id":"c","choices":[]}"#), None);
+        assert_eq!(m("<html>502</html>"), None);
     }
 
     #[test]

@@ -342,6 +342,36 @@ async fn a_restart_passes_on_nothing_before_it_has_repeated_the_text_already_sen
     }
 }
 
+// Regression: a provider (or a proxy before it) that answers a streamed request with 200
+// and a JSON error body was refused as "not an event stream", its own message dropped:
+// the client could not tell a quota error from a misconfigured server. Expected: the
+// provider's `error.message` in the error the client gets.
+#[tokio::test]
+async fn a_200_json_error_body_to_a_stream_request_names_the_providers_message() {
+    let (up, _) = loopback_upstream(
+        |_| (),
+        |_, _, s| {
+            let body = br#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#;
+            write_raw(s, "200 OK", "application/json", body, 1024)
+        },
+    );
+    let cfg = format!(
+        "providers:\n  p: {}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x }} ] }}\n",
+        oa(up, "")
+    );
+    let gw = start_app(&cfg, &[]).await;
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["error"]["code"], "upstream_bad_response", "{}", r.text());
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("not an event stream"), "{message}");
+    assert!(
+        message.contains("You exceeded your current quota"),
+        "{message}"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Held up (kept as regression checks)
 // ---------------------------------------------------------------------------
