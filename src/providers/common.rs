@@ -875,6 +875,12 @@ impl Progress {
         Ok(rest)
     }
 
+    /// Whether a continuation is still dropping the start of its answer that the
+    /// client already has (see [`Progress::text`]).
+    pub fn skipping(&self) -> bool {
+        self.skip.is_some()
+    }
+
     /// A text piece arrived that needs no skipping or tracking (neither is on): only
     /// counted, so the pass-through relay need not decode it.
     pub fn counted(&mut self) -> bool {
@@ -1049,6 +1055,12 @@ impl ChunkWriter {
         if text.is_empty() {
             return;
         }
+        // A restart's reasoning comes before the text it repeats: not passed on,
+        // but the restart is under way (its commit point, as skipped text is).
+        if self.progress.skipping() {
+            self.progress.content = true;
+            return;
+        }
         self.progress.reasoning();
         self.write(
             out,
@@ -1062,6 +1074,10 @@ impl ChunkWriter {
 
     /// A whole reasoning block with its signature (`delta.thinking_blocks`, one entry).
     pub fn thinking_block(&mut self, out: &mut BytesMut, block: &ThinkingBlock<'_>) {
+        if self.progress.skipping() {
+            self.progress.content = true;
+            return;
+        }
         self.progress.reasoning();
         self.write(
             out,
@@ -1223,6 +1239,39 @@ mod progress_tests {
         assert_eq!(p.sent.text, "Hello world!");
         assert_eq!(p.sent.pieces, 4);
         assert!(p.resuming() && p.content);
+    }
+
+    /// A translated restart's reasoning before it has repeated the text already sent
+    /// is not written (Bedrock's reader handles a whole read of events at once, so
+    /// the relay's per-event hold-back does not see each of them); after it, it is.
+    #[test]
+    fn a_restart_writes_no_reasoning_before_the_repeated_text() {
+        let mut w = ChunkWriter::new(&StreamContext {
+            logical_model: "m".into(),
+            include_usage: false,
+            prompt_tokens_estimate: 0,
+            track: true,
+            resume: Some(Resume {
+                sent: Sent {
+                    id: "c1".into(),
+                    text: "Hello wor".into(),
+                    pieces: 2,
+                    ..Sent::default()
+                },
+                skip: "Hello wor".into(),
+                exact: true,
+            }),
+        });
+        let mut out = BytesMut::new();
+        w.reasoning(&mut out, "thinking first");
+        let block = ThinkingBlock::RedactedThinking { data: "x".into() };
+        w.thinking_block(&mut out, &block);
+        w.text(&mut out, "Hello wor").unwrap();
+        assert!(out.is_empty(), "{out:?}");
+        assert!(!w.progress.sent.reasoning && w.content());
+        w.reasoning(&mut out, "then more");
+        assert!(String::from_utf8_lossy(&out).contains("then more"));
+        assert!(w.progress.sent.reasoning);
     }
 
     #[test]
