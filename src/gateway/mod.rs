@@ -243,8 +243,20 @@ impl Gateway {
         // three steps: about 9 KiB of copies per request (`memcpy` was 8% of the
         // gateway's user time under the JSON load, `perf record --call-graph
         // dwarf`). Boxed here it is copied once, for one allocation.
-        let result = Box::pin(self.phases(&mut ctx, body, headers)).await;
-        respond::respond(self, ctx, result)
+        let mut unanswered = Unanswered {
+            gw: self,
+            ctx: None,
+        };
+        let result = Box::pin(self.phases(unanswered.ctx.insert(ctx), body, headers)).await;
+        match unanswered.ctx.take() {
+            Some(ctx) => respond::respond(self, ctx, result),
+            // Never: the context is taken only here.
+            None => (
+                GatewayError::new(crate::error::ErrorKind::Internal, "request context lost")
+                    .to_response(),
+                None,
+            ),
+        }
     }
 
     /// admit (authenticate, priority) → normalize → admit (model scope, limits and
@@ -363,4 +375,25 @@ fn model_list<'a>(names: impl Iterator<Item = &'a str>) -> Bytes {
         serde_json::to_vec(&serde_json::json!({"object": "list", "data": data}))
             .unwrap_or_default(),
     )
+}
+
+/// A chat request whose answer has not been made yet ([`Gateway::chat`]). Dropped so,
+/// its future dropped because the client left (while the request was held, queued
+/// or waiting on a whole answer) or the gateway's drain ran out, it writes the
+/// request's access line as `client_gone` with nginx's status 499 for a client that
+/// closed before the answer: every chat request gets its one line (README, "Access
+/// log"), where such a request got none (found by attack, 2026-12-05). The request
+/// metrics are untouched: they count answers.
+struct Unanswered<'g> {
+    gw: &'g Arc<Gateway>,
+    /// The request while its answer is being made (`None` once answered).
+    ctx: Option<RequestCtx>,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if let Some(mut ctx) = self.ctx.take() {
+            access::Facts::take(&mut ctx, 499).emit(self.gw, access::End::ClientGone);
+        }
+    }
 }

@@ -370,6 +370,35 @@ async fn a_client_that_leaves_mid_stream_gets_one_client_gone_line() {
     assert_eq!(lines[0]["stream"], true);
 }
 
+/// Found by attack (2026-12-05): a client that left before the answer's head (here
+/// while a whole answer was still being generated) got no access line at all.
+#[tokio::test]
+async fn a_client_that_leaves_before_the_answer_still_gets_one_access_line() {
+    use tokio::io::AsyncWriteExt;
+    let m = mock(&["--tokens-per-s", "20"]);
+    let cfg = format!(
+        "providers:\n  a: {{ kind: openai-compatible, base_url: http://{}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: a, model: x }} ] }}\n",
+        m.addr
+    );
+    let (gw, logs) = serve_logged(&cfg);
+    // 400 tokens at 20 a second: the whole answer would take 20 s.
+    let body = chat("m", false, r#","max_tokens":400"#);
+    let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let req = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-request-id: left-1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(s);
+    let lines = logs.wait_access("left-1").await;
+    barrier(&gw, &logs, 2).await;
+    assert_eq!(logs.access("left-1").len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["outcome"], "client_gone", "{}", lines[0]);
+    assert_eq!(lines[0]["status"], 499, "{}", lines[0]);
+    assert_eq!(lines[0]["stream"], false);
+}
+
 #[tokio::test]
 async fn a_cache_hit_has_one_line_naming_the_cache() {
     let (up, heads) = recording_upstream(vec![(200, "", ANSWER)]);
