@@ -397,7 +397,18 @@ impl SseRelay {
                 }
                 match self.transcoder.end(&mut self.out) {
                     Ok(()) => self.finish(),
-                    Err(e) => self.fail(e),
+                    Err(mut e) => {
+                        if e.code == Some(crate::error::Code::UpstreamStreamCut) {
+                            // A clean end of the body before the answer's: named as
+                            // the relay names a broken body, provider and progress.
+                            e.message = format!(
+                                "provider `{}` closed the stream {}, before the answer was complete",
+                                self.provider,
+                                progress(self.events, self.bytes)
+                            );
+                        }
+                        self.fail(e);
+                    }
                 }
             }
             Poll::Pending => {

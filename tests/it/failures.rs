@@ -375,3 +375,42 @@ async fn an_oversized_declared_body_with_expect_100_continue_is_refused_unread()
     let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
 }
+
+/// Found by attack (2026-12-05): a provider that ended its stream's body cleanly
+/// before the answer's end (no finish, no `[DONE]`) got an error event saying only
+/// "upstream closed the stream", where every other cut names the provider and how
+/// far it got.
+#[tokio::test]
+async fn a_stream_body_ended_before_the_answer_names_the_provider() {
+    use std::io::{Read, Write};
+    const BODY: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hello\"},\"finish_reason\":null}]}\n\n";
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+            let mut buf = [0u8; 65536];
+            let _ = s.read(&mut buf);
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{BODY}",
+                BODY.len()
+            );
+        }
+    });
+    let gw = serve(&format!(
+        "providers:\n  early: {{ kind: openai-compatible, base_url: http://{addr}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: early, model: x }} ] }}\n"
+    ));
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let events = r.events();
+    let last: serde_json::Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["code"], "upstream_stream_cut", "{last}");
+    let message = last["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("provider `early` closed the stream after 1 event"),
+        "{message}"
+    );
+    assert!(!r.text().contains("[DONE]"));
+}
