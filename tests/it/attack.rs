@@ -34,6 +34,18 @@ fn chain3(p: &str, q: &str, r: Option<&str>, server: &str) -> (String, String) {
 }
 
 /// [`clean_text`], checking too that `[DONE]` came exactly once.
+/// The stream `events` of `r` hold exactly one error event, the last, and it
+/// contains `needle`.
+fn one_error_event_last(r: &Reply, events: &[String], needle: &str) {
+    assert_eq!(
+        events.iter().filter(|e| e.contains("\"error\"")).count(),
+        1,
+        "{}",
+        r.text()
+    );
+    assert!(events.last().unwrap().contains(needle), "{}", r.text());
+}
+
 fn clean_text_once(r: &Reply) -> String {
     let done = r.events().iter().filter(|e| *e == "[DONE]").count();
     assert_eq!(done, 1, "one [DONE]: {}", r.text());
@@ -169,13 +181,7 @@ async fn a_stream_cut_after_openai_format_reasoning_is_not_continued() {
         .filter(|e| e.contains("reasoning_content\":\""))
         .collect();
     assert_eq!(reasoning.len(), 1, "the reasoning once: {}", r.text());
-    assert_eq!(
-        events.iter().filter(|e| e.contains("\"error\"")).count(),
-        1,
-        "{}",
-        r.text()
-    );
-    assert!(events.last().unwrap().contains("\"error\""), "{}", r.text());
+    one_error_event_last(&r, &events, "\"error\"");
     assert!(!events.iter().any(|e| e == "[DONE]"), "{}", r.text());
     assert_eq!(seen_b.lock().unwrap().len(), 0, "not continued on q");
 }
@@ -250,17 +256,7 @@ async fn a_stream_with_two_choices_cut_after_the_first_finished_ends_with_one_er
     assert_eq!(r.status, 200);
     let events = r.events();
     assert!(!events.iter().any(|e| e == "[DONE]"), "{}", r.text());
-    assert_eq!(
-        events.iter().filter(|e| e.contains("\"error\"")).count(),
-        1,
-        "{}",
-        r.text()
-    );
-    assert!(
-        events.last().unwrap().contains("upstream_stream_cut"),
-        "{}",
-        r.text()
-    );
+    one_error_event_last(&r, &events, "upstream_stream_cut");
 }
 
 // Regression: Mistral's reasoning models stream `delta.content` as a list of parts. With
@@ -327,17 +323,7 @@ async fn a_restart_passes_on_nothing_before_it_has_repeated_the_text_already_sen
             assert_eq!(clean_text_once(&r), "Hello world again");
         } else {
             let events = r.events();
-            assert_eq!(
-                events.iter().filter(|e| e.contains("\"error\"")).count(),
-                1,
-                "{}",
-                r.text()
-            );
-            assert!(
-                events.last().unwrap().contains("upstream_stream_diverged"),
-                "{}",
-                r.text()
-            );
+            one_error_event_last(&r, &events, "upstream_stream_diverged");
         }
     }
 }
@@ -455,13 +441,7 @@ async fn attack_plan_exhausted_mid_stream_ends_with_exactly_one_error_event() {
     let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
     let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
     let events = r.events();
-    assert_eq!(
-        events.iter().filter(|e| e.contains("\"error\"")).count(),
-        1,
-        "{}",
-        r.text()
-    );
-    assert!(events.last().unwrap().contains("\"error\""), "{}", r.text());
+    one_error_event_last(&r, &events, "\"error\"");
     assert!(!r.text().contains("[DONE]"));
     let mut text = String::new();
     for e in &events {
@@ -773,13 +753,7 @@ async fn attack_n2_stream_cut_is_not_continued_and_ends_with_one_error() {
     )
     .await;
     let events = r.events();
-    assert_eq!(
-        events.iter().filter(|e| e.contains("\"error\"")).count(),
-        1,
-        "{}",
-        r.text()
-    );
-    assert!(events.last().unwrap().contains("\"error\""));
+    one_error_event_last(&r, &events, "\"error\"");
     assert_eq!(seen_b.lock().unwrap().len(), 0);
 }
 
