@@ -58,10 +58,12 @@ pub fn json_content_type(headers: &HeaderMap) -> Result<(), GatewayError> {
         .split(|&b| b == b';')
         .next()
         .unwrap_or_default()
-        .trim_ascii()
-        .to_ascii_lowercase();
-    let json = essence == b"application/json"
-        || (essence.starts_with(b"application/") && essence.ends_with(b"+json"));
+        .trim_ascii();
+    // Compared without a lowercased copy: this runs on every chat request.
+    let json = essence.eq_ignore_ascii_case(b"application/json")
+        || (essence.len() >= 17
+            && essence[..12].eq_ignore_ascii_case(b"application/")
+            && essence[essence.len() - 5..].eq_ignore_ascii_case(b"+json"));
     if json {
         return Ok(());
     }
