@@ -364,10 +364,8 @@ impl SseRelay {
             Poll::Ready(None) => {
                 // An SSE body may end without the blank line of its last event.
                 if let Some(ev) = self.parser.finish() {
-                    let before = before_event(&self.out, &*self.transcoder);
-                    let step = self.transcoder.event(ev.view(), &mut self.out);
-                    let step = step.and_then(|s| {
-                        restarting(&mut self.out, &*self.transcoder, before).map(|()| s)
+                    let step = checked(&mut self.out, &mut *self.transcoder, |t, out| {
+                        t.event(ev.view(), out)
                     });
                     match step {
                         Ok(StreamStep::Continue) => {}
@@ -438,9 +436,9 @@ impl SseRelay {
         self.bytes += data.len();
         let before = before_event(&self.out, &*self.transcoder);
         if let Some(step) = self.transcoder.raw(data, &mut self.out) {
-            let step =
-                step.and_then(|s| restarting(&mut self.out, &*self.transcoder, before).map(|()| s));
-            match step {
+            match step
+                .and_then(|s| restarting(&mut self.out, &*self.transcoder, before).map(|()| s))
+            {
                 Ok(StreamStep::Continue) => {}
                 Ok(StreamStep::Done) => self.finish(),
                 Err(e) => self.fail(e),
@@ -461,11 +459,9 @@ impl SseRelay {
         // allocation or copy per event.
         while let Some(ev) = self.parser.next_ref() {
             self.events += 1;
-            let before = before_event(&self.out, &*self.transcoder);
-            let step = self.transcoder.event(ev, &mut self.out);
-            let step =
-                step.and_then(|s| restarting(&mut self.out, &*self.transcoder, before).map(|()| s));
-            match step {
+            match checked(&mut self.out, &mut *self.transcoder, |t, out| {
+                t.event(ev, out)
+            }) {
                 Ok(StreamStep::Continue) => {}
                 Ok(StreamStep::Done) => {
                     self.finish();
@@ -478,6 +474,18 @@ impl SseRelay {
             }
         }
     }
+}
+
+/// One event through `transcoder` (`step` writes it to `out`), with the restart
+/// rule of [`restarting`] applied to what it wrote.
+fn checked(
+    out: &mut BytesMut,
+    transcoder: &mut dyn StreamTranscoder,
+    step: impl FnOnce(&mut dyn StreamTranscoder, &mut BytesMut) -> Result<StreamStep, GatewayError>,
+) -> Result<StreamStep, GatewayError> {
+    let before = before_event(out, transcoder);
+    let s = step(transcoder, out)?;
+    restarting(out, transcoder, before).map(|()| s)
 }
 
 /// What [`restarting`] compares an event's outcome with: the bytes written so far
