@@ -382,7 +382,8 @@ pub fn order_rest_by<T>(mode: PickMode, rest: &mut [T], key: impl Fn(&T) -> (f64
 /// Appends to `out` the positions `0..n` other than `skip`, in the order
 /// [`order_rest_by`] gives items whose keys are `key(position)`: the JIT's plan
 /// order after its pick. Each
-/// key is read once and mapped to a `u64` that orders as `order_rest_by` compares
+/// key is read (once; again past [`FEW_KEYS`] distinct keys) and mapped to a `u64`
+/// that orders as `order_rest_by` compares
 /// (NaN last, 0.0 equal to -0.0), and positions are put in (key, position) order,
 /// which keeps equal keys in their order as the stable sort does: a counting sort
 /// when there are at most [`FEW_KEYS`] distinct keys, else an integer sort.
@@ -393,7 +394,7 @@ pub fn rest_positions(
     n: usize,
     skip: Option<usize>,
     key: impl Fn(usize) -> (f64, f64),
-    out: &mut impl Extend<u32>,
+    out: &mut impl PositionList,
 ) {
     if n < 2 {
         out.extend((0..n).filter(|&k| Some(k) != skip).map(|k| k as u32));
@@ -409,58 +410,87 @@ pub fn rest_positions(
     }
 }
 
+/// A list that [`rest_positions`] and [`plan_positions`] append positions to: a
+/// `Vec` or a `SmallVec`. Positions are written in place where a counting sort puts
+/// them, so no list of them is built first and copied over.
+pub trait PositionList: Extend<u32> {
+    /// Appends `count` zeros and returns them, to be overwritten.
+    fn grow(&mut self, count: usize) -> &mut [u32];
+}
+
+impl PositionList for Vec<u32> {
+    fn grow(&mut self, count: usize) -> &mut [u32] {
+        let at = self.len();
+        self.resize(at + count, 0);
+        &mut self[at..]
+    }
+}
+
+impl<A: smallvec::Array<Item = u32>> PositionList for SmallVec<A> {
+    fn grow(&mut self, count: usize) -> &mut [u32] {
+        let at = self.len();
+        self.resize(at + count, 0);
+        &mut self[at..]
+    }
+}
+
 /// [`rest_positions`] once each position's key is one float, ascending.
+///
+/// Rankings usually score their candidates with a few distinct values (weighted
+/// round-robin: its counts, which differ by one or, while requests run
+/// concurrently, a few): then a counting sort by each key's place among them keeps
+/// positions in order within a key, the stable order, at a few instructions per
+/// item where a comparison sort of 127 items cost about 10,000 (issue 17). One pass
+/// reads each key, finds its place among the distinct keys found so far (in the
+/// order they were found), counts it and notes whether the keys already ascend;
+/// a second writes each position where its key's positions go. The ninth distinct
+/// key ends the first pass: the keys are read again for [`sort_many_keys`]. (Keys,
+/// places, counts and positions in separate passes cost about 88 instructions per
+/// item at 128 endpoints, `benches/load/endpoints.sh` with `CALLGRIND=1`.)
 fn positions_by_key(
     n: usize,
     skip: Option<usize>,
     pick_key: impl Fn(usize) -> f64,
-    out: &mut impl Extend<u32>,
+    out: &mut impl PositionList,
 ) {
-    // A `Vec`: pushing to a spilled `SmallVec` checks where it lives every time.
-    let mut keyed: Vec<(u64, u32)> = Vec::with_capacity(n);
+    // Each kept position's place among the distinct keys; on the stack up to 256.
+    // Written in place (a push checks where the list lives and its capacity).
+    let skipped = usize::from(skip.is_some_and(|s| s < n));
+    let mut ranks: SmallVec<[u8; 256]> = smallvec::smallvec![0; n - skipped];
+    let (mut distinct, mut found) = ([0u64; FEW_KEYS], 0);
+    let mut counts = [0usize; FEW_KEYS];
     // Whether the keys already ascend, found while they are read (positions do).
     let (mut ascending, mut last) = (true, 0);
-    for k in 0..n {
-        if Some(k) != skip {
-            let key = ascending_key(pick_key(k));
-            ascending &= key >= last;
-            last = key;
-            keyed.push((key, k as u32));
-        }
-    }
-    if ascending {
-        out.extend(keyed.iter().map(|&(_, k)| k));
-        return;
-    }
-    // Rankings usually score their candidates with a few distinct values (weighted
-    // round-robin: its counts, which differ by one or, while requests run
-    // concurrently, a few): then a counting sort by each key's place among them
-    // keeps positions in order within a key, the stable order, at a few
-    // instructions per item where a comparison sort of 127 items cost about
-    // 10,000 (issue 17). Each item's key is looked up among the distinct keys
-    // found so far (by the order they were found) once.
-    let (mut distinct, mut found) = ([0u64; FEW_KEYS], 0);
-    let mut ranks: Vec<u8> = Vec::with_capacity(keyed.len());
-    for &(key, _) in &keyed {
+    let mut few = true;
+    let kept = (0..n).filter(|&k| Some(k) != skip);
+    for (slot, k) in ranks.iter_mut().zip(kept) {
+        let key = ascending_key(pick_key(k));
+        ascending &= key >= last;
+        last = key;
         let mut r = 0;
         while r < found && distinct[r] != key {
             r += 1;
         }
         if r == found {
             if found == FEW_KEYS {
-                sort_many_keys(n, &keyed, out);
-                return;
+                few = false;
+                break;
             }
             distinct[found] = key;
             found += 1;
         }
-        ranks.push(r as u8);
+        *slot = r as u8;
+        counts[r] += 1;
+    }
+    if !few {
+        sort_many_keys(n, skip, &pick_key, out);
+        return;
+    }
+    if ascending {
+        out.extend((0..n).filter(|&k| Some(k) != skip).map(|k| k as u32));
+        return;
     }
     // Where each key's positions start in the output, by the order found.
-    let mut counts = [0usize; FEW_KEYS];
-    for &r in &ranks {
-        counts[usize::from(r) % FEW_KEYS] += 1;
-    }
     let mut by_key: [usize; FEW_KEYS] = std::array::from_fn(|i| i);
     by_key[..found].sort_unstable_by_key(|&r| distinct[r]);
     let (mut starts, mut at) = ([0usize; FEW_KEYS], 0);
@@ -468,60 +498,70 @@ fn positions_by_key(
         starts[r] = at;
         at += counts[r];
     }
-    let mut placed = vec![0u32; keyed.len()];
-    for (&(_, k), &r) in keyed.iter().zip(&ranks) {
+    let placed = out.grow(ranks.len());
+    // The i-th kept position is i, or i + 1 from the skipped one on.
+    let from = skip.unwrap_or(usize::MAX);
+    for (i, &r) in ranks.iter().enumerate() {
+        let k = if i < from { i } else { i + 1 };
         let start = &mut starts[usize::from(r) % FEW_KEYS];
         if let Some(p) = placed.get_mut(*start) {
-            *p = k;
+            *p = k as u32;
         }
         *start += 1;
     }
-    out.extend(placed);
 }
 
-/// The positions of `keyed` ((key, position) in position order, positions below
-/// `n`) in (key, position) order, appended to `out`: for many distinct keys.
+/// The positions `0..n` other than `skip` in (key, position) order, appended to
+/// `out`, each position's key `ascending_key(pick_key(position))`: for many distinct
+/// keys.
 ///
 /// Each item is one `u64`: the key's high bits with the position in the low `b`
 /// bits that positions below `n` need (7 for 128 endpoints), so the sort compares
 /// single integers (least_latency's 127 fallbacks: about 12,700 instructions as
 /// 128-bit (key, position) pairs). Items whose keys share the high bits are in
-/// position order after it; such a run is sorted again by (whole key, position)
-/// unless all its keys are equal (equal keys, such as endpoints never measured,
-/// are the usual reason for a run, and are already right).
-fn sort_many_keys(n: usize, keyed: &[(u64, u32)], out: &mut impl Extend<u32>) {
+/// position order after it; such a run is sorted again by (whole key, position),
+/// the whole keys read again, unless all its keys are equal (equal keys, such as
+/// endpoints never measured, are the usual reason for a run, and are already
+/// right). Keys that already ascend (positions do) need no sort.
+fn sort_many_keys(
+    n: usize,
+    skip: Option<usize>,
+    pick_key: impl Fn(usize) -> f64,
+    out: &mut impl Extend<u32>,
+) {
+    let kept = (0..n).filter(|&k| Some(k) != skip);
     let bits = (usize::BITS - n.saturating_sub(1).leading_zeros()).max(1);
     if bits > 32 {
         // Positions are u32, so this is never taken: (key, position) as 128 bits.
-        let mut packed: Vec<u128> = keyed
-            .iter()
-            .map(|&(key, k)| u128::from(key) << 32 | u128::from(k))
+        let mut packed: Vec<u128> = kept
+            .map(|k| u128::from(ascending_key(pick_key(k))) << 32 | k as u128)
             .collect();
         packed.sort_unstable();
         out.extend(packed.iter().map(|&x| x as u32));
         return;
     }
     let low = (1u64 << bits) - 1;
-    let mut packed: Vec<u64> = keyed
-        .iter()
-        .map(|&(key, k)| (key & !low) | u64::from(k))
-        .collect();
+    // Written in place (a push checks the capacity per item).
+    let skipped = usize::from(skip.is_some_and(|s| s < n));
+    let mut packed: Vec<u64> = vec![0; n - skipped];
+    let (mut ascending, mut last) = (true, 0);
+    for (slot, k) in packed.iter_mut().zip(kept) {
+        let key = ascending_key(pick_key(k));
+        ascending &= key >= last;
+        last = key;
+        *slot = (key & !low) | k as u64;
+    }
+    if ascending {
+        out.extend(packed.iter().map(|&x| (x & low) as u32));
+        return;
+    }
     packed.sort_unstable();
-    // The whole key of a position: `keyed` holds every position below `n` but
-    // at most one (the pick), in order.
-    let whole = |k: u64| -> u64 {
-        let i = (k as usize).min(keyed.len().saturating_sub(1));
-        // Past the pick, position k is at index k - 1.
-        match (keyed.get(i), keyed.get(i.wrapping_sub(1))) {
-            (Some(&(key, p)), _) | (_, Some(&(key, p))) if u64::from(p) == k => key,
-            _ => u64::MAX,
-        }
-    };
     // Runs are rare: one cheap pass says whether there is any.
     if !packed.windows(2).any(|w| (w[0] ^ w[1]) & !low == 0) {
         out.extend(packed.iter().map(|&x| (x & low) as u32));
         return;
     }
+    let whole = |x: u64| ascending_key(pick_key((x & low) as usize));
     let mut i = 0;
     while i < packed.len() {
         let high = packed[i] & !low;
@@ -531,9 +571,9 @@ fn sort_many_keys(n: usize, keyed: &[(u64, u32)], out: &mut impl Extend<u32>) {
         }
         if j - i > 1 {
             let run = &mut packed[i..j];
-            let first = whole(run[0] & low);
-            if run.iter().any(|&x| whole(x & low) != first) {
-                run.sort_unstable_by_key(|&x| (whole(x & low), x & low));
+            let first = whole(run[0]);
+            if run.iter().any(|&x| whole(x) != first) {
+                run.sort_unstable_by_key(|&x| (whole(x), x & low));
             }
         }
         i = j;
@@ -554,7 +594,7 @@ pub fn plan_positions(
     n: usize,
     key: impl Fn(usize) -> (f64, f64),
     rng: Option<&mut SplitMix64>,
-    out: &mut impl Extend<u32>,
+    out: &mut impl PositionList,
 ) {
     match mode {
         PickMode::Min | PickMode::Max => rest_positions(mode, n, None, key, out),
@@ -816,6 +856,36 @@ mod order_tests {
                 rest_positions(mode, len, skip, |i| keys[i], &mut positions);
                 let got: Vec<usize> = positions.iter().map(|&k| k as usize).collect();
                 assert_eq!(got, stable, "{mode:?} len {len} skip {skip:?}");
+            }
+        }
+    }
+
+    /// Long lists (past the 256 places kept on the stack) of one to nine distinct
+    /// keys, the ninth (which ends the counting sort) first seen anywhere: the
+    /// order is still the stable float order, with and without a skipped pick.
+    #[test]
+    fn rest_positions_of_long_lists_with_few_keys_keep_the_stable_order() {
+        let mut rng = SplitMix64::new(29);
+        for round in 0..600u64 {
+            let len = 2 + (rng.next_u64() % 600) as usize;
+            let kinds = 1 + (round % 9);
+            let keys: Vec<(f64, f64)> = (0..len)
+                .map(|_| {
+                    let x = (rng.next_u64() % kinds) as f64 * 0.25 - 1.0;
+                    (x, x.abs())
+                })
+                .collect();
+            for mode in [PickMode::Min, PickMode::Max, PickMode::Weighted] {
+                let skip = (round % 2 == 0).then(|| (round as usize * 13) % len);
+                let mut stable: Vec<usize> = (0..len).filter(|&i| Some(i) != skip).collect();
+                order_rest_by(mode, &mut stable, |&i| keys[i]);
+                let mut positions: SmallVec<[u32; 8]> = SmallVec::new();
+                rest_positions(mode, len, skip, |i| keys[i], &mut positions);
+                let got: Vec<usize> = positions.iter().map(|&k| k as usize).collect();
+                assert_eq!(
+                    got, stable,
+                    "{mode:?} len {len} skip {skip:?} kinds {kinds}"
+                );
             }
         }
     }

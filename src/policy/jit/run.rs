@@ -402,7 +402,7 @@ impl<'a> JRun<'a> {
             .iter()
             .map(|&k| {
                 let k = k as usize;
-                let c = cands.get(*r.rows.get(k)?)?;
+                let c = cands.get(r.row(k)?)?;
                 let (score, p) = (r.list.score.get(k)?, r.list.probability.get(k)?);
                 Some((c.endpoint.id.clone(), *score, *p))
             })
@@ -436,17 +436,28 @@ impl<'a> JRun<'a> {
             &mut bits,
             |b| b,
         )?;
-        let passing = bits.iter().enumerate().filter(|(_, b)| *b & 1 != 0);
-        let mut rows: Rows<usize> = collect_long(total, passing.map(|(i, _)| i));
-        let preferred = bits.iter().filter(|b| *b & 3 == 3).count();
-        // With some preferred candidates and some not, only the preferred are kept.
-        if preferred > 0 && preferred < rows.len() {
-            rows.retain(|i| bits.get(*i).is_some_and(|b| b & 2 != 0));
+        // One pass counts the candidates that pass and those also preferred.
+        let (mut passing, mut preferred) = (0, 0);
+        for &b in &bits {
+            passing += (b & 1) as usize;
+            preferred += usize::from(b & 3 == 3);
         }
-        // Every candidate kept (the usual case): scored by index, not through `rows`.
-        let kept = (rows.len() < total).then_some(&rows[..]);
+        // With some preferred candidates and some not, only the preferred are kept.
+        let keep = if preferred > 0 && preferred < passing {
+            3
+        } else {
+            1
+        };
+        let n = if keep == 3 { preferred } else { passing };
+        // Every candidate kept (the usual case): no list of them, scored by index.
+        let rows: Rows<usize> = if n == total {
+            Rows::new()
+        } else {
+            let kept = bits.iter().enumerate().filter(|(_, b)| *b & keep == keep);
+            collect_long(n, kept.map(|(i, _)| i))
+        };
+        let kept = (n < total).then_some(&rows[..]);
         let list = self.score_list(inst, s, eps, total, kept)?;
-        let n = rows.len();
         // Both are `n` long; cut to it, so a key read needs no check.
         let (score, prob) = (list.score.get(..n)?, list.probability.get(..n)?);
         let key = |k: usize| (score[k], prob[k]);
@@ -579,16 +590,13 @@ impl<'a> JRun<'a> {
             (Some(s), Some(inst)) => {
                 let mut eps = Cells::new();
                 let r = self.rank_rows(inst, s, &u.args, &cands, &mut eps)?;
-                let (rows, all): (&[usize], &[EndpointRef<'a>]) = (&r.rows, &cands);
-                let order = r
-                    .pos
-                    .iter()
-                    .filter_map(|&k| all.get(*rows.get(k as usize)?));
+                let all: &[EndpointRef<'a>] = &cands;
+                let order = r.pos.iter().filter_map(|&k| all.get(r.row(k as usize)?));
                 let plan: Refs<'a> = collect_long(r.pos.len(), order.copied());
                 let pick = inst.updates.iter().find(|(e, _)| *e == Event::Pick);
                 if let (Some((_, assigns)), Some(&first)) = (pick, r.pos.first()) {
                     let first = first as usize;
-                    let me = *r.rows.get(first)?;
+                    let me = r.row(first)?;
                     // `on pick` sees every candidate scored (aggregates over all of
                     // them), as the interpreter's `update` does; the ranking scored
                     // only the kept ones unless that was all.
@@ -712,10 +720,12 @@ enum Scoring<'s> {
 }
 
 /// A compiled ranking: the candidates the filters kept (`rows`, indices into the
-/// candidates, ascending), their scores in that order (`list`), and the plan
+/// candidates, ascending; none listed when all were), their scores in that order
+/// (`list`), and the plan
 /// order as positions in `rows` (`pos`: the pick first). The candidates' vectors
 /// (row `i` for candidate `i`) stay in the caller's buffer.
 struct RankedRows {
+    /// Empty when every candidate was kept ([`RankedRows::row`]).
     rows: Rows<usize>,
     list: Scores,
     pos: Rows<u32>,
@@ -725,6 +735,17 @@ struct RankedRows {
     /// candidate kept and no aggregate reads `score` or `probability`
     /// ([`StratCode::aggs_read_scored`]).
     reuse_aggs: bool,
+}
+
+impl RankedRows {
+    /// The candidate index of the kept candidate at position `k`; `None` past them.
+    fn row(&self, k: usize) -> Option<usize> {
+        if self.scored_all {
+            (k < self.list.score.len()).then_some(k)
+        } else {
+            self.rows.get(k).copied()
+        }
+    }
 }
 
 /// Candidate endpoint refs for registry indices `ids` (unknown ones skipped), as
