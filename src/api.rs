@@ -15,7 +15,7 @@ pub use messages::Messages;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::error::GatewayError;
+use crate::error::{Code, GatewayError};
 
 /// A `POST /v1/chat/completions` body.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -175,6 +175,18 @@ impl ChatRequest {
                 };
                 let mut err = GatewayError::new(crate::error::ErrorKind::InvalidRequest, message);
                 err.param = param;
+                // OpenAI's codes for the same classes; a body that is not a JSON
+                // object gets none, as OpenAI's "We could not parse the JSON body".
+                err.code = if inner.is_syntax() || inner.is_eof() || (at_root && missing.is_none())
+                {
+                    None
+                } else if missing.is_some() {
+                    Some(Code::MissingRequiredParameter)
+                } else if text.starts_with("invalid type") {
+                    Some(Code::InvalidType)
+                } else {
+                    Some(Code::InvalidValue)
+                };
                 return Err(err);
             }
         };
@@ -189,20 +201,23 @@ impl ChatRequest {
 
     fn validate(&self) -> Result<(), GatewayError> {
         if self.model.is_empty() {
-            return Err(GatewayError::invalid_field(
+            return Err(GatewayError::invalid_param(
+                Code::InvalidValue,
                 "model",
                 "`model` must be a non-empty string",
             ));
         }
         if self.messages.is_empty() {
-            return Err(GatewayError::invalid_field(
+            return Err(GatewayError::invalid_param(
+                Code::EmptyArray,
                 "messages",
                 "`messages` must contain at least one message",
             ));
         }
         for (i, m) in self.messages.iter().enumerate() {
             if !ROLES.contains(&m.role.as_str()) {
-                return Err(GatewayError::invalid_field(
+                return Err(GatewayError::invalid_param(
+                    Code::InvalidValue,
                     format!("messages[{i}].role"),
                     format!(
                         "`messages[{i}].role` is \"{}\"; expected one of {}",
@@ -215,7 +230,8 @@ impl ChatRequest {
                 Value::String(_) | Value::Array(_) => {}
                 Value::Null if m.role == "assistant" => {}
                 Value::Null => {
-                    return Err(GatewayError::invalid_field(
+                    return Err(GatewayError::invalid_param(
+                        Code::MissingRequiredParameter,
                         format!("messages[{i}].content"),
                         format!(
                             "`messages[{i}].content` is required for role \"{}\"",
@@ -224,7 +240,8 @@ impl ChatRequest {
                     ))
                 }
                 _ => {
-                    return Err(GatewayError::invalid_field(
+                    return Err(GatewayError::invalid_param(
+                        Code::InvalidType,
                         format!("messages[{i}].content"),
                         format!(
                             "`messages[{i}].content` must be a string or an array of content parts"
@@ -243,7 +260,12 @@ impl ChatRequest {
         }
         if let Some(t) = self.temperature {
             if !(0.0..=2.0).contains(&t) {
-                return Err(GatewayError::invalid_field(
+                return Err(GatewayError::invalid_param(
+                    if t < 0.0 {
+                        Code::DecimalBelowMinValue
+                    } else {
+                        Code::DecimalAboveMaxValue
+                    },
                     "temperature",
                     format!("`temperature` is {t}; expected a number from 0 to 2"),
                 ));
@@ -254,7 +276,8 @@ impl ChatRequest {
             ("max_completion_tokens", self.max_completion_tokens),
         ] {
             if v == Some(0) {
-                return Err(GatewayError::invalid_field(
+                return Err(GatewayError::invalid_param(
+                    Code::IntegerBelowMinValue,
                     name,
                     format!("`{name}` must be at least 1"),
                 ));
@@ -263,7 +286,8 @@ impl ChatRequest {
         if let Some(tools) = &self.tools {
             for (i, t) in tools.iter().enumerate() {
                 if !t.is_object() {
-                    return Err(GatewayError::invalid_field(
+                    return Err(GatewayError::invalid_param(
+                        Code::InvalidType,
                         format!("tools[{i}]"),
                         format!("`tools[{i}]` must be an object"),
                     ));

@@ -290,6 +290,29 @@ pub enum Code {
     /// The `x-switchyard-priority` header asks for a level above the key's
     /// `max_priority`.
     PriorityNotAllowed,
+    /// A required request field is absent or null (OpenAI's
+    /// `missing_required_parameter`).
+    MissingRequiredParameter,
+    /// A request field has the wrong JSON type (OpenAI's `invalid_type`).
+    InvalidType,
+    /// A request field's value is not one it may take: not in its enum, not matching
+    /// its pattern, naming nothing declared (OpenAI's `invalid_value`).
+    InvalidValue,
+    /// An array that must have an element is empty (OpenAI's `empty_array`).
+    EmptyArray,
+    /// An array has more elements than allowed (OpenAI's `array_above_max_length`).
+    ArrayAboveMaxLength,
+    /// An integer below its minimum (OpenAI's `integer_below_min_value`).
+    IntegerBelowMinValue,
+    /// An integer above its maximum (OpenAI's `integer_above_max_value`).
+    IntegerAboveMaxValue,
+    /// A number below its minimum (OpenAI's `decimal_below_min_value`).
+    DecimalBelowMinValue,
+    /// A number above its maximum (OpenAI's `decimal_above_max_value`).
+    DecimalAboveMaxValue,
+    /// A function tool's `parameters` is not a valid JSON Schema (OpenAI's
+    /// `invalid_function_parameters`).
+    InvalidFunctionParameters,
     /// The provider's own code, passed through unchanged (bounded in length).
     Provider(Box<str>),
 }
@@ -331,6 +354,16 @@ impl Code {
             Code::QueueFull => "queue_full",
             Code::Overloaded => "overloaded",
             Code::PriorityNotAllowed => "priority_not_allowed",
+            Code::MissingRequiredParameter => "missing_required_parameter",
+            Code::InvalidType => "invalid_type",
+            Code::InvalidValue => "invalid_value",
+            Code::EmptyArray => "empty_array",
+            Code::ArrayAboveMaxLength => "array_above_max_length",
+            Code::IntegerBelowMinValue => "integer_below_min_value",
+            Code::IntegerAboveMaxValue => "integer_above_max_value",
+            Code::DecimalBelowMinValue => "decimal_below_min_value",
+            Code::DecimalAboveMaxValue => "decimal_above_max_value",
+            Code::InvalidFunctionParameters => "invalid_function_parameters",
             Code::Provider(s) => s,
         }
     }
@@ -413,11 +446,22 @@ impl GatewayError {
         }
     }
 
-    /// 400 about a specific request field.
+    /// 400 about a specific request field, with `code: null`: for the rules OpenAI
+    /// answers without a code (one field allowed only with another, such as
+    /// `stream_options` without `stream`). A field that is missing, of the wrong type
+    /// or out of range gets [`GatewayError::invalid_param`] instead.
     pub fn invalid_field(param: impl Into<String>, message: impl Into<String>) -> Self {
         let mut e = GatewayError::new(ErrorKind::InvalidRequest, message);
         e.param = Some(param.into());
         e
+    }
+
+    /// 400 about a specific request field with the `code` OpenAI gives the same
+    /// class of error ([`Code::MissingRequiredParameter`], [`Code::InvalidType`],
+    /// [`Code::InvalidValue`], ...; OpenAI API reference, "Error codes", and the
+    /// bodies of its own 400s).
+    pub fn invalid_param(code: Code, param: impl Into<String>, message: impl Into<String>) -> Self {
+        GatewayError::invalid_field(param, message).with_code(code)
     }
 
     /// A policy's `reject STATUS "message"`: the status as written (400..=599), the
@@ -598,12 +642,18 @@ mod tests {
 
     #[test]
     fn body_has_openai_shape() {
-        let e = GatewayError::invalid_field("messages", "`messages` must be a non-empty array");
+        let e = GatewayError::invalid_param(
+            Code::EmptyArray,
+            "messages",
+            "`messages` must be a non-empty array",
+        );
         let v = e.to_json();
         assert_eq!(v["error"]["type"], "invalid_request_error");
         assert_eq!(v["error"]["param"], "messages");
-        assert!(v["error"]["code"].is_null());
+        assert_eq!(v["error"]["code"], "empty_array");
         assert_eq!(e.status(), 400);
+        let e = GatewayError::invalid_field("stream_options", "only with `stream`");
+        assert!(e.to_json()["error"]["code"].is_null());
     }
 
     #[test]

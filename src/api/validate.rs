@@ -26,14 +26,21 @@
 //!   allowed, as 2020-12 allows them.
 //!
 //! The first failure is returned as a 400 `invalid_request_error` whose `param`
-//! names the field (`messages[3].tool_call_id`, `tools[1].function.name`).
+//! names the field (`messages[3].tool_call_id`, `tools[1].function.name`) and whose
+//! `code` is the one OpenAI's own 400s give the same class of error:
+//! `missing_required_parameter`, `invalid_type`, `invalid_value`, `empty_array`,
+//! `array_above_max_length`, `integer_below_min_value` (`_above_max_`, and
+//! `decimal_...` for numbers), `invalid_function_parameters`; and `null` where OpenAI
+//! answers without one: a field allowed only with another (`top_logprobs` without
+//! `logprobs`, `tool_choice` without `tools`) and a `tool_call_id` that answers no
+//! earlier tool call.
 
 pub mod schema;
 
 use serde_json::{Map, Value};
 
 use super::ChatRequest;
-use crate::error::GatewayError;
+use crate::error::{Code, GatewayError};
 
 /// Most stop sequences (OpenAI: "Up to 4 sequences").
 pub const MAX_STOP: usize = 4;
@@ -47,8 +54,39 @@ pub const MAX_TOOL_NAME: usize = 64;
 
 type Checked = Result<(), GatewayError>;
 
+/// A rule OpenAI answers with `code: null`: one field allowed only with another.
 fn bad(param: impl Into<String>, message: impl Into<String>) -> GatewayError {
     GatewayError::invalid_field(param, message)
+}
+
+/// A required field absent or null.
+fn missing(param: impl Into<String>, message: impl Into<String>) -> GatewayError {
+    GatewayError::invalid_param(Code::MissingRequiredParameter, param, message)
+}
+
+/// A field of the wrong JSON type.
+fn wrong_type(param: impl Into<String>, message: impl Into<String>) -> GatewayError {
+    GatewayError::invalid_param(Code::InvalidType, param, message)
+}
+
+/// A field whose value is not one it may take.
+fn bad_value(param: impl Into<String>, message: impl Into<String>) -> GatewayError {
+    GatewayError::invalid_param(Code::InvalidValue, param, message)
+}
+
+/// An array with more elements than allowed.
+fn too_long(param: impl Into<String>, message: impl Into<String>) -> GatewayError {
+    GatewayError::invalid_param(Code::ArrayAboveMaxLength, param, message)
+}
+
+/// An array that must not be empty.
+fn empty(param: impl Into<String>, message: impl Into<String>) -> GatewayError {
+    GatewayError::invalid_param(Code::EmptyArray, param, message)
+}
+
+/// A function tool's `parameters` that is not a JSON Schema.
+fn bad_schema(param: impl Into<String>, message: impl Into<String>) -> GatewayError {
+    GatewayError::invalid_param(Code::InvalidFunctionParameters, param, message)
 }
 
 /// Validates `req` (see the module doc).
@@ -73,13 +111,19 @@ fn number(extra: &Map<String, Value>, key: &str, lo: f64, hi: f64) -> Checked {
             if (lo..=hi).contains(&v) {
                 Ok(())
             } else {
-                Err(bad(
+                let code = if v < lo {
+                    Code::DecimalBelowMinValue
+                } else {
+                    Code::DecimalAboveMaxValue
+                };
+                Err(GatewayError::invalid_param(
+                    code,
                     key,
                     format!("`{key}` is {n}; expected a number from {lo} to {hi}"),
                 ))
             }
         }
-        Some(_) => Err(bad(key, format!("`{key}` must be a number"))),
+        Some(_) => Err(wrong_type(key, format!("`{key}` must be a number"))),
     }
 }
 
@@ -88,21 +132,28 @@ fn integer(extra: &Map<String, Value>, key: &str, lo: i64, hi: i64) -> Result<bo
         None | Some(Value::Null) => Ok(false),
         Some(Value::Number(n)) if n.is_i64() || n.is_u64() => {
             let v = n.as_i64().unwrap_or(i64::MAX);
+            let code = if v < lo {
+                Code::IntegerBelowMinValue
+            } else {
+                Code::IntegerAboveMaxValue
+            };
             if (lo..=hi).contains(&v) && !(n.is_u64() && n.as_i64().is_none()) {
                 Ok(true)
             } else if hi == i64::MAX {
-                Err(bad(
+                Err(GatewayError::invalid_param(
+                    code,
                     key,
                     format!("`{key}` is {n}; expected a 64-bit integer"),
                 ))
             } else {
-                Err(bad(
+                Err(GatewayError::invalid_param(
+                    code,
                     key,
                     format!("`{key}` is {n}; expected an integer from {lo} to {hi}"),
                 ))
             }
         }
-        Some(_) => Err(bad(key, format!("`{key}` must be an integer"))),
+        Some(_) => Err(wrong_type(key, format!("`{key}` must be an integer"))),
     }
 }
 
@@ -110,7 +161,7 @@ fn boolean(extra: &Map<String, Value>, key: &str) -> Result<Option<bool>, Gatewa
     match extra.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(bad(key, format!("`{key}` must be a boolean"))),
+        Some(_) => Err(wrong_type(key, format!("`{key}` must be a boolean"))),
     }
 }
 
@@ -131,7 +182,7 @@ fn parameters(extra: &Map<String, Value>) -> Checked {
     }
     match extra.get("stop") {
         None | Some(Value::Null) | Some(Value::String(_)) => Ok(()),
-        Some(Value::Array(a)) if a.len() > MAX_STOP => Err(bad(
+        Some(Value::Array(a)) if a.len() > MAX_STOP => Err(too_long(
             "stop",
             format!(
                 "`stop` has {} sequences; at most {MAX_STOP} are allowed",
@@ -139,13 +190,13 @@ fn parameters(extra: &Map<String, Value>) -> Checked {
             ),
         )),
         Some(Value::Array(a)) => match a.iter().position(|s| !s.is_string()) {
-            Some(i) => Err(bad(
+            Some(i) => Err(wrong_type(
                 format!("stop[{i}]"),
                 format!("`stop[{i}]` must be a string"),
             )),
             None => Ok(()),
         },
-        Some(_) => Err(bad(
+        Some(_) => Err(wrong_type(
             "stop",
             "`stop` must be a string or an array of up to 4 strings",
         )),
@@ -168,11 +219,11 @@ fn string_at<'a>(
 ) -> Result<&'a str, GatewayError> {
     match obj.get(key) {
         Some(Value::String(s)) => Ok(s),
-        None | Some(Value::Null) => Err(bad(
+        None | Some(Value::Null) => Err(missing(
             format!("{path}.{key}"),
             format!("`{path}.{key}` is required"),
         )),
-        Some(_) => Err(bad(
+        Some(_) => Err(wrong_type(
             format!("{path}.{key}"),
             format!("`{path}.{key}` must be a string"),
         )),
@@ -187,11 +238,11 @@ fn object_at<'a>(
 ) -> Result<&'a Map<String, Value>, GatewayError> {
     match obj.get(key) {
         Some(Value::Object(m)) => Ok(m),
-        None | Some(Value::Null) => Err(bad(
+        None | Some(Value::Null) => Err(missing(
             format!("{path}.{key}"),
             format!("`{path}.{key}` is required"),
         )),
-        Some(_) => Err(bad(
+        Some(_) => Err(wrong_type(
             format!("{path}.{key}"),
             format!("`{path}.{key}` must be an object"),
         )),
@@ -201,7 +252,7 @@ fn object_at<'a>(
 fn tool_name<'a>(obj: &'a Map<String, Value>, path: &str) -> Result<&'a str, GatewayError> {
     let name = string_at(obj, "name", path)?;
     if !valid_tool_name(name) {
-        return Err(bad(
+        return Err(bad_value(
             format!("{path}.name"),
             format!(
                 "`{path}.name` is \"{}\"; a tool name is 1 to 64 letters, digits, '_' or '-'",
@@ -219,7 +270,7 @@ fn tools(tools: &[Value]) -> Result<Declared<'_>, GatewayError> {
     for (i, t) in tools.iter().enumerate() {
         let path = format!("tools[{i}]");
         let Some(t) = t.as_object() else {
-            return Err(bad(&path, format!("`{path}` must be an object")));
+            return Err(wrong_type(&path, format!("`{path}` must be an object")));
         };
         let kind = string_at(t, "type", &path)?;
         let name = match kind {
@@ -229,7 +280,7 @@ fn tools(tools: &[Value]) -> Result<Declared<'_>, GatewayError> {
                 let name = tool_name(f, &fpath)?;
                 if let Some(d) = f.get("description") {
                     if !d.is_string() && !d.is_null() {
-                        return Err(bad(
+                        return Err(wrong_type(
                             format!("{fpath}.description"),
                             format!("`{fpath}.description` must be a string"),
                         ));
@@ -237,7 +288,7 @@ fn tools(tools: &[Value]) -> Result<Declared<'_>, GatewayError> {
                 }
                 if let Some(s) = f.get("strict") {
                     if !s.is_boolean() && !s.is_null() {
-                        return Err(bad(
+                        return Err(wrong_type(
                             format!("{fpath}.strict"),
                             format!("`{fpath}.strict` must be a boolean"),
                         ));
@@ -247,7 +298,7 @@ fn tools(tools: &[Value]) -> Result<Declared<'_>, GatewayError> {
                     None | Some(Value::Null) => {}
                     Some(p @ Value::Object(_)) => {
                         if let Some(why) = schema::check(p) {
-                            return Err(bad(
+                            return Err(bad_schema(
                                 format!("{fpath}.parameters"),
                                 format!(
                                     "`{fpath}.parameters` is not a valid JSON Schema (draft 2020-12): {why}"
@@ -256,7 +307,7 @@ fn tools(tools: &[Value]) -> Result<Declared<'_>, GatewayError> {
                         }
                     }
                     Some(_) => {
-                        return Err(bad(
+                        return Err(bad_schema(
                             format!("{fpath}.parameters"),
                             format!("`{fpath}.parameters` must be a JSON Schema object"),
                         ))
@@ -266,7 +317,7 @@ fn tools(tools: &[Value]) -> Result<Declared<'_>, GatewayError> {
             }
             "custom" => tool_name(object_at(t, "custom", &path)?, &format!("{path}.custom"))?,
             other => {
-                return Err(bad(
+                return Err(bad_value(
                     format!("{path}.type"),
                     format!(
                         "`{path}.type` is \"{}\"; expected \"function\" or \"custom\"",
@@ -276,7 +327,7 @@ fn tools(tools: &[Value]) -> Result<Declared<'_>, GatewayError> {
             }
         };
         if let Some(j) = names.iter().position(|(_, n)| *n == name) {
-            return Err(bad(
+            return Err(bad_value(
                 format!("{path}.{kind}.name"),
                 format!("`{path}.{kind}.name` \"{name}\" is already the name of `tools[{j}]`; tool names must be unique"),
             ));
@@ -294,7 +345,7 @@ fn tool_choice(choice: Option<&Value>, declared: &Declared<'_>) -> Checked {
         if declared.iter().any(|&(k, n)| k == kind && n == name) {
             Ok(())
         } else {
-            Err(bad(
+            Err(bad_value(
                 format!("{path}.{kind}.name"),
                 format!(
                     "`{path}.{kind}.name` is \"{}\", which is not a {kind} tool declared in `tools`",
@@ -312,7 +363,7 @@ fn tool_choice(choice: Option<&Value>, declared: &Declared<'_>) -> Checked {
                 format!("`tool_choice` is \"{s}\" but the request declares no `tools`"),
             )),
             "auto" | "required" => Ok(()),
-            other => Err(bad(
+            other => Err(bad_value(
                 "tool_choice",
                 format!(
                     "`tool_choice` is \"{}\"; expected \"none\", \"auto\", \"required\" or an object naming a tool",
@@ -326,13 +377,13 @@ fn tool_choice(choice: Option<&Value>, declared: &Declared<'_>) -> Checked {
                 let at = object_at(obj, "allowed_tools", "tool_choice")?;
                 let mode = string_at(at, "mode", "tool_choice.allowed_tools")?;
                 if mode != "auto" && mode != "required" {
-                    return Err(bad(
+                    return Err(bad_value(
                         "tool_choice.allowed_tools.mode",
                         "`tool_choice.allowed_tools.mode` must be \"auto\" or \"required\"",
                     ));
                 }
                 let Some(list) = at.get("tools").and_then(Value::as_array) else {
-                    return Err(bad(
+                    return Err(wrong_type(
                         "tool_choice.allowed_tools.tools",
                         "`tool_choice.allowed_tools.tools` must be an array of tools",
                     ));
@@ -340,12 +391,12 @@ fn tool_choice(choice: Option<&Value>, declared: &Declared<'_>) -> Checked {
                 for (i, t) in list.iter().enumerate() {
                     let path = format!("tool_choice.allowed_tools.tools[{i}]");
                     let Some(t) = t.as_object() else {
-                        return Err(bad(&path, format!("`{path}` must be an object")));
+                        return Err(wrong_type(&path, format!("`{path}` must be an object")));
                     };
                     match string_at(t, "type", &path)? {
                         k @ ("function" | "custom") => named(k, t, &path)?,
                         _ => {
-                            return Err(bad(
+                            return Err(bad_value(
                                 format!("{path}.type"),
                                 format!("`{path}.type` must be \"function\" or \"custom\""),
                             ))
@@ -354,7 +405,7 @@ fn tool_choice(choice: Option<&Value>, declared: &Declared<'_>) -> Checked {
                 }
                 Ok(())
             }
-            other => Err(bad(
+            other => Err(bad_value(
                 "tool_choice.type",
                 format!(
                     "`tool_choice.type` is \"{}\"; expected \"function\", \"custom\" or \"allowed_tools\"",
@@ -362,7 +413,7 @@ fn tool_choice(choice: Option<&Value>, declared: &Declared<'_>) -> Checked {
                 ),
             )),
         },
-        Some(_) => Err(bad(
+        Some(_) => Err(wrong_type(
             "tool_choice",
             "`tool_choice` must be a string or an object naming a tool",
         )),
@@ -381,7 +432,7 @@ fn part_types(role: &str) -> &'static [&'static str] {
 /// One content part at `path` of a `role` message.
 fn part(p: &Value, role: &str, path: &str) -> Checked {
     let Some(p) = p.as_object() else {
-        return Err(bad(
+        return Err(wrong_type(
             path,
             format!("`{path}` must be an object with a `type`"),
         ));
@@ -389,7 +440,7 @@ fn part(p: &Value, role: &str, path: &str) -> Checked {
     let kind = string_at(p, "type", path)?;
     let allowed = part_types(role);
     if !allowed.contains(&kind) {
-        return Err(bad(
+        return Err(bad_value(
             format!("{path}.type"),
             format!(
                 "`{path}.type` is \"{}\"; a {role} message's content parts may be {}",
@@ -408,7 +459,7 @@ fn part(p: &Value, role: &str, path: &str) -> Checked {
             match img.get("detail") {
                 None | Some(Value::Null) => Ok(()),
                 Some(Value::String(d)) if ["auto", "low", "high"].contains(&d.as_str()) => Ok(()),
-                Some(_) => Err(bad(
+                Some(_) => Err(bad_value(
                     format!("{ipath}.detail"),
                     format!("`{ipath}.detail` must be \"auto\", \"low\" or \"high\""),
                 )),
@@ -420,7 +471,7 @@ fn part(p: &Value, role: &str, path: &str) -> Checked {
             string_at(a, "data", &apath)?;
             let format = string_at(a, "format", &apath)?;
             if format != "wav" && format != "mp3" {
-                return Err(bad(
+                return Err(bad_value(
                     format!("{apath}.format"),
                     format!("`{apath}.format` must be \"wav\" or \"mp3\""),
                 ));
@@ -433,7 +484,7 @@ fn part(p: &Value, role: &str, path: &str) -> Checked {
             let f = object_at(p, "file", path)?;
             for key in ["file_id", "file_data", "filename"] {
                 if f.get(key).is_some_and(|v| !v.is_string() && !v.is_null()) {
-                    return Err(bad(
+                    return Err(wrong_type(
                         format!("{fpath}.{key}"),
                         format!("`{fpath}.{key}` must be a string"),
                     ));
@@ -443,7 +494,7 @@ fn part(p: &Value, role: &str, path: &str) -> Checked {
                 .iter()
                 .any(|k| f.get(*k).is_some_and(Value::is_string))
             {
-                return Err(bad(
+                return Err(missing(
                     &fpath,
                     format!("`{fpath}` needs a `file_id` or `file_data`"),
                 ));
@@ -456,16 +507,16 @@ fn part(p: &Value, role: &str, path: &str) -> Checked {
 /// An assistant message's `tool_calls` at `path`; their ids go into `ids`.
 fn tool_calls<'a>(calls: &'a Value, path: &str, ids: &mut Vec<&'a str>) -> Checked {
     let Some(calls) = calls.as_array() else {
-        return Err(bad(path, format!("`{path}` must be an array")));
+        return Err(wrong_type(path, format!("`{path}` must be an array")));
     };
     for (j, c) in calls.iter().enumerate() {
         let cpath = format!("{path}[{j}]");
         let Some(c) = c.as_object() else {
-            return Err(bad(&cpath, format!("`{cpath}` must be an object")));
+            return Err(wrong_type(&cpath, format!("`{cpath}` must be an object")));
         };
         let id = string_at(c, "id", &cpath)?;
         if id.is_empty() {
-            return Err(bad(
+            return Err(bad_value(
                 format!("{cpath}.id"),
                 format!("`{cpath}.id` must not be empty"),
             ));
@@ -484,7 +535,7 @@ fn tool_calls<'a>(calls: &'a Value, path: &str, ids: &mut Vec<&'a str>) -> Check
                 string_at(f, "input", &fpath)?;
             }
             other => {
-                return Err(bad(
+                return Err(bad_value(
                     format!("{cpath}.type"),
                     format!(
                         "`{cpath}.type` is \"{}\"; expected \"function\" or \"custom\"",
@@ -505,7 +556,7 @@ fn messages(req: &ChatRequest) -> Checked {
         let role = m.role.as_str();
         if let Some(n) = m.extra.get("name") {
             if !n.is_string() && !n.is_null() {
-                return Err(bad(
+                return Err(wrong_type(
                     format!("messages[{i}].name"),
                     format!("`messages[{i}].name` must be a string"),
                 ));
@@ -514,7 +565,7 @@ fn messages(req: &ChatRequest) -> Checked {
         match &m.content {
             Value::Array(parts) => {
                 if parts.is_empty() && role != "assistant" {
-                    return Err(bad(
+                    return Err(empty(
                         format!("messages[{i}].content"),
                         format!("`messages[{i}].content` must not be an empty array"),
                     ));
@@ -526,7 +577,7 @@ fn messages(req: &ChatRequest) -> Checked {
             Value::Null if role == "assistant" => {
                 let has = |k: &str| m.extra.get(k).is_some_and(|v| !v.is_null());
                 if !(has("tool_calls") || has("function_call") || has("audio")) {
-                    return Err(bad(
+                    return Err(missing(
                         format!("messages[{i}].content"),
                         format!("`messages[{i}].content` is required unless the assistant message has `tool_calls`"),
                     ));

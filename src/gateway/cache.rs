@@ -270,7 +270,8 @@ fn controls(headers: &HeaderMap) -> Result<Controls, GatewayError> {
                 return Err(GatewayError::new(
                     ErrorKind::InvalidRequest,
                     "header `x-switchyard-cache` must be `on` or `off`",
-                ))
+                )
+                .with_code(crate::error::Code::InvalidValue))
             }
         }
     }

@@ -81,7 +81,8 @@ pub fn fit(
         } else {
             "max_tokens"
         };
-        return Err(GatewayError::invalid_field(
+        return Err(GatewayError::invalid_param(
+            crate::error::Code::InvalidValue,
             param,
             format!("`{param}` is {out}, but the endpoints of model `{model}` produce at most {most} output tokens"),
         ));

@@ -54,7 +54,8 @@ pub fn admit(ctx: &mut RequestCtx, headers: &HeaderMap) -> Result<(), GatewayErr
                     crate::error::bounded(text, 64)
                 ),
             )
-            .with_param(PRIORITY_HEADER));
+            .with_param(PRIORITY_HEADER)
+            .with_code(Code::InvalidValue));
         };
         let ceiling = ctx.principal.priority_ceiling();
         if level > ceiling {
@@ -82,7 +83,8 @@ pub fn admit(ctx: &mut RequestCtx, headers: &HeaderMap) -> Result<(), GatewayErr
                     crate::error::bounded(text, 64)
                 ),
             )
-            .with_param(DEFER_HEADER));
+            .with_param(DEFER_HEADER)
+            .with_code(Code::InvalidValue));
         }
         ctx.hold_off_peak = true;
     }

@@ -269,3 +269,51 @@ fn stored_gzip(body: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
     out
 }
+
+/// Found by the conformance review: the gateway's own 400s carried `"code": null`
+/// where OpenAI's carry the class of error; a client matching on
+/// `missing_required_parameter` or `invalid_value` saw nothing behind Switchyard.
+#[tokio::test]
+async fn validation_400s_had_a_null_code_where_openai_gives_one() {
+    let (addr, hits) = scripted_upstream(200, COMPLETION);
+    let gw = start_app(&one_upstream_config(addr, ", max_output_tokens: 100"), &[]).await;
+    let url = gw.url("/v1/chat/completions");
+    let table = [
+        (
+            r#"{"model":"gpt-4o"}"#,
+            "messages",
+            Some("missing_required_parameter"),
+        ),
+        (
+            r#"{"model":"gpt-4o","messages":[{"role":"user","content":7}]}"#,
+            "messages[0].content",
+            Some("invalid_type"),
+        ),
+        (
+            r#"{"model":"gpt-4o","messages":[{"role":"robot","content":"q"}]}"#,
+            "messages[0].role",
+            Some("invalid_value"),
+        ),
+        (
+            r#"{"model":"gpt-4o","messages":[{"role":"user","content":"q"}],"max_tokens":1000}"#,
+            "max_tokens",
+            Some("invalid_value"),
+        ),
+        (
+            r#"{"model":"gpt-4o","messages":[{"role":"user","content":"q"}],"stream_options":{}}"#,
+            "stream_options",
+            None,
+        ),
+    ];
+    for (body, param, code) in table {
+        let r = post(&url, body).await;
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        let e = &r.json()["error"];
+        assert_eq!(e["param"], param, "{}", r.text());
+        assert_eq!(e["code"].as_str(), code, "{}", r.text());
+    }
+    let r = post(&url, "{not json").await;
+    assert_eq!(r.status, 400);
+    assert!(r.json()["error"]["code"].is_null(), "{}", r.text());
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "the upstream saw a request");
+}

@@ -441,3 +441,78 @@ fn schema_hash_ignores_key_order_and_tells_values_apart() {
         schema::hash(&json!({"a": "bc"}))
     );
 }
+
+/// Found by the conformance review: every validation 400 had `"code": null`, where
+/// OpenAI's own 400s name the class of error (`missing_required_parameter`,
+/// `invalid_type`, `invalid_value`, ...), and clients match on it.
+#[test]
+fn validation_errors_had_a_null_code_where_openai_gives_one() {
+    let code = |body: &[u8]| -> Option<String> {
+        let err = match ChatRequest::parse(body) {
+            Err(e) => e,
+            Ok(chat) => super::check(&chat).expect_err("a refusal"),
+        };
+        assert_eq!(err.status(), 400, "{}", err.message);
+        err.code.as_ref().map(|c| c.as_str().to_string())
+    };
+    let base = |extra: &str| {
+        format!(r#"{{"model":"m","messages":[{{"role":"user","content":"hi"}}]{extra}}}"#)
+    };
+    // (body, OpenAI's code for that class; None where OpenAI sends null)
+    let table: Vec<(String, Option<&str>)> = vec![
+        (
+            r#"{"model":"m"}"#.into(),
+            Some("missing_required_parameter"),
+        ),
+        (
+            r#"{"model":"m","messages":[{"content":"x"}]}"#.into(),
+            Some("missing_required_parameter"),
+        ),
+        (
+            r#"{"model":"m","messages":[{"role":5,"content":"x"}]}"#.into(),
+            Some("invalid_type"),
+        ),
+        (
+            r#"{"model":"m","messages":[{"role":"robot","content":"x"}]}"#.into(),
+            Some("invalid_value"),
+        ),
+        (
+            r#"{"model":"m","messages":[{"role":"user","content":5}]}"#.into(),
+            Some("invalid_type"),
+        ),
+        (r#"{"model":"m","messages":[]}"#.into(), Some("empty_array")),
+        (base(r#","top_p":"x""#), Some("invalid_type")),
+        (base(r#","top_p":1.5"#), Some("decimal_above_max_value")),
+        (
+            base(r#","temperature":-1"#),
+            Some("decimal_below_min_value"),
+        ),
+        (base(r#","n":0"#), Some("integer_below_min_value")),
+        (base(r#","n":129"#), Some("integer_above_max_value")),
+        (base(r#","max_tokens":0"#), Some("integer_below_min_value")),
+        (
+            base(r#","stop":["a","b","c","d","e"]"#),
+            Some("array_above_max_length"),
+        ),
+        (
+            base(r#","tools":[{"type":"function","function":{"name":"bad name"}}]"#),
+            Some("invalid_value"),
+        ),
+        (
+            base(
+                r#","tools":[{"type":"function","function":{"name":"f","parameters":{"type":"integr"}}}]"#,
+            ),
+            Some("invalid_function_parameters"),
+        ),
+        (base(r#","tool_choice":"sometimes""#), Some("invalid_value")),
+        (base(r#","logprobs":1"#), Some("invalid_type")),
+        // OpenAI's own null codes: not JSON, and one field only with another.
+        ("{not json".into(), None),
+        (base(r#","stream_options":{"include_usage":true}"#), None),
+        (base(r#","tool_choice":"auto""#), None),
+        (base(r#","top_logprobs":2"#), None),
+    ];
+    for (body, want) in table {
+        assert_eq!(code(body.as_bytes()).as_deref(), want, "{body}");
+    }
+}
