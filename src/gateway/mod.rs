@@ -113,6 +113,11 @@ pub struct Gateway {
     /// `on pick` updates (`route`) and `on success` / `on failure` updates
     /// (`outcome`), so stateful strategies see every earlier pick and outcome.
     decision_lock: Mutex<()>,
+    /// The `created` of every model object of `GET /v1/models`: Unix seconds when
+    /// this gateway built its model registry from the configuration (its start; the
+    /// registry is not reloaded while it runs). OpenAI's field is when the model was
+    /// created; a logical model of the gateway comes into being with the registry.
+    models_created: u64,
     models_json: Bytes,
     /// Per endpoint (indexed like `registry.endpoints`), its id as the
     /// `x-switchyard-endpoint` value; `None` when the id cannot be a header value.
@@ -141,7 +146,10 @@ impl Gateway {
             config.providers.iter().position(|p| p.name == name)
         });
         let stats = StatsStore::from_config(&config);
-        let models_json = model_list(registry.model_order.iter().map(|m| &**m));
+        let models_created = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let models_json = model_list(registry.model_order.iter().map(|m| &**m), models_created);
         let cache = cache::CachePhase::new(&config, &registry, policy.load().set());
         let registry_len = registry.endpoints.len();
         let endpoint_headers = registry
@@ -170,6 +178,7 @@ impl Gateway {
             stream_stop,
             auth,
             decision_lock: Mutex::new(()),
+            models_created,
             models_json,
             endpoint_headers,
             traffic: crate::recent::Traffic::new(registry_len),
@@ -196,6 +205,7 @@ impl Gateway {
                 .iter()
                 .map(|m| &**m)
                 .filter(|m| principal.allows_model(m)),
+            self.models_created,
         )
     }
 
@@ -215,7 +225,7 @@ impl Gateway {
         }
         let model = self.registry.model(name)?;
         Ok(Bytes::from(
-            serde_json::to_vec(&model_object(&model.name)).unwrap_or_default(),
+            serde_json::to_vec(&model_object(&model.name, self.models_created)).unwrap_or_default(),
         ))
     }
 
@@ -363,14 +373,17 @@ impl Gateway {
 }
 
 /// One model as OpenAI's model object (`id`, `object: "model"`, `created`,
-/// `owned_by`); `created` is 0, as the gateway does not know when a provider made it.
-fn model_object(name: &str) -> serde_json::Value {
-    serde_json::json!({"id": name, "object": "model", "created": 0, "owned_by": "switchyard"})
+/// `owned_by`; OpenAI API reference, "The model object"). `created` is Unix seconds:
+/// when the gateway built its model registry ([`Gateway`]'s `models_created`), not
+/// when a provider trained the model behind it, which the gateway does not know.
+fn model_object(name: &str, created: u64) -> serde_json::Value {
+    serde_json::json!({"id": name, "object": "model", "created": created, "owned_by": "switchyard"})
 }
 
-/// The models `names` as OpenAI's list (`{"object":"list","data":[..]}`).
-fn model_list<'a>(names: impl Iterator<Item = &'a str>) -> Bytes {
-    let data: Vec<serde_json::Value> = names.map(model_object).collect();
+/// The models `names` as OpenAI's list (`{"object":"list","data":[..]}`), each
+/// `created` at Unix second `created`.
+fn model_list<'a>(names: impl Iterator<Item = &'a str>, created: u64) -> Bytes {
+    let data: Vec<serde_json::Value> = names.map(|n| model_object(n, created)).collect();
     Bytes::from(
         serde_json::to_vec(&serde_json::json!({"object": "list", "data": data}))
             .unwrap_or_default(),

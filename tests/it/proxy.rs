@@ -441,3 +441,31 @@ async fn audio_output_was_answered_with_text_only() {
     let r = post(&url, &chat("m", false, r#","modalities":["text"]"#)).await;
     assert_eq!(r.status, 200, "{}", r.text());
 }
+
+/// Found by the conformance review: `GET /v1/models` and `/v1/models/{model}` said
+/// `"created": 0` (1970), where OpenAI's model object has the Unix time the model was
+/// created. The gateway's logical models come into being when it builds its registry.
+#[tokio::test]
+async fn models_reported_created_0_instead_of_a_unix_time() {
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let (addr, _hits) = crate::common::scripted_upstream(200, crate::common::COMPLETION);
+    let gw = crate::common::start_app(
+        &format!(
+            "providers:\n  a: {{ kind: openai-compatible, base_url: http://{addr}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: a, model: x }} ] }}\n  n: {{ endpoints: [ {{ provider: a, model: y }} ] }}\n"
+        ),
+        &[],
+    )
+    .await;
+    let list = get(&gw.url("/v1/models")).await.json();
+    let created = list["data"][0]["created"].as_u64().expect("a number");
+    assert!(created >= before && created <= before + 60, "{list}");
+    assert_eq!(list["data"][1]["created"], created, "{list}");
+    let one = get(&gw.url("/v1/models/n")).await.json();
+    assert_eq!(one["created"], created, "{one}");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let again = get(&gw.url("/v1/models")).await.json();
+    assert_eq!(again["data"][0]["created"], created, "stable while it runs");
+}
