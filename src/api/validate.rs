@@ -19,7 +19,7 @@
 //! - `top_p` 0 to 1, `n` 1 to 128, `presence_penalty` and `frequency_penalty` −2 to
 //!   2, `logprobs` a boolean, `top_logprobs` 0 to 20 (with `logprobs: true`), `stop`
 //!   a string or at most 4 strings, `seed` an integer, `parallel_tool_calls` a
-//!   boolean (null means absent for each);
+//!   boolean and only with `tools` (null means absent for each);
 //! - each function tool's `parameters` is a valid JSON Schema draft 2020-12 document
 //!   ([`schema`]): checked against the 2020-12 meta-schema, then compiled so every
 //!   `$ref` must resolve (locally: nothing is ever fetched). Unknown keywords are
@@ -96,6 +96,13 @@ fn bad_schema(param: impl Into<String>, message: impl Into<String>) -> GatewayEr
 pub fn check(req: &ChatRequest) -> Checked {
     parameters(&req.extra)?;
     let names = tools(req.tools.as_deref().unwrap_or_default())?;
+    if names.is_empty() && boolean(&req.extra, "parallel_tool_calls")?.is_some() {
+        // OpenAI answers the same 400 (code null) rather than ignore the field.
+        return Err(bad(
+            "parallel_tool_calls",
+            "Invalid value for `parallel_tool_calls`: `parallel_tool_calls` is only allowed when `tools` are specified",
+        ));
+    }
     tool_choice(req.extra.get("tool_choice"), &names)?;
     messages(req)
 }

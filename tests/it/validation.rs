@@ -317,3 +317,25 @@ async fn validation_400s_had_a_null_code_where_openai_gives_one() {
     assert!(r.json()["error"]["code"].is_null(), "{}", r.text());
     assert_eq!(hits.load(Ordering::SeqCst), 0, "the upstream saw a request");
 }
+
+/// Found by the conformance review: `parallel_tool_calls` without `tools` went to
+/// the upstream, where OpenAI itself refuses it with a 400 on that field.
+#[tokio::test]
+async fn parallel_tool_calls_without_tools_was_forwarded_to_the_upstream() {
+    let (addr, hits) = scripted_upstream(200, COMPLETION);
+    let gw = start_app(&one_upstream_config(addr, ""), &[]).await;
+    let url = gw.url("/v1/chat/completions");
+    let r = post(
+        &url,
+        r#"{"model":"gpt-4o","messages":[{"role":"user","content":"q"}],"parallel_tool_calls":false}"#,
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    let e = &r.json()["error"];
+    assert_eq!(e["param"], "parallel_tool_calls", "{}", r.text());
+    assert_eq!(e["type"], "invalid_request_error");
+    assert!(e["code"].is_null(), "{}", r.text());
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "the upstream saw it");
+    let ok = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"q"}],"parallel_tool_calls":false,"tools":[{"type":"function","function":{"name":"f"}}]}"#;
+    assert_eq!(post(&url, ok).await.status, 200);
+}

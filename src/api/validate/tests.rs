@@ -348,7 +348,7 @@ fn malformed_requests_name_their_field() {
 fn well_formed_requests_pass() {
     let ok = [
         req(
-            json!({"top_p": 1, "n": 2, "seed": -5, "stop": ["a", "b"], "logprobs": true, "top_logprobs": 20, "presence_penalty": -2, "frequency_penalty": 2, "temperature": null, "parallel_tool_calls": false}),
+            json!({"top_p": 1, "n": 2, "seed": -5, "stop": ["a", "b"], "logprobs": true, "top_logprobs": 20, "presence_penalty": -2, "frequency_penalty": 2, "temperature": null, "parallel_tool_calls": false, "tools": [tool("f")]}),
         ),
         req(json!({"stop": "END", "top_p": null, "tool_choice": "none"})),
         req(json!({"messages": [
@@ -515,4 +515,29 @@ fn validation_errors_had_a_null_code_where_openai_gives_one() {
     for (body, want) in table {
         assert_eq!(code(body.as_bytes()).as_deref(), want, "{body}");
     }
+}
+
+/// Found by the conformance review: `parallel_tool_calls` without `tools` was
+/// forwarded, where OpenAI refuses it with a 400 on that field (code null).
+#[test]
+fn parallel_tool_calls_without_tools_was_forwarded() {
+    for body in [
+        req(json!({"parallel_tool_calls": false})),
+        req(json!({"parallel_tool_calls": true, "tools": []})),
+    ] {
+        let e = check(&body).expect_err("refused");
+        assert_eq!(e.status(), 400);
+        assert_eq!(e.param.as_deref(), Some("parallel_tool_calls"));
+        assert!(e.code.is_none(), "{:?}", e.code);
+        assert!(
+            e.message.contains("only allowed when `tools`"),
+            "{}",
+            e.message
+        );
+    }
+    check(&req(json!({"parallel_tool_calls": null}))).expect("null is absent");
+    check(&req(
+        json!({"parallel_tool_calls": false, "tools": [tool("f")]}),
+    ))
+    .expect("with tools");
 }
