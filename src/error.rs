@@ -104,6 +104,11 @@ pub enum ErrorKind {
     Throttled,
     /// 429 from the upstream provider, passed through with its `Retry-After`.
     RateLimited,
+    /// 429 from the upstream provider saying Switchyard's account with it is out of
+    /// quota or credit (OpenAI's `insufficient_quota`: "You exceeded your current
+    /// quota, please check your plan and billing details"). Not transient: never
+    /// retried on the same endpoint, tried on the next one at once.
+    QuotaExceeded,
     /// 502: the upstream answered with an error or with something we cannot parse, or
     /// could not be reached.
     BadUpstream,
@@ -133,7 +138,7 @@ impl ErrorKind {
             ErrorKind::RequestTimeout => 408,
             ErrorKind::PayloadTooLarge => 413,
             ErrorKind::UnsupportedMediaType => 415,
-            ErrorKind::Throttled | ErrorKind::RateLimited => 429,
+            ErrorKind::Throttled | ErrorKind::RateLimited | ErrorKind::QuotaExceeded => 429,
             ErrorKind::BadUpstream => 502,
             ErrorKind::NoEndpoint | ErrorKind::ShuttingDown | ErrorKind::Overloaded => 503,
             ErrorKind::UpstreamTimeout => 504,
@@ -155,6 +160,7 @@ impl ErrorKind {
             ErrorKind::Unauthenticated => "authentication_error",
             ErrorKind::PermissionDenied => "permission_error",
             ErrorKind::Throttled | ErrorKind::RateLimited => "rate_limit_error",
+            ErrorKind::QuotaExceeded => "insufficient_quota",
             ErrorKind::BadUpstream
             | ErrorKind::NoEndpoint
             | ErrorKind::ShuttingDown
@@ -181,7 +187,9 @@ impl ErrorKind {
             ErrorKind::RateLimited | ErrorKind::BadUpstream | ErrorKind::UpstreamTimeout => {
                 Fault::Upstream
             }
-            ErrorKind::NoEndpoint
+            // Our account with the provider, like its refusal of our key.
+            ErrorKind::QuotaExceeded
+            | ErrorKind::NoEndpoint
             | ErrorKind::ShuttingDown
             | ErrorKind::Overloaded
             | ErrorKind::Internal => Fault::Gateway,
@@ -194,6 +202,7 @@ impl ErrorKind {
             ErrorKind::RateLimited | ErrorKind::BadUpstream | ErrorKind::UpstreamTimeout => {
                 Retry::Any
             }
+            ErrorKind::QuotaExceeded => Retry::OtherEndpoint,
             _ => Retry::Never,
         }
     }
@@ -213,6 +222,7 @@ impl ErrorKind {
             ErrorKind::UnsupportedMediaType => "unsupported_media_type",
             ErrorKind::Throttled => "throttled",
             ErrorKind::RateLimited => "rate_limited",
+            ErrorKind::QuotaExceeded => "insufficient_quota",
             ErrorKind::BadUpstream => "bad_upstream",
             ErrorKind::NoEndpoint => "no_endpoint",
             ErrorKind::ShuttingDown => "shutting_down",
@@ -263,6 +273,8 @@ pub enum Code {
     UpstreamRateLimited,
     /// The provider says it is overloaded (Anthropic 529).
     UpstreamOverloaded,
+    /// The provider's 429 saying our account is out of quota (OpenAI's own code).
+    InsufficientQuota,
     /// Any other provider error.
     UpstreamError,
     /// The prompt does not fit the context window (OpenAI's code).
@@ -342,6 +354,7 @@ impl Code {
             Code::UpstreamInvalidRequest => "upstream_invalid_request",
             Code::UpstreamRateLimited => "upstream_rate_limited",
             Code::UpstreamOverloaded => "upstream_overloaded",
+            Code::InsufficientQuota => "insufficient_quota",
             Code::UpstreamError => "upstream_error",
             Code::ContextLengthExceeded => "context_length_exceeded",
             Code::InvalidApiKey => "invalid_api_key",

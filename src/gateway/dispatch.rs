@@ -20,7 +20,10 @@
 //! the client gets 503 with `Retry-After` set to the next probe. An endpoint whose
 //! provider asked for a pause (`Retry-After` on any error) gets no new attempts
 //! until it ends; when only such endpoints are left, the client gets 429 with the
-//! shortest remaining wait.
+//! shortest remaining wait. A provider's 429 `insufficient_quota` (our account is
+//! out of quota: [`ErrorKind::QuotaExceeded`]) moves on at once and pauses its
+//! endpoint for the breaker's `max_cooldown_ms`; when only endpoints paused so are
+//! left, the client gets OpenAI's 429 `insufficient_quota`.
 //!
 //! A context-window error moves to the next endpoint of the plan whose
 //! `context_window` is known and larger, else returns to the client. A route's
@@ -124,6 +127,8 @@ pub(super) struct Cursor {
     skipped_for: Option<Duration>,
     /// The shortest wait a skipped endpoint's provider asked for (`Retry-After`).
     throttled_for: Option<Duration>,
+    /// A skipped endpoint was paused for a reason other than an exhausted quota.
+    paused_not_for_quota: bool,
     /// The request's trace: each attempt is a child span of it.
     trace: crate::otel::RequestTrace,
 }
@@ -166,6 +171,7 @@ pub async fn dispatch(
         failed: Vec::new(),
         skipped_for: None,
         throttled_for: None,
+        paused_not_for_quota: false,
         trace: ctx.trace.clone(),
     };
     let result = cursor.run(None).await;
@@ -218,8 +224,13 @@ impl Cursor {
                 .then(|| gw.stats.slot(ep)?.throttled_for(SystemTime::now()))
                 .flatten();
             if let Some(wait) = paused {
-                // Its provider asked for a pause (`Retry-After`): skip it, uncounted.
+                // Its provider asked for a pause (`Retry-After`), or our account with
+                // it is out of quota: skip it, uncounted.
                 self.throttled_for = Some(self.throttled_for.map_or(wait, |w| w.min(wait)));
+                self.paused_not_for_quota |= gw
+                    .stats
+                    .slot(ep)
+                    .is_none_or(|s| s.out_of_quota_for(SystemTime::now()).is_none());
                 self.advance();
                 continue;
             }
@@ -279,10 +290,16 @@ impl Cursor {
             self.tried.push(Try::failed(ep, &e, began.elapsed()));
             gw.log
                 .attempt_failed(ep, self.attempts, &self.decided.snapshot.version, &e);
-            if let Some(wait) = e.retry_after {
-                // A pause lasts at most the breaker's longest cooldown: one answer
-                // cannot take an endpoint out for the full hour a header may ask.
-                let cap = Duration::from_millis(gw.config.breaker.max_cooldown_ms);
+            // A pause lasts at most the breaker's longest cooldown: one answer
+            // cannot take an endpoint out for the full hour a header may ask.
+            let cap = Duration::from_millis(gw.config.breaker.max_cooldown_ms);
+            if e.kind == ErrorKind::QuotaExceeded {
+                // No wait of a request refills an account: out of rotation for the
+                // longest cooldown, after which one request finds out again.
+                if let Some(slot) = gw.stats.slot(ep) {
+                    slot.out_of_quota(cap, SystemTime::now());
+                }
+            } else if let Some(wait) = e.retry_after {
                 if let Some(slot) = gw.stats.slot(ep) {
                     slot.throttle(wait.min(cap), SystemTime::now());
                 }
@@ -334,6 +351,9 @@ impl Cursor {
             self.retry += 1;
         }
         if self.failed.is_empty() {
+            if self.throttled_for.is_some() && !self.paused_not_for_quota {
+                return Err(out_of_quota("plan"));
+            }
             if let Some(wait) = self.throttled_for {
                 return Err(GatewayError::new(
                     ErrorKind::RateLimited,
@@ -450,6 +470,18 @@ fn admit(gw: &Gateway, ep: usize) -> Admission {
 }
 
 /// The client's error when every attempt in `failed` failed (see the module doc).
+/// 429 `insufficient_quota` for a request whose every endpoint (of its `what`: plan
+/// or model) is paused because its provider said our account is out of quota
+/// (OpenAI's answer for the same, in its shape; no `Retry-After`, as OpenAI sends
+/// none: it is not a wait).
+pub(super) fn out_of_quota(what: &str) -> GatewayError {
+    GatewayError::new(
+        ErrorKind::QuotaExceeded,
+        format!("every endpoint of the {what} is out of quota with its provider (insufficient_quota); the providers' plans and billing need attention"),
+    )
+    .with_code(Code::InsufficientQuota)
+}
+
 fn aggregate(gw: &Gateway, mut failed: Vec<Failed>) -> GatewayError {
     let Some(last) = failed.pop() else {
         return GatewayError::new(ErrorKind::NoEndpoint, "no endpoint could be tried")

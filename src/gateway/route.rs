@@ -84,6 +84,9 @@ pub fn route(
             let probe = next_probe(gw, &chat.model);
             let paused = next_unpause(gw, &chat.model);
             if let (Some(wait), None) = (paused, probe) {
+                if all_paused_for_quota(gw, &chat.model) {
+                    return Err(super::dispatch::out_of_quota("model"));
+                }
                 return Err(GatewayError::new(
                     ErrorKind::RateLimited,
                     "every endpoint of the model asked for a pause (Retry-After); retry later",
@@ -203,6 +206,20 @@ fn next_unpause(gw: &Gateway, model: &str) -> Option<std::time::Duration> {
         .filter_map(|&i| gw.stats.slot(i)?.throttled_for(now))
         .min()
         .map(|d| d.max(std::time::Duration::from_secs(1)))
+}
+
+/// Whether every paused endpoint of `model` is paused because our account with its
+/// provider is out of quota (none paused for a `Retry-After` alone).
+fn all_paused_for_quota(gw: &Gateway, model: &str) -> bool {
+    let now = SystemTime::now();
+    let Ok(m) = gw.registry.model(model) else {
+        return false;
+    };
+    m.endpoints.iter().all(|&i| {
+        gw.stats
+            .slot(i)
+            .is_none_or(|s| s.throttled_for(now).is_none() || s.out_of_quota_for(now).is_some())
+    })
 }
 
 /// The soonest an open circuit among `model`'s endpoints lets a probe through

@@ -233,7 +233,16 @@ pub fn adapter_for(
 ///   code, Anthropic's "prompt is too long", Gemini's "input token count ... exceeds")
 ///   is [`ErrorKind::ContextWindowExceeded`]. Never retried.
 /// - 429: the provider's rate limit, with its wait (`retry-after-ms`, `Retry-After`
-///   seconds or HTTP-date); retried here after that wait, or elsewhere.
+///   seconds or HTTP-date); retried here after that wait, or elsewhere. Except a 429
+///   whose error `type` or `code` is `insufficient_quota` (OpenAI API reference,
+///   "Error codes": "You exceeded your current quota, please check your plan and
+///   billing details"): our account is out of quota, which no wait of a request
+///   fixes; [`ErrorKind::QuotaExceeded`], tried on the next endpoint only, and the
+///   provider's message kept for the client. Anthropic's 429 is always
+///   `rate_limit_error` (its billing error is a 402, below) and Gemini's is
+///   `RESOURCE_EXHAUSTED` with a `RetryInfo` delay even for "You exceeded your
+///   current quota" (a per-minute or per-day quota that refills): both stay rate
+///   limits.
 /// - 401/403: the provider refused our credentials, 402: our account with it is out
 ///   of credit (DeepSeek's "402 - Insufficient Balance: You have run out of
 ///   balance", OpenRouter's and Anthropic's billing errors), 404: it does not know
@@ -290,6 +299,15 @@ pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayE
                 e = e.with_param(bounded(p, MAX_PASSTHROUGH));
             }
             e
+        }
+        429 if field("type") == Some("insufficient_quota")
+            || field("code") == Some("insufficient_quota") =>
+        {
+            GatewayError::new(
+                ErrorKind::QuotaExceeded,
+                format!("upstream account is out of quota: {detail}"),
+            )
+            .with_code(Code::InsufficientQuota)
         }
         429 => GatewayError::new(ErrorKind::RateLimited, format!("upstream rate limit: {detail}"))
             .with_code(Code::UpstreamRateLimited)
@@ -415,6 +433,34 @@ mod error_tests {
         assert_eq!(e.fault, crate::error::Fault::Gateway);
         assert!(e.retry.other_endpoint() && !e.retry.same_endpoint());
         assert!(e.message.contains("Insufficient Balance"), "{}", e.message);
+    }
+
+    /// Found by the conformance review: OpenAI's 429 `insufficient_quota` was a
+    /// rate limit, retried on the same endpoint although no wait fixes an account
+    /// out of quota, and the client read `upstream_rate_limited`.
+    #[test]
+    fn an_insufficient_quota_429_was_treated_as_a_transient_rate_limit() {
+        let body = br#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
+        let e = upstream_error(429, &HeaderMap::new(), body);
+        assert_eq!(e.kind, crate::error::ErrorKind::QuotaExceeded);
+        assert_eq!(e.status(), 429);
+        assert!(e.retry.other_endpoint() && !e.retry.same_endpoint());
+        let v = e.to_json();
+        assert_eq!(v["error"]["type"], "insufficient_quota");
+        assert_eq!(v["error"]["code"], "insufficient_quota");
+        assert!(
+            e.message.contains("You exceeded your current quota"),
+            "{}",
+            e.message
+        );
+        // Gemini's quota 429 (recorded) names a refilling quota: still a rate limit.
+        let gemini =
+            include_bytes!("../../tests/fixtures/provider-wire/gemini/google-429-retry-info.json");
+        let e = upstream_error(429, &HeaderMap::new(), gemini);
+        assert_eq!(e.kind, crate::error::ErrorKind::RateLimited);
+        let plain = br#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#;
+        let e = upstream_error(429, &HeaderMap::new(), plain);
+        assert_eq!(e.kind, crate::error::ErrorKind::RateLimited);
     }
 
     #[test]

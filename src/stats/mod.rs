@@ -129,6 +129,9 @@ pub struct EndpointSlot {
     /// Unix ms until which the provider asked not to be sent requests (its
     /// `Retry-After`); 0: no such wait.
     throttled_until_ms: AtomicU64,
+    /// Unix ms until which the endpoint is paused because the provider said our
+    /// account is out of quota ([`EndpointSlot::out_of_quota`]); 0: never was.
+    quota_until_ms: AtomicU64,
     /// Shared with the other endpoints of the store (see [`Unavailability`]).
     shared: std::sync::Arc<Unavailability>,
 }
@@ -168,6 +171,7 @@ impl EndpointSlot {
             recovery_half_life_ms: breaker.recovery_half_life_ms as f64,
             breaker: Breaker::sharing(breaker, shared.clone()),
             throttled_until_ms: AtomicU64::new(0),
+            quota_until_ms: AtomicU64::new(0),
             shared,
         }
     }
@@ -202,6 +206,26 @@ impl EndpointSlot {
             .throttled_until_ms
             .fetch_max(until, Ordering::Relaxed);
         self.throttled_until_ms.fetch_max(until, Ordering::Relaxed);
+    }
+
+    /// The provider said, at `now`, that our account with it is out of quota
+    /// (OpenAI's 429 `insufficient_quota`): the endpoint is paused for `wait` as by
+    /// [`EndpointSlot::throttle`] (no new requests from any client; the caller picks
+    /// the breaker's `max_cooldown_ms`), and the pause is remembered as a quota's so
+    /// that a request finding only such endpoints is told why
+    /// ([`EndpointSlot::out_of_quota_for`]).
+    pub fn out_of_quota(&self, wait: Duration, now: SystemTime) {
+        self.throttle(wait, now);
+        let until = unix_ms(now).saturating_add(wait.as_millis() as u64);
+        self.quota_until_ms.fetch_max(until, Ordering::Relaxed);
+    }
+
+    /// How long a pause for an exhausted quota ([`EndpointSlot::out_of_quota`])
+    /// still holds at `now`, if one does.
+    pub fn out_of_quota_for(&self, now: SystemTime) -> Option<Duration> {
+        let until = self.quota_until_ms.load(Ordering::Relaxed);
+        let now = unix_ms(now);
+        (until > now).then(|| Duration::from_millis(until - now))
     }
 
     /// How long the provider's last `Retry-After` still holds at `now`, if it does.

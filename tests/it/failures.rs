@@ -414,3 +414,55 @@ async fn a_stream_body_ended_before_the_answer_names_the_provider() {
     );
     assert!(!r.text().contains("[DONE]"));
 }
+
+const QUOTA: &str = r#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
+
+/// Found by the conformance review: OpenAI's 429 `insufficient_quota` was handled as
+/// a transient rate limit: retried on the same endpoint, which cannot succeed until
+/// someone pays, kept in rotation, and reported as `upstream_rate_limited`.
+#[tokio::test]
+async fn insufficient_quota_was_retried_on_the_same_endpoint_like_a_rate_limit() {
+    let (broke, broke_hits) = scripted_upstream(429, QUOTA);
+    let (good, good_hits) = scripted_upstream(200, COMPLETION);
+    let gw = start_app(
+        &format!(
+            "providers:\n  p: {{ kind: openai-compatible, base_url: http://{broke}/v1 }}\n  q: {{ kind: openai-compatible, base_url: http://{good}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x }}, {{ provider: q, model: x }} ] }}\n  solo: {{ endpoints: [ {{ provider: p, model: y }} ] }}\n"
+        ),
+        &[(
+            "r.policy",
+            "route r when request.model == \"m\" {\n  default use endpoint \"p/x\"\n  fallback endpoint \"q/x\" retries 2\n}\n",
+        )],
+    )
+    .await;
+    let url = gw.url("/v1/chat/completions");
+    let r = post(&url, &chat("m", false, "")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.headers["x-switchyard-endpoint"], "q/x");
+    assert_eq!(r.headers["x-switchyard-attempts"], "2", "p was retried");
+    assert_eq!(broke_hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // Out of rotation: the next request goes straight to q.
+    let r = post(&url, &chat("m", false, "")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.headers["x-switchyard-attempts"], "1");
+    assert_eq!(broke_hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(good_hits.load(std::sync::atomic::Ordering::SeqCst), 2);
+    // With nothing left, the client reads OpenAI's 429 and the provider's reason:
+    // first from the provider's answer, then from the pause it caused.
+    let solo = post(&url, &chat("solo", false, "")).await;
+    for r in [&solo, &post(&url, &chat("solo", false, "")).await] {
+        assert_eq!(r.status, 429, "{}", r.text());
+        let e = &r.json()["error"];
+        assert_eq!(e["type"], "insufficient_quota", "{}", r.text());
+        assert_eq!(e["code"], "insufficient_quota", "{}", r.text());
+        assert!(!r.headers.contains_key("retry-after"), "{:?}", r.headers);
+    }
+    assert!(
+        solo.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("You exceeded your current quota"),
+        "{}",
+        solo.text()
+    );
+    assert_eq!(broke_hits.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
