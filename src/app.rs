@@ -16,7 +16,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -256,7 +255,7 @@ impl App {
         } = prepared;
         let listeners = match per_core {
             Some(n) => crate::server::bind_per_core(listen, n),
-            None => TcpListener::bind(listen).await.map(|l| vec![l]),
+            None => crate::server::bind_listener(listen).map(|l| vec![l]),
         }
         .map_err(|source| StartError::Bind {
             addr: listen,
@@ -266,8 +265,7 @@ impl App {
         let admin_listener = match admin_listen {
             None => None,
             Some(a) => Some(
-                TcpListener::bind(a)
-                    .await
+                crate::server::bind_listener(a)
                     .map_err(|source| StartError::Bind { addr: a, source })?,
             ),
         };

@@ -406,6 +406,10 @@ pub fn drop_later<T: Send + 'static>(value: T) {
     }
 }
 
+/// Pending connections each listener's accept queue holds (the `listen(2)` backlog),
+/// before the kernel caps it at `net.core.somaxconn`.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
 /// Binds `n` listeners on `addr` with `SO_REUSEPORT` (the kernel spreads new
 /// connections over them), for [`spawn_per_core`]. Port 0 picks one free port for
 /// all of them.
@@ -416,20 +420,41 @@ pub fn bind_per_core(addr: SocketAddr, n: usize) -> std::io::Result<Vec<TcpListe
     let mut listeners: Vec<TcpListener> = Vec::with_capacity(n);
     let mut at = addr;
     for _ in 0..n.max(1) {
-        let socket = if at.is_ipv4() {
-            tokio::net::TcpSocket::new_v4()?
-        } else {
-            tokio::net::TcpSocket::new_v6()?
-        };
-        socket.set_reuseaddr(true)?;
-        #[cfg(unix)]
-        socket.set_reuseport(true)?;
-        socket.bind(at)?;
-        let l = socket.listen(1024)?;
+        let l = bind_with(at, true)?;
         at = l.local_addr()?;
         listeners.push(l);
     }
     Ok(listeners)
+}
+
+/// Binds one listener on `addr` with the backlog of [`LISTEN_BACKLOG`] (tokio's
+/// `TcpListener::bind` takes 1,024), for a server without per-core listeners.
+///
+/// # Errors
+/// The bind or listen error.
+pub fn bind_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    bind_with(addr, false)
+}
+
+/// A listener on `addr` (`SO_REUSEADDR`, and `SO_REUSEPORT` when `reuseport`).
+fn bind_with(addr: SocketAddr, reuseport: bool) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    #[cfg(unix)]
+    if reuseport {
+        socket.set_reuseport(true)?;
+    }
+    socket.bind(addr)?;
+    // A burst of connections at once (a client pool opening 2,048) overflowed a
+    // queue of 1,024 split over the listeners: the SYNs dropped were sent again by
+    // the clients a second later, p99 over a second (`benches/load/conns.sh`, issue
+    // 17). The kernel caps this at `net.core.somaxconn` (4,096 by default since
+    // Linux 5.4).
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// [`serve`] on one thread per listener, each with its own single-threaded runtime:
