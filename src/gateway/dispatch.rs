@@ -469,7 +469,6 @@ fn admit(gw: &Gateway, ep: usize) -> Admission {
     admission
 }
 
-/// The client's error when every attempt in `failed` failed (see the module doc).
 /// 429 `insufficient_quota` for a request whose every endpoint (of its `what`: plan
 /// or model) is paused because its provider said our account is out of quota
 /// (OpenAI's answer for the same, in its shape; no `Retry-After`, as OpenAI sends
@@ -482,6 +481,7 @@ pub(super) fn out_of_quota(what: &str) -> GatewayError {
     .with_code(Code::InsufficientQuota)
 }
 
+/// The client's error when every attempt in `failed` failed (see the module doc).
 fn aggregate(gw: &Gateway, mut failed: Vec<Failed>) -> GatewayError {
     let Some(last) = failed.pop() else {
         return GatewayError::new(ErrorKind::NoEndpoint, "no endpoint could be tried")
