@@ -9,6 +9,10 @@
 //! listener ([`Surface`]), like the status page `/ui` that shows them (the page is
 //! a static shell; its data comes from `/admin/*`, with the admin key).
 //!
+//! `OPTIONS` answers 204 with `Allow` on every known path; with `server.cors_origins`
+//! it is also the browser's CORS preflight, and answers under `/v1/` carry the CORS
+//! fields ([`crate::cors`]), added here after routing like the request id.
+//!
 //! Every response carries the request's `x-request-id` ([`crate::request_id`]), and
 //! everything logged while serving it sits in a `request` span naming that id. A chat
 //! request's access line is written by its response body ([`Guarded`]) when the body
@@ -43,6 +47,9 @@ pub struct Services {
     pub metrics: Option<PrometheusHandle>,
     /// Who may call `/admin/*` and `/metrics`.
     pub admin: AdminGuard,
+    /// Which browser origins may call `/v1/*` (`server.cors_origins`); `None`: CORS
+    /// is off and costs a request one check.
+    pub cors: Option<crate::cors::Cors>,
     draining: AtomicBool,
 }
 
@@ -62,7 +69,8 @@ pub enum Surface {
 impl Surface {
     fn serves(self, path: &str) -> bool {
         let operator = matches!(path, "/metrics" | "/ui") || path.starts_with("/admin/");
-        let both = matches!(path, "/health" | "/ready");
+        // `*`: `OPTIONS *`, a question about the server, whichever listener it asks.
+        let both = matches!(path, "/health" | "/ready" | "*");
         match self {
             Surface::All => true,
             Surface::Public => !operator,
@@ -80,6 +88,7 @@ impl Services {
         admin: AdminGuard,
     ) -> Services {
         Services {
+            cors: crate::cors::Cors::new(&gateway.config.server.cors_origins),
             gateway,
             reloader,
             metrics,
@@ -132,6 +141,11 @@ pub fn handle(
             crate::gateway::stamp(gw, lines, &gw.policy.load().version_header, None);
         }
         lines.push(&crate::request_id::HEADER, &id);
+        if let Some(cors) = &svc.cors {
+            if surface != Surface::Admin && crate::cors::Cors::covers(parts.uri.path()) {
+                cors.actual(&parts.method, &parts.headers, lines);
+            }
+        }
         resp
     }
 }
@@ -175,6 +189,11 @@ async fn route(
             ),
         )
         .to_response();
+    }
+    // OPTIONS asks what a path takes (RFC 9110 section 9.3.7), and is how a browser
+    // asks whether it may call it from another origin (a CORS preflight).
+    if req.method == Method::OPTIONS {
+        return options(svc.cors.as_ref(), path, &req.headers);
     }
     // HEAD is GET without the body (RFC 9110 section 9.3.2): both servers drop a
     // HEAD answer's body and keep its framing fields.
@@ -268,22 +287,10 @@ async fn route(
         // The page shell carries no data; what it shows comes from `/admin/*` above,
         // with the admin key (`admin::ui`).
         (&Method::GET, "/ui") => crate::admin::ui::page(),
-        (
-            _,
-            "/v1/chat/completions"
-            | "/v1/models"
-            | "/health"
-            | "/ready"
-            | "/metrics"
-            | "/admin/endpoints"
-            | "/admin/policies"
-            | "/admin/reload"
-            | "/admin/traffic"
-            | "/admin/decisions"
-            | "/ui",
-        ) => method_not_allowed(&req.method, path),
-        (_, p) if p.starts_with(MODEL_PATH) => method_not_allowed(&req.method, path),
-        _ => unknown_path(&req.method, path),
+        _ => match Takes::of(path) {
+            Some(takes) => method_not_allowed(&req.method, path, takes),
+            None => unknown_path(&req.method, path),
+        },
     }
 }
 
@@ -303,23 +310,88 @@ const KNOWN_METHODS: [Method; 9] = [
 /// Where `GET /v1/models/{model}` starts.
 const MODEL_PATH: &str = "/v1/models/";
 
-/// 405 for `method` on `path`, with `Allow` naming what the path takes.
-fn method_not_allowed(method: &Method, path: &str) -> Response<Body> {
-    let allow = if matches!(path, "/v1/chat/completions" | "/admin/reload") {
-        "POST"
-    } else {
-        "GET, HEAD"
+/// The methods a known path takes besides `OPTIONS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Takes {
+    /// `POST` (chat, `/admin/reload`).
+    Post,
+    /// `GET` and `HEAD` (every other path).
+    Get,
+}
+
+impl Takes {
+    /// What `path` (without a trailing `/`) takes; `None` for a path that is not
+    /// served.
+    fn of(path: &str) -> Option<Takes> {
+        match path {
+            "/v1/chat/completions" | "/admin/reload" => Some(Takes::Post),
+            "/v1/models" | "/health" | "/ready" | "/metrics" | "/admin/endpoints"
+            | "/admin/policies" | "/admin/traffic" | "/admin/decisions" | "/ui" => Some(Takes::Get),
+            p if p.starts_with(MODEL_PATH) => Some(Takes::Get),
+            _ => None,
+        }
+    }
+
+    /// The methods, as `Access-Control-Allow-Methods` names them.
+    fn methods(self) -> &'static str {
+        match self {
+            Takes::Post => "POST",
+            Takes::Get => "GET, HEAD",
+        }
+    }
+
+    /// The `Allow` value (RFC 9110 section 10.2.1): the methods and `OPTIONS`.
+    fn allow(self) -> &'static str {
+        match self {
+            Takes::Post => "POST, OPTIONS",
+            Takes::Get => "GET, HEAD, OPTIONS",
+        }
+    }
+}
+
+/// `Allow` of `OPTIONS *`: every method some path of the server takes.
+const ALLOW_ANY_PATH: &str = "GET, HEAD, POST, OPTIONS";
+
+/// The answer to `OPTIONS` on `path` with request `headers`: 204 with `Allow`, plus
+/// the preflight grant of `cors` ([`crate::cors::Cors::preflight`]) on the paths it
+/// covers; 404 for an unknown path. `OPTIONS *` names what the server as a whole
+/// takes, never with CORS fields (browsers do not send it).
+fn options(
+    cors: Option<&crate::cors::Cors>,
+    path: &str,
+    headers: &http::HeaderMap,
+) -> Response<Body> {
+    let (allow, takes) = match (path, Takes::of(path)) {
+        ("*", _) => (ALLOW_ANY_PATH, None),
+        (_, Some(t)) => (t.allow(), Some(t)),
+        (_, None) => return unknown_path(&Method::OPTIONS, path),
     };
+    let mut r = Response::new(body::empty());
+    *r.status_mut() = StatusCode::NO_CONTENT;
+    r.headers_mut()
+        .insert(http::header::ALLOW, HeaderValue::from_static(allow));
+    if let (Some(cors), Some(t)) = (cors, takes) {
+        if crate::cors::Cors::covers(path) {
+            cors.preflight(headers, t.methods(), r.headers_mut());
+        }
+    }
+    r
+}
+
+/// 405 for `method` on `path`, which `takes` other methods, with `Allow` naming
+/// them.
+fn method_not_allowed(method: &Method, path: &str, takes: Takes) -> Response<Body> {
     let mut r = GatewayError::new(
         ErrorKind::MethodNotAllowed,
         format!(
-            "{} is not allowed on {path}; use {allow}",
-            crate::error::bounded(method.as_str(), 32)
+            "{} is not allowed on {path}; use {}",
+            crate::error::bounded(method.as_str(), 32),
+            takes.methods()
         ),
     )
     .to_response();
     r.headers_mut()
-        .insert(http::header::ALLOW, HeaderValue::from_static(allow));
+        .insert(http::header::ALLOW, HeaderValue::from_static(takes.allow()));
     r
 }
 

@@ -22,6 +22,7 @@ pub mod budget;
 pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod cors;
 pub mod egress;
 pub mod error;
 pub mod gateway;

@@ -367,9 +367,11 @@ impl Validator {
                 "metrics_caller_labels",
                 "runtime",
                 "threads",
+                "cors_origins",
             ],
             path,
         );
+        cfg.cors_origins = self.cors_origins(map, path);
         if let Some(m) = self.choice(
             map,
             "runtime",
@@ -441,6 +443,42 @@ impl Validator {
             }
         }
         cfg
+    }
+
+    /// `server.cors_origins`: each entry an origin or `*` ([`crate::cors::check_origin`]),
+    /// `*` alone. Every bad entry is reported.
+    fn cors_origins(&mut self, map: &Mapping, path: &str) -> Vec<String> {
+        let key = join(path, "cors_origins");
+        let seq = match map.get("cors_origins") {
+            None | Some(Value::Null) => return Vec::new(),
+            Some(Value::Sequence(seq)) => seq,
+            Some(other) => {
+                self.err(
+                    key,
+                    format!(
+                        "expected a list of origins like [\"https://app.example.com\"], found {}",
+                        describe(other)
+                    ),
+                );
+                return Vec::new();
+            }
+        };
+        let mut origins = Vec::new();
+        for (i, entry) in seq.iter().enumerate() {
+            let at = format!("{key}[{i}]");
+            match entry.as_str().map(crate::cors::check_origin) {
+                Some(Ok(o)) => origins.push(o),
+                Some(Err(e)) => self.err(at, e),
+                None => self.err(at, format!("expected an origin, found {}", describe(entry))),
+            }
+        }
+        if origins.len() > 1 && origins.iter().any(|o| o == "*") {
+            self.err(
+                key,
+                "\"*\" allows every origin; list it alone or list origins without it",
+            );
+        }
+        origins
     }
 
     fn breaker(&mut self, value: &Value) -> BreakerConfig {
@@ -1054,6 +1092,38 @@ models:
             text.iter().any(|e| e.starts_with("server.threads:")),
             "{text:?}"
         );
+    }
+
+    #[test]
+    fn server_cors_origins_are_origins_or_a_lone_star() {
+        let c = parse_str(
+            "server: { cors_origins: [\"https://App.example.com\", \"http://localhost:5173\"] }\n",
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            c.server.cors_origins,
+            ["https://app.example.com", "http://localhost:5173"]
+        );
+        assert!(parse_str("server: {}\n", None)
+            .unwrap()
+            .server
+            .cors_origins
+            .is_empty());
+        let errs = parse_str(
+            "server: { cors_origins: [\"https://a.example/\", 3, \"*\", \"https://b.example\"] }\n",
+            None,
+        )
+        .unwrap_err();
+        let text: Vec<String> = errs.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 3, "{text:?}");
+        assert!(text[0].starts_with("server.cors_origins[0]: \"https://a.example/\" has a path"));
+        assert!(text[1].starts_with("server.cors_origins[1]: expected an origin"));
+        assert!(text[2].starts_with("server.cors_origins: \"*\" allows every origin"));
+        let errs = parse_str("server: { cors_origins: \"*\" }\n", None).unwrap_err();
+        assert!(errs.errors[0]
+            .message
+            .starts_with("expected a list of origins"));
     }
 
     #[test]

@@ -205,6 +205,11 @@ pub struct ServerConfig {
     /// Threads that serve client connections (`threads`, 1 to 256; `None`, the
     /// default: the CPUs this process may run on, [`std::thread::available_parallelism`]).
     pub threads: Option<usize>,
+    /// Browser origins allowed to call the client API under `/v1/` across origins
+    /// (`cors_origins`, default empty: CORS off): serialized origins such as
+    /// `https://app.example.com` (lowercase, no path), or `*` alone for every
+    /// origin. Checked by [`crate::cors::check_origin`]; served by [`crate::cors`].
+    pub cors_origins: Vec<String>,
 }
 
 /// `server.runtime`: how the gateway's listener and its request work are spread over
@@ -248,6 +253,7 @@ impl Default for ServerConfig {
             send_timeout_ms: 60_000,
             max_header_bytes: 64 * 1024,
             retry_budget_ms: 30_000,
+            cors_origins: Vec::new(),
             max_attempts: 8,
             stream_failover: true,
             metrics_caller_labels: true,

@@ -10,6 +10,7 @@ mod bedrock;
 mod budget;
 mod cache;
 mod common;
+mod cors;
 mod failover;
 mod failures;
 mod fidelity;

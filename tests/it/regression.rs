@@ -490,10 +490,10 @@ fn head_is_served_wherever_get_is_and_a_405_allows_both() {
         );
     }
     for (method, path, allow) in [
-        ("POST", "/v1/models", "GET, HEAD"),
-        ("DELETE", "/v1/models/m", "GET, HEAD"),
-        ("PUT", "/health", "GET, HEAD"),
-        ("GET", "/v1/chat/completions", "POST"),
+        ("POST", "/v1/models", "GET, HEAD, OPTIONS"),
+        ("DELETE", "/v1/models/m", "GET, HEAD, OPTIONS"),
+        ("PUT", "/health", "GET, HEAD, OPTIONS"),
+        ("GET", "/v1/chat/completions", "POST, OPTIONS"),
     ] {
         let r = exchange(
             &gw,
@@ -510,6 +510,47 @@ fn head_is_served_wherever_get_is_and_a_405_allows_both() {
         // An OpenAI-shaped `invalid_request_error` (checked by `error`).
         assert!(r.error()["message"].as_str().unwrap().contains(path));
     }
+}
+
+/// Found by the CORS review: `OPTIONS` got 405 on every path (and `OPTIONS *` a
+/// 404), though RFC 9110 section 9.3.7 makes it the question "which methods does
+/// this take?". It is now 204 with `Allow`, on either listener for `*`.
+#[test]
+fn an_options_request_was_refused_with_405() {
+    let gw = serve_edge("");
+    for (target, allow) in [
+        ("/v1/chat/completions", "POST, OPTIONS"),
+        ("/v1/models", "GET, HEAD, OPTIONS"),
+        ("/v1/models/m", "GET, HEAD, OPTIONS"),
+        ("/health", "GET, HEAD, OPTIONS"),
+        ("/admin/reload", "POST, OPTIONS"),
+        ("*", "GET, HEAD, POST, OPTIONS"),
+    ] {
+        let r = exchange(
+            &gw,
+            format!("OPTIONS {target} HTTP/1.1\r\nHost: x\r\nOrigin: https://a.example\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        );
+        assert_eq!(r.status, 204, "OPTIONS {target}: {}", r.head);
+        let head = r.head.to_ascii_lowercase();
+        assert!(
+            head.contains(&format!("\r\nallow: {}\r\n", allow.to_ascii_lowercase())),
+            "OPTIONS {target}: {}",
+            r.head
+        );
+        assert!(!head.contains("access-control-"), "CORS is off: {}", r.head);
+        assert!(
+            !head.contains("content-length"),
+            "a 204 has no length: {}",
+            r.head
+        );
+        assert!(r.body.is_empty());
+    }
+    let r = exchange(
+        &gw,
+        b"OPTIONS /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 404);
 }
 
 /// Found by attack (2026-12-05): `FOO /v1/models` and `get /v1/models` got 405
