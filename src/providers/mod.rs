@@ -239,14 +239,19 @@ pub fn adapter_for(
 ///   billing details"): our account is out of quota, which no wait of a request
 ///   fixes; [`ErrorKind::QuotaExceeded`], tried on the next endpoint only, and the
 ///   provider's message kept for the client. Anthropic's 429 is always
-///   `rate_limit_error` (its billing error is a 402, below) and Gemini's is
+///   `rate_limit_error` and Gemini's is
 ///   `RESOURCE_EXHAUSTED` with a `RetryInfo` delay even for "You exceeded your
 ///   current quota" (a per-minute or per-day quota that refills): both stay rate
 ///   limits.
-/// - 401/403: the provider refused our credentials, 402: our account with it is out
-///   of credit (DeepSeek's "402 - Insufficient Balance: You have run out of
-///   balance", OpenRouter's and Anthropic's billing errors), 404: it does not know
-///   the configured model id. All are our configuration, not the client's request:
+/// - 402 Payment Required: our account with the provider is out of credit
+///   (DeepSeek API, "Error Codes": "402 - Insufficient Balance: You have run out of
+///   balance"; OpenRouter's "402: Your account or API key has insufficient
+///   credits"): the same as a 429 `insufficient_quota`, [`ErrorKind::QuotaExceeded`]
+///   with the provider's message, which the client reads in OpenAI's 429
+///   `insufficient_quota` (OpenAI's API has no 402, and it is not the client who
+///   must pay).
+/// - 401/403: the provider refused our credentials, 404: it does not know the
+///   configured model id. Both are our configuration, not the client's request:
 ///   502, tried on the next endpoint only (this one can only fail the same way).
 /// - 408 and 5xx: 502, retried here or elsewhere. The body is never relayed: it can
 ///   hold anything (one provider's held a Python traceback). The client reads
@@ -320,12 +325,10 @@ pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayE
         .with_fault(Fault::Gateway)
         .with_retry(Retry::OtherEndpoint),
         402 => GatewayError::new(
-            ErrorKind::BadUpstream,
-            format!("upstream refused Switchyard's account for payment (HTTP 402): {detail}"),
+            ErrorKind::QuotaExceeded,
+            format!("upstream account is out of credit (HTTP 402 Payment Required): {detail}"),
         )
-        .with_code(Code::UpstreamError)
-        .with_fault(Fault::Gateway)
-        .with_retry(Retry::OtherEndpoint),
+        .with_code(Code::InsufficientQuota),
         404 => GatewayError::new(
             ErrorKind::BadUpstream,
             format!("upstream does not know the configured model (HTTP 404): {detail}"),
@@ -424,12 +427,15 @@ mod error_tests {
 
     /// DeepSeek API, "Error Codes": "402 - Insufficient Balance. Cause: You have run
     /// out of balance." The gateway's account, not the client's request: it was a 400
-    /// blaming the request, never tried on another endpoint.
+    /// blaming the request, never tried on another endpoint. It is an exhausted
+    /// quota, as OpenAI's 429 `insufficient_quota` is.
     #[test]
     fn a_402_payment_required_is_the_gateways_account_not_the_clients_request() {
         let body = br#"{"error":{"message":"Insufficient Balance","type":"unknown_error","param":null,"code":"invalid_request_error"}}"#;
         let e = upstream_error(402, &HeaderMap::new(), body);
-        assert_eq!(e.status(), 502, "{}", e.message);
+        assert_eq!(e.kind, crate::error::ErrorKind::QuotaExceeded);
+        assert_eq!(e.status(), 429, "{}", e.message);
+        assert_eq!(e.to_json()["error"]["code"], "insufficient_quota");
         assert_eq!(e.fault, crate::error::Fault::Gateway);
         assert!(e.retry.other_endpoint() && !e.retry.same_endpoint());
         assert!(e.message.contains("Insufficient Balance"), "{}", e.message);

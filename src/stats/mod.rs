@@ -209,7 +209,7 @@ impl EndpointSlot {
     }
 
     /// The provider said, at `now`, that our account with it is out of quota
-    /// (OpenAI's 429 `insufficient_quota`): the endpoint is paused for `wait` as by
+    /// (OpenAI's 429 `insufficient_quota`, a 402): the endpoint is paused for `wait` as by
     /// [`EndpointSlot::throttle`] (no new requests from any client; the caller picks
     /// the breaker's `max_cooldown_ms`), and the pause is remembered as a quota's so
     /// that a request finding only such endpoints is told why

@@ -422,11 +422,48 @@ const QUOTA: &str = r#"{"error":{"message":"You exceeded your current quota, ple
 /// someone pays, kept in rotation, and reported as `upstream_rate_limited`.
 #[tokio::test]
 async fn insufficient_quota_was_retried_on_the_same_endpoint_like_a_rate_limit() {
-    let (broke, broke_hits) = scripted_upstream(429, QUOTA);
+    let (broke, hits) = scripted_upstream(429, QUOTA);
+    out_of_credit_fails_over_and_pauses(
+        &format!("{{ kind: openai-compatible, base_url: http://{broke}/v1 }}"),
+        &hits,
+        "You exceeded your current quota",
+    )
+    .await;
+}
+
+/// DeepSeek API, "Error Codes": "402 - Insufficient Balance".
+const PAYMENT_REQUIRED: &str = r#"{"error":{"message":"Insufficient Balance","type":"unknown_error","param":null,"code":"invalid_request_error"}}"#;
+
+/// Found by review of the quota pause: a provider's 402 Payment Required (our
+/// account is out of credit, as with OpenAI's `insufficient_quota`) moved on to the
+/// next endpoint but left its own in rotation, so every later request paid an
+/// attempt on an endpoint that could only refuse it again.
+#[tokio::test]
+async fn a_402_payment_required_did_not_pause_its_endpoint() {
+    let (broke, hits) = scripted_upstream(402, PAYMENT_REQUIRED);
+    out_of_credit_fails_over_and_pauses(
+        &format!("{{ kind: openai-compatible, base_url: http://{broke}/v1 }}"),
+        &hits,
+        "Insufficient Balance",
+    )
+    .await;
+}
+
+/// An account out of credit: provider `p` (`p_yaml`, whose upstream counts its
+/// requests in `hits` and always says so, with `reason` in its message) is the
+/// default of model `m`, whose fallback `q` serves, and the only endpoint of model
+/// `solo`. The first request moves on to `q` at once, without retrying `p`; the next
+/// skip `p`, which is paused; `solo` then reads OpenAI's 429 `insufficient_quota`,
+/// first with the provider's reason, then from the pause, without asking `p` again.
+async fn out_of_credit_fails_over_and_pauses(
+    p_yaml: &str,
+    hits: &std::sync::atomic::AtomicUsize,
+    reason: &str,
+) {
     let (good, good_hits) = scripted_upstream(200, COMPLETION);
     let gw = start_app(
         &format!(
-            "providers:\n  p: {{ kind: openai-compatible, base_url: http://{broke}/v1 }}\n  q: {{ kind: openai-compatible, base_url: http://{good}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x }}, {{ provider: q, model: x }} ] }}\n  solo: {{ endpoints: [ {{ provider: p, model: y }} ] }}\n"
+            "providers:\n  p: {p_yaml}\n  q: {{ kind: openai-compatible, base_url: http://{good}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x }}, {{ provider: q, model: x }} ] }}\n  solo: {{ endpoints: [ {{ provider: p, model: y }} ] }}\n"
         ),
         &[(
             "r.policy",
@@ -434,17 +471,18 @@ async fn insufficient_quota_was_retried_on_the_same_endpoint_like_a_rate_limit()
         )],
     )
     .await;
+    let hits = || hits.load(std::sync::atomic::Ordering::SeqCst);
     let url = gw.url("/v1/chat/completions");
     let r = post(&url, &chat("m", false, "")).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.headers["x-switchyard-endpoint"], "q/x");
     assert_eq!(r.headers["x-switchyard-attempts"], "2", "p was retried");
-    assert_eq!(broke_hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(hits(), 1);
     // Out of rotation: the next request goes straight to q.
     let r = post(&url, &chat("m", false, "")).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.headers["x-switchyard-attempts"], "1");
-    assert_eq!(broke_hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(hits(), 1);
     assert_eq!(good_hits.load(std::sync::atomic::Ordering::SeqCst), 2);
     // With nothing left, the client reads OpenAI's 429 and the provider's reason:
     // first from the provider's answer, then from the pause it caused.
@@ -460,9 +498,9 @@ async fn insufficient_quota_was_retried_on_the_same_endpoint_like_a_rate_limit()
         solo.json()["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("You exceeded your current quota"),
+            .contains(reason),
         "{}",
         solo.text()
     );
-    assert_eq!(broke_hits.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(hits(), 2);
 }
