@@ -107,7 +107,7 @@ pub enum ErrorKind {
     /// The upstream provider says Switchyard's account with it is out of quota or
     /// credit: OpenAI's 429 `insufficient_quota` ("You exceeded your current quota,
     /// please check your plan and billing details"), any provider's 402 Payment
-    /// Required. Answered as OpenAI answers the first: 429 `insufficient_quota`. Not
+    /// Required, Anthropic's 400 "Your credit balance is too low". Answered as OpenAI answers the first: 429 `insufficient_quota`. Not
     /// transient: never retried on the same endpoint, tried on the next one at once.
     QuotaExceeded,
     /// 502: the upstream answered with an error or with something we cannot parse, or

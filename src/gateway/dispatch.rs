@@ -20,8 +20,9 @@
 //! the client gets 503 with `Retry-After` set to the next probe. An endpoint whose
 //! provider asked for a pause (`Retry-After` on any error) gets no new attempts
 //! until it ends; when only such endpoints are left, the client gets 429 with the
-//! shortest remaining wait. A provider's 429 `insufficient_quota` or 402 (our
-//! account is out of quota: [`ErrorKind::QuotaExceeded`]) moves on at once and pauses its
+//! shortest remaining wait. A provider's 429 `insufficient_quota`, 402 or
+//! Anthropic's "credit balance is too low" (our account is out of quota:
+//! [`ErrorKind::QuotaExceeded`]) moves on at once and pauses its
 //! endpoint for the breaker's `max_cooldown_ms`; when only endpoints paused so are
 //! left, the client gets OpenAI's 429 `insufficient_quota`.
 //!

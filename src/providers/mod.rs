@@ -243,6 +243,11 @@ pub fn adapter_for(
 ///   `RESOURCE_EXHAUSTED` with a `RetryInfo` delay even for "You exceeded your
 ///   current quota" (a per-minute or per-day quota that refills): both stay rate
 ///   limits.
+/// - A 4xx whose message says "credit balance is too low" (any case): Anthropic's
+///   answer when our account is out of credit, though it sends it as HTTP 400
+///   `invalid_request_error` ("Your credit balance is too low to access the
+///   Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.").
+///   Not the client's request: [`ErrorKind::QuotaExceeded`], as below.
 /// - 402 Payment Required: our account with the provider is out of credit
 ///   (DeepSeek API, "Error Codes": "402 - Insufficient Balance: You have run out of
 ///   balance"; OpenRouter's "402: Your account or API key has insufficient
@@ -281,10 +286,20 @@ pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayE
             text.trim().to_string()
         });
     let retry_after = crate::stats::ratelimit::retry_after(headers, std::time::SystemTime::now());
+    let lower = detail.to_ascii_lowercase();
     match status {
+        400..=499
+            if !matches!(status, 401 | 402 | 403 | 404 | 408 | 429)
+                && lower.contains("credit balance is too low") =>
+        {
+            GatewayError::new(
+                ErrorKind::QuotaExceeded,
+                format!("upstream account is out of credit (HTTP {status}): {detail}"),
+            )
+            .with_code(Code::InsufficientQuota)
+        }
         400..=499 if !matches!(status, 401 | 402 | 403 | 404 | 408 | 429) => {
             let code = field("code").map(Code::provider);
-            let lower = detail.to_ascii_lowercase();
             let too_long = code == Some(Code::ContextLengthExceeded)
                 || lower.contains("prompt is too long")
                 || (lower.contains("input token count") && lower.contains("exceeds"))

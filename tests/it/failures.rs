@@ -449,6 +449,24 @@ async fn a_402_payment_required_did_not_pause_its_endpoint() {
     .await;
 }
 
+/// Anthropic API, "Errors": an account out of credit is HTTP 400
+/// `invalid_request_error` with this message.
+const CREDIT_TOO_LOW: &str = r#"{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits."}}"#;
+
+/// Found by review of the quota pause: Anthropic's 400 "Your credit balance is too
+/// low" was passed to the client as its own mistake, without trying the next
+/// endpoint, and the endpoint stayed in rotation.
+#[tokio::test]
+async fn anthropics_credit_balance_too_low_was_blamed_on_the_client() {
+    let (broke, hits) = scripted_upstream(400, CREDIT_TOO_LOW);
+    out_of_credit_fails_over_and_pauses(
+        &format!("{{ kind: anthropic, base_url: http://{broke} }}"),
+        &hits,
+        "Your credit balance is too low",
+    )
+    .await;
+}
+
 /// An account out of credit: provider `p` (`p_yaml`, whose upstream counts its
 /// requests in `hits` and always says so, with `reason` in its message) is the
 /// default of model `m`, whose fallback `q` serves, and the only endpoint of model

@@ -252,7 +252,8 @@ impl Adapter for Anthropic {
     /// - a client error (4xx but 401/403/404/429): Anthropic's `message` reaches the
     ///   client, and its error `type` (`invalid_request_error`, `request_too_large`,
     ///   ...) becomes the error `code`, unless it is a prompt over the context window
-    ///   (`context_length_exceeded`).
+    ///   (`context_length_exceeded`). Its 400 "Your credit balance is too low" is
+    ///   not the client's: an exhausted quota, as [`upstream_error`] reads it.
     /// - 5xx, and HTTP 529 `overloaded_error` (a retryable 502 with code
     ///   `upstream_overloaded`): the body is never relayed (it may hold anything, a
     ///   traceback included); the message names the status and Anthropic's error

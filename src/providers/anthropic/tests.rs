@@ -397,6 +397,34 @@ fn error_bodies() {
     assert_eq!(e.status(), 502);
 }
 
+/// Anthropic's answer when Switchyard's account is out of credit (HTTP 400
+/// `invalid_request_error`, as its API sends it).
+const CREDIT_TOO_LOW: &[u8] = br#"{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits."}}"#;
+
+/// Found by review of the quota pause: Anthropic's 400 "Your credit balance is too
+/// low" was the client's mistake, returned without trying another endpoint,
+/// though it is our account that needs credit.
+#[test]
+fn a_credit_balance_too_low_400_was_blamed_on_the_request() {
+    let e = Anthropic.error(400, &HeaderMap::new(), CREDIT_TOO_LOW);
+    assert_eq!(e.kind, crate::error::ErrorKind::QuotaExceeded);
+    assert_eq!(e.status(), 429);
+    assert_eq!(e.fault, crate::error::Fault::Gateway);
+    assert!(e.retry.other_endpoint() && !e.retry.same_endpoint());
+    let v = e.to_json();
+    assert_eq!(v["error"]["type"], "insufficient_quota");
+    assert_eq!(v["error"]["code"], "insufficient_quota");
+    assert!(
+        e.message.contains("Your credit balance is too low"),
+        "{}",
+        e.message
+    );
+    // Matched on the words, whatever the case and the text around them.
+    let other = br#"{"type":"error","error":{"type":"invalid_request_error","message":"Credit balance is too low."}}"#;
+    let e = Anthropic.error(400, &HeaderMap::new(), other);
+    assert_eq!(e.kind, crate::error::ErrorKind::QuotaExceeded);
+}
+
 fn bad_input_ctx() -> StreamContext {
     StreamContext {
         logical_model: "c".into(),
