@@ -181,6 +181,8 @@ const WINDOW: Duration = Duration::from_secs(60);
 #[derive(Debug)]
 pub struct MockProvider {
     opts: MockOptions,
+    /// Unix time in seconds when the emulator was made ([`MockProvider::started`]).
+    started: u64,
     requests: AtomicU64,
     window: Mutex<Window>,
     ledger: ledger::Ledger,
@@ -247,6 +249,9 @@ impl MockProvider {
     pub fn new(opts: MockOptions) -> Self {
         MockProvider {
             opts,
+            started: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
             requests: AtomicU64::new(0),
             window: Mutex::new(Window {
                 start: Instant::now(),
@@ -260,6 +265,13 @@ impl MockProvider {
     /// The options in force.
     pub fn options(&self) -> &MockOptions {
         &self.opts
+    }
+
+    /// When the emulator was made, in Unix seconds: the `created` of the model it
+    /// lists (`GET /v1/models`; OpenAI API reference, "The model object": "The Unix
+    /// timestamp (in seconds) when the model was created"), the same on every call.
+    pub fn started(&self) -> u64 {
+        self.started
     }
 
     /// Answers a chat completion request as an OpenAI server would: JSON, or SSE when

@@ -211,7 +211,7 @@ async fn openai(
             StatusCode::OK,
             serde_json::json!({
                 "object": "list",
-                "data": [{"id": "mock-1", "object": "model", "created": 0, "owned_by": "switchyard-mock"}],
+                "data": [{"id": "mock-1", "object": "model", "created": provider.started(), "owned_by": "switchyard-mock"}],
             }),
         ),
         _ => not_found(Wire::OpenAi, &req),

@@ -510,3 +510,24 @@ async fn a_cut_bedrock_event_stream_never_looks_complete() {
     );
     assert!(!events.iter().any(|e| e == "[DONE]"), "{events:?}");
 }
+
+/// Found by the conformance review: `switchyard mock`'s `GET /v1/models` said
+/// `"created": 0` (1970), where OpenAI's model object has a Unix time; the gateway's
+/// own list was fixed, the emulator's was not.
+#[tokio::test]
+async fn the_mocks_model_list_said_created_0() {
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let up = mock(&[]);
+    let list = get(&up.url("/v1/models")).await.json();
+    let created = list["data"][0]["created"].as_u64().expect("a number");
+    assert!(created >= before && created <= before + 60, "{list}");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let again = get(&up.url("/models")).await.json();
+    assert_eq!(
+        again["data"][0]["created"], created,
+        "the mock's start time"
+    );
+}
