@@ -1,7 +1,7 @@
 //! Gateway configuration: `switchyard.yaml`, validated into typed form.
 //!
 //! Loading happens in two steps, as linkerd and Pingora do it: the YAML is parsed into
-//! a generic tree, then [`load::validate`] walks that tree and builds the typed
+//! a generic tree, then [`load::parse_str`] walks that tree and builds the typed
 //! [`Config`], collecting **every** problem with its path (for example
 //! `models.gpt-4o.endpoints[1].provider: unknown provider "azur" (did you mean
 //! "azure"?)`) instead of stopping at the first. The same code runs at startup and for

@@ -32,7 +32,7 @@ use crate::config::Budget;
 /// Key prefix with the hash tag shared by all limiter keys.
 pub const PREFIX: &str = "sy:{sy}:";
 
-/// The admission script. KEYS: spend keys (ARGV[1] of them), then bucket keys.
+/// The admission script. KEYS: spend keys (`ARGV[1]` of them), then bucket keys.
 /// ARGV: the spend key count, each spend key's limit, then per bucket `per_min`,
 /// capacity and cost (units). Returns `{1, 0, 0, levels.., full_ms.., [left]}`
 /// (admitted), `{0, wait_ms or -1, blame, levels.., full_ms.., [left]}` (no room),
@@ -89,7 +89,7 @@ if left ~= nil then out[4 + 2 * nk] = tostring(left) end
 return out
 "#;
 
-/// The settle script. KEYS: bucket keys (ARGV[1] of them), then spend keys.
+/// The settle script. KEYS: bucket keys (`ARGV[1]` of them), then spend keys.
 /// ARGV: the bucket count, per bucket `per_min`, capacity and the units to give back
 /// (negative: to charge); then the USD to add, then each spend key's TTL in seconds.
 pub const SETTLE: &str = r#"

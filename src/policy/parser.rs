@@ -1,4 +1,4 @@
-//! Text → [`ast::PolicyFile`].
+//! Text → [`super::ast::PolicyFile`].
 //!
 //! Three passes, all bounded so no input can make the parser panic, hang or overflow
 //! the stack:

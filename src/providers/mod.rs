@@ -231,13 +231,13 @@ pub fn adapter_for(
 ///   and `param` pass through unchanged (so OpenAI's `context_length_exceeded`
 ///   reaches the client as OpenAI sent it); a prompt over the context window (OpenAI's
 ///   code, Anthropic's "prompt is too long", Gemini's "input token count ... exceeds")
-///   is [`ErrorKind::ContextWindowExceeded`]. Never retried.
+///   is [`crate::error::ErrorKind::ContextWindowExceeded`]. Never retried.
 /// - 429: the provider's rate limit, with its wait (`retry-after-ms`, `Retry-After`
 ///   seconds or HTTP-date); retried here after that wait, or elsewhere. Except a 429
 ///   whose error `type` or `code` is `insufficient_quota` (OpenAI API reference,
 ///   "Error codes": "You exceeded your current quota, please check your plan and
 ///   billing details"): our account is out of quota, which no wait of a request
-///   fixes; [`ErrorKind::QuotaExceeded`], tried on the next endpoint only, and the
+///   fixes; [`crate::error::ErrorKind::QuotaExceeded`], tried on the next endpoint only, and the
 ///   provider's message kept for the client. Anthropic's 429 is always
 ///   `rate_limit_error` and Gemini's is
 ///   `RESOURCE_EXHAUSTED` with a `RetryInfo` delay even for "You exceeded your
@@ -247,11 +247,11 @@ pub fn adapter_for(
 ///   answer when our account is out of credit, though it sends it as HTTP 400
 ///   `invalid_request_error` ("Your credit balance is too low to access the
 ///   Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.").
-///   Not the client's request: [`ErrorKind::QuotaExceeded`], as below.
+///   Not the client's request: [`crate::error::ErrorKind::QuotaExceeded`], as below.
 /// - 402 Payment Required: our account with the provider is out of credit
 ///   (DeepSeek API, "Error Codes": "402 - Insufficient Balance: You have run out of
 ///   balance"; OpenRouter's "402: Your account or API key has insufficient
-///   credits"): the same as a 429 `insufficient_quota`, [`ErrorKind::QuotaExceeded`]
+///   credits"): the same as a 429 `insufficient_quota`, [`crate::error::ErrorKind::QuotaExceeded`]
 ///   with the provider's message, which the client reads in OpenAI's 429
 ///   `insufficient_quota` (OpenAI's API has no 402, and it is not the client who
 ///   must pay).
