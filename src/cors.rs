@@ -53,8 +53,8 @@ pub enum Cors {
 }
 
 impl Cors {
-    /// The CORS setting of `origins` as [`check_origin`] left them: `None` (off) when
-    /// there are none.
+    /// The CORS setting of `origins` as [`crate::config::check_origin`] left them:
+    /// `None` (off) when there are none.
     pub fn new(origins: &[String]) -> Option<Cors> {
         if origins.is_empty() {
             return None;
@@ -131,50 +131,10 @@ impl Cors {
     }
 }
 
-/// `entry` as a `server.cors_origins` entry: `*`, or a serialized origin
-/// (`scheme://host` or `scheme://host:port`, as a browser's `Origin` header carries
-/// it; RFC 6454 section 6.2), lowercased. An error sentence naming the problem
-/// otherwise.
-pub fn check_origin(entry: &str) -> Result<String, String> {
-    if entry == "*" {
-        return Ok(entry.to_string());
-    }
-    let Some((scheme, rest)) = entry.split_once("://") else {
-        return Err(format!(
-            "\"{entry}\" is not an origin like https://app.example.com, or \"*\""
-        ));
-    };
-    let scheme_ok = scheme
-        .bytes()
-        .next()
-        .is_some_and(|b| b.is_ascii_alphabetic())
-        && scheme
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
-    if !scheme_ok {
-        return Err(format!(
-            "\"{entry}\" does not start with a scheme like https://"
-        ));
-    }
-    if let Some(at) = rest.find(['/', '?', '#']) {
-        return Err(format!(
-            "\"{entry}\" has a path; an origin is scheme, host and port only: \"{scheme}://{}\"",
-            &rest[..at]
-        ));
-    }
-    let host_ok = !rest.is_empty()
-        && rest
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'));
-    if !host_ok {
-        return Err(format!("\"{entry}\" does not name a host"));
-    }
-    Ok(entry.to_ascii_lowercase())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::check_origin;
 
     fn req(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

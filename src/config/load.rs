@@ -445,7 +445,7 @@ impl Validator {
         cfg
     }
 
-    /// `server.cors_origins`: each entry an origin or `*` ([`crate::cors::check_origin`]),
+    /// `server.cors_origins`: each entry an origin or `*` ([`super::check_origin`]),
     /// `*` alone. Every bad entry is reported.
     fn cors_origins(&mut self, map: &Mapping, path: &str) -> Vec<String> {
         let key = join(path, "cors_origins");
@@ -466,7 +466,7 @@ impl Validator {
         let mut origins = Vec::new();
         for (i, entry) in seq.iter().enumerate() {
             let at = format!("{key}[{i}]");
-            match entry.as_str().map(crate::cors::check_origin) {
+            match entry.as_str().map(super::check_origin) {
                 Some(Ok(o)) => origins.push(o),
                 Some(Err(e)) => self.err(at, e),
                 None => self.err(at, format!("expected an origin, found {}", describe(entry))),

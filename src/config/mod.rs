@@ -208,7 +208,7 @@ pub struct ServerConfig {
     /// Browser origins allowed to call the client API under `/v1/` across origins
     /// (`cors_origins`, default empty: CORS off): serialized origins such as
     /// `https://app.example.com` (lowercase, no path), or `*` alone for every
-    /// origin. Checked by [`crate::cors::check_origin`]; served by [`crate::cors`].
+    /// origin. Checked by [`check_origin`]; served by [`crate::cors`].
     pub cors_origins: Vec<String>,
 }
 
@@ -487,4 +487,45 @@ pub struct EndpointConfig {
     /// 1 to 1,000,000): beyond it requests wait in its priority queues
     /// ([`crate::sched`]). No limit and no queue when absent.
     pub max_in_flight: Option<u32>,
+}
+
+/// `entry` as a `server.cors_origins` entry: `*`, or a serialized origin
+/// (`scheme://host` or `scheme://host:port`, as a browser's `Origin` header carries
+/// it; RFC 6454 section 6.2), lowercased. An error sentence naming the problem
+/// otherwise.
+pub fn check_origin(entry: &str) -> Result<String, String> {
+    if entry == "*" {
+        return Ok(entry.to_string());
+    }
+    let Some((scheme, rest)) = entry.split_once("://") else {
+        return Err(format!(
+            "\"{entry}\" is not an origin like https://app.example.com, or \"*\""
+        ));
+    };
+    let scheme_ok = scheme
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic())
+        && scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
+    if !scheme_ok {
+        return Err(format!(
+            "\"{entry}\" does not start with a scheme like https://"
+        ));
+    }
+    if let Some(at) = rest.find(['/', '?', '#']) {
+        return Err(format!(
+            "\"{entry}\" has a path; an origin is scheme, host and port only: \"{scheme}://{}\"",
+            &rest[..at]
+        ));
+    }
+    let host_ok = !rest.is_empty()
+        && rest
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'));
+    if !host_ok {
+        return Err(format!("\"{entry}\" does not name a host"));
+    }
+    Ok(entry.to_ascii_lowercase())
 }
