@@ -46,6 +46,8 @@ impl Printer<'_> {
                         self.open(2, d.span, "default {".into());
                         self.actions(&d.body, 4);
                         self.close(2, d.span);
+                    } else if let Some(Action::Split(s)) = d.body.first() {
+                        self.split(s, 2, "default ");
                     } else {
                         let a = d
                             .body
@@ -84,35 +86,7 @@ impl Printer<'_> {
     fn actions(&mut self, body: &[Action], indent: usize) {
         for a in body {
             match a {
-                Action::Split(s) => {
-                    let seed = s
-                        .seed
-                        .as_ref()
-                        .map(|n| format!(" seed {}", self.tok(n.span)))
-                        .unwrap_or_default();
-                    self.open(
-                        indent,
-                        s.span,
-                        format!("split by {}{seed} {{", self.key(&s.key)),
-                    );
-                    for arm in &s.arms {
-                        let canary = if arm.canary { "canary " } else { "" };
-                        let mut line = format!(
-                            "{} -> {canary}{}",
-                            self.tok(arm.share.span),
-                            self.use_action(&arm.action)
-                        );
-                        if let Some(rb) = &arm.rollback {
-                            line.push_str(&format!(
-                                "\n{}rollback when {}",
-                                " ".repeat(indent + 4),
-                                self.cond(rb, indent + 4)
-                            ));
-                        }
-                        self.stmt(indent + 2, arm.span, line);
-                    }
-                    self.close(indent, s.span);
-                }
+                Action::Split(s) => self.split(s, indent, ""),
                 a => {
                     let line = self.action_line(a, indent);
                     self.stmt(indent, action_span(a), line);
@@ -121,18 +95,52 @@ impl Printer<'_> {
         }
     }
 
-    /// A one-line action (splits are printed by [`Printer::actions`]).
+    /// `split by KEY [seed N] {`, one arm per line (a canary's `rollback` on the next),
+    /// `}`; `lead` goes before `split` (`default ` for a default without braces).
+    fn split(&mut self, s: &SplitAction, indent: usize, lead: &str) {
+        self.open(
+            indent,
+            s.span,
+            format!("{lead}split by {}{} {{", self.key(&s.key), self.seed(s)),
+        );
+        for arm in &s.arms {
+            let line = self.arm(arm, &format!("\n{}", " ".repeat(indent + 4)), indent + 4);
+            self.stmt(indent + 2, arm.span, line);
+        }
+        self.close(indent, s.span);
+    }
+
+    fn seed(&self, s: &SplitAction) -> String {
+        s.seed
+            .as_ref()
+            .map(|n| format!(" seed {}", self.tok(n.span)))
+            .unwrap_or_default()
+    }
+
+    /// `P% -> [canary ]use ...`, then `sep` and `rollback when ...` if there is one.
+    fn arm(&self, arm: &SplitArm, sep: &str, indent: usize) -> String {
+        let canary = if arm.canary { "canary " } else { "" };
+        let mut line = format!(
+            "{} -> {canary}{}",
+            self.tok(arm.share.span),
+            self.use_action(&arm.action)
+        );
+        if let Some(rb) = &arm.rollback {
+            line.push_str(&format!("{sep}rollback when {}", self.cond(rb, indent)));
+        }
+        line
+    }
+
+    /// A one-line action (splits are printed by [`Printer::split`]; the one-line form
+    /// here is complete all the same).
     fn action_line(&self, a: &Action, indent: usize) -> String {
         match a {
             Action::Use(u) => self.use_action(u),
             Action::Split(s) => format!(
-                "split by {} {{ {} }}",
+                "split by {}{} {{ {} }}",
                 self.key(&s.key),
-                join(&s.arms, " ", |arm| format!(
-                    "{} -> {}",
-                    self.tok(arm.share.span),
-                    self.use_action(&arm.action)
-                ))
+                self.seed(s),
+                join(&s.arms, " ", |arm| self.arm(arm, " ", indent))
             ),
             Action::Reject(r) => format!("reject {} {}", r.status.node, self.tok(r.message.span)),
             Action::SetPriority(s) => self.set_priority(s, indent),

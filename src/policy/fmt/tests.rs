@@ -102,3 +102,19 @@ fn hold_statements_round_trip_in_canonical_form() {
         .expect("reparses");
     assert_eq!(a.items, b.items, "same policy after formatting");
 }
+
+#[test]
+fn fmt_default_split_dropped_seed_canary_and_rollback() {
+    let src = "route r {\n  default split by api_key seed 1 {\n    95% -> use \"gpt-4o\" via least_latency(beta = 1.0)\n    5% -> canary use \"gpt-4o-next\" rollback when endpoint.health < 0.5\n  }\n}\n";
+    let want = "route r {\n  default split by api_key seed 1 {\n    95% -> use \"gpt-4o\" via least_latency(beta = 1.0)\n    5% -> canary use \"gpt-4o-next\"\n      rollback when endpoint.health < 0.5\n  }\n}\n";
+    let once = fmt(src);
+    assert_eq!(once, want);
+    assert_eq!(fmt(&once), once, "idempotent");
+    let (_, a) = crate::policy::parser::parse_str("t.policy", src)
+        .map_err(|(_, d)| d)
+        .expect("parses");
+    let (_, b) = crate::policy::parser::parse_str("t.policy", &once)
+        .map_err(|(_, d)| d)
+        .expect("reparses");
+    assert_eq!(a.items, b.items, "same policy after formatting");
+}
