@@ -172,7 +172,8 @@ impl Printer<'_> {
         self.blank_ok = true;
     }
 
-    /// The source text of `span`, whitespace removed after a leading `-`.
+    /// The source text of `span`, whitespace and comments removed after a leading `-`
+    /// (the comments are printed from the side table).
     fn tok(&self, span: Span) -> String {
         let s = self
             .src
@@ -180,7 +181,7 @@ impl Printer<'_> {
             .unwrap_or("")
             .trim();
         match s.strip_prefix('-') {
-            Some(rest) => format!("-{}", rest.trim_start()),
+            Some(rest) => format!("-{}", skip_gap(rest)),
             None => s.to_string(),
         }
     }
@@ -191,6 +192,19 @@ impl Printer<'_> {
             .get(from.min(to)..to)
             .is_some_and(|g| g.contains('\n'))
     }
+}
+
+/// `s` without the whitespace and `#` comments it starts with: the gap between two
+/// tokens that one span covers (`-` and its number, `endpoint` and its id).
+fn skip_gap(s: &str) -> &str {
+    let mut s = s.trim_start();
+    while let Some(comment) = s.strip_prefix('#') {
+        s = comment
+            .split_once('\n')
+            .map_or("", |(_, rest)| rest)
+            .trim_start();
+    }
+    s
 }
 
 #[cfg(test)]

@@ -173,7 +173,7 @@ impl Printer<'_> {
             TargetKind::Model(_) => self.tok(t.span),
             TargetKind::Endpoint(_) => format!(
                 "endpoint {}",
-                self.tok(t.span).trim_start_matches("endpoint").trim_start()
+                super::skip_gap(self.tok(t.span).trim_start_matches("endpoint"))
             ),
             TargetKind::RequestedModel => "model".into(),
             TargetKind::Any => "any".into(),

@@ -118,3 +118,12 @@ fn fmt_default_split_dropped_seed_canary_and_rollback() {
         .expect("reparses");
     assert_eq!(a.items, b.items, "same policy after formatting");
 }
+
+#[test]
+fn fmt_copied_a_comment_inside_a_literal_or_endpoint_target_twice() {
+    let src = "strategy s(a = - # sign\n  5) {\n  score = a\n  pick min\n}\n\nroute r {\n  default use endpoint # id\n    \"openai/gpt-4o\"\n}\n";
+    let want = "strategy s(a = -5) { # sign\n  score = a\n  pick min\n}\n\nroute r {\n  default use endpoint \"openai/gpt-4o\" # id\n}\n";
+    let once = fmt(src);
+    assert_eq!(once, want);
+    assert_eq!(fmt(&once), once, "idempotent");
+}
