@@ -398,19 +398,21 @@ fn found_at(text: &str, pos: usize) -> String {
             .take_while(|c| c.is_alphanumeric() || *c == '_')
             .take(40)
             .collect(),
+        Some('\n' | '\r') => return "a line break".to_string(),
+        Some(' ') => return "a space".to_string(),
+        Some('\t') => return "a tab".to_string(),
+        // Whitespace the grammar does not skip (a no-break space, a form feed) looks
+        // like a space but is not one: name it.
         Some(c)
-            if (c.is_control() && !c.is_whitespace())
+            if c.is_control()
+                || c.is_whitespace()
                 || matches!(c, '\u{feff}' | '\u{200b}'..='\u{200d}' | '\u{2060}') =>
         {
             return invisible(c);
         }
         Some(c) => c.to_string(),
     };
-    match word.as_str() {
-        "\n" | "\n\r" => "a line break".to_string(),
-        _ if word.trim().is_empty() => "a line break".to_string(),
-        _ => format!("`{word}`"),
-    }
+    format!("`{word}`")
 }
 
 /// A visible name for an invisible character: "U+FEFF (a byte order mark)".
@@ -419,6 +421,9 @@ fn invisible(c: char) -> String {
         '\u{feff}' => " (a byte order mark)",
         '\0' => " (a NUL byte)",
         '\u{200b}' => " (a zero-width space)",
+        '\u{a0}' | '\u{202f}' => " (a no-break space)",
+        '\u{b}' => " (a vertical tab)",
+        '\u{c}' => " (a form feed)",
         _ => "",
     };
     format!("the invisible character U+{:04X}{what}", c as u32)

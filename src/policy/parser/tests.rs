@@ -341,3 +341,23 @@ fn hold_parses_in_a_route_a_rule_and_the_default() {
         "{e}"
     );
 }
+
+#[test]
+fn a_no_break_space_or_form_feed_was_called_a_line_break() {
+    for (text, want) in [
+        (
+            "route\u{a0}a { default use model }",
+            "U+00A0 (a no-break space)",
+        ),
+        ("route\u{c}a { default use model }", "U+000C (a form feed)"),
+        (
+            "route\u{b}a { default use model }",
+            "U+000B (a vertical tab)",
+        ),
+        ("route\u{2003}a { default use model }", "U+2003"),
+    ] {
+        let err = parse_err(text);
+        assert!(err.contains(want), "{text:?} -> {err}");
+        assert!(!err.contains("line break"), "{text:?} -> {err}");
+    }
+}
