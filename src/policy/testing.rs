@@ -393,6 +393,7 @@ fn check_test(
 ) -> Option<CTest> {
     let before = c.diags.len();
     let mut skipped = false;
+    let mut seeded = false;
     let mut ct = CTest {
         name: t.name.node.clone(),
         request: RequestFeatures::for_model(""),
@@ -428,6 +429,17 @@ fn check_test(
                         );
                         continue;
                     }
+                    if ct.stats.endpoints.contains_key(&e.endpoint.node) {
+                        bad(
+                            c,
+                            e.endpoint.span,
+                            format!(
+                                "the statistics of `{}` are given twice; write them in one entry",
+                                e.endpoint.node
+                            ),
+                        );
+                        continue;
+                    }
                     let mut st = EndpointStats::default();
                     for (key, value) in &e.fields {
                         stats_field(c, &mut st, key, value);
@@ -435,7 +447,13 @@ fn check_test(
                     ct.stats.endpoints.insert(e.endpoint.node.clone(), st);
                 }
             }
-            TestItem::Seed(s) => ct.seed = s.node,
+            TestItem::Seed(s) => {
+                if seeded {
+                    bad(c, s.span, "a test can have only one `seed`");
+                }
+                seeded = true;
+                ct.seed = s.node;
+            }
             TestItem::Sample { count, key, span } => {
                 if count.node == 0 || count.node > MAX_SAMPLE {
                     bad(
@@ -541,8 +559,16 @@ fn request_field(c: &mut Checker<'_>, r: &mut RequestFeatures, a: &ReqAssign) {
             "input_tokens" => r.input_tokens = uint(c).unwrap_or(0),
             "max_tokens" => r.max_tokens = uint(c),
             "messages" => r.messages = uint(c).unwrap_or(0),
-            "hour" => r.hour = uint(c).unwrap_or(0).min(23) as u8,
-            "weekday" => r.weekday = uint(c).unwrap_or(1).clamp(1, 7) as u8,
+            "hour" => match uint(c) {
+                Some(h @ 0..=23) => r.hour = h as u8,
+                Some(_) => bad(c, v.span, "`hour` is 0 to 23 (UTC)"),
+                None => {}
+            },
+            "weekday" => match uint(c) {
+                Some(d @ 1..=7) => r.weekday = d as u8,
+                Some(_) => bad(c, v.span, "`weekday` is 1 (Monday) to 7 (Sunday)"),
+                None => {}
+            },
             "stream" => r.stream = boolean(c).unwrap_or(false),
             // Written like a JWT's `scope` claim: space-separated tokens.
             "scopes" => r.set_scopes(str_val(c).unwrap_or_default().split_whitespace()),

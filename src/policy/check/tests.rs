@@ -344,3 +344,16 @@ fn expect_hold_checks_the_decision_and_request_off_peak_is_a_bool() {
     let e = errs("route r when request.off_peak > 1 { default use model }\n");
     has(&e, "E0301", "t.policy:1:14");
 }
+
+#[test]
+fn a_test_with_hour_99_a_second_seed_or_an_endpoint_twice_was_silently_changed() {
+    let e = errs("route r { default use model }\ntest \"t\" {\n  request { model = \"gpt-4o\", hour = 99, weekday = 0 }\n  stats { \"openai/gpt-4o\" { health = 0.5 } \"openai/gpt-4o\" { latency_ewma_ms = 3 } }\n  seed 1\n  seed 2\n  expect rule default\n}");
+    has(&e, "E0801", "t.policy:3:38");
+    assert!(e.contains("`hour` is 0 to 23"), "{e}");
+    has(&e, "E0801", "t.policy:3:52");
+    assert!(e.contains("`weekday` is 1 (Monday) to 7 (Sunday)"), "{e}");
+    has(&e, "E0801", "t.policy:4:44");
+    assert!(e.contains("given twice"), "{e}");
+    has(&e, "E0801", "t.policy:6:8");
+    assert!(e.contains("only one `seed`"), "{e}");
+}
