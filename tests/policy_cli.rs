@@ -599,3 +599,27 @@ fn explain_prints_a_code_s_text_and_refuses_an_unknown_code() {
         "{err}"
     );
 }
+
+#[test]
+fn lint_a_file_named_twice_was_read_twice_and_its_routes_defined_twice() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sub = dir.path().join("p");
+    std::fs::create_dir(&sub).expect("mkdir");
+    let p = write(&sub, "a.policy", "route r {\n  default use model\n}\n");
+    let abs = p.to_str().unwrap_or("");
+    let c = config();
+    let c = c.to_str().unwrap_or("");
+    for paths in [
+        vec!["p/a.policy", "p/a.policy"],
+        vec!["p/a.policy", "./p/a.policy", abs],
+        vec!["p", "p/a.policy"],
+    ] {
+        let mut args = vec!["lint", "--config", c];
+        args.extend(&paths);
+        let o = run(&args, dir.path());
+        assert_success(&o);
+        let mut args = vec!["test", "--config", c];
+        args.extend(&paths);
+        assert_success(&run(&args, dir.path()));
+    }
+}

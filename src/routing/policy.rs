@@ -453,12 +453,17 @@ fn read_roots(roots: &[PathBuf], tool_names: bool) -> Result<SourceMap, LoadErro
             vec![root.clone()]
         };
         for path in files {
-            let text = read_policy_file(&path)?;
             let name = match path.strip_prefix(root) {
                 _ if tool_names => tool_path(&path),
                 Ok(rel) if root.is_dir() => rel.display().to_string(),
                 _ => path.display().to_string(),
             };
+            // A file given twice (`lint a.policy ./a.policy`, `lint dir dir/a.policy`)
+            // is one file of the set, not two that define everything twice.
+            if user.iter().any(|(n, _)| *n == name) {
+                continue;
+            }
+            let text = read_policy_file(&path)?;
             user.push((name, text));
         }
     }
