@@ -72,6 +72,31 @@ impl Drop for WatchGuard {
 /// content hash), so the wait is short: it is part of every save's time to serving.
 pub const DEBOUNCE: Duration = Duration::from_millis(10);
 
+/// How long a rebuild from a file event waits, and then reads the files again, when
+/// an operator file that had text in the serving set is empty now (blank):
+/// an in-place save (`open(O_TRUNC)`, then write) seen between its truncation and
+/// its write would otherwise serve an empty file, a valid set without the
+/// operator's routes, until the write's own event (reliability attack, 2026-12-06:
+/// 45-200 ms of requests routed by the built-ins alone). A file emptied on purpose
+/// serves this much later; SIGHUP and `POST /admin/reload` do not wait.
+pub const EMPTIED_SETTLE: Duration = Duration::from_secs(1);
+
+/// The operator files of `serving` that had text (not blank) and are blank in
+/// `sources` now.
+fn emptied_files(serving: &PolicySnapshot, sources: &crate::policy::SourceMap) -> Vec<String> {
+    let before = &serving.set().sources;
+    sources
+        .files()
+        .filter(|(_, f)| f.text.trim().is_empty())
+        .filter(|(_, f)| {
+            before
+                .files()
+                .any(|(_, b)| b.name == f.name && !b.text.trim().is_empty())
+        })
+        .map(|(_, f)| f.name.clone())
+        .collect()
+}
+
 /// The last reload failure.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReloadError {
@@ -222,13 +247,31 @@ impl Reloader {
                 )));
             }
             let reading = Instant::now();
-            let sources = read_sources(dir.as_deref())?;
+            let mut sources = read_sources(dir.as_deref())?;
             tracing::debug!(
                 read_ms = reading.elapsed().as_secs_f64() * 1e3,
                 "policy files read"
             );
             if !force && crate::policy::check::version(&sources) == compare {
                 return Ok(None);
+            }
+            if !force {
+                let emptied = emptied_files(&serving, &sources);
+                if !emptied.is_empty() {
+                    // An in-place save truncates the file and then writes it: caught
+                    // between the two, it is an empty file, a valid set that routes
+                    // nothing of the operator's. Its content gets time to arrive.
+                    tracing::info!(
+                        files = %emptied.join(", "),
+                        wait_ms = EMPTIED_SETTLE.as_millis() as u64,
+                        "a serving policy file is empty now; reading it again before serving it empty"
+                    );
+                    std::thread::sleep(EMPTIED_SETTLE);
+                    sources = read_sources(dir.as_deref())?;
+                    if crate::policy::check::version(&sources) == compare {
+                        return Ok(None);
+                    }
+                }
             }
             let builtin_only = sources.files().count() == sources_builtin_count(&sources);
             if let (Some(d), true, true) = (dir.as_deref(), builtin_only, had_operator_files) {

@@ -98,6 +98,55 @@ async fn every_save_style_is_picked_up() {
     }
 }
 
+/// Found by the policy attack: an in-place save seen between its truncation and its
+/// write was an empty file, a valid set, and served for 45-200 ms: requests went
+/// wherever the built-in order sends them. The file emptied and written again
+/// within the settle time never serves empty.
+#[tokio::test]
+async fn a_save_caught_between_truncation_and_write_served_an_empty_set() {
+    let s = setup(&[]);
+    wait_for(&s.gw, "a/x").await;
+    let v1 = {
+        write_in_place(&s.file, &route_to("b/x"));
+        wait_for(&s.gw, "b/x").await
+    };
+    // The first half of an in-place save: the file truncated, its text still to come.
+    std::fs::File::create(&s.file).unwrap();
+    let began = Instant::now();
+    let mut served = std::collections::BTreeSet::new();
+    let mut written = false;
+    loop {
+        if !written && began.elapsed() >= Duration::from_millis(300) {
+            // The write lands 300 ms later (the settle time is 1 s).
+            write_in_place(&s.file, &format!("# saved\n{}", route_to("b/x")));
+            written = true;
+        }
+        let r = post(
+            &s.gw.url("/v1/chat/completions"),
+            &chat("m", false, r#","max_tokens":1"#),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let endpoint = r.headers["x-switchyard-endpoint"].to_str().unwrap();
+        assert_eq!(endpoint, "b/x", "the empty file served (built-in order)");
+        served.insert(
+            r.headers["x-switchyard-policy"]
+                .to_str()
+                .unwrap()
+                .to_string(),
+        );
+        if written && served.len() > 1 {
+            break;
+        }
+        assert!(began.elapsed() < Duration::from_secs(10), "never reloaded");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(served.contains(&v1), "{served:?}");
+    // Emptied on purpose (and left so), it serves after the settle time.
+    write_in_place(&s.file, "");
+    wait_for(&s.gw, "a/x").await;
+}
+
 #[tokio::test]
 async fn a_burst_of_saves_ends_on_the_last_one() {
     let s = setup(&[]);
