@@ -623,3 +623,29 @@ fn lint_a_file_named_twice_was_read_twice_and_its_routes_defined_twice() {
         assert_success(&run(&args, dir.path()));
     }
 }
+
+/// Found by the policy attack: `fmt` stopped at a file that is not UTF-8 ("cannot
+/// read ...: stream did not contain valid UTF-8", exit 2) and formatted none of the
+/// files after it, where `lint` reports E0106 at the byte and goes on.
+#[test]
+fn fmt_stopped_at_a_file_that_is_not_utf8() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("a.policy");
+    std::fs::write(&bad, b"# caf\xe9\nroute r {\n  default use model\n}\n").expect("write");
+    let good = write(
+        dir.path(),
+        "b.policy",
+        "route  s {\ndefault   use model\n}\n",
+    );
+    let c = config();
+    let c = c.to_str().unwrap_or("");
+    let (b, g) = (bad.to_str().unwrap_or(""), good.to_str().unwrap_or(""));
+    let o = run(&["fmt", "--config", c, b, g], dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("E0106") && err.contains("0xE9"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&good).unwrap_or_default(),
+        "route s {\n  default use model\n}\n"
+    );
+}

@@ -228,9 +228,16 @@ pub fn fmt(paths: &[PathBuf], config: Option<&Path>, check: bool) -> ExitCode {
     }
     let (mut changed, mut broken) = (0, 0);
     for f in &files {
-        let text = match std::fs::read_to_string(f) {
+        // Read as lint reads it: a file that is not UTF-8 is a diagnostic (E0106) and
+        // the other files are still formatted.
+        let text = match crate::routing::policy::read_policy_file(f) {
             Ok(t) => t,
-            Err(e) => return usage(UsageError(format!("cannot read {}: {e}", f.display()))),
+            Err(crate::routing::policy::LoadError::Invalid { rendered, .. }) => {
+                broken += 1;
+                eprint!("{rendered}");
+                continue;
+            }
+            Err(e) => return usage(UsageError(e.to_string())),
         };
         match crate::policy::fmt::format_str(&crate::routing::policy::tool_path(f), &text) {
             Ok(new) if new == text => {}
