@@ -71,10 +71,9 @@ fn fallback_on_round_trips_in_canonical_form() {
     assert_eq!(fmt(rule), rule);
 }
 
-#[test]
-fn cache_statements_round_trip_in_canonical_form() {
-    let src = "route r {\n  cache   exact   ttl 5m\n  rule a when request.stream {\n    cache exact\n    use model\n  }\n  rule b when request.tools {\n    cache  on ttl 250ms\n    use model\n  }\n  rule c when request.input_tokens > 5 { cache off use model }\n  default use model\n}\n";
-    let want = "route r {\n  cache exact ttl 5m\n  rule a when request.stream {\n    cache exact\n    use model\n  }\n  rule b when request.tools {\n    cache on ttl 250ms\n    use model\n  }\n  rule c when request.input_tokens > 5 {\n    cache off\n    use model\n  }\n  default use model\n}\n";
+/// `src` formats to `want`, formatting that again changes nothing, and both parse
+/// to the same policy.
+fn assert_canonical(src: &str, want: &str) {
     let once = fmt(src);
     assert_eq!(once, want);
     assert_eq!(fmt(&once), once, "idempotent");
@@ -85,38 +84,27 @@ fn cache_statements_round_trip_in_canonical_form() {
         .map_err(|(_, d)| d)
         .expect("reparses");
     assert_eq!(a.items, b.items, "same policy after formatting");
+}
+
+#[test]
+fn cache_statements_round_trip_in_canonical_form() {
+    let src = "route r {\n  cache   exact   ttl 5m\n  rule a when request.stream {\n    cache exact\n    use model\n  }\n  rule b when request.tools {\n    cache  on ttl 250ms\n    use model\n  }\n  rule c when request.input_tokens > 5 { cache off use model }\n  default use model\n}\n";
+    let want = "route r {\n  cache exact ttl 5m\n  rule a when request.stream {\n    cache exact\n    use model\n  }\n  rule b when request.tools {\n    cache on ttl 250ms\n    use model\n  }\n  rule c when request.input_tokens > 5 {\n    cache off\n    use model\n  }\n  default use model\n}\n";
+    assert_canonical(src, want);
 }
 
 #[test]
 fn hold_statements_round_trip_in_canonical_form() {
     let src = "route r {\n  hold    off_peak # route-wide\n  rule a when request.off_peak { hold off_peak use model }\n  default   hold  off_peak\n}\n";
     let want = "route r {\n  hold off_peak # route-wide\n  rule a when request.off_peak {\n    hold off_peak\n    use model\n  }\n  default hold off_peak\n}\n";
-    let once = fmt(src);
-    assert_eq!(once, want);
-    assert_eq!(fmt(&once), once, "idempotent");
-    let (_, a) = crate::policy::parser::parse_str("t.policy", src)
-        .map_err(|(_, d)| d)
-        .expect("parses");
-    let (_, b) = crate::policy::parser::parse_str("t.policy", &once)
-        .map_err(|(_, d)| d)
-        .expect("reparses");
-    assert_eq!(a.items, b.items, "same policy after formatting");
+    assert_canonical(src, want);
 }
 
 #[test]
 fn fmt_default_split_dropped_seed_canary_and_rollback() {
     let src = "route r {\n  default split by api_key seed 1 {\n    95% -> use \"gpt-4o\" via least_latency(beta = 1.0)\n    5% -> canary use \"gpt-4o-next\" rollback when endpoint.health < 0.5\n  }\n}\n";
     let want = "route r {\n  default split by api_key seed 1 {\n    95% -> use \"gpt-4o\" via least_latency(beta = 1.0)\n    5% -> canary use \"gpt-4o-next\"\n      rollback when endpoint.health < 0.5\n  }\n}\n";
-    let once = fmt(src);
-    assert_eq!(once, want);
-    assert_eq!(fmt(&once), once, "idempotent");
-    let (_, a) = crate::policy::parser::parse_str("t.policy", src)
-        .map_err(|(_, d)| d)
-        .expect("parses");
-    let (_, b) = crate::policy::parser::parse_str("t.policy", &once)
-        .map_err(|(_, d)| d)
-        .expect("reparses");
-    assert_eq!(a.items, b.items, "same policy after formatting");
+    assert_canonical(src, want);
 }
 
 #[test]
