@@ -1209,8 +1209,9 @@ mod progress_tests {
     use super::*;
     use crate::providers::Resume;
 
-    fn resumed(skip: &str, exact: bool) -> Progress {
-        Progress::new(&StreamContext {
+    /// A stream that restarts after "Hello wor" (2 pieces) was sent, skipping `skip`.
+    fn restarting(skip: &str, exact: bool) -> StreamContext {
+        StreamContext {
             logical_model: "m".into(),
             include_usage: false,
             prompt_tokens_estimate: 0,
@@ -1226,7 +1227,11 @@ mod progress_tests {
                 skip: skip.into(),
                 exact,
             }),
-        })
+        }
+    }
+
+    fn resumed(skip: &str, exact: bool) -> Progress {
+        Progress::new(&restarting(skip, exact))
     }
 
     #[test]
@@ -1246,22 +1251,7 @@ mod progress_tests {
     /// the relay's per-event hold-back does not see each of them); after it, it is.
     #[test]
     fn a_restart_writes_no_reasoning_before_the_repeated_text() {
-        let mut w = ChunkWriter::new(&StreamContext {
-            logical_model: "m".into(),
-            include_usage: false,
-            prompt_tokens_estimate: 0,
-            track: true,
-            resume: Some(Resume {
-                sent: Sent {
-                    id: "c1".into(),
-                    text: "Hello wor".into(),
-                    pieces: 2,
-                    ..Sent::default()
-                },
-                skip: "Hello wor".into(),
-                exact: true,
-            }),
-        });
+        let mut w = ChunkWriter::new(&restarting("Hello wor", true));
         let mut out = BytesMut::new();
         w.reasoning(&mut out, "thinking first");
         let block = ThinkingBlock::RedactedThinking { data: "x".into() };
