@@ -4,6 +4,7 @@
 //! held up from the start.
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::*;
@@ -31,6 +32,22 @@ fn chain3(p: &str, q: &str, r: Option<&str>, server: &str) -> (String, String) {
     }
     policy.push_str("}\n");
     (cfg, policy)
+}
+
+/// A streamed chat request (model `m`, body members `extra`) through a gateway whose
+/// plan is two OpenAI-format upstreams, the first answering `first` and the second
+/// `second`: the reply, and the requests the second upstream received.
+async fn over_two(
+    first: String,
+    second: String,
+    extra: &str,
+) -> (Reply, Arc<Mutex<Vec<serde_json::Value>>>) {
+    let (a, _) = sse_upstream(vec![first]);
+    let (b, seen_b) = sse_upstream(vec![second]);
+    let (cfg, policy) = chain3(&oa(a, ""), &oa(b, ""), None, "");
+    let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, extra)).await;
+    (r, seen_b)
 }
 
 /// [`clean_text`], checking too that `[DONE]` came exactly once.
@@ -69,11 +86,7 @@ async fn attack_finished_tool_call_then_error_event_ends_with_done() {
     body.push_str(&finish_chunk("tool_calls"));
     body.push_str(PAUSE);
     body.push_str(ERROR_EVENT);
-    let (a, _) = sse_upstream(vec![body]);
-    let (b, _) = sse_upstream(vec![openai_sse(&["x"], true)]);
-    let (cfg, policy) = chain3(&oa(a, ""), &oa(b, ""), None, "");
-    let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
-    let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
+    let (r, _) = over_two(body, openai_sse(&["x"], true), "").await;
     assert_eq!(r.status, 200);
     let events = r.events();
     assert!(
@@ -100,13 +113,10 @@ async fn attack_error_after_finish_with_include_usage_still_sends_a_usage_chunk(
     body.push_str(&finish_chunk("stop"));
     body.push_str(PAUSE);
     body.push_str(ERROR_EVENT);
-    let (a, _) = sse_upstream(vec![body]);
-    let (b, _) = sse_upstream(vec![openai_sse(&["Hello", " world"], true)]);
-    let (cfg, policy) = chain3(&oa(a, ""), &oa(b, ""), None, "");
-    let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
-    let r = post(
-        &gw.url("/v1/chat/completions"),
-        &chat("m", true, r#","stream_options":{"include_usage":true}"#),
+    let (r, _) = over_two(
+        body,
+        openai_sse(&["Hello", " world"], true),
+        r#","stream_options":{"include_usage":true}"#,
     )
     .await;
     assert_eq!(r.status, 200);
@@ -132,11 +142,7 @@ async fn attack_restart_that_finishes_before_repeating_the_sent_text_is_diverged
     let mut cut = openai_sse(&["Hello", " world", " and"], false);
     cut.push_str(PAUSE);
     cut.push_str(ERROR_EVENT);
-    let (a, _) = sse_upstream(vec![cut]);
-    let (b, _) = sse_upstream(vec![openai_sse(&["Hello"], true)]);
-    let (cfg, policy) = chain3(&oa(a, ""), &oa(b, ""), None, "");
-    let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
-    let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
+    let (r, _) = over_two(cut, openai_sse(&["Hello"], true), "").await;
     assert_eq!(r.status, 200);
     assert!(
         r.text().contains("upstream_stream_diverged"),
@@ -244,15 +250,7 @@ async fn a_stream_with_two_choices_cut_after_the_first_finished_ends_with_one_er
     cut.push_str(&two(0, "{}", r#""stop""#));
     cut.push_str(&two(1, r#"{"content":" two"}"#, "null"));
     cut.push_str(PAUSE);
-    let (a, _) = sse_upstream(vec![cut]);
-    let (b, _) = sse_upstream(vec![openai_sse(&["x"], true)]);
-    let (cfg, policy) = chain3(&oa(a, ""), &oa(b, ""), None, "");
-    let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
-    let r = post(
-        &gw.url("/v1/chat/completions"),
-        &chat("m", true, r#","n":2"#),
-    )
-    .await;
+    let (r, _) = over_two(cut, openai_sse(&["x"], true), r#","n":2"#).await;
     assert_eq!(r.status, 200);
     let events = r.events();
     assert!(!events.iter().any(|e| e == "[DONE]"), "{}", r.text());
@@ -275,11 +273,7 @@ async fn content_streamed_as_a_list_of_parts_is_relayed_with_a_fallback_in_the_p
     script.push_str(&part(r#"[{"type":"text","text":"Hello"}]"#));
     script.push_str(&finish_chunk("stop"));
     script.push_str(DONE);
-    let (a, _) = sse_upstream(vec![script]);
-    let (b, seen_b) = sse_upstream(vec![openai_sse(&["from q"], true)]);
-    let (cfg, policy) = chain3(&oa(a, ""), &oa(b, ""), None, "");
-    let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
-    let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
+    let (r, seen_b) = over_two(script, openai_sse(&["from q"], true), "").await;
     assert_eq!(r.status, 200);
     assert!(
         r.text().contains(r#"[{"type":"text","text":"Hello"}]"#),
@@ -311,11 +305,7 @@ async fn a_restart_passes_on_nothing_before_it_has_repeated_the_text_already_sen
     );
     let tool = format!("{}data: {{\"id\":\"up\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"x\",\"choices\":[{{\"index\":0,\"delta\":{{\"tool_calls\":[{{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{{\"name\":\"f\",\"arguments\":\"{{}}\"}}}}]}},\"finish_reason\":null}}]}}\n\n{}{DONE}", role_chunk(), finish_chunk("tool_calls"));
     for (again, clean) in [(thinking, true), (tool, false)] {
-        let (a, _) = sse_upstream(vec![cut.clone()]);
-        let (b, _) = sse_upstream(vec![again]);
-        let (cfg, policy) = chain3(&oa(a, ""), &oa(b, ""), None, "");
-        let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
-        let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
+        let (r, _) = over_two(cut.clone(), again, "").await;
         assert_eq!(r.status, 200);
         assert!(!r.text().contains("reasoning_content\":\""), "{}", r.text());
         assert!(!r.text().contains("tool_calls\":["), "{}", r.text());
@@ -398,13 +388,10 @@ async fn attack_multibyte_restart_chunked_differently_is_clean() {
     let mut cut = openai_sse(&["h", "é", "l🎉"], false);
     cut.push_str(PAUSE);
     cut.push_str(ERROR_EVENT);
-    let (a, _) = sse_upstream(vec![cut]);
-    let (b, _) = sse_upstream(vec![openai_sse(&["hél", "🎉 wö", "rld"], true)]);
-    let (cfg, policy) = chain3(&oa(a, ""), &oa(b, ""), None, "");
-    let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
-    let r = post(
-        &gw.url("/v1/chat/completions"),
-        &chat("m", true, r#","stream_options":{"include_usage":true}"#),
+    let (r, _) = over_two(
+        cut,
+        openai_sse(&["hél", "🎉 wö", "rld"], true),
+        r#","stream_options":{"include_usage":true}"#,
     )
     .await;
     assert_eq!(r.status, 200);
@@ -435,11 +422,7 @@ async fn attack_plan_exhausted_mid_stream_ends_with_exactly_one_error_event() {
     let mut cut = openai_sse(&["one", " two"], false);
     cut.push_str(PAUSE);
     cut.push_str(ERROR_EVENT);
-    let (a, _) = sse_upstream(vec![cut.clone()]);
-    let (b, _) = sse_upstream(vec![cut]);
-    let (cfg, policy) = chain3(&oa(a, ""), &oa(b, ""), None, "");
-    let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
-    let r = post(&gw.url("/v1/chat/completions"), &chat("m", true, "")).await;
+    let (r, _) = over_two(cut.clone(), cut, "").await;
     let events = r.events();
     one_error_event_last(&r, &events, "\"error\"");
     assert!(!r.text().contains("[DONE]"));
@@ -743,15 +726,7 @@ async fn attack_n2_stream_cut_is_not_continued_and_ends_with_one_error() {
     let mut cut = openai_sse(&["one", " two"], false);
     cut.push_str(PAUSE);
     cut.push_str(ERROR_EVENT);
-    let (a, _) = sse_upstream(vec![cut]);
-    let (b, seen_b) = sse_upstream(vec![openai_sse(&["x"], true)]);
-    let (cfg, policy) = chain3(&oa(a, ""), &oa(b, ""), None, "");
-    let gw = start_app(&cfg, &[("r.policy", &policy)]).await;
-    let r = post(
-        &gw.url("/v1/chat/completions"),
-        &chat("m", true, r#","n":2"#),
-    )
-    .await;
+    let (r, seen_b) = over_two(cut, openai_sse(&["x"], true), r#","n":2"#).await;
     let events = r.events();
     one_error_event_last(&r, &events, "\"error\"");
     assert_eq!(seen_b.lock().unwrap().len(), 0);
