@@ -132,9 +132,7 @@ fn recorded_stream_is_relayed_with_logical_model() {
     let chunks = fixture("openai/openai-text.chunks.txt");
     let (out, r) = relay(&chunks, false, true);
     r.unwrap();
-    let mut parser = SseParser::new();
-    parser.push(out.as_bytes()).unwrap();
-    let events: Vec<_> = std::iter::from_fn(|| parser.next_event()).collect();
+    let events = events_of(&out);
     assert_eq!(events.last().unwrap().data, "[DONE]");
     let mut text = String::new();
     for e in &events[..events.len() - 1] {
@@ -180,9 +178,7 @@ fn usage_is_estimated_when_the_provider_sends_none() {
         .join("\n");
     let (out, r) = relay(&chunks, true, true);
     r.unwrap();
-    let mut parser = SseParser::new();
-    parser.push(out.as_bytes()).unwrap();
-    let events: Vec<_> = std::iter::from_fn(|| parser.next_event()).collect();
+    let events = events_of(&out);
     let usage: Value = serde_json::from_str(&events[events.len() - 2].data).unwrap();
     assert_eq!(usage["choices"], serde_json::json!([]));
     assert_eq!(usage["usage"]["prompt_tokens"], 11);
@@ -787,9 +783,7 @@ fn an_azure_prompt_filter_chunk_does_not_name_the_stream() {
     .join("\n");
     let (out, r) = relay(&chunks, true, true);
     r.unwrap();
-    let mut parser = SseParser::new();
-    parser.push(out.as_bytes()).unwrap();
-    let events: Vec<_> = std::iter::from_fn(|| parser.next_event()).collect();
+    let events = events_of(&out);
     assert_eq!(events.last().unwrap().data, "[DONE]");
     let written: Vec<Value> = events[3..events.len() - 1]
         .iter()
@@ -827,9 +821,7 @@ fn usage_on_the_finish_chunk_goes_out_in_a_usage_chunk_of_its_own() {
         let chunks = fixture(name);
         let (out, r) = relay(&chunks, true, true);
         r.unwrap();
-        let mut parser = SseParser::new();
-        parser.push(out.as_bytes()).unwrap();
-        let events: Vec<_> = std::iter::from_fn(|| parser.next_event()).collect();
+        let events = events_of(&out);
         assert_eq!(events.last().unwrap().data, "[DONE]", "{name}");
         let chunks: Vec<Value> = events[..events.len() - 1]
             .iter()
@@ -853,15 +845,20 @@ fn usage_on_the_finish_chunk_goes_out_in_a_usage_chunk_of_its_own() {
         assert_eq!(finishes, 1, "{name}: {out}");
         let (out, r) = relay(&fixture(name), false, true);
         r.unwrap();
-        let mut parser = SseParser::new();
-        parser.push(out.as_bytes()).unwrap();
-        for e in std::iter::from_fn(|| parser.next_event()) {
+        for e in events_of(&out) {
             if e.data != "[DONE]" {
                 let c: Value = serde_json::from_str(&e.data).unwrap();
                 assert!(c.get("usage").is_none(), "{name}: {out}");
             }
         }
     }
+}
+
+/// The SSE events of a relayed stream `out`, in order.
+fn events_of(out: &str) -> Vec<crate::sse::SseEvent> {
+    let mut parser = SseParser::new();
+    parser.push(out.as_bytes()).unwrap();
+    std::iter::from_fn(|| parser.next_event()).collect()
 }
 
 /// A chunk of choice `index` of a stream with `n` > 1.
@@ -873,9 +870,8 @@ fn nth(index: u32, delta: &str, finish: &str) -> String {
 
 /// The finish reasons of `out` per choice index, in order.
 fn finishes(out: &str) -> Vec<(u64, String)> {
-    let mut parser = SseParser::new();
-    parser.push(out.as_bytes()).unwrap();
-    std::iter::from_fn(|| parser.next_event())
+    events_of(out)
+        .into_iter()
         .filter(|e| e.data != "[DONE]")
         .flat_map(|e| {
             let v: Value = serde_json::from_str(&e.data).unwrap();
