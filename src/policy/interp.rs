@@ -224,21 +224,31 @@ pub struct StrategyCall {
     pub strategy: Option<u32>,
     /// Argument values (shared with the `use` that made the call).
     pub args: Arc<[Const]>,
-    /// Candidate endpoints by registry index, in registry order; empty for the
-    /// built-in `priority` order, which keeps no state and so has no outcome update
-    /// to run over them.
+    /// Candidate endpoints by registry index, in registry order; empty when the
+    /// strategy has no `on success` or `on failure` block (the built-in `priority`
+    /// order, `weighted_round_robin`'s `on pick` only), which is all that reads them.
     pub candidates: Vec<usize>,
 }
 
 impl StrategyCall {
-    /// The call of `u`'s strategy over `cands`. A policy strategy's outcome updates
-    /// need the candidates; the built-in order (no strategy) records none, so a
-    /// decision over a model's 128 endpoints copies no list it never reads.
-    pub(crate) fn new(u: &CUse, cands: &[EndpointRef<'_>]) -> StrategyCall {
+    /// The call of `u`'s strategy (`strategy`, `None` for the built-in order) over
+    /// `cands`. Only outcome updates need the candidates: a strategy without an
+    /// `on success` or `on failure` block records none, so a decision over a
+    /// model's 128 endpoints copies no list it never reads (issue 17).
+    pub(crate) fn new(
+        u: &CUse,
+        strategy: Option<&CStrategy>,
+        cands: &[EndpointRef<'_>],
+    ) -> StrategyCall {
+        let outcomes = strategy.is_some_and(|s| {
+            s.updates
+                .iter()
+                .any(|(e, _)| matches!(e, Event::Success | Event::Failure))
+        });
         StrategyCall {
             strategy: u.strategy,
             args: u.args.clone(),
-            candidates: if u.strategy.is_some() {
+            candidates: if outcomes {
                 cands.iter().map(|c| c.index).collect()
             } else {
                 Vec::new()
@@ -435,17 +445,26 @@ pub(crate) fn candidates<'a>(
 ) -> Result<Refs<'a>, String> {
     let reg = &set.registry;
     Ok(match t {
-        CTarget::Model(m) => reg
-            .model_endpoints(m)
-            .map(Iterator::collect)
-            .unwrap_or_default(),
+        CTarget::Model(m) => reg.model_endpoints(m).map(refs).unwrap_or_default(),
         CTarget::Endpoint(id) => reg.endpoint(id).into_iter().collect(),
         CTarget::RequestedModel => match reg.model_endpoints(&req.model) {
-            Some(v) => v.collect(),
+            Some(v) => refs(v),
             None => return Err(req.model.clone()),
         },
         CTarget::Any => reg.endpoints().collect(),
     })
+}
+
+/// `items` as [`Refs`]: more than fit inline are collected into a `Vec` of their
+/// exact number, which the list takes over (a spilled `SmallVec` checks where it
+/// lives on every push: about 12 instructions per endpoint at a model's 128, issue
+/// 17).
+fn refs<'a>(items: impl ExactSizeIterator<Item = EndpointRef<'a>>) -> Refs<'a> {
+    if items.len() > Refs::new().inline_size() {
+        Refs::from_vec(items.collect())
+    } else {
+        items.collect()
+    }
 }
 
 /// The endpoints of `v` the runtime offers to strategies.
@@ -661,7 +680,7 @@ impl<'a> Run<'a> {
         };
         let strat = u.strategy.and_then(|i| self.set.strategies.get(i as usize));
         d.strategy = Some(self.set.names.strategy(u.strategy));
-        d.call = Some(StrategyCall::new(u, &cands));
+        d.call = Some(StrategyCall::new(u, strat, &cands));
         let (mut plan, first) = match strat {
             None => {
                 let mut plan = cands.clone();
@@ -815,7 +834,16 @@ impl Bits {
 /// an empty plan is a 503 rejection naming `target`.
 pub fn write_plan(d: &mut Decision, plan: &[EndpointRef<'_>], target: &CTarget) {
     d.plan = plan.iter().map(|e| e.index).collect();
-    match plan.first().and_then(|first| d.names.get(first.index)) {
+    name_plan(d, target);
+}
+
+/// Names the choice of the plan already in `d.plan` (its first endpoint's id and
+/// model); an empty plan is a 503 rejection naming `target`. The JIT writes a plan
+/// without a fallback chain straight into `d.plan` from its ranking's positions,
+/// with no list of endpoint references in between (issue 17: a pass and a copy
+/// per endpoint at a model's 128).
+pub fn name_plan(d: &mut Decision, target: &CTarget) {
+    match d.plan.first().and_then(|&first| d.names.get(first)) {
         Some(first) => {
             d.endpoint = Some(first.id.clone());
             d.model = Some(first.model.clone());

@@ -88,7 +88,7 @@ impl Registry {
     pub fn model_endpoints<'r>(
         &'r self,
         name: &str,
-    ) -> Option<impl Iterator<Item = EndpointRef<'r>> + 'r> {
+    ) -> Option<impl ExactSizeIterator<Item = EndpointRef<'r>> + 'r> {
         let mut base = 0;
         for model in &self.models {
             if model.name == name {

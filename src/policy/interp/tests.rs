@@ -196,25 +196,27 @@ fn bits_insert_reports_new_indices_and_grows_past_its_first_words() {
 }
 
 #[test]
-fn builtin_order_call_records_no_candidates_and_a_strategy_call_records_them() {
-    // The built-in order has no outcome update: its decision copies no candidate list.
+fn only_a_strategy_with_outcome_updates_records_its_candidates() {
+    // Only `on success` / `on failure` read a call's candidates: the built-in order
+    // and a strategy with `on pick` alone (weighted round-robin) copy no list.
     let set = with_builtins(
         "route a when request.model == \"gpt-4o\" { default use model }\n\
-         route b { default use model via weighted_round_robin }",
+         route b when request.model == \"claude-sonnet\" { default use model via weighted_round_robin }\n\
+         route c { default use model via exp3 }",
     )
     .unwrap();
     let stats = StatsSnapshot::default();
-    let d = decide(&set, &RequestFeatures::for_model("gpt-4o"), &stats, 0);
-    let call = d.call.expect("a use records its call");
+    let call_for = |model: &str| {
+        let d = decide(&set, &RequestFeatures::for_model(model), &stats, 0);
+        d.call.expect("a use records its call")
+    };
+    let call = call_for("gpt-4o");
     assert_eq!(call.strategy, None);
     assert!(call.candidates.is_empty());
-    let d = decide(
-        &set,
-        &RequestFeatures::for_model("claude-sonnet"),
-        &stats,
-        0,
-    );
-    let call = d.call.expect("a use records its call");
+    let call = call_for("claude-sonnet");
+    assert!(call.strategy.is_some());
+    assert!(call.candidates.is_empty());
+    let call = call_for("gpt-4o-mini");
     assert!(call.strategy.is_some());
     assert!(!call.candidates.is_empty());
 }

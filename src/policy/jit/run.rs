@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use smallvec::SmallVec;
 
-use crate::policy::ast::{Event, PriorityLevel};
+use crate::policy::ast::{Event, PickMode, PriorityLevel};
 use crate::policy::checked::*;
 use crate::policy::features::{EpStats, LiveNumber, Outcome, RequestFeatures, StatsSource};
 use crate::policy::interp::eval::{reduce, EpCtx};
@@ -19,8 +19,8 @@ use crate::policy::interp::strategy::{
     self, contexts, plan_positions, probabilities_into, state_column, state_values,
 };
 use crate::policy::interp::{
-    apply_fallback, available, candidates, split_bucket, write_plan, Decision, Refs, Rejection,
-    SplitChoice, StateUpdate, StrategyCall, IMPLICIT_USE,
+    apply_fallback, available, candidates, name_plan, split_bucket, write_plan, Decision, Refs,
+    Rejection, SplitChoice, StateUpdate, StrategyCall, IMPLICIT_USE,
 };
 use crate::policy::registry::EndpointRef;
 
@@ -460,10 +460,19 @@ impl<'a> JRun<'a> {
         let list = self.score_list(inst, s, eps, total, kept)?;
         // Both are `n` long; cut to it, so a key read needs no check.
         let (score, prob) = (list.score.get(..n)?, list.probability.get(..n)?);
-        let key = |k: usize| (score[k], prob[k]);
-        // The pick first, then the rest by key (candidate order among equals).
+        // The pick first, then the rest by key (candidate order among equals). A
+        // min or max pick orders by score alone: its key reads no probability
+        // (a bounds check per candidate, issue 17).
         let mut pos: Rows<u32> = SmallVec::with_capacity(n);
-        plan_positions(s.pick, n, key, Some(&mut self.rng), &mut pos);
+        let rng = Some(&mut self.rng);
+        match s.pick {
+            PickMode::Min | PickMode::Max => {
+                plan_positions(s.pick, n, |k| (score[k], 1.0), rng, &mut pos);
+            }
+            PickMode::Weighted | PickMode::Sample => {
+                plan_positions(s.pick, n, |k| (score[k], prob[k]), rng, &mut pos);
+            }
+        }
         Some(RankedRows {
             scored_all: n == total,
             reuse_aggs: n == total && !inst.aggs_read_scored,
@@ -580,19 +589,28 @@ impl<'a> JRun<'a> {
         self.stats.retain_available(&mut cands);
         let strat = u.strategy.and_then(|i| self.set.strategies.get(i as usize));
         d.strategy = Some(self.set.names.strategy(u.strategy));
-        d.call = Some(StrategyCall::new(u, &cands));
+        d.call = Some(StrategyCall::new(u, strat, &cands));
         let code = self.code;
         let inst = match (strat, site) {
             (Some(_), Some(site)) => Some(code.instances.get(*code.sites.get(&site)?)?),
             _ => None,
         };
-        let mut plan: Refs<'a> = match (strat, inst) {
+        // `None`: the plan is already in `d.plan` (a ranking without a fallback
+        // chain, written there from its positions).
+        let plan: Option<Refs<'a>> = match (strat, inst) {
             (Some(s), Some(inst)) => {
                 let mut eps = Cells::new();
                 let r = self.rank_rows(inst, s, &u.args, &cands, &mut eps)?;
                 let all: &[EndpointRef<'a>] = &cands;
                 let order = r.pos.iter().filter_map(|&k| all.get(r.row(k as usize)?));
-                let plan: Refs<'a> = collect_long(r.pos.len(), order.copied());
+                let plan = if fallback.is_some() {
+                    Some(collect_long(r.pos.len(), order.copied()))
+                } else {
+                    let mut plan = Vec::with_capacity(r.pos.len());
+                    plan.extend(order.map(|c| c.index));
+                    d.plan = plan;
+                    None
+                };
                 let pick = inst.updates.iter().find(|(e, _)| *e == Event::Pick);
                 if let (Some((_, assigns)), Some(&first)) = (pick, r.pos.first()) {
                     let first = first as usize;
@@ -631,8 +649,12 @@ impl<'a> JRun<'a> {
             (None, _) => {
                 let mut plan = cands;
                 strategy::builtin(&mut plan, Some(&mut self.rng));
-                plan
+                Some(plan)
             }
+        };
+        let Some(mut plan) = plan else {
+            name_plan(d, &u.target);
+            return Some(());
         };
         if let Some(f) = fallback {
             apply_fallback(d, &mut plan, f, |t| {
@@ -686,8 +708,10 @@ fn read_column(
             }
         }
         None => {
-            for (v, bits) in out.iter_mut().zip(eps.iter().skip(c).step_by(stride)) {
-                *v = value(*bits);
+            // Rows of `stride` cells (`c` is below it): one read per row, where a
+            // `step_by` iterator cost about 12 instructions (issue 17).
+            for (v, row) in out.iter_mut().zip(eps.chunks_exact(stride)) {
+                *v = value(*row.get(c)?);
             }
         }
     }
