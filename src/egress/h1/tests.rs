@@ -526,6 +526,69 @@ async fn a_request_waiting_for_its_answer_holds_no_read_buffer() {
     assert!(ex.buf.capacity() >= READ_CHUNK);
 }
 
+/// Notes when the bytes it owns are freed.
+struct DropFlag(Arc<std::sync::atomic::AtomicBool>);
+
+impl AsRef<[u8]> for DropFlag {
+    fn as_ref(&self) -> &[u8] {
+        b"Bearer sk-test"
+    }
+}
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_request_waiting_for_its_answer_held_its_header_fields() {
+    // The provider reads the request and answers only when told: while the client
+    // waits, the request's header fields (here one value whose bytes note their
+    // drop) must already be freed.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (answer, answered) = tokio::sync::oneshot::channel::<()>();
+    let (got, read) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        let mut buf = Vec::new();
+        read_request(&mut tcp, &mut buf).await.unwrap();
+        got.send(()).unwrap();
+        answered.await.unwrap();
+        tcp.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+            .await
+            .unwrap();
+    });
+    let freed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let value = Bytes::from_owner(DropFlag(Arc::clone(&freed)));
+    let mut req = post(&format!("http://{addr}"), "{}");
+    req.headers_mut().insert(
+        http::header::AUTHORIZATION,
+        http::HeaderValue::from_maybe_shared(value).unwrap(),
+    );
+    let c = client();
+    let mut send = std::pin::pin!(c.send(req));
+    // Drive the send until the provider has the whole request.
+    tokio::select! {
+        _ = &mut send => panic!("answered before the provider wrote"),
+        r = read => r.unwrap(),
+    }
+    // One more pass, so the client is past its write and waiting for the head.
+    tokio::select! {
+        biased;
+        _ = &mut send => panic!("answered before the provider wrote"),
+        _ = tokio::task::yield_now() => {}
+    }
+    assert!(
+        freed.load(Ordering::SeqCst),
+        "the request's header fields are held while the answer is awaited"
+    );
+    answer.send(()).unwrap();
+    let res = send.await.unwrap();
+    assert_eq!(text(res).await, "{}");
+}
+
 #[tokio::test]
 async fn fields_the_gateway_never_reads_are_left_out_of_the_answers_map() {
     let (base, _seen) = provider(vec![keep(
