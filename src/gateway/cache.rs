@@ -300,6 +300,13 @@ fn cacheable(chat: &ChatRequest, stochastic: bool) -> bool {
     (deterministic || stochastic) && one_choice
 }
 
+/// Whether the cache phase has anything to do for a decision whose cache setting is
+/// `setting`: false only when the policy says nothing and the cache is off, where
+/// [`lookup`] would dispatch at once without a word.
+pub(super) fn in_play(gw: &Gateway, setting: Option<CacheSetting>) -> bool {
+    setting.is_some() || gw.cache.config.enabled
+}
+
 /// The cache phase's lookup: decides (see the module doc), and on a hit answers.
 ///
 /// # Errors

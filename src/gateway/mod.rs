@@ -241,11 +241,6 @@ impl Gateway {
         started: Instant,
         id: HeaderValue,
     ) -> (Response<Body>, Option<Facts>) {
-        let mut ctx = RequestCtx::new(id, started, Caller::default(), self.policy.load_full());
-        ctx.trace = crate::otel::RequestTrace::start(&self.tracer, headers, started, &ctx.id);
-        if self.config.telemetry.access_log.bodies {
-            ctx.request_body = Some(body.clone());
-        }
         // Boxed: a future is moved whole (its full size, not the part in use) into
         // its parent's state when first awaited, and the phases' future (about
         // 3 KiB, the dispatch's and the cache's inside it) sat inline in this one,
@@ -257,7 +252,18 @@ impl Gateway {
             gw: self,
             ctx: None,
         };
-        let result = Box::pin(self.phases(unanswered.ctx.insert(ctx), body, headers)).await;
+        // Made in a block that ends before the await: a local the context was moved
+        // out of kept its 888 bytes in this future beside the `Unanswered` holding
+        // it, for the request's whole life (`-Zprint-type-sizes`).
+        let ctx = unanswered.ctx.insert({
+            let mut ctx = RequestCtx::new(id, started, Caller::default(), self.policy.load_full());
+            ctx.trace = crate::otel::RequestTrace::start(&self.tracer, headers, started, &ctx.id);
+            if self.config.telemetry.access_log.bodies {
+                ctx.request_body = Some(body.clone());
+            }
+            ctx
+        });
+        let result = Box::pin(self.phases(ctx, body, headers)).await;
         match unanswered.ctx.take() {
             Some(ctx) => respond::respond(self, ctx, result),
             // Never: the context is taken only here.
@@ -279,63 +285,82 @@ impl Gateway {
         body: Bytes,
         headers: &HeaderMap,
     ) -> Result<Response<Body>, GatewayError> {
-        // The request lives in this block until it is shared for the attempts: the
-        // block's end ends its slot, so the dispatch's future does not sit beside it
-        // in this one (`-Zprint-type-sizes`: 376 bytes per request).
-        let (chat, plan, decided, mut ticket) = {
-            admit::authenticate(self, ctx, headers)?;
-            schedule::admit(ctx, headers)?;
-            let mut chat = normalize::parse(ctx, body, headers)?;
-            ctx.trace.requested(&chat);
-            chat.headers = crate::egress::forward::candidates(headers);
-            // Every attempt sends the request's id as `x-request-id` when it is a UUID
-            // (`request_id::upstream_value` says why not otherwise), and as OpenAI's
-            // `x-client-request-id` unless the client set that (`egress::forward` sends
-            // both names; the second to OpenAI only).
-            chat.headers.remove(crate::request_id::HEADER);
-            if let Some(id) = crate::request_id::upstream_value(&ctx.id) {
-                chat.headers.insert(crate::request_id::HEADER, id);
-            }
-            if !chat.headers.contains_key(crate::request_id::CLIENT_HEADER) {
-                chat.headers
-                    .insert(crate::request_id::CLIENT_HEADER, ctx.id.clone());
-            }
-            admit::check_model(ctx, &chat)?;
-            limit::admit(self, ctx, &chat).await?;
-            let features = normalize::request_features(self, ctx, &chat, headers);
-            let began = ctx.trace.now();
-            let mut plan = route::route(self, ctx, &chat, &features)?;
-            ctx.strategy = plan.call.as_ref().map(|c| c.strategy);
-            ctx.trace
-                .child_since("decide", began, || self.decision_attributes(ctx));
-            let began = ctx.trace.now();
-            let looked = cache::lookup(self, ctx, &chat, headers, plan.cache).await;
-            if let Some(status) = ctx.cache {
-                ctx.trace.child_since("cache lookup", began, || {
-                    vec![opentelemetry::KeyValue::new(
-                        "switchyard.cache",
-                        status.as_str(),
-                    )]
-                });
-            }
-            let ticket = match looked? {
-                cache::Lookup::Served(resp) => return Ok(resp),
-                cache::Lookup::Dispatch(ticket) => ticket,
-            };
-            normalize::set_aside_messages(&mut chat);
-            schedule::hold(self, ctx).await;
-            let decided = Arc::new(outcome::DecisionContext {
-                snapshot: ctx.snapshot.clone(),
-                features,
-                call: plan.call.take(),
-            });
-            (Arc::new(chat), plan, decided, ticket)
+        let (chat, plan, decided, mut ticket) = match self.prepare(ctx, body, headers).await? {
+            Prepared::Served(resp) => return Ok(resp),
+            Prepared::Dispatch(chat, plan, decided, ticket) => (chat, plan, decided, ticket),
         };
         let mut resp = dispatch::dispatch(self, ctx, chat, &plan, decided, &mut ticket).await?;
         if let Some(ticket) = ticket {
             cache::store_whole(self, ctx, ticket, &mut resp);
         }
         Ok(resp)
+    }
+
+    /// The phases before the dispatch ([`Gateway::phases`]), in a future of their
+    /// own. Their request and features are held across three awaits (admission,
+    /// cache lookup, off-peak hold); in the phases' own future such locals were laid
+    /// out apart from every other state's, so their 616 bytes stayed in it for the
+    /// whole dispatch (`-Zprint-type-sizes`: 3,184 bytes). Awaited as one future, its
+    /// room is shared with the dispatch's.
+    async fn prepare(
+        self: &Arc<Self>,
+        ctx: &mut RequestCtx,
+        body: Bytes,
+        headers: &HeaderMap,
+    ) -> Result<Prepared, GatewayError> {
+        admit::authenticate(self, ctx, headers)?;
+        schedule::admit(ctx, headers)?;
+        let mut chat = normalize::parse(ctx, body, headers)?;
+        ctx.trace.requested(&chat);
+        chat.headers = crate::egress::forward::candidates(headers);
+        // Every attempt sends the request's id as `x-request-id` when it is a UUID
+        // (`request_id::upstream_value` says why not otherwise), and as OpenAI's
+        // `x-client-request-id` unless the client set that (`egress::forward` sends
+        // both names; the second to OpenAI only).
+        chat.headers.remove(crate::request_id::HEADER);
+        if let Some(id) = crate::request_id::upstream_value(&ctx.id) {
+            chat.headers.insert(crate::request_id::HEADER, id);
+        }
+        if !chat.headers.contains_key(crate::request_id::CLIENT_HEADER) {
+            chat.headers
+                .insert(crate::request_id::CLIENT_HEADER, ctx.id.clone());
+        }
+        admit::check_model(ctx, &chat)?;
+        limit::admit(self, ctx, &chat).await?;
+        let features = normalize::request_features(self, ctx, &chat, headers);
+        let began = ctx.trace.now();
+        let mut plan = route::route(self, ctx, &chat, &features)?;
+        ctx.strategy = plan.call.as_ref().map(|c| c.strategy);
+        ctx.trace
+            .child_since("decide", began, || self.decision_attributes(ctx));
+        let began = ctx.trace.now();
+        // Boxed, and only when the cache is in play: its future (1.8 KB) inline set
+        // this one's size for the whole request (`-Zprint-type-sizes`).
+        let looked = if cache::in_play(self, plan.cache) {
+            Box::pin(cache::lookup(self, ctx, &chat, headers, plan.cache)).await
+        } else {
+            Ok(cache::Lookup::Dispatch(None))
+        };
+        if let Some(status) = ctx.cache {
+            ctx.trace.child_since("cache lookup", began, || {
+                vec![opentelemetry::KeyValue::new(
+                    "switchyard.cache",
+                    status.as_str(),
+                )]
+            });
+        }
+        let ticket = match looked? {
+            cache::Lookup::Served(resp) => return Ok(Prepared::Served(resp)),
+            cache::Lookup::Dispatch(ticket) => ticket,
+        };
+        normalize::set_aside_messages(&mut chat);
+        schedule::hold(self, ctx).await;
+        let decided = Arc::new(outcome::DecisionContext {
+            snapshot: ctx.snapshot.clone(),
+            features,
+            call: plan.call.take(),
+        });
+        Ok(Prepared::Dispatch(Arc::new(chat), plan, decided, ticket))
     }
 
     /// The `decide` span's attributes: the route, rule, strategy, priority and plan
@@ -388,6 +413,21 @@ fn model_list<'a>(names: impl Iterator<Item = &'a str>, created: u64) -> Bytes {
         serde_json::to_vec(&serde_json::json!({"object": "list", "data": data}))
             .unwrap_or_default(),
     )
+}
+
+/// What the phases before the dispatch ([`Gateway::prepare`]) end with.
+enum Prepared {
+    /// The answer, from the cache.
+    Served(Response<Body>),
+    /// The request to dispatch (shared by its attempts), the routing plan, the
+    /// decision's context for outcome updates, and the cache's ticket to store the
+    /// answer under.
+    Dispatch(
+        Arc<crate::api::ChatRequest>,
+        route::Plan,
+        Arc<outcome::DecisionContext>,
+        Option<cache::Ticket>,
+    ),
 }
 
 /// A chat request whose answer has not been made yet ([`Gateway::chat`]). Dropped so,
