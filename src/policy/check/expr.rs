@@ -607,9 +607,11 @@ impl Checker<'_> {
             let c = match &item.kind {
                 ExprKind::Lit(lit) => Some(self.lit(lit, item)),
                 ExprKind::Unary(UnaryOp::Neg, x) => match &x.kind {
-                    ExprKind::Lit(LitKind::Int(v)) => {
-                        Some(texpr(TExprKind::Const(Const::Int(-v)), Ty::Int, item))
-                    }
+                    ExprKind::Lit(LitKind::Int(v)) => Some(texpr(
+                        TExprKind::Const(Const::Int(v.saturating_neg())),
+                        Ty::Int,
+                        item,
+                    )),
                     ExprKind::Lit(LitKind::Float(v)) => {
                         Some(texpr(TExprKind::Const(Const::Float(-v)), Ty::Float, item))
                     }

@@ -115,3 +115,12 @@ fn fmt_copied_a_comment_inside_a_literal_or_endpoint_target_twice() {
     assert_eq!(once, want);
     assert_eq!(fmt(&once), once, "idempotent");
 }
+
+/// `-9223372036854775808` was refused as too large; accepted now, `fmt` keeps it a
+/// negative literal wherever it stands (and `- 5` closes up like `-5`).
+#[test]
+fn i64_min_literal_was_refused_as_too_large_fmt_keeps_it() {
+    let src = "strategy s(a = - 9223372036854775808) {\n  require request.input_tokens in [ -9223372036854775808, - 5 ]\n  score = a * - 5 - -9223372036854775808\n  pick min\n}\n\nroute r priority -9223372036854775808 when request.input_tokens > - 9223372036854775808 {\n  default use model\n}\n";
+    let want = "strategy s(a = -9223372036854775808) {\n  require request.input_tokens in [-9223372036854775808, -5]\n  score = a * -5 - -9223372036854775808\n  pick min\n}\n\nroute r priority -9223372036854775808 when request.input_tokens > -9223372036854775808 {\n  default use model\n}\n";
+    assert_canonical(src, want);
+}

@@ -81,6 +81,38 @@ fn integer_edge_cases_match() {
     }
 }
 
+/// `-9223372036854775808` was refused as too large. Accepted now, it is `i64::MIN` on
+/// both engines, and negating it saturates on both, as other arithmetic does.
+#[test]
+fn i64_min_literal_was_refused_as_too_large_engines_agree() {
+    let cases = [
+        ("-9223372036854775808 == 0 - 9223372036854775807 - 1", true),
+        ("-9223372036854775808 < 0 - 9223372036854775807", true),
+        ("-9223372036854775808 <= request.input_tokens", true),
+        ("--9223372036854775808 == 9223372036854775807", true),
+        ("-(-9223372036854775808) == 9223372036854775807", true),
+        ("abs(-9223372036854775808) == 9223372036854775807", true),
+        ("-9223372036854775808 / -1 == 9223372036854775807", true),
+        ("request.input_tokens in [-9223372036854775808, 5]", false),
+        ("request.input_tokens * -9223372036854775808 <= 0", true),
+        ("-9223372036854775808 - request.input_tokens < 0", true),
+    ];
+    for (k, (cond, at_zero)) in cases.iter().enumerate() {
+        let text = format!("route r when {cond} {{ default use \"gpt-4o\" }}");
+        let c = compiled(&text);
+        for t in [0u64, 1, 5, u64::MAX] {
+            let mut req = RequestFeatures::for_model("gpt-4o");
+            req.input_tokens = t;
+            let a = c.decide_on(Engine::Interp, &req, &StatsSnapshot::default(), 0);
+            let b = c.decide_on(Engine::Jit, &req, &StatsSnapshot::default(), 0);
+            assert_eq!(a, b, "case {k}: {cond} with {t}");
+            if t == 0 {
+                assert_eq!(a.route.is_some(), *at_zero, "case {k}: {cond}");
+            }
+        }
+    }
+}
+
 #[test]
 fn float_edge_cases_match() {
     let cases = [

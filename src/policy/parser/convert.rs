@@ -79,6 +79,13 @@ impl Conv {
         let first = self.next(&mut it, &p)?;
         let kind = if first.as_rule() == Rule::neg {
             let n = self.next(&mut it, &p)?;
+            if n.as_rule() == Rule::int {
+                let v = literal::neg_int(n.as_str(), span)?;
+                return Ok(Literal {
+                    kind: LitKind::Int(v),
+                    span,
+                });
+            }
             match self.lit_kind(n)? {
                 LitKind::Int(v) => LitKind::Int(-v),
                 LitKind::Float(v) => LitKind::Float(-v),
@@ -107,11 +114,38 @@ impl Conv {
                 run = 0;
             }
         }
+        // A `-` right before an integer is part of the literal, as in constants and
+        // priorities: `-9223372036854775808` is `i64::MIN`, while its digits alone
+        // are out of range. Map each such integer's start to its sign's start.
+        let mut signed: Vec<(usize, usize)> = Vec::new();
+        let mut prev: Option<Pair<'_, Rule>> = None;
+        for q in p.clone().into_inner() {
+            if let Some(op) = prev.filter(|o| o.as_rule() == Rule::neg_op) {
+                if q.as_rule() == Rule::int {
+                    signed.push((q.as_span().start(), op.as_span().start()));
+                }
+            }
+            prev = Some(q);
+        }
         let file = self.file;
         PRATT
-            .map_primary(|q| self.primary(q).map(|e| (e, 1u32)))
+            .map_primary(|q| {
+                let at = q.as_span().start();
+                match signed.iter().find(|(int, _)| *int == at) {
+                    Some(&(_, sign)) => {
+                        let span = Span::new(file, sign, q.as_span().end());
+                        let kind = ExprKind::Lit(LitKind::Int(literal::neg_int(q.as_str(), span)?));
+                        Ok((Expr { kind, span }, 1u32))
+                    }
+                    None => self.primary(q).map(|e| (e, 1u32)),
+                }
+            })
             .map_prefix(move |op, rhs| {
                 let (rhs, d) = rhs?;
+                // The sign the integer literal already took (above).
+                if op.as_rule() == Rule::neg_op && rhs.span.start as usize == op.as_span().start() {
+                    return Ok((rhs, d));
+                }
                 let span = Span::new(file, op.as_span().start(), rhs.span.end as usize);
                 let uop = if op.as_rule() == Rule::not_op {
                     UnaryOp::Not
@@ -199,18 +233,19 @@ impl Conv {
 
     fn prio(&self, p: Pair<'_, Rule>) -> Res<Spanned<i64>> {
         let span = self.sp(&p);
-        let mut neg = false;
+        let mut sign = None;
         let mut value = 0;
         for q in p.into_inner() {
-            match q.as_rule() {
-                Rule::neg => neg = true,
+            match (q.as_rule(), sign) {
+                (Rule::neg, _) => sign = Some(q.as_span().start()),
+                (_, Some(at)) => {
+                    let lit = Span::new(self.file, at, q.as_span().end());
+                    value = literal::neg_int(q.as_str(), lit)?;
+                }
                 _ => value = self.int(q)?.node,
             }
         }
-        Ok(Spanned {
-            node: if neg { -value } else { value },
-            span,
-        })
+        Ok(Spanned { node: value, span })
     }
 
     // ------------------------------------------------------------ routes

@@ -66,6 +66,27 @@ pub(super) fn int(text: &str, span: Span) -> Res<i64> {
     })
 }
 
+/// A whole number written after a `-` (`digits` without the sign), as the negative
+/// value: `-9223372036854775808` (`i64::MIN`) is accepted although its digits alone
+/// are one past `i64::MAX`. `span` covers the sign and the digits.
+pub(super) fn neg_int(digits: &str, span: Span) -> Res<i64> {
+    let clean: String = digits.chars().filter(|&c| c != '_').collect();
+    clean
+        .parse::<u64>()
+        .ok()
+        .and_then(|m| 0i64.checked_sub_unsigned(m))
+        .ok_or_else(|| {
+            Diagnostic::error(
+                codes::BAD_LITERAL,
+                span,
+                format!(
+                    "the number `-{digits}` is too small; the smallest is {}",
+                    i64::MIN
+                ),
+            )
+        })
+}
+
 /// A float with optional `_` separators; infinite values are rejected.
 pub(super) fn float(text: &str, span: Span) -> Res<f64> {
     let clean: String = text.chars().filter(|&c| c != '_').collect();
@@ -158,6 +179,11 @@ mod tests {
         assert!(string(r"\u{zz}", s).is_err());
         assert_eq!(int("1_000", s).unwrap(), 1000);
         assert!(int("99999999999999999999", s).is_err());
+        assert!(int("9223372036854775808", s).is_err());
+        assert_eq!(neg_int("9223372036854775808", s).unwrap(), i64::MIN);
+        assert_eq!(neg_int("1_000", s).unwrap(), -1000);
+        assert!(neg_int("9223372036854775809", s).is_err());
+        assert!(neg_int("99999999999999999999", s).is_err());
         assert_eq!(duration("250ms", s).unwrap(), 250);
         assert_eq!(duration("1.5s", s).unwrap(), 1500);
         assert_eq!(duration("5m", s).unwrap(), 300_000);

@@ -361,3 +361,55 @@ fn a_no_break_space_or_form_feed_was_called_a_line_break() {
         assert!(!err.contains("line break"), "{text:?} -> {err}");
     }
 }
+
+/// `-9223372036854775808` was refused as too large: the sign was parsed apart from
+/// the digits, and the digits alone are one past `i64::MAX`.
+#[test]
+fn i64_min_literal_was_refused_as_too_large() {
+    const MIN: &str = "-9223372036854775808";
+    // In an expression, an `in` list, a strategy parameter and a priority.
+    assert_eq!(
+        show(&expr_of(&format!("a > {MIN}"))),
+        format!("(a > {MIN})")
+    );
+    assert_eq!(
+        show(&expr_of(&format!("a - - {MIN}"))),
+        format!("(a - (-{MIN}))")
+    );
+    assert_eq!(
+        show(&expr_of(&format!("{MIN} * b"))),
+        format!("({MIN} * b)")
+    );
+    assert_eq!(show(&expr_of("-5 * b")), "(-5 * b)");
+    let f = parse_ok(&format!(
+        "strategy s(a = {MIN}) {{\n  require request.input_tokens in [{MIN}, 1]\n  pick min\n}}\n\
+         route r priority {MIN} {{\n  default use model\n}}\n"
+    ));
+    let [Item::Strategy(s), Item::Route(r)] = &f.items[..] else {
+        panic!("{:?}", f.items)
+    };
+    assert_eq!(s.params[0].default.kind, LitKind::Int(i64::MIN));
+    assert_eq!(r.priority.as_ref().map(|p| p.node), Some(i64::MIN));
+    // One further is out of range, with a clear error at the number.
+    for text in [
+        "route r when a > -9223372036854775809 { default use model }",
+        "route r priority -9_223_372_036_854_775_809 { default use model }",
+        "strategy s(a = - 9223372036854775809) { pick min }",
+    ] {
+        let e = parse_err(text);
+        assert!(
+            e.contains("E0104") && e.contains("the smallest is -9223372036854775808"),
+            "{e}"
+        );
+    }
+    let e = parse_err("route r priority -99999999999999999999 { default use model }");
+    assert!(e.contains("t.policy:1:18"), "{e}");
+    // The digits without a sign, or with the sign outside parentheses, stay too large.
+    for text in [
+        "route r when a > 9223372036854775808 { default use model }",
+        "route r when a > -(9223372036854775808) { default use model }",
+    ] {
+        let e = parse_err(text);
+        assert!(e.contains("E0104") && e.contains("too large"), "{e}");
+    }
+}
