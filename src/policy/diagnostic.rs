@@ -301,7 +301,9 @@ fn render_snippet(
     } else {
         text.to_string()
     };
-    let _ = writeln!(out, "{line_no} | {}", shown.replace('\t', " "));
+    // One column each, so the caret stays under its character; a raw CR would send
+    // the terminal's cursor back to the start of the line.
+    let _ = writeln!(out, "{line_no} | {}", shown.replace(['\t', '\r'], " "));
     let mut underline = format!("{pad} | {}{}", " ".repeat(start_col - 1), "^".repeat(width));
     if !label.is_empty() {
         underline.push(' ');

@@ -3,7 +3,8 @@
 //! Three passes, all bounded so no input can make the parser panic, hang or overflow
 //! the stack:
 //! 1. a lexical pre-scan ([`prescan`]) that enforces [`MAX_INPUT_BYTES`] and
-//!    [`MAX_NESTING`] (brackets outside strings and comments) and collects comments;
+//!    [`MAX_NESTING`] (brackets outside strings and comments), refuses a lone
+//!    carriage return, and collects comments;
 //! 2. pest with a call limit ([`PEST_CALL_LIMIT`]) and human rule names in errors;
 //! 3. conversion to the AST, with a Pratt parser for operator precedence and a bound
 //!    on expression depth ([`MAX_EXPR_DEPTH`]).
@@ -103,7 +104,8 @@ pub fn parse_str(
 /// Checks size and bracket nesting and collects comments, without pest.
 ///
 /// # Errors
-/// [`codes::INPUT_TOO_LARGE`] or [`codes::TOO_DEEP`].
+/// [`codes::INPUT_TOO_LARGE`], [`codes::SYNTAX`] for a lone carriage return, or
+/// [`codes::TOO_DEEP`].
 pub fn prescan(text: &str, file: FileId) -> Res<Vec<Comment>> {
     if text.len() > MAX_INPUT_BYTES {
         return Err(Diagnostic::error(
@@ -116,6 +118,17 @@ pub fn prescan(text: &str, file: FileId) -> Res<Vec<Comment>> {
             ),
         )
         .with_help("split the policy set into several files"));
+    }
+    if let Some(cr) = lone_cr(text) {
+        return Err(Diagnostic::error(
+            codes::SYNTAX,
+            Span::new(file, cr, cr + 1),
+            "this line ends with a lone carriage return (CR, old Mac line endings); policy files end lines with LF or CRLF",
+        )
+        .with_span_label("lone CR")
+        .with_help(
+            "save the file with LF (Unix) or CRLF (Windows) line endings, e.g. `tr '\\r' '\\n'` for a file that uses CR throughout",
+        ));
     }
     let mut comments = Vec::new();
     let mut depth = 0usize;
@@ -181,6 +194,21 @@ pub fn prescan(text: &str, file: FileId) -> Res<Vec<Comment>> {
         }
     }
     Ok(comments)
+}
+
+/// The offset of the first `\r` not followed by `\n`.
+///
+/// A line ends at `\n`, so a CRLF file reads as LF plus a `\r` of whitespace before
+/// each line break. A lone CR is not a line break anywhere in the pipeline (grammar,
+/// comments, line:col, fmt), so a `#` comment would run on past it to the next `\n`,
+/// or to the end of an old-Mac file: it is refused here, where it is, rather than
+/// read as one long line.
+fn lone_cr(text: &str) -> Option<usize> {
+    let b = text.as_bytes();
+    b.iter()
+        .enumerate()
+        .find(|&(i, &c)| c == b'\r' && b.get(i + 1) != Some(&b'\n'))
+        .map(|(i, _)| i)
 }
 
 fn pest_error(e: pest::error::Error<Rule>, file: FileId, text: &str) -> Diagnostic {

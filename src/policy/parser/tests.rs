@@ -413,3 +413,25 @@ fn i64_min_literal_was_refused_as_too_large() {
         assert!(e.contains("E0104") && e.contains("too large"), "{e}");
     }
 }
+
+/// Lone-CR line endings (old Mac) made a `#` comment run on to the end of the file,
+/// which then read as "unclosed `{`". A lone CR is refused where it is; CRLF is read
+/// as before.
+#[test]
+fn lone_cr_line_endings_made_a_comment_swallow_the_rest_of_the_file() {
+    let e = parse_err("route r { # c\r  default use model\r}\r");
+    assert!(
+        e.contains("E0101") && e.contains("lone carriage return") && e.contains("t.policy:1:14"),
+        "{e}"
+    );
+    assert!(!e.contains("unclosed") && !e.contains('\r'), "{e:?}");
+    // The first lone CR, after CRLF lines, inside a string or a comment alike.
+    let e = parse_err("# a\r\nroute r {\r\n  default reject 400 \"a\rb\"\r\n}\r\n");
+    assert!(e.contains("t.policy:3:24"), "{e}");
+    let e = parse_err("route r {\n  default use model # x\r}\n");
+    assert!(e.contains("t.policy:2:24"), "{e}");
+    // CRLF: the comment ends at the line break, as with LF.
+    let f = parse_ok("route r { # c\r\n  default use model\r\n}\r\n");
+    assert_eq!(f.comments.len(), 1);
+    assert_eq!(f.comments[0].text, " c");
+}
