@@ -649,3 +649,56 @@ fn fmt_stopped_at_a_file_that_is_not_utf8() {
         "route s {\n  default use model\n}\n"
     );
 }
+
+/// `fmt` rewrote a file in place (`fs::write`: truncate, then write), so the policy
+/// watch of a running gateway could read it empty or half written. The file is now
+/// replaced by a rename (a new inode), keeps its permissions, is formatted through
+/// a symlink without replacing the link, and no temporary file is left behind.
+#[cfg(unix)]
+#[test]
+fn fmt_rewrote_files_in_place_so_the_watcher_could_see_them_half_written() {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let messy = "route  r {\ndefault   use model\n}\n";
+    let want = "route r {\n  default use model\n}\n";
+    let p = write(dir.path(), "a.policy", messy);
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    let before = std::fs::metadata(&p).expect("stat").ino();
+    let store = dir.path().join("store");
+    std::fs::create_dir(&store).expect("mkdir");
+    let target = write(&store, "b.policy", messy);
+    let link = dir.path().join("b.policy");
+    std::os::unix::fs::symlink(&target, &link).expect("symlink");
+    let c = config();
+    let o = run(
+        &[
+            "fmt",
+            "--config",
+            c.to_str().unwrap_or(""),
+            p.to_str().unwrap_or(""),
+            link.to_str().unwrap_or(""),
+        ],
+        dir.path(),
+    );
+    assert_success(&o);
+    let after = std::fs::metadata(&p).expect("stat");
+    assert_eq!(std::fs::read_to_string(&p).unwrap_or_default(), want);
+    assert_ne!(
+        after.ino(),
+        before,
+        "replaced by a rename, not written in place"
+    );
+    assert_eq!(after.permissions().mode() & 0o7777, 0o640);
+    assert!(std::fs::symlink_metadata(&link)
+        .expect("lstat")
+        .file_type()
+        .is_symlink());
+    assert_eq!(std::fs::read_to_string(&target).unwrap_or_default(), want);
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("ls")
+        .chain(std::fs::read_dir(&store).expect("ls"))
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["a.policy", "b.policy", "b.policy", "store"]);
+}

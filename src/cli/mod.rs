@@ -9,6 +9,7 @@ mod explain;
 mod health;
 pub mod keys;
 pub mod policy;
+mod replace;
 mod serve;
 
 use std::net::SocketAddr;

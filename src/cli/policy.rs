@@ -212,8 +212,9 @@ pub fn lint(
     }
 }
 
-/// `switchyard fmt`: rewrites files in place, or with `check` lists the files that
-/// would change.
+/// `switchyard fmt`: rewrites the files that change (each replaced in one step, so
+/// the policy watch never sees one half written; see [`super::replace`]), or with
+/// `check` lists them.
 pub fn fmt(paths: &[PathBuf], config: Option<&Path>, check: bool) -> ExitCode {
     let files =
         match load_config(config).and_then(|c| policy_files(paths, c.policies.dir.as_deref())) {
@@ -245,7 +246,7 @@ pub fn fmt(paths: &[PathBuf], config: Option<&Path>, check: bool) -> ExitCode {
                 changed += 1;
                 if check {
                     say!("{}\n", crate::routing::policy::tool_path(f));
-                } else if let Err(e) = std::fs::write(f, new) {
+                } else if let Err(e) = super::replace::replace_file(f, new.as_bytes()) {
                     return usage(UsageError(format!("cannot write {}: {e}", f.display())));
                 }
             }

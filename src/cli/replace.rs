@@ -1,0 +1,175 @@
+//! Replacing a file's contents in one step, for `switchyard fmt`.
+//!
+//! An in-place write (`fs::write`) truncates the file, then writes it: the gateway's
+//! policy watch, or anyone reading the file, can see it empty or half written in
+//! between. Here the new contents go to a temporary file in the same directory,
+//! which is then renamed over the original (a rename within one filesystem is
+//! atomic), so a reader sees the old file or the new one, never a mix.
+//!
+//! What the replacement keeps:
+//! - a symbolic link stays a link: the file it points to (after every link in the
+//!   chain) is the one replaced, in its own directory;
+//! - the permission bits, and on Unix the owner and group where the process may
+//!   set them (a file formatted by its owner keeps its owner);
+//! - not hard links: another name of the same file keeps the old contents, as
+//!   with an editor's save by rename.
+//!
+//! The temporary file is named `.<name>.<pid>.<n>.tmp`: a dotfile ending in `.tmp`,
+//! which the policy watch and the policy directory's listing both skip.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// How many temporary names are tried before giving up (each is created with
+/// `create_new`, so a name left by a crashed run is never overwritten).
+const TEMP_NAMES: u32 = 64;
+
+/// Replaces the contents of `path` (or of the file a symlink at `path` points to)
+/// with `contents`, by writing a temporary file beside it and renaming it over.
+///
+/// # Errors
+/// The file cannot be resolved or read for its permissions, the directory is not
+/// writable, or the write, sync or rename fails; the temporary file is removed then
+/// and the original is untouched.
+pub fn replace_file(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let target = fs::canonicalize(path)?;
+    let meta = fs::metadata(&target)?;
+    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
+        return Err(io::Error::other("not a file in a directory"));
+    };
+    let (tmp, file) = create_temp(dir, &name.to_string_lossy())?;
+    let written = fill(file, contents, &meta).and_then(|()| fs::rename(&tmp, &target));
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    sync_dir(dir);
+    Ok(())
+}
+
+/// Writes `contents`, gives the file the original's owner and permissions, and
+/// flushes it to disk before the rename makes it visible.
+fn fill(mut file: File, contents: &[u8], original: &fs::Metadata) -> io::Result<()> {
+    file.write_all(contents)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        // Best effort: only root may give a file to another user; for the owner
+        // formatting their own file this is a no-op. Before the mode, since a
+        // change of owner may clear set-id bits.
+        let _ = std::os::unix::fs::fchown(&file, Some(original.uid()), Some(original.gid()));
+    }
+    file.set_permissions(original.permissions())?;
+    file.sync_all()
+}
+
+/// Creates a new, empty temporary file in `dir` for a file named `name`.
+fn create_temp(dir: &Path, name: &str) -> io::Result<(PathBuf, File)> {
+    let pid = std::process::id();
+    for n in 0..TEMP_NAMES {
+        let tmp = dir.join(format!(".{name}.{pid}.{n}.tmp"));
+        match OpenOptions::new().write(true).create_new(true).open(&tmp) {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("cannot create a temporary file in {}: {e}", dir.display()),
+                ))
+            }
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!(
+            "cannot create a temporary file in {}: {TEMP_NAMES} names taken",
+            dir.display()
+        ),
+    ))
+}
+
+/// Flushes the directory entry of the rename to disk (Unix; best effort: the
+/// contents are already safe, and some filesystems refuse to sync a directory).
+fn sync_dir(dir: &Path) {
+    #[cfg(unix)]
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn replaces_by_rename_and_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.policy");
+        fs::write(&p, "old").unwrap();
+        replace_file(&p, b"new").unwrap();
+        assert_eq!(fs::read_to_string(&p).unwrap(), "new");
+        assert_eq!(names(dir.path()), ["a.policy"]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn keeps_permissions_and_follows_a_chain_of_symlinks() {
+        use std::os::unix::fs::{symlink, PermissionsExt as _};
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        fs::create_dir(&real).unwrap();
+        let target = real.join("t.policy");
+        fs::write(&target, "old").unwrap();
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o640)).unwrap();
+        let mid = dir.path().join("mid.policy");
+        symlink(&target, &mid).unwrap();
+        let link = dir.path().join("a.policy");
+        symlink("mid.policy", &link).unwrap();
+        replace_file(&link, b"new").unwrap();
+        assert_eq!(fs::read_to_string(&target).unwrap(), "new");
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert!(fs::symlink_metadata(&mid).unwrap().file_type().is_symlink());
+        let mode = fs::metadata(&target).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o640);
+        assert_eq!(names(&real), ["t.policy"]);
+        assert_eq!(names(dir.path()), ["a.policy", "mid.policy", "real"]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_read_only_file_keeps_its_mode_and_a_failure_leaves_the_original() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.policy");
+        fs::write(&p, "old").unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o444)).unwrap();
+        replace_file(&p, b"new").unwrap();
+        assert_eq!(fs::read_to_string(&p).unwrap(), "new");
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o444
+        );
+        // The rename's target is a directory: the rename fails, the temporary file
+        // goes, the directory is untouched.
+        let d = dir.path().join("d.policy");
+        fs::create_dir(&d).unwrap();
+        assert!(replace_file(&d, b"x").is_err());
+        assert!(d.is_dir());
+        assert_eq!(names(dir.path()), ["a.policy", "d.policy"]);
+    }
+}
