@@ -278,10 +278,13 @@ fn pest_error(e: pest::error::Error<Rule>, file: FileId, text: &str) -> Diagnost
         return d;
     }
     // A missing `}` shows up only where the next item begins (or at the end of the
-    // file): name the block left open, which is where the fix goes.
+    // file): name the block left open, which is where the fix goes. But only when
+    // the statement before is complete (the parser was looking for the next one):
+    // after `reject 429` the missing piece is the message, and `}` comes later.
     let at_item = found == "the end of the file"
         || ["`route`", "`strategy`", "`test`"].contains(&found.as_str());
-    if let Some(open) = unclosed_brace(text, start).filter(|_| at_item) {
+    let open = unclosed_brace(text, start).filter(|_| at_item);
+    if let Some(open) = open.filter(|_| brace_fits(text, start)) {
         let (line, col) = line_col(text, open);
         return Diagnostic::error(
             codes::SYNTAX,
@@ -291,7 +294,13 @@ fn pest_error(e: pest::error::Error<Rule>, file: FileId, text: &str) -> Diagnost
         .with_label(Span::new(file, open, open + 1), "this `{` is never closed")
         .with_help("add the missing `}` where the block ends");
     }
-    let d = Diagnostic::error(codes::SYNTAX, span, message);
+    let mut d = Diagnostic::error(codes::SYNTAX, span, message);
+    if let Some(open) = open {
+        d = d.with_label(
+            Span::new(file, open, open + 1),
+            "this `{` is not closed either",
+        );
+    }
     if operator && found == "`=`" {
         return d.with_help("compare with `==`; a single `=` only assigns");
     }
@@ -315,6 +324,22 @@ fn pest_error(e: pest::error::Error<Rule>, file: FileId, text: &str) -> Diagnost
         ));
     }
     d
+}
+
+/// Whether the grammar accepts a `}` at `pos`, that is, the statement before `pos`
+/// is complete and a block may end there (after `reject 429` it may not: the message
+/// is missing). Asked of the grammar itself, by parsing the text up to `pos` with a
+/// `}` after it; only on the way to a syntax error.
+fn brace_fits(text: &str, pos: usize) -> bool {
+    let Some(head) = text.get(..pos) else {
+        return false;
+    };
+    match PolicyGrammar::parse(Rule::file, &format!("{head}}}")) {
+        Ok(_) => true,
+        Err(e) => match e.location {
+            InputLocation::Pos(p) | InputLocation::Span((p, _)) => p > pos,
+        },
+    }
 }
 
 /// The offset of the innermost `{` still open at `upto` (strings and `#` comments
@@ -520,6 +545,8 @@ pub fn human_rule_name(rule: Rule) -> &'static str {
         R::canary_kw => "`canary`",
         R::rollback => "`rollback when ...`",
         R::reject_action => "`reject STATUS \"message\"`",
+        R::reject_status => "an HTTP status like `429`",
+        R::reject_message => "the message to answer with, a string like `\"over quota\"`",
         R::set_priority => "`set priority LEVEL`",
         R::priority_level => "a priority: `critical`, `high`, `normal` or `low`",
         R::cache_def => "`cache on`, `cache exact` or `cache off`",

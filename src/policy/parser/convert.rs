@@ -42,6 +42,21 @@ impl Conv {
         })
     }
 
+    /// A string token wrapped in an atomic rule (which yields no inner pairs), such
+    /// as `reject_message`: decoded from its text.
+    fn atomic_string(&self, p: Pair<'_, Rule>) -> Res<Spanned<String>> {
+        let span = self.sp(&p);
+        let t = p.as_str();
+        let raw = t
+            .strip_prefix('"')
+            .and_then(|t| t.strip_suffix('"'))
+            .unwrap_or(t);
+        Ok(Spanned {
+            node: literal::string(raw, span)?,
+            span,
+        })
+    }
+
     fn int(&self, p: Pair<'_, Rule>) -> Res<Spanned<i64>> {
         let span = self.sp(&p);
         Ok(Spanned {
@@ -327,7 +342,7 @@ impl Conv {
                 let span = self.sp(&p);
                 let mut it = p.clone().into_inner();
                 let status = self.int(self.next(&mut it, &p)?)?;
-                let message = self.string(self.next(&mut it, &p)?)?;
+                let message = self.atomic_string(self.next(&mut it, &p)?)?;
                 Action::Reject(RejectAction {
                     status,
                     message,

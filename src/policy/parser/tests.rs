@@ -435,3 +435,65 @@ fn lone_cr_line_endings_made_a_comment_swallow_the_rest_of_the_file() {
     assert_eq!(f.comments.len(), 1);
     assert_eq!(f.comments[0].text, " c");
 }
+
+/// `default reject 4` at the end of the file said "unclosed `{` ...: expected `}`":
+/// the block's missing `}` was named although the statement before it stopped half
+/// way. The missing piece is named now, with the open block as a second label; a
+/// complete statement at the end still gets "unclosed `{`".
+#[test]
+fn reject_without_its_message_at_the_end_of_the_file_said_expected_brace() {
+    let e = parse_err("route r {\n  default reject 4");
+    assert!(
+        e.contains("expected the message to answer with, a string like `\"over quota\"`, found the end of the file"),
+        "{e}"
+    );
+    assert!(
+        e.contains("t.policy:2:19") && e.contains("this `{` is not closed either"),
+        "{e}"
+    );
+    assert!(!e.contains("expected `}`"), "{e}");
+    // Before `}` or the next definition, and without the status.
+    let e = parse_err(
+        "route r {\n  rule a when request.stream { reject 429 }\n  default use model\n}\n",
+    );
+    assert!(
+        e.contains("expected the message to answer with") && e.contains("found `}`"),
+        "{e}"
+    );
+    let e = parse_err("route r {\n  default reject 4\nroute s {\n  default use model\n}\n");
+    assert!(
+        e.contains("expected the message to answer with") && e.contains("found `route`"),
+        "{e}"
+    );
+    let e = parse_err("route r {\n  default reject");
+    assert!(
+        e.contains("expected an HTTP status like `429`, found the end of the file"),
+        "{e}"
+    );
+    let e = parse_err("test \"t\" {\n  expect reject\n}\n");
+    assert!(
+        e.contains("expected an HTTP status like `429`, found `}`"),
+        "{e}"
+    );
+    // Other statements cut short at the end name what they miss, too.
+    let e = parse_err("route r {\n  cache on ttl");
+    assert!(
+        e.contains("expected a duration like `250ms`, found the end of the file"),
+        "{e}"
+    );
+    // A complete statement at the end: the block is what is left open.
+    for (text, at) in [
+        ("route r {\n  default reject 429 \"no\"\n", "1:9"),
+        ("strategy s(a = 1) {\n  on success { a = a + 1\n", "2:14"),
+        ("test \"t\" {\n  request { model = \"x\"\n", "2:11"),
+    ] {
+        let e = parse_err(text);
+        assert!(
+            e.contains(&format!("unclosed `{{` opened at {at}: expected `}}`")),
+            "{e}"
+        );
+    }
+    // An unterminated message is still an unterminated string.
+    let e = parse_err("route r {\n  default reject 429 \"no\n}\n");
+    assert!(e.contains("this string is not closed"), "{e}");
+}
