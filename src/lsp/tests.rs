@@ -179,3 +179,35 @@ fn lone_cr_line_endings_made_a_comment_swallow_the_rest_of_the_file() {
         Range::new(Position::new(1, 5), Position::new(2, 0))
     );
 }
+
+/// A syntax error at an emoji (or any character of more than one byte) got a
+/// zero-width range: the span was one byte, which ends inside the character, and
+/// the LSP position of its end went back to the character's start. The range now
+/// covers the character in UTF-16 code units (two for an emoji), after a line that
+/// holds other surrogate pairs.
+#[test]
+fn a_syntax_error_at_an_emoji_had_a_zero_width_range() {
+    let uri = Url::parse("untitled:emoji.policy").unwrap();
+    for (text, at, width) in [
+        ("route r {\n  default use model\n  😀\n}\n", (2, 2), 2),
+        ("route r {\n  é\n}\n", (1, 2), 1),
+        (
+            "route r when request.model == \"😀😀\" 𝄞 {\n}\n",
+            (0, 37),
+            2,
+        ),
+    ] {
+        let mut docs = Documents::default();
+        docs.open.insert(uri.clone(), (1, text.to_string()));
+        let (_, view) = docs.read_set(&uri);
+        let by_file = diagnostics::by_file(&view, &view.lint(), std::slice::from_ref(&uri));
+        let d = &by_file[&uri];
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(
+            d[0].range,
+            Range::new(Position::new(at.0, at.1), Position::new(at.0, at.1 + width)),
+            "{text:?}: {}",
+            d[0].message
+        );
+    }
+}

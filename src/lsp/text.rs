@@ -85,12 +85,15 @@ impl LineIndex {
         end
     }
 
-    /// The LSP range of bytes `start..end` of `text`.
+    /// The LSP range of bytes `start..end` of `text`. An end inside a character
+    /// moves forward to that character's end, so a range that touches a character
+    /// covers all of it (both UTF-16 units of an emoji), never none of it.
     pub fn range(&self, text: &str, start: usize, end: usize) -> Range {
-        Range::new(
-            self.position(text, start),
-            self.position(text, end.max(start)),
-        )
+        let mut end = end.max(start).min(text.len());
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        Range::new(self.position(text, start), self.position(text, end))
     }
 }
 
@@ -136,6 +139,26 @@ mod tests {
         assert_eq!(ix.offset(text, Position::new(9, 0)), text.len());
         // An offset inside a character counts from its start.
         assert_eq!(ix.position(text, x - 1), Position::new(1, 1));
+    }
+
+    #[test]
+    fn a_range_ending_inside_a_character_covers_all_of_it() {
+        let text = "a😀b\né";
+        let ix = LineIndex::new(text);
+        let emoji = text.find('😀').unwrap();
+        assert_eq!(
+            ix.range(text, emoji, emoji + 1),
+            Range::new(Position::new(0, 1), Position::new(0, 3))
+        );
+        let e = text.find('é').unwrap();
+        assert_eq!(
+            ix.range(text, e, e + 1),
+            Range::new(Position::new(1, 0), Position::new(1, 1))
+        );
+        assert_eq!(
+            ix.range(text, text.len(), text.len() + 5),
+            Range::new(Position::new(1, 1), Position::new(1, 1))
+        );
     }
 
     #[test]

@@ -216,7 +216,14 @@ fn pest_error(e: pest::error::Error<Rule>, file: FileId, text: &str) -> Diagnost
         InputLocation::Pos(p) => (p, p),
         InputLocation::Span((s, e)) => (s, e),
     };
-    let span = Span::new(file, start, end.max(start + 1));
+    // At least the whole character there (an emoji is four bytes), so no span ends
+    // inside a character and an editor's range is never empty.
+    let char_end = start
+        + text
+            .get(start..)
+            .and_then(|r| r.chars().next())
+            .map_or(1, char::len_utf8);
+    let span = Span::new(file, start, end.max(char_end));
     let (positives, negatives) = match &e.variant {
         pest::error::ErrorVariant::ParsingError {
             positives,
