@@ -4,14 +4,14 @@ use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 
 use lsp_server::{Message, Notification, Request, RequestId, Response};
-use lsp_types::notification::{Notification as _, PublishDiagnostics};
+use lsp_types::notification::{LogMessage, Notification as _, PublishDiagnostics};
 use lsp_types::{
     CodeAction, CodeActionKind, CodeActionOrCommand, CodeActionParams, CompletionParams,
     CompletionResponse, Diagnostic as LspDiagnostic, DidChangeTextDocumentParams,
     DidCloseTextDocumentParams, DidOpenTextDocumentParams, DidSaveTextDocumentParams,
     DocumentFormattingParams, DocumentSymbolParams, GotoDefinitionParams, GotoDefinitionResponse,
-    Hover, HoverContents, HoverParams, MarkupContent, MarkupKind, PublishDiagnosticsParams,
-    TextEdit, Url, WorkspaceEdit,
+    Hover, HoverContents, HoverParams, LogMessageParams, MarkupContent, MarkupKind, MessageType,
+    PublishDiagnosticsParams, TextEdit, Url, WorkspaceEdit,
 };
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -258,43 +258,63 @@ impl<W: Write> Server<W> {
         if self.phase != Phase::Running {
             return Flow::Continue;
         }
-        // Notifications get no reply, so bad parameters are dropped.
+        let method = n.method.clone();
+        if let Err((_, why)) = self.document_notification(n) {
+            self.log_error(&ignored_notification(&method, &why));
+        }
+        Flow::Continue
+    }
+
+    /// Applies a document notification (`didOpen`, `didChange`, `didClose`,
+    /// `didSave`); other notifications need nothing.
+    ///
+    /// # Errors
+    /// The parameters do not fit the method; nothing was applied.
+    fn document_notification(&mut self, n: Notification) -> Result<(), (i32, String)> {
         match n.method.as_str() {
             "textDocument/didOpen" => {
-                if let Ok(p) = params::<DidOpenTextDocumentParams>(n.params) {
-                    let d = p.text_document;
-                    self.docs.open.insert(d.uri.clone(), (d.version, d.text));
-                    self.mark(&d.uri);
-                }
+                let d = params::<DidOpenTextDocumentParams>(n.params)?.text_document;
+                self.docs.open.insert(d.uri.clone(), (d.version, d.text));
+                self.mark(&d.uri);
             }
             "textDocument/didChange" => {
-                if let Ok(p) = params::<DidChangeTextDocumentParams>(n.params) {
-                    let uri = p.text_document.uri;
-                    if let Some((version, text)) = self.docs.open.get_mut(&uri) {
-                        *version = p.text_document.version;
-                        for c in p.content_changes {
-                            apply_change(text, c);
-                        }
-                        self.mark(&uri);
+                let p = params::<DidChangeTextDocumentParams>(n.params)?;
+                let uri = p.text_document.uri;
+                if let Some((version, text)) = self.docs.open.get_mut(&uri) {
+                    *version = p.text_document.version;
+                    for c in p.content_changes {
+                        apply_change(text, c);
                     }
+                    self.mark(&uri);
                 }
             }
             "textDocument/didClose" => {
-                if let Ok(p) = params::<DidCloseTextDocumentParams>(n.params) {
-                    let uri = p.text_document.uri;
-                    self.mark(&uri);
-                    self.docs.open.remove(&uri);
-                }
+                let uri = params::<DidCloseTextDocumentParams>(n.params)?
+                    .text_document
+                    .uri;
+                self.mark(&uri);
+                self.docs.open.remove(&uri);
             }
             "textDocument/didSave" => {
-                if let Ok(p) = params::<DidSaveTextDocumentParams>(n.params) {
-                    self.mark(&p.text_document.uri);
-                }
+                let p = params::<DidSaveTextDocumentParams>(n.params)?;
+                self.mark(&p.text_document.uri);
             }
             // `initialized`, `$/cancelRequest`, `$/setTrace`, settings: nothing to do.
             _ => {}
         }
-        Flow::Continue
+        Ok(())
+    }
+
+    /// Sends `message` to the client's log (`window/logMessage`, type error).
+    fn log_error(&mut self, message: &str) {
+        let params = LogMessageParams {
+            typ: MessageType::ERROR,
+            message: message.to_string(),
+        };
+        self.send(Message::Notification(Notification::new(
+            LogMessage::METHOD.to_string(),
+            params,
+        )));
     }
 
     fn mark(&mut self, uri: &Url) {
@@ -353,6 +373,20 @@ impl<W: Write> Server<W> {
             self.members.insert(key2, members);
         }
     }
+}
+
+/// The log line for a notification dropped for its parameters. A notification gets
+/// no reply (JSON-RPC 2.0: not even an error), so the client's log is where it is
+/// said; a lost `didChange` also leaves the server's copy of the document behind
+/// the editor's, which only a fresh `didOpen` mends.
+fn ignored_notification(method: &str, why: &str) -> String {
+    let mut m = format!("switchyard: ignored `{method}`: {why}");
+    if method == "textDocument/didChange" {
+        m.push_str(
+            "; the server's copy of the document may now differ from the editor's: close and reopen it",
+        );
+    }
+    m
 }
 
 fn params<T: DeserializeOwned>(v: Value) -> Result<T, (i32, String)> {

@@ -211,3 +211,95 @@ fn a_syntax_error_at_an_emoji_had_a_zero_width_range() {
         );
     }
 }
+
+/// The JSON bodies of the frames the server wrote.
+fn frames(out: &[u8]) -> Vec<serde_json::Value> {
+    let text = String::from_utf8_lossy(out);
+    text.split("Content-Length: ")
+        .filter_map(|f| f.split_once("\r\n\r\n"))
+        .map(|(_, body)| serde_json::from_str(body).expect("a JSON body"))
+        .collect()
+}
+
+/// A `didChange` whose params did not fit was dropped without a word, though the
+/// server's copy of the document is behind the editor's from then on. A
+/// notification gets no reply (JSON-RPC), so the server now says so in the client's
+/// log (`window/logMessage`, type error), and goes on serving.
+#[test]
+fn a_did_change_with_invalid_params_was_dropped_silently() {
+    use lsp_server::{Message, Notification, Request};
+    use serde_json::json;
+
+    use super::transport::Incoming;
+
+    let uri = "untitled:bad.policy";
+    let note = |method: &str, params| {
+        Incoming::Message(Message::Notification(Notification::new(
+            method.into(),
+            params,
+        )))
+    };
+    let request = |id: i32, method: &str, params| {
+        Incoming::Message(Message::Request(Request::new(
+            id.into(),
+            method.into(),
+            params,
+        )))
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    for m in [
+        request(1, "initialize", json!({ "capabilities": {} })),
+        note("initialized", json!({})),
+        note(
+            "textDocument/didOpen",
+            json!({ "textDocument": { "uri": uri, "languageId": "policy", "version": 1,
+                    "text": "route r {\n  default use model\n}\n" } }),
+        ),
+        note(
+            "textDocument/didChange",
+            json!({ "textDocument": { "uri": uri, "version": "two" }, "contentChanges": {} }),
+        ),
+        note("textDocument/didSave", json!(7)),
+        request(
+            2,
+            "textDocument/documentSymbol",
+            json!({ "textDocument": { "uri": uri } }),
+        ),
+        request(3, "shutdown", json!(null)),
+        note("exit", json!(null)),
+    ] {
+        tx.send(m).unwrap();
+    }
+    let mut out = Vec::new();
+    assert_eq!(super::serve(&rx, &mut out), 0);
+    let frames = frames(&out);
+    let logs: Vec<&serde_json::Value> = frames
+        .iter()
+        .filter(|f| f["method"] == "window/logMessage")
+        .collect();
+    assert_eq!(logs.len(), 2, "{frames:#?}");
+    assert_eq!(logs[0]["params"]["type"], 1, "{frames:#?}");
+    let message = logs[0]["params"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("ignored `textDocument/didChange`: invalid params")
+            && message.contains("close and reopen it"),
+        "{message}"
+    );
+    let saved = logs[1]["params"]["message"].as_str().unwrap_or("");
+    assert!(
+        saved.contains("ignored `textDocument/didSave`: invalid params"),
+        "{saved}"
+    );
+    // No reply to a notification, and the server still answers requests.
+    let replies: Vec<&serde_json::Value> = frames
+        .iter()
+        .filter(|f| f.get("method").is_none())
+        .collect();
+    assert_eq!(
+        replies.iter().map(|f| f["id"].clone()).collect::<Vec<_>>(),
+        [json!(1), json!(2), json!(3)],
+        "{frames:#?}"
+    );
+    let symbols = frames.iter().find(|f| f["id"] == 2).expect("an answer");
+    assert_eq!(symbols["result"][0]["name"], "r", "{symbols}");
+}
