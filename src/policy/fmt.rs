@@ -12,8 +12,14 @@
 //! `on` and `stats` blocks written on one line stay on one line.
 //!
 //! Comments are kept: a comment on its own line stays before the statement it
-//! preceded, a trailing comment stays at the end of its line. `fmt` of formatted text
-//! is the same text (tested on every shipped policy and on generated policies).
+//! preceded, a trailing comment stays at the end of its line. In a statement laid
+//! out on several lines (the kept breaks above, a canary's `rollback`), a comment
+//! stays with the line it was written on, or before the line it preceded. Inside
+//! a part that `fmt` joins onto one line (`a +` and `b` on two lines), comments go
+//! to the end of that line. `fmt` of formatted text is the same text (tested on
+//! every shipped policy and on generated policies).
+
+use std::cell::RefCell;
 
 use super::ast::*;
 use super::diagnostic::Diagnostic;
@@ -35,6 +41,7 @@ pub fn format_file(sources: &SourceMap, file: &PolicyFile) -> String {
         out: Vec::new(),
         cursor: 0,
         blank_ok: false,
+        breaks: RefCell::new(Vec::new()),
     };
     for item in &file.items {
         let start = item_span(item).start as usize;
@@ -81,6 +88,11 @@ struct Printer<'a> {
     cursor: usize,
     /// Whether a blank line from the source may be kept before the next line.
     blank_ok: bool,
+    /// For the statement being built: the source offset where each of its lines
+    /// after the first begins (pushed by whoever writes the `\n`, in any order;
+    /// lines follow the source, so sorted they match the lines). [`Printer::stmt`]
+    /// takes them to print each comment beside the line it was written on.
+    breaks: RefCell<Vec<usize>>,
 }
 
 impl Printer<'_> {
@@ -144,14 +156,35 @@ impl Printer<'_> {
         self.blank_ok = false;
     }
 
-    /// Emits one statement line that covers `span` in the source.
+    /// Starts a new line of the statement being built at source offset `at`: returns
+    /// the `\n` to write there.
+    fn line_break(&self, at: usize) -> &'static str {
+        self.breaks.borrow_mut().push(at);
+        "\n"
+    }
+
+    /// Emits one statement that covers `span` in the source: `text`, whose lines
+    /// after the first carry their own indentation. The comments written inside the
+    /// statement before a line's source offset are printed before that line (a
+    /// trailing one at the end of the line above).
     fn stmt(&mut self, indent: usize, span: Span, text: String) {
+        let mut breaks = self.breaks.take();
+        breaks.sort_unstable();
         self.flush(span.start as usize, indent);
         if self.blank_ok && self.gap_has_blank(span.start as usize) {
             self.blank();
         }
-        for (i, l) in text.split('\n').enumerate() {
+        let lines: Vec<&str> = text.split('\n').collect();
+        // Should a break have gone unrecorded, the comments go after the statement.
+        let anchored = breaks.len() + 1 == lines.len();
+        for (i, l) in lines.into_iter().enumerate() {
             let pad = if i == 0 { indent } else { 0 };
+            if i > 0 && anchored {
+                // No blank line from the source inside a statement.
+                self.blank_ok = false;
+                let own = l.len() - l.trim_start().len();
+                self.flush(breaks[i - 1], own);
+            }
             self.out.push(format!("{}{l}", " ".repeat(pad)));
         }
         self.cursor = span.end as usize;

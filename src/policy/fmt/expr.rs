@@ -109,11 +109,8 @@ impl Printer<'_> {
             if i == 0 {
                 s.push_str(&text);
             } else if self.broken(parts[i - 1].span.end as usize, part.span.start as usize) {
-                s.push_str(&format!(
-                    "\n{}{} {text}",
-                    " ".repeat(indent + 4),
-                    op.as_str()
-                ));
+                s.push_str(self.line_break(part.span.start as usize));
+                s.push_str(&format!("{}{} {text}", " ".repeat(indent + 4), op.as_str()));
             } else {
                 s.push_str(&format!(" {} {text}", op.as_str()));
             }

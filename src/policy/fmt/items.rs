@@ -19,7 +19,8 @@ impl Printer<'_> {
         let Some(w) = w else { return String::new() };
         let c = self.cond(w, indent);
         if self.broken(before, w.span.start as usize) {
-            format!("\n{}when {c}", " ".repeat(indent + 2))
+            let nl = self.line_break(w.span.start as usize);
+            format!("{nl}{}when {c}", " ".repeat(indent + 2))
         } else {
             format!(" when {c}")
         }
@@ -104,7 +105,7 @@ impl Printer<'_> {
             format!("{lead}split by {}{} {{", self.key(&s.key), self.seed(s)),
         );
         for arm in &s.arms {
-            let line = self.arm(arm, &format!("\n{}", " ".repeat(indent + 4)), indent + 4);
+            let line = self.arm(arm, true, indent + 4);
             self.stmt(indent + 2, arm.span, line);
         }
         self.close(indent, s.span);
@@ -117,8 +118,9 @@ impl Printer<'_> {
             .unwrap_or_default()
     }
 
-    /// `P% -> [canary ]use ...`, then `sep` and `rollback when ...` if there is one.
-    fn arm(&self, arm: &SplitArm, sep: &str, indent: usize) -> String {
+    /// `P% -> [canary ]use ...`, then `rollback when ...` if there is one: on a line
+    /// of its own indented to `indent` when `own_line`, else after a space.
+    fn arm(&self, arm: &SplitArm, own_line: bool, indent: usize) -> String {
         let canary = if arm.canary { "canary " } else { "" };
         let mut line = format!(
             "{} -> {canary}{}",
@@ -126,7 +128,13 @@ impl Printer<'_> {
             self.use_action(&arm.action)
         );
         if let Some(rb) = &arm.rollback {
-            line.push_str(&format!("{sep}rollback when {}", self.cond(rb, indent)));
+            if own_line {
+                line.push_str(self.line_break(rb.span.start as usize));
+                line.push_str(&" ".repeat(indent));
+            } else {
+                line.push(' ');
+            }
+            line.push_str(&format!("rollback when {}", self.cond(rb, indent)));
         }
         line
     }
@@ -140,7 +148,7 @@ impl Printer<'_> {
                 "split by {}{} {{ {} }}",
                 self.key(&s.key),
                 self.seed(s),
-                join(&s.arms, " ", |arm| self.arm(arm, " ", indent))
+                join(&s.arms, " ", |arm| self.arm(arm, false, indent))
             ),
             Action::Reject(r) => format!("reject {} {}", r.status.node, self.tok(r.message.span)),
             Action::SetPriority(s) => self.set_priority(s, indent),

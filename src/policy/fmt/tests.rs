@@ -124,3 +124,66 @@ fn i64_min_literal_was_refused_as_too_large_fmt_keeps_it() {
     let want = "strategy s(a = -9223372036854775808) {\n  require request.input_tokens in [-9223372036854775808, -5]\n  score = a * -5 - -9223372036854775808\n  pick min\n}\n\nroute r priority -9223372036854775808 when request.input_tokens > -9223372036854775808 {\n  default use model\n}\n";
     assert_canonical(src, want);
 }
+
+/// Comments inside a statement that `fmt` lays out on several lines (a condition
+/// broken before `and`/`or`, a clause broken before `when`, a canary's `rollback`)
+/// were all gathered at the statement's end, joined on one line (`{ # streaming #
+/// big`), and a comment before a broken `when` moved into the block. Each now stays
+/// beside the line it was written on, or before the line it preceded.
+#[test]
+fn fmt_gathered_comments_inside_a_multi_line_statement_at_its_end() {
+    let src = "route r when request.stream # streaming\n  and request.input_tokens > 5 # big\n{\n  default use model\n}\n\nroute s\n  # why\n  when request.tools {\n  rule a when request.stream and # after and\n      # before tools\n      request.tools # t\n  {\n    use model\n  }\n  default split by api_key {\n    95% -> use \"gpt-4o\" # main\n    5% -> canary use \"gpt-4o-next\" # canary\n      rollback when endpoint.health < 0.5 # guard\n  }\n}\n\nstrategy q(a = 1) {\n  require endpoint.health > 0.5 # healthy\n\n    and endpoint.error_rate < 0.1 # few errors\n  score = a\n  pick min\n}\n";
+    let want = "route r when request.stream # streaming\n    and request.input_tokens > 5 { # big\n  default use model\n}\n\nroute s\n  # why\n  when request.tools {\n  rule a when request.stream # after and\n      # before tools\n      and request.tools { # t\n    use model\n  }\n  default split by api_key {\n    95% -> use \"gpt-4o\" # main\n    5% -> canary use \"gpt-4o-next\" # canary\n      rollback when endpoint.health < 0.5 # guard\n  }\n}\n\nstrategy q(a = 1) {\n  require endpoint.health > 0.5 # healthy\n      and endpoint.error_rate < 0.1 # few errors\n  score = a\n  pick min\n}\n";
+    assert_canonical(src, want);
+    // Lines that `fmt` joins keep their comments at the end of the joined line.
+    let joined = "strategy q(a = 1) {\n  score = a # first\n    + 2 # second\n  pick min\n}\n";
+    assert_canonical(
+        joined,
+        "strategy q(a = 1) {\n  score = a + 2 # first # second\n  pick min\n}\n",
+    );
+}
+
+/// A comment added at the end of a line of a shipped policy's multi-line statements
+/// (and the lines around them), or on a line of its own before it, is kept (once),
+/// and the result is canonical and means the same.
+#[test]
+fn fmt_keeps_a_comment_added_at_any_line_of_a_multi_line_statement() {
+    for (name, text) in shipped() {
+        let lines: Vec<&str> = text.lines().collect();
+        let continued = |l: &str| {
+            let t = l.trim_start();
+            ["and ", "or ", "when ", "rollback "]
+                .iter()
+                .any(|k| t.starts_with(k))
+        };
+        let near =
+            |i: usize| (i.saturating_sub(2)..(i + 3).min(lines.len())).any(|j| continued(lines[j]));
+        for i in (0..lines.len()).filter(|&i| near(i)) {
+            for own in [false, true] {
+                let mut v: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+                if own {
+                    v.insert(i, "# added".to_string());
+                } else {
+                    v[i].push_str(" # added");
+                }
+                let src = format!("{}\n", v.join("\n"));
+                let Ok(once) = format_str("t.policy", &src) else {
+                    panic!("{name} line {i}: does not parse:\n{src}")
+                };
+                assert_eq!(fmt(&once), once, "{name} line {i}: not idempotent:\n{src}");
+                assert_eq!(
+                    once.matches("# added").count(),
+                    1,
+                    "{name} line {i}:\n{once}"
+                );
+                let (_, a) = crate::policy::parser::parse_str("t.policy", &src)
+                    .map_err(|(_, d)| d)
+                    .expect("parses");
+                let (_, b) = crate::policy::parser::parse_str("t.policy", &once)
+                    .map_err(|(_, d)| d)
+                    .expect("reparses");
+                assert_eq!(a.items, b.items, "{name} line {i}");
+            }
+        }
+    }
+}
