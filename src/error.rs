@@ -326,6 +326,14 @@ pub enum Code {
     /// A function tool's `parameters` is not a valid JSON Schema (OpenAI's
     /// `invalid_function_parameters`).
     InvalidFunctionParameters,
+    /// A request field the provider behind the route has no equivalent of, whatever
+    /// its value (OpenAI's `unsupported_parameter`: "Unsupported parameter:
+    /// 'max_tokens' is not supported with this model").
+    UnsupportedParameter,
+    /// A value the provider behind the route cannot take in a field it has (OpenAI's
+    /// `unsupported_value`: "Unsupported value: 'temperature' does not support 0.0
+    /// with this model").
+    UnsupportedValue,
     /// The provider's own code, passed through unchanged (bounded in length).
     Provider(Box<str>),
 }
@@ -378,6 +386,8 @@ impl Code {
             Code::DecimalBelowMinValue => "decimal_below_min_value",
             Code::DecimalAboveMaxValue => "decimal_above_max_value",
             Code::InvalidFunctionParameters => "invalid_function_parameters",
+            Code::UnsupportedParameter => "unsupported_parameter",
+            Code::UnsupportedValue => "unsupported_value",
             Code::Provider(s) => s,
         }
     }

@@ -26,9 +26,57 @@ pub(crate) fn bad_upstream(message: impl Into<String>) -> GatewayError {
         .with_code(crate::error::Code::UpstreamBadResponse)
 }
 
-/// 400 for a request field the provider cannot express.
-pub(crate) fn unsupported(param: impl Into<String>, message: impl Into<String>) -> GatewayError {
-    GatewayError::invalid_field(param, message)
+/// 400 for a request field the provider has no equivalent of, whatever its value:
+/// OpenAI's `unsupported_parameter`, as OpenAI answers a field a model does not take
+/// ("Unsupported parameter: 'max_tokens' is not supported with this model", recorded
+/// in `tests/fixtures/provider-wire/openai/reasoning-model-legacy-parameter-error.json`).
+/// `param` names the field.
+pub(crate) fn unsupported_parameter(
+    param: impl Into<String>,
+    message: impl Into<String>,
+) -> GatewayError {
+    GatewayError::invalid_param(Code::UnsupportedParameter, param, message)
+}
+
+/// 400 for a value the provider cannot take in a field it has (a role, a media
+/// type, `n` above 1): OpenAI's `unsupported_value`, as OpenAI answers a value a
+/// model does not take ("Unsupported value: 'temperature' does not support 0.0 with
+/// this model. Only the default (1) value is supported."). `param` names the field.
+pub(crate) fn unsupported_value(
+    param: impl Into<String>,
+    message: impl Into<String>,
+) -> GatewayError {
+    GatewayError::invalid_param(Code::UnsupportedValue, param, message)
+}
+
+/// 400 for field `param` with the reason `why` ("must be ..."), as "`param` why",
+/// with the `code` of its class of error: the codes request validation gives
+/// (`crate::api::validate`: [`Code::MissingRequiredParameter`], [`Code::InvalidType`],
+/// [`Code::InvalidValue`], ...), or [`Code::UnsupportedValue`] for a value only this
+/// provider refuses.
+pub(crate) fn field_error(code: Code, param: String, why: &str) -> GatewayError {
+    let message = format!("`{param}` {why}");
+    GatewayError::invalid_param(code, param, message)
+}
+
+/// The string `v` at field `param` (built only on failure).
+///
+/// # Errors
+/// 400 naming `param`: `missing_required_parameter` when `v` is absent or null,
+/// `invalid_type` when it is not a string.
+pub(crate) fn required_str(
+    v: Option<&Value>,
+    param: impl FnOnce() -> String,
+) -> Result<&str, GatewayError> {
+    match v {
+        Some(Value::String(s)) => Ok(s),
+        None | Some(Value::Null) => Err(field_error(
+            Code::MissingRequiredParameter,
+            param(),
+            "is required",
+        )),
+        Some(_) => Err(field_error(Code::InvalidType, param(), "must be a string")),
+    }
 }
 
 /// OpenAI's `tool_choice`, read once for every adapter (OpenAI API reference, "Create
@@ -64,7 +112,8 @@ pub(crate) fn openai_tool_choice(
             "none" => OpenAiToolChoice::None,
             "required" => OpenAiToolChoice::Required,
             other => {
-                return Err(unsupported(
+                return Err(GatewayError::invalid_param(
+                    Code::InvalidValue,
                     "tool_choice",
                     format!("`tool_choice` \"{other}\" is not one of auto, none, required"),
                 ))
@@ -80,21 +129,18 @@ pub(crate) fn openai_tool_choice(
                 Some("auto") => OpenAiToolChoice::Auto,
                 Some("required") => OpenAiToolChoice::Required,
                 _ => {
-                    return Err(unsupported(
+                    return Err(GatewayError::invalid_param(
+                        Code::InvalidValue,
                         "tool_choice.allowed_tools.mode",
                         "`tool_choice.allowed_tools.mode` must be \"auto\" or \"required\"",
                     ))
                 }
             }
         }
-        Some(v) => OpenAiToolChoice::Function(
-            v.get("function")
-                .and_then(|f| f.get("name"))
-                .and_then(Value::as_str)
-                .ok_or_else(|| {
-                    unsupported("tool_choice", "`tool_choice.function.name` is required")
-                })?,
-        ),
+        Some(v) => OpenAiToolChoice::Function(required_str(
+            v.get("function").and_then(|f| f.get("name")),
+            || "tool_choice.function.name".to_string(),
+        )?),
     })
 }
 
@@ -159,19 +205,27 @@ fn allowed_functions(chat: &crate::api::ChatRequest) -> Option<Vec<&str>> {
 
 /// Reads `tools[i]` (see [`function_tools`]).
 fn function_tool(tool: &Value, i: usize) -> Result<FunctionTool<'_>, GatewayError> {
-    let function = tool
-        .get("function")
-        .filter(|_| {
-            tool.get("type")
-                .and_then(Value::as_str)
-                .unwrap_or("function")
-                == "function"
-        })
-        .ok_or_else(|| unsupported(format!("tools[{i}]"), "only function tools are supported"))?;
-    let name = function
-        .get("name")
+    let kind = tool
+        .get("type")
         .and_then(Value::as_str)
-        .ok_or_else(|| unsupported(format!("tools[{i}].function.name"), "a tool needs a name"))?;
+        .unwrap_or("function");
+    if kind != "function" {
+        return Err(unsupported_value(
+            format!("tools[{i}].type"),
+            format!(
+                "`tools[{i}].type` is \"{}\"; only function tools are supported",
+                crate::error::bounded(kind, 64)
+            ),
+        ));
+    }
+    let function = tool.get("function").ok_or_else(|| {
+        field_error(
+            Code::MissingRequiredParameter,
+            format!("tools[{i}].function"),
+            "is required",
+        )
+    })?;
+    let name = required_str(function.get("name"), || format!("tools[{i}].function.name"))?;
     Ok(FunctionTool {
         tool,
         function,
@@ -220,10 +274,10 @@ pub(crate) fn refuse_untranslated(
     text_only: &'static str,
 ) -> Result<(), GatewayError> {
     if let Some(field) = non_text_output(chat) {
-        return Err(unsupported(field, text_only));
+        return Err(unsupported_value(field, text_only));
     }
     if let Some(field) = untranslated_tool_field(chat) {
-        return Err(unsupported(
+        return Err(unsupported_parameter(
             field,
             format!("`{field}` is not supported for {provider}; use `tools`"),
         ));
@@ -354,12 +408,6 @@ pub(crate) fn image_part_index(content: &Value, n: usize) -> usize {
         .unwrap_or(n)
 }
 
-/// 400 for field `param` with the reason `why` ("must be ...").
-fn field_error(param: String, why: &str) -> GatewayError {
-    let message = format!("`{param}` {why}");
-    unsupported(param, message)
-}
-
 /// The content parts of message `i`: a string is one text part; an array is read part
 /// by part. Empty text is skipped (providers reject empty text blocks).
 ///
@@ -378,30 +426,36 @@ pub(crate) fn parts(content: &Value, i: usize) -> Result<Vec<Part<'_>>, GatewayE
                 match kind {
                     "text" | "refusal" => {
                         let text = p.get(kind).and_then(Value::as_str).ok_or_else(|| {
-                            field_error(format!("{}.{kind}", param()), "must be a string")
+                            field_error(
+                                Code::InvalidType,
+                                format!("{}.{kind}", param()),
+                                "must be a string",
+                            )
                         })?;
                         if !text.is_empty() {
                             out.push(Part::Text(text));
                         }
                     }
                     "image_url" => {
-                        let url = p
-                            .get("image_url")
-                            .and_then(|u| u.get("url").or(Some(u)))
-                            .and_then(Value::as_str)
-                            .ok_or_else(|| {
-                                field_error(format!("{}.image_url.url", param()), "is required")
-                            })?;
+                        let url = required_str(
+                            p.get("image_url").and_then(|u| u.get("url").or(Some(u))),
+                            || format!("{}.image_url.url", param()),
+                        )?;
                         let image = image_ref(url).map_err(|why| {
-                            field_error(format!("{}.image_url.url", param()), why)
+                            field_error(
+                                Code::InvalidValue,
+                                format!("{}.image_url.url", param()),
+                                why,
+                            )
                         })?;
                         out.push(Part::Image(image));
                     }
                     other => {
-                        return Err(unsupported(
-                            param(),
+                        return Err(unsupported_value(
+                            format!("{}.type", param()),
                             format!(
-                                "content part type \"{other}\" is not supported by this provider"
+                                "content part type \"{}\" is not supported by this provider",
+                                crate::error::bounded(other, 64)
                             ),
                         ))
                     }
@@ -429,7 +483,7 @@ pub(crate) fn text_only(
         match p {
             Part::Text(t) => text.push_str(t),
             Part::Image(_) => {
-                return Err(unsupported(
+                return Err(unsupported_value(
                     format!("messages[{i}].content"),
                     format!("`messages[{i}].content` may only hold text for this role"),
                 ))
@@ -460,31 +514,28 @@ pub(crate) fn tool_calls(m: &Message, i: usize) -> Result<Vec<ToolCallRef<'_>>, 
         return Ok(Vec::new());
     };
     let calls = calls.as_array().ok_or_else(|| {
-        unsupported(
+        field_error(
+            Code::InvalidType,
             format!("messages[{i}].tool_calls"),
-            format!("`messages[{i}].tool_calls` must be an array"),
+            "must be an array",
         )
     })?;
     let mut out = Vec::with_capacity(calls.len());
     for (j, c) in calls.iter().enumerate() {
-        let field = |name: &str| {
+        let at = |name: &str| format!("messages[{i}].tool_calls[{j}].{name}");
+        let id = required_str(c.get("id"), || at("id"))?;
+        let f = c.get("function").filter(|f| !f.is_null()).ok_or_else(|| {
             field_error(
-                format!("messages[{i}].tool_calls[{j}].{name}"),
-                "is required and must be a string",
+                Code::MissingRequiredParameter,
+                at("function"),
+                "is required",
             )
-        };
-        let id = c
-            .get("id")
-            .and_then(Value::as_str)
-            .ok_or_else(|| field("id"))?;
-        let f = c.get("function").ok_or_else(|| field("function"))?;
-        let name = f
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| field("function.name"))?;
+        })?;
+        let name = required_str(f.get("name"), || at("function.name"))?;
         let args = f.get("arguments").and_then(Value::as_str).unwrap_or("");
         let arguments = json_object(args).ok_or_else(|| {
             field_error(
+                Code::InvalidValue,
                 format!("messages[{i}].tool_calls[{j}].function.arguments"),
                 "must be a JSON object encoded as a string",
             )
@@ -1409,11 +1460,13 @@ mod tool_tests {
         ]));
         assert!(got[0].is_ok());
         let e = got[1].as_ref().unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("tools[1]"));
+        assert_eq!(e.param.as_deref(), Some("tools[1].type"));
+        assert_eq!(e.code, Some(Code::UnsupportedValue));
         assert!(e.message.contains("only function tools"), "{}", e.message);
         let e = got[2].as_ref().unwrap_err();
         assert_eq!(e.param.as_deref(), Some("tools[2].function.name"));
-        assert!(e.message.contains("needs a name"), "{}", e.message);
+        assert_eq!(e.code, Some(Code::MissingRequiredParameter));
+        assert!(e.message.contains("is required"), "{}", e.message);
     }
 }
 

@@ -20,9 +20,9 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::common::unsupported;
+use super::common::{field_error, required_str};
 use crate::api::Message;
-use crate::error::GatewayError;
+use crate::error::{Code, GatewayError};
 
 /// One reasoning block with what is needed to replay it (see the module doc).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -55,18 +55,17 @@ pub(crate) fn thinking_blocks(
         return Ok(Vec::new());
     };
     let blocks = blocks.as_array().ok_or_else(|| {
-        unsupported(
+        field_error(
+            Code::InvalidType,
             format!("messages[{i}].thinking_blocks"),
-            format!("`messages[{i}].thinking_blocks` must be an array"),
+            "must be an array",
         )
     })?;
     let mut out = Vec::with_capacity(blocks.len());
     for (k, b) in blocks.iter().enumerate() {
         let text = |name: &str| {
-            b.get(name).and_then(Value::as_str).ok_or_else(|| {
-                let param = format!("messages[{i}].thinking_blocks[{k}].{name}");
-                let message = format!("`{param}` is required and must be a string");
-                unsupported(param, message)
+            required_str(b.get(name), || {
+                format!("messages[{i}].thinking_blocks[{k}].{name}")
             })
         };
         out.push(match b.get("type").and_then(Value::as_str) {
@@ -78,9 +77,11 @@ pub(crate) fn thinking_blocks(
                 data: Cow::Borrowed(text("data")?),
             },
             _ => {
-                let param = format!("messages[{i}].thinking_blocks[{k}].type");
-                let message = format!("`{param}` must be \"thinking\" or \"redacted_thinking\"");
-                return Err(unsupported(param, message));
+                return Err(field_error(
+                    Code::InvalidValue,
+                    format!("messages[{i}].thinking_blocks[{k}].type"),
+                    "must be \"thinking\" or \"redacted_thinking\"",
+                ));
             }
         });
     }
@@ -119,6 +120,43 @@ pub(crate) fn claude_budget(effort: Effort) -> Option<u64> {
     }
 }
 
+/// The thinking budget of a client's `thinking` object `t` (Anthropic's shape, which
+/// Bedrock takes for Claude too): `Some` for `"type": "enabled"` with its
+/// `budget_tokens`, `None` for any other type (`"disabled"`).
+///
+/// # Errors
+/// 400 naming the field: `thinking.type` absent (`missing_required_parameter`), or
+/// an `enabled` one whose `budget_tokens` is absent (`missing_required_parameter`),
+/// not an integer (`invalid_type`) or below [`MIN_THINKING_BUDGET`]
+/// (`integer_below_min_value`).
+pub(crate) fn client_budget(t: &Value) -> Result<Option<u64>, GatewayError> {
+    match t.get("type").and_then(Value::as_str) {
+        Some("enabled") => {
+            let b = t.get("budget_tokens").filter(|b| !b.is_null());
+            let code = match b {
+                None => Code::MissingRequiredParameter,
+                Some(v) => match v.as_u64() {
+                    Some(n) if n >= MIN_THINKING_BUDGET => return Ok(Some(n)),
+                    Some(_) => Code::IntegerBelowMinValue,
+                    None if v.is_i64() => Code::IntegerBelowMinValue,
+                    None => Code::InvalidType,
+                },
+            };
+            Err(field_error(
+                code,
+                "thinking.budget_tokens".into(),
+                "is required with type \"enabled\" and must be an integer of at least 1024",
+            ))
+        }
+        Some(_) => Ok(None),
+        None => Err(field_error(
+            Code::MissingRequiredParameter,
+            "thinking.type".into(),
+            "is required (\"enabled\" with `budget_tokens`, or \"disabled\")",
+        )),
+    }
+}
+
 /// Reads `reasoning_effort` from the request (`None` when absent or null).
 ///
 /// # Errors
@@ -135,7 +173,8 @@ pub(crate) fn effort(chat: &crate::api::ChatRequest) -> Result<Option<Effort>, G
         Some("medium") => Effort::Medium,
         Some("high") => Effort::High,
         _ => {
-            return Err(unsupported(
+            return Err(GatewayError::invalid_param(
+                Code::InvalidValue,
                 "reasoning_effort",
                 "`reasoning_effort` must be one of none, minimal, low, medium, high",
             ))

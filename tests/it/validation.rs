@@ -339,3 +339,73 @@ async fn parallel_tool_calls_without_tools_was_forwarded_to_the_upstream() {
     let ok = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"q"}],"parallel_tool_calls":false,"tools":[{"type":"function","function":{"name":"f"}}]}"#;
     assert_eq!(post(&url, ok).await.status, 200);
 }
+
+/// Found by the conformance review: a 400 an adapter gives for what its provider
+/// cannot express (Anthropic's one choice, Gemini's media types, Bedrock's
+/// temperature range and its need for `tools`) carried `"code": null`, where
+/// validation's 400s and OpenAI's carry the class of error; `param` names the field.
+#[tokio::test]
+async fn adapter_400s_for_what_a_provider_cannot_express_had_a_null_code() {
+    let (addr, hits) = scripted_upstream(200, COMPLETION);
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = dir.path().join("credentials");
+    std::fs::write(
+        &credentials,
+        "[default]\naws_access_key_id = AKID\naws_secret_access_key = secret\n",
+    )
+    .unwrap();
+    let gw = start_app(
+        &format!(
+            "providers:\n  a: {{ kind: anthropic, base_url: http://{addr} }}\n  g: {{ kind: gemini, base_url: http://{addr} }}\n  b: {{ kind: bedrock, base_url: http://{addr}, region: us-east-1, credentials_file: {} }}\nmodels:\n  claude: {{ endpoints: [ {{ provider: a, model: c }} ] }}\n  gem: {{ endpoints: [ {{ provider: g, model: g }} ] }}\n  rock: {{ endpoints: [ {{ provider: b, model: \"anthropic.claude-3-haiku-20240307-v1:0\" }} ] }}\n",
+            credentials.display()
+        ),
+        &[],
+    )
+    .await;
+    let url = gw.url("/v1/chat/completions");
+    let hi = r#""messages":[{"role":"user","content":"hi"}]"#;
+    let calls = r#""messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"x"}]"#;
+    let table = [
+        (
+            format!(r#"{{"model":"claude","n":2,{hi}}}"#),
+            "n",
+            "unsupported_value",
+        ),
+        (
+            format!(r#"{{"model":"claude","logprobs":true,{hi}}}"#),
+            "logprobs",
+            "unsupported_parameter",
+        ),
+        (
+            format!(
+                r#"{{"model":"claude","thinking":{{"type":"enabled","budget_tokens":100}},{hi}}}"#
+            ),
+            "thinking.budget_tokens",
+            "integer_below_min_value",
+        ),
+        (
+            r#"{"model":"gem","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/gif;base64,R0lGOD"}}]}]}"#.to_string(),
+            "messages[0].content[0].image_url.url",
+            "unsupported_value",
+        ),
+        (
+            format!(r#"{{"model":"rock","temperature":1.5,{hi}}}"#),
+            "temperature",
+            "unsupported_value",
+        ),
+        (
+            format!(r#"{{"model":"rock",{calls}}}"#),
+            "tools",
+            "missing_required_parameter",
+        ),
+    ];
+    for (body, param, code) in table {
+        let r = post(&url, &body).await;
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        let e = &r.json()["error"];
+        assert_eq!(e["type"], "invalid_request_error", "{}", r.text());
+        assert_eq!(e["param"], param, "{}", r.text());
+        assert_eq!(e["code"], code, "{}", r.text());
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "the upstream saw a request");
+}

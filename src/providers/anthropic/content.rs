@@ -15,8 +15,10 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::error::GatewayError;
-use crate::providers::common::{accepted_media_type, image_ref, unsupported, ImageRef};
+use crate::error::{Code, GatewayError};
+use crate::providers::common::{
+    accepted_media_type, field_error, image_ref, required_str, ImageRef,
+};
 
 /// Most `cache_control` markers Anthropic takes in one request ("Prompt caching").
 pub(super) const MAX_CACHE_MARKERS: usize = 4;
@@ -106,13 +108,10 @@ impl Markers {
         let Some(v) = v.filter(|v| !v.is_null()) else {
             return Ok(None);
         };
-        let bad = |why: &str| {
-            let p = param();
-            let message = format!("`{p}` {why}");
-            unsupported(p, message)
-        };
+        let bad = |code: Code, why: &str| field_error(code, param(), why);
         if v.get("type").and_then(Value::as_str) != Some("ephemeral") {
             return Err(bad(
+                Code::InvalidValue,
                 "must be {\"type\":\"ephemeral\"} (with an optional \"ttl\" of \"5m\" or \"1h\")",
             ));
         }
@@ -121,16 +120,20 @@ impl Markers {
             Some(t) if t == "5m" || t == "1h" => {}
             Some(_) => {
                 return Err(bad(
+                    Code::InvalidValue,
                     "has a `ttl` Anthropic does not take; use \"5m\" or \"1h\"",
                 ))
             }
         }
         self.count += 1;
         if self.count > MAX_CACHE_MARKERS {
-            return Err(bad(&format!(
+            return Err(bad(
+                Code::UnsupportedValue,
+                &format!(
                 "is cache marker number {}; Anthropic takes at most {MAX_CACHE_MARKERS} per request",
-                self.count
-            )));
+                    self.count
+                ),
+            ));
         }
         Ok(Some(v))
     }
@@ -183,18 +186,13 @@ pub(super) fn blocks<'a>(
     let mut out = Vec::with_capacity(items.len());
     for (j, p) in items.iter().enumerate() {
         let at = |field: &str| format!("messages[{i}].content[{j}]{field}");
-        let err = |field: &str, why: &str| {
-            let param = at(field);
-            let message = format!("`{param}` {why}");
-            unsupported(param, message)
-        };
+        let err = |code: Code, field: &str, why: &str| field_error(code, at(field), why);
         let kind = p.get("type").and_then(Value::as_str).unwrap_or("");
         let block = match kind {
             "text" | "refusal" => {
-                let text = p
-                    .get(kind)
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| err(&format!(".{kind}"), "must be a string"))?;
+                let text = p.get(kind).and_then(Value::as_str).ok_or_else(|| {
+                    err(Code::InvalidType, &format!(".{kind}"), "must be a string")
+                })?;
                 if blank(text) {
                     continue;
                 }
@@ -204,15 +202,17 @@ pub(super) fn blocks<'a>(
                 }
             }
             "image_url" if allow == Allow::TextAndImages => {
-                let url = p
-                    .get("image_url")
-                    .and_then(|u| u.get("url").or(Some(u)))
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| err(".image_url.url", "is required"))?;
-                let source = match image_ref(url).map_err(|why| err(".image_url.url", why))? {
+                let url = required_str(
+                    p.get("image_url").and_then(|u| u.get("url").or(Some(u))),
+                    || at(".image_url.url"),
+                )?;
+                let source = match image_ref(url)
+                    .map_err(|why| err(Code::InvalidValue, ".image_url.url", why))?
+                {
                     ImageRef::Inline { mime, data } => Source::Base64 {
                         media_type: accepted_media_type(mime, &MEDIA_TYPES).ok_or_else(|| {
                             err(
+                                Code::UnsupportedValue,
                                 ".image_url",
                                 &format!(
                                     "has media type \"{}\"; Anthropic takes image/jpeg, image/png, image/gif and image/webp",
@@ -231,13 +231,15 @@ pub(super) fn blocks<'a>(
             }
             "image_url" => {
                 return Err(err(
+                    Code::UnsupportedValue,
                     "",
                     "is an image; Anthropic takes images only in user and tool messages",
                 ))
             }
             other => {
                 return Err(err(
-                    "",
+                    Code::UnsupportedValue,
+                    ".type",
                     &format!(
                         "has content part type \"{}\", which Anthropic does not take",
                         crate::error::bounded(other, 64)

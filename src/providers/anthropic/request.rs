@@ -12,10 +12,11 @@ use serde_json::Value;
 
 use super::content::{blank, blocks, message_marker, Allow, Block, Markers};
 use crate::api::ChatRequest;
-use crate::error::GatewayError;
+use crate::error::{Code, GatewayError};
 use crate::providers::common::{
-    function_tools, object_schema, openai_tool_choice, refuse_untranslated, tool_calls,
-    tool_use_id, unsupported, OpenAiToolChoice,
+    field_error, function_tools, object_schema, openai_tool_choice, refuse_untranslated,
+    required_str, tool_calls, tool_use_id, unsupported_parameter, unsupported_value,
+    OpenAiToolChoice,
 };
 use crate::providers::reasoning::{self, ThinkingBlock};
 
@@ -135,11 +136,6 @@ fn push<'a>(turns: &mut Vec<Turn<'a>>, role: &'static str, blocks: Vec<Block<'a>
     }
 }
 
-fn field_error(param: String, why: &str) -> GatewayError {
-    let message = format!("`{param}` {why}");
-    unsupported(param, message)
-}
-
 /// Translates `chat` for upstream model `model`.
 ///
 /// Messages left without content (empty or whitespace-only text, no tool calls) are
@@ -208,16 +204,9 @@ pub(super) fn build<'a>(
                 push(&mut turns, "assistant", b);
             }
             "tool" => {
-                let id = m
-                    .extra
-                    .get("tool_call_id")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| {
-                        field_error(
-                            format!("messages[{i}].tool_call_id"),
-                            "is required for role \"tool\"",
-                        )
-                    })?;
+                let id = required_str(m.extra.get("tool_call_id"), || {
+                    format!("messages[{i}].tool_call_id")
+                })?;
                 let mut content = blocks(&m.content, i, Allow::TextAndImages, &mut markers)?;
                 // A marker on a part of a tool message marks the whole result.
                 let mut mark = content
@@ -241,7 +230,7 @@ pub(super) fn build<'a>(
                 );
             }
             other => {
-                return Err(unsupported(
+                return Err(unsupported_value(
                     format!("messages[{i}].role"),
                     format!(
                     "role \"{other}\" is not supported by Anthropic; use tools and role \"tool\""
@@ -253,6 +242,7 @@ pub(super) fn build<'a>(
     trim_prefill(&mut turns);
     if turns.is_empty() {
         return Err(field_error(
+            Code::UnsupportedValue,
             "messages".into(),
             "has no content Anthropic can take: empty and whitespace-only text is left out, and nothing else is left",
         ));
@@ -324,13 +314,13 @@ fn refuse_unsupported(chat: &ChatRequest) -> Result<(), GatewayError> {
         .and_then(Value::as_u64)
         .filter(|&n| n > 1)
     {
-        return Err(unsupported(
+        return Err(unsupported_value(
             "n",
             format!("Anthropic returns one choice; `n` is {n}"),
         ));
     }
     if let Some(t) = chat.temperature.filter(|&t| t > 1.0) {
-        return Err(unsupported(
+        return Err(unsupported_value(
             "temperature",
             format!("`temperature` is {t}; Anthropic takes 0 to 1"),
         ));
@@ -341,19 +331,19 @@ fn refuse_unsupported(chat: &ChatRequest) -> Result<(), GatewayError> {
         .and_then(Value::as_str)
         .filter(|k| *k != "text")
     {
-        return Err(unsupported(
+        return Err(unsupported_value(
             "response_format",
             format!("Anthropic has no `response_format` \"{}\"; ask for JSON with a tool and `tool_choice`", crate::error::bounded(kind, 64)),
         ));
     }
     if set("logprobs").and_then(Value::as_bool) == Some(true) {
-        return Err(unsupported(
+        return Err(unsupported_parameter(
             "logprobs",
             "Anthropic does not return log probabilities",
         ));
     }
     if set("top_logprobs").is_some() {
-        return Err(unsupported(
+        return Err(unsupported_parameter(
             "top_logprobs",
             "Anthropic does not return log probabilities",
         ));
@@ -373,42 +363,21 @@ fn refuse_unsupported(chat: &ChatRequest) -> Result<(), GatewayError> {
 /// budget, the output cap (which Anthropic, like OpenAI, counts reasoning in) must
 /// exceed it; without a client cap it is the budget plus [`DEFAULT_MAX_TOKENS`].
 fn thinking(chat: &ChatRequest) -> Result<(Option<Thinking<'_>>, u64), GatewayError> {
-    let mut budget = None;
-    let thinking = match chat.extra.get("thinking").filter(|v| !v.is_null()) {
+    let (thinking, budget) = match chat.extra.get("thinking").filter(|v| !v.is_null()) {
         Some(t) => {
-            match t.get("type").and_then(Value::as_str) {
-                Some("enabled") => {
-                    let b = t
-                        .get("budget_tokens")
-                        .and_then(Value::as_u64)
-                        .filter(|&b| b >= MIN_THINKING_BUDGET)
-                        .ok_or_else(|| {
-                            field_error(
-                                "thinking.budget_tokens".into(),
-                                "is required with type \"enabled\" and must be an integer of at least 1024",
-                            )
-                        })?;
-                    budget = Some(b);
-                }
-                Some(_) => {}
-                None => {
-                    return Err(field_error(
-                        "thinking.type".into(),
-                        "is required (\"enabled\" with `budget_tokens`, or \"disabled\")",
-                    ))
-                }
-            }
+            let budget = reasoning::client_budget(t)?;
             if reasoning::effort(chat)?.is_some() {
                 tracing::debug!("reasoning_effort ignored: the request sets `thinking`");
             }
-            Some(Thinking::Client(t))
+            (Some(Thinking::Client(t)), budget)
         }
         None => {
-            budget = reasoning::effort(chat)?.and_then(reasoning::claude_budget);
-            budget.map(|budget_tokens| Thinking::Budget {
+            let budget = reasoning::effort(chat)?.and_then(reasoning::claude_budget);
+            let thinking = budget.map(|budget_tokens| Thinking::Budget {
                 kind: "enabled",
                 budget_tokens,
-            })
+            });
+            (thinking, budget)
         }
     };
     let max_tokens = match (budget, chat.output_cap()) {
@@ -422,6 +391,7 @@ fn thinking(chat: &ChatRequest) -> Result<(Option<Thinking<'_>>, u64), GatewayEr
                 "max_tokens"
             };
             return Err(field_error(
+                Code::IntegerBelowMinValue,
                 name.into(),
                 &format!(
                     "is {cap}, but Anthropic counts the thinking budget of {b} tokens in it; set it above {b}"

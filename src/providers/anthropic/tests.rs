@@ -126,35 +126,72 @@ fn max_tokens_defaults_and_tool_choice_maps() {
 
 #[test]
 fn what_anthropic_cannot_express_is_400() {
-    for (req, param) in [
+    for (req, param, code) in [
         (
             json!({"model": "m", "n": 2, "messages": [{"role": "user", "content": "hi"}]}),
             "n",
+            "unsupported_value",
+        ),
+        (
+            json!({"model": "m", "logprobs": true, "messages": [{"role": "user", "content": "hi"}]}),
+            "logprobs",
+            "unsupported_parameter",
         ),
         (
             json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]}),
-            "messages[0].content[0]",
+            "messages[0].content[0].type",
+            "unsupported_value",
         ),
         (
             json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "ftp://x"}}]}]}),
             "messages[0].content[0].image_url.url",
+            "invalid_value",
         ),
         (
             json!({"model": "m", "messages": [{"role": "tool", "content": "x"}]}),
             "messages[0].tool_call_id",
+            "missing_required_parameter",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "tool", "tool_call_id": 7, "content": "x"}]}),
+            "messages[0].tool_call_id",
+            "invalid_type",
         ),
         (
             json!({"model": "m", "messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "[1]"}}]}]}),
             "messages[0].tool_calls[0].function.arguments",
+            "invalid_value",
         ),
         (
             json!({"model": "m", "tool_choice": "sometimes", "messages": [{"role": "user", "content": "hi"}]}),
             "tool_choice",
+            "invalid_value",
+        ),
+        (
+            json!({"model": "m", "tool_choice": {"type": "function", "function": {}}, "messages": [{"role": "user", "content": "hi"}]}),
+            "tool_choice.function.name",
+            "missing_required_parameter",
+        ),
+        (
+            json!({"model": "m", "reasoning_effort": "max", "messages": [{"role": "user", "content": "hi"}]}),
+            "reasoning_effort",
+            "invalid_value",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "assistant", "content": "x", "thinking_blocks": [{"type": "thinking", "thinking": "t"}]}]}),
+            "messages[0].thinking_blocks[0].signature",
+            "missing_required_parameter",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "user", "content": "hi", "cache_control": {"type": "persistent"}}]}),
+            "messages[0].cache_control",
+            "invalid_value",
         ),
     ] {
         let e = Anthropic.request(&target(), &chat(req)).unwrap_err();
         assert_eq!(e.status(), 400, "{}", e.message);
         assert_eq!(e.param.as_deref(), Some(param), "{}", e.message);
+        assert_eq!(e.to_json()["error"]["code"], code, "{param}: {}", e.message);
     }
 }
 

@@ -18,11 +18,11 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::api::ChatRequest;
-use crate::error::GatewayError;
+use crate::error::{Code, GatewayError};
 use crate::providers::common::{
-    accepted_media_type, function_tools, image_part_index, object_schema, openai_tool_choice,
-    parts, refuse_untranslated, text_only, tool_calls, tool_use_id, unsupported, ImageRef,
-    OpenAiToolChoice, Part,
+    accepted_media_type, field_error, function_tools, image_part_index, object_schema,
+    openai_tool_choice, parts, refuse_untranslated, required_str, text_only, tool_calls,
+    tool_use_id, unsupported_parameter, unsupported_value, ImageRef, OpenAiToolChoice, Part,
 };
 use crate::providers::reasoning::{thinking_blocks, ThinkingBlock};
 
@@ -113,23 +113,22 @@ impl Markers {
         let Some(v) = v.filter(|v| !v.is_null()) else {
             return Ok(false);
         };
-        let bad = |why: String| {
-            let p = param();
-            let message = format!("`{p}` {why}");
-            unsupported(p, message)
-        };
+        let bad = |code: Code, why: &str| field_error(code, param(), why);
         if v.get("type").and_then(Value::as_str) != Some("ephemeral") {
-            return Err(bad("must be {\"type\":\"ephemeral\"}".to_string()));
+            return Err(bad(Code::InvalidValue, "must be {\"type\":\"ephemeral\"}"));
         }
         if v.get("ttl").is_some_and(|t| !t.is_null()) {
             tracing::debug!(param = %param(), "cache_control.ttl dropped: Bedrock cache points take the default TTL");
         }
         self.count += 1;
         if self.count > MAX_CACHE_POINTS {
-            return Err(bad(format!(
+            return Err(bad(
+                Code::UnsupportedValue,
+                &format!(
                 "is cache marker number {}; Bedrock takes at most {MAX_CACHE_POINTS} cache points per request",
-                self.count
-            )));
+                    self.count
+                ),
+            ));
         }
         Ok(true)
     }
@@ -323,7 +322,7 @@ fn push_block<'a>(
         Part::Image(image) => {
             let param = image_param(content, i, images);
             if !images_allowed {
-                return Err(unsupported(
+                return Err(unsupported_value(
                     &param,
                     format!("`{param}`: Bedrock takes images in user messages only"),
                 ));
@@ -331,7 +330,7 @@ fn push_block<'a>(
             match image {
                     ImageRef::Inline { mime, data } => {
                         let format = image_format(mime).ok_or_else(|| {
-                            unsupported(
+                            unsupported_value(
                                 &param,
                                 format!(
                                     "`{param}` has media type \"{}\"; Bedrock takes image/png, image/jpeg, image/gif or image/webp",
@@ -345,7 +344,7 @@ fn push_block<'a>(
                         });
                     }
                     ImageRef::Url(_) => {
-                        return Err(unsupported(
+                        return Err(unsupported_value(
                             &param,
                             format!("`{param}` is an http(s) URL; Bedrock takes images only as base64 data URLs (or from S3), it does not fetch URLs"),
                         ))
@@ -469,14 +468,9 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
                 push(&mut turns, "assistant", b);
             }
             "tool" => {
-                let param = format!("messages[{i}].tool_call_id");
-                let id = m
-                    .extra
-                    .get("tool_call_id")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| {
-                        unsupported(&param, format!("`{param}` is required for role \"tool\""))
-                    })?;
+                let id = required_str(m.extra.get("tool_call_id"), || {
+                    format!("messages[{i}].tool_call_id")
+                })?;
                 let content = result_block(text_only(&m.content, i)?);
                 let mut b = vec![Block::ToolResult {
                     tool_use_id: tool_use_id(id),
@@ -488,7 +482,7 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
                 push(&mut turns, "user", b);
             }
             other => {
-                return Err(unsupported(
+                return Err(unsupported_value(
                     format!("messages[{i}].role"),
                     format!(
                         "role \"{}\" is not supported by Bedrock; use tools and role \"tool\"",
@@ -508,12 +502,13 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
         if chat.tools.as_ref().is_some_and(|t| !t.is_empty())
             && openai_tool_choice(chat)? == OpenAiToolChoice::None
         {
-            return Err(unsupported(
+            return Err(unsupported_value(
                 "tool_choice",
                 "Bedrock has no `tool_choice` \"none\": it is sent as no tools, but a conversation holding tool calls or tool results must send its tools; use \"auto\"",
             ));
         }
-        return Err(unsupported(
+        return Err(GatewayError::invalid_param(
+            Code::MissingRequiredParameter,
             "tools",
             "Bedrock needs `tools` in every request whose conversation holds tool calls or tool results; send the tool definitions again",
         ));
@@ -609,7 +604,7 @@ fn tool_config<'a>(
 fn refuse_unsupported(chat: &ChatRequest) -> Result<(), GatewayError> {
     let set = |name: &str| chat.extra.get(name).filter(|v| !v.is_null());
     if let Some(n) = set("n").and_then(Value::as_u64).filter(|&n| n > 1) {
-        return Err(unsupported(
+        return Err(unsupported_value(
             "n",
             format!("Bedrock returns one choice; `n` is {n}"),
         ));
@@ -617,7 +612,7 @@ fn refuse_unsupported(chat: &ChatRequest) -> Result<(), GatewayError> {
     // InferenceConfiguration.temperature: "Valid Range: Minimum value of 0. Maximum
     // value of 1." (OpenAI takes 0 to 2.)
     if let Some(t) = chat.temperature.filter(|&t| t > 1.0) {
-        return Err(unsupported(
+        return Err(unsupported_value(
             "temperature",
             format!("`temperature` is {t}; Bedrock Converse takes 0 to 1"),
         ));
@@ -627,7 +622,7 @@ fn refuse_unsupported(chat: &ChatRequest) -> Result<(), GatewayError> {
         .and_then(Value::as_str)
         .filter(|k| *k != "text")
     {
-        return Err(unsupported(
+        return Err(unsupported_value(
             "response_format",
             format!(
                 "Bedrock Converse has no `response_format` \"{}\"; ask for JSON with a tool and `tool_choice`",
@@ -641,7 +636,7 @@ fn refuse_unsupported(chat: &ChatRequest) -> Result<(), GatewayError> {
         } else {
             "logprobs"
         };
-        return Err(unsupported(
+        return Err(unsupported_parameter(
             field,
             "Bedrock does not return log probabilities",
         ));

@@ -273,19 +273,44 @@ fn tool_choice_required_is_any_and_auto_is_auto() {
 #[test]
 fn what_bedrock_cannot_take_is_refused_naming_the_field() {
     let cases = [
-        (json!({"n": 2}), "n"),
-        (json!({"logprobs": true}), "logprobs"),
+        (json!({"n": 2}), "n", "unsupported_value"),
+        (
+            json!({"logprobs": true}),
+            "logprobs",
+            "unsupported_parameter",
+        ),
+        (
+            json!({"temperature": 1.5}),
+            "temperature",
+            "unsupported_value",
+        ),
         (
             json!({"response_format": {"type": "json_object"}}),
             "response_format",
+            "unsupported_value",
         ),
-        (json!({"functions": []}), "functions"),
+        (
+            json!({"functions": []}),
+            "functions",
+            "unsupported_parameter",
+        ),
+        (
+            json!({"thinking": {"type": "enabled", "budget_tokens": 512}}),
+            "thinking.budget_tokens",
+            "integer_below_min_value",
+        ),
+        (
+            json!({"thinking": {"budget_tokens": 2048}}),
+            "thinking.type",
+            "missing_required_parameter",
+        ),
         (
             json!({"messages": [
                 {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
                 {"role": "tool", "tool_call_id": "c1", "content": "x"}
             ]}),
             "tools",
+            "missing_required_parameter",
         ),
         (
             json!({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none",
@@ -294,9 +319,15 @@ fn what_bedrock_cannot_take_is_refused_naming_the_field() {
                 {"role": "tool", "tool_call_id": "c1", "content": "x"}
             ]}),
             "tool_choice",
+            "unsupported_value",
+        ),
+        (
+            json!({"messages": [{"role": "tool", "content": "x"}]}),
+            "messages[0].tool_call_id",
+            "missing_required_parameter",
         ),
     ];
-    for (extra, param) in cases {
+    for (extra, param, code) in cases {
         let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "x"}]});
         body.as_object_mut()
             .unwrap()
@@ -304,6 +335,7 @@ fn what_bedrock_cannot_take_is_refused_naming_the_field() {
         let e = adapter().request(&target(), &chat(body)).unwrap_err();
         assert_eq!(e.status(), 400, "{param}");
         assert_eq!(e.param.as_deref(), Some(param));
+        assert_eq!(e.to_json()["error"]["code"], code, "{param}: {}", e.message);
     }
 }
 
@@ -326,6 +358,7 @@ fn image_urls_and_unknown_media_types_are_refused_naming_the_part() {
             e.param.as_deref(),
             Some("messages[1].content[1].image_url.url")
         );
+        assert_eq!(e.to_json()["error"]["code"], "unsupported_value");
         assert!(e.message.contains(why), "{}", e.message);
     }
 }

@@ -25,12 +25,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::api::ChatRequest;
-use crate::error::GatewayError;
-use crate::providers::common::{unsupported, Choice};
+use crate::error::{Code, GatewayError};
+use crate::providers::common::{field_error, Choice};
 use crate::providers::reasoning::{self, ThinkingBlock};
-
-/// Smallest thinking budget Claude takes, in tokens ("Extended thinking").
-pub const MIN_BUDGET: u64 = reasoning::MIN_THINKING_BUDGET;
 
 /// Room for the answer beside the thinking budget when the client sets no output
 /// cap, in tokens (the Anthropic adapter's default `max_tokens`).
@@ -67,11 +64,6 @@ pub(super) struct Plan<'a> {
     pub(super) max_tokens: Option<u64>,
 }
 
-/// 400 naming `param`: "`param` <why>".
-fn field_error(param: &str, why: &str) -> GatewayError {
-    unsupported(param, format!("`{param}` {why}"))
-}
-
 /// The thinking of `chat` for Bedrock model `model`; `None` when it asks for none
 /// or the model is not Claude.
 ///
@@ -97,26 +89,7 @@ pub(super) fn plan<'a>(
     }
     let (thinking, budget) = match client {
         Some(t) => {
-            let budget = match t.get("type").and_then(Value::as_str) {
-                Some("enabled") => Some(
-                    t.get("budget_tokens")
-                        .and_then(Value::as_u64)
-                        .filter(|&b| b >= MIN_BUDGET)
-                        .ok_or_else(|| {
-                            field_error(
-                                "thinking.budget_tokens",
-                                "is required with type \"enabled\" and must be an integer of at least 1024",
-                            )
-                        })?,
-                ),
-                Some(_) => None,
-                None => {
-                    return Err(field_error(
-                        "thinking.type",
-                        "is required (\"enabled\" with `budget_tokens`, or \"disabled\")",
-                    ))
-                }
-            };
+            let budget = reasoning::client_budget(t)?;
             if effort.is_some() {
                 tracing::debug!("reasoning_effort ignored: the request sets `thinking`");
             }
@@ -144,7 +117,8 @@ pub(super) fn plan<'a>(
                 "max_tokens"
             };
             return Err(field_error(
-                name,
+                Code::IntegerBelowMinValue,
+                name.into(),
                 &format!(
                     "is {cap}, but Bedrock counts the thinking budget of {b} tokens in it; set it above {b}"
                 ),

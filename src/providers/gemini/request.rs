@@ -13,10 +13,11 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::api::ChatRequest;
-use crate::error::GatewayError;
+use crate::error::{Code, GatewayError};
 use crate::providers::common::{
-    accepted_media_type, function_tools, image_part_index, openai_tool_choice, parts, text_only,
-    tool_calls, unsupported, ImageRef, OpenAiToolChoice, Part,
+    accepted_media_type, function_tools, image_part_index, openai_tool_choice, parts, required_str,
+    text_only, tool_calls, unsupported_parameter, unsupported_value, ImageRef, OpenAiToolChoice,
+    Part,
 };
 
 /// Signature Gemini's docs ("Thought signatures") give for function calls replayed
@@ -216,9 +217,13 @@ fn thinking_config(chat: &ChatRequest) -> Result<Option<ThinkingConfig>, Gateway
         Some("medium") => 8192,
         Some("high") => 24576,
         _ => {
-            return Err(unsupported(
+            return Err(GatewayError::invalid_param(
+                Code::InvalidValue,
                 "reasoning_effort",
-                format!("`reasoning_effort` {v} is not one of none, minimal, low, medium, high"),
+                format!(
+                    "`reasoning_effort` {} is not one of none, minimal, low, medium, high",
+                    crate::error::bounded(&v.to_string(), 64)
+                ),
             ))
         }
     };
@@ -288,7 +293,7 @@ fn refused_image(i: usize, j: usize, mime: &str) -> GatewayError {
         "`{param}` has media type \"{}\", which Gemini does not accept; use image/png, image/jpeg, image/webp, image/heic, image/heif or application/pdf",
         crate::error::bounded(mime, 64)
     );
-    unsupported(param, message)
+    unsupported_value(param, message)
 }
 
 /// The Gemini parts of message `i`'s content, images checked and their media types
@@ -391,7 +396,7 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
                             ..GPart::default()
                         }),
                         Part::Image(_) => {
-                            return Err(unsupported(
+                            return Err(unsupported_value(
                                 format!("messages[{i}].content"),
                                 "Gemini takes only text in system messages",
                             ))
@@ -425,17 +430,12 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
             }
             "tool" => {
                 let param = || format!("messages[{i}].tool_call_id");
-                let id = m
-                    .extra
-                    .get("tool_call_id")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| {
-                        let param = param();
-                        unsupported(&param, format!("`{param}` is required for role \"tool\""))
-                    })?;
+                let id = required_str(m.extra.get("tool_call_id"), param)?;
                 let name = calls.iter().rev().find(|(c, _)| *c == id).map(|(_, n)| *n).ok_or_else(|| {
                     let param = param();
-                    unsupported(
+                    // `code: null`, as validation (which refuses this first) and
+                    // OpenAI answer it.
+                    GatewayError::invalid_field(
                         &param,
                         format!("`{param}` \"{id}\" matches no tool call of an earlier assistant message"),
                     )
@@ -448,7 +448,7 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
                 push(&mut turns, "user", vec![p]);
             }
             other => {
-                return Err(unsupported(
+                return Err(unsupported_value(
                     format!("messages[{i}].role"),
                     format!(
                         "role \"{other}\" is not supported by Gemini; use tools and role \"tool\""
@@ -460,7 +460,7 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
     check_fields(chat)?;
     let n = chat.extra.get("n").and_then(Value::as_u64);
     if chat.is_stream() && n.is_some_and(|n| n > 1) {
-        return Err(unsupported(
+        return Err(unsupported_value(
             "n",
             "Gemini streams one choice; `n` > 1 needs stream: false",
         ));
@@ -574,10 +574,14 @@ fn check_fields(chat: &ChatRequest) -> Result<(), GatewayError> {
             _ => false,
         };
         if refused {
-            return Err(unsupported(
-                k.as_str(),
-                format!("`{k}` is not supported by Switchyard's Gemini adapter"),
-            ));
+            let message = format!("`{k}` is not supported by Switchyard's Gemini adapter");
+            // A field Gemini has no equivalent of, or (`audio`, `modalities`) output
+            // it is not asked for, as the other adapters refuse it.
+            return Err(if matches!(k.as_str(), "logprobs" | "top_logprobs") {
+                unsupported_parameter(k.as_str(), message)
+            } else {
+                unsupported_value(k.as_str(), message)
+            });
         }
         dropped.push(k);
     }

@@ -34,8 +34,8 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 
-use crate::error::GatewayError;
-use crate::providers::common::unsupported;
+use crate::error::{Code, GatewayError};
+use crate::providers::common::{field_error, unsupported_value};
 
 /// Keywords Gemini's `parametersJsonSchema` takes.
 const KEPT: [&str; 18] = [
@@ -72,10 +72,11 @@ const MAX_DEPTH: usize = 64;
 pub(super) fn lower(schema: &Value, tool: usize) -> Result<Cow<'_, Value>, GatewayError> {
     let param = || format!("tools[{tool}].function.parameters");
     if !schema.is_object() {
-        let p = param();
-        return Err(unsupported(
-            &p,
-            format!("`{p}` must be a JSON Schema object"),
+        // As validation answers a `parameters` that is not a schema.
+        return Err(field_error(
+            Code::InvalidFunctionParameters,
+            param(),
+            "must be a JSON Schema object",
         ));
     }
     if !needs_lowering(schema, 0).map_err(|_| too_deep(param()))? {
@@ -96,9 +97,11 @@ pub(super) fn lower(schema: &Value, tool: usize) -> Result<Cow<'_, Value>, Gatew
     Ok(Cow::Owned(out))
 }
 
+/// 400 `unsupported_value` naming `param`: a schema nested deeper than this
+/// adapter lowers.
 fn too_deep(param: String) -> GatewayError {
     let message = format!("`{param}` nests deeper than {MAX_DEPTH} levels");
-    unsupported(param, message)
+    unsupported_value(param, message)
 }
 
 /// The nesting bound was passed.

@@ -139,27 +139,53 @@ fn tool_results_wrap_non_objects_and_json_mode_maps() {
 
 #[test]
 fn what_gemini_cannot_express_is_400() {
-    for (req, param) in [
+    for (req, param, code) in [
         (
+            // `code: null`, as validation and OpenAI answer a call id no call made.
             json!({"model": "m", "messages": [{"role": "tool", "tool_call_id": "nope", "content": "x"}]}),
             "messages[0].tool_call_id",
+            None,
         ),
         (
             json!({"model": "m", "stream": true, "n": 3, "messages": [{"role": "user", "content": "hi"}]}),
             "n",
+            Some("unsupported_value"),
+        ),
+        (
+            json!({"model": "m", "logprobs": true, "messages": [{"role": "user", "content": "hi"}]}),
+            "logprobs",
+            Some("unsupported_parameter"),
         ),
         (
             json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "file", "file": {}}]}]}),
-            "messages[0].content[0]",
+            "messages[0].content[0].type",
+            Some("unsupported_value"),
         ),
         (
             json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png,raw"}}]}]}),
             "messages[0].content[0].image_url.url",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/gif;base64,R0lG"}}]}]}),
+            "messages[0].content[0].image_url.url",
+            Some("unsupported_value"),
+        ),
+        (
+            json!({"model": "m", "tools": [{"type": "function", "function": {"name": "f", "parameters": [1]}}], "messages": [{"role": "user", "content": "hi"}]}),
+            "tools[0].function.parameters",
+            Some("invalid_function_parameters"),
         ),
     ] {
         let e = Gemini.request(&target(), &chat(req)).unwrap_err();
         assert_eq!(e.status(), 400, "{}", e.message);
         assert_eq!(e.param.as_deref(), Some(param), "{}", e.message);
+        assert_eq!(
+            e.to_json()["error"]["code"].as_str(),
+            code,
+            "{param}: {}",
+            e.message
+        );
     }
 }
 
