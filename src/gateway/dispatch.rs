@@ -24,7 +24,8 @@
 //! Anthropic's "credit balance is too low" (our account is out of quota:
 //! [`ErrorKind::QuotaExceeded`]) moves on at once and pauses its
 //! endpoint for the breaker's `max_cooldown_ms`; when only endpoints paused so are
-//! left, the client gets OpenAI's 429 `insufficient_quota`.
+//! left, the client gets OpenAI's 429 `insufficient_quota` quoting what each
+//! provider said when it paused ([`out_of_quota`]).
 //!
 //! A context-window error moves to the next endpoint of the plan whose
 //! `context_window` is known and larger, else returns to the client. A route's
@@ -298,7 +299,7 @@ impl Cursor {
                 // No wait of a request refills an account: out of rotation for the
                 // longest cooldown, after which one request finds out again.
                 if let Some(slot) = gw.stats.slot(ep) {
-                    slot.out_of_quota(cap, SystemTime::now());
+                    slot.out_of_quota(cap, SystemTime::now(), &e.message);
                 }
             } else if let Some(wait) = e.retry_after {
                 if let Some(slot) = gw.stats.slot(ep) {
@@ -353,7 +354,7 @@ impl Cursor {
         }
         if self.failed.is_empty() {
             if self.throttled_for.is_some() && !self.paused_not_for_quota {
-                return Err(out_of_quota("plan"));
+                return Err(out_of_quota(&gw, "plan", &self.plan));
             }
             if let Some(wait) = self.throttled_for {
                 return Err(GatewayError::new(
@@ -470,16 +471,37 @@ fn admit(gw: &Gateway, ep: usize) -> Admission {
     admission
 }
 
-/// 429 `insufficient_quota` for a request whose every endpoint (of its `what`: plan
-/// or model) is paused because its provider said our account is out of quota
-/// (OpenAI's answer for the same, in its shape; no `Retry-After`, as OpenAI sends
-/// none: it is not a wait).
-pub(super) fn out_of_quota(what: &str) -> GatewayError {
-    GatewayError::new(
-        ErrorKind::QuotaExceeded,
-        format!("every endpoint of the {what} is out of quota with its provider (insufficient_quota); the providers' plans and billing need attention"),
-    )
-    .with_code(Code::InsufficientQuota)
+/// 429 `insufficient_quota` for a request whose every endpoint (`endpoints`, of its
+/// `what`: plan or model) is paused because its provider said our account is out
+/// of quota (OpenAI's answer for the same, in its shape; no `Retry-After`, as
+/// OpenAI sends none: it is not a wait). The message says so and quotes, endpoint
+/// by endpoint, what the provider said when it paused it
+/// ([`crate::stats::EndpointSlot::quota_reason`]), as the request that met the
+/// provider's answer itself read it: `every endpoint of the model is out of quota
+/// with its provider (insufficient_quota): p/x: upstream account is out of quota:
+/// You exceeded your current quota, ...`.
+pub(super) fn out_of_quota(gw: &Gateway, what: &str, endpoints: &[usize]) -> GatewayError {
+    let now = SystemTime::now();
+    let mut message = format!(
+        "every endpoint of the {what} is out of quota with its provider (insufficient_quota)"
+    );
+    let mut said = 0;
+    for &ep in endpoints {
+        let Some(reason) = gw.stats.slot(ep).and_then(|s| s.quota_reason(now)) else {
+            continue;
+        };
+        let id = gw.registry.endpoints.get(ep).map_or("?", |e| &*e.id);
+        let _ = write!(
+            message,
+            "{} {id}: {reason}",
+            if said == 0 { ":" } else { ";" }
+        );
+        said += 1;
+    }
+    if said == 0 {
+        message.push_str("; the providers' plans and billing need attention");
+    }
+    GatewayError::new(ErrorKind::QuotaExceeded, message).with_code(Code::InsufficientQuota)
 }
 
 /// The client's error when every attempt in `failed` failed (see the module doc).

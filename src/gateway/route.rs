@@ -85,7 +85,12 @@ pub fn route(
             let paused = next_unpause(gw, &chat.model);
             if let (Some(wait), None) = (paused, probe) {
                 if all_paused_for_quota(gw, &chat.model) {
-                    return Err(super::dispatch::out_of_quota("model"));
+                    let endpoints = gw
+                        .registry
+                        .model(&chat.model)
+                        .map(|m| &m.endpoints[..])
+                        .unwrap_or_default();
+                    return Err(super::dispatch::out_of_quota(gw, "model", endpoints));
                 }
                 return Err(GatewayError::new(
                     ErrorKind::RateLimited,

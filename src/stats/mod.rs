@@ -132,6 +132,10 @@ pub struct EndpointSlot {
     /// Unix ms until which the endpoint is paused because the provider said our
     /// account is out of quota ([`EndpointSlot::out_of_quota`]); 0: never was.
     quota_until_ms: AtomicU64,
+    /// What the provider said when it last paused the endpoint for quota, for the
+    /// client's error while the pause holds. Locked only when a quota pause begins
+    /// and when a request finds only paused endpoints, never on the success path.
+    quota_reason: std::sync::Mutex<Option<std::sync::Arc<str>>>,
     /// Shared with the other endpoints of the store (see [`Unavailability`]).
     shared: std::sync::Arc<Unavailability>,
 }
@@ -172,6 +176,7 @@ impl EndpointSlot {
             breaker: Breaker::sharing(breaker, shared.clone()),
             throttled_until_ms: AtomicU64::new(0),
             quota_until_ms: AtomicU64::new(0),
+            quota_reason: std::sync::Mutex::new(None),
             shared,
         }
     }
@@ -195,6 +200,10 @@ fn unix_ms(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
+/// Longest provider message kept with a quota pause ([`EndpointSlot::out_of_quota`]),
+/// in bytes.
+pub const MAX_QUOTA_REASON: usize = 500;
+
 impl EndpointSlot {
     /// The provider asked, at `now`, for `wait` before new requests (`Retry-After` on
     /// a 429 or 503): the endpoint is unavailable until then. A later, shorter wait
@@ -209,15 +218,32 @@ impl EndpointSlot {
     }
 
     /// The provider said, at `now`, that our account with it is out of quota
-    /// (OpenAI's 429 `insufficient_quota`, a 402): the endpoint is paused for `wait` as by
-    /// [`EndpointSlot::throttle`] (no new requests from any client; the caller picks
-    /// the breaker's `max_cooldown_ms`), and the pause is remembered as a quota's so
-    /// that a request finding only such endpoints is told why
-    /// ([`EndpointSlot::out_of_quota_for`]).
-    pub fn out_of_quota(&self, wait: Duration, now: SystemTime) {
+    /// (OpenAI's 429 `insufficient_quota`, a 402), in words `reason` (the error's
+    /// message, cut to [`MAX_QUOTA_REASON`] bytes): the endpoint is paused for
+    /// `wait` as by [`EndpointSlot::throttle`] (no new requests from any client;
+    /// the caller picks the breaker's `max_cooldown_ms`), and the pause is
+    /// remembered as a quota's, with `reason`, so that a request finding only such
+    /// endpoints is told why ([`EndpointSlot::out_of_quota_for`],
+    /// [`EndpointSlot::quota_reason`]).
+    pub fn out_of_quota(&self, wait: Duration, now: SystemTime, reason: &str) {
+        let reason: std::sync::Arc<str> = crate::error::bounded(reason, MAX_QUOTA_REASON).into();
+        *self
+            .quota_reason
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(reason);
         self.throttle(wait, now);
         let until = unix_ms(now).saturating_add(wait.as_millis() as u64);
         self.quota_until_ms.fetch_max(until, Ordering::Relaxed);
+    }
+
+    /// What the provider said when it paused the endpoint for quota
+    /// ([`EndpointSlot::out_of_quota`]), while that pause holds at `now`.
+    pub fn quota_reason(&self, now: SystemTime) -> Option<std::sync::Arc<str>> {
+        self.out_of_quota_for(now)?;
+        self.quota_reason
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// How long a pause for an exhausted quota ([`EndpointSlot::out_of_quota`])
@@ -455,6 +481,33 @@ mod tests {
         }
         assert!(s.health_at(unix_ms(t0)) < 0.3);
         assert!(s.health_at(unix_ms(t0 + Duration::from_secs(120))) > 0.7);
+    }
+
+    #[test]
+    fn a_quota_pause_keeps_the_providers_words_while_it_holds() {
+        let s = EndpointSlot::default();
+        let now = SystemTime::now();
+        assert_eq!(s.quota_reason(now), None);
+        s.throttle(Duration::from_secs(5), now);
+        assert_eq!(
+            s.quota_reason(now),
+            None,
+            "a Retry-After pause is not a quota's"
+        );
+        s.out_of_quota(
+            Duration::from_secs(60),
+            now,
+            "You exceeded your current quota",
+        );
+        assert_eq!(
+            s.quota_reason(now + Duration::from_secs(59)).as_deref(),
+            Some("You exceeded your current quota")
+        );
+        assert!(s.throttled_for(now + Duration::from_secs(59)).is_some());
+        assert_eq!(s.quota_reason(now + Duration::from_secs(61)), None);
+        s.out_of_quota(Duration::from_secs(60), now, &"x".repeat(10_000));
+        let kept = s.quota_reason(now).unwrap();
+        assert!(kept.len() <= MAX_QUOTA_REASON + 3, "{}", kept.len());
     }
 
     #[test]

@@ -512,13 +512,74 @@ async fn out_of_credit_fails_over_and_pauses(
         assert_eq!(e["code"], "insufficient_quota", "{}", r.text());
         assert!(!r.headers.contains_key("retry-after"), "{:?}", r.headers);
     }
-    assert!(
-        solo.json()["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains(reason),
-        "{}",
-        solo.text()
-    );
+    let paused = post(&url, &chat("solo", false, "")).await;
+    for r in [&solo, &paused] {
+        assert!(
+            r.json()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(reason),
+            "{}",
+            r.text()
+        );
+    }
     assert_eq!(hits(), 2);
+}
+
+/// Found by review of the quota pause: once every endpoint of a model was paused
+/// for quota, the client read only "every endpoint of the model is out of quota
+/// with its provider", never what the providers said (which account, which plan),
+/// though the request that caused the pause had read it.
+#[tokio::test]
+async fn every_endpoint_paused_for_quota_answered_without_the_providers_message() {
+    let (openai, openai_hits) = scripted_upstream(429, QUOTA);
+    let (deepseek, deepseek_hits) = scripted_upstream(402, PAYMENT_REQUIRED);
+    // `m` takes the built-in decision, a policy routes `r`.
+    let gw = start_app(
+        &format!(
+            "providers:\n  o: {{ kind: openai-compatible, base_url: http://{openai}/v1 }}\n  d: {{ kind: openai-compatible, base_url: http://{deepseek}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: o, model: x, priority: 1 }}, {{ provider: d, model: y, priority: 2 }} ] }}\n  r: {{ endpoints: [ {{ provider: o, model: x, name: ro }}, {{ provider: d, model: y, name: rd }} ] }}\n"
+        ),
+        &[(
+            "r.policy",
+            "route r when request.model == \"r\" {\n  default use endpoint \"ro\"\n  fallback endpoint \"rd\"\n}\n",
+        )],
+    )
+    .await;
+    let url = gw.url("/v1/chat/completions");
+    for (model, ids) in [("m", ["o/x", "d/y"]), ("r", ["ro", "rd"])] {
+        let hits = || {
+            (
+                openai_hits.load(std::sync::atomic::Ordering::SeqCst),
+                deepseek_hits.load(std::sync::atomic::Ordering::SeqCst),
+            )
+        };
+        let before = hits();
+        let first = post(&url, &chat(model, false, "")).await;
+        // Both refused it, then both are paused: the next requests reach neither.
+        let later = [
+            post(&url, &chat(model, false, "")).await,
+            post(&url, &chat(model, true, "")).await,
+        ];
+        assert_eq!(hits(), (before.0 + 1, before.1 + 1), "{model}");
+        for r in std::iter::once(&first).chain(&later) {
+            assert_eq!(r.status, 429, "{model}: {}", r.text());
+            let e = &r.json()["error"];
+            assert_eq!(e["type"], "insufficient_quota", "{}", r.text());
+            assert_eq!(e["code"], "insufficient_quota", "{}", r.text());
+            let message = e["message"].as_str().unwrap();
+            for said in [
+                ids[0],
+                "You exceeded your current quota",
+                ids[1],
+                "Insufficient Balance",
+            ] {
+                assert!(message.contains(said), "{model}, {said}: {message}");
+            }
+        }
+        let message = later[0].json()["error"]["message"].to_string();
+        assert!(
+            message.contains("is out of quota with its provider"),
+            "{model}: {message}"
+        );
+    }
 }
