@@ -292,20 +292,7 @@ impl Cursor {
             self.tried.push(Try::failed(ep, &e, began.elapsed()));
             gw.log
                 .attempt_failed(ep, self.attempts, &self.decided.snapshot.version, &e);
-            // A pause lasts at most the breaker's longest cooldown: one answer
-            // cannot take an endpoint out for the full hour a header may ask.
-            let cap = Duration::from_millis(gw.config.breaker.max_cooldown_ms);
-            if e.kind == ErrorKind::QuotaExceeded {
-                // No wait of a request refills an account: out of rotation for the
-                // longest cooldown, after which one request finds out again.
-                if let Some(slot) = gw.stats.slot(ep) {
-                    slot.out_of_quota(cap, SystemTime::now(), &e.message);
-                }
-            } else if let Some(wait) = e.retry_after {
-                if let Some(slot) = gw.stats.slot(ep) {
-                    slot.throttle(wait.min(cap), SystemTime::now());
-                }
-            }
+            pause_after(&gw, ep, &e);
             let mut retry_safety = e.retry;
             let listed = e
                 .upstream_status
@@ -442,6 +429,24 @@ impl Cursor {
     fn advance(&mut self) {
         self.pos += 1;
         self.retry = 0;
+    }
+}
+
+/// Takes endpoint `ep` out of rotation, for every client, after an attempt there
+/// failed with `e`: for the breaker's `max_cooldown_ms` when its provider said our
+/// account is out of quota ([`ErrorKind::QuotaExceeded`]: no wait of a request
+/// refills an account; after it one request finds out again), else for the wait
+/// the provider asked (`Retry-After`), capped at that cooldown (one answer cannot
+/// take an endpoint out for the full hour a header may ask). Nothing otherwise.
+pub(super) fn pause_after(gw: &Gateway, ep: usize, e: &GatewayError) {
+    let Some(slot) = gw.stats.slot(ep) else {
+        return;
+    };
+    let cap = Duration::from_millis(gw.config.breaker.max_cooldown_ms);
+    if e.kind == ErrorKind::QuotaExceeded {
+        slot.out_of_quota(cap, SystemTime::now(), &e.message);
+    } else if let Some(wait) = e.retry_after {
+        slot.throttle(wait.min(cap), SystemTime::now());
     }
 }
 

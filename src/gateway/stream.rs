@@ -272,6 +272,9 @@ impl ClientStream {
         }
         drop(relay);
         let e = attempt.failed(e);
+        // An account out of quota (an error event after the stream began) takes
+        // the endpoint out of rotation as before the first content.
+        super::dispatch::pause_after(&self.gw, ep, &e);
         span.failed(&e);
         span.end();
         let continuable = e.kind != ErrorKind::ShuttingDown

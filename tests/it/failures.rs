@@ -583,3 +583,183 @@ async fn every_endpoint_paused_for_quota_answered_without_the_providers_message(
         );
     }
 }
+
+/// Anthropic API, "Rate limits": the monthly spend cap of the organization's tier,
+/// reached. "API usage pauses until 00:00 UTC on the first day of the next month";
+/// the answer has no `retry-after` and retrying fails until then.
+const ANTHROPIC_SPEND_CAP: &str = r#"{"type":"error","error":{"type":"rate_limit_error","message":"You have reached your API usage limits: your organization has crossed its monthly API usage threshold, set based on your organization's API tier. You will regain access on 2026-09-01 at 00:00 UTC.","details":{"error_code":"enforced_spend_limit_reached"}},"request_id":"req_018EeWyXxfu5pfWkrYcMdjWG"}"#;
+
+/// Found by the billing review: Anthropic's 429 for a spent monthly cap
+/// (`details.error_code: enforced_spend_limit_reached`) was a rate limit, retried on
+/// the same endpoint, which can only refuse it again until next month.
+#[tokio::test]
+async fn anthropics_spend_cap_429_was_retried_like_a_rate_limit() {
+    let (broke, hits) = scripted_upstream(429, ANTHROPIC_SPEND_CAP);
+    out_of_credit_fails_over_and_pauses(
+        &format!("{{ kind: anthropic, base_url: http://{broke} }}"),
+        &hits,
+        "crossed its monthly API usage threshold",
+    )
+    .await;
+}
+
+/// Anthropic API, "Errors": "The API also returns a 400 when usage reaches an
+/// organization or workspace spend limit you set".
+const ANTHROPIC_SPEND_LIMIT: &str = r#"{"type":"error","error":{"type":"invalid_request_error","message":"You have reached your specified API usage limits. You will regain access on 2026-09-01 at 00:00 UTC."}}"#;
+
+/// Found by the billing review: Anthropic's 400 for a spend limit the organization
+/// set was passed to the client as its own mistake, never tried elsewhere.
+#[tokio::test]
+async fn anthropics_spend_limit_400_was_blamed_on_the_client() {
+    let (broke, hits) = scripted_upstream(400, ANTHROPIC_SPEND_LIMIT);
+    out_of_credit_fails_over_and_pauses(
+        &format!("{{ kind: anthropic, base_url: http://{broke} }}"),
+        &hits,
+        "reached your specified API usage limits",
+    )
+    .await;
+}
+
+/// Google APIs, `google/api/error_reason.proto`, `BILLING_DISABLED`: "The request
+/// whose associated billing account is disabled", with its example `ErrorInfo`.
+const GEMINI_BILLING_DISABLED: &str = r#"{"error":{"code":403,"message":"This API method requires billing to be enabled. Please enable billing on project #123 by visiting https://console.developers.google.com/billing/enable?project=123 then retry.","status":"PERMISSION_DENIED","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"BILLING_DISABLED","domain":"googleapis.com","metadata":{"consumer":"projects/123","service":"generativelanguage.googleapis.com"}}]}}"#;
+
+/// Found by the billing review: Gemini's 403 `PERMISSION_DENIED` whose `ErrorInfo`
+/// says `BILLING_DISABLED` was reported as refused credentials ("check the
+/// provider's api_key_env") and left its endpoint in rotation.
+#[tokio::test]
+async fn geminis_billing_disabled_403_was_taken_for_a_refused_key() {
+    let (broke, hits) = scripted_upstream(403, GEMINI_BILLING_DISABLED);
+    out_of_credit_fails_over_and_pauses(
+        &format!("{{ kind: gemini, base_url: http://{broke} }}"),
+        &hits,
+        "requires billing to be enabled",
+    )
+    .await;
+}
+
+/// Gemini API, "API errors": 402 `RESOURCE_EXHAUSTED`, "Your prepay credit balance
+/// is depleted" (Google's announcement "Depleted prepay credits now return HTTP 402
+/// instead of 429" gives this body).
+const GEMINI_PREPAY_DEPLETED: &str = r#"{"error":{"code":402,"message":"Your prepayment credits are depleted. Please go to AI Studio at https://ai.studio/projects to manage your project and billing. Learn more at https://ai.google.dev/gemini-api/docs/billing#prepay.","status":"RESOURCE_EXHAUSTED"}}"#;
+
+/// Gemini's 402 for depleted prepaid credits is an account out of credit like any
+/// provider's 402 (kept as a check of the Gemini adapter's own error mapping).
+#[tokio::test]
+async fn geminis_prepay_depleted_402_fails_over_and_pauses() {
+    let (broke, hits) = scripted_upstream(402, GEMINI_PREPAY_DEPLETED);
+    out_of_credit_fails_over_and_pauses(
+        &format!("{{ kind: gemini, base_url: http://{broke} }}"),
+        &hits,
+        "prepayment credits are depleted",
+    )
+    .await;
+}
+
+/// Found by the billing review: an Anthropic stream whose `error` event said the
+/// account was out of credit (`billing_error`, or a `rate_limit_error` for the
+/// spent monthly cap) was a retryable 502: tried again on the same endpoint, which
+/// stayed in rotation, and reported as `upstream_error`.
+#[tokio::test]
+async fn an_out_of_credit_error_event_in_an_anthropic_stream_was_a_retried_502() {
+    let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"x\",\"stop_reason\":null,\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n";
+    for (error, reason) in [
+        (
+            r#"{"type":"error","error":{"type":"billing_error","message":"Your credit balance is too low to access the Anthropic API."}}"#,
+            "billing_error",
+        ),
+        (
+            r#"{"type":"error","error":{"type":"rate_limit_error","message":"You have reached your API usage limits.","details":{"error_code":"enforced_spend_limit_reached"}}}"#,
+            "enforced_spend_limit_reached",
+        ),
+    ] {
+        let (broke, seen) = crate::sse_script::sse_upstream(vec![format!(
+            "{start}event: error\ndata: {error}\n\n"
+        )]);
+        let gw = start_app(
+            &format!(
+                "providers:\n  a: {{ kind: anthropic, base_url: http://{broke} }}\n  q: {{ kind: mock }}\nmodels:\n  m: {{ endpoints: [ {{ provider: a, model: x }}, {{ provider: q, model: x }} ] }}\n  solo: {{ endpoints: [ {{ provider: a, model: y }} ] }}\n"
+            ),
+            &[(
+                "r.policy",
+                "route r when request.model == \"m\" {\n  default use endpoint \"a/x\"\n  fallback endpoint \"q/x\" retries 2\n}\n",
+            )],
+        )
+        .await;
+        let url = gw.url("/v1/chat/completions");
+        let asked = || seen.lock().unwrap().len();
+        let r = post(&url, &chat("m", true, "")).await;
+        assert_eq!(r.status, 200, "{reason}: {}", r.text());
+        assert_eq!(r.headers["x-switchyard-endpoint"], "q/x");
+        assert_eq!(
+            r.headers["x-switchyard-attempts"], "2",
+            "{reason}: a was retried"
+        );
+        assert_eq!(asked(), 1, "{reason}");
+        // Paused: the next request goes to q at once.
+        let r = post(&url, &chat("m", true, "")).await;
+        assert_eq!(r.headers["x-switchyard-attempts"], "1", "{reason}");
+        assert_eq!(asked(), 1, "{reason}");
+        // `solo` (its own endpoint on `a`) reads why, from the event, then from
+        // the pause it caused.
+        for _ in 0..2 {
+            let r = post(&url, &chat("solo", true, "")).await;
+            assert_eq!(r.status, 429, "{reason}: {}", r.text());
+            let e = &r.json()["error"];
+            assert_eq!(e["code"], "insufficient_quota", "{}", r.text());
+            assert!(
+                e["message"].as_str().unwrap().contains(reason),
+                "{}",
+                r.text()
+            );
+        }
+        assert_eq!(asked(), 2, "{reason}");
+    }
+}
+
+/// Found by the billing review: Bedrock's `ServiceQuotaExceededException` (HTTP
+/// 400: "Your request exceeds the service quota for your account ... You can
+/// resubmit your request later") was returned to the client as its own invalid
+/// request, never retried nor tried on the next endpoint.
+#[tokio::test]
+async fn bedrocks_service_quota_exceeded_was_blamed_on_the_clients_request() {
+    let (quota, hits) = sequence_upstream(vec![(
+        400,
+        "x-amzn-errortype: ServiceQuotaExceededException:http://internal.amazon.com/coral/com.amazon.bedrock/\r\n",
+        r#"{"message":"Your request exceeds the service quota for your account. You can view your quotas at Viewing service quotas. You can resubmit your request later."}"#,
+    )]);
+    let (good, _) = scripted_upstream(200, COMPLETION);
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = dir.path().join("credentials");
+    std::fs::write(
+        &credentials,
+        "[default]\naws_access_key_id = AKID\naws_secret_access_key = secret\n",
+    )
+    .unwrap();
+    let gw = start_app(
+        &format!(
+            "providers:\n  b: {{ kind: bedrock, base_url: http://{quota}, region: us-east-1, credentials_file: {} }}\n  q: {{ kind: openai-compatible, base_url: http://{good}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: b, model: x, priority: 1 }}, {{ provider: q, model: x, priority: 2 }} ] }}\n  solo: {{ endpoints: [ {{ provider: b, model: y }} ] }}\n",
+            credentials.display()
+        ),
+        &[],
+    )
+    .await;
+    let url = gw.url("/v1/chat/completions");
+    let r = post(&url, &chat("m", false, "")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.headers["x-switchyard-endpoint"], "q/x");
+    let r = post(&url, &chat("solo", false, "")).await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    let e = &r.json()["error"];
+    assert_eq!(e["type"], "rate_limit_error", "{}", r.text());
+    assert_eq!(e["code"], "upstream_rate_limited", "{}", r.text());
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("ServiceQuotaExceededException"),
+        "{}",
+        r.text()
+    );
+    assert!(hits.load(std::sync::atomic::Ordering::SeqCst) >= 2);
+}

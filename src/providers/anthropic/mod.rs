@@ -163,6 +163,69 @@ struct ErrorDetail {
     kind: String,
     #[serde(default)]
     message: String,
+    /// `details` of a 429 or stream error (`{"error_code": ...}`).
+    #[serde(default)]
+    details: Option<ErrorCode>,
+}
+
+#[derive(Deserialize)]
+struct ErrorCode {
+    #[serde(default)]
+    error_code: Option<String>,
+}
+
+impl ErrorDetail {
+    /// Why this error (an HTTP error body's or a stream's `error` event's) says
+    /// Switchyard's account with Anthropic cannot be served until someone pays or
+    /// raises a limit, rather than anything about the request or a passing rate
+    /// limit; `None` when it does not. Anthropic API, "Errors" and "Rate limits":
+    ///
+    /// - `billing_error` (HTTP 402): "There's an issue with your billing or payment
+    ///   information";
+    /// - `rate_limit_error` with `details.error_code` `enforced_spend_limit_reached`:
+    ///   the organization reached its tier's monthly spend cap ("API usage pauses
+    ///   until 00:00 UTC on the first day of the next month"; no `retry-after`,
+    ///   and "Retrying, including the SDKs' automatic retries, fails" until then);
+    /// - `invalid_request_error` saying "You have reached your specified (workspace)
+    ///   API usage limits": "The API also returns a 400 when usage reaches an
+    ///   organization or workspace spend limit you set";
+    /// - any error saying "credit balance is too low" (the prepaid credits are spent;
+    ///   [`upstream_error`] reads it in HTTP answers from any provider).
+    fn out_of_quota(&self) -> Option<&'static str> {
+        let lower = self.message.to_ascii_lowercase();
+        if self.kind == "billing_error" {
+            Some("billing_error")
+        } else if self.details.as_ref().and_then(|d| d.error_code.as_deref())
+            == Some("enforced_spend_limit_reached")
+        {
+            Some("enforced_spend_limit_reached")
+        } else if lower.contains("credit balance is too low") {
+            Some("credit balance too low")
+        } else if self.kind == "invalid_request_error"
+            && lower.contains("you have reached your specified")
+            && lower.contains("api usage limits")
+        {
+            Some("spend limit reached")
+        } else {
+            None
+        }
+    }
+
+    /// The client's error for an account out of quota ([`ErrorDetail::out_of_quota`]
+    /// said `why`), reported by Anthropic `at` ("HTTP 429", "mid-stream"): 429
+    /// `insufficient_quota` with Anthropic's message, tried on the next endpoint and
+    /// pausing this one ([`crate::error::ErrorKind::QuotaExceeded`]).
+    fn quota_error(&self, why: &str, at: &str) -> GatewayError {
+        use crate::error::{bounded, Code, ErrorKind};
+        GatewayError::new(
+            ErrorKind::QuotaExceeded,
+            format!(
+                "upstream account is out of quota ({at}, {why}): {}",
+                bounded(&self.message, 2_000)
+            ),
+        )
+        .with_code(Code::InsufficientQuota)
+    }
 }
 
 impl Adapter for Anthropic {
@@ -254,14 +317,26 @@ impl Adapter for Anthropic {
     ///   ...) becomes the error `code`, unless it is a prompt over the context window
     ///   (`context_length_exceeded`). Its 400 "Your credit balance is too low" is
     ///   not the client's: an exhausted quota, as [`upstream_error`] reads it.
+    /// - any answer saying the account is out of quota or over a spend limit
+    ///   ([`ErrorDetail::out_of_quota`]: a 400 for a spend limit the organization
+    ///   set, a 429 `enforced_spend_limit_reached` for its tier's cap, a
+    ///   `billing_error`): 429 `insufficient_quota`, the next endpoint at once and
+    ///   this one paused, not the client's request nor a rate limit to wait out.
     /// - 5xx, and HTTP 529 `overloaded_error` (a retryable 502 with code
     ///   `upstream_overloaded`): the body is never relayed (it may hold anything, a
     ///   traceback included); the message names the status and Anthropic's error
     ///   type only.
     fn error(&self, status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayError {
         use crate::error::{bounded, Code};
-        let mut e = upstream_error(status, headers, body);
         let parsed = serde_json::from_slice::<ErrorBody>(body).ok();
+        if let Some((b, why)) = parsed
+            .as_ref()
+            .filter(|_| (400..500).contains(&status) && !matches!(status, 401 | 403 | 404))
+            .and_then(|b| Some((b, b.error.out_of_quota()?)))
+        {
+            return b.error.quota_error(why, &format!("HTTP {status}"));
+        }
+        let mut e = upstream_error(status, headers, body);
         let kind = parsed
             .as_ref()
             .map(|b| bounded(&b.error.kind, 64).into_owned())

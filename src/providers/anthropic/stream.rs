@@ -58,6 +58,34 @@ enum Event<'a> {
     Other,
 }
 
+/// The error for a stream's `error` event (Anthropic API, "Streaming Messages":
+/// "errors may be sent in the event stream", with the error types of "Errors"): an
+/// account out of quota or over a spend limit ([`ErrorDetail::out_of_quota`]) as
+/// its HTTP answer would be (429 `insufficient_quota`, the endpoint paused); a
+/// `rate_limit_error` as a rate limit (429 `upstream_rate_limited`, retried after
+/// the backoff); anything else a retryable 502 (`upstream_overloaded` for
+/// `overloaded_error`).
+fn stream_error(error: &ErrorDetail) -> GatewayError {
+    use crate::error::{bounded, Code};
+    if let Some(why) = error.out_of_quota() {
+        return error.quota_error(why, "mid-stream");
+    }
+    let text = format!(
+        "Anthropic reported an error mid-stream ({}): {}",
+        bounded(&error.kind, 64),
+        bounded(&error.message, 500)
+    );
+    match error.kind.as_str() {
+        "rate_limit_error" => {
+            GatewayError::new(ErrorKind::RateLimited, text).with_code(Code::UpstreamRateLimited)
+        }
+        "overloaded_error" => {
+            GatewayError::new(ErrorKind::BadUpstream, text).with_code(Code::UpstreamOverloaded)
+        }
+        _ => GatewayError::new(ErrorKind::BadUpstream, text).with_code(Code::UpstreamError),
+    }
+}
+
 #[derive(Deserialize)]
 struct StartMessage {
     id: String,
@@ -322,23 +350,7 @@ impl StreamTranscoder for AnthropicStream {
                 self.close(out);
                 return Ok(StreamStep::Done);
             }
-            Event::Error { error } => {
-                use crate::error::{bounded, Code};
-                let code = if error.kind == "overloaded_error" {
-                    Code::UpstreamOverloaded
-                } else {
-                    Code::UpstreamError
-                };
-                return Err(GatewayError::new(
-                    ErrorKind::BadUpstream,
-                    format!(
-                        "Anthropic reported an error mid-stream ({}): {}",
-                        bounded(&error.kind, 64),
-                        bounded(&error.message, 500)
-                    ),
-                )
-                .with_code(code));
-            }
+            Event::Error { error } => return Err(stream_error(&error)),
             Event::Other => {}
         }
         Ok(StreamStep::Continue)

@@ -1,6 +1,7 @@
 use serde_json::{json, Value};
 
 use super::*;
+use crate::error::{Code, ErrorKind};
 use crate::providers::testing::{self, assert_well_formed, fixture, replay, Replay};
 
 fn chat(body: Value) -> ChatRequest {
@@ -460,6 +461,96 @@ fn a_credit_balance_too_low_400_was_blamed_on_the_request() {
     let other = br#"{"type":"error","error":{"type":"invalid_request_error","message":"Credit balance is too low."}}"#;
     let e = Anthropic.error(400, &HeaderMap::new(), other);
     assert_eq!(e.kind, crate::error::ErrorKind::QuotaExceeded);
+}
+
+/// Found by the billing review: an `error` event saying the account is out of
+/// credit (`billing_error`, a spent monthly cap) was a retryable 502 and a
+/// `rate_limit_error` event a 502 too; as HTTP answers they are 429
+/// `insufficient_quota` and a 429 rate limit.
+#[test]
+fn out_of_credit_and_rate_limit_error_events_were_retryable_502s() {
+    let ctx = || StreamContext {
+        logical_model: "c".into(),
+        include_usage: false,
+        prompt_tokens_estimate: 0,
+        track: false,
+        resume: None,
+    };
+    let start = r#"{"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":2,"output_tokens":1}}}"#;
+    for (event, kind, code) in [
+        (
+            r#"{"type":"error","error":{"type":"billing_error","message":"Your credit balance is too low to access the Anthropic API."}}"#,
+            ErrorKind::QuotaExceeded,
+            Code::InsufficientQuota,
+        ),
+        (
+            r#"{"type":"error","error":{"type":"rate_limit_error","message":"You have reached your API usage limits.","details":{"error_code":"enforced_spend_limit_reached"}}}"#,
+            ErrorKind::QuotaExceeded,
+            Code::InsufficientQuota,
+        ),
+        (
+            r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#,
+            ErrorKind::RateLimited,
+            Code::UpstreamRateLimited,
+        ),
+        (
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            ErrorKind::BadUpstream,
+            Code::UpstreamOverloaded,
+        ),
+        (
+            r#"{"type":"error","error":{"type":"api_error","message":"Internal server error"}}"#,
+            ErrorKind::BadUpstream,
+            Code::UpstreamError,
+        ),
+    ] {
+        let r = replay(Anthropic.stream(ctx()), &format!("{start}\n{event}"), true);
+        let e = r.result.unwrap_err();
+        assert_eq!((e.kind, e.code.clone()), (kind, Some(code)), "{event}");
+        if kind == ErrorKind::QuotaExceeded {
+            assert_eq!(e.status(), 429);
+            assert!(!e.retry.same_endpoint() && e.retry.other_endpoint());
+            assert!(e.message.contains("mid-stream"), "{}", e.message);
+        }
+    }
+}
+
+/// Anthropic API, "Rate limits": the tier's monthly spend cap, reached (no
+/// `retry-after`; retrying fails until the next month).
+const SPEND_CAP: &[u8] = br#"{"type":"error","error":{"type":"rate_limit_error","message":"You have reached your API usage limits: your organization has crossed its monthly API usage threshold, set based on your organization's API tier. You will regain access on 2026-09-01 at 00:00 UTC.","details":{"error_code":"enforced_spend_limit_reached"}},"request_id":"req_018EeWyXxfu5pfWkrYcMdjWG"}"#;
+
+/// Found by the billing review: the spent monthly cap (429
+/// `enforced_spend_limit_reached`) was a rate limit retried on the same endpoint,
+/// and a spend limit the organization set (400 "You have reached your specified
+/// API usage limits") the client's invalid request.
+#[test]
+fn spend_limits_were_a_rate_limit_and_the_clients_request() {
+    let e = Anthropic.error(429, &HeaderMap::new(), SPEND_CAP);
+    assert_eq!((e.status(), e.kind), (429, ErrorKind::QuotaExceeded));
+    assert_eq!(e.to_json()["error"]["code"], "insufficient_quota");
+    assert!(
+        e.message.contains("monthly API usage threshold"),
+        "{}",
+        e.message
+    );
+    assert_eq!(e.retry_after, None);
+    for message in [
+        "You have reached your specified API usage limits. You will regain access on 2026-09-01 at 00:00 UTC.",
+        "You have reached your specified workspace API usage limits. You will regain access on 2026-09-01 at 00:00 UTC.",
+    ] {
+        let body = json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}});
+        let e = Anthropic.error(400, &HeaderMap::new(), body.to_string().as_bytes());
+        assert_eq!((e.status(), e.kind), (429, ErrorKind::QuotaExceeded), "{message}");
+    }
+    // A 402 `billing_error` too; an ordinary 429 stays a rate limit.
+    let e = Anthropic.error(402, &HeaderMap::new(), br#"{"type":"error","error":{"type":"billing_error","message":"There is an issue with your billing."}}"#);
+    assert_eq!(e.kind, ErrorKind::QuotaExceeded);
+    let e = Anthropic.error(
+        429,
+        &HeaderMap::new(),
+        br#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#,
+    );
+    assert_eq!(e.kind, ErrorKind::RateLimited);
 }
 
 fn bad_input_ctx() -> StreamContext {

@@ -474,6 +474,20 @@ impl Adapter for Bedrock {
     /// `upstream_overloaded`. `ModelErrorException` (HTTP 424, "The request failed
     /// due to an error while processing the model") is the model's failure, not the
     /// client's request: mapped like a 5xx (502, retried).
+    ///
+    /// Quotas and access (Amazon Bedrock API reference, "Converse", Errors; User
+    /// Guide, "Troubleshooting Amazon Bedrock API Error Codes"):
+    /// - `ThrottlingException` (429, "Your request was denied due to exceeding the
+    ///   account quotas for Amazon Bedrock") is a rate limit, as any 429.
+    /// - `ServiceQuotaExceededException` (400, "Your request exceeds the service
+    ///   quota for your account. ... You can resubmit your request later.") is one
+    ///   too, not the client's request: 429 `upstream_rate_limited`, retried after
+    ///   the backoff or on the next endpoint.
+    /// - `AccessDeniedException` (403, "You do not have sufficient permissions to
+    ///   perform the requested action", including a model the account has no
+    ///   access to) is Switchyard's configuration, as any 403: 502
+    ///   `upstream_auth_failed`, the next endpoint; the message names the IAM
+    ///   permissions and model access rather than an API key.
     fn error(&self, status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayError {
         use crate::error::{bounded, Code};
         let message = serde_json::from_slice::<ErrorBody>(body)
@@ -484,6 +498,20 @@ impl Adapter for Bedrock {
             .and_then(|v| v.to_str().ok())
             .map(|t| bounded(t.split(':').next().unwrap_or(t), 64).into_owned())
             .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric()));
+        if kind.as_deref() == Some("ServiceQuotaExceededException") && status < 500 {
+            return GatewayError::new(
+                ErrorKind::RateLimited,
+                format!(
+                    "upstream rate limit: Bedrock ServiceQuotaExceededException (HTTP {status}): {}",
+                    bounded(message.as_deref().unwrap_or(""), 2_000)
+                ),
+            )
+            .with_code(Code::UpstreamRateLimited)
+            .with_retry_after(crate::stats::ratelimit::retry_after(
+                headers,
+                std::time::SystemTime::now(),
+            ));
+        }
         let model_error = status == 424 || kind.as_deref() == Some("ModelErrorException");
         // The status the answer is mapped by: a model error is a server error.
         let mapped = if model_error && status < 500 {
@@ -506,7 +534,11 @@ impl Adapter for Bedrock {
             .as_deref()
             .map(|k| format!(", {k}"))
             .unwrap_or_default();
-        if mapped >= 500 {
+        if status == 403 {
+            e.message = format!(
+                "Bedrock refused Switchyard's request (HTTP 403{named}); check the provider's AWS credentials, their IAM permissions (bedrock:InvokeModel) and the account's access to the model"
+            );
+        } else if mapped >= 500 {
             e.message = format!("Bedrock answered an error (HTTP {status}{named})");
             if status == 503 || kind.as_deref() == Some("ServiceUnavailableException") {
                 e = e.with_code(Code::UpstreamOverloaded);

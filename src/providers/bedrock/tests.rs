@@ -499,6 +499,49 @@ fn error_bodies_map_like_the_other_adapters() {
     assert_eq!(e.code, Some(crate::error::Code::UpstreamOverloaded));
 }
 
+/// Found by the billing review: `ServiceQuotaExceededException` (HTTP 400, "You
+/// can resubmit your request later") was the client's invalid request, never
+/// retried; `AccessDeniedException` (403, including a model the account has no
+/// access to) told the operator to check an API key.
+#[test]
+fn service_quota_exceeded_was_the_clients_invalid_request() {
+    let typed = |t: &'static str| {
+        let mut h = HeaderMap::new();
+        h.insert("x-amzn-errortype", t.parse().unwrap());
+        h
+    };
+    let e = adapter().error(
+        400,
+        &typed("ServiceQuotaExceededException:http://internal.amazon.com/coral/com.amazon.bedrock/"),
+        br#"{"message":"Your request exceeds the service quota for your account. You can view your quotas at Viewing service quotas. You can resubmit your request later."}"#,
+    );
+    assert_eq!((e.status(), e.kind), (429, ErrorKind::RateLimited));
+    assert_eq!(e.code, Some(crate::error::Code::UpstreamRateLimited));
+    assert!(e.retry.same_endpoint());
+    assert!(
+        e.message.contains("resubmit your request later"),
+        "{}",
+        e.message
+    );
+    let e = adapter().error(
+        429,
+        &typed("ThrottlingException"),
+        br#"{"message":"Too many requests, please wait before trying again."}"#,
+    );
+    assert_eq!((e.status(), e.kind), (429, ErrorKind::RateLimited));
+    let e = adapter().error(
+        403,
+        &typed("AccessDeniedException"),
+        br#"{"message":"You don't have access to the model with the specified model ID."}"#,
+    );
+    assert_eq!(e.status(), 502);
+    assert_eq!(e.code, Some(crate::error::Code::UpstreamAuthFailed));
+    assert!(!e.retry.same_endpoint() && e.retry.other_endpoint());
+    assert!(e.message.contains("AccessDeniedException"), "{}", e.message);
+    assert!(e.message.contains("access to the model"), "{}", e.message);
+    assert!(!e.message.contains("api_key_env"), "{}", e.message);
+}
+
 // ---- ConverseStream ----
 
 /// One event stream frame of `kind` with `payload`.

@@ -169,6 +169,10 @@ struct ErrorBody {
 
 #[derive(Deserialize, Default)]
 struct ErrorDetail {
+    /// The HTTP status, as the body repeats it (`429`); read loosely, so that a
+    /// body with another `code` still parses.
+    #[serde(default)]
+    code: Value,
     #[serde(default)]
     message: String,
     #[serde(default)]
@@ -178,27 +182,101 @@ struct ErrorDetail {
 }
 
 impl ErrorDetail {
-    /// Whether a `google.rpc.ErrorInfo` detail says the API key is not valid (reason
-    /// `API_KEY_INVALID`, also sent for an expired key).
-    fn bad_key(&self) -> bool {
-        self.details.iter().any(|d| {
+    /// The details of type `google.rpc.<kind>` (`ErrorInfo`, `QuotaFailure`, ...).
+    fn details_of<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+        self.details.iter().filter(move |d| {
             d.get("@type")
                 .and_then(Value::as_str)
-                .is_some_and(|t| t.ends_with("google.rpc.ErrorInfo"))
-                && d.get("reason").and_then(Value::as_str) == Some("API_KEY_INVALID")
+                .and_then(|t| t.strip_suffix(kind))
+                .is_some_and(|t| t.ends_with("google.rpc."))
         })
     }
 
+    /// Whether a `google.rpc.ErrorInfo` detail gives `reason` (Google APIs,
+    /// `google/api/error_reason.proto`).
+    fn has_reason(&self, reason: &str) -> bool {
+        self.details_of("ErrorInfo")
+            .any(|d| d.get("reason").and_then(Value::as_str) == Some(reason))
+    }
+
+    /// Whether a `google.rpc.ErrorInfo` detail says the API key is not valid (reason
+    /// `API_KEY_INVALID`, also sent for an expired key).
+    fn bad_key(&self) -> bool {
+        self.has_reason("API_KEY_INVALID")
+    }
+
+    /// Whether a `google.rpc.QuotaFailure` detail names a per-day quota among its
+    /// violations (`quotaId` such as `GenerateRequestsPerDayPerProjectPerModel-FreeTier`):
+    /// Gemini API "Rate limits": "Requests per day (RPD) quotas reset at midnight
+    /// Pacific time", whatever `RetryInfo` delay comes beside it.
+    fn per_day_quota(&self) -> bool {
+        self.details_of("QuotaFailure").any(|d| {
+            d.get("violations")
+                .and_then(Value::as_array)
+                .is_some_and(|v| {
+                    v.iter().any(|v| {
+                        v.get("quotaId")
+                            .and_then(Value::as_str)
+                            .is_some_and(|id| id.contains("PerDay"))
+                    })
+                })
+        })
+    }
+
+    /// The error for an account Gemini will not serve until its billing is fixed,
+    /// reported with HTTP status `http` (a stream's error object carries its own
+    /// `code`), `at` ("HTTP 403", "mid-stream"); `None` for any other error:
+    /// - 402 `RESOURCE_EXHAUSTED`, "Your prepay credit balance is depleted" (Gemini
+    ///   API, "API errors": "Don't retry");
+    /// - `google.rpc.ErrorInfo` reason `BILLING_DISABLED` (Google APIs,
+    ///   `google/api/error_reason.proto`: "The request whose associated billing
+    ///   account is disabled"; sent with `PERMISSION_DENIED`).
+    ///
+    /// Both are 429 `insufficient_quota`
+    /// ([`crate::error::ErrorKind::QuotaExceeded`]): not the client's request nor a
+    /// refused key, and no wait of a request fixes them.
+    fn billing_error(&self, http: u16, at: &str) -> Option<GatewayError> {
+        use crate::error::{bounded, Code, ErrorKind};
+        let why = if self.has_reason("BILLING_DISABLED") {
+            "BILLING_DISABLED"
+        } else if http == 402 || self.code.as_u64() == Some(402) {
+            "prepay credits depleted"
+        } else {
+            return None;
+        };
+        Some(
+            GatewayError::new(
+                ErrorKind::QuotaExceeded,
+                format!(
+                    "upstream account is out of quota ({at} {}, {why}): {}",
+                    bounded(&self.status, 64),
+                    bounded(&self.message, 2_000)
+                ),
+            )
+            .with_code(Code::InsufficientQuota),
+        )
+    }
+
+    /// The least wait before a `RESOURCE_EXHAUSTED` can be served again, beyond
+    /// its `RetryInfo`: until midnight Pacific time when a per-day quota is
+    /// exhausted ([`ErrorDetail::per_day_quota`]), else none.
+    fn reset_wait(&self) -> Option<std::time::Duration> {
+        self.per_day_quota()
+            .then(|| until_pacific_midnight(std::time::SystemTime::now()))
+            .flatten()
+    }
+
+    /// A `google.rpc.RetryInfo` detail's `retryDelay`, in whole seconds rounded up
+    /// ("34.4s" → 35 s).
+    fn retry_delay(&self) -> Option<std::time::Duration> {
+        self.retry_delay_secs().map(std::time::Duration::from_secs)
+    }
+
     /// Seconds from a `google.rpc.RetryInfo` detail's `retryDelay` ("34.4s" → 35).
-    fn retry_delay(&self) -> Option<u64> {
-        let delay = self.details.iter().find_map(|d| {
-            let t = d.get("@type")?.as_str()?;
-            if t.ends_with("google.rpc.RetryInfo") {
-                d.get("retryDelay")?.as_str()
-            } else {
-                None
-            }
-        })?;
+    fn retry_delay_secs(&self) -> Option<u64> {
+        let delay = self
+            .details_of("RetryInfo")
+            .find_map(|d| d.get("retryDelay")?.as_str())?;
         let secs: f64 = delay.trim().strip_suffix('s')?.parse().ok()?;
         (secs.is_finite() && secs >= 0.0).then(|| secs.ceil() as u64)
     }
@@ -322,9 +400,31 @@ impl Adapter for Gemini {
     /// Please enable billing on your project in Google AI Studio."; also "User
     /// location is not supported"): 502 `upstream_error` at Switchyard's fault,
     /// tried on the next endpoint.
+    ///
+    /// Billing and quotas (Gemini API, "API errors" and "Rate limits"; Google APIs'
+    /// `google/api/error_reason.proto`):
+    /// - 402 `RESOURCE_EXHAUSTED`, "Your prepay credit balance is depleted" ("Don't
+    ///   retry"): as any provider's 402 ([`upstream_error`]), 429
+    ///   `insufficient_quota`, the endpoint paused.
+    /// - a 4xx whose `google.rpc.ErrorInfo` reason is `BILLING_DISABLED` (its
+    ///   PERMISSION_DENIED: "The request whose associated billing account is
+    ///   disabled"): not refused credentials but the account's billing, the same 429
+    ///   `insufficient_quota`.
+    /// - 429 `RESOURCE_EXHAUSTED` ("You've exceeded one of the API rate limits (RPM,
+    ///   TPM, RPD, spend, and so on)", whose solution is to wait and retry): a rate
+    ///   limit, waited for by its `RetryInfo` delay; when its `google.rpc.QuotaFailure`
+    ///   names a per-day quota, which resets at midnight Pacific time, at least
+    ///   until then (the delay beside it can be a minute).
     fn error(&self, status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayError {
         use crate::error::{bounded, Code, ErrorKind, Fault, Retry};
         let parsed = serde_json::from_slice::<ErrorBody>(body).ok();
+        if let Some(e) = parsed
+            .as_ref()
+            .filter(|_| (400..500).contains(&status))
+            .and_then(|b| b.error.billing_error(status, &format!("HTTP {status}")))
+        {
+            return e;
+        }
         if let Some(b) = parsed
             .as_ref()
             .filter(|b| status == 400 && b.error.status == "FAILED_PRECONDITION")
@@ -346,8 +446,13 @@ impl Adapter for Gemini {
         };
         let mut e = upstream_error(status, headers, body);
         if let Some(b) = parsed {
-            if e.retry_after.is_none() {
-                e.retry_after = b.error.retry_delay().map(std::time::Duration::from_secs);
+            if e.kind == ErrorKind::RateLimited {
+                e.retry_after = e
+                    .retry_after
+                    .or(b.error.retry_delay())
+                    .max(b.error.reset_wait());
+            } else if e.retry_after.is_none() {
+                e.retry_after = b.error.retry_delay();
             }
             if !b.error.status.is_empty() && status != 401 && status != 403 {
                 e.message = format!("{} ({})", e.message, b.error.status);
@@ -355,6 +460,23 @@ impl Adapter for Gemini {
         }
         e
     }
+}
+
+/// How long from `now` until the next midnight in Pacific time
+/// (`America/Los_Angeles`), when Gemini's per-day quotas reset; `None` if the
+/// time cannot be placed in that zone.
+fn until_pacific_midnight(now: std::time::SystemTime) -> Option<std::time::Duration> {
+    let tz = jiff::tz::TimeZone::get("America/Los_Angeles").ok()?;
+    let ts = jiff::Timestamp::try_from(now).ok()?;
+    let midnight = ts
+        .to_zoned_datetime(tz.clone())
+        .date()
+        .tomorrow()
+        .ok()?
+        .to_zoned_datetime(tz)
+        .ok()?;
+    let ms = midnight.timestamp().as_millisecond() - ts.as_millisecond();
+    Some(std::time::Duration::from_millis(u64::try_from(ms).ok()?))
 }
 
 #[cfg(test)]

@@ -234,6 +234,10 @@ impl StreamTranscoder for GeminiStream {
             bad_upstream(format!("Gemini sent a stream event that is not valid: {e}"))
         })?;
         if let Some(e) = r.error {
+            // Billing, as the HTTP answer would say it (`ErrorDetail::billing_error`).
+            if let Some(billing) = e.billing_error(200, "mid-stream") {
+                return Err(billing);
+            }
             let message = format!(
                 "Gemini reported an error mid-stream ({}): {}",
                 e.status,
@@ -243,7 +247,7 @@ impl StreamTranscoder for GeminiStream {
             return Err(if e.status == "RESOURCE_EXHAUSTED" {
                 GatewayError::new(ErrorKind::RateLimited, message)
                     .with_code(crate::error::Code::UpstreamRateLimited)
-                    .with_retry_after(e.retry_delay().map(std::time::Duration::from_secs))
+                    .with_retry_after(e.retry_delay().max(e.reset_wait()))
             } else {
                 GatewayError::new(ErrorKind::BadUpstream, message)
                     .with_code(crate::error::Code::UpstreamError)

@@ -1,6 +1,7 @@
 use serde_json::{json, Value};
 
 use super::*;
+use crate::error::{Code, ErrorKind};
 use crate::providers::testing::{self, assert_well_formed, fixture, replay, Replay};
 
 fn chat(body: Value) -> ChatRequest {
@@ -462,6 +463,101 @@ fn error_bodies() {
             .error(503, &HeaderMap::new(), b"unavailable")
             .status(),
         502
+    );
+}
+
+/// Found by the billing review: a 429 whose `QuotaFailure` names a per-day quota
+/// (reset at midnight Pacific time) was waited for by the `RetryInfo` delay beside
+/// it, a minute or less, so its endpoint was tried again every minute all day.
+#[test]
+fn a_per_day_quota_429_was_waited_for_by_its_one_minute_retry_delay() {
+    let per_minute = fixture("gemini/google-429-retry-info.json");
+    let per_day = per_minute.replace("PerMinute", "PerDay");
+    assert_ne!(per_day, per_minute);
+    let e = Gemini.error(429, &HeaderMap::new(), per_day.as_bytes());
+    let now = std::time::SystemTime::now();
+    assert_eq!((e.status(), e.kind), (429, ErrorKind::RateLimited));
+    assert_eq!(e.code, Some(Code::UpstreamRateLimited));
+    let midnight = until_pacific_midnight(now).unwrap();
+    let wait = e.retry_after.unwrap();
+    assert!(
+        wait >= midnight.max(std::time::Duration::from_secs(35)),
+        "{wait:?} < {midnight:?}"
+    );
+    assert!(
+        wait <= std::time::Duration::from_secs(25 * 3600),
+        "{wait:?}"
+    );
+    // The per-minute quota keeps its delay.
+    let e = Gemini.error(429, &HeaderMap::new(), per_minute.as_bytes());
+    assert_eq!(e.retry_after_secs(), Some(35));
+}
+
+#[test]
+fn pacific_midnight_follows_daylight_saving_time() {
+    let at = |s: &str| {
+        let ms = s.parse::<jiff::Timestamp>().unwrap().as_millisecond();
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms as u64)
+    };
+    let hours = |d: std::time::Duration| d.as_secs_f64() / 3600.0;
+    // 23:00 PST; 23:30 PDT.
+    assert_eq!(
+        hours(until_pacific_midnight(at("2026-01-15T07:00:00Z")).unwrap()),
+        1.0
+    );
+    assert_eq!(
+        hours(until_pacific_midnight(at("2026-07-15T06:30:00Z")).unwrap()),
+        0.5
+    );
+    // 01:00 PST on 8 March 2026, a 23-hour day: midnight is 22 hours on.
+    assert_eq!(
+        hours(until_pacific_midnight(at("2026-03-08T09:00:00Z")).unwrap()),
+        22.0
+    );
+}
+
+/// Found by the billing review: Gemini's 403 `PERMISSION_DENIED` with
+/// `ErrorInfo.reason` `BILLING_DISABLED` was read as a refused key.
+#[test]
+fn billing_disabled_was_read_as_a_refused_key() {
+    let body = br#"{"error":{"code":403,"message":"This API method requires billing to be enabled.","status":"PERMISSION_DENIED","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"BILLING_DISABLED","domain":"googleapis.com","metadata":{"consumer":"projects/123","service":"generativelanguage.googleapis.com"}}]}}"#;
+    let e = Gemini.error(403, &HeaderMap::new(), body);
+    assert_eq!((e.status(), e.kind), (429, ErrorKind::QuotaExceeded));
+    assert_eq!(e.to_json()["error"]["type"], "insufficient_quota");
+    assert!(
+        e.message.contains("requires billing to be enabled"),
+        "{}",
+        e.message
+    );
+    // Another PERMISSION_DENIED stays a refused key, tried elsewhere.
+    let body = br#"{"error":{"code":403,"message":"Your API key doesn't have the required permissions.","status":"PERMISSION_DENIED"}}"#;
+    let e = Gemini.error(403, &HeaderMap::new(), body);
+    assert_eq!(e.code, Some(Code::UpstreamAuthFailed));
+    // The prepay 402: out of credit, as any provider's 402.
+    let body = br#"{"error":{"code":402,"message":"Your prepayment credits are depleted.","status":"RESOURCE_EXHAUSTED"}}"#;
+    let e = Gemini.error(402, &HeaderMap::new(), body);
+    assert_eq!((e.status(), e.kind), (429, ErrorKind::QuotaExceeded));
+    // The same in a stream's error object; a per-minute RESOURCE_EXHAUSTED there
+    // stays a rate limit with its delay.
+    let ctx = StreamContext {
+        logical_model: "g".into(),
+        include_usage: false,
+        prompt_tokens_estimate: 0,
+        track: false,
+        resume: None,
+    };
+    let r = replay(
+        Gemini.stream(ctx.clone()),
+        std::str::from_utf8(body).unwrap(),
+        false,
+    );
+    assert_eq!(r.result.unwrap_err().kind, ErrorKind::QuotaExceeded);
+    let per_minute = fixture("gemini/google-429-retry-info.json").replace('\n', "");
+    let r = replay(Gemini.stream(ctx), &per_minute, false);
+    let e = r.result.unwrap_err();
+    assert_eq!(
+        (e.kind, e.retry_after_secs()),
+        (ErrorKind::RateLimited, Some(35))
     );
 }
 
