@@ -308,8 +308,10 @@ impl App {
                 drain,
                 || {},
                 limits,
+                crate::ingress::refusals(&services, Surface::Admin),
             )));
         }
+        let refusals = crate::ingress::refusals(&services, surface);
         let handler = move |req, peer| crate::ingress::handle(svc.clone(), req, peer, surface);
         let server = if per_core.is_some() {
             let threads = crate::server::spawn_per_core(
@@ -318,6 +320,7 @@ impl App {
                 drain,
                 move || stream_stop.stop(),
                 limits,
+                refusals,
             )
             .map_err(|source| StartError::Bind {
                 addr: listen,
@@ -333,6 +336,7 @@ impl App {
                 drain,
                 move || stream_stop.stop(),
                 limits,
+                refusals,
             ))
         };
         Ok(App {

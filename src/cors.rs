@@ -15,7 +15,8 @@
 //!   the answer the one any `OPTIONS` gets (RFC 9110 section 9.3.7).
 //! - Every other answer under `/v1/` (success, errors, streams) from an allowed
 //!   origin gets [`Cors::actual`]'s fields, so the page can read error bodies and the
-//!   gateway's own headers.
+//!   gateway's own headers; so do the 400, 414 and 431 the server gives before
+//!   routing (`crate::ingress::refusals`).
 
 use http::header::{
     ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,

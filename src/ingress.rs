@@ -11,7 +11,8 @@
 //!
 //! `OPTIONS` answers 204 with `Allow` on every known path; with `server.cors_origins`
 //! it is also the browser's CORS preflight, and answers under `/v1/` carry the CORS
-//! fields ([`crate::cors`]), added here after routing like the request id.
+//! fields ([`crate::cors`]), added here after routing like the request id, and to
+//! the answers the listener gives by itself ([`refusals`]).
 //!
 //! Every response carries the request's `x-request-id` ([`crate::request_id`]), and
 //! everything logged while serving it sits in a `request` span naming that id. A chat
@@ -148,6 +149,25 @@ pub fn handle(
         }
         resp
     }
+}
+
+/// The fields the listener serving `surface` adds to the answers it gives by itself
+/// ([`crate::server::Refusals`]: a request head it could not parse or whose URI or
+/// header section is too large): the CORS fields [`handle`] adds to every answer
+/// under `/v1/` ([`crate::cors::Cors::actual`]), so a page on an allowed origin
+/// reads the 414 or 431 rather than a network error. None with CORS off or on the
+/// admin listener. A head whose method could not be read is not taken for a
+/// preflight.
+pub fn refusals(svc: &Services, surface: Surface) -> crate::server::Refusals {
+    let Some(cors) = svc.cors.clone().filter(|_| surface != Surface::Admin) else {
+        return crate::server::Refusals::default();
+    };
+    crate::server::Refusals::new(move |req, lines| {
+        if crate::cors::Cors::covers(req.path) {
+            let method = req.method.unwrap_or(&Method::GET);
+            cors.actual(method, req.headers, lines);
+        }
+    })
 }
 
 async fn route(

@@ -16,7 +16,8 @@
 //! A deadline that passes closes the connection without an answer, as nginx does. A
 //! request head that cannot be parsed (400), with a URI over 65,534 bytes (414) or too
 //! large a header section (431) gets an OpenAI error body like every other error
-//! (`canned`).
+//! (`canned`), with the fields the listener's owner adds to such answers
+//! ([`Refusals`]: the gateway's CORS fields).
 //!
 //! # Protocols
 //! HTTP/1.1 is served by our own server side ([`h1`]: no buffer held by an idle
@@ -40,6 +41,8 @@ mod canned;
 mod edge_io;
 pub mod h1;
 pub mod lines;
+
+pub use canned::{Refusals, Refused, MAX_GLIMPSED_FIELDS, MAX_GLIMPSED_PATH};
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -147,7 +150,9 @@ impl Default for ConnLimits {
 /// connections for at most `drain`. If the drain runs out of time, `on_drain_timeout`
 /// runs (the gateway ends its live streams with an error event there) and the
 /// connections get one more second to write what it produced. Every connection is
-/// held to `limits` (deadlines for each connection phase, the header size cap).
+/// held to `limits` (deadlines for each connection phase, the header size cap);
+/// the answers the server gives by itself (a refused head, a header section over
+/// the cap) get the fields of `refusals`.
 ///
 /// Accept errors (for example too many open files) are logged and retried after a short
 /// pause rather than ending the server.
@@ -158,6 +163,7 @@ pub async fn serve<H, F>(
     drain: Duration,
     on_drain_timeout: impl FnOnce(),
     limits: ConnLimits,
+    refusals: Refusals,
 ) where
     H: Fn(Request<RequestBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
@@ -219,6 +225,7 @@ pub async fn serve<H, F>(
         reclaim.add(&activity);
         let mut io = EdgeIo::new(stream, activity.clone(), limits);
         let socket = io.watch();
+        let (refusals, refused) = (refusals.clone(), refusals.clone());
         let service = move |req: Request<RequestBody>| {
             let h2 = req.version() == Version::HTTP_2;
             let guard = activity.start(h2);
@@ -229,7 +236,8 @@ pub async fn serve<H, F>(
             // request, and the watch stops at them (`ClientWatch::poll_gone`).
             let bodiless = matches!(req.body(), RequestBody::Empty);
             let fits = header_bytes(req.headers()) <= limits.max_header_bytes;
-            let too_large = (!fits).then(|| crate::request_id::of(req.headers()));
+            // Boxed: only a refusal has one, and the answer stays small without.
+            let too_large = (!fits).then(|| Box::new(headers_too_large(&limits, &req, &refused)));
             // Boxed per request: the request path's future is kilobytes, and moved
             // by value it would be copied whole at each step (into the answer, into
             // the exchange's box: about 2,000 instructions per request measured by
@@ -241,7 +249,6 @@ pub async fn serve<H, F>(
                 watch,
                 bodiless,
                 guard: Some(guard),
-                limits,
             }
         };
         let watcher = graceful.watcher();
@@ -259,7 +266,7 @@ pub async fn serve<H, F>(
             match h2 {
                 Ok(false) => {
                     drop(watcher);
-                    h1::serve(io, service, stopping, limits).await;
+                    h1::serve(io, service, stopping, limits, refusals).await;
                 }
                 // Boxed: HTTP/2's connection state is the larger, and the task holds
                 // the larger of the two inline.
@@ -319,22 +326,21 @@ pub async fn serve<H, F>(
 /// The service's answer to one request: the handler's future run to its
 /// response, or failed with [`edge_io::client_gone`] when `watch` (an HTTP/1
 /// request's) sees the client close its connection first (the future is then
-/// dropped, which cancels the request's upstream work); the 431 when the header
-/// section was too large. The response body is wrapped ([`Tracked`]) to count
+/// dropped, which cancels the request's upstream work); the 431 made when the
+/// header section was too large. The response body is wrapped ([`Tracked`]) to count
 /// the request out when the server drops it.
 ///
 /// A future of its own rather than an `async` block, which would hold what it
 /// captured and what it awaits in separate slots.
 struct Answer<F> {
     fut: Option<std::pin::Pin<Box<F>>>,
-    too_large: Option<http::HeaderValue>,
+    too_large: Option<Box<Response<Body>>>,
     watch: Option<ClientWatch>,
     /// The request has no body: every unread byte is a pipelined request. (With a
     /// body the watch cannot tell the body's rest from a next request, so it peeks
     /// again at each poll; the response body's watch knows the body was read.)
     bodiless: bool,
     guard: Option<edge_io::RequestGuard>,
-    limits: ConnLimits,
 }
 
 impl<F: Future<Output = Response<Body>>> Future for Answer<F> {
@@ -361,13 +367,11 @@ impl<F: Future<Output = Response<Body>>> Future for Answer<F> {
                     return Poll::Pending;
                 }
             },
-            None => {
-                let id = this
-                    .too_large
-                    .take()
-                    .unwrap_or_else(crate::request_id::generate);
-                headers_too_large(&this.limits, id)
-            }
+            None => match this.too_large.take() {
+                Some(resp) => *resp,
+                // Polled again after it answered: never by the servers here.
+                None => return Poll::Ready(Err(edge_io::client_gone())),
+            },
         };
         this.fut = None;
         let (guard, watch) = (this.guard.take(), this.watch.take());
@@ -470,6 +474,7 @@ pub fn spawn_per_core<H, F>(
     drain: Duration,
     on_drain_timeout: impl Fn() + Send + Sync + 'static,
     limits: ConnLimits,
+    refusals: Refusals,
 ) -> std::io::Result<PerCore>
 where
     H: Fn(Request<RequestBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
@@ -485,6 +490,7 @@ where
             .enable_all()
             .build()?;
         let (handler, on_timeout) = (handler.clone(), on_drain_timeout.clone());
+        let refusals = refusals.clone();
         let mut rx = stop.subscribe();
         let (tx, finished) = tokio::sync::oneshot::channel::<()>();
         std::thread::Builder::new()
@@ -509,6 +515,7 @@ where
                         drain,
                         move || on_timeout(),
                         limits,
+                        refusals,
                     )
                     .await;
                 });
@@ -567,9 +574,15 @@ fn header_bytes(headers: &HeaderMap) -> usize {
         .sum()
 }
 
-/// The 431 for a head over `max_header_bytes` that the server itself accepted, with
-/// request id `id` (the client's when valid, as for any request).
-fn headers_too_large(limits: &ConnLimits, id: http::HeaderValue) -> Response<Body> {
+/// The 431 for the head of `req`, over `max_header_bytes`, that the server itself
+/// accepted: the request's id (the client's when valid, as for any request) and the
+/// fields `refusals` gives it.
+fn headers_too_large<B>(
+    limits: &ConnLimits,
+    req: &Request<B>,
+    refusals: &Refusals,
+) -> Response<Body> {
+    let id = crate::request_id::of(req.headers());
     tracing::info!(
         request_id = crate::request_id::as_str(&id),
         status = 431,
@@ -581,6 +594,14 @@ fn headers_too_large(limits: &ConnLimits, id: http::HeaderValue) -> Response<Bod
         canned::error_body(431, "", limits),
     );
     resp.headers_mut().insert(crate::request_id::HEADER, id);
+    if refusals.is_on() {
+        let refused = Refused {
+            method: Some(req.method()),
+            path: req.uri().path(),
+            headers: req.headers(),
+        };
+        resp.extensions_mut().insert(refusals.fields(&refused));
+    }
     resp
 }
 
@@ -734,6 +755,7 @@ mod tests {
             Duration::from_secs(600),
             || {},
             limits,
+            Refusals::default(),
         ));
         let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
         // Served before and after: the silent one is accepted and being sniffed.
@@ -767,6 +789,7 @@ mod tests {
             Duration::from_secs(1),
             || {},
             ConnLimits::default(),
+            Refusals::default(),
         )
         .unwrap();
         let server = tokio::spawn(server.run_until(async move {

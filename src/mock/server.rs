@@ -56,6 +56,7 @@ pub async fn run(listen: SocketAddr, opts: MockOptions, wire: Wire) -> std::io::
         Duration::from_secs(5),
         || {},
         limits(),
+        crate::server::Refusals::default(),
     )
     .await;
     Ok(())
@@ -250,6 +251,7 @@ pub async fn spawn_local_wire(opts: MockOptions, wire: Wire) -> std::io::Result<
         Duration::from_secs(1),
         || {},
         limits(),
+        crate::server::Refusals::default(),
     ));
     Ok(addr)
 }

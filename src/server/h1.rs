@@ -52,7 +52,9 @@
 //!   the connection. `HEAD` answers and `1xx`/`204`/`304` carry no body.
 //! - A head that cannot be parsed gets a complete OpenAI error response (400, 414
 //!   for a URI over 65,534 bytes, 431 for more than [`MAX_HEADERS`] fields or a head
-//!   past the cap), then the connection closes; the service never sees it.
+//!   past the cap), then the connection closes; the service never sees it. The
+//!   listener's owner may add fields to it ([`canned::Refusals`], given a lenient
+//!   reading of the refused bytes).
 //!
 //! Deadlines, the client watch and the request accounting stay in [`super::edge_io`]:
 //! every read and write goes through the connection's [`EdgeIo`].
@@ -1405,6 +1407,7 @@ pub(super) fn serve<S, F>(
     service: S,
     stopping: tokio::sync::watch::Receiver<()>,
     limits: ConnLimits,
+    refusals: canned::Refusals,
 ) -> impl Future<Output = ()>
 where
     S: Fn(Request<crate::server::RequestBody>) -> F,
@@ -1451,7 +1454,14 @@ where
                     return;
                 }
                 Next::Refuse(e) => {
-                    let answer = canned::response(&e, &limits);
+                    // The refused head is still in `buf` (`poll_head` leaves it).
+                    let extra = if refusals.is_on() {
+                        let seen = canned::glimpse(&lock(&shared).buf);
+                        refusals.fields(&seen.refused())
+                    } else {
+                        Default::default()
+                    };
+                    let answer = canned::response(&e, &limits, &extra);
                     let _ = write_all(&shared, &[&answer]).await;
                     false
                 }

@@ -211,3 +211,145 @@ async fn a_star_allows_every_origin_with_one_answer_for_all() {
     assert!(r.headers.contains_key("access-control-expose-headers"));
     assert!(!r.headers.contains_key("vary"));
 }
+
+/// Status and lowercase head of the answer to the raw bytes `request` (which should
+/// end the connection: `Connection: close`, or a head the server refuses).
+async fn raw(gw: &InProcess, request: &[u8]) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(gw.app.addr()).await.unwrap();
+    // The server may answer and close before the last bytes are written.
+    let _ = s.write_all(request).await;
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut got))
+        .await
+        .expect("the server closes the connection");
+    let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+    let head = text.split("\r\n\r\n").next().unwrap_or("").to_string();
+    let status = head.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, head)
+}
+
+/// The value of field `name` (lowercase) in `head`, if it has one.
+fn field<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.split("\r\n").find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k == name).then(|| v.trim())
+    })
+}
+
+/// Found by the CORS review: the 400, 414 and 431 the server answers by itself,
+/// before routing (a head it cannot parse, a URI over 65,534 bytes, too many or
+/// too large header fields), carried no CORS fields, so a page on an allowed origin
+/// saw a network error instead of the status and its JSON error.
+#[tokio::test]
+async fn answers_the_server_gives_by_itself_carried_no_cors_fields() {
+    let gw = gateway(&format!("cors_origins: [ \"{APP}\" ]")).await;
+    let long = "a".repeat(100 * 1024);
+    let many: String = (0..101).map(|i| format!("X-F{i}: v\r\n")).collect();
+    let cases = [
+        (
+            "a URI over the limit",
+            format!("GET /v1/models/{long} HTTP/1.1\r\nHost: x\r\nOrigin: {APP}\r\n\r\n"),
+            414,
+        ),
+        (
+            "a header section over max_header_bytes",
+            format!("GET /v1/models HTTP/1.1\r\nHost: x\r\nOrigin: {APP}\r\nX-Big: {long}\r\nConnection: close\r\n\r\n"),
+            431,
+        ),
+        (
+            "more than 100 fields",
+            format!("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nOrigin: {APP}\r\n{many}\r\n"),
+            431,
+        ),
+        (
+            "two Host fields",
+            format!("GET /v1/models HTTP/1.1\r\nHost: x\r\nOrigin: {APP}\r\nHost: y\r\n\r\n"),
+            400,
+        ),
+        (
+            "an absolute-form target, framing both ways",
+            format!("POST http://x/v1/chat/completions HTTP/1.1\r\nHost: x\r\nOrigin: {APP}\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            400,
+        ),
+    ];
+    for (what, request, status) in &cases {
+        let (got, head) = raw(&gw, request.as_bytes()).await;
+        assert_eq!(got, *status, "{what}: {head}");
+        assert_eq!(
+            field(&head, "access-control-allow-origin"),
+            Some(APP),
+            "{what}: {head}"
+        );
+        let exposed = field(&head, "access-control-expose-headers").unwrap_or("");
+        assert!(
+            exposed.split(", ").any(|e| e == "x-request-id"),
+            "{what}: {head}"
+        );
+        assert_eq!(field(&head, "vary"), Some("origin"), "{what}: {head}");
+        assert!(field(&head, "x-request-id").is_some(), "{what}: {head}");
+    }
+    // Over HTTP/2 (h2c) too, for the header section over max_header_bytes.
+    let stream = tokio::net::TcpStream::connect(gw.app.addr()).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::get(gw.url("/v1/models"))
+        .header("origin", APP)
+        .header("x-big", long.as_str())
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 431);
+    assert_eq!(resp.headers()["access-control-allow-origin"], APP);
+    assert_eq!(resp.headers()["vary"], "Origin");
+    // Another origin, and a path CORS does not cover, get no grant.
+    let (got, head) = raw(
+        &gw,
+        format!(
+            "GET /v1/models/{long} HTTP/1.1\r\nHost: x\r\nOrigin: https://evil.example\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert_eq!(got, 414);
+    assert_eq!(field(&head, "access-control-allow-origin"), None, "{head}");
+    assert_eq!(field(&head, "vary"), Some("origin"), "{head}");
+    let (got, head) = raw(
+        &gw,
+        format!("GET /health?{long} HTTP/1.1\r\nHost: x\r\nOrigin: {APP}\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert_eq!(got, 414);
+    assert!(!head.contains("access-control-"), "{head}");
+    assert_eq!(field(&head, "vary"), None, "{head}");
+    // With `*`, one answer for everyone, Origin or not.
+    let gw = gateway("cors_origins: [ \"*\" ]").await;
+    let (got, head) = raw(
+        &gw,
+        format!("GET /v1/models/{long} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert_eq!(got, 414);
+    assert_eq!(
+        field(&head, "access-control-allow-origin"),
+        Some("*"),
+        "{head}"
+    );
+    // With CORS off, none.
+    let gw = gateway("").await;
+    let (got, head) = raw(
+        &gw,
+        format!("GET /v1/models/{long} HTTP/1.1\r\nHost: x\r\nOrigin: {APP}\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert_eq!(got, 414);
+    assert!(
+        !head.contains("access-control-") && !head.contains("\r\nvary:"),
+        "{head}"
+    );
+}

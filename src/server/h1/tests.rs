@@ -440,6 +440,7 @@ async fn serve_answers<F, Fut>(
         },
         stopping,
         limits,
+        canned::Refusals::default(),
     )
     .await;
 }
