@@ -42,6 +42,23 @@ impl Column {
         held.then(|| f64::from_bits(self.values[i].load(Ordering::Relaxed)))
     }
 
+    /// The values of endpoints `start..start + n`, each as [`Column::get`] reads it;
+    /// `None` when the range is not inside the column. One bounds check for the run
+    /// instead of two per endpoint (a model's endpoints are consecutive indices).
+    #[inline]
+    pub(crate) fn run(
+        &self,
+        start: usize,
+        n: usize,
+    ) -> Option<impl Iterator<Item = Option<f64>> + '_> {
+        let range = start..start.checked_add(n)?;
+        let (present, values) = (self.present.get(range.clone())?, self.values.get(range)?);
+        Some(present.iter().zip(values).map(|(p, v)| {
+            p.load(Ordering::Acquire)
+                .then(|| f64::from_bits(v.load(Ordering::Relaxed)))
+        }))
+    }
+
     fn set(&self, i: usize, v: f64) {
         if let (Some(value), Some(present)) = (self.values.get(i), self.present.get(i)) {
             value.store(v.to_bits(), Ordering::Relaxed);

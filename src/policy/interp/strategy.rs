@@ -154,8 +154,9 @@ pub fn state_column<'a, A: smallvec::Array<Item = Option<f64>>>(
     slot: usize,
     known: &mut SmallVec<A>,
 ) -> f64 {
-    known.clear();
-    known.resize(cands.len(), None);
+    // Made anew, not resized: `SmallVec::resize` pushes one item at a time through
+    // an iterator (about 6 instructions per endpoint, issue 17).
+    *known = SmallVec::from_elem(None, cands.len());
     let Some(st) = s.states.get(slot) else {
         return 0.0;
     };

@@ -606,8 +606,13 @@ impl<'a> JRun<'a> {
                 let plan = if fallback.is_some() {
                     Some(collect_long(r.pos.len(), order.copied()))
                 } else {
-                    let mut plan = Vec::with_capacity(r.pos.len());
-                    plan.extend(order.map(|c| c.index));
+                    // Written in place: every position names a row (a push per
+                    // endpoint through the filter checked the capacity each time,
+                    // 26 instructions per endpoint at a model's 128, issue 17).
+                    let mut plan = vec![0; r.pos.len()];
+                    for (slot, &k) in plan.iter_mut().zip(&r.pos) {
+                        *slot = all.get(r.row(k as usize)?)?.index;
+                    }
                     d.plan = plan;
                     None
                 };
