@@ -316,6 +316,21 @@ impl LiveStats<'_> {
         self.store.resolve(index, id)
     }
 
+    /// Where `eps` starts in the store when its endpoints are the store's run of
+    /// consecutive indices from there (a model's endpoints, none left out) and the
+    /// indices are the registry's: read as one run, with one bounds check instead of
+    /// a lookup and checks per endpoint (about 23 instructions each at a model's
+    /// 128, issue 17). `None` otherwise, and for an empty list.
+    #[inline]
+    fn run_start(&self, eps: &[EndpointRef<'_>]) -> Option<usize> {
+        let first = eps.first()?.index;
+        let consecutive = eps
+            .iter()
+            .enumerate()
+            .all(|(k, e)| e.index.wrapping_sub(k) == first);
+        (self.aligned && consecutive).then_some(first)
+    }
+
     /// Live number `n` of each endpoint of `eps` into `out`, read by `read` from the
     /// endpoint's slot (an endpoint the store does not hold reads as unknown).
     #[inline]
@@ -326,6 +341,15 @@ impl LiveStats<'_> {
         out: &mut [f64],
         read: impl Fn(&EndpointSlot) -> f64,
     ) {
+        let run = self
+            .run_start(eps)
+            .and_then(|at| self.store.slots.get(at..at.checked_add(eps.len())?));
+        if let Some(slots) = run {
+            for (v, slot) in out.iter_mut().zip(slots) {
+                *v = read(slot);
+            }
+            return;
+        }
         for (v, e) in out.iter_mut().zip(eps) {
             *v = match self.resolve(e.index, &e.endpoint.id) {
                 Some(i) => read(&self.store.slots[i]),
@@ -377,15 +401,7 @@ impl StatsSource for LiveStats<'_> {
                 // The store's indices are the registry's and `eps` a run of
                 // consecutive ones (a model's endpoints, none left out): read as one
                 // run (about 23 instructions per endpoint one by one, issue 17).
-                let consecutive = |first: usize| {
-                    eps.iter()
-                        .enumerate()
-                        .all(|(k, e)| e.index.wrapping_sub(k) == first)
-                };
-                let run = match eps.first() {
-                    Some(a) if self.aligned && consecutive(a.index) => col.run(a.index, eps.len()),
-                    _ => None,
-                };
+                let run = self.run_start(eps).and_then(|at| col.run(at, eps.len()));
                 if let Some(run) = run {
                     for (cell, v) in out.iter_mut().zip(run) {
                         *cell = v;
@@ -506,12 +522,12 @@ mod tests {
         );
     }
 
-    /// A state column read as one run (aligned indices, consecutive candidates)
-    /// gives what the endpoint-by-endpoint reading gives, and lists that are not one
+    /// A state column or a live number read as one run (aligned indices,
+    /// consecutive candidates) gives what the endpoint-by-endpoint reading gives, and lists that are not one
     /// run (reversed, with a gap, a repeat whose first and last span the list's
     /// length, past the store's end) are read one by one.
     #[test]
-    fn states_read_as_a_run_equal_the_one_by_one_reading() {
+    fn columns_read_as_a_run_equal_the_one_by_one_reading() {
         let reg = Registry::example();
         let all: Vec<EndpointRef<'_>> = reg.endpoints().collect();
         let s = StatsStore::with_endpoints(
@@ -547,7 +563,30 @@ mod tests {
             pick(&[n - 1]),
             Vec::new(),
         ];
+        // Every third endpoint has answered, at its own latency.
+        for i in (0..all.len()).step_by(3) {
+            s.slot(i)
+                .unwrap()
+                .record(Duration::from_millis(10 * i as u64 + 5), true);
+        }
+        let numbers = |aligned: bool, eps: &[EndpointRef<'_>], n: LiveNumber| {
+            let live = LiveStats {
+                aligned,
+                ..s.live(now)
+            };
+            let mut out = vec![f64::NAN; eps.len()];
+            live.numbers(eps, n, &mut out);
+            out.iter().map(|x| x.to_bits()).collect::<Vec<u64>>()
+        };
         for eps in &lists {
+            for n in [LiveNumber::LatencyEwmaMs, LiveNumber::Health] {
+                assert_eq!(
+                    numbers(true, eps, n),
+                    numbers(false, eps, n),
+                    "{n:?} {:?}",
+                    ids(eps)
+                );
+            }
             let expected: Vec<Option<f64>> = eps
                 .iter()
                 .map(|e| (e.index % 2 == 0).then_some(e.index as f64 + 0.5))
