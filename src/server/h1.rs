@@ -1429,7 +1429,11 @@ where
             // Shutdown ends the wait only while no byte of a head is in hand: a head
             // that has begun is read and answered (within `header_timeout`), then
             // the connection closes.
-            let next = {
+            // The head is taken into the exchange's box in the statement that read
+            // it: a local holding it (or the `Next` it came in) would stay in this
+            // future beside the box for the request's life (two of 264 bytes each,
+            // `-Zprint-type-sizes`).
+            let exchanged = match {
                 let mut stop = std::pin::pin!(stopping.changed());
                 std::future::poll_fn(|cx| {
                     if let Poll::Ready(next) = poll_head(&shared, cx, &limits) {
@@ -1441,19 +1445,23 @@ where
                     Poll::Pending
                 })
                 .await
-            };
-            let Some(next) = next else {
-                return;
-            };
-            let keep = match next {
-                Next::Request(head) => Box::pin(exchange(&shared, &service, head, &stopping)).await,
+            } {
+                Some(Next::Request(head)) => {
+                    Ok(Box::pin(exchange(&shared, &service, head, &stopping)))
+                }
+                Some(Next::Refuse(e)) => Err(Some(e)),
                 // The client ended, a read failed or a deadline passed: nothing to
                 // linger for.
-                Next::Close => {
+                Some(Next::Close) => Err(None),
+                None => return,
+            };
+            let keep = match exchanged {
+                Ok(answered) => answered.await,
+                Err(None) => {
                     close(&shared, false).await;
                     return;
                 }
-                Next::Refuse(e) => {
+                Err(Some(e)) => {
                     // The refused head is still in `buf` (`poll_head` leaves it).
                     let extra = if refusals.is_on() {
                         let seen = canned::glimpse(&lock(&shared).buf);
@@ -1476,16 +1484,20 @@ where
 
 /// Serves one request: its body handed to `service` as [`Body`], the answer
 /// written. Returns whether the connection can serve another.
-async fn exchange<S, F>(
-    shared: &Arc<Mutex<Shared>>,
+fn exchange<'a, S, F>(
+    shared: &'a Arc<Mutex<Shared>>,
     service: &S,
     head: Head,
-    stopping: &tokio::sync::watch::Receiver<()>,
-) -> bool
+    stopping: &'a tokio::sync::watch::Receiver<()>,
+) -> impl Future<Output = bool> + 'a
 where
     S: Fn(Request<crate::server::RequestBody>) -> F,
-    F: Future<Output = io::Result<Response<Tracked>>>,
+    F: Future<Output = io::Result<Response<Tracked>>> + 'a,
 {
+    // Not an `async fn`: the head is taken apart and the request handed to the
+    // service here, so the future holds neither (an `async fn` kept its `head`
+    // argument and the `parts` moved out of it, 488 bytes, for the request's whole
+    // life: `-Zprint-type-sizes`, 1,544 bytes per request before).
     let Head {
         parts,
         framing,
@@ -1508,18 +1520,21 @@ where
             shared: shared.clone(),
         })
     };
-    let Ok(resp) = service(Request::from_parts(parts, body)).await else {
-        return false;
-    };
-    // The service has answered; whatever of the body it left is drained now if it
-    // has arrived, else the connection closes after the answer.
-    let read_whole = std::future::poll_fn(|cx| lock(shared).poll_settle_body(cx)).await;
-    let stop = stopping.has_changed().unwrap_or(true);
-    let keep_alive = keep_alive && read_whole && !stop;
-    matches!(
-        respond(shared, resp, &method, version, keep_alive).await,
-        Ok(true)
-    )
+    let answer = service(Request::from_parts(parts, body));
+    async move {
+        let Ok(resp) = answer.await else {
+            return false;
+        };
+        // The service has answered; whatever of the body it left is drained now if
+        // it has arrived, else the connection closes after the answer.
+        let read_whole = std::future::poll_fn(|cx| lock(shared).poll_settle_body(cx)).await;
+        let stop = stopping.has_changed().unwrap_or(true);
+        let keep_alive = keep_alive && read_whole && !stop;
+        matches!(
+            respond(shared, resp, &method, version, keep_alive).await,
+            Ok(true)
+        )
+    }
 }
 
 #[cfg(test)]
