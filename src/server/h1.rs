@@ -1426,26 +1426,11 @@ where
             if stopping.has_changed().unwrap_or(true) && idle.await {
                 return;
             }
-            // Shutdown ends the wait only while no byte of a head is in hand: a head
-            // that has begun is read and answered (within `header_timeout`), then
-            // the connection closes.
             // The head is taken into the exchange's box in the statement that read
             // it: a local holding it (or the `Next` it came in) would stay in this
             // future beside the box for the request's life (two of 264 bytes each,
             // `-Zprint-type-sizes`).
-            let exchanged = match {
-                let mut stop = std::pin::pin!(stopping.changed());
-                std::future::poll_fn(|cx| {
-                    if let Poll::Ready(next) = poll_head(&shared, cx, &limits) {
-                        return Poll::Ready(Some(next));
-                    }
-                    if lock(&shared).is_idle() && stop.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(None);
-                    }
-                    Poll::Pending
-                })
-                .await
-            } {
+            let exchanged = match next_head(&shared, &limits, &mut stopping).await {
                 Some(Next::Request(head)) => {
                     Ok(Box::pin(exchange(&shared, &service, head, &stopping)))
                 }
@@ -1480,6 +1465,28 @@ where
             }
         }
     }
+}
+
+/// The next request head on the connection (or why there is none), read within
+/// the connection's deadlines; `None` when shutdown (`stopping`) ends the wait while
+/// no byte of a head is in hand. A head that has begun is read and answered (within
+/// `header_timeout`), then the connection closes.
+async fn next_head(
+    shared: &Arc<Mutex<Shared>>,
+    limits: &ConnLimits,
+    stopping: &mut tokio::sync::watch::Receiver<()>,
+) -> Option<Next> {
+    let mut stop = std::pin::pin!(stopping.changed());
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(next) = poll_head(shared, cx, limits) {
+            return Poll::Ready(Some(next));
+        }
+        if lock(shared).is_idle() && stop.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 /// Serves one request: its body handed to `service` as [`Body`], the answer
