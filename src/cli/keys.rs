@@ -2,8 +2,10 @@
 //!
 //! The file holds only hashes. `create` prints the new secret once, on stdout, and
 //! never again; `list` shows ids, organizations and revocation, never hashes. The
-//! file is rewritten whole (a temporary file renamed over it, so a serving gateway
-//! never reads half a file); comments in it are not kept.
+//! file is rewritten whole by [`super::replace::write_file`] (a temporary file of
+//! its own renamed over it, so a serving gateway never reads half a file); it keeps
+//! its permissions, a symlink stays a link, and a new file is made `0600`. Comments
+//! in it are not kept.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -82,6 +84,10 @@ pub struct RevokeArgs {
     pub id: String,
 }
 
+/// The mode of a key file `create` makes: its owner's alone, since whoever reads
+/// the hashes may try secrets against them offline.
+const NEW_FILE_MODE: u32 = 0o600;
+
 fn read(path: &Path, missing_ok: bool) -> Result<Vec<KeyEntry>, String> {
     match std::fs::read_to_string(path) {
         Ok(text) => parse_key_file(&text, &path.display().to_string()).map_err(|e| e.join("\n")),
@@ -92,9 +98,7 @@ fn read(path: &Path, missing_ok: bool) -> Result<Vec<KeyEntry>, String> {
 
 fn write(path: &Path, keys: Vec<KeyEntry>) -> Result<(), String> {
     let text = serde_yaml::to_string(&KeyFile { keys }).map_err(|e| e.to_string())?;
-    let tmp = path.with_extension("yaml.tmp");
-    std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, path))
+    super::replace::write_file(path, text.as_bytes(), NEW_FILE_MODE)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
@@ -210,4 +214,115 @@ fn revoke(file: &Path, id: &str) -> Result<(), String> {
     write(file, keys)?;
     eprintln!("revoked key {id}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn args(file: &Path, id: &str) -> CreateArgs {
+        CreateArgs {
+            file: file.to_path_buf(),
+            id: id.into(),
+            org: None,
+            models: None,
+            providers: None,
+            priority: "normal".into(),
+            max_priority: None,
+            requests_per_min: None,
+            tokens_per_min: None,
+            usd_per_day: None,
+            usd_per_month: None,
+        }
+    }
+
+    fn ids(file: &Path) -> Vec<String> {
+        read(file, false)
+            .unwrap()
+            .into_iter()
+            .map(|k| k.id)
+            .collect()
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[cfg(unix)]
+    fn mode(p: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt as _;
+        fs::metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn keys_create_made_a_new_key_file_readable_by_everyone() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("keys.yaml");
+        create(args(&p, "key-a")).unwrap();
+        assert_eq!(mode(&p), 0o600);
+        assert_eq!(ids(&p), ["key-a"]);
+        assert_eq!(names(dir.path()), ["keys.yaml"]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn keys_revoke_gave_a_0600_key_file_the_umask_mode() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("keys.yaml");
+        create(args(&p, "key-a")).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o640)).unwrap();
+        create(args(&p, "key-b")).unwrap();
+        assert_eq!(mode(&p), 0o640);
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+        revoke(&p, "key-a").unwrap();
+        assert_eq!(mode(&p), 0o600);
+        assert!(read(&p, false).unwrap()[0].revoked);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn keys_revoke_replaced_a_symlinked_key_file_by_a_plain_file() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let secrets = dir.path().join("secrets");
+        fs::create_dir(&secrets).unwrap();
+        let real = secrets.join("keys.yaml");
+        create(args(&real, "key-a")).unwrap();
+        let link = dir.path().join("keys.yaml");
+        symlink("secrets/keys.yaml", &link).unwrap();
+        create(args(&link, "key-b")).unwrap();
+        revoke(&link, "key-a").unwrap();
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(ids(&real), ["key-a", "key-b"]);
+        assert!(read(&real, false).unwrap()[0].revoked);
+        assert_eq!(mode(&real), 0o600);
+        assert_eq!(names(&secrets), ["keys.yaml"]);
+        assert_eq!(names(dir.path()), ["keys.yaml", "secrets"]);
+    }
+
+    #[test]
+    fn keys_runs_at_once_wrote_through_one_fixed_temporary_file() {
+        // Another run's temporary file, half written: this run must neither
+        // overwrite it nor rename it over the key file.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("keys.yaml");
+        create(args(&p, "key-a")).unwrap();
+        let other = dir.path().join("keys.yaml.tmp");
+        fs::write(&other, "keys:\n  - id: half").unwrap();
+        revoke(&p, "key-a").unwrap();
+        assert_eq!(fs::read_to_string(&other).unwrap(), "keys:\n  - id: half");
+        assert_eq!(ids(&p), ["key-a"]);
+        assert!(read(&p, false).unwrap()[0].revoked);
+    }
 }

@@ -1,4 +1,5 @@
-//! Replacing a file's contents in one step, for `switchyard fmt`.
+//! Replacing a file's contents in one step, for `switchyard fmt` (policy files) and
+//! `switchyard keys` (key files).
 //!
 //! An in-place write (`fs::write`) truncates the file, then writes it: the gateway's
 //! policy watch, or anyone reading the file, can see it empty or half written in
@@ -13,6 +14,11 @@
 //!   set them (a file formatted by its owner keeps its owner);
 //! - not hard links: another name of the same file keeps the old contents, as
 //!   with an editor's save by rename.
+//!
+//! [`write_file`] also creates a file that does not exist yet, with the mode its
+//! caller names whatever the umask (`0600` for a key file). The temporary file is
+//! created `0600` on Unix and given its final mode only when written, so contents
+//! meant for the owner alone are never readable by others on the way.
 //!
 //! The temporary file is named `.<name>.<pid>.<n>.tmp`: a dotfile ending in `.tmp`,
 //! which the policy watch and the policy directory's listing both skip.
@@ -35,11 +41,54 @@ const TEMP_NAMES: u32 = 64;
 pub fn replace_file(path: &Path, contents: &[u8]) -> io::Result<()> {
     let target = fs::canonicalize(path)?;
     let meta = fs::metadata(&target)?;
+    put(&target, contents, Some(&meta), 0)
+}
+
+/// Like [`replace_file`], but a file missing at `path` is created, with permission
+/// bits `new_mode` (Unix; elsewhere the platform's default).
+///
+/// # Errors
+/// As [`replace_file`]; also a symbolic link at `path` whose file does not exist
+/// (which file to create is then a guess).
+pub fn write_file(path: &Path, contents: &[u8], new_mode: u32) -> io::Result<()> {
+    match fs::canonicalize(path) {
+        Ok(target) => {
+            let meta = fs::metadata(&target)?;
+            put(&target, contents, Some(&meta), new_mode)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if fs::symlink_metadata(path).is_ok() {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "it is a symbolic link to a file that does not exist",
+                ));
+            }
+            let Some(name) = path.file_name() else {
+                return Err(io::Error::other("not a file in a directory"));
+            };
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => fs::canonicalize(d)?,
+                _ => std::env::current_dir()?,
+            };
+            put(&dir.join(name), contents, None, new_mode)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes `target` (a resolved path) by temp-and-rename; `original` is the file's
+/// metadata when it exists, else it gets `new_mode`.
+fn put(
+    target: &Path,
+    contents: &[u8],
+    original: Option<&fs::Metadata>,
+    new_mode: u32,
+) -> io::Result<()> {
     let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
         return Err(io::Error::other("not a file in a directory"));
     };
     let (tmp, file) = create_temp(dir, &name.to_string_lossy())?;
-    let written = fill(file, contents, &meta).and_then(|()| fs::rename(&tmp, &target));
+    let written = fill(file, contents, original, new_mode).and_then(|()| fs::rename(&tmp, target));
     if let Err(e) = written {
         let _ = fs::remove_file(&tmp);
         return Err(e);
@@ -48,10 +97,26 @@ pub fn replace_file(path: &Path, contents: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Writes `contents`, gives the file the original's owner and permissions, and
-/// flushes it to disk before the rename makes it visible.
-fn fill(mut file: File, contents: &[u8], original: &fs::Metadata) -> io::Result<()> {
+/// Writes `contents`, gives the file the original's owner and permissions (or
+/// `new_mode` for a new file), and flushes it to disk before the rename makes it
+/// visible.
+fn fill(
+    mut file: File,
+    contents: &[u8],
+    original: Option<&fs::Metadata>,
+    new_mode: u32,
+) -> io::Result<()> {
     file.write_all(contents)?;
+    let Some(original) = original else {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            file.set_permissions(fs::Permissions::from_mode(new_mode))?;
+        }
+        #[cfg(not(unix))]
+        let _ = new_mode;
+        return file.sync_all();
+    };
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt as _;
@@ -69,7 +134,11 @@ fn create_temp(dir: &Path, name: &str) -> io::Result<(PathBuf, File)> {
     let pid = std::process::id();
     for n in 0..TEMP_NAMES {
         let tmp = dir.join(format!(".{name}.{pid}.{n}.tmp"));
-        match OpenOptions::new().write(true).create_new(true).open(&tmp) {
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        match options.open(&tmp) {
             Ok(f) => return Ok((tmp, f)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => {
@@ -171,5 +240,29 @@ mod tests {
         assert!(replace_file(&d, b"x").is_err());
         assert!(d.is_dir());
         assert_eq!(names(dir.path()), ["a.policy", "d.policy"]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn write_file_creates_a_missing_file_with_its_mode_but_not_behind_a_dangling_link() {
+        use std::os::unix::fs::{symlink, PermissionsExt as _};
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("keys.yaml");
+        write_file(&p, b"one", 0o600).unwrap();
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o640)).unwrap();
+        write_file(&p, b"two", 0o600).unwrap();
+        assert_eq!(fs::read_to_string(&p).unwrap(), "two");
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
+        let link = dir.path().join("gone.yaml");
+        symlink("nowhere/gone.yaml", &link).unwrap();
+        assert!(write_file(&link, b"x", 0o600).is_err());
+        assert_eq!(names(dir.path()), ["gone.yaml", "keys.yaml"]);
     }
 }
