@@ -102,6 +102,14 @@ fn write(path: &Path, keys: Vec<KeyEntry>) -> Result<(), String> {
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
+/// Holds off other `create` and `revoke` runs on the same file until dropped, so
+/// two runs at once cannot both read the file, add their key and write it whole,
+/// the later write dropping a key whose secret the earlier run printed.
+fn lock(path: &Path) -> Result<super::replace::DirLock, String> {
+    super::replace::lock_dir_of(path)
+        .map_err(|e| format!("cannot lock the directory of {}: {e}", path.display()))
+}
+
 /// Runs one `keys` subcommand.
 pub fn run(cmd: KeysCommand) -> ExitCode {
     let result = match cmd {
@@ -147,6 +155,7 @@ fn create(a: CreateArgs) -> Result<(), String> {
             ))
         }
     };
+    let _lock = lock(&a.file)?;
     let mut keys = read(&a.file, true)?;
     if a.id.trim().is_empty() {
         return Err("--id must not be empty".into());
@@ -206,6 +215,7 @@ fn list(file: &Path) -> Result<(), String> {
 }
 
 fn revoke(file: &Path, id: &str) -> Result<(), String> {
+    let _lock = lock(file)?;
     let mut keys = read(file, false)?;
     let Some(k) = keys.iter_mut().find(|k| k.id == id) else {
         return Err(format!("no key with id \"{id}\" in {}", file.display()));
@@ -324,5 +334,24 @@ mod tests {
         assert_eq!(fs::read_to_string(&other).unwrap(), "keys:\n  - id: half");
         assert_eq!(ids(&p), ["key-a"]);
         assert!(read(&p, false).unwrap()[0].revoked);
+    }
+
+    #[test]
+    fn keys_create_runs_at_once_lost_keys_whose_secrets_were_printed() {
+        // Each run reads the file, adds its key and writes the whole file: two runs
+        // interleaved that way both print a secret, but only the later file stays.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("keys.yaml");
+        std::thread::scope(|s| {
+            for t in 0..6 {
+                let p = &p;
+                s.spawn(move || {
+                    for n in 0..5 {
+                        create(args(p, &format!("key-{t}-{n}"))).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(ids(&p).len(), 30);
     }
 }

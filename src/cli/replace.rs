@@ -76,6 +76,43 @@ pub fn write_file(path: &Path, contents: &[u8], new_mode: u32) -> io::Result<()>
     }
 }
 
+/// An exclusive advisory lock on a directory, released when dropped.
+#[derive(Debug)]
+pub struct DirLock {
+    #[cfg(unix)]
+    _dir: File,
+}
+
+/// Locks the directory [`write_file`] would write `path` in (a symlink resolved),
+/// waiting for another holder. Read-modify-write cycles on one file hold it so that
+/// none writes over another's change; the lock is on the directory since the file
+/// itself is replaced by each write (a lock on it would stay on the old inode).
+/// Unix only (`flock`); elsewhere nothing is locked.
+///
+/// # Errors
+/// The directory cannot be resolved or opened, or the lock fails.
+pub fn lock_dir_of(path: &Path) -> io::Result<DirLock> {
+    #[cfg(unix)]
+    {
+        let dir = match fs::canonicalize(path) {
+            Ok(t) => t.parent().map(Path::to_path_buf),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => Some(fs::canonicalize(d)?),
+                _ => Some(std::env::current_dir()?),
+            },
+            Err(e) => return Err(e),
+        };
+        let dir = File::open(dir.ok_or_else(|| io::Error::other("not a file in a directory"))?)?;
+        dir.lock()?;
+        Ok(DirLock { _dir: dir })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        Ok(DirLock {})
+    }
+}
+
 /// Writes `target` (a resolved path) by temp-and-rename; `original` is the file's
 /// metadata when it exists, else it gets `new_mode`.
 fn put(
