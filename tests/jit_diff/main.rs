@@ -18,6 +18,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 use switchyard::policy::engine::{decide_with, same_f64, EngineMode};
+use switchyard::policy::features::StatsSource as _;
 use switchyard::policy::{
     parse_and_check, CompiledPolicySet, Engine, JitOptions, Registry, SourceMap,
 };
@@ -36,6 +37,8 @@ struct Counters {
     policies: AtomicU64,
     invalid: AtomicU64,
     scored: AtomicU64,
+    /// Candidates whose scores and probabilities the rankings compared.
+    rows: AtomicU64,
 }
 
 /// One generated set decided on both engines for `requests` requests. Routes have
@@ -56,7 +59,8 @@ fn one_policy(
     };
     let mut sources = SourceMap::new();
     sources.add("gen.policy", text.clone());
-    let set = match parse_and_check(&sources, &Registry::example()) {
+    let registry = Registry::example();
+    let set = match parse_and_check(&sources, &registry) {
         Ok(s) => s,
         Err(d) => {
             n.invalid.fetch_add(1, Ordering::Relaxed);
@@ -97,24 +101,22 @@ fn one_policy(
             continue;
         };
         let si = call.strategy.unwrap_or(0);
-        let a = c.rank_on(
-            Engine::Interp,
-            si,
-            &call.args,
-            &call.candidates,
-            &req,
-            &stats,
-            dseed,
-        );
-        let b = c.rank_on(
-            Engine::Jit,
-            si,
-            &call.args,
-            &call.candidates,
-            &req,
-            &stats,
-            dseed,
-        );
+        // A strategy without `on success` / `on failure` records no candidates (the
+        // gateway reads them only for those): rank the registry's available
+        // endpoints then, the candidates of `use any`.
+        let available: Vec<usize>;
+        let cands = if call.candidates.is_empty() {
+            available = registry
+                .endpoints()
+                .filter(|e| stats.available(e.index, &e.endpoint.id))
+                .map(|e| e.index)
+                .collect();
+            &available
+        } else {
+            &call.candidates
+        };
+        let a = c.rank_on(Engine::Interp, si, &call.args, cands, &req, &stats, dseed);
+        let b = c.rank_on(Engine::Jit, si, &call.args, cands, &req, &stats, dseed);
         let same = match (&a, &b) {
             (Some(x), Some(y)) => {
                 x.len() == y.len()
@@ -125,6 +127,8 @@ fn one_policy(
             (None, None) => true,
             _ => false,
         };
+        n.rows
+            .fetch_add(a.as_ref().map_or(0, |v| v.len() as u64), Ordering::Relaxed);
         prop_assert!(
             same,
             "ranking differs for request {}:\n{:?}\n{:?}\n{}",
@@ -230,5 +234,29 @@ fn jit_and_interpreter_agree_on_long_indexed_routes() {
         env("JIT_DIFF_LONG_POLICIES", 40),
         env("JIT_DIFF_LONG_REQUESTS", 250),
         151,
+    );
+}
+
+/// Found by attack (2026-12-06): since a strategy without `on success` / `on failure`
+/// records no candidates in its call, the rankings were compared over an empty
+/// list for such strategies, among them all three of the expression probes, whose
+/// purpose is to compare scores bitwise: the comparison passed having compared
+/// nothing.
+#[test]
+fn probe_rankings_compared_an_empty_candidate_list() {
+    let n = Counters::default();
+    for seed in (0..16u64).map(|k| k * 4) {
+        if let Err(e) = one_policy(seed, 40, 1, &n) {
+            panic!("seed {seed}: {e}");
+        }
+    }
+    let (scored, rows) = (
+        n.scored.load(Ordering::Relaxed),
+        n.rows.load(Ordering::Relaxed),
+    );
+    assert!(scored > 0, "no ranking compared");
+    assert!(
+        rows >= scored,
+        "{rows} candidates compared over {scored} rankings"
     );
 }
