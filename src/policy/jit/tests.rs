@@ -672,3 +672,148 @@ fn aggregates_over_one_endpoint_cell_are_read_as_columns() {
     );
     assert_eq!(columns("spread"), vec![None]);
 }
+
+/// The JIT writes a ranking without a fallback chain straight into the plan, and a
+/// strategy without `on success` / `on failure` records no candidates: every
+/// built-in strategy and a custom one with outcome updates, each with and without a
+/// fallback chain, in a split, over `any`, over no available endpoint and for an
+/// unknown model, decide, rank and update alike on both engines.
+#[test]
+fn every_strategy_agrees_with_and_without_a_fallback_chain_in_splits_and_over_empty_sets() {
+    let builtins = [
+        "adaptive",
+        "cost_optimized",
+        "exp3",
+        "least_latency",
+        "multi_objective",
+        "quality_first",
+        "weighted_round_robin",
+    ];
+    let reg = crate::policy::Registry::example();
+    let ids: Vec<String> = reg.endpoints().map(|e| e.endpoint.id.clone()).collect();
+    let mut snapshots = vec![StatsSnapshot::default()];
+    let mut varied = StatsSnapshot::default();
+    for (i, id) in ids.iter().enumerate() {
+        let mut e = EndpointStats {
+            health: 0.2 + 0.1 * i as f64,
+            latency_ewma_ms: 50.0 * (i % 3) as f64,
+            available: i % 4 != 1,
+            ..EndpointStats::default()
+        };
+        for (s, slot) in [
+            ("tally", "wins"),
+            ("exp3", "log_weight"),
+            ("weighted_round_robin", "served"),
+        ] {
+            e.state
+                .entry(s.into())
+                .or_default()
+                .insert(slot.into(), (i % 3) as f64);
+        }
+        varied.endpoints.insert(id.clone(), e);
+    }
+    snapshots.push(varied);
+    let mut none_available = StatsSnapshot::default();
+    for id in &ids {
+        let e = EndpointStats {
+            available: false,
+            ..EndpointStats::default()
+        };
+        none_available.endpoints.insert(id.clone(), e);
+    }
+    snapshots.push(none_available);
+    let models = [
+        "gpt-4o",
+        "gpt-4o-mini",
+        "claude-sonnet",
+        "smollm",
+        "mock",
+        "nope",
+    ];
+    // Decisions by shape: split (1), fallbacks (2), rejected 404 (4) or 503 (8).
+    let mut shapes = [0u32; 12];
+    for name in builtins {
+        let c = compiled(&format!(
+            r#"strategy tally(bonus = 1.0) {{
+  state wins = 1.0
+  score = state.wins + bonus
+  pick max
+  on success {{ wins = state.wins + 1.0 }}
+  on failure {{ wins = state.wins * 0.5 }}
+}}
+route plain when request.model == "gpt-4o" {{ default use model via {name} }}
+route chained when request.model == "gpt-4o-mini" {{
+  fallback "claude-sonnet" -> "smollm" retries 1
+  default use "gpt-4o" via {name}
+}}
+route split when request.model == "claude-sonnet" {{
+  default split by api_key {{ 50% -> use any via {name} 50% -> use "gpt-4o" via tally }}
+}}
+route tallied when request.model == "smollm" {{
+  rule chained when request.input_tokens > 100 {{ fallback "gpt-4o" retries 1  use any via tally }}
+  default use any via tally
+}}
+"#
+        ));
+        for (k, stats) in snapshots.iter().enumerate() {
+            let available: Vec<usize> = reg
+                .endpoints()
+                .filter(|e| {
+                    crate::policy::features::StatsSource::available(stats, e.index, &e.endpoint.id)
+                })
+                .map(|e| e.index)
+                .collect();
+            for i in 0..120u64 {
+                let mut req = RequestFeatures::for_model(models[(i % 6) as usize]);
+                req.api_key = Some(format!("key-{i}"));
+                req.input_tokens = (i * 37) % 300;
+                let d = decide_with(&c, EngineMode::Both, &req, stats, i)
+                    .unwrap_or_else(|m| panic!("{name}, stats {k}, request {i}: {m}"));
+                // The JIT decided itself: `decide_on` would hand a run it gives up
+                // on to the interpreter, and the comparison would be with itself.
+                let code = c.code.as_ref().unwrap();
+                let mut own = Decision::blank(req.priority, c.set.names.endpoints());
+                let mut run = run::JRun::new(&c.set, code, &req, stats, i);
+                assert!(
+                    run.decide_into(&mut own).is_some(),
+                    "{name}, stats {k}, request {i}"
+                );
+                shapes[usize::from(d.split.is_some())
+                    + 2 * usize::from(d.fallbacks().len() > 0)
+                    + 4 * d
+                        .reject
+                        .as_ref()
+                        .map_or(0, |r| if r.status == 404 { 1 } else { 2 })] += 1;
+                let Some(call) = d.call.as_ref() else {
+                    continue;
+                };
+                let Some(si) = call.strategy else { continue };
+                let x = c.rank_on(Engine::Interp, si, &call.args, &available, &req, stats, i);
+                let y = c.rank_on(Engine::Jit, si, &call.args, &available, &req, stats, i);
+                assert_eq!(
+                    format!("{x:?}"),
+                    format!("{y:?}"),
+                    "{name}, stats {k}, request {i}"
+                );
+                let Some(ep) = d.endpoint.as_deref() else {
+                    continue;
+                };
+                let out = Outcome {
+                    latency_ms: 250.0,
+                    ..Outcome::default()
+                };
+                for ok in [true, false] {
+                    let u = c.on_outcome_on(Engine::Interp, call, &req, stats, ep, ok, &out);
+                    let v = c.on_outcome_on(Engine::Jit, call, &req, stats, ep, ok, &out);
+                    assert_eq!(u, v, "{name}, stats {k}, request {i}");
+                }
+            }
+        }
+    }
+    for shape in [0, 1, 2, 3, 4, 8, 9] {
+        assert!(
+            shapes[shape] > 0,
+            "no decision of shape {shape}: {shapes:?}"
+        );
+    }
+}
