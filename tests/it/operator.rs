@@ -577,3 +577,38 @@ fn version_prints_the_version_and_commit() {
         )
     );
 }
+
+/// The phases before the dispatch run as a future of their own (`Gateway::prepare`):
+/// a client that leaves while its request is held there (here the off-peak hold)
+/// still gets its one access line.
+#[tokio::test]
+async fn a_client_that_leaves_during_the_off_peak_hold_gets_one_access_line() {
+    use tokio::io::AsyncWriteExt;
+    let m = mock(&[]);
+    let hour = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 3600;
+    let cfg = format!(
+        "providers:\n  a: {{ kind: openai-compatible, base_url: http://{}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: a, model: x }} ] }}\nscheduler: {{ off_peak: {{ hours: \"{}-{}\", timezone: UTC, max_wait: 1h }} }}\n",
+        m.addr,
+        (hour + 2) % 24,
+        (hour + 2) % 24 + 1
+    );
+    let (gw, logs) = serve_logged(&cfg);
+    let body = chat("m", false, "");
+    let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let req = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-request-id: held-1\r\nx-switchyard-priority: low\r\nx-switchyard-defer: off-peak\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(s);
+    let lines = logs.wait_access("held-1").await;
+    barrier(&gw, &logs, 2).await;
+    assert_eq!(logs.access("held-1").len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["outcome"], "client_gone", "{}", lines[0]);
+    assert_eq!(lines[0]["status"], 499, "{}", lines[0]);
+}
