@@ -49,8 +49,9 @@ pub struct Refused<'a> {
     pub path: &'a str,
     /// The header fields: all of them for a head that was parsed (a 431 for
     /// `server.max_header_bytes`); for one that could not be, the well-formed
-    /// complete field lines that precede the blank line, a folded line or the end
-    /// of what arrived, at most [`MAX_GLIMPSED_FIELDS`].
+    /// complete field lines that precede the blank line, a folded line (less the
+    /// field it continues) or the end of what arrived, at most
+    /// [`MAX_GLIMPSED_FIELDS`].
     pub headers: &'a HeaderMap,
 }
 
@@ -123,7 +124,8 @@ impl Glimpse {
 /// or without CR before it. A field line is kept when its name is a token and its
 /// value a valid field value (blanks around it trimmed); a line that is not a field
 /// is skipped; a folded line (starting with a blank) or a line without its end
-/// stops the reading, since the field before or that line may be incomplete.
+/// stops the reading, and a folded line drops the field it continues (that field's
+/// value, unfolded, is not the one its first line gives).
 pub(super) fn glimpse(head: &[u8]) -> Glimpse {
     let mut g = Glimpse::default();
     let mut lines = head.split_inclusive(|&b| b == b'\n');
@@ -142,25 +144,40 @@ pub(super) fn glimpse(head: &[u8]) -> Glimpse {
     if !first.ends_with(b"\n") {
         return g;
     }
+    // A field is kept once the next line shows it is not continued: a folded line
+    // (starting with a blank) would continue it, so it goes with it.
+    let mut last: Option<(HeaderName, HeaderValue)> = None;
     for line in lines {
+        if matches!(line.first(), Some(b' ' | b'\t')) {
+            return g;
+        }
+        if let Some((name, value)) = last.take() {
+            if g.headers.len() >= MAX_GLIMPSED_FIELDS || g.headers.try_append(name, value).is_err()
+            {
+                return g;
+            }
+        }
         let Some(line) = line.strip_suffix(b"\n") else {
             break;
         };
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() || line[0] == b' ' || line[0] == b'\t' {
+        if line.is_empty() {
             break;
         }
         let Some(colon) = line.iter().position(|&b| b == b':') else {
             continue;
         };
-        let (Ok(name), Ok(value)) = (
+        if let (Ok(name), Ok(value)) = (
             HeaderName::from_bytes(&line[..colon]),
             HeaderValue::from_bytes(line[colon + 1..].trim_ascii()),
-        ) else {
-            continue;
-        };
-        if g.headers.len() >= MAX_GLIMPSED_FIELDS || g.headers.try_append(name, value).is_err() {
-            break;
+        ) {
+            last = Some((name, value));
+        }
+    }
+    // The last line that arrived whole, at the end of what arrived.
+    if let Some((name, value)) = last {
+        if g.headers.len() < MAX_GLIMPSED_FIELDS {
+            let _ = g.headers.try_append(name, value);
         }
     }
     g
@@ -349,5 +366,25 @@ mod tests {
         let many: String = (0..500).map(|i| format!("X-F{i}: v\r\n")).collect();
         let g = glimpse(format!("GET / HTTP/1.1\r\n{many}\r\n").as_bytes());
         assert_eq!(g.headers.len(), MAX_GLIMPSED_FIELDS);
+    }
+
+    /// Found by attack (2026-12-06): a field line followed by a folded line (obs-fold,
+    /// RFC 9112 section 5.2) was kept as if complete, so an `Origin` whose value
+    /// unfolded is not an allowed origin got the allowed origin's CORS fields.
+    #[test]
+    fn a_field_continued_by_a_folded_line_was_kept_as_complete() {
+        for head in [
+            &b"GET /v1/x HTTP/1.1\r\nOrigin: https://app.example.com\r\n .evil.example\r\n\r\n"[..],
+            b"GET /v1/x HTTP/1.1\r\nOrigin: https://app.example.com\n\t.evil.example\n",
+            b"GET /v1/x HTTP/1.1\r\nOrigin: https://app.example.com\r\n\t",
+        ] {
+            assert_eq!(seen(head).2, None, "{:?}", String::from_utf8_lossy(head));
+        }
+        // The fields before it stay.
+        let g = glimpse(
+            b"GET /v1/x HTTP/1.1\r\nOrigin: https://app.example.com\r\nX-A: 1\r\n 2\r\n\r\n",
+        );
+        assert_eq!(g.headers.len(), 1);
+        assert!(g.headers.contains_key(http::header::ORIGIN));
     }
 }
