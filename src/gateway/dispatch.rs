@@ -329,7 +329,12 @@ impl Cursor {
                 self.advance();
                 continue;
             }
-            if Instant::now() + wait >= self.budget_end {
+            // Checked: a provider's wait can be past what an `Instant` holds (a
+            // Gemini `retryDelay` is read from the body, uncut).
+            if Instant::now()
+                .checked_add(wait)
+                .is_none_or(|t| t >= self.budget_end)
+            {
                 // The wait would outlast the budget: the next endpoint instead.
                 self.advance();
                 continue;

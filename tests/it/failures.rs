@@ -763,3 +763,38 @@ async fn bedrocks_service_quota_exceeded_was_blamed_on_the_clients_request() {
     );
     assert!(hits.load(std::sync::atomic::Ordering::SeqCst) >= 2);
 }
+
+/// A Gemini 429 whose `RetryInfo` asks for an absurd delay (a provider's bug, or a
+/// hostile one): the body's delay is not cut like a `Retry-After` header's.
+const GEMINI_ABSURD_DELAY: &str = r#"{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"1e300s"}]}}"#;
+
+/// Found by attack (2026-12-06): with retries left, the wait before retrying was
+/// added to the current instant to compare it with the retry budget, and a wait
+/// past what an `Instant` can hold (a Gemini `retryDelay` of `1e300s`) panicked in
+/// the request's task: the client's connection closed without an answer.
+#[tokio::test]
+async fn a_retry_delay_beyond_any_instant_panicked_the_request() {
+    let (g, hits) = scripted_upstream(429, GEMINI_ABSURD_DELAY);
+    let (good, _) = scripted_upstream(200, COMPLETION);
+    let gw = start_app(
+        &format!(
+            "providers:\n  g: {{ kind: gemini, base_url: http://{g} }}\n  q: {{ kind: openai-compatible, base_url: http://{good}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: g, model: x }}, {{ provider: q, model: x }} ] }}\n  solo: {{ endpoints: [ {{ provider: g, model: y }} ] }}\n"
+        ),
+        &[(
+            "r.policy",
+            "route r when request.model == \"m\" {\n  default use endpoint \"g/x\"\n  fallback endpoint \"q/x\" retries 2\n}\n",
+        )],
+    )
+    .await;
+    let url = gw.url("/v1/chat/completions");
+    let r = post(&url, &chat("m", false, "")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.headers["x-switchyard-endpoint"], "q/x");
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // The client is asked to wait at most the hour a `Retry-After` header is
+    // taken at, not 18,446,744,073,709,551,615 seconds.
+    let r = post(&url, &chat("solo", false, "")).await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    let secs: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=3600).contains(&secs), "{secs}");
+}

@@ -267,9 +267,13 @@ impl ErrorDetail {
     }
 
     /// A `google.rpc.RetryInfo` detail's `retryDelay`, in whole seconds rounded up
-    /// ("34.4s" → 35 s).
+    /// ("34.4s" → 35 s), at most [`crate::stats::ratelimit::MAX_RETRY_AFTER`].
     fn retry_delay(&self) -> Option<std::time::Duration> {
-        self.retry_delay_secs().map(std::time::Duration::from_secs)
+        // Cut as a `Retry-After` header is: the body's delay is the provider's
+        // word too, and an absurd one must not reach the client or a retry.
+        self.retry_delay_secs()
+            .map(std::time::Duration::from_secs)
+            .map(|d| d.min(crate::stats::ratelimit::MAX_RETRY_AFTER))
     }
 
     /// Seconds from a `google.rpc.RetryInfo` detail's `retryDelay` ("34.4s" → 35).
