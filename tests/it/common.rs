@@ -366,6 +366,18 @@ pub async fn get(url: &str) -> Reply {
     request("GET", url, Bytes::new()).await
 }
 
+/// An AWS shared credentials file (`[default]` profile, access key `AKID`) in `dir`,
+/// for a Bedrock provider's `credentials_file`; its path.
+pub fn aws_credentials(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    let credentials = dir.path().join("credentials");
+    std::fs::write(
+        &credentials,
+        "[default]\naws_access_key_id = AKID\naws_secret_access_key = secret\n",
+    )
+    .unwrap();
+    credentials
+}
+
 /// A chat body for `model`.
 pub fn chat(model: &str, stream: bool, extra: &str) -> String {
     format!(

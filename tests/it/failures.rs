@@ -730,12 +730,7 @@ async fn bedrocks_service_quota_exceeded_was_blamed_on_the_clients_request() {
     )]);
     let (good, _) = scripted_upstream(200, COMPLETION);
     let dir = tempfile::tempdir().unwrap();
-    let credentials = dir.path().join("credentials");
-    std::fs::write(
-        &credentials,
-        "[default]\naws_access_key_id = AKID\naws_secret_access_key = secret\n",
-    )
-    .unwrap();
+    let credentials = aws_credentials(&dir);
     let gw = start_app(
         &format!(
             "providers:\n  b: {{ kind: bedrock, base_url: http://{quota}, region: us-east-1, credentials_file: {} }}\n  q: {{ kind: openai-compatible, base_url: http://{good}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: b, model: x, priority: 1 }}, {{ provider: q, model: x, priority: 2 }} ] }}\n  solo: {{ endpoints: [ {{ provider: b, model: y }} ] }}\n",

@@ -3,7 +3,9 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::common::{post, scripted_upstream, sequence_upstream, start_app, COMPLETION};
+use crate::common::{
+    aws_credentials, post, scripted_upstream, sequence_upstream, start_app, COMPLETION,
+};
 
 fn one_upstream_config(addr: std::net::SocketAddr, endpoint_extra: &str) -> String {
     format!(
@@ -348,12 +350,7 @@ async fn parallel_tool_calls_without_tools_was_forwarded_to_the_upstream() {
 async fn adapter_400s_for_what_a_provider_cannot_express_had_a_null_code() {
     let (addr, hits) = scripted_upstream(200, COMPLETION);
     let dir = tempfile::tempdir().unwrap();
-    let credentials = dir.path().join("credentials");
-    std::fs::write(
-        &credentials,
-        "[default]\naws_access_key_id = AKID\naws_secret_access_key = secret\n",
-    )
-    .unwrap();
+    let credentials = aws_credentials(&dir);
     let gw = start_app(
         &format!(
             "providers:\n  a: {{ kind: anthropic, base_url: http://{addr} }}\n  g: {{ kind: gemini, base_url: http://{addr} }}\n  b: {{ kind: bedrock, base_url: http://{addr}, region: us-east-1, credentials_file: {} }}\nmodels:\n  claude: {{ endpoints: [ {{ provider: a, model: c }} ] }}\n  gem: {{ endpoints: [ {{ provider: g, model: g }} ] }}\n  rock: {{ endpoints: [ {{ provider: b, model: \"anthropic.claude-3-haiku-20240307-v1:0\" }} ] }}\n",
