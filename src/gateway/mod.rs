@@ -241,13 +241,6 @@ impl Gateway {
         started: Instant,
         id: HeaderValue,
     ) -> (Response<Body>, Option<Facts>) {
-        // Boxed: a future is moved whole (its full size, not the part in use) into
-        // its parent's state when first awaited, and the phases' future (about
-        // 3 KiB, the dispatch's and the cache's inside it) sat inline in this one,
-        // in `ingress::route`'s and in the request's box, copied at each of those
-        // three steps: about 9 KiB of copies per request (`memcpy` was 8% of the
-        // gateway's user time under the JSON load, `perf record --call-graph
-        // dwarf`). Boxed here it is copied once, for one allocation.
         let mut unanswered = Unanswered {
             gw: self,
             ctx: None,
@@ -263,6 +256,13 @@ impl Gateway {
             }
             ctx
         });
+        // Boxed: a future is moved whole (its full size, not the part in use) into
+        // its parent's state when first awaited, and the phases' future (about
+        // 3 KiB, the dispatch's and the cache's inside it) sat inline in this one,
+        // in `ingress::route`'s and in the request's box, copied at each of those
+        // three steps: about 9 KiB of copies per request (`memcpy` was 8% of the
+        // gateway's user time under the JSON load, `perf record --call-graph
+        // dwarf`). Boxed here it is copied once, for one allocation.
         let result = Box::pin(self.phases(ctx, body, headers)).await;
         match unanswered.ctx.take() {
             Some(ctx) => respond::respond(self, ctx, result),
