@@ -151,7 +151,7 @@ pub async fn dispatch(
     chat: Arc<ChatRequest>,
     plan: &Plan,
     decided: Arc<DecisionContext>,
-    ticket: &mut Option<super::cache::Ticket>,
+    ticket: &mut Option<Box<super::cache::Ticket>>,
 ) -> Result<Response<Body>, GatewayError> {
     let mut cursor = Cursor {
         gw: gw.clone(),
@@ -197,7 +197,7 @@ pub async fn dispatch(
                 body = body.settling(permit, prompt_tokens);
             }
             if let Some(t) = ticket.take() {
-                body = body.caching(super::cache::Tee::new(t));
+                body = body.caching(super::cache::Tee::new(*t));
             }
             Ok(body::event_stream(Body::new(body)))
         }
@@ -716,33 +716,39 @@ async fn exchange(
             track: track || resume.is_some(),
             resume,
         });
-        let mut relay = SseRelay::new(
-            upstream_body,
-            transcoder,
-            idle,
-            deadline,
-            &up.name,
-            &gw.stream_stop,
-        );
+        // The leg is boxed before the wait for the commit point, not after: its
+        // relay (464 bytes) inline in this future set the future's size, held by
+        // every request, streamed or not, while it waits for its answer
+        // (`-Zprint-type-sizes`: 1,400 bytes).
+        let mut leg = Box::new(Leg {
+            relay: SseRelay::new(
+                upstream_body,
+                transcoder,
+                idle,
+                deadline,
+                &up.name,
+                &gw.stream_stop,
+            ),
+            attempt,
+            ep,
+            began: sent_at,
+            ttft: None,
+            upstream_id,
+            span: Default::default(),
+        });
         let first_content = tokio::time::sleep_until(deadline.min(tokio::time::Instant::from_std(
             sent_at + Duration::from_millis(up.timeouts.first_content_ms),
         )));
         tokio::pin!(first_content);
         let committed =
-            std::future::poll_fn(|cx| relay.poll_commit(cx, first_content.as_mut())).await;
+            std::future::poll_fn(|cx| leg.relay.poll_commit(cx, first_content.as_mut())).await;
         if let Err(e) = committed {
-            return Err(attempt.failed(e));
+            return Err(leg.attempt.failed(e));
         }
-        let ttft = relay.produced_content().then(|| attempt.first_token());
-        return Ok(Exchanged::Stream(Box::new(Leg {
-            relay,
-            attempt,
-            ep,
-            began: sent_at,
-            ttft,
-            upstream_id,
-            span: Default::default(),
-        })));
+        if leg.relay.produced_content() {
+            leg.ttft = Some(leg.attempt.first_token());
+        }
+        return Ok(Exchanged::Stream(leg));
     }
     let mut upstream_model = None;
     let translated = match collect(upstream_body, idle, deadline, &up.name).await {

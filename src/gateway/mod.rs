@@ -291,7 +291,7 @@ impl Gateway {
         };
         let mut resp = dispatch::dispatch(self, ctx, chat, &plan, decided, &mut ticket).await?;
         if let Some(ticket) = ticket {
-            cache::store_whole(self, ctx, ticket, &mut resp);
+            cache::store_whole(self, ctx, *ticket, &mut resp);
         }
         Ok(resp)
     }
@@ -416,9 +416,6 @@ fn model_list<'a>(names: impl Iterator<Item = &'a str>, created: u64) -> Bytes {
 }
 
 /// What the phases before the dispatch ([`Gateway::prepare`]) end with.
-// A return value taken apart at once: boxing the larger variant would cost every
-// dispatched request an allocation to save a cache hit a few hundred bytes of stack.
-#[allow(clippy::large_enum_variant)]
 enum Prepared {
     /// The answer, from the cache.
     Served(Response<Body>),
@@ -429,7 +426,7 @@ enum Prepared {
         Arc<crate::api::ChatRequest>,
         route::Plan,
         Arc<outcome::DecisionContext>,
-        Option<cache::Ticket>,
+        Option<Box<cache::Ticket>>,
     ),
 }
 
