@@ -5,7 +5,7 @@
 //! compare equal to each other, `==` on nodes compares structure only.
 //!
 //! Nothing here is validated beyond syntax: names may be unknown, types may not fit.
-//! Only [`crate::policy::check`] turns this into the form the interpreter runs.
+//! Only [`crate::policy::check`](mod@crate::policy::check) turns this into the form the interpreter runs.
 //!
 //! Comments are not nodes: they are kept in [`PolicyFile::comments`] with their spans
 //! so that a formatter can re-attach them to the nearest following (or preceding) node.
