@@ -255,20 +255,9 @@ mod tests {
             .collect()
     }
 
-    fn names(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    }
-
     #[cfg(unix)]
-    fn mode(p: &Path) -> u32 {
-        use std::os::unix::fs::PermissionsExt as _;
-        fs::metadata(p).unwrap().permissions().mode() & 0o7777
-    }
+    use crate::cli::replace::tests::mode;
+    use crate::cli::replace::tests::names;
 
     #[cfg(unix)]
     #[test]

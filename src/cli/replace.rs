@@ -207,16 +207,24 @@ fn sync_dir(dir: &Path) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn names(dir: &Path) -> Vec<String> {
+    /// The names in `dir`, sorted (a temporary file left behind shows here).
+    pub(in crate::cli) fn names(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         v.sort();
         v
+    }
+
+    /// The permission bits of `p` (setuid, setgid and sticky included).
+    #[cfg(unix)]
+    pub(in crate::cli) fn mode(p: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt as _;
+        fs::metadata(p).unwrap().permissions().mode() & 0o7777
     }
 
     #[test]
