@@ -69,16 +69,29 @@ fn integer_edge_cases_match() {
         "min(request.input_tokens, 3) <= 3 and max(request.input_tokens, 3) >= 3",
     ];
     for (k, cond) in cases.iter().enumerate() {
-        let text = format!("route r when {cond} {{ default use \"gpt-4o\" }}");
-        let c = compiled(&text);
-        for t in [0u64, 1, 5, u64::MAX] {
+        for (t, (a, b)) in both_engines_over_input_tokens(cond) {
+            assert_eq!(a, b, "case {k}: {cond} with {t}");
+        }
+    }
+}
+
+/// The decisions of both engines (interpreter, JIT) for a route taken when `cond`
+/// holds, at each of a few `request.input_tokens` values, with the value.
+fn both_engines_over_input_tokens(
+    cond: &str,
+) -> Vec<(u64, (crate::policy::Decision, crate::policy::Decision))> {
+    let text = format!("route r when {cond} {{ default use \"gpt-4o\" }}");
+    let c = compiled(&text);
+    [0u64, 1, 5, u64::MAX]
+        .into_iter()
+        .map(|t| {
             let mut req = RequestFeatures::for_model("gpt-4o");
             req.input_tokens = t;
             let a = c.decide_on(Engine::Interp, &req, &StatsSnapshot::default(), 0);
             let b = c.decide_on(Engine::Jit, &req, &StatsSnapshot::default(), 0);
-            assert_eq!(a, b, "case {k}: {cond} with {t}");
-        }
-    }
+            (t, (a, b))
+        })
+        .collect()
 }
 
 /// `-9223372036854775808` was refused as too large. Accepted now, it is `i64::MIN` on
@@ -98,13 +111,7 @@ fn i64_min_literal_was_refused_as_too_large_engines_agree() {
         ("-9223372036854775808 - request.input_tokens < 0", true),
     ];
     for (k, (cond, at_zero)) in cases.iter().enumerate() {
-        let text = format!("route r when {cond} {{ default use \"gpt-4o\" }}");
-        let c = compiled(&text);
-        for t in [0u64, 1, 5, u64::MAX] {
-            let mut req = RequestFeatures::for_model("gpt-4o");
-            req.input_tokens = t;
-            let a = c.decide_on(Engine::Interp, &req, &StatsSnapshot::default(), 0);
-            let b = c.decide_on(Engine::Jit, &req, &StatsSnapshot::default(), 0);
+        for (t, (a, b)) in both_engines_over_input_tokens(cond) {
             assert_eq!(a, b, "case {k}: {cond} with {t}");
             if t == 0 {
                 assert_eq!(a.route.is_some(), *at_zero, "case {k}: {cond}");
