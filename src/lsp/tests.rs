@@ -159,6 +159,15 @@ fn the_reference_documents_every_field_and_function_of_the_tables() {
     }
 }
 
+/// The diagnostics the editor gets for `text`, open alone as `uri`.
+fn diagnostics_of(uri: &Url, text: &str) -> Vec<lsp_types::Diagnostic> {
+    let mut docs = Documents::default();
+    docs.open.insert(uri.clone(), (1, text.to_string()));
+    let (_, view) = docs.read_set(uri);
+    let mut by_file = diagnostics::by_file(&view, &view.lint(), std::slice::from_ref(uri));
+    by_file.remove(uri).unwrap_or_default()
+}
+
 /// Lone-CR line endings made a comment swallow the rest of the file: the parser now
 /// refuses the first lone CR, and the editor gets the diagnostic on the line it
 /// shows (LSP counts a lone CR as a line break; everything before the first one ends
@@ -167,11 +176,7 @@ fn the_reference_documents_every_field_and_function_of_the_tables() {
 fn lone_cr_line_endings_made_a_comment_swallow_the_rest_of_the_file() {
     let uri = Url::parse("untitled:cr.policy").unwrap();
     let text = "route r {\r\n  # c\r  default use model\r}\r";
-    let mut docs = Documents::default();
-    docs.open.insert(uri.clone(), (1, text.to_string()));
-    let (_, view) = docs.read_set(&uri);
-    let by_file = diagnostics::by_file(&view, &view.lint(), std::slice::from_ref(&uri));
-    let d = &by_file[&uri];
+    let d = &diagnostics_of(&uri, text);
     assert_eq!(d.len(), 1, "{d:?}");
     assert!(d[0].message.contains("lone carriage return"), "{d:?}");
     assert_eq!(
@@ -197,11 +202,7 @@ fn a_syntax_error_at_an_emoji_had_a_zero_width_range() {
             2,
         ),
     ] {
-        let mut docs = Documents::default();
-        docs.open.insert(uri.clone(), (1, text.to_string()));
-        let (_, view) = docs.read_set(&uri);
-        let by_file = diagnostics::by_file(&view, &view.lint(), std::slice::from_ref(&uri));
-        let d = &by_file[&uri];
+        let d = &diagnostics_of(&uri, text);
         assert_eq!(d.len(), 1, "{d:?}");
         assert_eq!(
             d[0].range,
