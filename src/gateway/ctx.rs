@@ -48,6 +48,10 @@ pub struct RequestCtx {
     pub strategy: Option<Option<u32>>,
     /// Endpoint indices to try, in order (route phase).
     pub plan: Vec<usize>,
+    /// Fallbacks to try after `plan`, not yet ordered (route phase; a long ranking's,
+    /// see [`crate::policy::Decision::rest`]); dispatch orders them if it gets past
+    /// `plan`.
+    pub plan_rest: Option<Box<crate::policy::interp::strategy::PlanRest>>,
     /// Attempts made so far, across endpoints and retries (dispatch phase).
     pub attempts: u32,
     /// Every attempt with its endpoint, status and duration (dispatch phase), for
@@ -110,6 +114,7 @@ impl RequestCtx {
             rule: None,
             strategy: None,
             plan: Vec::new(),
+            plan_rest: None,
             attempts: 0,
             tried: Tried::new(),
             endpoint: None,

@@ -62,6 +62,7 @@ use crate::config::ProviderKind;
 use crate::egress::relay::{collect, SseRelay};
 use crate::egress::Upstream;
 use crate::error::{Code, ErrorKind, Fault, GatewayError, Retry};
+use crate::policy::interp::strategy::PlanRest;
 use crate::policy::FallbackOn;
 use crate::providers::{Resume, Sent, StreamContext};
 use crate::stats::{ratelimit, Admission};
@@ -106,6 +107,9 @@ pub(super) struct Cursor {
     chat: Arc<ChatRequest>,
     decided: Arc<DecisionContext>,
     plan: Vec<usize>,
+    /// Fallbacks after `plan` not yet ordered; ordered onto it when the attempts get
+    /// past it ([`Cursor::unfold`]).
+    rest: Option<Box<PlanRest>>,
     retries: u32,
     backoff_ms: Option<(u64, u64)>,
     /// The route's `fallback ... on` statuses: these move on to the next endpoint.
@@ -158,6 +162,7 @@ pub async fn dispatch(
         chat,
         decided,
         plan: ctx.plan.clone(),
+        rest: ctx.plan_rest.take(),
         retries: plan.retries,
         backoff_ms: plan.backoff_ms,
         fallback_on: plan.fallback_on.clone(),
@@ -214,7 +219,7 @@ impl Cursor {
     pub(super) async fn run(&mut self, resume: Option<&Sent>) -> Result<Exchanged, GatewayError> {
         let gw = self.gw.clone();
         let max_attempts = gw.config.server.max_attempts;
-        while self.pos < self.plan.len() {
+        while self.has_next() {
             let ep = self.plan[self.pos];
             if self.attempts >= max_attempts
                 || (self.attempts > 0 && Instant::now() >= self.budget_end)
@@ -258,7 +263,7 @@ impl Cursor {
             let attempt = Attempt::begin(&gw, ep, began, self.decided.clone(), probe).holding(slot);
             // The text sent is kept for a failover, and for the access line's
             // `response_text` when bodies are logged.
-            let track = (self.pos + 1 < self.plan.len() && failover_allowed(&gw, &self.chat))
+            let track = (self.pos + 1 < self.plan_len() && failover_allowed(&gw, &self.chat))
                 || (gw.config.telemetry.access_log.bodies && self.chat.is_stream());
             let mut span = self.attempt_span(ep);
             let exchanged = exchange(
@@ -302,6 +307,7 @@ impl Cursor {
                 retry_safety = Retry::OtherEndpoint;
             }
             let larger = if e.kind == ErrorKind::ContextWindowExceeded && !listed {
+                self.unfold();
                 Some(self.larger_window(ep))
             } else {
                 None
@@ -322,7 +328,7 @@ impl Cursor {
                 continue;
             }
             if !retry_safety.other_endpoint() {
-                self.pos = self.plan.len();
+                self.pos = self.plan_len();
                 break;
             }
             if !retry_safety.same_endpoint() || self.retry >= self.retries {
@@ -346,6 +352,7 @@ impl Cursor {
         }
         if self.failed.is_empty() {
             if self.throttled_for.is_some() && !self.paused_not_for_quota {
+                self.unfold();
                 return Err(out_of_quota(&gw, "plan", &self.plan));
             }
             if let Some(wait) = self.throttled_for {
@@ -389,7 +396,7 @@ impl Cursor {
     /// the request has one choice, and the plan has endpoints and attempts left.
     pub(super) fn can_continue(&self) -> bool {
         failover_allowed(&self.gw, &self.chat)
-            && self.pos + 1 < self.plan.len()
+            && self.pos + 1 < self.plan_len()
             && self.attempts < self.gw.config.server.max_attempts
             && Instant::now() < self.budget_end
     }
@@ -434,6 +441,31 @@ impl Cursor {
     fn advance(&mut self) {
         self.pos += 1;
         self.retry = 0;
+    }
+
+    /// Whether the plan has a position `pos`, ordering the unordered fallbacks when
+    /// the ordered part ends before it.
+    fn has_next(&mut self) -> bool {
+        if self.pos >= self.plan.len() {
+            self.unfold();
+        }
+        self.pos < self.plan.len()
+    }
+
+    /// The plan's length, with the fallbacks not yet ordered.
+    fn plan_len(&self) -> usize {
+        self.plan.len() + self.rest.as_ref().map_or(0, |r| r.len())
+    }
+
+    /// Orders the unordered fallbacks onto the plan; whether there were any.
+    fn unfold(&mut self) -> bool {
+        match self.rest.take() {
+            Some(r) if !r.is_empty() => {
+                r.order_into(&mut self.plan);
+                true
+            }
+            _ => false,
+        }
     }
 }
 

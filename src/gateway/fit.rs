@@ -17,12 +17,14 @@ use super::ctx::RequestCtx;
 use super::Gateway;
 use crate::api::ChatRequest;
 use crate::error::{Code, ErrorKind, GatewayError};
+use crate::policy::interp::strategy::PlanRest;
 use crate::policy::RequestFeatures;
 
 /// How far below an inexact count the true count may be, in percent.
 pub const ESTIMATE_SLACK_PERCENT: u64 = 10;
 
-/// Drops the endpoints of `plan` that cannot take `chat` (see the module doc).
+/// Drops the endpoints of `plan` and of its unordered fallbacks `rest` that cannot
+/// take `chat` (see the module doc).
 ///
 /// # Errors
 /// 400 `context_length_exceeded` (param `messages`) when no endpoint of a
@@ -33,6 +35,7 @@ pub fn fit(
     gw: &Gateway,
     ctx: &RequestCtx,
     plan: &mut Vec<usize>,
+    mut rest: Option<&mut PlanRest>,
     chat: &ChatRequest,
     features: &RequestFeatures,
 ) -> Result<(), GatewayError> {
@@ -40,10 +43,17 @@ pub fn fit(
         return Ok(());
     }
     let eps = &gw.registry.endpoints;
+    // Every endpoint of the plan, in no particular order: what is checked here does
+    // not depend on it.
+    let rest_ro = rest.as_deref();
+    let all = || {
+        let rest = rest_ro.into_iter().flat_map(|r| r.indices());
+        plan.iter().copied().chain(rest).map(|i| &eps[i])
+    };
     let cap = chat.output_cap();
-    let windows = plan.iter().any(|&i| eps[i].has_context_window());
-    let output_limits = cap.is_some() && plan.iter().any(|&i| eps[i].max_output_tokens.is_some());
-    if plan.is_empty() || !(windows || output_limits) {
+    let windows = all().any(|e| e.has_context_window());
+    let output_limits = cap.is_some() && all().any(|e| e.max_output_tokens.is_some());
+    if all().next().is_none() || !(windows || output_limits) {
         return Ok(());
     }
     let (counted, exact) = if !windows {
@@ -62,20 +72,13 @@ pub fn fit(
     } else {
         counted - counted * ESTIMATE_SLACK_PERCENT / 100
     };
-    if plan.iter().all(|&i| eps[i].fits_request(input, cap)) {
+    if all().all(|e| e.fits_request(input, cap)) {
         return Ok(());
     }
     let model = crate::error::bounded(&chat.model, crate::routing::MAX_ECHOED_NAME);
     let out = cap.unwrap_or(0);
-    if plan
-        .iter()
-        .all(|&i| eps[i].max_output_tokens.is_some_and(|m| out > m))
-    {
-        let most = plan
-            .iter()
-            .filter_map(|&i| eps[i].max_output_tokens)
-            .max()
-            .unwrap_or(0);
+    if all().all(|e| e.max_output_tokens.is_some_and(|m| out > m)) {
+        let most = all().filter_map(|e| e.max_output_tokens).max().unwrap_or(0);
         let param = if chat.max_completion_tokens.is_some() {
             "max_completion_tokens"
         } else {
@@ -88,9 +91,12 @@ pub fn fit(
         ));
     }
     // The plan's, not the model's: a policy may have routed to another model.
-    let largest = plan.iter().filter_map(|&i| eps[i].context_window).max();
+    let largest = all().filter_map(|e| e.context_window).max();
     plan.retain(|&i| eps[i].fits_request(input, cap));
-    if !plan.is_empty() {
+    if let Some(r) = rest.as_deref_mut() {
+        r.retain(|i| eps[i].fits_request(input, cap));
+    }
+    if !plan.is_empty() || rest.is_some_and(|r| !r.is_empty()) {
         return Ok(());
     }
     let about = if exact { "" } else { "about " };

@@ -377,8 +377,11 @@ impl Gateway {
         if let Some(r) = &ctx.rule {
             attrs.push(KeyValue::new("switchyard.rule", r.clone()));
         }
-        let plan: Vec<opentelemetry::StringValue> = ctx
-            .plan
+        let mut order = ctx.plan.clone();
+        if let Some(r) = &ctx.plan_rest {
+            r.order_into(&mut order);
+        }
+        let plan: Vec<opentelemetry::StringValue> = order
             .iter()
             .filter_map(|&i| self.registry.endpoints.get(i))
             .map(|e| e.id.to_string().into())

@@ -14,6 +14,7 @@ use super::Gateway;
 use crate::api::ChatRequest;
 use crate::error::{Code, ErrorKind, GatewayError};
 use crate::policy::checked::CacheSetting;
+use crate::policy::interp::strategy::PlanRest;
 use crate::policy::interp::{Bits, StrategyCall};
 use crate::policy::{Decision, FallbackOn, RequestFeatures};
 use crate::routing::policy::PolicySnapshot;
@@ -55,6 +56,7 @@ pub fn route(
         rule,
         reject,
         plan: chosen,
+        rest,
         retries,
         backoff_ms,
         fallback_on,
@@ -107,11 +109,27 @@ pub fn route(
         return Err(e);
     }
     // The policy's plan, without unknown indices and repeats (one bit per endpoint,
-    // so a long plan costs no quadratic search).
+    // so a long plan costs no quadratic search). Unordered fallbacks (a lazy
+    // decision: `plan` is then the pick) are a ranking's other candidates, distinct
+    // endpoints, so only the pick can repeat among them.
     let mut plan = chosen;
-    Bits::dedup_below(&mut plan, gw.registry.endpoints.len());
-    restrict(gw, ctx, &mut plan, &chat.model)?;
-    super::fit::fit(gw, ctx, &mut plan, chat, features)?;
+    let limit = gw.registry.endpoints.len();
+    Bits::dedup_below(&mut plan, limit);
+    let mut rest = rest;
+    if let Some(r) = &mut rest {
+        r.retain(|i| i < limit && !plan.contains(&i));
+    }
+    restrict(gw, ctx, &mut plan, rest.as_deref_mut(), &chat.model)?;
+    super::fit::fit(gw, ctx, &mut plan, rest.as_deref_mut(), chat, features)?;
+    ctx.plan_rest = match rest {
+        // The first endpoint was dropped: the fallbacks are needed now.
+        Some(r) if plan.is_empty() => {
+            r.order_into(&mut plan);
+            None
+        }
+        Some(r) if !r.is_empty() => Some(r),
+        _ => None,
+    };
     if plan.is_empty() {
         return Err(GatewayError::new(
             ErrorKind::NoEndpoint,
@@ -132,7 +150,8 @@ pub fn route(
     })
 }
 
-/// Removes the endpoints of providers the caller may not use from `plan`.
+/// Removes the endpoints of providers the caller may not use from `plan` and its
+/// unordered fallbacks `rest`.
 ///
 /// # Errors
 /// 403 `provider_not_allowed` when that leaves nothing of a non-empty plan.
@@ -140,19 +159,26 @@ fn restrict(
     gw: &Gateway,
     ctx: &RequestCtx,
     plan: &mut Vec<usize>,
+    rest: Option<&mut PlanRest>,
     model: &str,
 ) -> Result<(), GatewayError> {
-    if ctx.principal.providers.is_none() || plan.is_empty() {
+    let rest_len = rest.as_ref().map_or(0, |r| r.len());
+    if ctx.principal.providers.is_none() || plan.len() + rest_len == 0 {
         return Ok(());
     }
-    plan.retain(|&i| {
+    let allowed = |i: usize| {
         gw.registry
             .endpoints
             .get(i)
             .and_then(|e| gw.config.providers.get(e.provider))
             .is_some_and(|p| ctx.principal.allows_provider(&p.name))
+    };
+    plan.retain(|&i| allowed(i));
+    let rest_len = rest.map_or(0, |r| {
+        r.retain(allowed);
+        r.len()
     });
-    if plan.is_empty() {
+    if plan.len() + rest_len == 0 {
         return Err(GatewayError::new(
             ErrorKind::PermissionDenied,
             format!(
@@ -177,12 +203,13 @@ fn restrict(
 fn decide(gw: &Gateway, snap: &PolicySnapshot, features: &RequestFeatures) -> Decision {
     let seed = rand::random::<u64>();
     let writes = gw.stats.state_writes();
+    // Lazy: the fallbacks of a long ranking are ordered only if the first fails.
     let live = || {
         gw.stats
             .live_for(SystemTime::now(), &snap.set().registry, &snap.stats_aligned)
     };
     let stats = live();
-    let decision = snap.compiled.decide(features, &stats, seed);
+    let decision = snap.compiled.decide_lazy(features, &stats, seed);
     if decision.state_updates.is_empty() {
         return decision;
     }
@@ -191,7 +218,7 @@ fn decide(gw: &Gateway, snap: &PolicySnapshot, features: &RequestFeatures) -> De
         decision
     } else {
         let stats = live();
-        snap.compiled.decide(features, &stats, seed)
+        snap.compiled.decide_lazy(features, &stats, seed)
     };
     for u in &decision.state_updates {
         if let Some(i) = gw.stats.resolve(u.index, &u.endpoint) {

@@ -64,6 +64,11 @@ pub struct Decision {
     /// fallbacks. What the gateway dispatches over; [`Decision::fallbacks`] and the
     /// names above are for people.
     pub plan: Vec<usize>,
+    /// The plan's fallbacks not yet ordered, after `plan` (then only the pick): set
+    /// only by [`crate::policy::CompiledPolicySet::decide_lazy`], for a ranking
+    /// without a fallback chain. [`strategy::PlanRest::ordered`] gives them in plan
+    /// order; [`Decision::fallbacks`] and the JSON form do not list them.
+    pub rest: Option<Box<strategy::PlanRest>>,
     /// Extra attempts per endpoint on retryable errors.
     pub retries: u32,
     /// Backoff between retries: first wait and cap, milliseconds.
@@ -404,6 +409,7 @@ impl Decision {
             endpoint: None,
             model: None,
             plan: Vec::new(),
+            rest: None,
             retries: 0,
             backoff_ms: None,
             fallback_on: None,

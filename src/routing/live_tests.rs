@@ -123,3 +123,60 @@ fn a_registry_that_is_not_the_stores_is_read_by_id() {
     let live = store.live_for(SystemTime::now(), reg, &cell);
     assert_eq!(live.stats(0, "p/e0", "").latency_ewma_ms, 40.0);
 }
+
+/// A lazy decision (the gateway's: a long ranking's fallbacks left unordered) gives,
+/// once its fallbacks are ordered, the plan the eager decision gives, with the same
+/// pick and state updates, for every built-in strategy over endpoints with
+/// different latencies, errors and picks so far (issue 17).
+#[test]
+fn a_lazy_decision_once_ordered_is_the_eager_plan_for_every_builtin_strategy() {
+    let weights: Vec<u32> = (0..20).map(|i| [1, 2, 3, 0, 5][i % 5]).collect();
+    for via in [
+        "weighted_round_robin",
+        "least_latency",
+        "adaptive",
+        "cost_optimized",
+        "exp3",
+        "multi_objective",
+        "quality_first",
+    ] {
+        let (snap, store) = setup(&weights, via);
+        for i in 0..weights.len() {
+            let slot = store.slot(i).unwrap();
+            for k in 0..(i % 4) {
+                slot.record(
+                    Duration::from_millis(40 + 17 * (i as u64 % 7) + k as u64),
+                    k != 2,
+                );
+            }
+        }
+        let req = RequestFeatures::for_model("m");
+        let mut lazy_seen = 0;
+        for seed in 0..40u64 {
+            let live = store.live_for(SystemTime::now(), &snap.set().registry, &snap.stats_aligned);
+            let eager = snap.compiled.decide_on(Engine::Jit, &req, &live, seed);
+            let lazy = snap.compiled.decide_lazy(&req, &live, seed);
+            assert!(
+                eager.rest.is_none(),
+                "{via}: only decide_lazy leaves a rest"
+            );
+            let mut whole = lazy.plan.clone();
+            if let Some(r) = &lazy.rest {
+                lazy_seen += 1;
+                assert_eq!(lazy.plan.len(), 1, "{via}: the pick alone before the rest");
+                assert_eq!(r.ordered(), eager.plan[1..], "{via} seed {seed}");
+                r.order_into(&mut whole);
+            }
+            assert_eq!(whole, eager.plan, "{via} seed {seed}");
+            assert_eq!(lazy.endpoint, eager.endpoint, "{via} seed {seed}");
+            assert_eq!(lazy.state_updates, eager.state_updates, "{via} seed {seed}");
+            for u in eager.state_updates {
+                store.set_state(u.index, &u.strategy, &u.slots);
+            }
+        }
+        assert_eq!(
+            lazy_seen, 40,
+            "{via}: 16 endpoints of weight > 0 rank lazily"
+        );
+    }
+}

@@ -502,3 +502,64 @@ route r when request.model == "m" {
     let later = served_by_canary(40).await;
     assert!(later >= 8, "canary served {later} of 40 after recovering");
 }
+
+/// Weighted round-robin over a model's twelve endpoints, listed in no order of
+/// weight: its first pick is the heaviest, and the fallbacks, which the decision
+/// leaves unordered (issue 17: a long ranking orders them only when the first
+/// endpoint fails), are tried heaviest first. Model `m` has nine failing endpoints
+/// and three answering ones; model `n` only failing ones, so the aggregate error
+/// lists every attempt in order.
+#[tokio::test]
+async fn a_long_ranking_fails_over_in_plan_order_after_its_first_endpoint() {
+    let m = [
+        ("bad", "e0", 5),
+        ("good", "g0", 2),
+        ("bad", "e1", 12),
+        ("bad", "e2", 7),
+        ("good", "g1", 3),
+        ("bad", "e3", 9),
+        ("bad", "e4", 4),
+        ("good", "g2", 1),
+        ("bad", "e5", 11),
+        ("bad", "e6", 6),
+        ("bad", "e7", 10),
+        ("bad", "e8", 8),
+    ];
+    let n = [5, 12, 7, 9, 4, 11, 6, 10, 8];
+    let list = |eps: Vec<(&str, String, u32)>| {
+        eps.iter()
+            .map(|(p, x, w)| format!("{{ provider: {p}, model: {x}, weight: {w} }}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let config = format!(
+        "server: {{ max_attempts: 16 }}\nproviders:\n  bad: {{ kind: mock, mock: {{ fail_rate: 1.0, fail_status: 500 }} }}\n  good: {{ kind: mock }}\nmodels:\n  m: {{ endpoints: [ {} ] }}\n  n: {{ endpoints: [ {} ] }}\n",
+        list(m.iter().map(|&(p, x, w)| (p, x.to_string(), w)).collect()),
+        list(n.iter().map(|&w| ("bad", format!("n{w}"), w)).collect()),
+    );
+    let policy = r#"
+route r when request.model in ["m", "n"] {
+  default use model via weighted_round_robin
+}
+"#;
+    let gw = start_app(&config, &[("r.policy", policy)]).await;
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.headers["x-switchyard-endpoint"], "good/g1");
+    assert_eq!(r.headers["x-switchyard-attempts"], "10");
+
+    let r = post(&gw.url("/v1/chat/completions"), &chat("n", false, "")).await;
+    assert!(r.status >= 500, "{} {:?}", r.status, r.body);
+    let message = r.json()["error"]["message"].as_str().unwrap().to_string();
+    let at = |w: u32| {
+        message
+            .find(&format!(". bad/n{w}:"))
+            .unwrap_or_else(|| panic!("n{w} not in {message}"))
+    };
+    let order: Vec<usize> = [12, 11, 10, 9, 8, 7, 6, 5, 4]
+        .iter()
+        .map(|&w| at(w))
+        .collect();
+    assert!(order.windows(2).all(|p| p[0] < p[1]), "{message}");
+    assert!(message.starts_with("all 9 attempts failed:"), "{message}");
+}

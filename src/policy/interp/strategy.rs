@@ -608,6 +608,80 @@ pub fn plan_positions(
     }
 }
 
+/// The fallbacks of a ranked plan, kept unordered until a failover needs them: a
+/// plan whose ranking has no fallback chain is its pick, then the other kept
+/// candidates in [`rest_positions`] order. The gateway's first attempt needs only the
+/// pick, so [`crate::policy::CompiledPolicySet::decide_lazy`] leaves the order of the
+/// others to [`PlanRest::ordered`], run when the first endpoint fails (issue 17:
+/// ordering a model's 128 endpoints was about 7,000 instructions of every
+/// decision). The result is the same plan: each candidate keeps its key and its
+/// place among the others, which breaks ties, and [`PlanRest::retain`] keeps both.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanRest {
+    /// How the ranking picked: scores order `pick min` and `pick max` plans,
+    /// probabilities the weighted and sampled ones.
+    mode: PickMode,
+    /// Registry index of each candidate other than the pick, in candidate order.
+    index: Vec<usize>,
+    /// Each one's key, as [`rest_positions`] reads it: its score for `pick min` and
+    /// `pick max`, else its probability.
+    key: Vec<f64>,
+}
+
+impl PlanRest {
+    /// The candidates other than the pick, `(registry index, key)` in candidate
+    /// order, of a ranking with pick `mode`.
+    pub fn new(mode: PickMode, index: Vec<usize>, key: Vec<f64>) -> PlanRest {
+        debug_assert_eq!(index.len(), key.len());
+        PlanRest { mode, index, key }
+    }
+
+    /// Fallbacks left.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// No fallback left.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The fallbacks' registry indices in candidate order (not plan order).
+    pub fn indices(&self) -> impl Iterator<Item = usize> + '_ {
+        self.index.iter().copied()
+    }
+
+    /// Keeps the fallbacks whose registry index passes `keep`; the plan order of
+    /// those kept is unchanged.
+    pub fn retain(&mut self, mut keep: impl FnMut(usize) -> bool) {
+        let mut at = 0;
+        for i in 0..self.index.len() {
+            if keep(self.index[i]) {
+                self.index[at] = self.index[i];
+                self.key[at] = self.key[i];
+                at += 1;
+            }
+        }
+        self.index.truncate(at);
+        self.key.truncate(at);
+    }
+
+    /// The fallbacks' registry indices in plan order, appended to `plan`.
+    pub fn order_into(&self, plan: &mut Vec<usize>) {
+        let key = &self.key[..self.index.len().min(self.key.len())];
+        let mut pos: Vec<u32> = Vec::with_capacity(key.len());
+        rest_positions(self.mode, key.len(), None, |k| (key[k], key[k]), &mut pos);
+        plan.extend(pos.iter().filter_map(|&k| self.index.get(k as usize)));
+    }
+
+    /// The fallbacks' registry indices in plan order.
+    pub fn ordered(&self) -> Vec<usize> {
+        let mut plan = Vec::with_capacity(self.len());
+        self.order_into(&mut plan);
+        plan
+    }
+}
+
 /// At most this many distinct keys are ordered without a comparison sort
 /// ([`rest_positions`]).
 const FEW_KEYS: usize = 8;
@@ -824,6 +898,39 @@ mod order_tests {
                 let mut fused: Vec<u32> = Vec::new();
                 plan_positions(mode, len, |i| keys[i], Some(&mut b), &mut fused);
                 assert_eq!(fused, expected, "{mode:?} {keys:?}");
+            }
+        }
+    }
+
+    /// Dropping fallbacks of an unordered rest (the gateway's provider and context
+    /// checks) and then ordering it gives the ordered rest with those dropped.
+    #[test]
+    fn a_plan_rest_filtered_then_ordered_is_the_ordered_rest_filtered() {
+        let mut rng = SplitMix64::new(41);
+        for round in 0..500u64 {
+            let len = (round % 30) as usize;
+            // Few distinct keys half the time (the counting sort), else many.
+            let keys: Vec<f64> = (0..len)
+                .map(|_| match round % 2 {
+                    0 => (rng.next_u64() % 3) as f64,
+                    _ => draw(&mut rng),
+                })
+                .collect();
+            let index: Vec<usize> = (0..len).map(|k| 100 + 7 * k).collect();
+            for mode in [PickMode::Min, PickMode::Max, PickMode::Weighted] {
+                let rest = PlanRest::new(mode, index.clone(), keys.clone());
+                let drop = |i: usize| (i / 7 + round as usize).is_multiple_of(3);
+                let mut expected = rest.ordered();
+                expected.retain(|&i| !drop(i));
+                let mut filtered = rest.clone();
+                filtered.retain(|i| !drop(i));
+                assert_eq!(filtered.ordered(), expected, "{mode:?} {keys:?}");
+                assert_eq!(filtered.len(), expected.len());
+                // The order is the stable order of the keys.
+                let mut stable: Vec<usize> = (0..len).collect();
+                order_rest_by(mode, &mut stable, |&k| (keys[k], keys[k]));
+                let stable: Vec<usize> = stable.iter().map(|&k| index[k]).collect();
+                assert_eq!(rest.ordered(), stable, "{mode:?} {keys:?}");
             }
         }
     }

@@ -144,6 +144,27 @@ impl CompiledPolicySet {
         self.decide_on(self.engine(), req, stats, seed)
     }
 
+    /// [`CompiledPolicySet::decide`] for the gateway, which tries the plan in order
+    /// and usually stops at its first endpoint: on the compiled code, a ranking of
+    /// many candidates without a fallback chain leaves its fallbacks unordered in
+    /// [`Decision::rest`] (`plan` is then the pick alone), to be ordered only when
+    /// the first endpoint fails. Once ordered, the plan is the one `decide` gives.
+    pub fn decide_lazy(
+        &self,
+        req: &RequestFeatures,
+        stats: &dyn StatsSource,
+        seed: u64,
+    ) -> Decision {
+        if let Some(code) = &self.code {
+            let mut d = Decision::blank(req.priority, self.set.names.endpoints());
+            let mut run = run::JRun::new(&self.set, code, req, stats, seed).lazy_rest();
+            if run.decide_into(&mut d).is_some() {
+                return d;
+            }
+        }
+        interp::decide(&self.set, req, stats, seed)
+    }
+
     /// Decides on a chosen engine (`Jit` without code runs the interpreter).
     pub fn decide_on(
         &self,

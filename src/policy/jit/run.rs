@@ -16,7 +16,8 @@ use crate::policy::features::{EpStats, LiveNumber, Outcome, RequestFeatures, Sta
 use crate::policy::interp::eval::{reduce, EpCtx};
 use crate::policy::interp::hash::SplitMix64;
 use crate::policy::interp::strategy::{
-    self, contexts, plan_positions, probabilities_into, state_column, state_values,
+    self, choose_by, contexts, plan_positions, probabilities_into, state_column, state_values,
+    PlanRest,
 };
 use crate::policy::interp::{
     apply_fallback, available, candidates, name_plan, split_bucket, write_plan, Decision, Refs,
@@ -38,7 +39,15 @@ pub struct JRun<'a> {
     rng: SplitMix64,
     priority: PriorityLevel,
     fv: Cells<48>,
+    /// A ranking of at least [`LAZY_FROM`] kept candidates without a fallback chain
+    /// leaves its fallbacks unordered ([`Decision::rest`]; [`JRun::lazy_rest`]).
+    lazy: bool,
 }
+
+/// Kept candidates from which a lazy decision leaves its fallbacks unordered: below
+/// it, ordering them costs less than the lists that keep them (a few hundred
+/// instructions).
+const LAZY_FROM: usize = 8;
 
 /// Vector cells, on the stack up to `N`.
 type Cells<const N: usize> = SmallVec<[u64; N]>;
@@ -77,7 +86,16 @@ impl<'a> JRun<'a> {
             rng: SplitMix64::new(seed),
             priority: req.priority,
             fv,
+            lazy: false,
         }
+    }
+
+    /// Makes the decision lazy: a ranking of many candidates without a fallback chain
+    /// puts only its pick in [`Decision::plan`] and leaves the rest unordered in
+    /// [`Decision::rest`] (the same plan once ordered).
+    pub fn lazy_rest(mut self) -> JRun<'a> {
+        self.lazy = true;
+        self
     }
 
     /// The decision (same result as `interp::decide`), written into `d`, which must
@@ -397,7 +415,7 @@ impl<'a> JRun<'a> {
         cands: &[EndpointRef<'a>],
     ) -> Option<Vec<RankedCandidate>> {
         let mut eps = Cells::new();
-        let r = self.rank_rows(inst, s, args, cands, &mut eps)?;
+        let r = self.rank_rows(inst, s, args, cands, &mut eps, true)?;
         r.pos
             .iter()
             .map(|&k| {
@@ -411,7 +429,9 @@ impl<'a> JRun<'a> {
 
     /// Ranks `cands` with a compiled instance: the candidates kept by the
     /// filters, their scores, and the plan order (see [`RankedRows`]); the
-    /// candidates' vectors are left in `eps` (row `i` for `cands[i]`).
+    /// candidates' vectors are left in `eps` (row `i` for `cands[i]`). Without
+    /// `order_rest`, a ranking of [`LAZY_FROM`] or more kept candidates finds only
+    /// its pick (`pos` holds it alone; [`RankedRows::ordered`] is false).
     fn rank_rows(
         &mut self,
         inst: &StratCode,
@@ -419,6 +439,7 @@ impl<'a> JRun<'a> {
         args: &'a [Const],
         cands: &[EndpointRef<'a>],
         eps: &mut Cells<64>,
+        order_rest: bool,
     ) -> Option<RankedRows> {
         // One vector per candidate, reused for scoring the kept ones.
         self.fill_rows(inst, s, args, cands, eps);
@@ -463,22 +484,37 @@ impl<'a> JRun<'a> {
         // The pick first, then the rest by key (candidate order among equals). A
         // min or max pick orders by score alone: its key reads no probability
         // (a bounds check per candidate, issue 17).
-        let mut pos: Rows<u32> = SmallVec::with_capacity(n);
         let rng = Some(&mut self.rng);
-        match s.pick {
-            PickMode::Min | PickMode::Max => {
-                plan_positions(s.pick, n, |k| (score[k], 1.0), rng, &mut pos);
+        let ordered = order_rest || n < LAZY_FROM;
+        let pos: Rows<u32> = if ordered {
+            let mut pos = SmallVec::with_capacity(n);
+            match s.pick {
+                PickMode::Min | PickMode::Max => {
+                    plan_positions(s.pick, n, |k| (score[k], 1.0), rng, &mut pos);
+                }
+                PickMode::Weighted | PickMode::Sample => {
+                    plan_positions(s.pick, n, |k| (score[k], prob[k]), rng, &mut pos);
+                }
             }
-            PickMode::Weighted | PickMode::Sample => {
-                plan_positions(s.pick, n, |k| (score[k], prob[k]), rng, &mut pos);
-            }
-        }
+            pos
+        } else {
+            // The candidate `plan_positions` puts first, with the same draw.
+            let pick = match s.pick {
+                PickMode::Min | PickMode::Max => choose_by(s.pick, n, |k| (score[k], 1.0), rng),
+                PickMode::Weighted | PickMode::Sample => {
+                    choose_by(s.pick, n, |k| (score[k], prob[k]), rng)
+                }
+            };
+            pick.into_iter().map(|k| k as u32).collect()
+        };
         Some(RankedRows {
             scored_all: n == total,
             reuse_aggs: n == total && !inst.aggs_read_scored,
             rows,
             list,
             pos,
+            kept: n,
+            ordered,
         })
     }
 
@@ -600,11 +636,29 @@ impl<'a> JRun<'a> {
         let plan: Option<Refs<'a>> = match (strat, inst) {
             (Some(s), Some(inst)) => {
                 let mut eps = Cells::new();
-                let r = self.rank_rows(inst, s, &u.args, &cands, &mut eps)?;
+                let lazy = self.lazy && fallback.is_none();
+                let r = self.rank_rows(inst, s, &u.args, &cands, &mut eps, !lazy)?;
                 let all: &[EndpointRef<'a>] = &cands;
                 let order = r.pos.iter().filter_map(|&k| all.get(r.row(k as usize)?));
                 let plan = if fallback.is_some() {
                     Some(collect_long(r.pos.len(), order.copied()))
+                } else if !r.ordered {
+                    // The pick, and the others unordered with their keys.
+                    let (n, pick) = (r.kept, *r.pos.first()? as usize);
+                    d.plan = vec![all.get(r.row(pick)?)?.index];
+                    let mut index = Vec::with_capacity(n - 1);
+                    for k in (0..pick).chain(pick + 1..n) {
+                        index.push(all.get(r.row(k)?)?.index);
+                    }
+                    let keys = match s.pick {
+                        PickMode::Min | PickMode::Max => r.list.score.get(..n)?,
+                        PickMode::Weighted | PickMode::Sample => r.list.probability.get(..n)?,
+                    };
+                    let mut key = Vec::with_capacity(n - 1);
+                    key.extend_from_slice(&keys[..pick]);
+                    key.extend_from_slice(&keys[pick + 1..]);
+                    d.rest = Some(Box::new(PlanRest::new(s.pick, index, key)));
+                    None
                 } else {
                     // Written in place: every position names a row (a push per
                     // endpoint through the filter checked the capacity each time,
@@ -758,6 +812,10 @@ struct RankedRows {
     rows: Rows<usize>,
     list: Scores,
     pos: Rows<u32>,
+    /// How many candidates the filters kept (`pos` holds them all when `ordered`).
+    kept: usize,
+    /// `pos` is the whole plan order; else it holds only the pick.
+    ordered: bool,
     /// Every candidate was kept, so `list` is by candidate index.
     scored_all: bool,
     /// `list.aggs` are the aggregates an `on pick` block would compute: every

@@ -566,6 +566,7 @@ pub(crate) fn digest(set: &CheckedPolicySet, i: u64, d: &Decision, buf: &mut Vec
         endpoint,
         model,
         plan,
+        rest,
         retries,
         backoff_ms,
         fallback_on,
@@ -587,7 +588,15 @@ pub(crate) fn digest(set: &CheckedPolicySet, i: u64, d: &Decision, buf: &mut Vec
         .as_ref()
         .map(|s| (s.arm, s.bucket, s.key_present, s.rolled_back))
         .hash(h);
-    plan.hash(h);
+    // The whole plan: an unordered rest (a lazy decision) digests as its order.
+    match rest {
+        None => plan.hash(h),
+        Some(r) => {
+            let mut whole = plan.clone();
+            r.order_into(&mut whole);
+            whole.hash(h);
+        }
+    }
     (retries, backoff_ms).hash(h);
     fallback_on.hash(h);
     priority.as_str().hash(h);
