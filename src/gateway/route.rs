@@ -117,7 +117,9 @@ pub fn route(
     Bits::dedup_below(&mut plan, limit);
     let mut rest = rest;
     if let Some(r) = &mut rest {
-        r.retain(|i| i < limit && !plan.contains(&i));
+        // With a rest, `plan` is the pick alone.
+        let pick = plan.first().copied();
+        r.retain(|i| i < limit && Some(i) != pick);
     }
     restrict(gw, ctx, &mut plan, rest.as_deref_mut(), &chat.model)?;
     super::fit::fit(gw, ctx, &mut plan, rest.as_deref_mut(), chat, features)?;

@@ -654,8 +654,11 @@ impl PlanRest {
     /// Keeps the fallbacks whose registry index passes `keep`; the plan order of
     /// those kept is unchanged.
     pub fn retain(&mut self, mut keep: impl FnMut(usize) -> bool) {
-        let mut at = 0;
-        for i in 0..self.index.len() {
+        // Usually every one is kept: found by reading alone.
+        let Some(mut at) = self.index.iter().position(|&i| !keep(i)) else {
+            return;
+        };
+        for i in at + 1..self.index.len() {
             if keep(self.index[i]) {
                 self.index[at] = self.index[i];
                 self.key[at] = self.key[i];
@@ -726,22 +729,24 @@ pub fn choose_by(
     }
     match mode {
         PickMode::Min | PickMode::Max => {
-            let mut best: Option<(usize, f64)> = None;
-            for i in 0..n {
-                let score = key(i).0;
-                if score.is_nan() {
-                    continue;
-                }
-                let better = match best {
-                    None => true,
-                    Some((_, b)) if mode == PickMode::Min => score < b,
-                    Some((_, b)) => score > b,
-                };
-                if better {
-                    best = Some((i, score));
+            // Max is min of the negated scores. From the first number on, a strict
+            // `<` keeps the earlier of equal scores and never takes a NaN (it
+            // compares false); a loop per decision over a model's endpoints, so
+            // it matches no mode and no `Option` per candidate (issue 17).
+            let sign = if mode == PickMode::Min { 1.0 } else { -1.0 };
+            let at = |i: usize| sign * key(i).0;
+            let Some(first) = (0..n).find(|&i| !at(i).is_nan()) else {
+                return Some(0);
+            };
+            let (mut best, mut pick) = (at(first), first);
+            for i in first + 1..n {
+                let x = at(i);
+                if x < best {
+                    best = x;
+                    pick = i;
                 }
             }
-            Some(best.map_or(0, |(i, _)| i))
+            Some(pick)
         }
         PickMode::Weighted | PickMode::Sample => {
             let u = rng.map(|r| r.unit()).unwrap_or(0.0);

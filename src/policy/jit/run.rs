@@ -647,8 +647,14 @@ impl<'a> JRun<'a> {
                     let (n, pick) = (r.kept, *r.pos.first()? as usize);
                     d.plan = vec![all.get(r.row(pick)?)?.index];
                     let mut index = Vec::with_capacity(n - 1);
-                    for k in (0..pick).chain(pick + 1..n) {
-                        index.push(all.get(r.row(k)?)?.index);
+                    if r.scored_all {
+                        // Position k is candidate k: two runs, no lookup each.
+                        let (before, after) = (all.get(..pick)?, all.get(pick + 1..n)?);
+                        index.extend(before.iter().chain(after).map(|c| c.index));
+                    } else {
+                        for k in (0..pick).chain(pick + 1..n) {
+                            index.push(all.get(r.row(k)?)?.index);
+                        }
                     }
                     let keys = match s.pick {
                         PickMode::Min | PickMode::Max => r.list.score.get(..n)?,
