@@ -16,7 +16,7 @@
 //!
 //! Every response carries the request's `x-request-id` ([`crate::request_id`]), and
 //! everything logged while serving it sits in a `request` span naming that id. A chat
-//! request's access line is written by its response body ([`Guarded`]) when the body
+//! request's access line is written by its response body (`Guarded`) when the body
 //! ends, or by the stream body itself.
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -9,9 +9,9 @@
 //!   [`open_access_file`] has opened it. Until then (and in every command but `serve`)
 //!   its filter refuses every event, so the layer costs nothing.
 //!
-//! The file is written in batches by a background thread ([`batch`]: lines are
-//! appended to a bounded buffer, [`batch::MAX_PENDING_BYTES`], and written every
-//! [`batch::FLUSH_DELAY`]): a request never waits for the disk. When the buffer is
+//! The file is written in batches by a background thread (`batch`: lines are
+//! appended to a bounded buffer, `batch::MAX_PENDING_BYTES`, and written every
+//! `batch::FLUSH_DELAY`): a request never waits for the disk. When the buffer is
 //! full (the disk cannot keep up) lines are dropped whole and counted
 //! (`switchyard_access_log_dropped_total`, read at scrape time by [`dropped_lines`]).
 //! Files rotate by time (`rotation`) and the oldest beyond `max_files` are deleted,

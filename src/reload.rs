@@ -66,7 +66,7 @@ impl Drop for WatchGuard {
 }
 
 /// How long the policy directory must stay quiet after a file event before the set
-/// is rebuilt ([`debounce`]). Editors write a file within a millisecond (in place, or
+/// is rebuilt (`debounce`). Editors write a file within a millisecond (in place, or
 /// a temp file renamed over it), and a burst that straddles the wait only costs one
 /// more rebuild (the permit coalesces triggers, and unchanged files stop at the
 /// content hash), so the wait is short: it is part of every save's time to serving.

@@ -7,7 +7,7 @@
 //!    the HS256 secret or nothing. `alg: none` is no algorithm `jsonwebtoken`
 //!    knows: such a header does not parse. Any other algorithm is refused.
 //! 2. RS256 and ES256 need a `kid` naming a key of the JWKS file (re-read when it
-//!    changes, [`super::file`]); a JWK whose own `alg` differs, or that is
+//!    changes, `super::file`); a JWK whose own `alg` differs, or that is
 //!    published for another use (`use: enc`, `key_ops` without `verify`), is never
 //!    used.
 //! 3. The signature, `exp` (required), `nbf` (when present), `iss` and `aud` (when

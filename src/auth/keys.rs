@@ -9,7 +9,7 @@
 //! Hashing a secret was about 2,500 instructions of each request (2% of a proxied
 //! JSON request, `benches/load/callgrind.sh`), for the same few secrets over and
 //! over. Each serving thread remembers the digests of the last [`RECENT_SECRETS`]
-//! secrets that matched a key ([`Recent`]), each under a 128-bit tag of the secret
+//! secrets that matched a key (`Recent`), each under a 128-bit tag of the secret
 //! (SipHash-1-3 under two keys drawn at random for the thread, a keyed function an
 //! attacker cannot steer a guess towards without the keys); the secret itself is
 //! not kept, so memory holds no more of a key than before: its digest. A tag is

@@ -2,7 +2,7 @@
 //!
 //! The file holds only hashes. `create` prints the new secret once, on stdout, and
 //! never again; `list` shows ids, organizations and revocation, never hashes. The
-//! file is rewritten whole by [`super::replace::write_file`] (a temporary file of
+//! file is rewritten whole by `super::replace::write_file` (a temporary file of
 //! its own renamed over it, so a serving gateway never reads half a file); it keeps
 //! its permissions, a symlink stays a link, and a new file is made `0600`. Comments
 //! in it are not kept.

@@ -213,7 +213,7 @@ pub fn lint(
 }
 
 /// `switchyard fmt`: rewrites the files that change (each replaced in one step, so
-/// the policy watch never sees one half written; see [`super::replace`]), or with
+/// the policy watch never sees one half written; see `super::replace`), or with
 /// `check` lists them.
 pub fn fmt(paths: &[PathBuf], config: Option<&Path>, check: bool) -> ExitCode {
     let files =

@@ -15,7 +15,7 @@
 //! Who writes it:
 //! - a whole answer, an error, a cache hit: ingress's response body wrapper, from the
 //!   [`Facts`] [`super::Gateway::chat`] hands it, when the body ends or is dropped;
-//! - a stream from a provider: its body ([`super::stream`]), when it ends.
+//! - a stream from a provider: its body (`super::stream`), when it ends.
 //!
 //! The same moment records the per-request metrics that need the whole request:
 //! tokens, cost, attempts, retries and fallbacks ([`super::log::RequestLog::finished`]).

@@ -11,7 +11,7 @@
 //! 3. The request must be cacheable: temperature exactly 0 unless
 //!    `cache.stochastic` (an absent temperature is OpenAI's default, 1), and `n` at
 //!    most 1 (several choices are neither replayed nor assembled), from a caller with
-//!    a partition of its own ([`partition`]).
+//!    a partition of its own (`partition`).
 //!
 //! The key is the prompt text (the last user message's text parts) within a scope:
 //! an XXH3-128 hash of the caller's partition (`cache.share`: by default its
@@ -26,7 +26,7 @@
 //! only label the request (`user`, `metadata`, `store`, `prompt_cache_key`,
 //! `safety_identifier`), the system prompt and every earlier turn, and the last
 //! turn's non-text parts and fields. Whether the answer is wanted as a stream is not
-//! in the scope: one entry serves both shapes ([`super::cache_entry`]). A request
+//! in the scope: one entry serves both shapes (`super::cache_entry`). A request
 //! whose last message is not a user turn (a tool result, an assistant prefill) is
 //! cached exactly: the whole conversation is the scope and the prompt text is empty.
 //! The key is exact (no SimHash approximation) with `cache.mode: exact` or the

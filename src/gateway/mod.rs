@@ -17,14 +17,14 @@
 //!
 //! Each phase is a module, and [`Gateway::chat`] reads top to bottom as the chain.
 //! Any phase may end the request with an error; the error carries its status, fault
-//! and retry safety, and [`respond`] turns it into the response. Phases with no job
+//! and retry safety, and `respond` turns it into the response. Phases with no job
 //! yet are not stubbed, only named here with where they go.
-//! - **admit** ([`admit`]): authentication runs first, before the body is parsed
+//! - **admit** (`admit`): authentication runs first, before the body is parsed
 //!   (an unauthenticated client gets 401, never a 400 about its body), then the
 //!   model is checked against the caller's scope once normalize has parsed it; the
-//!   provider scope filters the plan in [`route`]. Rate limits and spend budgets
-//!   ([`limit`]) and the request's priority ([`schedule`]) are its other steps.
-//! - **queue** ([`schedule`], `crate::sched`): a low-priority request that opted in
+//!   provider scope filters the plan in `route`. Rate limits and spend budgets
+//!   (`limit`) and the request's priority (`schedule`) are its other steps.
+//! - **queue** (`schedule`, `crate::sched`): a low-priority request that opted in
 //!   waits for the off-peak window before dispatch; each attempt takes a slot of
 //!   its endpoint's gate (`max_in_flight`), waiting in a per-priority queue when
 //!   the endpoint is full.
@@ -34,8 +34,8 @@
 //!
 //! Each request loads the policy snapshot once and finishes on it, so a reload never
 //! mixes versions within a request; the version is sent as `x-switchyard-policy`.
-//! What every attempt did flows back into the endpoint statistics ([`outcome`]).
-//! A streamed answer is a [`stream`] body that keeps the dispatch phase's attempt
+//! What every attempt did flows back into the endpoint statistics (`outcome`).
+//! A streamed answer is a `stream` body that keeps the dispatch phase's attempt
 //! loop, so it can continue on another endpoint when a stream breaks mid-answer.
 
 pub mod access;

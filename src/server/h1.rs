@@ -11,7 +11,7 @@
 //! where nginx spends 8 KiB on both sides together; issue 17's target is 16 KB.
 //! Here a connection holds no buffer of its own between requests:
 //!
-//! - A read goes into a per-thread scratch buffer ([`SCRATCH_BYTES`]) and the bytes
+//! - A read goes into a per-thread scratch buffer (`SCRATCH_BYTES`) and the bytes
 //!   that arrived are copied into a block of exactly their size. The request's
 //!   header values, its URI and its body frames are slices of that block (no further
 //!   copy), and the block is freed with them. Only a head that arrives in pieces is
@@ -43,7 +43,7 @@
 //!   would otherwise be read as the next request.
 //! - Closing (§9.6): a connection closed while the client may still be sending (an
 //!   unread body, a refused head) ends its write side first and reads and drops what
-//!   arrives for a few seconds ([`close`]), so the kernel does not answer the
+//!   arrives for a few seconds (`close`), so the kernel does not answer the
 //!   client's bytes with a reset that can destroy our answer.
 //! - `Expect: 100-continue` (RFC 9110 §10.1.1): the interim `100 Continue` is sent
 //!   when the service first reads the body, never when it answers without reading it.
@@ -51,13 +51,13 @@
 //!   answer), chunked otherwise (a stream), or, for an HTTP/1.0 client, the end of
 //!   the connection. `HEAD` answers and `1xx`/`204`/`304` carry no body.
 //! - A head that cannot be parsed gets a complete OpenAI error response (400, 414
-//!   for a URI over 65,534 bytes, 431 for more than [`MAX_HEADERS`] fields or a head
+//!   for a URI over 65,534 bytes, 431 for more than `MAX_HEADERS` fields or a head
 //!   past the cap), then the connection closes; the service never sees it. The
 //!   listener's owner may add fields to it ([`canned::Refusals`], given a lenient
 //!   reading of the refused bytes).
 //!
-//! Deadlines, the client watch and the request accounting stay in [`super::edge_io`]:
-//! every read and write goes through the connection's [`EdgeIo`].
+//! Deadlines, the client watch and the request accounting stay in `super::edge_io`:
+//! every read and write goes through the connection's `EdgeIo`.
 
 use std::future::Future;
 use std::io::{self, IoSlice};

@@ -94,7 +94,7 @@ impl HeaderLines {
 /// about 700 bytes) without growing the buffer field by field.
 const RESERVED: usize = 1024;
 
-/// The field lines of `resp`, added (empty, with room for [`RESERVED`] bytes) on
+/// The field lines of `resp`, added (empty, with room for `RESERVED` bytes) on
 /// first use.
 pub fn of<B>(resp: &mut Response<B>) -> &mut HeaderLines {
     resp.extensions_mut().get_or_insert_with(|| HeaderLines {

@@ -3,7 +3,7 @@
 //! One slot per endpoint holds atomics only (EWMAs stored as `f64` bits and updated by
 //! compare-and-swap), so recording an outcome never takes a lock shared with other
 //! endpoints or with the request path. Strategy state (for example Exp3 weights) is
-//! kept by the store, one column of atomics per strategy slot ([`state`]), touched
+//! kept by the store, one column of atomics per strategy slot (`state`), touched
 //! only by strategies that declare state.
 //!
 //! Formulas (seed 001, "Egress and Health Monitoring" and "Routing Strategies"):

@@ -383,11 +383,11 @@ pub fn order_rest_by<T>(mode: PickMode, rest: &mut [T], key: impl Fn(&T) -> (f64
 /// Appends to `out` the positions `0..n` other than `skip`, in the order
 /// [`order_rest_by`] gives items whose keys are `key(position)`: the JIT's plan
 /// order after its pick. Each
-/// key is read (once; again past [`FEW_KEYS`] distinct keys) and mapped to a `u64`
+/// key is read (once; again past `FEW_KEYS` distinct keys) and mapped to a `u64`
 /// that orders as `order_rest_by` compares
 /// (NaN last, 0.0 equal to -0.0), and positions are put in (key, position) order,
 /// which keeps equal keys in their order as the stable sort does: a counting sort
-/// when there are at most [`FEW_KEYS`] distinct keys, else an integer sort.
+/// when there are at most `FEW_KEYS` distinct keys, else an integer sort.
 /// Ordering the 127 fallbacks of a model's 128 endpoints through a float
 /// comparator was the largest single cost of a decision (issue 17).
 pub fn rest_positions(

@@ -99,7 +99,7 @@ impl<'a> JRun<'a> {
     }
 
     /// The decision (same result as `interp::decide`), written into `d`, which must
-    /// arrive as [`Decision::blank`] for the set's endpoints. Built in place: a
+    /// arrive as `Decision::blank` for the set's endpoints. Built in place: a
     /// `Decision` is a few hundred bytes, and returning it up the chain of calls
     /// below copied it at every level (issue 17, `examples/decide_cost.rs`). `None`:
     /// a compiled call was refused, and `d` holds a partial decision to discard.

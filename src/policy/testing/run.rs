@@ -18,7 +18,7 @@
 //! interned ids and regex indices are derived from these texts, and the digest of a
 //! decision names strategies and strings by content). A passed test is
 //! remembered under a content hash of its text, with a hash of that list of inputs in
-//! the set it passed in ([`Deps::deps`]) and a digest of the interpreter's decisions. In the
+//! the set it passed in (`Deps::deps`) and a digest of the interpreter's decisions. In the
 //! next set, a test whose inputs hash the same would get the same decisions from the
 //! interpreter, so its expectations hold again; only the compiled code is new. Such a
 //! test is therefore run on the JIT alone, and passes only if the digest of the JIT's
@@ -28,7 +28,7 @@
 //!
 //! # How much of a remembered pass runs again
 //! A `sample N` test with N above [`CHECK_REQUESTS`] is checked on an evenly spread
-//! subset of its requests: every [`stride`]-th (requests 0, s, 2s, ...; at most
+//! subset of its requests: every `stride`-th (requests 0, s, 2s, ...; at most
 //! [`CHECK_REQUESTS`] of them), and the digest remembered from its full run covers
 //! that same subset. What the check is for is the freshly compiled code, and a
 //! difference of compiled code (a layout, a string table, a code generation fault)

@@ -5,7 +5,7 @@
 //! HTTP 529 `overloaded_error`) and "Versioning" (`anthropic-version: 2023-06-01`).
 //!
 //! Requests go to `POST {base_url}/messages` with the key in `x-api-key`. The OpenAI
-//! request is translated in [`request`], the streamed answer in [`stream`]; the whole
+//! request is translated in `request`, the streamed answer in `stream`; the whole
 //! answer and error bodies here.
 
 mod content;
@@ -318,7 +318,7 @@ impl Adapter for Anthropic {
     ///   (`context_length_exceeded`). Its 400 "Your credit balance is too low" is
     ///   not the client's: an exhausted quota, as [`upstream_error`] reads it.
     /// - any answer saying the account is out of quota or over a spend limit
-    ///   ([`ErrorDetail::out_of_quota`]: a 400 for a spend limit the organization
+    ///   (`ErrorDetail::out_of_quota`: a 400 for a spend limit the organization
     ///   set, a 429 `enforced_spend_limit_reached` for its tier's cap, a
     ///   `billing_error`): 429 `insufficient_quota`, the next endpoint at once and
     ///   this one paused, not the client's request nor a rate limit to wait out.

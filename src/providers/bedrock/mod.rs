@@ -14,8 +14,8 @@
 //! `https://bedrock-runtime.{region}.amazonaws.com`. Each request is signed with
 //! SigV4 (service `bedrock`) from credentials read once at startup, or carries a
 //! Bedrock API key as `Authorization: Bearer`. The OpenAI request is translated in
-//! [`request`], the binary event stream in [`stream`], extended thinking for Claude
-//! models in [`thinking`].
+//! `request`, the binary event stream in `stream`, extended thinking for Claude
+//! models in `thinking`.
 
 mod request;
 mod stream;

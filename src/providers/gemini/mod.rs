@@ -7,7 +7,7 @@
 //!
 //! Requests go to `POST {base_url}/models/{model}:generateContent`, or
 //! `:streamGenerateContent?alt=sse` when streaming, with the key in `x-goog-api-key`.
-//! The OpenAI request is translated in [`request`], the stream in [`stream`].
+//! The OpenAI request is translated in `request`, the stream in `stream`.
 
 mod request;
 mod schema;

@@ -23,7 +23,7 @@ use crate::providers::common::{
 /// Signature Gemini's docs ("Thought signatures") give for function calls replayed
 /// without the original `thoughtSignature`; Gemini 3 models reject replayed calls
 /// that have none. Used only when the client's tool call carries no signature (see
-/// [`replayed_signature`]).
+/// `replayed_signature`).
 pub const SKIP_SIGNATURE: &str = "skip_thought_signature_validator";
 
 /// The marker LiteLLM puts between a tool call id and Gemini's signature
