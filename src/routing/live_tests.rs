@@ -180,3 +180,75 @@ fn a_lazy_decision_once_ordered_is_the_eager_plan_for_every_builtin_strategy() {
         );
     }
 }
+
+/// Model `m` with endpoints of `weights` and `route r { default use model via s }`,
+/// `s` being the strategy source `strategy`.
+fn setup_custom(weights: &[u32], strategy: &str) -> (PolicySnapshot, StatsStore) {
+    let eps: Vec<String> = weights
+        .iter()
+        .enumerate()
+        .map(|(i, w)| format!("{{ provider: p, model: e{i}, weight: {w} }}"))
+        .collect();
+    let yaml = format!(
+        "providers: {{ p: {{ kind: mock }} }}\nmodels: {{ m: {{ endpoints: [ {} ] }} }}\n",
+        eps.join(", ")
+    );
+    let config = crate::config::parse_str(&yaml, None).expect("config");
+    let mut sources = read_sources(None).expect("built-ins");
+    sources.add(
+        "t.policy",
+        format!("{strategy}\nroute r {{\n  default use model via s\n}}\n"),
+    );
+    let snap = compile(sources, &registry_from_config(&config)).expect("policy");
+    (snap, StatsStore::from_config(&config))
+}
+
+/// Scores with NaN, +-infinity, -0.0 and 0.0 and many ties, every pick mode, with and
+/// without a filter (rankings that keep every candidate or some): the lazy decision
+/// once ordered is the eager one on the compiled engine and the interpreter's.
+#[test]
+fn a_lazy_decision_with_nan_infinite_and_signed_zero_scores_is_the_eager_plan() {
+    let scores = [
+        "1.0 / (endpoint.weight - 2.0) + (endpoint.weight - 4.0) / (endpoint.weight - 4.0)",
+        "(endpoint.weight - 3.0) * 0.0",
+        "0.0 - 1.0 / (endpoint.weight - 2.0) * (endpoint.weight - 5.0) / (endpoint.weight - 5.0)",
+        "endpoint.weight * 1.0",
+    ];
+    let filters = ["", "require endpoint.weight != 1"];
+    let mut rng = crate::policy::interp::hash::SplitMix64::new(7);
+    let mut lazy_seen = 0;
+    for score in scores {
+        for filter in filters {
+            for pick in ["min", "max", "weighted", "sample"] {
+                let strategy =
+                    format!("strategy s() {{\n  {filter}\n  score = {score}\n  pick {pick}\n}}\n");
+                for round in 0..6 {
+                    let n = 8 + (rng.next_u64() % 14) as usize;
+                    let weights: Vec<u32> = (0..n).map(|_| (rng.next_u64() % 7) as u32).collect();
+                    let (snap, store) = setup_custom(&weights, &strategy);
+                    let req = RequestFeatures::for_model("m");
+                    for seed in 0..8u64 {
+                        let live = store.live_for(
+                            SystemTime::now(),
+                            &snap.set().registry,
+                            &snap.stats_aligned,
+                        );
+                        let eager = snap.compiled.decide_on(Engine::Jit, &req, &live, seed);
+                        let interp = snap.compiled.decide_on(Engine::Interp, &req, &live, seed);
+                        let lazy = snap.compiled.decide_lazy(&req, &live, seed);
+                        let mut whole = lazy.plan.clone();
+                        if let Some(r) = &lazy.rest {
+                            lazy_seen += 1;
+                            r.order_into(&mut whole);
+                        }
+                        let at = format!("{strategy} {weights:?} round {round} seed {seed}");
+                        assert_eq!(whole, eager.plan, "lazy vs eager: {at}");
+                        assert_eq!(eager.plan, interp.plan, "jit vs interp: {at}");
+                        assert_eq!(lazy.endpoint, eager.endpoint, "{at}");
+                    }
+                }
+            }
+        }
+    }
+    assert!(lazy_seen > 0);
+}
