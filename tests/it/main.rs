@@ -15,6 +15,7 @@ mod failover;
 mod failures;
 mod fidelity;
 mod first_hour;
+mod lazy_plan;
 mod limits;
 mod lsp;
 mod mock_formats;
