@@ -46,7 +46,7 @@ pub struct RequestCtx {
     /// The strategy behind the decision (route phase; `Some(None)`: the built-in
     /// `priority`; `None`: no strategy ran).
     pub strategy: Option<Option<u32>>,
-    /// Endpoint indices to try, in order (route phase).
+    /// Endpoint indices to try, in order (route phase; dispatch takes them).
     pub plan: Vec<usize>,
     /// Fallbacks to try after `plan`, not yet ordered (route phase; a long ranking's,
     /// see [`crate::policy::Decision::rest`]); dispatch orders them if it gets past

@@ -161,7 +161,8 @@ pub async fn dispatch(
         gw: gw.clone(),
         chat,
         decided,
-        plan: ctx.plan.clone(),
+        // Nothing reads the context's plan after this: taken, not copied.
+        plan: std::mem::take(&mut ctx.plan),
         rest: ctx.plan_rest.take(),
         retries: plan.retries,
         backoff_ms: plan.backoff_ms,
