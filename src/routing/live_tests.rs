@@ -13,6 +13,14 @@ use crate::stats::StatsStore;
 /// Model `m` with endpoints of `weights`, and the built-ins plus `route r { default
 /// use model via VIA }`.
 fn setup(weights: &[u32], via: &str) -> (PolicySnapshot, StatsStore) {
+    setup_with(
+        weights,
+        format!("route r {{\n  default use model via {via}\n}}\n"),
+    )
+}
+
+/// Model `m` with endpoints of `weights`, and the built-ins plus the policy `text`.
+fn setup_with(weights: &[u32], text: String) -> (PolicySnapshot, StatsStore) {
     let eps: Vec<String> = weights
         .iter()
         .enumerate()
@@ -24,10 +32,7 @@ fn setup(weights: &[u32], via: &str) -> (PolicySnapshot, StatsStore) {
     );
     let config = crate::config::parse_str(&yaml, None).expect("config");
     let mut sources = read_sources(None).expect("built-ins");
-    sources.add(
-        "t.policy",
-        format!("route r {{\n  default use model via {via}\n}}\n"),
-    );
+    sources.add("t.policy", text);
     let snap = compile(sources, &registry_from_config(&config)).expect("policy");
     (snap, StatsStore::from_config(&config))
 }
@@ -184,23 +189,10 @@ fn a_lazy_decision_once_ordered_is_the_eager_plan_for_every_builtin_strategy() {
 /// Model `m` with endpoints of `weights` and `route r { default use model via s }`,
 /// `s` being the strategy source `strategy`.
 fn setup_custom(weights: &[u32], strategy: &str) -> (PolicySnapshot, StatsStore) {
-    let eps: Vec<String> = weights
-        .iter()
-        .enumerate()
-        .map(|(i, w)| format!("{{ provider: p, model: e{i}, weight: {w} }}"))
-        .collect();
-    let yaml = format!(
-        "providers: {{ p: {{ kind: mock }} }}\nmodels: {{ m: {{ endpoints: [ {} ] }} }}\n",
-        eps.join(", ")
-    );
-    let config = crate::config::parse_str(&yaml, None).expect("config");
-    let mut sources = read_sources(None).expect("built-ins");
-    sources.add(
-        "t.policy",
+    setup_with(
+        weights,
         format!("{strategy}\nroute r {{\n  default use model via s\n}}\n"),
-    );
-    let snap = compile(sources, &registry_from_config(&config)).expect("policy");
-    (snap, StatsStore::from_config(&config))
+    )
 }
 
 /// Scores with NaN, +-infinity, -0.0 and 0.0 and many ties, every pick mode, with and
