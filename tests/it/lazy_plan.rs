@@ -27,6 +27,25 @@ fn config(head: &str, providers: &str, eps: &[(&str, &str, u32, &str)]) -> Strin
     )
 }
 
+/// An `auth:` block with key `sy-k`, which may use the providers `allowed`.
+fn key_allowing(allowed: &str) -> String {
+    format!(
+        "auth:\n  mode: keys\n  keys:\n    - {{ id: k, hash: '{}', providers: [{allowed}] }}\n",
+        hash_secret("sy-k")
+    )
+}
+
+/// A chat request to model `m` with key `sy-k`.
+async fn post_as_key(gw: &InProcess) -> Reply {
+    request_with(
+        "POST",
+        &gw.url("/v1/chat/completions"),
+        &[("authorization", "Bearer sy-k")],
+        chat("m", false, ""),
+    )
+    .await
+}
+
 fn long_prompt_chat() -> String {
     let words = "lorem ipsum ".repeat(50);
     format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{words}"}}]}}"#)
@@ -34,10 +53,7 @@ fn long_prompt_chat() -> String {
 
 #[tokio::test]
 async fn a_key_restricted_away_from_the_pick_of_a_long_ranking_fails_over_in_plan_order() {
-    let head = format!(
-        "auth:\n  mode: keys\n  keys:\n    - {{ id: k, hash: '{}', providers: [a, g] }}\n",
-        hash_secret("sy-k")
-    );
+    let head = key_allowing("a, g");
     let providers = "  a: { kind: mock, mock: { fail_rate: 1.0, fail_status: 500 } }\n  g: { kind: mock }\n  b: { kind: mock }\n";
     let eps = [
         ("a", "e3", 3, ""),
@@ -52,30 +68,15 @@ async fn a_key_restricted_away_from_the_pick_of_a_long_ranking_fails_over_in_pla
         ("a", "e2", 2, ""),
     ];
     let gw = start_app(&config(&head, providers, &eps), &[("r.policy", WRR)]).await;
-    let r = request_with(
-        "POST",
-        &gw.url("/v1/chat/completions"),
-        &[("authorization", "Bearer sy-k")],
-        chat("m", false, ""),
-    )
-    .await;
+    let r = post_as_key(&gw).await;
     // b12 and b10 are not the key's: e11, e9, then g8.
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.headers["x-switchyard-endpoint"], "g/g8");
     assert_eq!(r.headers["x-switchyard-attempts"], "3");
     // A key of none of the plan's providers: 403, as with the eager plan.
-    let head = format!(
-        "auth:\n  mode: keys\n  keys:\n    - {{ id: k, hash: '{}', providers: [z] }}\n",
-        hash_secret("sy-k")
-    );
+    let head = key_allowing("z");
     let gw = start_app(&config(&head, providers, &eps), &[("r.policy", WRR)]).await;
-    let r = request_with(
-        "POST",
-        &gw.url("/v1/chat/completions"),
-        &[("authorization", "Bearer sy-k")],
-        chat("m", false, ""),
-    )
-    .await;
+    let r = post_as_key(&gw).await;
     assert_eq!(r.status, 403, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "provider_not_allowed");
 }
