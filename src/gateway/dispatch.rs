@@ -458,14 +458,10 @@ impl Cursor {
         self.plan.len() + self.rest.as_ref().map_or(0, |r| r.len())
     }
 
-    /// Orders the unordered fallbacks onto the plan; whether there were any.
-    fn unfold(&mut self) -> bool {
-        match self.rest.take() {
-            Some(r) if !r.is_empty() => {
-                r.order_into(&mut self.plan);
-                true
-            }
-            _ => false,
+    /// Orders the unordered fallbacks onto the plan.
+    fn unfold(&mut self) {
+        if let Some(r) = self.rest.take() {
+            r.order_into(&mut self.plan);
         }
     }
 }
