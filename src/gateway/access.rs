@@ -444,7 +444,7 @@ struct LineValues<'a> {
     route: Option<&'a str>,
     rule: Option<&'a str>,
     strategy: Option<&'a str>,
-    priority: &'a str,
+    priority: &'static str,
     queue_wait_ms: Option<f64>,
     held_ms: Option<f64>,
     attempts: &'a str,
@@ -453,8 +453,8 @@ struct LineValues<'a> {
     provider: Option<&'a str>,
     upstream_request_id: Option<&'a str>,
     status: u16,
-    outcome: &'a str,
-    error: Option<&'a str>,
+    outcome: &'static str,
+    error: Option<&'static str>,
     stream: bool,
     ttft_ms: Option<f64>,
     latency_ms: f64,
@@ -463,7 +463,7 @@ struct LineValues<'a> {
     cached_tokens: Option<u64>,
     reasoning_tokens: Option<u64>,
     cost_usd: Option<f64>,
-    cache: Option<&'a str>,
+    cache: Option<&'static str>,
     request_body: Option<&'a str>,
     request_body_bytes: Option<u64>,
     response_body: Option<&'a str>,
@@ -518,17 +518,17 @@ impl LineValues<'_> {
     /// The event's fields as the JSON format writes them, in [`LineValues::emit`]'s
     /// order (its message first, as `tracing` records it).
     fn render(&self, f: &mut crate::logging::Fields<'_>) {
-        f.str("message", "access");
+        f.word("message", "access");
         f.str("request_id", self.request_id);
         f.opt_str("key", self.key);
         f.opt_str("org", self.org);
-        f.str("api", CHAT_API);
+        f.word("api", CHAT_API);
         f.opt_str("model", self.model);
         f.str("policy", self.policy);
         f.opt_str("route", self.route);
         f.opt_str("rule", self.rule);
         f.opt_str("strategy", self.strategy);
-        f.str("priority", self.priority);
+        f.word("priority", self.priority);
         f.opt_f64("queue_wait_ms", self.queue_wait_ms);
         f.opt_f64("held_ms", self.held_ms);
         f.str("attempts", self.attempts);
@@ -537,8 +537,8 @@ impl LineValues<'_> {
         f.opt_str("provider", self.provider);
         f.opt_str("upstream_request_id", self.upstream_request_id);
         f.u64("status", u64::from(self.status));
-        f.str("outcome", self.outcome);
-        f.opt_str("error", self.error);
+        f.word("outcome", self.outcome);
+        f.opt_word("error", self.error);
         f.bool("stream", self.stream);
         f.opt_f64("ttft_ms", self.ttft_ms);
         f.f64("latency_ms", self.latency_ms);
@@ -547,7 +547,7 @@ impl LineValues<'_> {
         f.opt_u64("cached_tokens", self.cached_tokens);
         f.opt_u64("reasoning_tokens", self.reasoning_tokens);
         f.opt_f64("cost_usd", self.cost_usd);
-        f.opt_str("cache", self.cache);
+        f.opt_word("cache", self.cache);
         f.opt_str("request_body", self.request_body);
         f.opt_u64("request_body_bytes", self.request_body_bytes);
         f.opt_str("response_body", self.response_body);
