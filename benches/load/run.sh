@@ -11,7 +11,9 @@
 # Environment: ROUNDS (3), MODES ("json stream"), SWITCHYARD_BIN
 # (target/release/switchyard), PIN=1 to pin the measured proxy to CPU 0 and wrk and
 # the upstream to CPU 1 (taskset), ADMISSION=0 to run Switchyard without its API key
-# and limits (benches/load/admission.sh), SY_EXTRA_YAML (appended to its config).
+# and limits (benches/load/admission.sh), SY_EXTRA_YAML (appended to its config),
+# SY_SERVER (keys added to its `server:` map, e.g. "threads: 1"), NGINX_WORKERS
+# (nginx `proxy_pass`'s worker processes, 1; CPU and RSS are summed over them).
 # Needs: wrk, nginx (apt-get install wrk nginx-light), python3, a release build.
 #
 # The upstream is one nginx worker answering with `return 200 '...'` (see upstream.sh):

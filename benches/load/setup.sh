@@ -30,8 +30,12 @@ uport=$(port); nport=$(port); gport=$(port)
 . benches/load/upstream.sh
 start_upstream() { $1 nginx -c "$work/upstream.conf"; }
 
+# NGINX_WORKERS: nginx `proxy_pass`'s worker processes (1; with more, each has its
+# own listening socket, `reuseport`, as Switchyard's serving threads have).
+nginx_workers=${NGINX_WORKERS:-1}
+nginx_reuseport=""; [ "$nginx_workers" -gt 1 ] && nginx_reuseport=" reuseport"
 cat > "$work/nginx.conf" <<NGINX
-worker_processes 1;
+worker_processes $nginx_workers;
 pid $work/nginx.pid;
 error_log $work/nginx-error.log;
 events { worker_connections ${NGINX_CONNS:-4096}; }
@@ -40,7 +44,7 @@ http {
   keepalive_requests 1000000;
   upstream up { server 127.0.0.1:$uport; keepalive 128; keepalive_requests 1000000; }
   server {
-    listen 127.0.0.1:$nport;
+    listen 127.0.0.1:$nport$nginx_reuseport;
     location / {
       proxy_pass http://up;
       proxy_http_version 1.1;
@@ -92,10 +96,10 @@ url() { # target mode
     switchyard) echo "http://127.0.0.1:$gport/v1/chat/completions" ;;
   esac
 }
-pid_of() { # the process serving TARGET (nginx: its one worker)
+pid_of() { # the process serving TARGET (nginx: its workers, space separated)
   case $1 in
     direct) pgrep -P "$(cat "$work/upstream.pid")" ;;
-    nginx) pgrep -P "$(cat "$work/nginx.pid")" ;;
+    nginx) pgrep -P "$(cat "$work/nginx.pid")" | tr '\n' ' ' | sed 's/ $//' ;;
     switchyard) echo "$gpid" ;;
   esac
 }
@@ -112,5 +116,7 @@ check_gateway() {
     && ! echo "$out" | grep -q mock-1 || { echo "bad stream: $out" >&2; exit 1; }
 }
 body() { sed -n "s/^wrk.body = '\(.*\)'$/\1/p" "$work/$1.lua"; }
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+# CPU ticks (user + system) and resident KiB of the processes $1 (space separated),
+# summed.
+ticks() { local p t=0; for p in $1; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
+rss() { local p k=0; for p in $1; do k=$((k + $(awk '/VmRSS/ {print $2}' "/proc/$p/status"))); done; echo $k; }
