@@ -442,11 +442,15 @@ impl Drop for DeferredBatch {
     fn drop(&mut self) {
         // One at a time, the queue not borrowed while a value drops: a value's `Drop`
         // that defers another joins this batch while it lasts (the queue is not
-        // empty), and starts a new one once it has ended.
+        // empty), and starts a new one once it has ended. A `Drop` that panics
+        // (reported by the panic hook) ends only its own value: the batch goes on,
+        // so the queue is never left holding values with no task to drop them.
         loop {
             let next = DEFERRED.try_with(|q| q.borrow_mut().pop_front());
             match next {
-                Ok(Some(value)) => drop(value),
+                Ok(Some(value)) => {
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(value)));
+                }
                 _ => break,
             }
         }
@@ -771,6 +775,36 @@ mod tests {
         assert_eq!(during, 0);
         assert_eq!(after, [0, 1, 2, 100]);
         assert_eq!(*order.lock().unwrap(), [0, 1, 2, 100, 7]);
+    }
+
+    /// Panics when dropped.
+    struct Panics;
+
+    impl Drop for Panics {
+        fn drop(&mut self) {
+            panic!("a value whose drop panics");
+        }
+    }
+
+    #[test]
+    fn a_deferred_value_whose_drop_panics_leaves_the_rest_of_its_batch_dropped() {
+        let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = n.clone();
+        let after = on_a_core_thread(move |rt| {
+            rt.block_on(async move {
+                drop_later(Dropped(seen.clone()));
+                drop_later(Panics);
+                drop_later(Dropped(seen.clone()));
+                tokio::task::yield_now().await;
+                let after = seen.load(std::sync::atomic::Ordering::SeqCst);
+                // The queue is empty again: the next value starts a batch of its own.
+                drop_later(Dropped(seen.clone()));
+                tokio::task::yield_now().await;
+                after
+            })
+        });
+        assert_eq!(after, 2);
+        assert_eq!(n.load(std::sync::atomic::Ordering::SeqCst), 3);
     }
 
     #[tokio::test]
