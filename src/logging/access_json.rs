@@ -214,10 +214,7 @@ impl Fields<'_> {
     pub fn word(&mut self, key: &'static str, value: &'static str) {
         debug_assert!(!needs_escape(value.as_bytes()), "{value}");
         self.key(key);
-        self.buf.reserve(value.len() + 2);
-        self.buf.push(b'"');
-        self.buf.extend_from_slice(value.as_bytes());
-        self.buf.push(b'"');
+        quoted(self.buf, value);
     }
 
     /// A word member ([`Fields::word`]), or none.
@@ -326,10 +323,9 @@ where
     let meta = event.metadata();
     buf.extend_from_slice(b"{\"timestamp\":\"");
     push_timestamp(buf, std::time::SystemTime::now()).map_err(serde_json::Error::io)?;
-    buf.extend_from_slice(b"\",\"level\":\"");
+    buf.extend_from_slice(b"\",\"level\":");
     // A level's name and the access target are plain words: no escape scan.
-    buf.extend_from_slice(meta.level().as_str().as_bytes());
-    buf.push(b'"');
+    quoted(buf, meta.level().as_str());
     buf.extend_from_slice(b",\"fields\":{");
     let copied = PRERENDERED.try_with(|cell| match cell.try_borrow() {
         Ok(slot) if slot.ready => {
@@ -343,7 +339,7 @@ where
     }
     buf.extend_from_slice(b"},\"target\":");
     if meta.target() == super::ACCESS_TARGET {
-        buf.extend_from_slice(b"\"switchyard::access\"");
+        quoted(buf, meta.target());
     } else {
         json_str(buf, meta.target())?;
     }
@@ -440,11 +436,17 @@ fn json_str(buf: &mut Vec<u8>, s: &str) -> Result<(), serde_json::Error> {
     if needs_escape(s.as_bytes()) {
         return serde_json::to_writer(buf, s);
     }
+    quoted(buf, s);
+    Ok(())
+}
+
+/// Writes `s`, which needs no escaping ([`needs_escape`]), between quotes.
+#[inline]
+fn quoted(buf: &mut Vec<u8>, s: &str) {
     buf.reserve(s.len() + 2);
     buf.push(b'"');
     buf.extend_from_slice(s.as_bytes());
     buf.push(b'"');
-    Ok(())
 }
 
 /// Writes the event's fields as the members of a JSON object, as `tracing-serde`
