@@ -377,10 +377,8 @@ impl Gateway {
         if let Some(r) = &ctx.rule {
             attrs.push(KeyValue::new("switchyard.rule", r.clone()));
         }
-        let mut order = ctx.plan.clone();
-        if let Some(r) = &ctx.plan_rest {
-            r.order_into(&mut order);
-        }
+        let order =
+            crate::policy::interp::strategy::PlanRest::whole(&ctx.plan, ctx.plan_rest.as_deref());
         let plan: Vec<opentelemetry::StringValue> = order
             .iter()
             .filter_map(|&i| self.registry.endpoints.get(i))

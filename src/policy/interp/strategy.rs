@@ -683,6 +683,17 @@ impl PlanRest {
         self.order_into(&mut plan);
         plan
     }
+
+    /// The whole plan in order: `plan`, then the fallbacks `rest` (if any) ordered
+    /// after it; for a plan's readers (traces, test digests), not its dispatch.
+    pub fn whole(plan: &[usize], rest: Option<&PlanRest>) -> Vec<usize> {
+        let mut whole = Vec::with_capacity(plan.len() + rest.map_or(0, PlanRest::len));
+        whole.extend_from_slice(plan);
+        if let Some(r) = rest {
+            r.order_into(&mut whole);
+        }
+        whole
+    }
 }
 
 /// At most this many distinct keys are ordered without a comparison sort

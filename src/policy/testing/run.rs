@@ -49,6 +49,7 @@ use xxhash_rust::xxh3::{xxh3_128, Xxh3};
 
 use super::{field_is, CExpectKind, CTest, CaseResult, TestReport};
 use crate::policy::checked::{CSplitKey, CTerminal, CheckedPolicySet, Const};
+use crate::policy::interp::strategy::PlanRest;
 use crate::policy::interp::Decision;
 
 /// Decides one test request ([`super::DecideFn`]), from several threads at once.
@@ -591,11 +592,7 @@ pub(crate) fn digest(set: &CheckedPolicySet, i: u64, d: &Decision, buf: &mut Vec
     // The whole plan: an unordered rest (a lazy decision) digests as its order.
     match rest {
         None => plan.hash(h),
-        Some(r) => {
-            let mut whole = plan.clone();
-            r.order_into(&mut whole);
-            whole.hash(h);
-        }
+        Some(r) => PlanRest::whole(plan, Some(r)).hash(h),
     }
     (retries, backoff_ms).hash(h);
     fallback_on.hash(h);
