@@ -195,9 +195,10 @@ pub async fn serve<H, F>(
                     // Out of file descriptors: idle connections give theirs back
                     // (`Reclaim`), and the accept is retried as soon as they close.
                     let out_of_fds = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
-                    let closed = if out_of_fds { reclaim.reclaim(Reclaim::BATCH) } else { 0 };
+                    let (asked, closing) =
+                        if out_of_fds { reclaim.reclaim(Reclaim::BATCH) } else { (0, 0) };
                     failures.0 += 1;
-                    failures.1 += closed;
+                    failures.1 += asked;
                     // At most a line a second: under a flood of connections the
                     // loop below retries every few milliseconds.
                     let now = tokio::time::Instant::now();
@@ -211,7 +212,8 @@ pub async fn serve<H, F>(
                         logged = Some(now);
                         failures = (0, 0);
                     }
-                    let pause = if closed > 0 { 2 } else { 50 };
+                    // Connections closing free their descriptors within moments.
+                    let pause = if closing > 0 { 2 } else { 50 };
                     tokio::time::sleep(Duration::from_millis(pause)).await;
                     continue;
                 }

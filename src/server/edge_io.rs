@@ -154,15 +154,32 @@ impl Reclaim {
         self.conns.push(Arc::downgrade(activity));
     }
 
-    /// Asks up to `n` idle connections to close (first those that have sent
-    /// nothing, then those between requests; oldest first) and wakes them; returns
-    /// how many were asked.
-    pub(super) fn reclaim(&mut self, n: usize) -> usize {
+    /// Makes up to `n` idle connections close (first those that have sent nothing,
+    /// then those between requests; oldest first): connections asked before that
+    /// are still open count toward `n`, and only the rest are asked and woken.
+    /// Returns `(asked now, asked and still open)`.
+    ///
+    /// # Why asked ones count
+    /// At the descriptor limit `accept` fails with `EMFILE` even when no client
+    /// waits (Linux reserves the descriptor before it looks at the backlog), and
+    /// the accept loop retries within milliseconds, before the connections it asked
+    /// have been polled and closed. Asking a fresh batch each time walked the whole
+    /// list down to the newest connections, and closed one a client had just opened
+    /// to send its request (the `input_extra.py` regression test, failing with a
+    /// broken pipe on a loaded machine).
+    pub(super) fn reclaim(&mut self, n: usize) -> (usize, usize) {
+        let closing = self
+            .conns
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|a| a.reclaim.load(Ordering::Relaxed))
+            .count();
+        let n = n.saturating_sub(closing);
         let mut asked = 0;
         for want in [IDLE_FIRST_BYTE, IDLE_KEEP_ALIVE] {
             for c in &self.conns {
                 if asked == n {
-                    return asked;
+                    return (asked, closing + asked);
                 }
                 let Some(a) = c.upgrade() else { continue };
                 if a.idle.load(Ordering::Relaxed) == want
@@ -173,7 +190,7 @@ impl Reclaim {
                 }
             }
         }
-        asked
+        (asked, closing + asked)
     }
 }
 
@@ -703,29 +720,73 @@ mod tests {
     /// requests; one with a request head in hand never; each only once.
     #[tokio::test]
     async fn reclaim_closes_silent_then_keep_alive_connections_never_a_busy_one() {
-        let conns: Vec<Arc<Activity>> = (0..4).map(|_| Arc::new(Activity::default())).collect();
+        let mut conns: Vec<Option<Arc<Activity>>> = (0..4)
+            .map(|_| Some(Arc::new(Activity::default())))
+            .collect();
         let mut r = Reclaim::default();
-        for c in &conns {
+        for c in conns.iter().flatten() {
             r.add(c);
         }
-        conns[0].idle.store(IDLE_KEEP_ALIVE, Ordering::Relaxed);
-        conns[1].idle.store(IDLE_NO, Ordering::Relaxed);
-        conns[2].idle.store(IDLE_FIRST_BYTE, Ordering::Relaxed);
-        conns[3].idle.store(IDLE_KEEP_ALIVE, Ordering::Relaxed);
-        assert_eq!(r.reclaim(1), 1);
-        let asked = |c: &Activity| c.reclaim.load(Ordering::Relaxed);
+        let idle = [IDLE_KEEP_ALIVE, IDLE_NO, IDLE_FIRST_BYTE, IDLE_KEEP_ALIVE];
+        for (c, state) in conns.iter().flatten().zip(idle) {
+            c.idle.store(state, Ordering::Relaxed);
+        }
+        let asked = |c: &Option<Arc<Activity>>| c.as_ref().unwrap().reclaim.load(Ordering::Relaxed);
+        assert_eq!(r.reclaim(1), (1, 1));
         assert!(
             asked(&conns[2]) && !asked(&conns[0]),
             "the silent one first"
         );
-        assert_eq!(r.reclaim(1), 1);
+        conns[2] = None; // it closed
+        assert_eq!(r.reclaim(1), (1, 1));
         assert!(
             asked(&conns[0]) && !asked(&conns[3]),
             "then the oldest keep-alive one"
         );
-        assert_eq!(r.reclaim(8), 1, "a connection is asked once");
+        conns[0] = None;
+        assert_eq!(r.reclaim(8), (1, 1));
         assert!(!asked(&conns[1]), "never one with a request in hand");
-        assert_eq!(r.reclaim(8), 0);
+        assert_eq!(r.reclaim(8), (0, 1), "a connection is asked once");
+        conns[3] = None;
+        assert_eq!(r.reclaim(8), (0, 0));
+    }
+
+    /// Regression (`input_extra.py`'s idle-descriptor test failing with a broken
+    /// pipe): accept errors that came before the asked connections had closed each
+    /// asked a new batch, down to a connection a client had just opened to send its
+    /// request. Connections still closing now count toward the batch.
+    #[tokio::test]
+    async fn accept_errors_before_the_asked_connections_closed_asked_newer_ones_too() {
+        let mut conns: Vec<Option<Arc<Activity>>> = (0..40)
+            .map(|_| Some(Arc::new(Activity::default())))
+            .collect();
+        let mut r = Reclaim::default();
+        for c in conns.iter().flatten() {
+            c.idle.store(IDLE_FIRST_BYTE, Ordering::Relaxed);
+            r.add(c);
+        }
+        let asked = |c: &Option<Arc<Activity>>| {
+            c.as_ref()
+                .is_some_and(|c| c.reclaim.load(Ordering::Relaxed))
+        };
+        assert_eq!(r.reclaim(Reclaim::BATCH), (32, 32));
+        assert!(conns[..32].iter().all(asked), "the oldest first");
+        for _ in 0..5 {
+            assert_eq!(
+                r.reclaim(Reclaim::BATCH),
+                (0, 32),
+                "none asked before they close"
+            );
+        }
+        assert!(!conns[32..].iter().any(asked), "the newest were left alone");
+        for c in &mut conns[..10] {
+            *c = None;
+        }
+        assert_eq!(
+            r.reclaim(Reclaim::BATCH),
+            (8, 30),
+            "as many as closed, up to the last"
+        );
     }
 
     /// A read waiting for a first byte fails once its connection is reclaimed, and
@@ -738,7 +799,7 @@ mod tests {
         reclaim.add(&activity);
         let read = tokio::spawn(async move { io.sniff().await });
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(reclaim.reclaim(Reclaim::BATCH), 1);
+        assert_eq!(reclaim.reclaim(Reclaim::BATCH), (1, 1));
         let err = tokio::time::timeout(Duration::from_secs(5), read)
             .await
             .expect("the waiting read was woken")
@@ -751,7 +812,11 @@ mod tests {
         reclaim.add(&io.activity);
         client.write_all(b"GET /he").await.unwrap();
         assert!(!io.sniff().await.unwrap());
-        assert_eq!(reclaim.reclaim(Reclaim::BATCH), 0, "a head has started");
+        assert_eq!(
+            reclaim.reclaim(Reclaim::BATCH),
+            (0, 0),
+            "a head has started"
+        );
         client.write_all(b"alth HTTP/1.1\r\n\r\n").await.unwrap();
         let mut buf = [0u8; 64];
         assert!(io.read(&mut buf).await.unwrap() > 0);
