@@ -102,6 +102,18 @@ pub struct View {
     pub reset_ms: u64,
 }
 
+impl View {
+    /// `bucket`, the bucket of `need`, as of `now_ms`.
+    fn of(need: &Need, bucket: &mut Bucket, now_ms: u64) -> View {
+        View {
+            kind: need.kind,
+            capacity: bucket.capacity(),
+            remaining: bucket.remaining(now_ms),
+            reset_ms: bucket.full_in_ms(now_ms),
+        }
+    }
+}
+
 /// A budget a request's spend counts against.
 #[derive(Debug, Clone)]
 struct BudgetScope {
@@ -140,6 +152,69 @@ struct Local {
     buckets: foldhash::HashMap<String, Bucket>,
     ledger: budget::Ledger,
     new_buckets: u32,
+}
+
+impl Local {
+    /// A new, full bucket for `need` (with the full ones swept away every
+    /// [`SWEEP_EVERY`] new buckets), for a need that has none.
+    fn new_bucket(&mut self, need: &Need, now_ms: u64) -> &mut Bucket {
+        self.new_buckets += 1;
+        if self.new_buckets >= SWEEP_EVERY {
+            self.new_buckets = 0;
+            self.buckets.retain(|_, b| !b.is_full(now_ms));
+        }
+        self.buckets
+            .entry(need.key.to_string())
+            .or_insert_with(|| Bucket::full(need.per_min, need.capacity, now_ms))
+    }
+
+    /// The answer to `needs` when one of their buckets refused, none having taken
+    /// anything: the need with the longest wait is blamed (one that can never be
+    /// met above all), and every bucket is reported as it is.
+    fn refusal(&mut self, needs: &[Need], now_ms: u64) -> Checked {
+        let mut refused: Option<(Option<u64>, usize)> = None;
+        for (i, n) in needs.iter().enumerate() {
+            let b = match self.buckets.get_mut(&*n.key) {
+                Some(b) => {
+                    b.reconfigure(n.per_min, n.capacity, now_ms);
+                    b
+                }
+                None => self.new_bucket(n, now_ms),
+            };
+            match b.wait_ms(n.cost, now_ms) {
+                Some(0) => {}
+                wait => {
+                    let longer = match (refused, wait) {
+                        (None, _) | (Some((Some(_), _)), None) => true,
+                        (Some((Some(a), _)), Some(w)) => w > a,
+                        (Some((None, _)), _) => false,
+                    };
+                    if longer {
+                        refused = Some((wait, i));
+                    }
+                }
+            }
+        }
+        let views = needs
+            .iter()
+            .filter_map(|n| Some(View::of(n, self.buckets.get_mut(&*n.key)?, now_ms)))
+            .collect();
+        match refused {
+            Some((wait_ms, blame)) => Checked::Refused {
+                wait_ms,
+                blame,
+                views,
+            },
+            // Not reached: called after a bucket refused, and nothing has changed
+            // since. Should it be, the request is refused for a moment, not admitted
+            // without its cost taken.
+            None => Checked::Refused {
+                wait_ms: Some(1),
+                blame: 0,
+                views,
+            },
+        }
+    }
 }
 
 /// The price and model of one registry endpoint.
@@ -377,63 +452,32 @@ impl Limiter {
                 return Checked::OverBudget { index, spent };
             }
         }
-        let mut refused: Option<(Option<u64>, usize)> = None;
+        // One look-up per bucket when every bucket admits (almost every request):
+        // each takes its cost as it is found. The keys are distinct by construction
+        // (`needs`), so taking one by one decides as checking all first would.
+        let mut views = Vec::with_capacity(needs.len());
         for (i, n) in needs.iter().enumerate() {
             let b = match local.buckets.get_mut(&*n.key) {
                 Some(b) => {
                     b.reconfigure(n.per_min, n.capacity, now_ms);
                     b
                 }
-                None => {
-                    local.new_buckets += 1;
-                    if local.new_buckets >= SWEEP_EVERY {
-                        local.new_buckets = 0;
-                        local.buckets.retain(|_, b| !b.is_full(now_ms));
-                    }
-                    local
-                        .buckets
-                        .entry(n.key.to_string())
-                        .or_insert_with(|| Bucket::full(n.per_min, n.capacity, now_ms))
-                }
+                None => local.new_bucket(n, now_ms),
             };
-            match b.wait_ms(n.cost, now_ms) {
-                Some(0) => {}
-                wait => {
-                    let longer = match (refused, wait) {
-                        (None, _) | (Some((Some(_), _)), None) => true,
-                        (Some((Some(a), _)), Some(w)) => w > a,
-                        (Some((None, _)), _) => false,
-                    };
-                    if longer {
-                        refused = Some((wait, i));
+            if !b.try_take(n.cost, now_ms) {
+                // Refused: the buckets before it get their cost back (at the same
+                // `now_ms` exactly their level before), and every bucket is read
+                // again for the longest wait and the views.
+                for n in &needs[..i] {
+                    if let Some(b) = local.buckets.get_mut(&*n.key) {
+                        b.refund(n.cost, now_ms);
                     }
                 }
+                return local.refusal(needs, now_ms);
             }
+            views.push(View::of(n, b, now_ms));
         }
-        let admitted = refused.is_none();
-        let views = needs
-            .iter()
-            .filter_map(|n| {
-                let b = local.buckets.get_mut(&*n.key)?;
-                if admitted {
-                    b.try_take(n.cost, now_ms);
-                }
-                Some(View {
-                    kind: n.kind,
-                    capacity: b.capacity(),
-                    remaining: b.remaining(now_ms),
-                    reset_ms: b.full_in_ms(now_ms),
-                })
-            })
-            .collect();
-        match refused {
-            None => Checked::Admitted(views, left.map(|l| l.max(0.0))),
-            Some((wait_ms, blame)) => Checked::Refused {
-                wait_ms,
-                blame,
-                views,
-            },
-        }
+        Checked::Admitted(views, left.map(|l| l.max(0.0)))
     }
 
     /// Admits or refuses a request from `caller` of `tokens` tokens (estimated input

@@ -212,3 +212,34 @@ fn reset_text_is_openais_format() {
     assert_eq!(reset_text(3_600_000), "1h0m0s");
     assert_eq!(reset_text(u64::MAX), "5124095576030h25m52s");
 }
+
+/// Admission takes from each bucket as it looks it up: a refusal by a later bucket
+/// gives the earlier ones their cost back exactly, blames the longest wait, and
+/// reports every bucket as it was.
+#[test]
+fn a_refusal_by_a_later_bucket_leaves_the_earlier_ones_as_they_were() {
+    let l = limiter("limits:\n  global: { requests_per_min: 60, burst_requests: 5, tokens_per_min: 1000 }\n  per_key: { tokens_per_min: 100 }\n");
+    let remaining = |views: &[View]| views.iter().map(|v| v.remaining).collect::<Vec<_>>();
+    let needs = l.needs(&caller("a", None), 500);
+    let keys: Vec<&str> = needs.iter().map(|n| &*n.key).collect();
+    assert_eq!(keys, ["g::rpm", "g::tpm", "k:a:tpm"]);
+    for _ in 0..3 {
+        match l.check_local(&needs, &[], 0, 0) {
+            Checked::Refused {
+                wait_ms,
+                blame,
+                views,
+            } => {
+                assert_eq!(wait_ms, None, "500 tokens never fit a 100-token bucket");
+                assert_eq!(blame, 2);
+                assert_eq!(remaining(&views), [5, 1000, 100]);
+            }
+            _ => panic!("admitted 500 tokens against a 100-token bucket"),
+        }
+    }
+    let needs = l.needs(&caller("a", None), 50);
+    match l.check_local(&needs, &[], 0, 0) {
+        Checked::Admitted(views, None) => assert_eq!(remaining(&views), [4, 950, 50]),
+        _ => panic!("refused a request that fits every bucket"),
+    }
+}
