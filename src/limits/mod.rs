@@ -12,7 +12,9 @@
 //!    wait among the buckets without room (all need room at once);
 //! 3. otherwise every bucket is charged, in the same critical section (in memory one
 //!    lock over all buckets: the global bucket is touched by every request anyway; in
-//!    Redis one Lua script), so no level is charged unless all admit.
+//!    Redis one Lua script), so no level is charged unless all admit. (In memory each
+//!    bucket takes its cost as it is looked up, one look-up each, and a refusal
+//!    gives the costs taken back before the lock is let go: the same to any reader.)
 //!
 //! The [`Permit`] then travels with the request; [`Permit::settle`] reconciles the
 //! token buckets with the actual usage (refund or charge the difference) and adds the
