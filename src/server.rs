@@ -49,6 +49,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
 use http::{HeaderMap, Method, StatusCode, Version};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -59,7 +60,7 @@ use tokio::net::TcpListener;
 
 use crate::body::{Body, BoxError};
 use crate::config::ServerConfig;
-use edge_io::{Activity, ClientWatch, EdgeIo, Reclaim, Tracked};
+use edge_io::{Activity, ClientWatch, EdgeIo, Reclaim, Spare, Tracked};
 
 /// The body of a request as the service receives it, whichever protocol brought it.
 #[derive(Debug)]
@@ -184,9 +185,9 @@ pub async fn serve<H, F>(
     // (HTTP/2 ones are told by `graceful`); the drain waits for every receiver.
     let (stopping_tx, stopping) = tokio::sync::watch::channel(());
     tokio::pin!(shutdown);
-    let mut reclaim = Reclaim::default();
     // Accept failures since the last warning, and idle connections closed for them.
     let (mut failures, mut logged) = ((0u64, 0usize), None::<tokio::time::Instant>);
+    let mut spare = Spare::open();
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -195,8 +196,32 @@ pub async fn serve<H, F>(
                     // Out of file descriptors: idle connections give theirs back
                     // (`Reclaim`), and the accept is retried as soon as they close.
                     let out_of_fds = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
-                    let (asked, closing) =
-                        if out_of_fds { reclaim.reclaim(Reclaim::BATCH) } else { (0, 0) };
+                    // Linux fails `accept` with `EMFILE` even when no client waits
+                    // (the descriptor is reserved before the backlog is read). The
+                    // spare descriptor tells: given back, it lets one `accept`
+                    // through if a client waits, and that client is served at
+                    // once. Idle connections are closed only then: else the
+                    // connection accepted last, whose request may be a moment
+                    // away, would be the first closed.
+                    let mut waiting = None;
+                    let (asked, closing) = if !out_of_fds {
+                        (0, 0)
+                    } else if spare.release() {
+                        waiting = match listener.accept().now_or_never() {
+                            Some(Ok(a)) => Some(a),
+                            _ => None,
+                        };
+                        spare.refill();
+                        if waiting.is_some() {
+                            Reclaim::process().reclaim(Reclaim::BATCH)
+                        } else {
+                            (0, 0)
+                        }
+                    } else {
+                        // No spare (in use since the last shortage): no way to
+                        // tell, so a client is assumed to wait.
+                        Reclaim::process().reclaim(Reclaim::BATCH)
+                    };
                     failures.0 += 1;
                     failures.1 += asked;
                     // At most a line a second: under a flood of connections the
@@ -212,19 +237,33 @@ pub async fn serve<H, F>(
                         logged = Some(now);
                         failures = (0, 0);
                     }
-                    // Connections closing free their descriptors within moments.
-                    let pause = if closing > 0 { 2 } else { 50 };
-                    tokio::time::sleep(Duration::from_millis(pause)).await;
-                    continue;
+                    match waiting {
+                        Some(a) => a,
+                        None => {
+                            // Connections closing free their descriptors within
+                            // moments; out of descriptors with none closing, the
+                            // backlog is looked at again soon (a client arriving
+                            // waits at most this long).
+                            let pause = match (closing, out_of_fds) {
+                                (1.., _) => 2,
+                                (0, true) => 10,
+                                (0, false) => 50,
+                            };
+                            tokio::time::sleep(Duration::from_millis(pause)).await;
+                            continue;
+                        }
+                    }
                 }
             },
             () = &mut shutdown => break,
         };
+        // The spare went to a client in a shortage: back once there is room.
+        spare.refill();
         // Streaming tokens must leave at once, not wait for Nagle's algorithm.
         let _ = stream.set_nodelay(true);
         let handler = handler.clone();
         let activity = Arc::new(Activity::default());
-        reclaim.add(&activity);
+        Reclaim::process().add(&activity);
         let mut io = EdgeIo::new(stream, activity.clone(), limits);
         let socket = io.watch();
         let (refusals, refused) = (refusals.clone(), refusals.clone());

@@ -95,7 +95,9 @@ pub(super) struct Activity {
 
 /// [`Activity::idle`]: a request head or a request is in hand.
 const IDLE_NO: u8 = 0;
-/// [`Activity::idle`]: a new connection that has sent nothing yet.
+/// [`Activity::idle`]: a new connection that has sent nothing yet, as its task
+/// found when it last read (a connection just accepted is [`IDLE_NO`] until its
+/// task has looked: its request may already be waiting in the socket).
 const IDLE_FIRST_BYTE: u8 = 1;
 /// [`Activity::idle`]: a connection between requests.
 const IDLE_KEEP_ALIVE: u8 = 2;
@@ -131,8 +133,13 @@ impl Activity {
 /// not sent a byte, then those between requests, oldest first. A connection with a
 /// request head or a request in hand is never closed for this.
 ///
-/// Kept by the accept loop alone (no lock): a weak reference per connection, with
-/// the dead ones dropped whenever the list has doubled since the last sweep.
+/// One list per process ([`Reclaim::process`]), as the descriptor limit is the
+/// process's: with a listener per core (`SO_REUSEPORT`), a list per accept loop left
+/// the loop that ran short unable to close idle connections another loop had
+/// accepted, and its client waited for their `first_byte_timeout`. The accept loops
+/// take its lock once per accepted connection and on an accept error. A weak
+/// reference per connection, with the dead ones dropped whenever the list has
+/// doubled since the last sweep.
 #[derive(Default)]
 pub(super) struct Reclaim {
     conns: Vec<Weak<Activity>>,
@@ -144,6 +151,16 @@ impl Reclaim {
     /// Connections closed per accept error: nginx drains up to 32 idle
     /// connections each time it runs short.
     pub(super) const BATCH: usize = 32;
+
+    /// The list of every connection the process's accept loops have started.
+    pub(super) fn process() -> std::sync::MutexGuard<'static, Reclaim> {
+        static LIST: std::sync::Mutex<Reclaim> = std::sync::Mutex::new(Reclaim {
+            conns: Vec::new(),
+            live: 0,
+        });
+        LIST.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 
     /// Remembers a just-accepted connection.
     pub(super) fn add(&mut self, activity: &Arc<Activity>) {
@@ -191,6 +208,34 @@ impl Reclaim {
             }
         }
         (asked, closing + asked)
+    }
+}
+
+/// A descriptor an accept loop keeps open (on `/dev/null`) to give back when the
+/// process runs out of them, so that one `accept` can still tell whether a client
+/// waits and take it ([`Reclaim`]'s why). Re-opened once there is room again.
+///
+/// The libev and libuv answer to `EMFILE` holds one the same way (there, to accept
+/// and close the connection at once); here the client is served.
+pub(super) struct Spare(Option<std::fs::File>);
+
+impl Spare {
+    /// A spare, open if a descriptor is free now.
+    pub(super) fn open() -> Spare {
+        Spare(std::fs::File::open("/dev/null").ok())
+    }
+
+    /// Closes the spare; whether there was one.
+    pub(super) fn release(&mut self) -> bool {
+        self.0.take().is_some()
+    }
+
+    /// Opens the spare again if it is closed and a descriptor is free (one system
+    /// call, only while it is closed).
+    pub(super) fn refill(&mut self) {
+        if self.0.is_none() {
+            *self = Spare::open();
+        }
     }
 }
 
@@ -331,7 +376,9 @@ impl EdgeIo {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         let _ = SockRef::from(&stream).set_tcp_notsent_lowat(NOTSENT_LOWAT);
         let deadline = Instant::now() + limits.first_byte_timeout;
-        activity.idle.store(IDLE_FIRST_BYTE, Ordering::Relaxed);
+        // Not reclaimable until the first read has found the socket empty
+        // (`read_stream`).
+        activity.idle.store(IDLE_NO, Ordering::Relaxed);
         EdgeIo {
             stream: Arc::new(stream),
             activity,
@@ -438,6 +485,9 @@ impl EdgeIo {
                 }
                 if !busy && matches!(self.wait, Some(Wait::FirstByte | Wait::Idle)) {
                     // Waiting for a request: [`Reclaim`] may ask for the socket back.
+                    if matches!(self.wait, Some(Wait::FirstByte)) {
+                        self.activity.idle.store(IDLE_FIRST_BYTE, Ordering::Relaxed);
+                    }
                     self.activity.idle_waker.register(cx.waker());
                     if self.activity.reclaim.load(Ordering::Relaxed) {
                         return Poll::Ready(Err(io::Error::new(
@@ -787,6 +837,35 @@ mod tests {
             (8, 30),
             "as many as closed, up to the last"
         );
+    }
+
+    /// Regression (`last_fd.py` of an outside attack): a connection just accepted
+    /// counted as one that had sent nothing before its task had looked, and was
+    /// the first closed at the descriptor limit, its request a moment away. It is
+    /// not idle until a read has found its socket empty.
+    #[tokio::test]
+    async fn a_just_accepted_connection_is_not_idle_until_its_task_has_looked() {
+        let (_client, mut io) = pair(ConnLimits::default()).await;
+        let mut reclaim = Reclaim::default();
+        reclaim.add(&io.activity);
+        assert_eq!(reclaim.reclaim(Reclaim::BATCH), (0, 0), "not looked at yet");
+        let activity = io.activity.clone();
+        let read = tokio::spawn(async move { io.sniff().await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(activity.idle.load(Ordering::Relaxed), IDLE_FIRST_BYTE);
+        assert_eq!(reclaim.reclaim(Reclaim::BATCH), (1, 1), "found empty: idle");
+        let err = read.await.unwrap().unwrap_err();
+        assert!(err.to_string().contains("file descriptors"), "{err}");
+    }
+
+    /// The spare descriptor is given back once and taken again when there is room.
+    #[test]
+    fn the_spare_descriptor_is_released_once_and_refilled() {
+        let mut spare = Spare::open();
+        assert!(spare.release(), "opened while descriptors are free");
+        assert!(!spare.release(), "released once");
+        spare.refill();
+        assert!(spare.release(), "refilled");
     }
 
     /// A read waiting for a first byte fails once its connection is reclaimed, and

@@ -925,3 +925,75 @@ fn a_request_gets_through_while_idle_connections_hold_every_file_descriptor() {
         idle.len()
     );
 }
+
+/// Regression (an outside attack on the descriptor reclaim, `last_fd.py`): with every
+/// descriptor but one held by streams in flight, a client took the last one, and the
+/// accept loop's next `accept` failed with `EMFILE` though no other client waited
+/// (Linux reserves the descriptor before it reads the backlog). The loop closed the
+/// one connection that had sent nothing yet, the client's own, before its request
+/// (written 0.2 to 50 ms after connecting) was read. Idle connections are now closed only
+/// for a client that waits, which the accept loop's spare descriptor tells.
+#[test]
+fn the_connection_that_takes_the_last_descriptor_is_served_not_closed_as_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("switchyard.yaml");
+    std::fs::write(
+        &cfg,
+        "server: { first_byte_timeout_ms: 60000 }\nproviders:\n  a: { kind: mock, mock: { stall_after_chunks: 1, stall_ms: 600000 } }\nmodels:\n  m: { endpoints: [ { provider: a, model: x } ] }\n",
+    )
+    .unwrap();
+    let limit = 160;
+    let mut cmd = Command::new("bash");
+    cmd.args([
+        "-c",
+        &format!("ulimit -n {limit} && exec \"$0\" serve --config \"$1\" --listen 127.0.0.1:0"),
+        env!("CARGO_BIN_EXE_switchyard"),
+        cfg.to_str().unwrap(),
+    ])
+    .env("SWITCHYARD_LOG", "error");
+    let gw = spawn_command(cmd, "switchyard listening on", Some(dir));
+    let addr = gw.addr;
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{}/fd", gw.child.id()))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    // Streams that stall after their first chunk, until one descriptor is left.
+    let stream = chat("m", true, "");
+    let mut busy = Vec::new();
+    while fds() < limit - 1 && busy.len() < 2 * limit {
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+        write!(
+            s,
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{stream}",
+            stream.len()
+        )
+        .unwrap();
+        busy.push(s);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(fds(), limit - 1, "{} streams", busy.len());
+    std::thread::sleep(Duration::from_millis(300));
+    let body = chat("m", false, r#","max_tokens":4"#);
+    for trial in 0..5 {
+        let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // A client slower than the accept loop (50 ms: even a debug build's
+        // connection task has looked at the socket by then).
+        std::thread::sleep(Duration::from_millis(50));
+        let sent = write!(
+            c,
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let mut status = String::new();
+        let read = sent.and_then(|()| BufReader::new(&c).read_line(&mut status));
+        assert!(
+            read.is_ok() && status.starts_with("HTTP/1.1 200"),
+            "trial {trial}: the request on the last descriptor got {read:?} {status:?}"
+        );
+        drop(c);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(busy);
+}
