@@ -55,7 +55,6 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
 use crate::body::{Body, BoxError};
@@ -180,9 +179,9 @@ pub async fn serve<H, F>(
             u32::try_from(limits.max_header_bytes.saturating_mul(2)).unwrap_or(u32::MAX),
         );
     let http2 = Arc::new(http2);
-    let graceful = GracefulShutdown::new();
-    // Tells connections being sniffed and HTTP/1 connections that shutdown started
-    // (HTTP/2 ones are told by `graceful`); the drain waits for every receiver.
+    // Tells every connection that shutdown started (one being sniffed stops; HTTP/1
+    // finishes its request; HTTP/2 sends a GOAWAY and finishes its open streams);
+    // the drain waits for every receiver.
     let (stopping_tx, stopping) = tokio::sync::watch::channel(());
     tokio::pin!(shutdown);
     // Accept failures since the last warning, and idle connections closed for them.
@@ -266,6 +265,7 @@ pub async fn serve<H, F>(
         Reclaim::process().add(&activity);
         let mut io = EdgeIo::new(stream, activity.clone(), limits);
         let socket = io.watch();
+        let conn_activity = activity.clone();
         let (refusals, refused) = (refusals.clone(), refusals.clone());
         let service = move |req: Request<RequestBody>| {
             let h2 = req.version() == Version::HTTP_2;
@@ -292,7 +292,6 @@ pub async fn serve<H, F>(
                 guard: Some(guard),
             }
         };
-        let watcher = graceful.watcher();
         let mut stopping = stopping.clone();
         let http2 = http2.clone();
         tokio::spawn(async move {
@@ -306,13 +305,11 @@ pub async fn serve<H, F>(
             };
             match h2 {
                 Ok(false) => {
-                    drop(watcher);
                     h1::serve(io, service, stopping, limits, refusals).await;
                 }
                 // Boxed: HTTP/2's connection state is the larger, and the task holds
                 // the larger of the two inline.
                 Ok(true) => {
-                    drop(stopping);
                     // hyper writes the header map only: the field lines join it.
                     let service = service_fn(move |req: Request<Incoming>| {
                         let head = req.method() == Method::HEAD;
@@ -326,9 +323,23 @@ pub async fn serve<H, F>(
                             Ok::<_, std::io::Error>(resp)
                         }
                     });
-                    let served =
-                        Box::pin(watcher.watch(http2.serve_connection(TokioIo::new(io), service)))
-                            .await;
+                    let mut conn = Box::pin(http2.serve_connection(TokioIo::new(io), service));
+                    // Shutdown, or the reclaim at the descriptor limit: a GOAWAY,
+                    // and the open streams finish, their queued data included.
+                    let mut closing = false;
+                    let served = loop {
+                        tokio::select! {
+                            served = conn.as_mut() => break served,
+                            _ = stopping.changed(), if !closing => {
+                                closing = true;
+                                conn.as_mut().graceful_shutdown();
+                            }
+                            () = std::future::poll_fn(|cx| conn_activity.poll_reclaimed(cx)), if !closing => {
+                                closing = true;
+                                conn.as_mut().graceful_shutdown();
+                            }
+                        }
+                    };
                     if let Err(e) = served {
                         tracing::debug!(error = %e, %peer, "connection ended with an error");
                     }
@@ -347,7 +358,7 @@ pub async fn serve<H, F>(
         "shutting down: draining in-flight requests"
     );
     let drained = async {
-        tokio::join!(graceful.shutdown(), stopping_tx.closed());
+        stopping_tx.closed().await;
     };
     tokio::pin!(drained);
     if tokio::time::timeout(drain, &mut drained).await.is_err() {

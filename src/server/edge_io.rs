@@ -112,6 +112,23 @@ impl Activity {
         RequestGuard(Arc::clone(self))
     }
 
+    /// `Ready` once [`Reclaim`] has asked this connection to close (`cx` is woken
+    /// when it does): an HTTP/2 connection then shuts down gracefully. Its body
+    /// ends when hyper has taken it, which may be before the client has it (a
+    /// small flow-control window), and a read error would cut that answer; a
+    /// GOAWAY also tells the client to send its next request elsewhere.
+    pub(super) fn poll_reclaimed(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.reclaim.load(Ordering::Relaxed) {
+            return Poll::Ready(());
+        }
+        self.idle_waker.register(cx.waker());
+        if self.reclaim.load(Ordering::Relaxed) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+
     /// `(started, whether one is in flight)`.
     fn load(&self) -> (u64, bool) {
         let started = self.started.load(Ordering::Relaxed);
@@ -489,7 +506,13 @@ impl EdgeIo {
                         self.activity.idle.store(IDLE_FIRST_BYTE, Ordering::Relaxed);
                     }
                     self.activity.idle_waker.register(cx.waker());
-                    if self.activity.reclaim.load(Ordering::Relaxed) {
+                    // An HTTP/2 connection is not cut here: its task closes it with
+                    // a GOAWAY once asked (`Activity::poll_reclaimed`), so that
+                    // answers still queued behind the client's flow-control window
+                    // are sent first.
+                    if self.activity.reclaim.load(Ordering::Relaxed)
+                        && !self.activity.h2.load(Ordering::Relaxed)
+                    {
                         return Poll::Ready(Err(io::Error::new(
                             io::ErrorKind::TimedOut,
                             "idle connection closed: the process ran out of file descriptors",
