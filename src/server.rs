@@ -325,7 +325,9 @@ pub async fn serve<H, F>(
                     });
                     let mut conn = Box::pin(http2.serve_connection(TokioIo::new(io), service));
                     // Shutdown, or the reclaim at the descriptor limit: a GOAWAY,
-                    // and the open streams finish, their queued data included.
+                    // and the open streams finish. (Data h2 still holds back for
+                    // the client's flow-control window after a stream's end does
+                    // not keep the connection open: it is lost.)
                     let mut closing = false;
                     let served = loop {
                         tokio::select! {

@@ -113,10 +113,9 @@ impl Activity {
     }
 
     /// `Ready` once [`Reclaim`] has asked this connection to close (`cx` is woken
-    /// when it does): an HTTP/2 connection then shuts down gracefully. Its body
-    /// ends when hyper has taken it, which may be before the client has it (a
-    /// small flow-control window), and a read error would cut that answer; a
-    /// GOAWAY also tells the client to send its next request elsewhere.
+    /// when it does): an HTTP/2 connection then shuts down with a GOAWAY, which
+    /// tells its client to send the next request elsewhere (a read error closed it
+    /// unannounced, and a request sent meanwhile was lost without a word).
     pub(super) fn poll_reclaimed(&self, cx: &mut Context<'_>) -> Poll<()> {
         if self.reclaim.load(Ordering::Relaxed) {
             return Poll::Ready(());
@@ -507,9 +506,7 @@ impl EdgeIo {
                     }
                     self.activity.idle_waker.register(cx.waker());
                     // An HTTP/2 connection is not cut here: its task closes it with
-                    // a GOAWAY once asked (`Activity::poll_reclaimed`), so that
-                    // answers still queued behind the client's flow-control window
-                    // are sent first.
+                    // a GOAWAY once asked (`Activity::poll_reclaimed`).
                     if self.activity.reclaim.load(Ordering::Relaxed)
                         && !self.activity.h2.load(Ordering::Relaxed)
                     {
