@@ -206,15 +206,16 @@ pub async fn serve<H, F>(
                     let (asked, closing) = if !out_of_fds {
                         (0, 0)
                     } else if spare.release() {
-                        waiting = match listener.accept().now_or_never() {
-                            Some(Ok(a)) => Some(a),
-                            _ => None,
-                        };
-                        spare.refill();
-                        if waiting.is_some() {
-                            Reclaim::process().reclaim(Reclaim::BATCH)
-                        } else {
-                            (0, 0)
+                        match listener.accept().now_or_never() {
+                            // The spare comes back after it (below).
+                            Some(Ok(a)) => {
+                                waiting = Some(a);
+                                Reclaim::process().reclaim(Reclaim::BATCH)
+                            }
+                            _ => {
+                                spare.refill();
+                                (0, 0)
+                            }
                         }
                     } else {
                         // No spare (in use since the last shortage): no way to

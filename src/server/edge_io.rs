@@ -786,21 +786,28 @@ mod tests {
         (client, io)
     }
 
+    /// Connections in the `idle` states, oldest first, each listed in a new
+    /// [`Reclaim`]; a test closes one by setting it to `None`.
+    fn listed(idle: &[u8]) -> (Vec<Option<Arc<Activity>>>, Reclaim) {
+        let mut r = Reclaim::default();
+        let conns = idle
+            .iter()
+            .map(|&state| {
+                let c = Arc::new(Activity::default());
+                c.idle.store(state, Ordering::Relaxed);
+                r.add(&c);
+                Some(c)
+            })
+            .collect();
+        (conns, r)
+    }
+
     /// A connection that has sent nothing is closed first, then one between
     /// requests; one with a request head in hand never; each only once.
     #[tokio::test]
     async fn reclaim_closes_silent_then_keep_alive_connections_never_a_busy_one() {
-        let mut conns: Vec<Option<Arc<Activity>>> = (0..4)
-            .map(|_| Some(Arc::new(Activity::default())))
-            .collect();
-        let mut r = Reclaim::default();
-        for c in conns.iter().flatten() {
-            r.add(c);
-        }
-        let idle = [IDLE_KEEP_ALIVE, IDLE_NO, IDLE_FIRST_BYTE, IDLE_KEEP_ALIVE];
-        for (c, state) in conns.iter().flatten().zip(idle) {
-            c.idle.store(state, Ordering::Relaxed);
-        }
+        let (mut conns, mut r) =
+            listed(&[IDLE_KEEP_ALIVE, IDLE_NO, IDLE_FIRST_BYTE, IDLE_KEEP_ALIVE]);
         let asked = |c: &Option<Arc<Activity>>| c.as_ref().unwrap().reclaim.load(Ordering::Relaxed);
         assert_eq!(r.reclaim(1), (1, 1));
         assert!(
@@ -827,14 +834,7 @@ mod tests {
     /// request. Connections still closing now count toward the batch.
     #[tokio::test]
     async fn accept_errors_before_the_asked_connections_closed_asked_newer_ones_too() {
-        let mut conns: Vec<Option<Arc<Activity>>> = (0..40)
-            .map(|_| Some(Arc::new(Activity::default())))
-            .collect();
-        let mut r = Reclaim::default();
-        for c in conns.iter().flatten() {
-            c.idle.store(IDLE_FIRST_BYTE, Ordering::Relaxed);
-            r.add(c);
-        }
+        let (mut conns, mut r) = listed(&[IDLE_FIRST_BYTE; 40]);
         let asked = |c: &Option<Arc<Activity>>| {
             c.as_ref()
                 .is_some_and(|c| c.reclaim.load(Ordering::Relaxed))

@@ -866,28 +866,6 @@ async fn an_upstream_429_retry_after_http_date_reaches_the_client() {
     );
 }
 
-/// The gateway binary serving model `m` from one provider `a` (`provider`, its YAML
-/// flow mapping) under a descriptor limit of `limit` (`ulimit -n`), with a first-byte
-/// timeout of a minute, so that only the reclaim can close a silent connection soon.
-fn serve_with_fd_limit(limit: usize, provider: &str) -> Proc {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("switchyard.yaml");
-    std::fs::write(
-        &cfg,
-        format!("server: {{ first_byte_timeout_ms: 60000 }}\nproviders:\n  a: {provider}\nmodels:\n  m: {{ endpoints: [ {{ provider: a, model: x }} ] }}\n"),
-    )
-    .unwrap();
-    let mut cmd = Command::new("bash");
-    cmd.args([
-        "-c",
-        &format!("ulimit -n {limit} && exec \"$0\" serve --config \"$1\" --listen 127.0.0.1:0"),
-        env!("CARGO_BIN_EXE_switchyard"),
-        cfg.to_str().unwrap(),
-    ])
-    .env("SWITCHYARD_LOG", "error");
-    spawn_command(cmd, "switchyard listening on", Some(dir))
-}
-
 /// `../shared/reliability/input_extra.py`: with the gateway's descriptor limit
 /// (`ulimit -n`) held by connections that sent nothing, a client with a request in
 /// hand waited in the kernel's backlog until `first_byte_timeout` closed some of them
@@ -896,7 +874,22 @@ fn serve_with_fd_limit(limit: usize, provider: &str) -> Proc {
 /// minute, so only that can let the request through within the 15 s allowed.
 #[test]
 fn a_request_gets_through_while_idle_connections_hold_every_file_descriptor() {
-    let gw = serve_with_fd_limit(160, "{ kind: mock }");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("switchyard.yaml");
+    std::fs::write(
+        &cfg,
+        "server: { first_byte_timeout_ms: 60000 }\nproviders:\n  a: { kind: mock }\nmodels:\n  m: { endpoints: [ { provider: a, model: x } ] }\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new("bash");
+    cmd.args([
+        "-c",
+        "ulimit -n 160 && exec \"$0\" serve --config \"$1\" --listen 127.0.0.1:0",
+        env!("CARGO_BIN_EXE_switchyard"),
+        cfg.to_str().unwrap(),
+    ])
+    .env("SWITCHYARD_LOG", "error");
+    let gw = spawn_command(cmd, "switchyard listening on", Some(dir));
     let addr = gw.addr;
     // More silent connections than the gateway has descriptors.
     let idle: Vec<TcpStream> = (0..240)
