@@ -91,6 +91,18 @@ pub(super) struct Activity {
     idle: AtomicU8,
     /// Set by [`Reclaim`]: the connection closes at its next idle wait.
     reclaim: AtomicBool,
+    /// When the connection last went idle between requests ([`IDLE_KEEP_ALIVE`]),
+    /// in µs of [`since_start`]: [`Reclaim`] closes the keep-alive connections idle
+    /// longest first.
+    idle_since_us: AtomicU64,
+}
+
+/// `at` in µs since the first call (the process's clock base for
+/// [`Activity::idle_since_us`]; only compared with one another).
+fn since_start(at: Instant) -> u64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let base = *BASE.get_or_init(Instant::now);
+    u64::try_from(at.saturating_duration_since(base).as_micros()).unwrap_or(u64::MAX)
 }
 
 /// [`Activity::idle`]: a request head or a request is in hand.
@@ -146,8 +158,9 @@ impl Activity {
 /// request in hand waited `first_byte_timeout` (10 s by default) or longer. Like
 /// nginx's reuse of idle keep-alive connections when it runs short, the accept loop
 /// then closes a few idle connections ([`Reclaim::reclaim`]): first those that have
-/// not sent a byte, then those between requests, oldest first. A connection with a
-/// request head or a request in hand is never closed for this.
+/// not sent a byte (oldest first), then those between requests that have been idle
+/// longest, as nginx drains its reusable connections least recently used first. A
+/// connection with a request head or a request in hand is never closed for this.
 ///
 /// One list per process ([`Reclaim::process`]), as the descriptor limit is the
 /// process's: with a listener per core (`SO_REUSEPORT`), a list per accept loop left
@@ -188,9 +201,15 @@ impl Reclaim {
     }
 
     /// Makes up to `n` idle connections close (first those that have sent nothing,
-    /// then those between requests; oldest first): connections asked before that
-    /// are still open count toward `n`, and only the rest are asked and woken.
-    /// Returns `(asked now, asked and still open)`.
+    /// oldest first; then those between requests, idle longest first): connections
+    /// asked before that are still open count toward `n`, and only the rest are
+    /// asked and woken. Returns `(asked now, asked and still open)`.
+    ///
+    /// # Why idle longest first
+    /// Taken in list order, the keep-alive connections closed were those accepted
+    /// first, which under load are as likely as any to be sending their next request
+    /// that moment; the client then reads a reset. One idle longest (a client's pool
+    /// kept open and unused) is the least likely to be, and the least missed.
     ///
     /// # Why asked ones count
     /// At the descriptor limit `accept` fails with `EMFILE` even when no client
@@ -208,19 +227,42 @@ impl Reclaim {
             .filter(|a| a.reclaim.load(Ordering::Relaxed))
             .count();
         let n = n.saturating_sub(closing);
+        let ask = |a: &Activity| {
+            if a.reclaim.swap(true, Ordering::Relaxed) {
+                return false;
+            }
+            a.idle_waker.wake();
+            true
+        };
         let mut asked = 0;
-        for want in [IDLE_FIRST_BYTE, IDLE_KEEP_ALIVE] {
-            for c in &self.conns {
-                if asked == n {
-                    return (asked, closing + asked);
-                }
-                let Some(a) = c.upgrade() else { continue };
-                if a.idle.load(Ordering::Relaxed) == want
-                    && !a.reclaim.swap(true, Ordering::Relaxed)
-                {
-                    a.idle_waker.wake();
-                    asked += 1;
-                }
+        for c in &self.conns {
+            if asked == n {
+                return (asked, closing + asked);
+            }
+            let Some(a) = c.upgrade() else { continue };
+            if a.idle.load(Ordering::Relaxed) == IDLE_FIRST_BYTE && ask(&a) {
+                asked += 1;
+            }
+        }
+        // (idle since, place in the list): ties go oldest first.
+        let mut keep_alive: Vec<((u64, usize), Arc<Activity>)> = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| Some((i, c.upgrade()?)))
+            .filter(|(_, a)| {
+                a.idle.load(Ordering::Relaxed) == IDLE_KEEP_ALIVE
+                    && !a.reclaim.load(Ordering::Relaxed)
+            })
+            .map(|(i, a)| ((a.idle_since_us.load(Ordering::Relaxed), i), a))
+            .collect();
+        let take = (n - asked).min(keep_alive.len());
+        if take > 0 && take < keep_alive.len() {
+            keep_alive.select_nth_unstable_by_key(take - 1, |(key, _)| *key);
+        }
+        for (_, a) in &keep_alive[..take] {
+            if ask(a) {
+                asked += 1;
             }
         }
         (asked, closing + asked)
@@ -536,7 +578,11 @@ impl EdgeIo {
         } else if self.wait.is_none() || started != self.seen {
             // A request ended since the last look: the connection just went idle.
             self.wait = Some(Wait::Idle);
-            self.deadline = Instant::now() + self.limits.idle_timeout;
+            let now = Instant::now();
+            self.deadline = now + self.limits.idle_timeout;
+            self.activity
+                .idle_since_us
+                .store(since_start(now), Ordering::Relaxed);
             self.activity.idle.store(IDLE_KEEP_ALIVE, Ordering::Relaxed);
         }
         if !busy {
@@ -826,6 +872,58 @@ mod tests {
         assert_eq!(r.reclaim(8), (0, 1), "a connection is asked once");
         conns[3] = None;
         assert_eq!(r.reclaim(8), (0, 0));
+    }
+
+    /// Keep-alive connections were closed in the order they were accepted: one
+    /// answered a moment ago (its client likely sending the next request) as soon
+    /// as one idle for minutes. They are closed idle longest first.
+    #[tokio::test]
+    async fn keep_alive_connections_idle_longest_are_reclaimed_first() {
+        let (conns, mut r) = listed(&[IDLE_KEEP_ALIVE; 5]);
+        for (c, since) in conns.iter().zip([500, 20, 900, 10, 20]) {
+            c.as_ref()
+                .unwrap()
+                .idle_since_us
+                .store(since, Ordering::Relaxed);
+        }
+        let asked: Vec<bool> = {
+            assert_eq!(r.reclaim(3), (3, 3));
+            conns
+                .iter()
+                .map(|c| c.as_ref().unwrap().reclaim.load(Ordering::Relaxed))
+                .collect()
+        };
+        assert_eq!(asked, [false, true, false, true, true]);
+        assert_eq!(r.reclaim(4), (1, 4));
+        assert!(
+            !conns[2].as_ref().unwrap().reclaim.load(Ordering::Relaxed),
+            "the one answered last is left"
+        );
+    }
+
+    /// A connection records when it went idle after each request: the later
+    /// answer, the later time.
+    #[tokio::test]
+    async fn a_connection_going_idle_records_when() {
+        let (_a_client, mut a) = pair(ConnLimits::default()).await;
+        let (_b_client, mut b) = pair(ConnLimits::default()).await;
+        let mut buf = [0u8; 8];
+        for io in [&mut a, &mut b] {
+            drop(io.activity.start(false));
+            let mut read = ReadBuf::new(&mut buf);
+            let waker = futures_util::task::noop_waker();
+            let polled = io.read_stream(&mut Context::from_waker(&waker), &mut read);
+            assert!(polled.is_pending());
+            assert_eq!(io.activity.idle.load(Ordering::Relaxed), IDLE_KEEP_ALIVE);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let since = |io: &EdgeIo| io.activity.idle_since_us.load(Ordering::Relaxed);
+        assert!(since(&a) < since(&b), "{} {}", since(&a), since(&b));
+        let mut r = Reclaim::default();
+        r.add(&b.activity);
+        r.add(&a.activity);
+        assert_eq!(r.reclaim(1), (1, 1));
+        assert!(a.activity.reclaim.load(Ordering::Relaxed), "idle longer");
     }
 
     /// Regression (`input_extra.py`'s idle-descriptor test failing with a broken
