@@ -326,9 +326,11 @@ pub async fn serve<H, F>(
                     });
                     let mut conn = Box::pin(http2.serve_connection(TokioIo::new(io), service));
                     // Shutdown, or the reclaim at the descriptor limit: a GOAWAY,
-                    // and the open streams finish. (Data h2 still holds back for
-                    // the client's flow-control window after a stream's end does
-                    // not keep the connection open: it is lost.)
+                    // and the open streams finish. An answer hyper has handed to
+                    // h2 whole (the request counts as ended) but that still waits
+                    // for the client's flow-control window keeps the connection
+                    // open until it is sent: h2 counts a stream open while it
+                    // holds data for it (`tests/e2e/test_descriptor_limit.py`).
                     let mut closing = false;
                     let served = loop {
                         tokio::select! {

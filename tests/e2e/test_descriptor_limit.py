@@ -128,3 +128,145 @@ def test_the_connection_that_takes_the_last_descriptor_is_served_not_closed_as_i
             for s in busy:
                 s.close()
             stop(proc)
+
+
+H2_CONFIG = """server: { first_byte_timeout_ms: 60000 }
+providers:
+  a: { kind: mock }
+models:
+  m: { endpoints: [ { provider: a, model: x } ] }
+"""
+
+
+def h2_frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    """One HTTP/2 frame (RFC 9113 §4.1)."""
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def hpack_literal(name: str, value: str) -> bytes:
+    """A header field as an HPACK literal without indexing, new name, no Huffman
+    coding (RFC 7541 §6.2.2); names and values here are under 127 bytes."""
+    n, v = name.encode(), value.encode()
+    return b"\x00" + bytes([len(n)]) + n + bytes([len(v)]) + v
+
+
+def test_an_http2_answer_waiting_for_window_is_delivered_after_the_reclaim_goaway():
+    """Regression check of the HTTP/2 reclaim (`h2_queued.py` of the outside attack):
+    an answer whose end hyper has handed to h2, most of it waiting for the client's
+    16-byte stream window, counts as idle. Reclaimed at the descriptor limit, its
+    connection gets a GOAWAY, and the rest of the answer still arrives once the
+    client grants window (a read error closing the connection lost it)."""
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="fd-limit-h2-") as tmp:
+        cfg = Path(tmp) / "switchyard.yaml"
+        cfg.write_text(H2_CONFIG)
+        log = open(LOG_DIR / "descriptor-limit-h2.log", "wb")
+        limit = 64
+        proc = subprocess.Popen(
+            [str(switchyard_binary()), "serve", "--config", str(cfg), "--listen", "127.0.0.1:0"],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env={**os.environ, "SWITCHYARD_LOG": "warn"},
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)),
+        )
+        log.close()
+        held: list[socket.socket] = []
+        try:
+            assert proc.stdout is not None
+            port = None
+            for line in proc.stdout:
+                m = re.search(r"switchyard listening on \S+:(\d+)", line)
+                if m:
+                    port = int(m.group(1))
+                    break
+            assert port, "the gateway did not start"
+            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+
+            def fds() -> int:
+                return len(os.listdir(f"/proc/{proc.pid}/fd"))
+
+            h2 = socket.create_connection(("127.0.0.1", port), timeout=10)
+            body = json.dumps(
+                {"model": "m", "messages": [{"role": "user", "content": "hello " * 40}]}
+            ).encode()
+            head = b"".join(
+                [b"\x83", b"\x86"]  # :method POST, :scheme http (static table)
+                + [hpack_literal(k, v) for k, v in [
+                    (":path", "/v1/chat/completions"),
+                    (":authority", "x"),
+                    ("content-type", "application/json"),
+                    ("content-length", str(len(body))),
+                ]]
+            )
+            initial_window_16 = (4).to_bytes(2, "big") + (16).to_bytes(4, "big")
+            h2.sendall(
+                b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                + h2_frame(4, 0, 0, initial_window_16)
+                + h2_frame(1, 4, 1, head)  # HEADERS, END_HEADERS
+                + h2_frame(0, 1, 1, body)  # DATA, END_STREAM
+            )
+            buf = b""
+
+            def next_frame() -> tuple[int, int, int, bytes] | None:
+                nonlocal buf
+                while True:
+                    if len(buf) >= 9:
+                        n = int.from_bytes(buf[:3], "big")
+                        if len(buf) >= 9 + n:
+                            kind, flags = buf[3], buf[4]
+                            stream = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
+                            payload, buf = buf[9 : 9 + n], buf[9 + n :]
+                            return kind, flags, stream, payload
+                    chunk = h2.recv(65536)
+                    if not chunk:
+                        return None
+                    buf += chunk
+
+            got, ended, goaway, filled = b"", False, False, False
+            while not ended:
+                f = next_frame()
+                assert f is not None, f"end-of-file after {len(got)} bytes (GOAWAY: {goaway})"
+                kind, flags, stream, payload = f
+                if kind == 4 and not flags & 1:
+                    h2.sendall(h2_frame(4, 1, 0))  # SETTINGS ack
+                elif kind == 6 and not flags & 1:
+                    h2.sendall(h2_frame(6, 1, 0, payload))  # PING ack
+                elif kind == 7:
+                    goaway = True
+                    # Window for the rest of the answer, on the stream and the connection.
+                    more = (1 << 20).to_bytes(4, "big")
+                    h2.sendall(h2_frame(8, 0, 1, more) + h2_frame(8, 0, 0, more))
+                elif kind == 0 and stream == 1:
+                    got += payload
+                    ended = bool(flags & 1)
+                if len(got) >= 16 and not goaway and not filled:
+                    filled = True
+                    assert not ended, "the answer fit in 16 bytes"
+                    # Keep-alive connections until the descriptors run out, then
+                    # clients until the reclaim has closed this one with a GOAWAY.
+                    health = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+                    while fds() < limit and len(held) < 2 * limit:
+                        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+                        s.sendall(health)
+                        assert status_line(s).startswith("HTTP/1.1 200")
+                        held.append(s)
+                    h2.settimeout(0.2)
+                    for _ in range(50):
+                        c = socket.create_connection(("127.0.0.1", port), timeout=10)
+                        c.sendall(health)
+                        status_line(c)
+                        c.close()
+                        try:
+                            buf += h2.recv(65536)
+                        except socket.timeout:
+                            continue
+                        break
+                    h2.settimeout(10)
+            assert goaway, "the connection was not reclaimed"
+            answer = json.loads(got)
+            assert answer["object"] == "chat.completion", got[:200]
+        finally:
+            for s in held:
+                s.close()
+            stop(proc)
