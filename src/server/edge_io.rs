@@ -244,6 +244,11 @@ impl Reclaim {
                 asked += 1;
             }
         }
+        if asked == n {
+            // Enough without the keep-alive ones: no list of them made (an accept
+            // loop without its spare calls this every few milliseconds).
+            return (asked, closing + asked);
+        }
         // (idle since, place in the list): ties go oldest first.
         let mut keep_alive: Vec<((u64, usize), Arc<Activity>)> = self
             .conns
