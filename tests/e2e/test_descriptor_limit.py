@@ -8,10 +8,14 @@ as idle, the one connection that had sent nothing yet: the client's own, whose
 request came a moment after its connect. The client read end-of-file instead of an
 answer. Idle connections are now closed only for a client that waits, which the
 accept loop's spare descriptor tells.
+
+And the HTTP/2 side of the reclaim: a connection it closes gets a GOAWAY, and an
+answer still waiting for its client's flow-control window is delivered first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -58,22 +62,25 @@ def status_line(sock: socket.socket) -> str:
     return buf.split(b"\r\n", 1)[0].decode(errors="replace")
 
 
-def test_the_connection_that_takes_the_last_descriptor_is_served_not_closed_as_idle():
+
+@contextlib.contextmanager
+def gateway(config: str, limit: int, log_name: str):
+    """A gateway serving `config` under `ulimit -n limit`, its warnings in
+    LOG_DIR/`log_name`; yields (process, port) and stops it on exit."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="fd-limit-") as tmp:
         cfg = Path(tmp) / "switchyard.yaml"
-        cfg.write_text(CONFIG)
-        log = open(LOG_DIR / "descriptor-limit.log", "wb")
+        cfg.write_text(config)
+        log = open(LOG_DIR / log_name, "wb")
         proc = subprocess.Popen(
             [str(switchyard_binary()), "serve", "--config", str(cfg), "--listen", "127.0.0.1:0"],
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
             env={**os.environ, "SWITCHYARD_LOG": "warn"},
-            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (LIMIT, LIMIT)),
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)),
         )
         log.close()
-        busy: list[socket.socket] = []
         try:
             assert proc.stdout is not None
             port = None
@@ -84,10 +91,20 @@ def test_the_connection_that_takes_the_last_descriptor_is_served_not_closed_as_i
                     break
             assert port, "the gateway did not start"
             threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+            yield proc, port
+        finally:
+            stop(proc)
 
-            def fds() -> int:
-                return len(os.listdir(f"/proc/{proc.pid}/fd"))
 
+def open_fds(proc: subprocess.Popen) -> int:
+    """The descriptors `proc` holds open."""
+    return len(os.listdir(f"/proc/{proc.pid}/fd"))
+
+
+def test_the_connection_that_takes_the_last_descriptor_is_served_not_closed_as_idle():
+    busy: list[socket.socket] = []
+    with gateway(CONFIG, LIMIT, "descriptor-limit.log") as (proc, port):
+        try:
             # Streams that stall after their first chunk, until one descriptor is left.
             stream = request(
                 {"model": "m", "messages": [{"role": "user", "content": "hi"}],
@@ -95,14 +112,14 @@ def test_the_connection_that_takes_the_last_descriptor_is_served_not_closed_as_i
             )
             # One at a time, each accepted before the next, so that a slow machine
             # cannot overshoot the count.
-            while (before := fds()) < LIMIT - 1 and len(busy) < 2 * LIMIT:
+            while (before := open_fds(proc)) < LIMIT - 1 and len(busy) < 2 * LIMIT:
                 s = socket.create_connection(("127.0.0.1", port), timeout=5)
                 s.sendall(stream)
                 busy.append(s)
                 deadline = time.monotonic() + 5
-                while fds() <= before and time.monotonic() < deadline:
+                while open_fds(proc) <= before and time.monotonic() < deadline:
                     time.sleep(0.002)
-            assert fds() == LIMIT - 1, f"{len(busy)} streams, {fds()} descriptors"
+            assert open_fds(proc) == LIMIT - 1, f"{len(busy)} streams, {open_fds(proc)} descriptors"
             time.sleep(0.5)
             ask = request(
                 {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
@@ -127,7 +144,6 @@ def test_the_connection_that_takes_the_last_descriptor_is_served_not_closed_as_i
         finally:
             for s in busy:
                 s.close()
-            stop(proc)
 
 
 H2_CONFIG = """server: { first_byte_timeout_ms: 60000 }
@@ -156,36 +172,10 @@ def test_an_http2_answer_waiting_for_window_is_delivered_after_the_reclaim_goawa
     16-byte stream window, counts as idle. Reclaimed at the descriptor limit, its
     connection gets a GOAWAY, and the rest of the answer still arrives once the
     client grants window (a read error closing the connection lost it)."""
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="fd-limit-h2-") as tmp:
-        cfg = Path(tmp) / "switchyard.yaml"
-        cfg.write_text(H2_CONFIG)
-        log = open(LOG_DIR / "descriptor-limit-h2.log", "wb")
-        limit = 64
-        proc = subprocess.Popen(
-            [str(switchyard_binary()), "serve", "--config", str(cfg), "--listen", "127.0.0.1:0"],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            env={**os.environ, "SWITCHYARD_LOG": "warn"},
-            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)),
-        )
-        log.close()
-        held: list[socket.socket] = []
+    limit = 64
+    held: list[socket.socket] = []
+    with gateway(H2_CONFIG, limit, "descriptor-limit-h2.log") as (proc, port):
         try:
-            assert proc.stdout is not None
-            port = None
-            for line in proc.stdout:
-                m = re.search(r"switchyard listening on \S+:(\d+)", line)
-                if m:
-                    port = int(m.group(1))
-                    break
-            assert port, "the gateway did not start"
-            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
-
-            def fds() -> int:
-                return len(os.listdir(f"/proc/{proc.pid}/fd"))
-
             h2 = socket.create_connection(("127.0.0.1", port), timeout=10)
             body = json.dumps(
                 {"model": "m", "messages": [{"role": "user", "content": "hello " * 40}]}
@@ -246,7 +236,7 @@ def test_an_http2_answer_waiting_for_window_is_delivered_after_the_reclaim_goawa
                     # Keep-alive connections until the descriptors run out, then
                     # clients until the reclaim has closed this one with a GOAWAY.
                     health = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
-                    while fds() < limit and len(held) < 2 * limit:
+                    while open_fds(proc) < limit and len(held) < 2 * limit:
                         s = socket.create_connection(("127.0.0.1", port), timeout=10)
                         s.sendall(health)
                         assert status_line(s).startswith("HTTP/1.1 200")
@@ -269,4 +259,3 @@ def test_an_http2_answer_waiting_for_window_is_delivered_after_the_reclaim_goawa
         finally:
             for s in held:
                 s.close()
-            stop(proc)
