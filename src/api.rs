@@ -58,6 +58,11 @@ pub struct ChatRequest {
     /// provider is [`crate::egress::forward`]'s rule.
     #[serde(skip)]
     pub headers: http::HeaderMap,
+    /// The request's id ([`crate::request_id`]), sent to providers as
+    /// [`crate::egress::forward::request_id`] says; `None` outside the gateway's
+    /// request path (a dry-run, a test's request).
+    #[serde(skip)]
+    pub request_id: Option<http::HeaderValue>,
 }
 
 /// `stream_options`.

@@ -168,6 +168,9 @@ impl Upstream {
                 &self.forward_headers,
                 req.headers_mut(),
             );
+            if let Some(id) = &chat.request_id {
+                forward::request_id(id, self.kind, req.headers_mut());
+            }
             if let Some(tp) = traceparent {
                 req.headers_mut().insert(crate::otel::TRACEPARENT, tp);
             }

@@ -315,16 +315,9 @@ impl Gateway {
         chat.headers = crate::egress::forward::candidates(headers);
         // Every attempt sends the request's id as `x-request-id` when it is a UUID
         // (`request_id::upstream_value` says why not otherwise), and as OpenAI's
-        // `x-client-request-id` unless the client set that (`egress::forward` sends
-        // both names; the second to OpenAI only).
-        chat.headers.remove(crate::request_id::HEADER);
-        if let Some(id) = crate::request_id::upstream_value(&ctx.id) {
-            chat.headers.insert(crate::request_id::HEADER, id);
-        }
-        if !chat.headers.contains_key(crate::request_id::CLIENT_HEADER) {
-            chat.headers
-                .insert(crate::request_id::CLIENT_HEADER, ctx.id.clone());
-        }
+        // `x-client-request-id` unless the client set that
+        // (`egress::forward::request_id`).
+        chat.request_id = Some(ctx.id.clone());
         admit::check_model(ctx, &chat)?;
         limit::admit(self, ctx, &chat).await?;
         let features = normalize::request_features(self, ctx, &chat, headers);
