@@ -120,24 +120,30 @@ pub fn apply(client: &HeaderMap, kind: ProviderKind, listed: &[Listed], upstream
 }
 
 /// Sets the request's id `id` on the built provider request's headers `upstream`,
-/// after [`apply`] (rules 2 and 4 of the module doc): `x-request-id` when `id` is a
-/// UUID ([`crate::request_id::upstream_value`] says why only then), and, to a
-/// provider of kind `openai`, `x-client-request-id` unless the client sent its own
-/// (which [`apply`] has copied). A header the adapter set is not replaced.
+/// after [`apply`] (rules 2, 4 and 5 of the module doc): `x-request-id` when `id` is
+/// a UUID ([`crate::request_id::upstream_value`] says why only then), and
+/// `x-client-request-id` to a provider the rule forwards it to (kind `openai`, or
+/// one that lists it in `listed`) unless the client sent its own (which [`apply`]
+/// has copied). A header the adapter set is not replaced.
 ///
 /// Why here and not among the client's headers kept with the request: set there
 /// (a removal and three lookups and inserts, per request), they cost about 1,000
 /// instructions of the request path's 84,000 (`benches/load/callgrind.sh`), and the
 /// candidates' map was allocated even for a client that sends nothing else a
 /// provider is forwarded.
-pub fn request_id(id: &HeaderValue, kind: ProviderKind, upstream: &mut HeaderMap) {
+pub fn request_id(
+    id: &HeaderValue,
+    kind: ProviderKind,
+    listed: &[Listed],
+    upstream: &mut HeaderMap,
+) {
     use crate::request_id::{CLIENT_HEADER, HEADER};
     if let Some(v) = crate::request_id::upstream_value(id) {
         if !upstream.contains_key(HEADER) {
             upstream.insert(HEADER, v);
         }
     }
-    if kind == ProviderKind::OpenAi && !upstream.contains_key(CLIENT_HEADER) {
+    if forwarded(CLIENT_HEADER.as_str(), kind, listed) && !upstream.contains_key(CLIENT_HEADER) {
         upstream.insert(CLIENT_HEADER, id.clone());
     }
 }
@@ -296,15 +302,16 @@ mod tests {
             candidates(&client).is_empty(),
             "the client's id is not kept apart"
         );
-        let sent = |id: &HeaderValue, kind, client: &HeaderMap| {
+        let sent_to = |id: &HeaderValue, kind, listed: &[Listed], client: &HeaderMap| {
             let mut up = HeaderMap::new();
-            apply(&candidates(client), kind, &[], &mut up);
-            request_id(id, kind, &mut up);
+            apply(&candidates(client), kind, listed, &mut up);
+            request_id(id, kind, listed, &mut up);
             (
                 up.get("x-request-id").cloned(),
                 up.get("x-client-request-id").cloned(),
             )
         };
+        let sent = |id: &HeaderValue, kind, client: &HeaderMap| sent_to(id, kind, &[], client);
         assert_eq!(
             sent(&uuid, ProviderKind::OpenAi, &client),
             (Some(uuid.clone()), Some(uuid.clone()))
@@ -314,6 +321,17 @@ mod tests {
             (Some(uuid.clone()), None),
             "x-client-request-id to OpenAI only"
         );
+        // Regression (a differential attack on this function's first version): a
+        // provider of another kind that lists the header got the request's id as
+        // before the id moved here, then got none.
+        for list in ["x-client-request-id", "X-Client-*"] {
+            let listed = [Listed::parse(list).unwrap()];
+            assert_eq!(
+                sent_to(&trace, ProviderKind::Anthropic, &listed, &client),
+                (None, Some(trace.clone())),
+                "listed in forward_headers: {list}"
+            );
+        }
         assert_eq!(
             sent(&trace, ProviderKind::OpenAi, &client),
             (None, Some(trace.clone())),
@@ -327,7 +345,7 @@ mod tests {
         );
         let mut up = HeaderMap::new();
         up.insert("x-request-id", HeaderValue::from_static("adapter"));
-        request_id(&uuid, ProviderKind::OpenAi, &mut up);
+        request_id(&uuid, ProviderKind::OpenAi, &[], &mut up);
         assert_eq!(up["x-request-id"], "adapter", "an adapter's header stays");
     }
 

@@ -169,7 +169,7 @@ impl Upstream {
                 req.headers_mut(),
             );
             if let Some(id) = &chat.request_id {
-                forward::request_id(id, self.kind, req.headers_mut());
+                forward::request_id(id, self.kind, &self.forward_headers, req.headers_mut());
             }
             if let Some(tp) = traceparent {
                 req.headers_mut().insert(crate::otel::TRACEPARENT, tp);
