@@ -331,18 +331,17 @@ pub async fn serve<H, F>(
                     // for the client's flow-control window keeps the connection
                     // open until it is sent: h2 counts a stream open while it
                     // holds data for it (`tests/e2e/test_descriptor_limit.py`).
-                    let mut closing = false;
-                    let served = loop {
+                    let asked_to_stop = async {
                         tokio::select! {
-                            served = conn.as_mut() => break served,
-                            _ = stopping.changed(), if !closing => {
-                                closing = true;
-                                conn.as_mut().graceful_shutdown();
-                            }
-                            () = std::future::poll_fn(|cx| conn_activity.poll_reclaimed(cx)), if !closing => {
-                                closing = true;
-                                conn.as_mut().graceful_shutdown();
-                            }
+                            _ = stopping.changed() => {}
+                            () = std::future::poll_fn(|cx| conn_activity.poll_reclaimed(cx)) => {}
+                        }
+                    };
+                    let served = tokio::select! {
+                        served = conn.as_mut() => served,
+                        () = asked_to_stop => {
+                            conn.as_mut().graceful_shutdown();
+                            conn.await
                         }
                     };
                     if let Err(e) = served {
@@ -362,9 +361,7 @@ pub async fn serve<H, F>(
         drain_ms = drain.as_millis() as u64,
         "shutting down: draining in-flight requests"
     );
-    let drained = async {
-        stopping_tx.closed().await;
-    };
+    let drained = stopping_tx.closed();
     tokio::pin!(drained);
     if tokio::time::timeout(drain, &mut drained).await.is_err() {
         // Streams still running get an error event instead of a cut connection; give

@@ -314,9 +314,9 @@ impl Gateway {
         ctx.trace.requested(&chat);
         chat.headers = crate::egress::forward::candidates(headers);
         // Every attempt sends the request's id as `x-request-id` when it is a UUID
-        // (`request_id::upstream_value` says why not otherwise), and as OpenAI's
-        // `x-client-request-id` unless the client set that
-        // (`egress::forward::request_id`).
+        // (`request_id::upstream_value` says why not otherwise), and as
+        // `x-client-request-id` where the forwarding rule sends that name, unless
+        // the client set it (`egress::forward::request_id`).
         chat.request_id = Some(ctx.id.clone());
         admit::check_model(ctx, &chat)?;
         limit::admit(self, ctx, &chat).await?;
