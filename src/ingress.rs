@@ -231,13 +231,14 @@ async fn route(
             // ends or the request is dropped (a client gone mid-body).
             let mut charge = gw.body_budget.charge();
             let limit = gw.config.server.max_body_bytes;
-            let (resp, facts) = match read_body(&req.headers, body, limit, &mut charge).await {
-                Ok(bytes) => gw.chat(bytes, &req.headers, started, id.clone()).await,
-                Err(e) => {
-                    let facts = Facts::refused(gw, id.clone(), &req.headers, started, &e);
-                    (e.to_response(), Some(facts))
-                }
-            };
+            let (resp, facts) =
+                match read_body(&req.headers, body, limit, &mut charge, started).await {
+                    Ok(bytes) => gw.chat(bytes, &req.headers, started, id.clone()).await,
+                    Err(e) => {
+                        let facts = Facts::refused(gw, id.clone(), &req.headers, started, &e);
+                        (e.to_response(), Some(facts))
+                    }
+                };
             let access = facts.map(|f| (gw.clone(), f, tracing::Span::current()));
             resp.map(|b| {
                 Body::new(Guarded {
@@ -435,11 +436,16 @@ fn unknown_path(method: &Method, path: &str) -> Response<Body> {
 /// before reading (most do) then reads the 413 instead of a reset connection. A body
 /// declared larger than `limit` + [`DRAIN_MAX_BYTES`], or declared too large with
 /// `Expect: 100-continue` (the client waits before sending it), is refused at once.
+///
+/// `started`: when the request's head was read, from which [`BODY_TIMEOUT`] and the
+/// budget's wait count (one reading of the clock serves the request's every
+/// deadline here).
 async fn read_body(
     headers: &http::HeaderMap,
     mut body: RequestBody,
     limit: usize,
     charge: &mut crate::budget::Charge,
+    started: Instant,
 ) -> Result<bytes::Bytes, GatewayError> {
     let too_large = || {
         GatewayError::new(
@@ -464,7 +470,8 @@ async fn read_body(
         }
         return Err(too_large());
     }
-    let deadline = tokio::time::Instant::now() + crate::budget::WAIT;
+    let started = tokio::time::Instant::from_std(started);
+    let deadline = started + crate::budget::WAIT;
     let read = async {
         // One buffer of the declared length: the chunks are copied in as they come
         // and dropped, so a body is held once (plus the chunk in hand), not as a list
@@ -496,7 +503,7 @@ async fn read_body(
         }
         Ok(first.unwrap_or_else(|| all.freeze()))
     };
-    match tokio::time::timeout(BODY_TIMEOUT, read).await {
+    match tokio::time::timeout_at(started + BODY_TIMEOUT, read).await {
         Err(_) => Err(GatewayError::new(
             ErrorKind::RequestTimeout,
             format!(

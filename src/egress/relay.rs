@@ -76,13 +76,27 @@ pub async fn collect(
 ) -> Result<Bytes, GatewayError> {
     let mut buf = BytesMut::new();
     loop {
-        let next = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx));
-        let limit = (Instant::now() + idle).min(deadline);
-        let frame = match tokio::time::timeout_at(limit, next).await {
-            Err(_) => return Err(timeout_error(provider, Instant::now() >= deadline, idle)),
-            Ok(None) => return Ok(buf.freeze()),
-            Ok(Some(Err(e))) => return Err(broken(provider, &*e, &progress(0, buf.len()))),
-            Ok(Some(Ok(f))) => f,
+        // A frame already read (most answers arrive with their head) is taken
+        // without a timer: arming one reads the clock and enters the timer wheel,
+        // and cancelling it takes it out again.
+        let ready = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx)));
+        let polled = match ready.await {
+            Poll::Ready(frame) => frame,
+            Poll::Pending => {
+                let next = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx));
+                let limit = (Instant::now() + idle).min(deadline);
+                match tokio::time::timeout_at(limit, next).await {
+                    Err(_) => {
+                        return Err(timeout_error(provider, Instant::now() >= deadline, idle))
+                    }
+                    Ok(frame) => frame,
+                }
+            }
+        };
+        let frame = match polled {
+            None => return Ok(buf.freeze()),
+            Some(Err(e)) => return Err(broken(provider, &*e, &progress(0, buf.len()))),
+            Some(Ok(f)) => f,
         };
         if let Ok(data) = frame.into_data() {
             if buf.len() + data.len() > MAX_RESPONSE_BYTES {

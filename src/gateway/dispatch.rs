@@ -114,7 +114,11 @@ pub(super) struct Cursor {
     backoff_ms: Option<(u64, u64)>,
     /// The route's `fallback ... on` statuses: these move on to the next endpoint.
     fallback_on: Option<FallbackOn>,
-    budget_end: Instant,
+    /// When the retry budget ends (`server.retry_budget_ms` after the first
+    /// attempt's turn; `None` until then).
+    budget_end: Option<Instant>,
+    /// The retry budget (`server.retry_budget_ms`).
+    budget: Duration,
     /// The request's final priority, for the endpoints' queues.
     priority: crate::policy::ast::PriorityLevel,
     /// Time spent waiting in endpoint queues so far.
@@ -167,8 +171,10 @@ pub async fn dispatch(
         retries: plan.retries,
         backoff_ms: plan.backoff_ms,
         fallback_on: plan.fallback_on.clone(),
-        // From dispatch, not arrival: an off-peak hold is not part of the budget.
-        budget_end: Instant::now() + Duration::from_millis(gw.config.server.retry_budget_ms),
+        // From dispatch (the first attempt's turn), not arrival: an off-peak hold is
+        // not part of the budget.
+        budget_end: None,
+        budget: Duration::from_millis(gw.config.server.retry_budget_ms),
         priority: ctx.priority,
         queued: Duration::ZERO,
         pos: 0,
@@ -222,14 +228,16 @@ impl Cursor {
         let max_attempts = gw.config.server.max_attempts;
         while self.has_next() {
             let ep = self.plan[self.pos];
-            if self.attempts >= max_attempts
-                || (self.attempts > 0 && Instant::now() >= self.budget_end)
-            {
+            // One reading of the clock for the budget, the breaker and the attempt's
+            // start (read again only after a wait in the endpoint's queue).
+            let now = Instant::now();
+            let budget_end = *self.budget_end.get_or_insert(now + self.budget);
+            if self.attempts >= max_attempts || (self.attempts > 0 && now >= budget_end) {
                 break;
             }
             // (A retry here has already waited out the endpoint's own pause.)
             let paused = (self.retry == 0)
-                .then(|| gw.stats.slot(ep)?.throttled_for(SystemTime::now()))
+                .then(|| gw.stats.slot(ep)?.throttled_now())
                 .flatten();
             if let Some(wait) = paused {
                 // Its provider asked for a pause (`Retry-After`), or our account with
@@ -245,10 +253,16 @@ impl Cursor {
             // A slot of the endpoint's gate (`max_in_flight`), waiting in its queue
             // when it is full; a refusal (queue timeout or full) ends the request.
             let slot = gw.sched.acquire(ep, self.priority).await?;
-            if let Some(s) = &slot {
-                self.queued += s.waited();
-            }
-            let probe = match admit(&gw, ep) {
+            let waited = slot
+                .as_ref()
+                .map_or(Duration::ZERO, crate::sched::Slot::waited);
+            self.queued += waited;
+            let now = if waited.is_zero() {
+                now
+            } else {
+                Instant::now()
+            };
+            let probe = match admit(&gw, ep, now) {
                 Admission::Allow => false,
                 Admission::Probe => true,
                 Admission::Reject(wait) => {
@@ -260,7 +274,7 @@ impl Cursor {
             };
             self.attempts += 1;
             self.endpoint = Some(ep);
-            let began = Instant::now();
+            let began = now;
             let attempt = Attempt::begin(&gw, ep, began, self.decided.clone(), probe).holding(slot);
             // The text sent is kept for a failover, and for the access line's
             // `response_text` when bodies are logged.
@@ -340,7 +354,7 @@ impl Cursor {
             // Gemini `retryDelay` is read from the body, uncut).
             if Instant::now()
                 .checked_add(wait)
-                .is_none_or(|t| t >= self.budget_end)
+                .is_none_or(|t| t >= budget_end)
             {
                 // The wait would outlast the budget: the next endpoint instead.
                 self.advance();
@@ -399,7 +413,7 @@ impl Cursor {
         failover_allowed(&self.gw, &self.chat)
             && self.pos + 1 < self.plan_len()
             && self.attempts < self.gw.config.server.max_attempts
-            && Instant::now() < self.budget_end
+            && self.budget_end.is_none_or(|end| Instant::now() < end)
     }
 
     /// The next plan position after the current one whose endpoint has a known
@@ -498,12 +512,12 @@ fn failover_allowed(gw: &Gateway, chat: &ChatRequest) -> bool {
 
 /// Asks endpoint `ep`'s circuit breaker whether an attempt may go now, reporting a
 /// move to half-open.
-fn admit(gw: &Gateway, ep: usize) -> Admission {
+fn admit(gw: &Gateway, ep: usize, now: Instant) -> Admission {
     let Some(slot) = gw.stats.slot(ep) else {
         return Admission::Allow;
     };
     let breaker = slot.breaker();
-    let (admission, changed) = breaker.admit(Instant::now());
+    let (admission, changed) = breaker.admit(now);
     if let Some(state) = changed {
         gw.log.circuit(ep, state, breaker.cooldown());
     }
@@ -674,16 +688,26 @@ async fn exchange(
     };
     let request = continued.as_deref().unwrap_or(chat);
     let sent = match up
-        .send(&endpoint.upstream_model, request, span.traceparent())
+        .send(
+            &endpoint.upstream_model,
+            request,
+            span.traceparent(),
+            attempt.began(),
+        )
         .await
     {
         Ok(s) => s,
         Err(e) => return Err(attempt.failed(e)),
     };
     let upstream_id = crate::request_id::upstream(sent.response.headers());
-    if let Some(c) = ratelimit::capacity(sent.response.headers(), SystemTime::now()) {
-        if let Some(slot) = gw.stats.slot(ep) {
-            slot.record_capacity(c, SystemTime::now());
+    // The clock is read only for an answer that reports its capacity (most do not).
+    if ratelimit::reported(sent.response.headers()) {
+        let now = SystemTime::now();
+        if let (Some(c), Some(slot)) = (
+            ratelimit::capacity(sent.response.headers(), now),
+            gw.stats.slot(ep),
+        ) {
+            slot.record_capacity(c, now);
         }
     }
     let sent_at = sent.sent_at;

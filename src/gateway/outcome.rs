@@ -66,6 +66,11 @@ impl Attempt {
         }
     }
 
+    /// When the attempt began (its request about to be sent).
+    pub fn began(&self) -> Instant {
+        self.sent
+    }
+
     /// The attempt holds `slot` (from its endpoint's gate) until it is dropped.
     pub fn holding(mut self, slot: Option<crate::sched::Slot>) -> Attempt {
         self._slot = slot;

@@ -423,6 +423,14 @@ impl Limiter {
         out
     }
 
+    /// Whether a check or settlement with budget `scopes` reads the Unix time: the
+    /// budgets' periods (days, months) and the Redis state need it, token buckets
+    /// alone do not (they run on the monotonic [`Limiter::now_ms`]). Without it the
+    /// clock is not read (about 30 ns a reading, twice per request).
+    fn wall_clock_needed(&self, scopes: &[BudgetScope]) -> bool {
+        !scopes.is_empty() || self.inner.redis.is_some()
+    }
+
     /// The in-memory check of `needs` and `scopes` at `now_ms` / `unix_secs`.
     fn check_local(
         &self,
@@ -514,7 +522,6 @@ impl Limiter {
         caller: &Caller,
         tokens: impl FnOnce(&tokens::TokenCounter) -> u64,
     ) -> Result<Permit, GatewayError> {
-        let unix_secs = unix_now();
         let mut needs = self.needs(caller, 0);
         // Count the request's tokens only if a tokens bucket needs them.
         let tokens = if needs.iter().any(|n| n.kind == Kind::Tokens) {
@@ -527,6 +534,7 @@ impl Limiter {
             0
         };
         let scopes = self.budget_scopes(caller);
+        let unix_secs = self.wall_clock_needed(&scopes).then(unix_now).unwrap_or(0);
         if needs.is_empty() && scopes.is_empty() {
             let checked = Checked::Admitted(Vec::new(), None);
             return self.permit(caller, tokens, needs, scopes, checked, Backend::Local);
@@ -842,7 +850,13 @@ impl Permit {
     /// `switchyard_spend_usd_total`. Only the first call counts; never blocks (the
     /// Redis update runs in the background, with its deadline).
     pub fn settle(&self, endpoint: Option<usize>, usage: &Usage) {
-        self.settle_at(endpoint, usage, self.limiter.now_ms(), unix_now());
+        let unix_secs = self.limiter.wall_clock_needed(&self.scopes).then(unix_now);
+        self.settle_at(
+            endpoint,
+            usage,
+            self.limiter.now_ms(),
+            unix_secs.unwrap_or(0),
+        );
     }
 
     /// [`Permit::settle`] at `now_ms` (the limiter's monotonic clock) and `unix_secs`

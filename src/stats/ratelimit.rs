@@ -98,16 +98,21 @@ fn text<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
     h.get(name)?.to_str().ok().map(str::trim)
 }
 
+/// Whether `headers` hold any rate-limit field ([`capacity`] reads): most answers
+/// carry none, which one pass over the names (a handful) tells, where the eighteen
+/// lookups of [`capacity`] would hash each name. A caller checks it first to read
+/// the clock only for an answer that reports capacity.
+pub fn reported(headers: &HeaderMap) -> bool {
+    headers.keys().any(|k| {
+        let k = k.as_str();
+        k.starts_with("x-ratelimit-") || k.starts_with("anthropic-ratelimit-")
+    })
+}
+
 /// Reads the capacity from `headers` at time `now`; `None` when the provider sent no
 /// rate-limit headers (or only unusable ones).
 pub fn capacity(headers: &HeaderMap, now: SystemTime) -> Option<Capacity> {
-    // Most answers carry none: one pass over the names (a handful) instead of the
-    // eighteen lookups below, each of which hashes its name.
-    let reported = headers.keys().any(|k| {
-        let k = k.as_str();
-        k.starts_with("x-ratelimit-") || k.starts_with("anthropic-ratelimit-")
-    });
-    if !reported {
+    if !reported(headers) {
         return None;
     }
     let mut best: Option<Capacity> = None;
