@@ -250,6 +250,9 @@ impl Adapter for OpenAi {
         // request added when the client sent no `stream_options` at all.
         // The body is sent as parts of the client's bytes around the new text, not
         // copied: one copy of a large prompt in memory, not two.
+        // Built once (a searcher's set-up is a few hundred instructions).
+        static STREAM_OPTIONS: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+            std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"stream_options\""));
         let spliced = if chat.raw.is_empty() || strip {
             None
         } else if !ask_usage {
@@ -259,7 +262,7 @@ impl Adapter for OpenAi {
             // inside a message only costs the serializing path), perhaps written with
             // escapes (`"stream_option\u0073"`), which only a walk of the top level
             // tells apart from escapes in the text.
-            && memchr::memmem::find(&chat.raw, b"stream_options\"").is_none()
+            && STREAM_OPTIONS.find(&chat.raw).is_none()
             && (memchr::memmem::find(&chat.raw, b"\\u").is_none()
                 || matches!(
                     splice::find(&chat.raw, "stream_options"),
