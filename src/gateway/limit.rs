@@ -210,8 +210,9 @@ fn usage_of(data: &[u8]) -> Option<Usage> {
 /// not a usage object there).
 fn usage_read_with(data: &[u8], tail: impl Fn(&[u8]) -> Option<Counts>) -> Option<Usage> {
     const KEY: &[u8] = b"\"usage\":";
-    // The searcher built once: `memmem::rfind` builds one per call, whose set-up
-    // (the needle's factorization) was about 400 instructions of every JSON answer.
+    // The searcher built once: `memmem::rfind` builds one per call, and that set-up
+    // (the needle's factorization) was about 250 of every JSON answer's instructions
+    // (`benches/load/callgrind.sh`).
     static FINDER: std::sync::LazyLock<memchr::memmem::FinderRev<'static>> =
         std::sync::LazyLock::new(|| memchr::memmem::FinderRev::new(KEY));
     let from_tail = FINDER
