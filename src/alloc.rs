@@ -222,7 +222,18 @@ mod tests {
         let a = Allocator;
         let mut live = Vec::new();
         for align in [1, 2, 4, 8, 16, 32, 64, 4096] {
-            for size in (1..=300).chain([1000, 1024, 4095, 4096, 5000, 70_000]) {
+            for size in (1..=300).chain([
+                1000,
+                1024,
+                4095,
+                4096,
+                5000,
+                70_000,
+                131_072,
+                200_000,
+                700_000,
+                LARGE - 16,
+            ]) {
                 let Ok(layout) = Layout::from_size_align(size, align) else {
                     continue;
                 };
