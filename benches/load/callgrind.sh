@@ -9,14 +9,17 @@
 #
 # Usage: benches/load/callgrind.sh [seconds] [top]
 # Environment: MODES ("json stream"), SWITCHYARD_BIN (target/release/switchyard),
-# KEEP=DIR copies the callgrind dumps there (read them with cgtop.py).
+# KEEP=DIR copies the callgrind dumps there (read them with cgtop.py), CACHE=1 also
+# simulates the caches (`--cache-sim=yes`, slower) and prints the first-level
+# instruction and data cache misses per request, in all and by function.
 # Needs: valgrind, wrk, nginx, python3, a release build.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-20}; top=${2:-25}; modes=${MODES:-json stream}
 . benches/load/setup.sh
 start_upstream ""
-SWITCHYARD_LOG=warn valgrind --tool=callgrind --dump-instr=no \
+cache_sim=no; [ "${CACHE:-0}" = 1 ] && cache_sim=yes
+SWITCHYARD_LOG=warn valgrind --tool=callgrind --dump-instr=no --cache-sim=$cache_sim \
   --callgrind-out-file="$work/cg.out" "$bin" serve --config "$work/sy.yaml" \
   >/dev/null 2>"$work/gateway.log" &
 gpid=$!
@@ -34,5 +37,6 @@ for mode in $modes; do
   ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$work/$mode.cg")
   python3 -c "print(f'## $mode: {$ir / $reqs:,.0f} instructions per request ($reqs requests, $ir instructions)')"
   [ "$top" != 0 ] && python3 benches/load/cgtop.py "$work/$mode.cg" "$reqs" "$top"
+  [ "$cache_sim" = yes ] && python3 benches/load/cgtop.py "$work/$mode.cg" "$reqs" "${top/#0/10}" --misses
   [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$work/$mode.cg" "$KEEP/"
 done
