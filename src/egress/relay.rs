@@ -18,6 +18,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use futures_util::FutureExt as _;
 use http_body::Body as HttpBody;
 use tokio::time::{Instant, Sleep};
 
@@ -79,11 +80,10 @@ pub async fn collect(
         // A frame already read (most answers arrive with their head) is taken
         // without a timer: arming one reads the clock and enters the timer wheel,
         // and cancelling it takes it out again.
-        let ready = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx)));
-        let polled = match ready.await {
-            Poll::Ready(frame) => frame,
-            Poll::Pending => {
-                let next = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx));
+        let mut next = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx));
+        let polled = match (&mut next).now_or_never() {
+            Some(frame) => frame,
+            None => {
                 let limit = (Instant::now() + idle).min(deadline);
                 match tokio::time::timeout_at(limit, next).await {
                     Err(_) => {
