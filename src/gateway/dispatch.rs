@@ -700,15 +700,11 @@ async fn exchange(
         Err(e) => return Err(attempt.failed(e)),
     };
     let upstream_id = crate::request_id::upstream(sent.response.headers());
-    // The clock is read only for an answer that reports its capacity (most do not).
-    if ratelimit::reported(sent.response.headers()) {
-        let now = SystemTime::now();
-        if let (Some(c), Some(slot)) = (
-            ratelimit::capacity(sent.response.headers(), now),
-            gw.stats.slot(ep),
-        ) {
-            slot.record_capacity(c, now);
-        }
+    if let (Some((c, now)), Some(slot)) = (
+        ratelimit::capacity_now(sent.response.headers()),
+        gw.stats.slot(ep),
+    ) {
+        slot.record_capacity(c, now);
     }
     let sent_at = sent.sent_at;
     let deadline =
