@@ -14,9 +14,12 @@ import re
 import sys
 
 
-def read(path):
+def read(path, event=None):
+    """Self and call costs by function of one event (`Ir` unless named; the dump's
+    `events:` line gives the columns)."""
     names, self_cost, calls = {}, collections.Counter(), collections.Counter()
     fn = cfn = call = None
+    column = 1
 
     def name(tok):
         m = re.match(r"^\((\d+)\)(?: (.*))?$", tok)
@@ -28,7 +31,12 @@ def read(path):
 
     for line in open(path, errors="replace"):
         line = line.rstrip("\n")
-        if line.startswith("fn="):
+        if line.startswith("events:") and event is not None:
+            events = line.split()[1:]
+            if event not in events:
+                sys.exit(f"no {event} in the dump (cache events need --cache-sim=yes)")
+            column = 1 + events.index(event)
+        elif line.startswith("fn="):
             fn = name(line[3:])
         elif line.startswith("cfn="):
             cfn = name(line[4:])
@@ -36,9 +44,8 @@ def read(path):
             call = cfn
         elif line[:1].isdigit() or line[:1] in "+-*":
             parts = line.split()
-            if len(parts) < 2:
-                continue
-            cost = int(parts[1])
+            # Trailing zero costs may be left out of a line.
+            cost = int(parts[column]) if len(parts) > column else 0
             if call is not None:
                 if call != fn:
                     calls[(fn, call)] += cost
@@ -49,39 +56,17 @@ def read(path):
 
 
 def misses(path, requests, top):
-    """Prints the I1 and D1 misses per request of a `--cache-sim=yes` dump: totals
-    from its summary line, then the functions with the most I1 misses (self)."""
-    events, per_fn, fn, call = [], collections.defaultdict(lambda: [0] * 9), None, False
-    names = {}
-    for line in open(path, errors="replace"):
-        if line.startswith("events:"):
-            events = line.split()[1:]
-        elif line.startswith(("fn=", "cfn=")):
-            m = re.match(r"^\((\d+)\)(?: (.*))?$", line.split("=", 1)[1].strip())
-            if m and m.group(2):
-                names[m.group(1)] = m.group(2)
-            if line.startswith("fn="):
-                fn = names.get(m.group(1), m.group(1)) if m else line[3:].strip()
-        elif line.startswith("calls="):
-            call = True
-        elif line[:1].isdigit() or line[:1] in "+-*":
-            if call:
-                call = False
-                continue
-            for i, v in enumerate(line.split()[1:]):
-                per_fn[fn][i] += int(v)
-    if "I1mr" not in events:
-        sys.exit("no cache events in the dump: record it with --cache-sim=yes")
-    at = {e: i for i, e in enumerate(events)}
-    total = lambda e: sum(c[at[e]] for c in per_fn.values()) / requests
+    """Prints the I1 and D1 misses per request of a `--cache-sim=yes` dump, in all
+    and for the functions with the most I1 misses (self)."""
+    per = {e: read(path, e)[0] for e in ("Ir", "I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")}
+    total = lambda e: sum(per[e].values()) / requests
+    last = total("ILmr") + total("DLmr") + total("DLmw")
     print(f"cache misses per request: I1 {total('I1mr'):,.0f}, D1 read {total('D1mr'):,.0f}, "
-          f"D1 write {total('D1mw'):,.0f}, last level {total('ILmr') + total('DLmr') + total('DLmw'):,.0f} "
-          f"({total('Ir'):,.0f} instructions)")
+          f"D1 write {total('D1mw'):,.0f}, last level {last:,.0f} ({total('Ir'):,.0f} instructions)")
     print(f"functions by I1 misses per request (self), top {top}:")
-    ranked = sorted(per_fn.items(), key=lambda x: -x[1][at["I1mr"]])
-    for f, c in ranked[:top]:
-        d1 = (c[at["D1mr"]] + c[at["D1mw"]]) / requests
-        print(f"{c[at['I1mr']] / requests:>8,.0f} I1 {c[at['Ir']] / requests:>9,.0f} Ir {d1:>6,.0f} D1  {f[:120]}")
+    for f, c in per["I1mr"].most_common(top):
+        d1 = (per["D1mr"][f] + per["D1mw"][f]) / requests
+        print(f"{c / requests:>8,.0f} I1 {per['Ir'][f] / requests:>9,.0f} Ir {d1:>6,.0f} D1  {f[:120]}")
 
 
 def main():
