@@ -423,12 +423,16 @@ impl Limiter {
         out
     }
 
-    /// Whether a check or settlement with budget `scopes` reads the Unix time: the
-    /// budgets' periods (days, months) and the Redis state need it, token buckets
-    /// alone do not (they run on the monotonic [`Limiter::now_ms`]). Without it the
-    /// clock is not read (about 30 ns a reading, twice per request).
-    fn wall_clock_needed(&self, scopes: &[BudgetScope]) -> bool {
-        !scopes.is_empty() || self.inner.redis.is_some()
+    /// The Unix time in seconds for a check or settlement with budget `scopes`, or 0
+    /// when nothing reads it: the budgets' periods (days, months) and the Redis state
+    /// need it, token buckets alone do not (they run on the monotonic
+    /// [`Limiter::now_ms`]). Then the clock is not read (about 30 ns a reading,
+    /// twice per request).
+    fn unix_secs_for(&self, scopes: &[BudgetScope]) -> u64 {
+        if scopes.is_empty() && self.inner.redis.is_none() {
+            return 0;
+        }
+        unix_now()
     }
 
     /// The in-memory check of `needs` and `scopes` at `now_ms` / `unix_secs`.
@@ -534,7 +538,7 @@ impl Limiter {
             0
         };
         let scopes = self.budget_scopes(caller);
-        let unix_secs = self.wall_clock_needed(&scopes).then(unix_now).unwrap_or(0);
+        let unix_secs = self.unix_secs_for(&scopes);
         if needs.is_empty() && scopes.is_empty() {
             let checked = Checked::Admitted(Vec::new(), None);
             return self.permit(caller, tokens, needs, scopes, checked, Backend::Local);
@@ -850,13 +854,8 @@ impl Permit {
     /// `switchyard_spend_usd_total`. Only the first call counts; never blocks (the
     /// Redis update runs in the background, with its deadline).
     pub fn settle(&self, endpoint: Option<usize>, usage: &Usage) {
-        let unix_secs = self.limiter.wall_clock_needed(&self.scopes).then(unix_now);
-        self.settle_at(
-            endpoint,
-            usage,
-            self.limiter.now_ms(),
-            unix_secs.unwrap_or(0),
-        );
+        let unix_secs = self.limiter.unix_secs_for(&self.scopes);
+        self.settle_at(endpoint, usage, self.limiter.now_ms(), unix_secs);
     }
 
     /// [`Permit::settle`] at `now_ms` (the limiter's monotonic clock) and `unix_secs`
