@@ -58,14 +58,34 @@ pub fn digest(secret: &str) -> [u8; 32] {
     out
 }
 
+/// SHA-256 of `secret`, from this thread's remembered digests (`Recent`) when
+/// `secret` is among them, else computed and remembered. For `mode: none`, whose
+/// key ids hash whatever a caller presents ([`super::key_id`]): the same few
+/// secrets on every request, each hashed once per serving thread. A stream of
+/// new secrets only cycles the thread's [`RECENT_SECRETS`] slots.
+pub fn digest_remembered(secret: &str) -> [u8; 32] {
+    if let Some(d) = RECENT.with(|r| r.borrow().digest(secret)) {
+        return d;
+    }
+    let d = digest(secret);
+    RECENT.with(|r| r.borrow_mut().remember(secret, d));
+    d
+}
+
+/// Appends the lowercase hexadecimal digits of `bytes` to `out`, two per byte.
+pub fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for &b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+}
+
 /// `sha256:<hex>` of `secret`, as key entries store it.
 pub fn hash_secret(secret: &str) -> String {
-    use std::fmt::Write;
     let mut s = String::with_capacity(71);
     s.push_str("sha256:");
-    for b in digest(secret) {
-        let _ = write!(s, "{b:02x}");
-    }
+    push_hex(&mut s, &digest(secret));
     s
 }
 
@@ -133,8 +153,9 @@ thread_local! {
     static RECENT: std::cell::RefCell<Recent> = std::cell::RefCell::new(Recent::default());
 }
 
-/// The SHA-256 digests of the last secrets that matched a key on this thread, each
-/// under a 128-bit keyed tag of its secret. The secrets themselves are not kept.
+/// The SHA-256 digests of the last secrets that matched a key on this thread (or,
+/// in `mode: none`, that were presented: [`digest_remembered`]), each under a
+/// 128-bit keyed tag of its secret. The secrets themselves are not kept.
 #[derive(Default)]
 struct Recent {
     /// Two SipHash-1-3 keys drawn at random for this thread (`RandomState`), one
@@ -266,6 +287,28 @@ mod tests {
             assert_eq!(remembered(&a), None, "replaced");
             assert_eq!(big.find(&a).map(|e| e.id.as_str()), Some("key-a"));
             assert_eq!(remembered(&a), Some(digest(&a)));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_remembered_digest_is_the_sha256_and_hex_is_lowercase() {
+        std::thread::spawn(|| {
+            // FIPS 180-2, appendix B.1: SHA-256 of "abc".
+            let abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+            assert_eq!(remembered("abc"), None);
+            let first = digest_remembered("abc");
+            assert_eq!(remembered("abc"), Some(first));
+            assert_eq!(digest_remembered("abc"), first);
+            let mut hex = String::new();
+            push_hex(&mut hex, &first);
+            assert_eq!(hex, abc);
+            assert_eq!(hash_secret("abc"), format!("sha256:{abc}"));
+            assert_eq!(crate::auth::key_id("abc"), "key-ba7816bf8f01cfea");
+            let mut all = String::new();
+            push_hex(&mut all, &[0x00, 0x0f, 0xa0, 0xff]);
+            assert_eq!(all, "000fa0ff");
         })
         .join()
         .unwrap();
