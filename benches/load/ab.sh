@@ -11,7 +11,8 @@
 #
 # Usage: benches/load/ab.sh A_BINARY B_BINARY [seconds] [rounds] [connections]
 # Environment: MODES ("json stream"); B_SED, a sed script applied to B's config only
-# (the same binary twice with B_SED='/^telemetry:/d' gives the access log's cost).
+# (the same binary twice with B_SED='/^telemetry:/d' gives the access log's cost);
+# SY_SED, one applied to both configs first (two builds with a feature off).
 # Needs: wrk, nginx, python3, two release builds.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,6 +20,7 @@ a_bin=$1; b_bin=$2; secs=${3:-8}; rounds=${4:-5}; conns=${5:-32}
 SWITCHYARD_BIN=$a_bin
 . benches/load/setup.sh
 start_upstream ""
+[ -n "${SY_SED:-}" ] && sed -i -e "$SY_SED" "$work/sy.yaml"
 # Gateway B: the same configuration on its own port, its access log beside A's.
 bport=$(port)
 sed -e "s/127.0.0.1:$gport/127.0.0.1:$bport/" -e "s#logs/access.log#logs/access-b.log#" \
@@ -30,7 +32,7 @@ SWITCHYARD_LOG=warn "$b_bin" serve --config "$work/sy-b.yaml" >/dev/null 2>"$wor
 bpid=$!
 aport=$gport; gport=$bport; check_gateway; gport=$aport
 b_url() { url switchyard "$1" | sed "s/:$aport/:$bport/"; }
-echo "# $(date -u +%FT%TZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); wrk -t1 -c$conns -d${secs}s against each at once, $rounds rounds; A $a_bin, B $b_bin${B_SED:+ with B_SED '$B_SED'}"
+echo "# $(date -u +%FT%TZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); wrk -t1 -c$conns -d${secs}s against each at once, $rounds rounds; A $a_bin, B $b_bin${SY_SED:+, both with SY_SED '$SY_SED'}${B_SED:+, B with B_SED '$B_SED'}"
 res="$work/ab"
 for mode in ${MODES:-json stream}; do
   wrk -t1 -c"$conns" -d2s -s "$work/$mode.lua" "$(url switchyard "$mode")" >/dev/null &
