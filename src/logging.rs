@@ -62,6 +62,14 @@ pub(crate) fn emit_access(render: impl FnOnce(&mut Fields<'_>), emit: impl FnOnc
     access_json::with_fields(json, render, emit);
 }
 
+/// Whether an access line emitted now would be written anywhere: the access file
+/// is open, or a layer takes the access target's `INFO` events (the stderr filter,
+/// `--log`, lets them through). `--log warn` without `telemetry.access_log.path`
+/// writes none, and the request path then builds none ([`crate::gateway::Facts`]).
+pub(crate) fn access_enabled() -> bool {
+    ACCESS_FILE.get().is_some() || tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO)
+}
+
 /// What the JSON log format writes while `emit` runs, under a subscriber of its own
 /// (tests).
 #[cfg(test)]
