@@ -12,7 +12,7 @@
 # Usage: benches/load/ab.sh A_BINARY B_BINARY [seconds] [rounds] [connections]
 # Environment: MODES ("json stream"); B_SED, a sed script applied to B's config only
 # (the same binary twice with B_SED='/^telemetry:/d' gives the access log's cost);
-# SY_SED, one applied to both configs first (two builds with a feature off).
+# SY_SED, one applied to both configs first (setup.sh; two builds with a feature off).
 # Needs: wrk, nginx, python3, two release builds.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,7 +20,6 @@ a_bin=$1; b_bin=$2; secs=${3:-8}; rounds=${4:-5}; conns=${5:-32}
 SWITCHYARD_BIN=$a_bin
 . benches/load/setup.sh
 start_upstream ""
-[ -n "${SY_SED:-}" ] && sed -i -e "$SY_SED" "$work/sy.yaml"
 # Gateway B: the same configuration on its own port, its access log beside A's.
 bport=$(port)
 sed -e "s/127.0.0.1:$gport/127.0.0.1:$bport/" -e "s#logs/access.log#logs/access-b.log#" \

@@ -12,14 +12,13 @@
 # KEEP=DIR copies the callgrind dumps there (read them with cgtop.py), CACHE=1 also
 # simulates the caches (`--cache-sim=yes`, slower) and prints the first-level
 # instruction and data cache misses per request, in all and by function; SY_SED, a
-# sed script applied to Switchyard's config (SY_SED='/^auth:/d' leaves out auth).
+# sed script applied to Switchyard's config (setup.sh).
 # Needs: valgrind, wrk, nginx, python3, a release build.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-20}; top=${2:-25}; modes=${MODES:-json stream}
 . benches/load/setup.sh
 start_upstream ""
-[ -n "${SY_SED:-}" ] && sed -i -e "$SY_SED" "$work/sy.yaml"
 cache_sim=no; [ "${CACHE:-0}" = 1 ] && cache_sim=yes
 SWITCHYARD_LOG=warn valgrind --tool=callgrind --dump-instr=no --cache-sim=$cache_sim \
   --callgrind-out-file="$work/cg.out" "$bin" serve --config "$work/sy.yaml" \

@@ -7,8 +7,9 @@
 # key, and the functions start_upstream,
 # start_nginx, start_gateway (sets gpid), url TARGET MODE, pid_of TARGET, check_gateway.
 # Environment: ADMISSION=0 leaves out Switchyard's API key and limits, SY_EXTRA_YAML
-# is appended to its config, SY_SERVER adds keys to its `server:` map (e.g.
-# SY_SERVER="runtime: shared"), NGINX_CONNS sets nginx's worker_connections (4096).
+# is appended to its config, SY_SED edits it (a sed script, applied last), SY_SERVER
+# adds keys to its `server:` map (e.g. SY_SERVER="runtime: shared"), NGINX_CONNS sets
+# nginx's worker_connections (4096).
 #
 # Switchyard's features: the policy set benches/load/bench.policy (three rules every
 # request evaluates, then weighted round-robin, a stateful strategy), metrics (always
@@ -81,6 +82,10 @@ models:
 telemetry: { access_log: { path: $work/logs/access.log, rotation: never } }
 ${SY_EXTRA_YAML:-}
 YAML
+# SY_SED: a sed script applied to Switchyard's config (SY_SED='/^auth:/d' leaves out
+# authentication; the features-off configuration of the README is
+# '/^telemetry:/d;/^auth:/d;/^limits:/d;/^policies:/d').
+if [ -n "${SY_SED:-}" ]; then sed -i -e "$SY_SED" "$work/sy.yaml"; fi
 
 for _m in json stream; do
   _model=bench; [ $_m = stream ] && _model=bench-stream
