@@ -91,18 +91,6 @@ pub struct Need {
     pub cost: u64,
 }
 
-/// Most buckets one request needs room in: the global, its key's and its org's,
-/// each for requests and for tokens.
-pub const MAX_NEEDS: usize = 6;
-
-/// The buckets one request needs room in ([`Limiter::needs`]), held inline: at most
-/// [`MAX_NEEDS`], so a request's check allocates no list (three lists per request
-/// were heap allocations, with the views and the permit's token buckets).
-pub type Needs = smallvec::SmallVec<[Need; MAX_NEEDS]>;
-
-/// The views of a request's buckets, inline as [`Needs`].
-pub(crate) type Views = smallvec::SmallVec<[View; MAX_NEEDS]>;
-
 /// A bucket's state after an admission decision, for the `x-ratelimit-*` headers.
 #[derive(Debug, Clone, Copy)]
 pub struct View {
@@ -148,12 +136,12 @@ enum Backend {
 pub(crate) enum Checked {
     /// Every bucket had room and was charged; the least budget left, USD (`None`: no
     /// budget applies).
-    Admitted(Views, Option<f64>),
+    Admitted(Vec<View>, Option<f64>),
     /// Bucket `blame` had no room: wait `wait_ms` (`None`: never).
     Refused {
         wait_ms: Option<u64>,
         blame: usize,
-        views: Views,
+        views: Vec<View>,
     },
     /// Budget `index` is used up (`spent` USD).
     OverBudget { index: usize, spent: f64 },
@@ -354,9 +342,9 @@ impl Limiter {
     ///
     /// A key's rate limit is its entry's own `limits:`, field by field over
     /// `limits.keys.<id>`, over `limits.per_key`.
-    pub fn needs(&self, caller: &Caller, tokens: u64) -> Needs {
+    pub fn needs(&self, caller: &Caller, tokens: u64) -> Vec<Need> {
         let l = &self.inner.limits;
-        let mut out = Needs::new();
+        let mut out = Vec::new();
         if !(self.inner.any_limit || own_limits(caller))
             || caller.priority == PriorityLevel::Critical
         {
@@ -481,7 +469,7 @@ impl Limiter {
         // One look-up per bucket when every bucket admits (almost every request):
         // each takes its cost as it is found. The keys are distinct by construction
         // (`needs`), so taking one by one decides as checking all first would.
-        let mut views = Views::new();
+        let mut views = Vec::with_capacity(needs.len());
         for (i, n) in needs.iter().enumerate() {
             let b = match local.buckets.get_mut(&*n.key) {
                 Some(b) => {
@@ -552,7 +540,7 @@ impl Limiter {
         let scopes = self.budget_scopes(caller);
         let unix_secs = self.unix_secs_for(&scopes);
         if needs.is_empty() && scopes.is_empty() {
-            let checked = Checked::Admitted(Views::new(), None);
+            let checked = Checked::Admitted(Vec::new(), None);
             return self.permit(caller, tokens, needs, scopes, checked, Backend::Local);
         }
         let now_ms = self.now_ms();
@@ -592,7 +580,7 @@ impl Limiter {
         &self,
         caller: &Caller,
         tokens: u64,
-        needs: Needs,
+        needs: Vec<Need>,
         scopes: Vec<BudgetScope>,
         checked: Checked,
         backend: Backend,
@@ -818,7 +806,7 @@ fn rate_headers(views: &[View]) -> HeaderMap {
 #[derive(Debug)]
 pub struct Permit {
     limiter: Limiter,
-    token_needs: smallvec::SmallVec<[Need; 3]>,
+    token_needs: Vec<Need>,
     charged_tokens: u64,
     backend: Backend,
     key: Option<String>,
