@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::server::lines::HeaderLines;
 use crate::server::RequestBody;
 use http::{HeaderValue, Method, Response, StatusCode};
 use http_body_util::BodyExt;
@@ -121,33 +122,33 @@ pub fn handle(
     req: Request<RequestBody>,
     peer: std::net::SocketAddr,
     surface: Surface,
-) -> impl std::future::Future<Output = Response<Body>> + Send + 'static {
+) -> impl std::future::Future<Output = (Response<Body>, HeaderLines)> + Send + 'static {
     let id = crate::request_id::of(req.headers());
     let span = tracing::info_span!("request", id = crate::request_id::as_str(&id));
     let (parts, body) = req.into_parts();
     async move {
-        let mut resp = route(&svc, &parts, body, peer, surface, &id)
+        let mut lines = HeaderLines::for_answer();
+        let resp = route(&svc, &parts, body, peer, surface, &id, &mut lines)
             .instrument(span)
             .await;
         // Chat responses carry the version their request ran on; every other
         // response (errors before routing, /v1/models, ...) the version serving now.
         // The respond phase is the one writer of field lines before this, and it
         // always writes the version: lines present mean the version is among them.
-        let lines = crate::server::lines::of(&mut resp);
         debug_assert!(
             lines.as_bytes().is_empty() || lines.contains(&crate::gateway::POLICY_HEADER)
         );
         if lines.as_bytes().is_empty() {
             let gw = &svc.gateway;
-            crate::gateway::stamp(gw, lines, &gw.policy.load().version_header, None);
+            crate::gateway::stamp(gw, &mut lines, &gw.policy.load().version_header, None);
         }
         lines.push(&crate::request_id::HEADER, &id);
         if let Some(cors) = &svc.cors {
             if surface != Surface::Admin && crate::cors::Cors::covers(parts.uri.path()) {
-                cors.actual(&parts.method, &parts.headers, lines);
+                cors.actual(&parts.method, &parts.headers, &mut lines);
             }
         }
-        resp
+        (resp, lines)
     }
 }
 
@@ -177,6 +178,7 @@ async fn route(
     peer: std::net::SocketAddr,
     surface: Surface,
     id: &HeaderValue,
+    lines: &mut HeaderLines,
 ) -> Response<Body> {
     let gw = &svc.gateway;
     let started = Instant::now();
@@ -233,7 +235,10 @@ async fn route(
             let limit = gw.config.server.max_body_bytes;
             let (resp, facts) =
                 match read_body(&req.headers, body, limit, &mut charge, started).await {
-                    Ok(bytes) => gw.chat(bytes, &req.headers, started, id.clone()).await,
+                    Ok(bytes) => {
+                        gw.chat(bytes, &req.headers, started, id.clone(), lines)
+                            .await
+                    }
                     Err(e) => {
                         let facts = Facts::refused(gw, id.clone(), &req.headers, started, &e);
                         (e.to_response(), Some(facts))

@@ -60,6 +60,7 @@ use tokio::net::TcpListener;
 use crate::body::{Body, BoxError};
 use crate::config::ServerConfig;
 use edge_io::{Activity, ClientWatch, EdgeIo, Reclaim, Spare, Tracked};
+use lines::{Answered, HeaderLines};
 
 /// The body of a request as the service receives it, whichever protocol brought it.
 #[derive(Debug)]
@@ -166,7 +167,7 @@ pub async fn serve<H, F>(
     refusals: Refusals,
 ) where
     H: Fn(Request<RequestBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Response<Body>> + Send + 'static,
+    F: Future<Output: Answered + Send> + Send + 'static,
 {
     let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     http2
@@ -317,7 +318,8 @@ pub async fn serve<H, F>(
                         let answer = service(req.map(RequestBody::H2));
                         async move {
                             let mut resp = answer.await?;
-                            lines::merge(&mut resp);
+                            let lines = resp.body_mut().take_lines();
+                            lines::append_to(&lines, resp.headers_mut());
                             if head {
                                 bodiless_head(&mut resp);
                             }
@@ -388,7 +390,7 @@ pub async fn serve<H, F>(
 /// captured and what it awaits in separate slots.
 struct Answer<F> {
     fut: Option<std::pin::Pin<Box<F>>>,
-    too_large: Option<Box<Response<Body>>>,
+    too_large: Option<Box<(Response<Body>, HeaderLines)>>,
     watch: Option<ClientWatch>,
     /// The request has no body: every unread byte is a pipelined request. (With a
     /// body the watch cannot tell the body's rest from a next request, so it peeks
@@ -397,7 +399,7 @@ struct Answer<F> {
     guard: Option<edge_io::RequestGuard>,
 }
 
-impl<F: Future<Output = Response<Body>>> Future for Answer<F> {
+impl<F: Future<Output: Answered>> Future for Answer<F> {
     type Output = std::io::Result<Response<Tracked>>;
 
     fn poll(
@@ -406,9 +408,9 @@ impl<F: Future<Output = Response<Body>>> Future for Answer<F> {
     ) -> std::task::Poll<Self::Output> {
         use std::task::Poll;
         let this = self.get_mut();
-        let resp = match this.fut.as_mut() {
+        let (resp, lines) = match this.fut.as_mut() {
             Some(fut) => match fut.as_mut().poll(cx) {
-                Poll::Ready(resp) => resp,
+                Poll::Ready(answer) => answer.into_answer(),
                 Poll::Pending => {
                     let gone = this
                         .watch
@@ -429,7 +431,7 @@ impl<F: Future<Output = Response<Body>>> Future for Answer<F> {
         };
         this.fut = None;
         let (guard, watch) = (this.guard.take(), this.watch.take());
-        Poll::Ready(Ok(resp.map(|body| Tracked::new(body, guard, watch))))
+        Poll::Ready(Ok(resp.map(|body| Tracked::new(body, guard, watch, lines))))
     }
 }
 
@@ -579,7 +581,7 @@ pub fn spawn_per_core<H, F>(
 ) -> std::io::Result<PerCore>
 where
     H: Fn(Request<RequestBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Response<Body>> + Send + 'static,
+    F: Future<Output: Answered + Send> + Send + 'static,
 {
     let (stop, _) = tokio::sync::watch::channel(false);
     let on_drain_timeout = Arc::new(on_drain_timeout);
@@ -682,7 +684,7 @@ fn headers_too_large<B>(
     limits: &ConnLimits,
     req: &Request<B>,
     refusals: &Refusals,
-) -> Response<Body> {
+) -> (Response<Body>, HeaderLines) {
     let id = crate::request_id::of(req.headers());
     tracing::info!(
         request_id = crate::request_id::as_str(&id),
@@ -695,15 +697,16 @@ fn headers_too_large<B>(
         canned::error_body(431, "", limits),
     );
     resp.headers_mut().insert(crate::request_id::HEADER, id);
+    let mut lines = HeaderLines::default();
     if refusals.is_on() {
         let refused = Refused {
             method: Some(req.method()),
             path: req.uri().path(),
             headers: req.headers(),
         };
-        resp.extensions_mut().insert(refusals.fields(&refused));
+        lines = refusals.fields(&refused);
     }
-    resp
+    (resp, lines)
 }
 
 /// Resolves when the process receives SIGTERM or SIGINT (Ctrl-C).

@@ -22,6 +22,7 @@ use crate::api::{ChatRequest, Usage};
 use crate::body::{self, Body};
 use crate::error::GatewayError;
 use crate::limits::tokens::TokenCounter;
+use crate::server::lines::HeaderLines;
 
 /// The token cost counted at admission: input tokens (`counter`: OpenAI's tokenizer
 /// for OpenAI model families, else the estimate) plus [`output_reserve`].
@@ -77,9 +78,9 @@ pub async fn admit(
 /// [`prompt_estimate`](crate::limits::Permit::prompt_estimate) in, [`text_tokens`]
 /// of its choices out), as a stream without one is: else its spend would never
 /// reach the budgets.
-pub fn settle_whole(ctx: &mut RequestCtx, resp: &mut Response<Body>) {
+pub fn settle_whole(ctx: &mut RequestCtx, resp: &mut Response<Body>, lines: &mut HeaderLines) {
     if let Some(permit) = &ctx.permit {
-        permit.write_lines(crate::server::lines::of(resp));
+        permit.write_lines(lines);
     }
     if ctx.stream || !ctx.served {
         return;

@@ -233,13 +233,16 @@ impl Gateway {
     /// client's `headers`, `started` when its headers arrived. Returns the response
     /// and the facts of its access line, which the caller writes when the response
     /// body ends ([`Facts::emit`]); `None` when the body writes it itself (a stream
-    /// from a provider).
+    /// from a provider). The gateway's fields of the answer (`x-switchyard-*`,
+    /// `x-ratelimit-*`, the cache's) are appended to `lines`, the answer's field
+    /// lines ([`crate::server::lines`]).
     pub async fn chat(
         self: &Arc<Self>,
         body: Bytes,
         headers: &HeaderMap,
         started: Instant,
         id: HeaderValue,
+        lines: &mut crate::server::lines::HeaderLines,
     ) -> (Response<Body>, Option<Facts>) {
         let mut unanswered = Unanswered {
             gw: self,
@@ -265,7 +268,7 @@ impl Gateway {
         // dwarf`). Boxed here it is copied once, for one allocation.
         let result = Box::pin(self.phases(ctx, body, headers)).await;
         match unanswered.ctx.take() {
-            Some(ctx) => respond::respond(self, ctx, result),
+            Some(ctx) => respond::respond(self, ctx, result, lines),
             // Never: the context is taken only here.
             None => (
                 GatewayError::new(crate::error::ErrorKind::Internal, "request context lost")

@@ -42,13 +42,15 @@ pub const ENDPOINT_HEADER: HeaderName = HeaderName::from_static("x-switchyard-en
 /// `x-switchyard-attempts`: upstream attempts made.
 pub const ATTEMPTS_HEADER: HeaderName = HeaderName::from_static("x-switchyard-attempts");
 
-/// Finishes a chat request's response from what the phases produced, and returns
-/// it with its access-line facts (`None` when its body writes the line: a stream
-/// from a provider).
+/// Finishes a chat request's response from what the phases produced, with its
+/// gateway fields appended to `lines` (the answer's field lines,
+/// [`crate::server::lines`]), and returns it with its access-line facts (`None` when
+/// its body writes the line: a stream from a provider).
 pub fn respond(
     gw: &Gateway,
     mut ctx: RequestCtx,
     result: Result<Response<Body>, GatewayError>,
+    lines: &mut HeaderLines,
 ) -> (Response<Body>, Option<Facts>) {
     let mut error = None;
     let mut resp = match result {
@@ -56,7 +58,7 @@ pub fn respond(
             if let (Some(ep), false) = (ctx.endpoint, ctx.stream) {
                 gw.log.served(ep, ctx.started);
             }
-            super::limit::settle_whole(&mut ctx, &mut resp);
+            super::limit::settle_whole(&mut ctx, &mut resp, lines);
             resp
         }
         Err(e) => {
@@ -70,12 +72,7 @@ pub fn respond(
             e.to_response()
         }
     };
-    stamp(
-        gw,
-        crate::server::lines::of(&mut resp),
-        &ctx.snapshot.version_header,
-        Some(&ctx),
-    );
+    stamp(gw, lines, &ctx.snapshot.version_header, Some(&ctx));
     if let Some(up) = &ctx.upstream_id {
         resp.headers_mut()
             .insert(crate::request_id::UPSTREAM_HEADER, up.clone());

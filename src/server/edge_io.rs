@@ -68,6 +68,7 @@ use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
+use super::lines::HeaderLines;
 use super::ConnLimits;
 use crate::body::{Body, BoxError};
 
@@ -319,21 +320,40 @@ impl Drop for RequestGuard {
 /// and for HTTP/1 watches for the client going away while the body waits for its
 /// next frame (a stream between events): the body then fails, so the server closes the
 /// connection and drops it, as its own end-of-stream read did before
-/// (see [`ClientWatch`]).
+/// (see [`ClientWatch`]). It also carries the answer's field lines to the server
+/// that writes its head ([`super::lines`]).
 pub(super) struct Tracked {
     body: Body,
     /// `None` only for an answer the service made twice (never, by `Future`'s contract).
     _guard: Option<RequestGuard>,
     watch: Option<ClientWatch>,
+    lines: HeaderLines,
 }
 
 impl Tracked {
-    pub(super) fn new(body: Body, guard: Option<RequestGuard>, watch: Option<ClientWatch>) -> Self {
+    pub(super) fn new(
+        body: Body,
+        guard: Option<RequestGuard>,
+        watch: Option<ClientWatch>,
+        lines: HeaderLines,
+    ) -> Self {
         Tracked {
             body,
             _guard: guard,
             watch,
+            lines,
         }
+    }
+
+    /// The answer's field lines, written after its header map's fields.
+    pub(super) fn lines(&self) -> &HeaderLines {
+        &self.lines
+    }
+
+    /// Takes the answer's field lines (for a writer that knows only the header
+    /// map: hyper's HTTP/2 server).
+    pub(super) fn take_lines(&mut self) -> HeaderLines {
+        std::mem::take(&mut self.lines)
     }
 
     /// Drops the answer's body unread and yields nothing instead (an answer to

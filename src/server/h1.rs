@@ -1151,12 +1151,15 @@ fn date() -> [u8; DATE_LEN] {
 
 /// The response head's bytes and the body's framing; `keep_alive` is cleared when
 /// the answer says `Connection: close` or cannot be framed without closing.
+/// `lines` are the answer's field lines ([`super::lines`]), written after its
+/// header map's fields.
 ///
 /// The service's own `Transfer-Encoding` and `Connection` fields are replaced by
 /// the framing and persistence decided here; its `Content-Length`, when valid, is
 /// kept and decides the framing (a `HEAD` answer's says what a `GET` would carry).
 fn encode_head<B: HttpBody>(
     resp: &Response<B>,
+    lines: &[u8],
     method: &Method,
     version: Version,
     keep_alive: &mut bool,
@@ -1186,10 +1189,6 @@ fn encode_head<B: HttpBody>(
     if framing == Framing::Close || says_close {
         *keep_alive = false;
     }
-    let lines = resp
-        .extensions()
-        .get::<super::lines::HeaderLines>()
-        .map_or(&[][..], |l| l.as_bytes());
     let mut size = 128 + lines.len();
     for (name, value) in headers {
         size += name.as_str().len() + value.len() + 4;
@@ -1271,7 +1270,8 @@ async fn respond(
     version: Version,
     mut keep_alive: bool,
 ) -> io::Result<bool> {
-    let (head, mut framing) = encode_head(&resp, method, version, &mut keep_alive);
+    let lines = resp.body().lines().as_bytes();
+    let (head, mut framing) = encode_head(&resp, lines, method, version, &mut keep_alive);
     let mut body = resp.into_body();
     if framing == Framing::None {
         write_all(shared, &[&head]).await?;

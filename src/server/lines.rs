@@ -6,15 +6,22 @@
 //! Inserted one by one into the response's `HeaderMap`, each hashed its name,
 //! probed the table and sometimes grew it: about 5,500 instructions per JSON request
 //! (6% of them, `benches/load/callgrind.sh`). Here they are appended as
-//! `name: value\r\n` to one buffer carried as a response extension; the HTTP/1.1
-//! server copies the buffer into the head whole ([`super::h1`]), and an HTTP/2
-//! answer (hyper's server) gets them moved into its header map first ([`merge`]).
+//! `name: value\r\n` to one buffer that travels beside the response, not in it:
+//! ingress hands the buffer down to the chat phases and returns it with the answer
+//! ([`Answered`]), the server keeps it in the response body's wrapper
+//! (`edge_io::Tracked`), the HTTP/1.1 server copies it into the head whole
+//! ([`super::h1`]), and an HTTP/2 answer (hyper's server) gets the fields moved into
+//! its header map first ([`append_to`]). (Carried as a response extension, the
+//! buffer cost the extension map's allocations and hashing: about 900 instructions
+//! and four allocations per request.)
 //!
 //! A field is appended, never replaced: each writer (the respond phase, ingress)
 //! adds a name at most once, and no response built by the gateway carries these
 //! names in its map.
 
 use http::{HeaderMap, HeaderName, HeaderValue, Response};
+
+use crate::body::Body;
 
 /// Header fields of a response as HTTP/1.1 field lines, `name: value\r\n` each (RFC
 /// 9112 section 5), names lowercase. Every name comes from a [`HeaderName`] and
@@ -89,24 +96,36 @@ impl HeaderLines {
     }
 }
 
-/// Bytes reserved for a response's field lines when they are added: room for a
-/// chat answer's (six `x-ratelimit-*`, up to ten `x-switchyard-*`, `x-request-id`:
-/// about 700 bytes) without growing the buffer field by field.
+/// Bytes reserved for a response's field lines ([`HeaderLines::for_answer`]): room
+/// for a chat answer's (six `x-ratelimit-*`, up to ten `x-switchyard-*`,
+/// `x-request-id`: about 700 bytes) without growing the buffer field by field.
 const RESERVED: usize = 1024;
 
-/// The field lines of `resp`, added (empty, with room for `RESERVED` bytes) on
-/// first use.
-pub fn of<B>(resp: &mut Response<B>) -> &mut HeaderLines {
-    resp.extensions_mut().get_or_insert_with(|| HeaderLines {
-        bytes: Vec::with_capacity(RESERVED),
-    })
+impl HeaderLines {
+    /// Empty lines with room for an answer's fields (1 KiB), allocated once.
+    pub fn for_answer() -> HeaderLines {
+        HeaderLines {
+            bytes: Vec::with_capacity(RESERVED),
+        }
+    }
 }
 
-/// Moves `resp`'s field lines, if it has any, into its header map (for a writer
-/// that knows only the map: hyper's HTTP/2 server, a test reading headers).
-pub fn merge<B>(resp: &mut Response<B>) {
-    if let Some(lines) = resp.extensions_mut().remove::<HeaderLines>() {
-        append_to(&lines, resp.headers_mut());
+/// What a request handler answers with: the response, and the field lines to write
+/// after its header map's fields (none for a plain `Response`).
+pub trait Answered {
+    /// The response and its field lines.
+    fn into_answer(self) -> (Response<Body>, HeaderLines);
+}
+
+impl Answered for Response<Body> {
+    fn into_answer(self) -> (Response<Body>, HeaderLines) {
+        (self, HeaderLines::default())
+    }
+}
+
+impl Answered for (Response<Body>, HeaderLines) {
+    fn into_answer(self) -> (Response<Body>, HeaderLines) {
+        self
     }
 }
 
@@ -163,19 +182,28 @@ mod tests {
     }
 
     #[test]
-    fn merge_moves_the_lines_into_the_map_after_its_fields() {
-        let mut resp = Response::new(());
-        resp.headers_mut()
-            .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("a/b"));
-        of(&mut resp).push_u64(&A, 7);
-        of(&mut resp).push(&A, &HeaderValue::from_static("8"));
-        merge(&mut resp);
-        assert!(resp.extensions().get::<HeaderLines>().is_none());
-        let a: Vec<_> = resp.headers().get_all(&A).iter().collect();
+    fn append_to_adds_the_lines_to_the_map_after_its_fields() {
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("a/b"));
+        let mut lines = HeaderLines::for_answer();
+        lines.push_u64(&A, 7);
+        lines.push(&A, &HeaderValue::from_static("8"));
+        append_to(&lines, &mut headers);
+        let a: Vec<_> = headers.get_all(&A).iter().collect();
         assert_eq!(a, ["7", "8"]);
-        assert_eq!(resp.headers()[http::header::CONTENT_TYPE], "a/b");
-        // Nothing to merge: the map is left as it was.
-        merge(&mut resp);
-        assert_eq!(resp.headers().len(), 3);
+        assert_eq!(headers[http::header::CONTENT_TYPE], "a/b");
+        // No lines: the map is left as it was.
+        append_to(&HeaderLines::default(), &mut headers);
+        assert_eq!(headers.len(), 3);
+    }
+
+    #[test]
+    fn a_plain_response_answers_with_no_lines() {
+        let (_, lines) = crate::body::json(http::StatusCode::OK, "{}").into_answer();
+        assert!(lines.as_bytes().is_empty());
+        let mut l = HeaderLines::for_answer();
+        l.push_u64(&A, 1);
+        let (_, lines) = (crate::body::json(http::StatusCode::OK, "{}"), l.clone()).into_answer();
+        assert_eq!(lines, l);
     }
 }

@@ -280,7 +280,7 @@ fn encoded(
     version: Version,
 ) -> (String, Framing, bool) {
     let mut keep = true;
-    let (head, framing) = encode_head(&resp, &method, version, &mut keep);
+    let (head, framing) = encode_head(&resp, &[], &method, version, &mut keep);
     (String::from_utf8(head).unwrap(), framing, keep)
 }
 
@@ -436,7 +436,10 @@ async fn serve_answers<F, Fut>(
         move |req| {
             let guard = activity.start(false);
             let fut = answer(req);
-            async move { Ok(fut.await.map(|b| Tracked::new(b, Some(guard), None))) }
+            async move {
+                let lines = crate::server::lines::HeaderLines::default();
+                Ok(fut.await.map(|b| Tracked::new(b, Some(guard), None, lines)))
+            }
         },
         stopping,
         limits,
