@@ -127,7 +127,7 @@ pub fn handle(
     let span = tracing::info_span!("request", id = crate::request_id::as_str(&id));
     let (parts, body) = req.into_parts();
     async move {
-        let mut lines = HeaderLines::for_answer();
+        let mut lines = HeaderLines::default();
         let resp = route(&svc, &parts, body, peer, surface, &id, &mut lines)
             .instrument(span)
             .await;

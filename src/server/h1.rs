@@ -1273,6 +1273,8 @@ async fn respond(
     let lines = resp.body().lines().as_bytes();
     let (head, mut framing) = encode_head(&resp, lines, method, version, &mut keep_alive);
     let mut body = resp.into_body();
+    // In the head now: the buffer (1 KiB) is not held for the rest of a stream.
+    drop(body.take_lines());
     if framing == Framing::None {
         write_all(shared, &[&head]).await?;
         return Ok(keep_alive);

@@ -57,6 +57,12 @@ impl HeaderLines {
 
     fn push_raw(&mut self, name: &HeaderName, value: &[u8]) {
         let name = name.as_str().as_bytes();
+        if self.bytes.capacity() == 0 {
+            // The first field: room for an answer's at once, allocated only now (an
+            // answer's lines are made empty when its request starts, and a request
+            // waiting on its upstream holds no buffer).
+            self.bytes.reserve(RESERVED);
+        }
         // Two copies and four byte pushes: the separators through `push`, not
         // `extend_from_slice` (a `memcpy` call each).
         self.bytes.reserve(name.len() + value.len() + 4);
@@ -96,19 +102,10 @@ impl HeaderLines {
     }
 }
 
-/// Bytes reserved for a response's field lines ([`HeaderLines::for_answer`]): room
-/// for a chat answer's (six `x-ratelimit-*`, up to ten `x-switchyard-*`,
-/// `x-request-id`: about 700 bytes) without growing the buffer field by field.
+/// Bytes reserved for a response's field lines at its first field: room for a chat
+/// answer's (six `x-ratelimit-*`, up to ten `x-switchyard-*`, `x-request-id`: about
+/// 700 bytes) without growing the buffer field by field.
 const RESERVED: usize = 1024;
-
-impl HeaderLines {
-    /// Empty lines with room for an answer's fields (1 KiB), allocated once.
-    pub fn for_answer() -> HeaderLines {
-        HeaderLines {
-            bytes: Vec::with_capacity(RESERVED),
-        }
-    }
-}
 
 /// What a request handler answers with: the response, and the field lines to write
 /// after its header map's fields (none for a plain `Response`).
@@ -185,7 +182,7 @@ mod tests {
     fn append_to_adds_the_lines_to_the_map_after_its_fields() {
         let mut headers = HeaderMap::new();
         headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("a/b"));
-        let mut lines = HeaderLines::for_answer();
+        let mut lines = HeaderLines::default();
         lines.push_u64(&A, 7);
         lines.push(&A, &HeaderValue::from_static("8"));
         append_to(&lines, &mut headers);
@@ -201,8 +198,12 @@ mod tests {
     fn a_plain_response_answers_with_no_lines() {
         let (_, lines) = crate::body::json(http::StatusCode::OK, "{}").into_answer();
         assert!(lines.as_bytes().is_empty());
-        let mut l = HeaderLines::for_answer();
+        let mut l = HeaderLines::default();
         l.push_u64(&A, 1);
+        assert!(
+            l.bytes.capacity() >= RESERVED,
+            "room for an answer's fields at once"
+        );
         let (_, lines) = (crate::body::json(http::StatusCode::OK, "{}"), l.clone()).into_answer();
         assert_eq!(lines, l);
     }
