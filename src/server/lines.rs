@@ -57,15 +57,15 @@ impl HeaderLines {
 
     fn push_raw(&mut self, name: &HeaderName, value: &[u8]) {
         let name = name.as_str().as_bytes();
-        if self.bytes.capacity() == 0 {
-            // The first field: room for an answer's at once, allocated only now (an
-            // answer's lines are made empty when its request starts, and a request
-            // waiting on its upstream holds no buffer).
-            self.bytes.reserve(RESERVED);
-        }
+        let need = name.len() + value.len() + 4;
+        // The first field makes room for an answer's at once, allocated only now (an
+        // answer's lines are made empty when its request starts, and a request
+        // waiting on its upstream holds no buffer).
+        let first = self.bytes.capacity() == 0;
+        self.bytes
+            .reserve(if first { need.max(RESERVED) } else { need });
         // Two copies and four byte pushes: the separators through `push`, not
         // `extend_from_slice` (a `memcpy` call each).
-        self.bytes.reserve(name.len() + value.len() + 4);
         self.bytes.extend_from_slice(name);
         self.bytes.push(b':');
         self.bytes.push(b' ');
