@@ -7,6 +7,7 @@
 //! day it ships.
 
 pub mod counts;
+mod de;
 pub mod messages;
 pub mod validate;
 
@@ -17,8 +18,9 @@ use serde_json::{Map, Value};
 
 use crate::error::{Code, GatewayError};
 
-/// A `POST /v1/chat/completions` body.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A `POST /v1/chat/completions` body. Read by a hand-written `Deserialize`
+/// (`api::de`: the derive's result and errors, without buffering `extra`).
+#[derive(Debug, Clone, Serialize)]
 pub struct ChatRequest {
     /// The logical model the client asked for (rewritten per endpoint upstream).
     pub model: String,
@@ -65,8 +67,8 @@ pub struct ChatRequest {
     pub request_id: Option<http::HeaderValue>,
 }
 
-/// `stream_options`.
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+/// `stream_options` (read by `api::de`).
+#[derive(Debug, Clone, Serialize, Default)]
 pub struct StreamOptions {
     /// Ask for the final usage chunk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,8 +78,8 @@ pub struct StreamOptions {
     pub extra: Map<String, Value>,
 }
 
-/// One chat message.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// One chat message (read by `api::de`).
+#[derive(Debug, Clone, Serialize)]
 pub struct Message {
     /// `system`, `developer`, `user`, `assistant`, `tool` or `function`.
     pub role: String,

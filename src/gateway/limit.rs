@@ -207,18 +207,25 @@ fn usage_of(data: &[u8]) -> Option<Usage> {
     })
 }
 
+/// Where the value after the last `"usage":` of `data` starts (`None`: there is
+/// none).
+///
+/// From the end, colon by colon: every member of a JSON object has one, `usage` is
+/// among an answer's last members, and `memrchr` finds each in a few vector steps.
+/// A colon preceded by `"usage"` ends the last occurrence of the eight bytes, so this
+/// is `memmem`'s reverse search for them, which has no vector path and took about
+/// 400 instructions of every JSON answer (`benches/load/callgrind.sh`).
+fn last_usage_key(data: &[u8]) -> Option<usize> {
+    const NAME: &[u8] = b"\"usage\"";
+    memchr::memrchr_iter(b':', data)
+        .find(|&colon| data[..colon].ends_with(NAME))
+        .map(|colon| colon + 1)
+}
+
 /// [`usage_of`] with `tail` reading the value after the last `"usage":` (`None`:
 /// not a usage object there).
 fn usage_read_with(data: &[u8], tail: impl Fn(&[u8]) -> Option<Counts>) -> Option<Usage> {
-    const KEY: &[u8] = b"\"usage\":";
-    // The searcher built once: `memmem::rfind` builds one per call, and that set-up
-    // (the needle's factorization) was about 250 of every JSON answer's instructions
-    // (`benches/load/callgrind.sh`).
-    static FINDER: std::sync::LazyLock<memchr::memmem::FinderRev<'static>> =
-        std::sync::LazyLock::new(|| memchr::memmem::FinderRev::new(KEY));
-    let from_tail = FINDER
-        .rfind(data)
-        .and_then(|at| tail(&data[at + KEY.len()..]));
+    let from_tail = last_usage_key(data).and_then(|value| tail(&data[value..]));
     let counts = match from_tail {
         Some(c) => c,
         None => {
@@ -261,6 +268,22 @@ mod tests {
                     usage_of_serde(body.as_bytes()),
                     "{}", body
                 );
+            }
+        }
+    }
+
+    proptest::proptest! {
+        // Texts of the key's own bytes and a few others, so that whole keys,
+        // partial ones and colons everywhere are common.
+        #[test]
+        fn the_last_usage_key_is_the_one_a_reverse_substring_search_finds(
+            text in proptest::collection::vec(
+                proptest::sample::select(b"\"usage:{} \\x".to_vec()), 0..64)
+        ) {
+            let with_keys = [&text[..], b"\"usage\":", &text[..]].concat();
+            for t in [&text[..], &with_keys[..]] {
+                let expected = memchr::memmem::rfind(t, b"\"usage\":").map(|at| at + 8);
+                proptest::prop_assert_eq!(super::last_usage_key(t), expected);
             }
         }
     }
