@@ -34,12 +34,15 @@ enum Key {
     Other(String),
 }
 
-/// Reads a member name, matched against `names` without allocating.
-struct KeySeed(&'static [&'static str]);
+/// Reads a member name, matched by the type's `known` (a `match` on the text, which
+/// the compiler turns into a switch on the length and word compares, as the derive
+/// does) without allocating.
+struct KeySeed(fn(&str) -> Option<usize>);
 
 impl<'de> DeserializeSeed<'de> for KeySeed {
     type Value = Key;
 
+    #[inline]
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
         d.deserialize_identifier(self)
     }
@@ -52,15 +55,17 @@ impl<'de> Visitor<'de> for KeySeed {
         f.write_str("field identifier")
     }
 
+    #[inline]
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
-        Ok(match self.0.iter().position(|n| *n == v) {
+        Ok(match (self.0)(v) {
             Some(i) => Key::Known(i),
             None => Key::Other(v.to_owned()),
         })
     }
 
+    #[inline]
     fn visit_string<E: de::Error>(self, v: String) -> Result<Key, E> {
-        Ok(match self.0.iter().position(|n| *n == v) {
+        Ok(match (self.0)(&v) {
             Some(i) => Key::Known(i),
             None => Key::Other(v),
         })
@@ -69,6 +74,7 @@ impl<'de> Visitor<'de> for KeySeed {
 
 /// Reads the value of a known member into `slot`, or fails with serde's
 /// `duplicate field` when it was read before.
+#[inline]
 fn once<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
     map: &mut A,
     slot: &mut Option<T>,
@@ -83,6 +89,7 @@ fn once<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
 
 /// Reads an unknown member's value into `extra` (a later one of the same name
 /// replaces it, as the flattened map did).
+#[inline]
 fn other<'de, A: MapAccess<'de>>(
     map: &mut A,
     extra: &mut Map<String, Value>,
@@ -111,22 +118,27 @@ impl<'de, T: FromMap<'de>> Visitor<'de> for ObjectVisitor<T> {
         f.write_str(T::EXPECTING)
     }
 
+    #[inline]
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
         T::from_map(map)
     }
 }
 
-/// The members of a chat request the gateway reads, in [`ChatRequest`]'s order.
-const REQUEST_FIELDS: &[&str] = &[
-    "model",
-    "messages",
-    "stream",
-    "stream_options",
-    "max_tokens",
-    "max_completion_tokens",
-    "temperature",
-    "tools",
-];
+/// The index of a member of a chat request the gateway reads, in [`ChatRequest`]'s
+/// order.
+fn request_field(name: &str) -> Option<usize> {
+    Some(match name {
+        "model" => 0,
+        "messages" => 1,
+        "stream" => 2,
+        "stream_options" => 3,
+        "max_tokens" => 4,
+        "max_completion_tokens" => 5,
+        "temperature" => 6,
+        "tools" => 7,
+        _ => return None,
+    })
+}
 
 impl<'de> FromMap<'de> for ChatRequest {
     const EXPECTING: &'static str = "struct ChatRequest";
@@ -141,7 +153,7 @@ impl<'de> FromMap<'de> for ChatRequest {
         let mut temperature: Option<Option<f64>> = None;
         let mut tools: Option<Option<Vec<Value>>> = None;
         let mut extra = Map::new();
-        while let Some(key) = map.next_key_seed(KeySeed(REQUEST_FIELDS))? {
+        while let Some(key) = map.next_key_seed(KeySeed(request_field))? {
             match key {
                 Key::Known(0) => once(&mut map, &mut model, "model")?,
                 Key::Known(1) => once(&mut map, &mut messages, "messages")?,
@@ -155,7 +167,7 @@ impl<'de> FromMap<'de> for ChatRequest {
                 )?,
                 Key::Known(6) => once(&mut map, &mut temperature, "temperature")?,
                 Key::Known(7) => once(&mut map, &mut tools, "tools")?,
-                Key::Known(_) => unreachable!("REQUEST_FIELDS has eight names"),
+                Key::Known(_) => unreachable!("request_field has eight names"),
                 Key::Other(name) => other(&mut map, &mut extra, name)?,
             }
         }
@@ -185,8 +197,14 @@ impl<'de> Deserialize<'de> for ChatRequest {
     }
 }
 
-/// The members of a message the gateway reads.
-const MESSAGE_FIELDS: &[&str] = &["role", "content"];
+/// The index of a member of a message the gateway reads.
+fn message_field(name: &str) -> Option<usize> {
+    Some(match name {
+        "role" => 0,
+        "content" => 1,
+        _ => return None,
+    })
+}
 
 impl<'de> FromMap<'de> for Message {
     const EXPECTING: &'static str = "struct Message";
@@ -195,11 +213,11 @@ impl<'de> FromMap<'de> for Message {
         let mut role: Option<String> = None;
         let mut content: Option<Value> = None;
         let mut extra = Map::new();
-        while let Some(key) = map.next_key_seed(KeySeed(MESSAGE_FIELDS))? {
+        while let Some(key) = map.next_key_seed(KeySeed(message_field))? {
             match key {
                 Key::Known(0) => once(&mut map, &mut role, "role")?,
                 Key::Known(1) => once(&mut map, &mut content, "content")?,
-                Key::Known(_) => unreachable!("MESSAGE_FIELDS has two names"),
+                Key::Known(_) => unreachable!("message_field has two names"),
                 Key::Other(name) => other(&mut map, &mut extra, name)?,
             }
         }
@@ -219,8 +237,10 @@ impl<'de> Deserialize<'de> for Message {
     }
 }
 
-/// The members of `stream_options` the gateway reads.
-const STREAM_OPTIONS_FIELDS: &[&str] = &["include_usage"];
+/// The index of a member of `stream_options` the gateway reads.
+fn stream_options_field(name: &str) -> Option<usize> {
+    (name == "include_usage").then_some(0)
+}
 
 impl<'de> FromMap<'de> for StreamOptions {
     const EXPECTING: &'static str = "struct StreamOptions";
@@ -228,10 +248,10 @@ impl<'de> FromMap<'de> for StreamOptions {
     fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
         let mut include_usage: Option<Option<bool>> = None;
         let mut extra = Map::new();
-        while let Some(key) = map.next_key_seed(KeySeed(STREAM_OPTIONS_FIELDS))? {
+        while let Some(key) = map.next_key_seed(KeySeed(stream_options_field))? {
             match key {
                 Key::Known(0) => once(&mut map, &mut include_usage, "include_usage")?,
-                Key::Known(_) => unreachable!("STREAM_OPTIONS_FIELDS has one name"),
+                Key::Known(_) => unreachable!("stream_options_field has one name"),
                 Key::Other(name) => other(&mut map, &mut extra, name)?,
             }
         }
