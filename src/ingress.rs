@@ -578,7 +578,7 @@ struct Guarded {
     inner: Body,
     _guard: InFlight,
     _charge: crate::budget::Charge,
-    access: Option<(Arc<Gateway>, Facts, tracing::Span)>,
+    access: Option<(Arc<Gateway>, Box<Facts>, tracing::Span)>,
 }
 
 impl Guarded {

@@ -243,7 +243,7 @@ impl Gateway {
         started: Instant,
         id: HeaderValue,
         lines: &mut crate::server::lines::HeaderLines,
-    ) -> (Response<Body>, Option<Facts>) {
+    ) -> (Response<Body>, Option<Box<Facts>>) {
         let mut unanswered = Unanswered {
             gw: self,
             ctx: None,

@@ -51,7 +51,7 @@ pub fn respond(
     mut ctx: RequestCtx,
     result: Result<Response<Body>, GatewayError>,
     lines: &mut HeaderLines,
-) -> (Response<Body>, Option<Facts>) {
+) -> (Response<Body>, Option<Box<Facts>>) {
     let mut error = None;
     let mut resp = match result {
         Ok(mut resp) => {

@@ -88,7 +88,7 @@ pub struct ClientStream {
     /// The frames sent so far, for the cache (`None`: not stored).
     tee: Option<Box<Tee>>,
     /// The request's access-line facts (`None`: not logged here).
-    access: Option<Facts>,
+    access: Option<Box<Facts>>,
     /// The estimated prompt tokens, for the usage of a stream without a provider
     /// count.
     prompt_tokens: u64,
@@ -132,7 +132,7 @@ impl ClientStream {
 
     /// Writes the request's access line from `facts` when the stream ends;
     /// `prompt_tokens` (estimated) is its input when the provider reports no usage.
-    pub(super) fn logging(mut self, facts: Facts, prompt_tokens: u64) -> Self {
+    pub(super) fn logging(mut self, facts: Box<Facts>, prompt_tokens: u64) -> Self {
         self.access = Some(facts);
         self.prompt_tokens = prompt_tokens;
         self
