@@ -17,6 +17,14 @@
 //! twice keeps its last value, and a member's own type error is the one its type's
 //! `Deserialize` gives. `serde_path_to_error` sees the same keys and values, so the
 //! error paths (`messages[0].role`) are the same too.
+//!
+//! One exception, in the error only: with serde_json's `raw_value` feature, an
+//! object whose first key is serde_json's private `$serde_json::private::RawValue`
+//! is read as raw JSON text, the one way valid JSON can fail to read as a `Value`.
+//! In an unknown member, the derive found that error only after the whole object
+//! (after the missing-field checks, with the enclosing object's path); here it is
+//! reported where it is, with its own path. The same bodies are accepted, with the
+//! same values (`an_unknown_raw_value_member_is_accepted_or_refused_as_before`).
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -384,8 +392,40 @@ mod tests {
             r#"{"model":"m","messages":[{"role":"user","content":"hi"}],}"#,
             r#"{"model":"m","messages":[{"role":"user","x":tru}]}"#,
             r#"{"model":"m","messages":[],"x":{"y":[1,2,{"z":null}]},"x":"last"}"#,
+            r#"{"model":"m","messages":[],"x":-0,"y":1e400}"#,
+            r#"{"model":"m","messages":[],"x":-0.0,"y":18446744073709551616,"z":-9223372036854775809}"#,
         ] {
             assert_same(text);
+        }
+    }
+
+    /// The module doc's exception: serde_json's private raw-value key in an unknown
+    /// member. Accepted bodies read the same; refused ones are refused by both (the
+    /// derive's error came later, with the enclosing object's path).
+    #[test]
+    fn an_unknown_raw_value_member_is_accepted_or_refused_as_before() {
+        for text in [
+            r#"{"model":"m","messages":[],"x":{"$serde_json::private::RawValue":"[1,2]"}}"#,
+            r#"{"model":"m","messages":[],"x":{"$serde_json::private::Raw\u0056alue":"{\"a\":1}"}}"#,
+            r#"{"model":"m","messages":[],"x":{"a":1,"$serde_json::private::RawValue":5}}"#,
+            r#"{"model":"m","messages":[],"$serde_json::private::RawValue":5}"#,
+        ] {
+            assert_same(text);
+        }
+        for text in [
+            r#"{"model":"m","messages":[],"x":{"$serde_json::private::RawValue":5}}"#,
+            r#"{"model":"m","messages":[],"x":{"$serde_json::private::RawValue":"[1,2"}}"#,
+            r#"{"model":"m","messages":[],"x":{"$serde_json::private::RawValue":"1","a":2}}"#,
+            r#"{"model":"m","messages":[],"x":[{"$serde_json::private::RawValue":"tru"}]}"#,
+            r#"{"model":"m","messages":[{"role":"user","x":{"$serde_json::private::RawValue":5}}]}"#,
+            r#"{"model":"m","messages":[],"stream_options":{"x":{"$serde_json::private::RawValue":5}}}"#,
+            r#"{"x":{"$serde_json::private::RawValue":5}}"#,
+            r#"{"x":{"$serde_json::private::RawValue":5},"model":"a","model":"b"}"#,
+        ] {
+            let (new, new_plain) = outcome::<super::ChatRequest>(text);
+            let (old, old_plain) = outcome::<derived::ChatRequest>(text);
+            assert!(new.is_err() && old.is_err(), "{text}: {new:?} / {old:?}");
+            assert!(new_plain.is_err() && old_plain.is_err(), "{text}");
         }
     }
 
