@@ -19,7 +19,8 @@ use serde_json::{Map, Value};
 use crate::error::{Code, GatewayError};
 
 /// A `POST /v1/chat/completions` body. Read by a hand-written `Deserialize`
-/// (`api::de`: the derive's result and errors, without buffering `extra`).
+/// (`api::de`: the derive's results and errors, but for one error named there,
+/// without buffering `extra`).
 #[derive(Debug, Clone, Serialize)]
 pub struct ChatRequest {
     /// The logical model the client asked for (rewritten per endpoint upstream).

@@ -471,7 +471,7 @@ impl SseRelay {
         // transcoder adds to each: a longer model name, and `"usage":null` (14
         // bytes) on every chunk for a client that asked for usage. With only 256
         // bytes of slack, a frame of 24 chunks of about 150 bytes outgrew the
-        // buffer once, and its reallocation and copy were about 2,000 instructions
+        // buffer once, and its reallocation and copy were about 800 instructions
         // per stream (`benches/load/callgrind.sh`); a quarter more covers that.
         self.out.reserve(data.len() + data.len() / 4 + 256);
         // Each event a view into the parser's buffer (or a buffer it reuses): no
