@@ -13,9 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-
-use arc_swap::ArcSwap;
+use std::sync::{Arc, RwLock};
 
 /// One state slot of one strategy, for every endpoint.
 #[derive(Debug)]
@@ -69,7 +67,7 @@ impl Column {
     }
 }
 
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 struct Columns {
     /// In creation order.
     all: Vec<Arc<Column>>,
@@ -80,34 +78,10 @@ struct Columns {
 }
 
 /// The strategy state of every endpoint of a store.
-///
-/// The column list is a snapshot swapped whole when a column is added (rare: a slot
-/// name written for the first time), read without a lock: a decision looks its
-/// columns up with no atomic write to memory the serving threads share. Behind a
-/// `RwLock`, with each column handed out as an `Arc` clone, every look-up (two or
-/// three per decision of a stateful strategy) wrote the lock's reader count and the
-/// column's reference count twice each, on cache lines both serving threads write.
 #[derive(Debug)]
 pub(crate) struct StateTable {
     endpoints: usize,
-    columns: ArcSwap<Columns>,
-    /// Held by a writer adding a column, so that two adding at once both land.
-    adding: Mutex<()>,
-}
-
-/// A column of a [`StateTable`], read through the snapshot it was found in
-/// ([`StateTable::column`]).
-pub(crate) struct ColumnRef {
-    columns: arc_swap::Guard<Arc<Columns>>,
-    at: usize,
-}
-
-impl std::ops::Deref for ColumnRef {
-    type Target = Column;
-
-    fn deref(&self) -> &Column {
-        &self.columns.all[self.at]
-    }
+    columns: RwLock<Columns>,
 }
 
 impl StateTable {
@@ -115,16 +89,19 @@ impl StateTable {
     pub(crate) fn new(endpoints: usize) -> StateTable {
         StateTable {
             endpoints,
-            columns: ArcSwap::from_pointee(Columns::default()),
-            adding: Mutex::new(()),
+            columns: RwLock::new(Columns::default()),
         }
     }
 
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Columns> {
+        self.columns.read().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The column of `strategy`'s slot `slot`, if some endpoint ever held it.
-    pub(crate) fn column(&self, strategy: &str, slot: &str) -> Option<ColumnRef> {
-        let columns = self.columns.load();
-        let at = *columns.by_name.get(strategy)?.get(slot)?;
-        (at < columns.all.len()).then_some(ColumnRef { columns, at })
+    pub(crate) fn column(&self, strategy: &str, slot: &str) -> Option<Arc<Column>> {
+        let c = self.read();
+        let i = *c.by_name.get(strategy)?.get(slot)?;
+        c.all.get(i).cloned()
     }
 
     /// Sets endpoint `i`'s slots of `strategy` (creating a column only for a slot
@@ -135,35 +112,33 @@ impl StateTable {
         }
         for (k, v) in slots {
             let slot = k.as_ref();
-            match self.column(strategy, slot) {
-                Some(c) => c.set(i, *v),
-                None => self.create(strategy, slot).set(i, *v),
-            }
+            let col = match self.column(strategy, slot) {
+                Some(c) => c,
+                None => self.create(strategy, slot),
+            };
+            col.set(i, *v);
         }
     }
 
     /// The column of (`strategy`, `slot`), made if no other writer made it first.
     fn create(&self, strategy: &str, slot: &str) -> Arc<Column> {
-        let _adding = self.adding.lock().unwrap_or_else(|p| p.into_inner());
-        let now = self.columns.load_full();
-        if let Some(&i) = now.by_name.get(strategy).and_then(|m| m.get(slot)) {
-            return now.all[i].clone();
+        let mut c = self.columns.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(&i) = c.by_name.get(strategy).and_then(|m| m.get(slot)) {
+            return c.all[i].clone();
         }
-        let mut next = Columns::clone(&now);
         let col = Arc::new(Column::new(strategy, slot, self.endpoints));
-        let i = next.all.len();
-        next.all.push(col.clone());
-        next.by_name
+        let i = c.all.len();
+        c.all.push(col.clone());
+        c.by_name
             .entry(strategy.to_string())
             .or_default()
             .insert(slot.to_string(), i);
-        self.columns.store(Arc::new(next));
         col
     }
 
     /// Endpoint `i`'s slots of `strategy` (slot name → value), if it holds any.
     pub(crate) fn strategy_of(&self, i: usize, strategy: &str) -> Option<BTreeMap<String, f64>> {
-        let c = self.columns.load();
+        let c = self.read();
         let mut out = BTreeMap::new();
         for (slot, &k) in c.by_name.get(strategy)? {
             if let Some(v) = c.all[k].get(i) {
@@ -175,7 +150,7 @@ impl StateTable {
 
     /// Every slot endpoint `i` holds, by strategy and slot name.
     pub(crate) fn all_of(&self, i: usize) -> BTreeMap<String, BTreeMap<String, f64>> {
-        let c = self.columns.load();
+        let c = self.read();
         let mut out: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
         for col in &c.all {
             if let Some(v) = col.get(i) {
@@ -219,38 +194,5 @@ mod tests {
         // A later write replaces the value.
         t.set(1, "exp3", &BTreeMap::from([("w", 3.0)]));
         assert_eq!(w.get(1), Some(3.0));
-    }
-
-    /// Columns are added by replacing the snapshot: writers adding different
-    /// columns at once must all land, and a column found before a later one was
-    /// added still sees writes made after.
-    #[test]
-    fn columns_added_at_once_from_several_threads_all_land() {
-        let t = Arc::new(StateTable::new(4));
-        t.set(0, "s", &BTreeMap::from([("first", 1.0)]));
-        let first = t.column("s", "first").unwrap();
-        let writers: Vec<_> = (0..4)
-            .map(|w| {
-                let t = t.clone();
-                std::thread::spawn(move || {
-                    for k in 0..50 {
-                        let slot = format!("w{w}-{k}");
-                        t.set(w, "s", &BTreeMap::from([(slot.as_str(), f64::from(k))]));
-                    }
-                })
-            })
-            .collect();
-        for w in writers {
-            w.join().unwrap();
-        }
-        for w in 0..4usize {
-            for k in 0..50 {
-                let col = t.column("s", &format!("w{w}-{k}")).unwrap();
-                assert_eq!(col.get(w), Some(f64::from(k)), "w{w}-{k}");
-            }
-        }
-        t.set(3, "s", &BTreeMap::from([("first", 2.0)]));
-        assert_eq!((first.get(0), first.get(3)), (Some(1.0), Some(2.0)));
-        assert_eq!(t.all_of(0).get("s").map(BTreeMap::len), Some(51));
     }
 }
