@@ -195,4 +195,36 @@ mod tests {
         t.set(1, "exp3", &BTreeMap::from([("w", 3.0)]));
         assert_eq!(w.get(1), Some(3.0));
     }
+
+    /// Writers adding different columns at once must all land, and a column found
+    /// before a later one was added still sees writes made after.
+    #[test]
+    fn columns_added_at_once_from_several_threads_all_land() {
+        let t = Arc::new(StateTable::new(4));
+        t.set(0, "s", &BTreeMap::from([("first", 1.0)]));
+        let first = t.column("s", "first").unwrap();
+        let writers: Vec<_> = (0..4)
+            .map(|w| {
+                let t = t.clone();
+                std::thread::spawn(move || {
+                    for k in 0..50 {
+                        let slot = format!("w{w}-{k}");
+                        t.set(w, "s", &BTreeMap::from([(slot.as_str(), f64::from(k))]));
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        for w in 0..4usize {
+            for k in 0..50 {
+                let col = t.column("s", &format!("w{w}-{k}")).unwrap();
+                assert_eq!(col.get(w), Some(f64::from(k)), "w{w}-{k}");
+            }
+        }
+        t.set(3, "s", &BTreeMap::from([("first", 2.0)]));
+        assert_eq!((first.get(0), first.get(3)), (Some(1.0), Some(2.0)));
+        assert_eq!(t.all_of(0).get("s").map(BTreeMap::len), Some(51));
+    }
 }
