@@ -616,3 +616,46 @@ Retry-After: 2\r\nContent-Length: 2\r\n\r\n{}",
     );
     assert_eq!(text(res).await, "{}");
 }
+
+proptest::proptest! {
+    /// `is_name` is `eq_ignore_ascii_case` for every token (`tchar` bytes, either
+    /// case) against every name the head parse looks for, lengths around theirs.
+    #[test]
+    fn a_field_name_compares_as_eq_ignore_ascii_case_for_every_token(
+        token in proptest::collection::vec(
+            proptest::sample::select(
+                b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                    .to_vec(),
+            ),
+            0..30,
+        ),
+        target in proptest::sample::select(vec![
+            &b"content-length"[..], b"transfer-encoding", b"connection", b"date", b"etag",
+            b"vary", b"server", b"cf-ray", b"alt-svc", b"set-cookie", b"keep-alive",
+            b"last-modified", b"accept-ranges", b"cf-cache-status",
+            b"x-content-type-options", b"strict-transport-security",
+        ]),
+        flip in proptest::collection::vec(proptest::bool::ANY, 30),
+    ) {
+        assert!(httparse_token(&token));
+        proptest::prop_assert_eq!(is_name(&token, target), token.eq_ignore_ascii_case(target));
+        // The target itself in a random case, so that matches are common.
+        let cased: Vec<u8> = target
+            .iter()
+            .zip(&flip)
+            .map(|(&b, &up)| if up { b.to_ascii_uppercase() } else { b })
+            .collect();
+        proptest::prop_assert!(is_name(&cased, target));
+        let mut near = cased.clone();
+        if let Some(last) = near.last_mut() {
+            *last ^= 0x01;
+        }
+        proptest::prop_assert_eq!(is_name(&near, target), near.eq_ignore_ascii_case(target));
+    }
+}
+
+/// Whether `t` is made of RFC 9110 `tchar` bytes (what the generator above makes).
+fn httparse_token(t: &[u8]) -> bool {
+    t.iter()
+        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b))
+}
