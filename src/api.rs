@@ -30,22 +30,22 @@ pub struct ChatRequest {
     /// ([`Messages::set_aside`]).
     pub messages: Messages,
     /// Server-sent events instead of one JSON body.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
     /// `{"include_usage": bool}`: a final chunk with `usage` and `choices: []`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub stream_options: Option<StreamOptions>,
     /// Output cap in tokens (legacy name, still what most servers read).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
     /// Output cap in tokens (current name).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_completion_tokens: Option<u64>,
     /// Sampling temperature, 0 to 2.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
     /// Tool (function) definitions, kept as JSON.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<Value>>,
     /// Every other field, forwarded as is.
     #[serde(flatten)]
@@ -72,7 +72,7 @@ pub struct ChatRequest {
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct StreamOptions {
     /// Ask for the final usage chunk.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub include_usage: Option<bool>,
     /// Other stream options, forwarded as is.
     #[serde(flatten)]
@@ -84,8 +84,8 @@ pub struct StreamOptions {
 pub struct Message {
     /// `system`, `developer`, `user`, `assistant`, `tool` or `function`.
     pub role: String,
-    /// A string, an array of content parts, or null (assistant with tool calls).
-    #[serde(default)]
+    /// A string, an array of content parts, or null (assistant with tool calls;
+    /// also what an absent `content` reads as).
     pub content: Value,
     /// Other message fields (`name`, `tool_calls`, `tool_call_id`, ...).
     #[serde(flatten)]

@@ -35,46 +35,46 @@ use serde_json::{Map, Value};
 
 use super::{ChatRequest, Message, Messages, StreamOptions};
 
-/// A member name: the index of a known one in the type's list, or an unknown one
-/// (its text, for `extra`).
-enum Key {
-    Known(usize),
+/// A member name: one of the type's known fields `F`, or an unknown one (its text,
+/// for `extra`).
+enum Key<F> {
+    Known(F),
     Other(String),
 }
 
-/// Reads a member name, matched by the type's `known` (a `match` on the text, which
-/// the compiler turns into a switch on the length and word compares, as the derive
-/// does) without allocating.
-struct KeySeed(fn(&str) -> Option<usize>);
+/// Reads a member name, matched by the type's field function (a `match` on the
+/// text, which the compiler turns into a switch on the length and word compares, as
+/// the derive does) without allocating.
+struct KeySeed<F>(fn(&str) -> Option<F>);
 
-impl<'de> DeserializeSeed<'de> for KeySeed {
-    type Value = Key;
+impl<'de, F> DeserializeSeed<'de> for KeySeed<F> {
+    type Value = Key<F>;
 
     #[inline]
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key<F>, D::Error> {
         d.deserialize_identifier(self)
     }
 }
 
-impl<'de> Visitor<'de> for KeySeed {
-    type Value = Key;
+impl<'de, F> Visitor<'de> for KeySeed<F> {
+    type Value = Key<F>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("field identifier")
     }
 
     #[inline]
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<F>, E> {
         Ok(match (self.0)(v) {
-            Some(i) => Key::Known(i),
+            Some(f) => Key::Known(f),
             None => Key::Other(v.to_owned()),
         })
     }
 
     #[inline]
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Key, E> {
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Key<F>, E> {
         Ok(match (self.0)(&v) {
-            Some(i) => Key::Known(i),
+            Some(f) => Key::Known(f),
             None => Key::Other(v),
         })
     }
@@ -132,18 +132,29 @@ impl<'de, T: FromMap<'de>> Visitor<'de> for ObjectVisitor<T> {
     }
 }
 
-/// The index of a member of a chat request the gateway reads, in [`ChatRequest`]'s
-/// order.
-fn request_field(name: &str) -> Option<usize> {
+/// The members of a chat request the gateway reads.
+enum RequestField {
+    Model,
+    Messages,
+    Stream,
+    StreamOptions,
+    MaxTokens,
+    MaxCompletionTokens,
+    Temperature,
+    Tools,
+}
+
+/// Which member of a chat request the gateway reads `name` is.
+fn request_field(name: &str) -> Option<RequestField> {
     Some(match name {
-        "model" => 0,
-        "messages" => 1,
-        "stream" => 2,
-        "stream_options" => 3,
-        "max_tokens" => 4,
-        "max_completion_tokens" => 5,
-        "temperature" => 6,
-        "tools" => 7,
+        "model" => RequestField::Model,
+        "messages" => RequestField::Messages,
+        "stream" => RequestField::Stream,
+        "stream_options" => RequestField::StreamOptions,
+        "max_tokens" => RequestField::MaxTokens,
+        "max_completion_tokens" => RequestField::MaxCompletionTokens,
+        "temperature" => RequestField::Temperature,
+        "tools" => RequestField::Tools,
         _ => return None,
     })
 }
@@ -162,20 +173,22 @@ impl<'de> FromMap<'de> for ChatRequest {
         let mut tools: Option<Option<Vec<Value>>> = None;
         let mut extra = Map::new();
         while let Some(key) = map.next_key_seed(KeySeed(request_field))? {
+            use RequestField as F;
             match key {
-                Key::Known(0) => once(&mut map, &mut model, "model")?,
-                Key::Known(1) => once(&mut map, &mut messages, "messages")?,
-                Key::Known(2) => once(&mut map, &mut stream, "stream")?,
-                Key::Known(3) => once(&mut map, &mut stream_options, "stream_options")?,
-                Key::Known(4) => once(&mut map, &mut max_tokens, "max_tokens")?,
-                Key::Known(5) => once(
+                Key::Known(F::Model) => once(&mut map, &mut model, "model")?,
+                Key::Known(F::Messages) => once(&mut map, &mut messages, "messages")?,
+                Key::Known(F::Stream) => once(&mut map, &mut stream, "stream")?,
+                Key::Known(F::StreamOptions) => {
+                    once(&mut map, &mut stream_options, "stream_options")?;
+                }
+                Key::Known(F::MaxTokens) => once(&mut map, &mut max_tokens, "max_tokens")?,
+                Key::Known(F::MaxCompletionTokens) => once(
                     &mut map,
                     &mut max_completion_tokens,
                     "max_completion_tokens",
                 )?,
-                Key::Known(6) => once(&mut map, &mut temperature, "temperature")?,
-                Key::Known(7) => once(&mut map, &mut tools, "tools")?,
-                Key::Known(_) => unreachable!("request_field has eight names"),
+                Key::Known(F::Temperature) => once(&mut map, &mut temperature, "temperature")?,
+                Key::Known(F::Tools) => once(&mut map, &mut tools, "tools")?,
                 Key::Other(name) => other(&mut map, &mut extra, name)?,
             }
         }
@@ -205,11 +218,17 @@ impl<'de> Deserialize<'de> for ChatRequest {
     }
 }
 
-/// The index of a member of a message the gateway reads.
-fn message_field(name: &str) -> Option<usize> {
+/// The members of a message the gateway reads.
+enum MessageField {
+    Role,
+    Content,
+}
+
+/// Which member of a message the gateway reads `name` is.
+fn message_field(name: &str) -> Option<MessageField> {
     Some(match name {
-        "role" => 0,
-        "content" => 1,
+        "role" => MessageField::Role,
+        "content" => MessageField::Content,
         _ => return None,
     })
 }
@@ -223,16 +242,15 @@ impl<'de> FromMap<'de> for Message {
         let mut extra = Map::new();
         while let Some(key) = map.next_key_seed(KeySeed(message_field))? {
             match key {
-                Key::Known(0) => once(&mut map, &mut role, "role")?,
-                Key::Known(1) => once(&mut map, &mut content, "content")?,
-                Key::Known(_) => unreachable!("message_field has two names"),
+                Key::Known(MessageField::Role) => once(&mut map, &mut role, "role")?,
+                Key::Known(MessageField::Content) => once(&mut map, &mut content, "content")?,
                 Key::Other(name) => other(&mut map, &mut extra, name)?,
             }
         }
         let role = role.ok_or_else(|| de::Error::missing_field("role"))?;
         Ok(Message {
             role,
-            // `#[serde(default)]`: an absent `content` is `null`.
+            // An absent `content` is `null` (the derive had `#[serde(default)]`).
             content: content.unwrap_or_default(),
             extra,
         })
@@ -245,9 +263,12 @@ impl<'de> Deserialize<'de> for Message {
     }
 }
 
-/// The index of a member of `stream_options` the gateway reads.
-fn stream_options_field(name: &str) -> Option<usize> {
-    (name == "include_usage").then_some(0)
+/// The one member of `stream_options` the gateway reads.
+struct IncludeUsage;
+
+/// Whether `name` is the member of `stream_options` the gateway reads.
+fn stream_options_field(name: &str) -> Option<IncludeUsage> {
+    (name == "include_usage").then_some(IncludeUsage)
 }
 
 impl<'de> FromMap<'de> for StreamOptions {
@@ -258,8 +279,7 @@ impl<'de> FromMap<'de> for StreamOptions {
         let mut extra = Map::new();
         while let Some(key) = map.next_key_seed(KeySeed(stream_options_field))? {
             match key {
-                Key::Known(0) => once(&mut map, &mut include_usage, "include_usage")?,
-                Key::Known(_) => unreachable!("stream_options_field has one name"),
+                Key::Known(IncludeUsage) => once(&mut map, &mut include_usage, "include_usage")?,
                 Key::Other(name) => other(&mut map, &mut extra, name)?,
             }
         }
