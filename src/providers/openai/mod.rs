@@ -914,7 +914,10 @@ impl StreamTranscoder for OpenAiStream {
             0 => memchr::memchr(b'\n', data.as_bytes()).is_none(),
             n => n == 1,
         };
-        let mut scan = self.scan.take().unwrap_or_default();
+        let mut scan = self
+            .scan
+            .take()
+            .unwrap_or_else(|| Box::new(ChunkScan::new()));
         let step = self.chunk(data, &mut scan, one_line, out);
         self.scan = Some(scan);
         step
