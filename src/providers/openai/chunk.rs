@@ -1192,6 +1192,63 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// A stream's chunks read through [`ChunkScan::scan`] (the template path
+        /// where it applies, a full scan where not, a failed chunk, a chunk over
+        /// the template cap) give what a fresh scan of each chunk alone gives, and
+        /// after each chunk read the template is that chunk.
+        #[test]
+        fn chunks_read_in_turn_scan_as_each_alone(
+            steps in proptest::collection::vec(
+                (0u8..6, "[a-z\"\\\\ ]{0,10}", 0usize..300),
+                1..12,
+            ),
+        ) {
+            let chunk = |id: &str, content: &str, pad: &str| {
+                let q = |t: &str| serde_json::to_string(t).unwrap();
+                format!(
+                    r#"{{"id":{},"object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{{"content":{}}},"finish_reason":null}}],"usage":null,"obfuscation":{}}}"#,
+                    q(id),
+                    q(content),
+                    q(pad)
+                )
+                .into_bytes()
+            };
+            let mut kept = ChunkScan::new();
+            let mut last = chunk("c", "hi", "ab");
+            for (kind, text, at) in steps {
+                let b = match kind {
+                    // The same bytes again.
+                    0 => last.clone(),
+                    // One value changed, or three at once.
+                    1 => chunk("c", &text, "ab"),
+                    2 => chunk(&text, &text, &text),
+                    // Cut short (the template's prefix), or one byte changed.
+                    3 => last[..at.min(last.len())].to_vec(),
+                    4 => {
+                        let mut b = last.clone();
+                        let byte = text.bytes().next().unwrap_or(b'{');
+                        match b.len() {
+                            0 => b.push(byte),
+                            n => b[at % n] = byte,
+                        }
+                        b
+                    }
+                    // Over the template cap.
+                    _ => chunk("c", &"x".repeat(MAX_TEMPLATE_BYTES), &text),
+                };
+                let mut fresh = ChunkScan::default();
+                let want = fresh.scan(&b).map(|()| format!("{fresh:?}"));
+                let got = kept.scan(&b).map(|()| format!("{kept:?}"));
+                proptest::prop_assert_eq!(&got, &want);
+                if got.is_ok() && b.len() <= MAX_TEMPLATE_BYTES {
+                    proptest::prop_assert_eq!(&kept.template, &b);
+                }
+                last = b;
+            }
+        }
+    }
+
     /// A chunk over the template cap is scanned in full and not kept, so a large
     /// one does not hold its size for the rest of the stream.
     #[test]
