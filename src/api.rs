@@ -118,6 +118,27 @@ pub const ROLES: [&str; 6] = [
     "function",
 ];
 
+/// `body` read as JSON into a `T`: as text when it is UTF-8 (checked whole by
+/// `simdutf8`, one vector pass), so `serde_json` does not check each string it reads
+/// again (from bytes, every key and string value is a `str::from_utf8` call), else
+/// as bytes, for the error `serde_json` names. Either way the same value or the same
+/// error: a body `serde_json` accepts as bytes is UTF-8 throughout (its strings are
+/// checked, everything else is ASCII), and text is read by the same parser
+/// (`tests::a_body_read_as_text_reads_as_its_bytes` and
+/// `tests::any_json_read_as_text_reads_as_its_bytes`).
+///
+/// Used for the client's request body ([`ChatRequest::read`]) and the answers of the
+/// providers whose wire format is translated (Anthropic, Gemini, Bedrock).
+///
+/// # Errors
+/// `serde_json`'s, as from `serde_json::from_slice`.
+pub(crate) fn read_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> serde_json::Result<T> {
+    match simdutf8::basic::from_utf8(body) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(body),
+    }
+}
+
 impl ChatRequest {
     /// Parses and validates a request body, keeping the original bytes in `raw`.
     ///
@@ -157,10 +178,7 @@ impl ChatRequest {
     /// (callgrind of the parse alone). Any other body is read as bytes, for the
     /// error `serde_json` names.
     fn read(body: &[u8]) -> serde_json::Result<ChatRequest> {
-        match simdutf8::basic::from_utf8(body) {
-            Ok(text) => serde_json::from_str(text),
-            Err(_) => serde_json::from_slice(body),
-        }
+        read_json(body)
     }
 
     /// [`ChatRequest::parse`] without validation, tracking the path for the error.
@@ -467,6 +485,34 @@ mod tests {
             proptest::prop_assert_eq!(
                 text.map(|r| serde_json::to_string(&r).unwrap()),
                 bytes.map(|r| serde_json::to_string(&r).unwrap())
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// [`read_json`] gives what `serde_json::from_slice` gives, value or error
+        /// text, for any bytes, into a tree and into a borrowing type.
+        #[test]
+        fn any_json_read_as_text_reads_as_its_bytes(
+            parts in proptest::collection::vec(proptest::sample::select(vec![
+                &b"{"[..], b"}", b"[", b"]", b",", b":", b"\"k\"", b"\"x\"", b"\"\\u00e9\"",
+                b"\"\\ud800\"", b"\"\\n\"", b"\"\xc3\xa9\"", b"\"\xff\"", b"\xe2\x82", b"\xc3\xa9",
+                b"1", b"-2.5e3", b"1e999", b"null", b"true", b" ", b"\n",
+            ]), 0..24)
+        ) {
+            let body = parts.concat();
+            let tree = |r: serde_json::Result<Value>| r.map_err(|e| e.to_string());
+            proptest::prop_assert_eq!(
+                tree(read_json(&body)),
+                tree(serde_json::from_slice(&body))
+            );
+            type Borrowing<'a> = std::collections::BTreeMap<&'a str, Vec<Option<std::borrow::Cow<'a, str>>>>;
+            let borrowing = |r: serde_json::Result<Borrowing<'_>>| {
+                r.map(|m| format!("{m:?}")).map_err(|e| e.to_string())
+            };
+            proptest::prop_assert_eq!(
+                borrowing(read_json(&body)),
+                borrowing(serde_json::from_slice(&body))
             );
         }
     }

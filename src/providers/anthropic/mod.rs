@@ -246,7 +246,7 @@ impl Adapter for Anthropic {
     }
 
     fn response(&self, body: &[u8], logical_model: &str) -> Result<Bytes, GatewayError> {
-        let msg: MessageResponse = serde_json::from_slice(body).map_err(|e| {
+        let msg: MessageResponse = crate::api::read_json(body).map_err(|e| {
             bad_upstream(format!(
                 "Anthropic sent a response that is not a message: {e}"
             ))

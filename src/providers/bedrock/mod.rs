@@ -425,7 +425,7 @@ impl Adapter for Bedrock {
     }
 
     fn response(&self, body: &[u8], logical_model: &str) -> Result<Bytes, GatewayError> {
-        let r: ConverseResponse = serde_json::from_slice(body).map_err(|e| {
+        let r: ConverseResponse = crate::api::read_json(body).map_err(|e| {
             bad_upstream(format!(
                 "Bedrock sent a response that is not a Converse response: {e}"
             ))

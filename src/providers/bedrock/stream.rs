@@ -264,7 +264,7 @@ impl BedrockStream {
         match kind {
             "messageStart" => self.w.start(out),
             "contentBlockStart" => {
-                let ev: BlockStart<'_> = serde_json::from_slice(payload)
+                let ev: BlockStart<'_> = crate::api::read_json(payload)
                     .map_err(|e| parse_err(e, "contentBlockStart"))?;
                 if let Some(t) = ev.start.and_then(|s| s.tool_use) {
                     let call = self.tools.len() as u32;
@@ -278,7 +278,7 @@ impl BedrockStream {
                 }
             }
             "contentBlockDelta" => {
-                let ev: BlockDelta<'_> = serde_json::from_slice(payload)
+                let ev: BlockDelta<'_> = crate::api::read_json(payload)
                     .map_err(|e| parse_err(e, "contentBlockDelta"))?;
                 let index = ev.content_block_index;
                 if let Some(text) = ev.delta.text.filter(|t| !t.is_empty()) {
@@ -318,8 +318,8 @@ impl BedrockStream {
                 }
             }
             "contentBlockStop" => {
-                let ev: BlockStop = serde_json::from_slice(payload)
-                    .map_err(|e| parse_err(e, "contentBlockStop"))?;
+                let ev: BlockStop =
+                    crate::api::read_json(payload).map_err(|e| parse_err(e, "contentBlockStop"))?;
                 if let Some(t) = self.thinking.take_if(|t| t.block == ev.content_block_index) {
                     let block = if t.redacted.is_empty() {
                         ThinkingBlock::Thinking {
@@ -353,7 +353,7 @@ impl BedrockStream {
                     ));
                 }
                 let ev: MessageStop =
-                    serde_json::from_slice(payload).map_err(|e| parse_err(e, "messageStop"))?;
+                    crate::api::read_json(payload).map_err(|e| parse_err(e, "messageStop"))?;
                 if self.finish.is_none() {
                     let reason = finish_reason(ev.stop_reason.as_deref(), !self.tools.is_empty());
                     self.finish = Some(reason);
@@ -366,7 +366,7 @@ impl BedrockStream {
             }
             "metadata" => {
                 let ev: Metadata =
-                    serde_json::from_slice(payload).map_err(|e| parse_err(e, "metadata"))?;
+                    crate::api::read_json(payload).map_err(|e| parse_err(e, "metadata"))?;
                 self.usage = ev.usage.or(self.usage);
                 self.metadata = true;
                 if self.finish.is_some() {

@@ -361,7 +361,7 @@ impl Adapter for Gemini {
     }
 
     fn response(&self, body: &[u8], logical_model: &str) -> Result<Bytes, GatewayError> {
-        let r: GenerateResponse = serde_json::from_slice(body).map_err(|e| {
+        let r: GenerateResponse = crate::api::read_json(body).map_err(|e| {
             bad_upstream(format!(
                 "Gemini sent a response that is not a GenerateContentResponse: {e}"
             ))
