@@ -21,6 +21,11 @@ use switchyard::providers::bedrock::{AwsKeys, Bedrock};
 use switchyard::providers::gemini::Gemini;
 use switchyard::providers::Adapter;
 
+/// The gateway binary's allocator (mimalloc; `switchyard::alloc`), so that the
+/// allocations of a translation cost what they cost in the gateway.
+#[global_allocator]
+static ALLOC: switchyard::alloc::Allocator = switchyard::alloc::Allocator;
+
 const ANTHROPIC: &[u8] =
     include_bytes!("../tests/fixtures/provider-wire/anthropic/anthropic-text.json");
 const GEMINI: &[u8] = include_bytes!("../tests/fixtures/provider-wire/gemini/google-text.json");
