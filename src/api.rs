@@ -120,14 +120,16 @@ pub const ROLES: [&str; 6] = [
 
 /// `body` read as JSON into a `T`: as text when it is UTF-8 (checked whole by
 /// `simdutf8`, one vector pass), so `serde_json` does not check each string it reads
-/// again (from bytes, every key and string value is a `str::from_utf8` call), else
-/// as bytes, for the error `serde_json` names. Either way the same value or the same
+/// again (from bytes, every key and string value is a `str::from_utf8` call: about
+/// 580 of the 4,550 instructions of the load benchmark's one-message request body,
+/// and 9% of a 3.5 KB body of 20 messages, callgrind of the parse alone), else as
+/// bytes, for the error `serde_json` names. Either way the same value or the same
 /// error: a body `serde_json` accepts as bytes is UTF-8 throughout (its strings are
 /// checked, everything else is ASCII), and text is read by the same parser
 /// (`tests::a_body_read_as_text_reads_as_its_bytes` and
 /// `tests::any_json_read_as_text_reads_as_its_bytes`).
 ///
-/// Used for the client's request body ([`ChatRequest::read`]) and the answers of the
+/// Used for the client's request body ([`ChatRequest::parse`]) and the answers of the
 /// providers whose wire format is translated (Anthropic, Gemini, Bedrock).
 ///
 /// # Errors
@@ -161,24 +163,12 @@ impl ChatRequest {
         // deserializer copies every object key into a new string (about 30% of the
         // parse, `benches/load/callgrind.sh`). A body that fails is parsed again with
         // it, and that parse's error, path and message are the ones returned.
-        let req = match Self::read(body) {
+        let req = match read_json::<ChatRequest>(body) {
             Ok(req) => req,
             Err(_) => Self::parse_tracked(body)?,
         };
         req.validate()?;
         Ok(req)
-    }
-
-    /// The body read as a request, without validation or the error's path.
-    ///
-    /// A body that is UTF-8 (checked whole, a vector pass) is read as text, so
-    /// `serde_json` does not check each string it reads again: from bytes, every key
-    /// and value is a `str::from_utf8` call, about 580 of the 4,550 instructions of
-    /// the load benchmark's one-message body and 9% of a 3.5 KB body of 20 messages
-    /// (callgrind of the parse alone). Any other body is read as bytes, for the
-    /// error `serde_json` names.
-    fn read(body: &[u8]) -> serde_json::Result<ChatRequest> {
-        read_json(body)
     }
 
     /// [`ChatRequest::parse`] without validation, tracking the path for the error.
@@ -480,7 +470,7 @@ mod tests {
             ]), 0..24)
         ) {
             let body = parts.concat();
-            let text = ChatRequest::read(&body).map_err(|e| e.to_string());
+            let text = read_json::<ChatRequest>(&body).map_err(|e| e.to_string());
             let bytes = serde_json::from_slice::<ChatRequest>(&body).map_err(|e| e.to_string());
             proptest::prop_assert_eq!(
                 text.map(|r| serde_json::to_string(&r).unwrap()),
