@@ -27,6 +27,7 @@ pub mod egress;
 pub mod error;
 pub mod gateway;
 pub mod ingress;
+pub mod json_text;
 pub mod limits;
 pub mod logging;
 pub mod lsp;

@@ -24,6 +24,8 @@ use tracing_subscriber::fmt::format::{Format, Json, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
 use tracing_subscriber::registry::{LookupSpan, SpanRef};
 
+use crate::json_text::needs_escape;
+
 /// The JSON event format: access lines ([`super::ACCESS_TARGET`]) serialized here,
 /// every other event by `tracing-subscriber`'s own JSON format.
 #[derive(Debug)]
@@ -396,39 +398,6 @@ fn visit_fields(
         event.record(&mut v);
         v.state
     })
-}
-
-/// Whether JSON needs `s` escaped: it holds a quote, a backslash or a control
-/// character below 0x20 (what `serde_json` escapes; it writes DEL and non-ASCII
-/// characters as they are).
-///
-/// Eight bytes at a time (the access line's strings are scanned once each per
-/// request): with `ONES` in every byte, `(v - ONES * n) & !v & HIGH` is non-zero
-/// exactly when some byte of `v` is below `n` (for `n` up to 0x80), so a byte
-/// equal to `c` is a zero byte of `v ^ (ONES * c)`, below 1.
-fn needs_escape(s: &[u8]) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let below = |v: u64, n: u64| (v.wrapping_sub(ONES * n) & !v & HIGH) != 0;
-    let special = |w: [u8; 8]| {
-        let v = u64::from_le_bytes(w);
-        below(v, 0x20)
-            || below(v ^ (ONES * u64::from(b'"')), 1)
-            || below(v ^ (ONES * u64::from(b'\\')), 1)
-    };
-    let mut words = s.chunks_exact(8);
-    for w in &mut words {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(w);
-        if special(b) {
-            return true;
-        }
-    }
-    // The last 0..=7 bytes, padded with a letter (never escaped) to a whole word.
-    let rest = words.remainder();
-    let mut b = [b'a'; 8];
-    b[..rest.len()].copy_from_slice(rest);
-    special(b)
 }
 
 /// Writes `s` as a JSON string, byte for byte as `serde_json` does.
@@ -876,40 +845,6 @@ mod tests {
             let stock = cut(line_with(Format::default().json(), &text));
             let fast = cut(line_with(AccessJson::default(), &text));
             assert_eq!(fast, stock, "{text:?}");
-        }
-    }
-
-    #[test]
-    fn needs_escape_finds_every_byte_json_escapes_at_every_position() {
-        for len in 0..20 {
-            for at in 0..len {
-                for b in 0..=255u8 {
-                    let mut s = vec![b'a'; len];
-                    s[at] = b;
-                    let expected = b < 0x20 || b == b'"' || b == b'\\';
-                    assert_eq!(needs_escape(&s), expected, "byte {b:#x} at {at} of {len}");
-                }
-            }
-            assert!(!needs_escape(&vec![0x7f; len]));
-            assert!(!needs_escape(&vec![0xff; len]));
-        }
-        // Mixed strings of bytes near each threshold (a borrow across bytes must not
-        // find one that is not there).
-        let near = [
-            0x00, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7f, 0x80, 0x81, 0xa0, 0xa2,
-            0xdc, 0xff,
-        ];
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..20_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let len = (x % 24) as usize;
-            let s: Vec<u8> = (0..len)
-                .map(|i| near[((x >> (i * 2 % 60)) % 16) as usize])
-                .collect();
-            let naive = s.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
-            assert_eq!(needs_escape(&s), naive, "{s:x?}");
         }
     }
 

@@ -6,14 +6,13 @@
 //! Everything here borrows from the client's request: the request path builds the
 //! provider body from references and serializes once.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use http::{HeaderValue, Method};
 use rand::Rng;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::openai::write_event;
 use super::reasoning::ThinkingBlock;
 use super::{Sent, StreamContext};
 use crate::api::{Message, Usage};
@@ -896,19 +895,6 @@ struct ChunkChoice<'a> {
     finish_reason: Option<&'a str>,
 }
 
-#[derive(Serialize)]
-struct Chunk<'a> {
-    id: &'a str,
-    object: &'static str,
-    created: u64,
-    model: &'a str,
-    choices: &'a [ChunkChoice<'a>],
-    /// Absent (`None`), `null` (`Some(None)`: every chunk but the last of a stream
-    /// whose client asked for usage), or the counts (the usage chunk).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    usage: Option<Option<Usage>>,
-}
-
 /// Keeps what a stream has sent ([`Sent`]) and drops the start of a continuation
 /// that the client already has ([`Resume::skip`]). Shared by every transcoder, so a
 /// stream continued on another provider behaves the same whatever its wire format.
@@ -1082,6 +1068,12 @@ pub(crate) struct ChunkWriter {
     usage_null: bool,
     /// What has been sent, and the continuation's skip.
     pub progress: Progress,
+    /// The start every chunk of the stream shares,
+    /// `{"id":…,"object":"chat.completion.chunk","created":…,"model":…,"choices":`,
+    /// written once for the stream's id (empty until the first chunk, and again
+    /// after [`ChunkWriter::set_id`]). Writing those four members afresh for every
+    /// chunk through `serde_json` was about a third of a translated stream's work.
+    head: Vec<u8>,
 }
 
 impl ChunkWriter {
@@ -1097,6 +1089,7 @@ impl ChunkWriter {
             role_sent: resuming,
             usage_null: ctx.include_usage,
             progress,
+            head: Vec::new(),
         }
     }
 
@@ -1105,6 +1098,7 @@ impl ChunkWriter {
     pub fn set_id(&mut self, id: String) {
         if !self.progress.resuming() {
             self.progress.sent.id = id;
+            self.head.clear();
         }
     }
 
@@ -1131,23 +1125,79 @@ impl ChunkWriter {
             Some("assistant")
         };
         self.role_sent = true;
-        let choices = [ChunkChoice {
-            index: 0,
-            delta: Delta { role, ..delta },
-            logprobs: (),
-            finish_reason: finish,
-        }];
-        let chunk = Chunk {
-            id: &self.progress.sent.id,
-            object: "chat.completion.chunk",
-            created: self.progress.sent.created,
-            model: &self.model,
-            choices: &choices,
-            // OpenAI: with `include_usage`, "all other chunks will also include a
-            // usage field, but with a null value".
-            usage: self.usage_null.then_some(None),
-        };
-        write_event(out, &chunk);
+        self.put_chunk(out, Delta { role, ..delta }, finish);
+    }
+
+    /// Appends the event of one chunk of a single choice, `delta` and `finish`, as
+    /// OpenAI writes it: `"logprobs":null`, and with `include_usage`, `"usage":null`
+    /// ("all other chunks will also include a usage field, but with a null value").
+    /// The members are in the order of [`Delta`], [`ChunkChoice`] and the chunk
+    /// object; a delta of text, reasoning text or none (every chunk of a text
+    /// answer) is written by hand, a tool call or reasoning block through `serde`.
+    fn put_chunk(&mut self, out: &mut BytesMut, delta: Delta<'_>, finish: Option<&str>) {
+        let text = delta.content.map_or(0, str::len) + delta.reasoning_content.map_or(0, str::len);
+        self.put_head(out, text + 128);
+        if delta.tool_calls.is_none() && delta.thinking_blocks.is_none() {
+            out.put_slice(b"[{\"index\":0,\"delta\":{");
+            let mut sep: &[u8] = b"";
+            if let Some(role) = delta.role {
+                out.put_slice(b"\"role\":");
+                crate::json_text::write_str(out, role);
+                sep = b",";
+            }
+            if let Some(content) = delta.content {
+                out.put_slice(sep);
+                out.put_slice(b"\"content\":");
+                crate::json_text::write_str(out, content);
+                sep = b",";
+            }
+            if let Some(reasoning) = delta.reasoning_content {
+                out.put_slice(sep);
+                out.put_slice(b"\"reasoning_content\":");
+                crate::json_text::write_str(out, reasoning);
+            }
+            out.put_slice(b"},\"logprobs\":null,\"finish_reason\":");
+            match finish {
+                Some(reason) => crate::json_text::write_str(out, reason),
+                None => out.put_slice(b"null"),
+            }
+            out.put_slice(b"}]");
+        } else {
+            let choices = [ChunkChoice {
+                index: 0,
+                delta,
+                logprobs: (),
+                finish_reason: finish,
+            }];
+            let mut w = out.writer();
+            // Writing into memory fails only if a `Serialize` impl does; none here does.
+            let _ = serde_json::to_writer(&mut w, &choices);
+        }
+        out.put_slice(if self.usage_null {
+            b",\"usage\":null}\n\n"
+        } else {
+            b"}\n\n"
+        });
+    }
+
+    /// Appends `data: ` and the chunks' shared start ([`ChunkWriter::head`], built
+    /// first if need be), with room for `more` bytes after it.
+    fn put_head(&mut self, out: &mut BytesMut, more: usize) {
+        if self.head.is_empty() {
+            let sent = &self.progress.sent;
+            let h = &mut self.head;
+            h.reserve(sent.id.len() + self.model.len() + 80);
+            h.extend_from_slice(b"{\"id\":");
+            crate::json_text::write_str(h, &sent.id);
+            h.extend_from_slice(b",\"object\":\"chat.completion.chunk\",\"created\":");
+            h.extend_from_slice(itoa::Buffer::new().format(sent.created).as_bytes());
+            h.extend_from_slice(b",\"model\":");
+            crate::json_text::write_str(h, &self.model);
+            h.extend_from_slice(b",\"choices\":");
+        }
+        out.reserve(6 + self.head.len() + more);
+        out.put_slice(b"data: ");
+        out.put_slice(&self.head);
     }
 
     /// The opening chunk: `role: assistant` with empty content (OpenAI sends the same).
@@ -1283,16 +1333,13 @@ impl ChunkWriter {
     }
 
     /// The final usage chunk (`choices: []`), for clients that asked for it.
-    pub fn usage(&self, out: &mut BytesMut, usage: Usage) {
-        let chunk = Chunk {
-            id: &self.progress.sent.id,
-            object: "chat.completion.chunk",
-            created: self.progress.sent.created,
-            model: &self.model,
-            choices: &[],
-            usage: Some(Some(usage)),
-        };
-        write_event(out, &chunk);
+    pub fn usage(&mut self, out: &mut BytesMut, usage: Usage) {
+        self.put_head(out, 256);
+        out.put_slice(b"[],\"usage\":");
+        let mut w = out.writer();
+        // Writing into memory fails only if a `Serialize` impl does; `Usage`'s does not.
+        let _ = serde_json::to_writer(&mut w, &usage);
+        w.into_inner().put_slice(b"}\n\n");
     }
 }
 
@@ -2006,6 +2053,174 @@ mod completion_tests {
             prop_assert_eq!(
                 parsed_without_created(&body),
                 completion_as_tree(&id, &model, &choices, usage)
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod chunk_writer_tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A chunk as `serde_json` writes it from the chunk's types: the reference the
+    /// hand-written chunks must equal byte for byte.
+    #[derive(Serialize)]
+    struct Chunk<'a> {
+        id: &'a str,
+        object: &'static str,
+        created: u64,
+        model: &'a str,
+        choices: &'a [ChunkChoice<'a>],
+        #[serde(skip_serializing_if = "Option::is_none")]
+        usage: Option<Option<Usage>>,
+    }
+
+    fn writer(id: &str, created: u64, model: &str, include_usage: bool) -> ChunkWriter {
+        let mut w = ChunkWriter::new(&StreamContext {
+            logical_model: model.into(),
+            include_usage,
+            prompt_tokens_estimate: 0,
+            track: false,
+            resume: None,
+        });
+        w.progress.sent.created = created;
+        w.set_id(id.into());
+        w
+    }
+
+    fn event(chunk: &Chunk<'_>) -> Vec<u8> {
+        let mut out = b"data: ".to_vec();
+        serde_json::to_writer(&mut out, chunk).unwrap();
+        out.extend_from_slice(b"\n\n");
+        out
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z ]{0,12}",
+            any::<String>(),
+            "[\"\\\\\u{0}-\u{1f}\u{7f}\u{e9}\u{2028}a]{0,8}",
+        ]
+    }
+
+    /// The parts of one delta: role, content, reasoning, a tool-call piece (id,
+    /// name, arguments, signature) and a reasoning block.
+    type Parts = (
+        bool,
+        Option<String>,
+        Option<String>,
+        Option<(Option<String>, Option<String>, String, Option<String>)>,
+        Option<(String, String)>,
+    );
+
+    fn parts() -> impl Strategy<Value = Parts> {
+        (
+            any::<bool>(),
+            proptest::option::of(text()),
+            proptest::option::of(text()),
+            proptest::option::weighted(
+                0.3,
+                (
+                    proptest::option::of(text()),
+                    proptest::option::of(text()),
+                    text(),
+                    proptest::option::of(text()),
+                ),
+            ),
+            proptest::option::weighted(0.2, (text(), text())),
+        )
+    }
+
+    proptest! {
+        /// Every chunk, of any delta, finish reason, id and model, with and
+        /// without `include_usage`, is written as `serde_json` writes the chunk's
+        /// types; so is the usage chunk; and the shared start follows a new id.
+        #[test]
+        fn chunks_are_written_as_serde_writes_them(
+            ids in (text(), text()),
+            created in any::<u64>(),
+            model in text(),
+            include_usage in any::<bool>(),
+            deltas in proptest::collection::vec(
+                (parts(), proptest::option::of(text())),
+                1..4,
+            ),
+            counts in (any::<u32>(), any::<u32>()),
+        ) {
+            let mut w = writer(&ids.0, created, &model, include_usage);
+            for (n, ((role, content, reasoning, tool, block), finish)) in
+                deltas.iter().enumerate()
+            {
+                if n == 2 {
+                    w.set_id(ids.1.clone());
+                }
+                let id = if n >= 2 { &ids.1 } else { &ids.0 };
+                let block = block.as_ref().map(|(t, s)| ThinkingBlock::Thinking {
+                    thinking: t.as_str().into(),
+                    signature: s.as_str().into(),
+                });
+                let delta = || Delta {
+                    role: role.then_some("assistant"),
+                    content: content.as_deref(),
+                    reasoning_content: reasoning.as_deref(),
+                    tool_calls: tool.as_ref().map(|(id, name, args, sig)| {
+                        [ToolOut {
+                            piece: ToolDelta {
+                                index: 1,
+                                id: id.as_deref(),
+                                kind: id.as_ref().map(|_| "function"),
+                                function: FunctionDelta {
+                                    name: name.as_deref(),
+                                    arguments: args,
+                                },
+                            },
+                            extra_content: sig.as_deref().map(|s| ExtraContent {
+                                google: GoogleExtra {
+                                    thought_signature: s,
+                                },
+                            }),
+                        }]
+                    }),
+                    thinking_blocks: block.as_ref().map(|b| [b]),
+                };
+                let mut out = BytesMut::new();
+                w.put_chunk(&mut out, delta(), finish.as_deref());
+                let choices = [ChunkChoice {
+                    index: 0,
+                    delta: delta(),
+                    logprobs: (),
+                    finish_reason: finish.as_deref(),
+                }];
+                let expected = event(&Chunk {
+                    id,
+                    object: "chat.completion.chunk",
+                    created,
+                    model: &model,
+                    choices: &choices,
+                    usage: include_usage.then_some(None),
+                });
+                prop_assert_eq!(
+                    String::from_utf8_lossy(&out),
+                    String::from_utf8_lossy(&expected)
+                );
+            }
+            let usage = Usage::new(counts.0.into(), counts.1.into()).with_cached(Some(3));
+            let mut out = BytesMut::new();
+            w.usage(&mut out, usage);
+            let id = if deltas.len() > 2 { &ids.1 } else { &ids.0 };
+            let expected = event(&Chunk {
+                id,
+                object: "chat.completion.chunk",
+                created,
+                model: &model,
+                choices: &[],
+                usage: Some(Some(usage)),
+            });
+            prop_assert_eq!(
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(&expected)
             );
         }
     }
