@@ -184,7 +184,7 @@ struct ThinkingPiece<'a> {
 fn leading_tag(json: &str) -> Option<&str> {
     let rest = json.strip_prefix("{\"type\":\"")?;
     let tag = &rest[..memchr::memchr(b'"', rest.as_bytes())?];
-    (!tag.contains('\\')).then_some(tag)
+    (!tag.bytes().any(|b| b == b'\\')).then_some(tag)
 }
 
 /// The event `data` holds, read without buffering when it is a

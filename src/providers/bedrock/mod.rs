@@ -17,6 +17,7 @@
 //! `request`, the binary event stream in `stream`, extended thinking for Claude
 //! models in `thinking`.
 
+mod frame;
 mod request;
 mod stream;
 mod thinking;

@@ -19,10 +19,10 @@
 
 use std::borrow::Cow;
 
-use aws_smithy_types::event_stream::{HeaderValue, Message};
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use serde::Deserialize;
 
+use super::frame::{frame_len, Frame};
 use super::{finish_reason, TokenUsage};
 use crate::api::Usage;
 use crate::error::{bounded, Code, ErrorKind, GatewayError};
@@ -200,47 +200,14 @@ impl BedrockStream {
         self.over = true;
     }
 
-    /// The next complete frame in the buffer, if any.
-    ///
-    /// # Errors
-    /// 502 for a frame length out of bounds or a frame that does not decode (bad
-    /// prelude or message CRC, bad headers).
-    fn next_frame(&mut self) -> Result<Option<Message>, GatewayError> {
-        if self.buf.len() < 4 {
-            return Ok(None);
-        }
-        let total =
-            u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
-        if !(MIN_FRAME_BYTES..=MAX_FRAME_BYTES).contains(&total) {
-            return Err(bad_upstream(format!(
-                "Bedrock sent an event stream frame of {total} bytes (accepted: {MIN_FRAME_BYTES} to {MAX_FRAME_BYTES})"
-            )));
-        }
-        if self.buf.len() < total {
-            return Ok(None);
-        }
-        let frame = self.buf.split_to(total).freeze();
-        aws_smithy_eventstream::frame::read_message_from(frame)
-            .map(Some)
-            .map_err(|e| bad_upstream(format!("Bedrock sent a bad event stream frame: {e}")))
-    }
-
-    /// Handles one decoded message.
-    fn message(&mut self, m: &Message, out: &mut BytesMut) -> Result<StreamStep, GatewayError> {
-        let header = |name: &str| {
-            m.headers()
-                .iter()
-                .find(|h| h.name().as_str() == name)
-                .and_then(|h| match h.value() {
-                    HeaderValue::String(s) => Some(s.as_str()),
-                    _ => None,
-                })
-        };
+    /// Handles one checked frame.
+    fn message(&mut self, m: &Frame<'_>, out: &mut BytesMut) -> Result<StreamStep, GatewayError> {
+        let header = |name: &str| m.header(name);
         match header(":message-type").unwrap_or("event") {
             "event" => {}
             "exception" => {
                 let kind = header(":exception-type").unwrap_or("exception");
-                let message = serde_json::from_slice::<ExceptionBody>(m.payload())
+                let message = serde_json::from_slice::<ExceptionBody>(m.payload)
                     .map(|b| b.message)
                     .unwrap_or_default();
                 return Err(exception(kind, &message));
@@ -251,7 +218,7 @@ impl BedrockStream {
                 return Err(exception(code, message));
             }
         }
-        let payload = m.payload().as_ref();
+        let payload = m.payload;
         let parse_err = |e: serde_json::Error, what: &str| {
             bad_upstream(format!(
                 "Bedrock sent a `{what}` event that is not valid: {e}"
@@ -424,30 +391,53 @@ impl StreamTranscoder for BedrockStream {
         if self.over {
             return Some(Ok(StreamStep::Done));
         }
-        self.buf.extend_from_slice(data);
-        loop {
-            let m = match self.next_frame() {
-                Ok(Some(m)) => m,
-                Ok(None) => return Some(Ok(StreamStep::Continue)),
-                Err(e) => {
-                    self.over = true;
-                    self.buf.clear();
-                    return Some(Err(e));
+        // Frames are read where they are: in `data`, or, when a frame was split
+        // across reads, in the bytes kept from before with `data` appended. Only
+        // the start of a frame not yet whole is kept for the next read.
+        let mut kept = std::mem::take(&mut self.buf);
+        let joined = !kept.is_empty();
+        if joined {
+            kept.extend_from_slice(data);
+        }
+        let input: &[u8] = if joined { &kept } else { data };
+        let mut at = 0;
+        let step = loop {
+            let total = match frame_len(&input[at..], MAX_FRAME_BYTES) {
+                Ok(Some(total)) if input.len() - at >= total => total,
+                Ok(_) => break Ok(StreamStep::Continue),
+                Err(total) => {
+                    break Err(bad_upstream(format!(
+                        "Bedrock sent an event stream frame of {total} bytes (accepted: {MIN_FRAME_BYTES} to {MAX_FRAME_BYTES})"
+                    )))
                 }
             };
-            match self.message(&m, out) {
-                Ok(StreamStep::Continue) => {}
-                Ok(StreamStep::Done) => {
-                    self.buf.clear();
-                    return Some(Ok(StreamStep::Done));
-                }
+            let frame = match Frame::read(&input[at..at + total]) {
+                Ok(frame) => frame,
                 Err(e) => {
-                    self.over = true;
-                    self.buf.clear();
-                    return Some(Err(e));
+                    break Err(bad_upstream(format!(
+                        "Bedrock sent a bad event stream frame: {e}"
+                    )))
+                }
+            };
+            at += total;
+            match self.message(&frame, out) {
+                Ok(StreamStep::Continue) => {}
+                done_or_error => break done_or_error,
+            }
+        };
+        match step {
+            Ok(StreamStep::Continue) => {
+                if joined {
+                    kept.advance(at);
+                    self.buf = kept;
+                } else if at < data.len() {
+                    self.buf.extend_from_slice(&data[at..]);
                 }
             }
+            Ok(StreamStep::Done) => {}
+            Err(_) => self.over = true,
         }
+        Some(step)
     }
 
     fn end(&mut self, out: &mut BytesMut) -> Result<(), GatewayError> {
