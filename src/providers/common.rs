@@ -655,14 +655,23 @@ pub(crate) struct Choice {
 }
 
 /// Serializes an OpenAI `chat.completion` object (OpenAI API reference, "The chat
-/// completion object"), its members in OpenAI's order.
+/// completion object"), its members in OpenAI's order: `id`, `object`, `created`,
+/// `model`, `choices` (each `index`, `message`, `logprobs: null`, `finish_reason`;
+/// a message's `role`, `content` and `refusal`, `null` when absent, then
+/// `reasoning_content`, `tool_calls` and `thinking_blocks` when it has them), `usage`.
 ///
-/// Written straight from `choices` through borrowing `Serialize` types: building a
-/// `serde_json::Value` tree first (a `BTreeMap` per object, a `String` per key and
-/// value, then the tree's serialization and drop) was two thirds of a translated
-/// Anthropic answer's instructions, about 20,700 of 31,000 (`examples/translate_cost.rs`
-/// under callgrind).
+/// Written by hand, strings through [`crate::json_text`], and tool calls, reasoning
+/// blocks and usage through `serde`. Building a `serde_json::Value` tree first (a
+/// `BTreeMap` per object, a `String` per key and value, then the tree's
+/// serialization and drop) was two thirds of a translated Anthropic answer's
+/// instructions, about 20,700 of 31,000 (`examples/translate_cost.rs` under
+/// callgrind); the tests hold this writer to that tree, member for member.
 pub(crate) fn completion(id: &str, model: &str, choices: &[Choice], usage: Usage) -> Bytes {
+    use crate::json_text::write_str;
+    let opt_str = |out: &mut Vec<u8>, s: Option<&str>| match s {
+        Some(s) => write_str(out, s),
+        None => out.extend_from_slice(b"null"),
+    };
     let text: usize = choices
         .iter()
         .map(|c| {
@@ -676,85 +685,48 @@ pub(crate) fn completion(id: &str, model: &str, choices: &[Choice], usage: Usage
         })
         .sum();
     let mut out = Vec::with_capacity(id.len() + model.len() + text + 192);
-    let body = CompletionOut {
-        id,
-        object: "chat.completion",
-        created: now_secs(),
-        model,
-        choices: ChoicesOut(choices),
-        usage,
-    };
-    // Writing into a `Vec` fails only if a `Serialize` impl does; none here does.
-    let _ = serde_json::to_writer(&mut out, &body);
-    Bytes::from(out)
-}
-
-/// The `chat.completion` object [`completion`] writes.
-#[derive(Serialize)]
-struct CompletionOut<'a> {
-    id: &'a str,
-    object: &'static str,
-    /// Unix seconds.
-    created: u64,
-    model: &'a str,
-    choices: ChoicesOut<'a>,
-    usage: Usage,
-}
-
-/// `choices`: each [`Choice`] with its `index`, written as it is read.
-struct ChoicesOut<'a>(&'a [Choice]);
-
-impl Serialize for ChoicesOut<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.iter().enumerate().map(|(index, c)| ChoiceOut {
-            index,
-            message: MessageOut {
-                role: "assistant",
-                content: c.content.as_deref(),
-                refusal: c.refusal.as_deref(),
-                reasoning_content: c.reasoning_content.as_deref(),
-                tool_calls: ToolCallsOut(c),
-                thinking_blocks: &c.thinking_blocks,
-            },
-            logprobs: (),
-            finish_reason: c.finish_reason,
-        }))
+    out.extend_from_slice(b"{\"id\":");
+    write_str(&mut out, id);
+    out.extend_from_slice(b",\"object\":\"chat.completion\",\"created\":");
+    out.extend_from_slice(itoa::Buffer::new().format(now_secs()).as_bytes());
+    out.extend_from_slice(b",\"model\":");
+    write_str(&mut out, model);
+    out.extend_from_slice(b",\"choices\":[");
+    for (i, c) in choices.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"index\":");
+        out.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
+        out.extend_from_slice(b",\"message\":{\"role\":\"assistant\",\"content\":");
+        opt_str(&mut out, c.content.as_deref());
+        out.extend_from_slice(b",\"refusal\":");
+        opt_str(&mut out, c.refusal.as_deref());
+        if let Some(r) = &c.reasoning_content {
+            out.extend_from_slice(b",\"reasoning_content\":");
+            write_str(&mut out, r);
+        }
+        // Writing into a `Vec` fails only if a `Serialize` impl does; none here does.
+        if !c.tool_calls.is_empty() {
+            out.extend_from_slice(b",\"tool_calls\":");
+            let _ = serde_json::to_writer(&mut out, &ToolCallsOut(c));
+        }
+        if !c.thinking_blocks.is_empty() {
+            out.extend_from_slice(b",\"thinking_blocks\":");
+            let _ = serde_json::to_writer(&mut out, &c.thinking_blocks);
+        }
+        out.extend_from_slice(b"},\"logprobs\":null,\"finish_reason\":");
+        write_str(&mut out, c.finish_reason);
+        out.push(b'}');
     }
-}
-
-/// One entry of `choices`.
-#[derive(Serialize)]
-struct ChoiceOut<'a> {
-    index: usize,
-    message: MessageOut<'a>,
-    /// Always `null`: no provider translated here reports log probabilities.
-    logprobs: (),
-    finish_reason: &'static str,
-}
-
-/// A choice's `message`. `content` and `refusal` are always present (`null` when
-/// absent), as OpenAI writes them; the other members only when the choice has them.
-#[derive(Serialize)]
-struct MessageOut<'a> {
-    role: &'static str,
-    content: Option<&'a str>,
-    refusal: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reasoning_content: Option<&'a str>,
-    #[serde(skip_serializing_if = "ToolCallsOut::is_empty")]
-    tool_calls: ToolCallsOut<'a>,
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    thinking_blocks: &'a [ThinkingBlock<'static>],
+    out.extend_from_slice(b"],\"usage\":");
+    let _ = serde_json::to_writer(&mut out, &usage);
+    out.push(b'}');
+    Bytes::from(out)
 }
 
 /// A choice's `message.tool_calls`.
 struct ToolCallsOut<'a>(&'a Choice);
-
-impl ToolCallsOut<'_> {
-    fn is_empty(&self) -> bool {
-        self.0.tool_calls.is_empty()
-    }
-}
 
 impl Serialize for ToolCallsOut<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
