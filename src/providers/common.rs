@@ -2035,6 +2035,7 @@ mod chunk_writer_tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::providers::Resume;
 
     /// A chunk as `serde_json` writes it from the chunk's types: the reference the
     /// hand-written chunks must equal byte for byte.
@@ -2103,6 +2104,41 @@ mod chunk_writer_tests {
             ),
             proptest::option::weighted(0.2, (text(), text())),
         )
+    }
+
+    /// A stream continuing another keeps that one's id and creation time in every
+    /// chunk, whatever id its provider gives, and sends no second `role`.
+    #[test]
+    fn a_continued_stream_writes_the_first_ones_id_and_created() {
+        let mut w = ChunkWriter::new(&StreamContext {
+            logical_model: "m".into(),
+            include_usage: false,
+            prompt_tokens_estimate: 0,
+            track: true,
+            resume: Some(Resume {
+                sent: Sent {
+                    id: "chatcmpl-first".into(),
+                    created: 42,
+                    ..Sent::default()
+                },
+                skip: String::new(),
+                exact: false,
+            }),
+        });
+        w.set_id("msg_second".into());
+        let mut out = BytesMut::new();
+        w.start(&mut out);
+        w.text(&mut out, "more").unwrap();
+        w.usage(&mut out, Usage::new(1, 2));
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            "data: {\"id\":\"chatcmpl-first\",\"object\":\"chat.completion.chunk\",\"created\":42,\
+             \"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"more\"},\
+             \"logprobs\":null,\"finish_reason\":null}]}\n\n\
+             data: {\"id\":\"chatcmpl-first\",\"object\":\"chat.completion.chunk\",\"created\":42,\
+             \"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":1,\
+             \"completion_tokens\":2,\"total_tokens\":3}}\n\n"
+        );
     }
 
     proptest! {

@@ -152,6 +152,10 @@ enum BlockDelta<'a> {
 /// first (see [`fast_event`]); its `delta` is read by [`block_delta`].
 #[derive(Deserialize)]
 struct BlockDeltaEvent<'a> {
+    /// The tag, read again only so that a second `type` member is refused as the
+    /// enum refuses it (`duplicate field`).
+    #[serde(rename = "type")]
+    _tag: serde::de::IgnoredAny,
     index: u64,
     #[serde(borrow)]
     delta: &'a RawValue,
@@ -160,6 +164,10 @@ struct BlockDeltaEvent<'a> {
 /// `text_delta`'s members.
 #[derive(Deserialize)]
 struct TextPiece<'a> {
+    /// The tag, read again only so that a second `type` member is refused as the
+    /// enum refuses it (`duplicate field`).
+    #[serde(rename = "type")]
+    _tag: serde::de::IgnoredAny,
     #[serde(borrow)]
     text: Cow<'a, str>,
 }
@@ -167,6 +175,10 @@ struct TextPiece<'a> {
 /// `input_json_delta`'s members.
 #[derive(Deserialize)]
 struct JsonPiece<'a> {
+    /// The tag, read again only so that a second `type` member is refused as the
+    /// enum refuses it (`duplicate field`).
+    #[serde(rename = "type")]
+    _tag: serde::de::IgnoredAny,
     #[serde(borrow)]
     partial_json: Cow<'a, str>,
 }
@@ -174,6 +186,10 @@ struct JsonPiece<'a> {
 /// `thinking_delta`'s members.
 #[derive(Deserialize)]
 struct ThinkingPiece<'a> {
+    /// The tag, read again only so that a second `type` member is refused as the
+    /// enum refuses it (`duplicate field`).
+    #[serde(rename = "type")]
+    _tag: serde::de::IgnoredAny,
     #[serde(borrow)]
     thinking: Cow<'a, str>,
 }
@@ -197,8 +213,13 @@ fn leading_tag(json: &str) -> Option<&str> {
 /// stream, that was half of a translated Anthropic stream's reading
 /// (`examples/translate_cost.rs anthropic-stream` under callgrind). With the tag
 /// known, the variant's members are read straight from the text; the variant
-/// chosen, the members required and their types are those of [`Event`] and
-/// [`BlockDelta`] (the tests read every recorded stream both ways).
+/// chosen, the members required, their types and a repeated member are those of
+/// [`Event`] and [`BlockDelta`] (the tests read every recorded stream, and malformed
+/// and random events, both ways). One difference, on purpose: members the adapter
+/// does not read are skipped as every other provider struct skips them, where the
+/// enum's buffer read them whole and refused a number beyond `f64`, a lone UTF-16
+/// surrogate escape or nesting deeper than 128 in them; such an event's text is
+/// relayed rather than the stream failed.
 fn fast_event(data: &str) -> Option<serde_json::Result<Event<'_>>> {
     if leading_tag(data)? != "content_block_delta" {
         return None;
@@ -537,12 +558,37 @@ mod tests {
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text\u005fdelta","text":"x"}}"#,
             r#"{"type":"content_block_delta","index":0,"index":1,"delta":{"type":"text_delta","text":"x"}}"#,
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x","text":"y"}}"#,
+            r#"{"type":"content_block_delta","type":"x","index":0,"delta":{"type":"text_delta","text":"x"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","type":"thinking_delta","text":"x"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","type":"x","partial_json":"x"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"x","type":"x"}}"#,
         ];
         for data in fixtures.iter().flat_map(|f| f.lines()).chain(crafted) {
             read_straight += usize::from(fast_event(data).is_some());
             agree(data).unwrap();
         }
         assert!(read_straight > 12, "{read_straight}");
+    }
+
+    /// Values the enum's buffer refused in members the adapter does not read are
+    /// skipped, and the delta is read (see [`fast_event`]).
+    #[test]
+    fn unread_members_the_tree_refused_are_skipped() {
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        for unread in ["1e400", r#""\ud800""#, deep.as_str()] {
+            for data in [
+                format!(
+                    r#"{{"type":"content_block_delta","index":0,"x":{unread},"delta":{{"type":"text_delta","text":"hi"}}}}"#
+                ),
+                format!(
+                    r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","c":{unread},"text":"hi"}}}}"#
+                ),
+            ] {
+                assert!(serde_json::from_str::<Event<'_>>(&data).is_err(), "{data}");
+                let ev = fast_event(&data).unwrap().unwrap();
+                assert_eq!(delta_of(&ev).as_deref(), Some("0 text \"hi\""), "{data}");
+            }
+        }
     }
 
     proptest! {

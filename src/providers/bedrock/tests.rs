@@ -1115,3 +1115,87 @@ fn a_temperature_above_one_is_refused_naming_it() {
     ));
     assert_eq!(b["inferenceConfig"]["temperature"], 1.0);
 }
+
+/// The bytes written for `bytes` fed in pieces ending at `cuts` (then the rest),
+/// with the stream's random id replaced by `ID` and its clock's `created` by 0, and
+/// whether it ended `Done`, with
+/// an error, or needing more.
+fn feed_cut(bytes: &[u8], cuts: &[usize]) -> (String, &'static str) {
+    let mut t = adapter().stream(ctx(true));
+    let mut out = BytesMut::new();
+    let mut start = 0;
+    let mut step = "more";
+    for end in cuts.iter().copied().chain([bytes.len()]) {
+        match t.raw(&bytes[start..end], &mut out).unwrap() {
+            Ok(StreamStep::Continue) => {}
+            Ok(StreamStep::Done) => {
+                step = "done";
+                break;
+            }
+            Err(_) => {
+                step = "error";
+                break;
+            }
+        }
+        start = end;
+    }
+    let (id, created) = (&t.sent().id, t.sent().created);
+    let text = String::from_utf8(out.to_vec()).unwrap();
+    let text = text
+        .replace(id.as_str(), "ID")
+        .replace(&format!("\"created\":{created},"), "\"created\":0,");
+    (text, step)
+}
+
+#[test]
+fn a_stream_cut_anywhere_in_two_or_three_reads_writes_the_bytes_of_the_whole() {
+    let bytes = encode_fixture(&fixture("bedrock/amazon-bedrock-text.chunks.txt"));
+    let whole = feed_cut(&bytes, &[]);
+    assert_eq!(whole.1, "done");
+    assert!(whole.0.ends_with("data: [DONE]\n\n"));
+    for at in 0..=bytes.len() {
+        assert_eq!(feed_cut(&bytes, &[at]), whole, "cut at {at}");
+    }
+    for a in (0..bytes.len()).step_by(11) {
+        for b in (a..=bytes.len()).step_by(31) {
+            assert_eq!(feed_cut(&bytes, &[a, b]), whole, "cuts at {a}, {b}");
+        }
+    }
+}
+
+#[test]
+fn frames_after_the_end_or_after_a_bad_frame_in_the_same_read_are_not_read() {
+    let good = encode_fixture(&fixture("bedrock/amazon-bedrock-text.chunks.txt"));
+    let whole = feed_cut(&good, &[]);
+    // Anything after the end of the answer, in the same read, changes nothing.
+    let extra = frame(
+        "event",
+        "contentBlockDelta",
+        r#"{"contentBlockIndex":0,"delta":{"text":"late"}}"#,
+    );
+    let mut after = good.clone();
+    after.extend_from_slice(&extra);
+    after.extend_from_slice(b"\0\0\0\x05garbage");
+    assert_eq!(feed_cut(&after, &[]), whole);
+    // A damaged frame after good ones in one read: the good ones' chunks, then the
+    // error; a split before the damage gives the same.
+    let first = frame("event", "messageStart", r#"{"role":"assistant"}"#);
+    let second = frame(
+        "event",
+        "contentBlockDelta",
+        r#"{"contentBlockIndex":0,"delta":{"text":"Hi"}}"#,
+    );
+    let mut bad = frame(
+        "event",
+        "contentBlockDelta",
+        r#"{"contentBlockIndex":0,"delta":{"text":"no"}}"#,
+    );
+    let n = bad.len();
+    bad[n - 5] ^= 1;
+    let stream = [first.clone(), second.clone(), bad, extra].concat();
+    let (text, step) = feed_cut(&stream, &[]);
+    assert_eq!(step, "error");
+    assert!(text.contains(r#""content":"Hi""#), "{text}");
+    assert!(!text.contains("no") && !text.contains("late"), "{text}");
+    assert_eq!(feed_cut(&stream, &[first.len() + 3]), (text, step));
+}
