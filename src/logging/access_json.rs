@@ -400,12 +400,11 @@ fn visit_fields(
     })
 }
 
-/// Writes `s` as a JSON string, byte for byte as `serde_json` does.
+/// Writes `s` as a JSON string, byte for byte as `serde_json` does
+/// ([`crate::json_text::write_str`]); never fails (the `Result` composes with the
+/// writers around it).
 fn json_str(buf: &mut Vec<u8>, s: &str) -> Result<(), serde_json::Error> {
-    if needs_escape(s.as_bytes()) {
-        return serde_json::to_writer(buf, s);
-    }
-    quoted(buf, s);
+    crate::json_text::write_str(buf, s);
     Ok(())
 }
 

@@ -18,6 +18,7 @@ use super::{Sent, StreamContext};
 use crate::api::{Message, Usage};
 use crate::body::{self, Body};
 use crate::error::{Code, ErrorKind, GatewayError};
+use crate::json_text::write_str;
 
 /// 502 for a provider answer that does not have the shape its API documents.
 pub(crate) fn bad_upstream(message: impl Into<String>) -> GatewayError {
@@ -667,7 +668,6 @@ pub(crate) struct Choice {
 /// instructions, about 20,700 of 31,000 (`examples/translate_cost.rs` under
 /// callgrind); the tests hold this writer to that tree, member for member.
 pub(crate) fn completion(id: &str, model: &str, choices: &[Choice], usage: Usage) -> Bytes {
-    use crate::json_text::write_str;
     let opt_str = |out: &mut Vec<u8>, s: Option<&str>| match s {
         Some(s) => write_str(out, s),
         None => out.extend_from_slice(b"null"),
@@ -685,13 +685,8 @@ pub(crate) fn completion(id: &str, model: &str, choices: &[Choice], usage: Usage
         })
         .sum();
     let mut out = Vec::with_capacity(id.len() + model.len() + text + 192);
-    out.extend_from_slice(b"{\"id\":");
-    write_str(&mut out, id);
-    out.extend_from_slice(b",\"object\":\"chat.completion\",\"created\":");
-    out.extend_from_slice(itoa::Buffer::new().format(now_secs()).as_bytes());
-    out.extend_from_slice(b",\"model\":");
-    write_str(&mut out, model);
-    out.extend_from_slice(b",\"choices\":[");
+    put_object_head(&mut out, id, "chat.completion", now_secs(), model);
+    out.push(b'[');
     for (i, c) in choices.iter().enumerate() {
         if i > 0 {
             out.push(b',');
@@ -723,6 +718,21 @@ pub(crate) fn completion(id: &str, model: &str, choices: &[Choice], usage: Usage
     let _ = serde_json::to_writer(&mut out, &usage);
     out.push(b'}');
     Bytes::from(out)
+}
+
+/// Appends the members an answer object and each of a stream's chunks begin with,
+/// `{"id":…,"object":…,"created":…,"model":…,"choices":`, in OpenAI's order;
+/// `object` is `chat.completion` or `chat.completion.chunk`, `created` Unix seconds.
+fn put_object_head(out: &mut Vec<u8>, id: &str, object: &str, created: u64, model: &str) {
+    out.extend_from_slice(b"{\"id\":");
+    write_str(out, id);
+    out.extend_from_slice(b",\"object\":");
+    write_str(out, object);
+    out.extend_from_slice(b",\"created\":");
+    out.extend_from_slice(itoa::Buffer::new().format(created).as_bytes());
+    out.extend_from_slice(b",\"model\":");
+    write_str(out, model);
+    out.extend_from_slice(b",\"choices\":");
 }
 
 /// A choice's `message.tool_calls`.
@@ -1114,23 +1124,23 @@ impl ChunkWriter {
             let mut sep: &[u8] = b"";
             if let Some(role) = delta.role {
                 out.put_slice(b"\"role\":");
-                crate::json_text::write_str(out, role);
+                write_str(out, role);
                 sep = b",";
             }
             if let Some(content) = delta.content {
                 out.put_slice(sep);
                 out.put_slice(b"\"content\":");
-                crate::json_text::write_str(out, content);
+                write_str(out, content);
                 sep = b",";
             }
             if let Some(reasoning) = delta.reasoning_content {
                 out.put_slice(sep);
                 out.put_slice(b"\"reasoning_content\":");
-                crate::json_text::write_str(out, reasoning);
+                write_str(out, reasoning);
             }
             out.put_slice(b"},\"logprobs\":null,\"finish_reason\":");
             match finish {
-                Some(reason) => crate::json_text::write_str(out, reason),
+                Some(reason) => write_str(out, reason),
                 None => out.put_slice(b"null"),
             }
             out.put_slice(b"}]");
@@ -1157,15 +1167,14 @@ impl ChunkWriter {
     fn put_head(&mut self, out: &mut BytesMut, more: usize) {
         if self.head.is_empty() {
             let sent = &self.progress.sent;
-            let h = &mut self.head;
-            h.reserve(sent.id.len() + self.model.len() + 80);
-            h.extend_from_slice(b"{\"id\":");
-            crate::json_text::write_str(h, &sent.id);
-            h.extend_from_slice(b",\"object\":\"chat.completion.chunk\",\"created\":");
-            h.extend_from_slice(itoa::Buffer::new().format(sent.created).as_bytes());
-            h.extend_from_slice(b",\"model\":");
-            crate::json_text::write_str(h, &self.model);
-            h.extend_from_slice(b",\"choices\":");
+            self.head.reserve(sent.id.len() + self.model.len() + 80);
+            put_object_head(
+                &mut self.head,
+                &sent.id,
+                "chat.completion.chunk",
+                sent.created,
+                &self.model,
+            );
         }
         out.reserve(6 + self.head.len() + more);
         out.put_slice(b"data: ");

@@ -19,6 +19,8 @@
 const PRELUDE_BYTES: usize = 12;
 /// Bytes of the message CRC that ends a frame.
 const CRC_BYTES: usize = 4;
+/// Smallest valid frame: the prelude and the message CRC.
+pub(super) const MIN_FRAME_BYTES: usize = PRELUDE_BYTES + CRC_BYTES;
 
 /// A frame's header value types that have a fixed size, and that size in bytes
 /// (`bool` true and false, byte, `i16`, `i32`, `i64`, timestamp, UUID); types 6
@@ -62,7 +64,7 @@ impl<'a> Frame<'a> {
     /// header cut short, of an unknown type, or a name or string value that is not
     /// UTF-8.
     pub(super) fn read(frame: &'a [u8]) -> Result<Frame<'a>, String> {
-        if frame.len() < PRELUDE_BYTES + CRC_BYTES {
+        if frame.len() < MIN_FRAME_BYTES {
             return Err(format!("a frame of {} bytes is too short", frame.len()));
         }
         let total = be32(frame, 0) as usize;
@@ -136,7 +138,7 @@ pub(super) fn frame_len(buf: &[u8], max: usize) -> Result<Option<usize>, usize> 
         return Ok(None);
     }
     let total = be32(buf, 0) as usize;
-    if !(PRELUDE_BYTES + CRC_BYTES..=max).contains(&total) {
+    if !(MIN_FRAME_BYTES..=max).contains(&total) {
         return Err(total);
     }
     Ok(Some(total))

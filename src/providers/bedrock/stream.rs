@@ -22,7 +22,7 @@ use std::borrow::Cow;
 use bytes::{Buf, BytesMut};
 use serde::Deserialize;
 
-use super::frame::{frame_len, Frame};
+use super::frame::{frame_len, Frame, MIN_FRAME_BYTES};
 use super::{finish_reason, TokenUsage};
 use crate::api::Usage;
 use crate::error::{bounded, Code, ErrorKind, GatewayError};
@@ -36,9 +36,6 @@ use crate::sse::SseEventRef;
 /// Largest event stream frame accepted, in bytes (16 MiB, the bound the AWS SDKs
 /// apply to one message).
 pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
-
-/// Smallest valid frame: prelude (12 bytes) and message CRC (4).
-const MIN_FRAME_BYTES: usize = 16;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
