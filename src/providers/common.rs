@@ -722,13 +722,19 @@ pub(crate) fn completion(id: &str, model: &str, choices: &[Choice], usage: Usage
 
 /// Appends the members an answer object and each of a stream's chunks begin with,
 /// `{"id":…,"object":…,"created":…,"model":…,"choices":`, in OpenAI's order;
-/// `object` is `chat.completion` or `chat.completion.chunk`, `created` Unix seconds.
+/// `object` is `chat.completion` or `chat.completion.chunk` (a constant, written
+/// as it is), `created` Unix seconds.
+#[inline]
 fn put_object_head(out: &mut Vec<u8>, id: &str, object: &str, created: u64, model: &str) {
     out.extend_from_slice(b"{\"id\":");
     write_str(out, id);
-    out.extend_from_slice(b",\"object\":");
-    write_str(out, object);
-    out.extend_from_slice(b",\"created\":");
+    debug_assert!(
+        !crate::json_text::needs_escape(object.as_bytes()),
+        "{object}"
+    );
+    out.extend_from_slice(b",\"object\":\"");
+    out.extend_from_slice(object.as_bytes());
+    out.extend_from_slice(b"\",\"created\":");
     out.extend_from_slice(itoa::Buffer::new().format(created).as_bytes());
     out.extend_from_slice(b",\"model\":");
     write_str(out, model);
