@@ -8,7 +8,10 @@
 # exclusive (self) and inclusive instructions per request (cgtop.py).
 #
 # Usage: benches/load/callgrind.sh [seconds] [top]
-# Environment: MODES ("json stream"), SWITCHYARD_BIN (target/release/switchyard),
+# Environment: MODES ("json stream"; also `claude-json`, `claude-stream`, `gemini-json`,
+# `gemini-stream`, `nova-json`, `nova-stream` and `mix`: Switchyard translating for
+# `switchyard mock` in the Anthropic, Gemini and Bedrock formats, setup.sh's
+# start_mocks), SWITCHYARD_BIN (target/release/switchyard),
 # KEEP=DIR copies the callgrind dumps there (read them with cgtop.py), CACHE=1 also
 # simulates the caches (`--cache-sim=yes`, slower) and prints the first-level
 # instruction and data cache misses per request, in all and by function; SY_SED, a
@@ -19,6 +22,7 @@ cd "$(dirname "$0")/../.."
 secs=${1:-20}; top=${2:-25}; modes=${MODES:-json stream}
 . benches/load/setup.sh
 start_upstream ""
+case " $modes " in *claude*|*gemini*|*nova*|*mix*) start_mocks "" ;; esac
 cache_sim=no; [ "${CACHE:-0}" = 1 ] && cache_sim=yes
 SWITCHYARD_LOG=warn valgrind --tool=callgrind --dump-instr=no --cache-sim=$cache_sim \
   --callgrind-out-file="$work/cg.out" "$bin" serve --config "$work/sy.yaml" \

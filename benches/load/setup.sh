@@ -5,7 +5,8 @@
 # every process the script started stopped) on exit. Sets: bin (SWITCHYARD_BIN, else
 # target/release/switchyard, built if missing), work, port(), uport, nport, gport,
 # key, and the functions start_upstream,
-# start_nginx, start_gateway (sets gpid), url TARGET MODE, pid_of TARGET, check_gateway.
+# start_nginx, start_gateway (sets gpid), start_mocks (the translated providers' models,
+# below), url TARGET MODE, pid_of TARGET, check_gateway.
 # Environment: ADMISSION=0 leaves out Switchyard's API key and limits, SY_EXTRA_YAML
 # is appended to its config, SY_SED edits it (a sed script, applied last), SY_SERVER
 # adds keys to its `server:` map (e.g. SY_SERVER="runtime: shared"), NGINX_CONNS sets
@@ -125,3 +126,59 @@ body() { sed -n "s/^wrk.body = '\(.*\)'$/\1/p" "$work/$1.lua"; }
 # summed.
 ticks() { local p t=0; for p in $1; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
 rss() { local p k=0; for p in $1; do k=$((k + $(awk '/VmRSS/ {print $2}' "/proc/$p/status"))); done; echo $k; }
+# start_mocks PREFIX: `switchyard mock` in the Anthropic, Gemini and Bedrock formats,
+# each on its own port and started with PREFIX (e.g. `env NAME=VALUE`); Switchyard's
+# config gains a provider for each and the models `claude`, `gemini` and `nova` they
+# serve. Writes the wrk scripts "$work/MODEL-json.lua" and "$work/MODEL-stream.lua"
+# (a short answer; a stream asking for usage) for each, and "$work/mix.lua", which
+# sends in turn answers and streams with and without a tool call from all three.
+# Call before start_gateway.
+start_mocks() {
+  local fmt p model kind extra
+  for fmt in anthropic gemini bedrock; do
+    p=$(port)
+    $1 "$bin" mock --format "$fmt" --listen "127.0.0.1:$p" >"$work/mock-$fmt.log" 2>&1 &
+    echo $! > "$work/mock-$fmt.pid"
+    eval "_${fmt}_port=$p"
+  done
+  for fmt in anthropic gemini bedrock; do
+    for _ in $(seq 50); do grep -q "listening on" "$work/mock-$fmt.log" && break; sleep 0.1; done
+    grep -q "listening on" "$work/mock-$fmt.log" || { cat "$work/mock-$fmt.log" >&2; exit 1; }
+  done
+  # Bedrock requests are signed (SigV4) with made-up credentials; the mock checks
+  # the header's form, not the signature.
+  printf '[bench]\naws_access_key_id = AKIDEXAMPLE\naws_secret_access_key = wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY\n' \
+    > "$work/etc/aws-credentials"
+  sed -i "/^providers:/a\\
+  anth: { kind: anthropic, base_url: http://127.0.0.1:$_anthropic_port/v1 }\\
+  gem: { kind: gemini, base_url: http://127.0.0.1:$_gemini_port/v1beta }\\
+  bed: { kind: bedrock, base_url: http://127.0.0.1:$_bedrock_port, region: us-east-1, credentials_file: $work/etc/aws-credentials, profile: bench }" "$work/sy.yaml"
+  sed -i "/^models:/a\\
+  claude: { endpoints: [ { provider: anth, model: mock-1 } ] }\\
+  gemini: { endpoints: [ { provider: gem, model: mock-1 } ] }\\
+  nova: { endpoints: [ { provider: bed, model: mock-1 } ] }" "$work/sy.yaml"
+  local head tools
+  head="wrk.method = \"POST\"
+wrk.headers[\"Content-Type\"] = \"application/json\"
+wrk.headers[\"Authorization\"] = \"Bearer $key\""
+  tools='"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]'
+  body_of() { # model, extra members
+    echo "{\"model\":\"$1\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"What is the weather in Paris today?\"}],\"max_tokens\":64$2}"
+  }
+  {
+    echo "$head"
+    echo 'local bodies = {'
+    for model in claude gemini nova; do
+      for extra in '' ',"stream":true' ',"stream":true,"stream_options":{"include_usage":true}' ",$tools" ",\"stream\":true,$tools"; do
+        echo "  '$(body_of "$model" "$extra")',"
+      done
+      for kind in json stream; do
+        extra=''; [ $kind = stream ] && extra=',"stream":true,"stream_options":{"include_usage":true}'
+        printf "%s\nwrk.body = '%s'\n" "$head" "$(body_of "$model" "$extra")" > "$work/$model-$kind.lua"
+      done
+    done
+    echo '}'
+    echo 'local i = 0'
+    echo 'request = function() i = i % #bodies + 1; return wrk.format(nil, nil, nil, bodies[i]) end'
+  } > "$work/mix.lua"
+}
