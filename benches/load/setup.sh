@@ -8,7 +8,8 @@
 # start_nginx, start_gateway (sets gpid), start_mocks (the translated providers' models,
 # below), url TARGET MODE, pid_of TARGET, check_gateway.
 # Environment: ADMISSION=0 leaves out Switchyard's API key and limits, SY_EXTRA_YAML
-# is appended to its config, SY_SED edits it (a sed script, applied last), SY_SERVER
+# is appended to its config, SY_SED edits it (a sed script, applied when this file is
+# sourced: before start_mocks adds to the config), SY_SERVER
 # adds keys to its `server:` map (e.g. SY_SERVER="runtime: shared"), NGINX_CONNS sets
 # nginx's worker_connections (4096).
 #
@@ -23,7 +24,9 @@ bin=${SWITCHYARD_BIN:-target/release/switchyard}
 work=$(mktemp -d)
 cleanup() {
   kill $(jobs -p) 2>/dev/null || true
-  for p in "$work"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done
+  # A process may be both a job and in a pid file (the mocks): its second kill fails,
+  # which must not end the trap before the upstream's nginx is stopped.
+  for p in "$work"/*.pid; do [ -f "$p" ] && { kill "$(cat "$p")" 2>/dev/null || true; }; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -134,29 +137,33 @@ rss() { local p k=0; for p in $1; do k=$((k + $(awk '/VmRSS/ {print $2}' "/proc/
 # sends in turn answers and streams with and without a tool call from all three.
 # Call before start_gateway.
 start_mocks() {
-  local fmt p model kind extra
+  local fmt addr model kind extra
+  # Each mock binds a port of its own choosing (`--listen 127.0.0.1:0`) and prints it
+  # once bound: no port picked here can be taken by another in between.
   for fmt in anthropic gemini bedrock; do
-    p=$(port)
-    $1 "$bin" mock --format "$fmt" --listen "127.0.0.1:$p" >"$work/mock-$fmt.log" 2>&1 &
+    ${1:-} "$bin" mock --format "$fmt" --listen 127.0.0.1:0 >"$work/mock-$fmt.log" 2>&1 &
     echo $! > "$work/mock-$fmt.pid"
-    eval "_${fmt}_port=$p"
   done
   for fmt in anthropic gemini bedrock; do
     for _ in $(seq 50); do grep -q "listening on" "$work/mock-$fmt.log" && break; sleep 0.1; done
-    grep -q "listening on" "$work/mock-$fmt.log" || { cat "$work/mock-$fmt.log" >&2; exit 1; }
+    addr=$(sed -n 's/.*switchyard mock listening on \([0-9.:]*\).*/\1/p' "$work/mock-$fmt.log" | head -1)
+    [ -n "$addr" ] || { cat "$work/mock-$fmt.log" >&2; exit 1; }
+    eval "_${fmt}_addr=$addr"
   done
   # Bedrock requests are signed (SigV4) with made-up credentials; the mock checks
-  # the header's form, not the signature.
+  # the header's form, not the signature. Not in "$work/etc", whose policies
+  # directory the gateway watches.
   printf '[bench]\naws_access_key_id = AKIDEXAMPLE\naws_secret_access_key = wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY\n' \
-    > "$work/etc/aws-credentials"
+    > "$work/aws-credentials"
   sed -i "/^providers:/a\\
-  anth: { kind: anthropic, base_url: http://127.0.0.1:$_anthropic_port/v1 }\\
-  gem: { kind: gemini, base_url: http://127.0.0.1:$_gemini_port/v1beta }\\
-  bed: { kind: bedrock, base_url: http://127.0.0.1:$_bedrock_port, region: us-east-1, credentials_file: $work/etc/aws-credentials, profile: bench }" "$work/sy.yaml"
+  anth: { kind: anthropic, base_url: http://$_anthropic_addr/v1 }\\
+  gem: { kind: gemini, base_url: http://$_gemini_addr/v1beta }\\
+  bed: { kind: bedrock, base_url: http://$_bedrock_addr, region: us-east-1, credentials_file: $work/aws-credentials, profile: bench }" "$work/sy.yaml"
   sed -i "/^models:/a\\
   claude: { endpoints: [ { provider: anth, model: mock-1 } ] }\\
   gemini: { endpoints: [ { provider: gem, model: mock-1 } ] }\\
   nova: { endpoints: [ { provider: bed, model: mock-1 } ] }" "$work/sy.yaml"
+  grep -q '^  nova:' "$work/sy.yaml" || { echo "start_mocks: no models: map in the config (SY_SED?)" >&2; exit 1; }
   local head tools
   head="wrk.method = \"POST\"
 wrk.headers[\"Content-Type\"] = \"application/json\"
