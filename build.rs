@@ -28,7 +28,6 @@ fn main() {
     let commit = commit.unwrap_or_else(|| "unknown".to_string());
     println!("cargo:rustc-env=SWITCHYARD_COMMIT={commit}");
     // Rerun when HEAD moves (a commit, a checkout); in a worktree these files live
-    // under its own git dir.
     // under its own git dir. (A path that does not exist would rerun it every build.)
     let mut watched = vec!["HEAD".to_string(), "packed-refs".to_string()];
     watched.extend(git(&["symbolic-ref", "-q", "HEAD"]));

@@ -15,33 +15,42 @@
 # instrumented binary too, their counts written elsewhere and not merged
 # (LLVM_PROFILE_FILE).
 #
+# With BOLT=1 (or BOLT=/path/to/llvm-bolt) a second stage follows: LLVM's post-link
+# optimizer BOLT instruments that binary, the same training mix runs on it again, and
+# BOLT rewrites it with the counts (hot code of all functions together, each
+# function's blocks in the order they run, cold blocks split off): the result is
+# target/pgo/bolt/switchyard. The compiler's PGO lays out each function; BOLT lays out
+# the whole binary, whose request path is larger than the first-level instruction
+# cache (README "Performance"). The PGO build then links with `--emit-relocs`, which
+# BOLT needs to move functions.
+#
 # Usage: benches/load/pgo.sh [seconds per workload, 4]
 # Needs: `rustup component add llvm-tools` (llvm-profdata of rustc's own LLVM), wrk,
-# nginx, python3, curl. Two release builds from scratch: about 25 minutes on 2 cores.
-# RUSTFLAGS, if set, is kept and the profile flags added to it.
+# nginx, python3, curl; for BOLT=1, llvm-bolt (Debian 12: `apt-get install bolt-16`,
+# found in /usr/lib/llvm-*/bin; BOLT_FLAGS replaces the optimization options below
+# for other versions). Two release builds from scratch: about 25 minutes on 2 cores;
+# the BOLT stage adds about 2 minutes. RUSTFLAGS, if set, is kept and the profile
+# flags added to it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-4}
 root=$PWD/target/pgo
 profdata=$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/bin/llvm-profdata
 [ -x "$profdata" ] || { echo "no llvm-profdata: rustup component add llvm-tools" >&2; exit 1; }
+bolt=""
+case ${BOLT:-} in
+  "" | 0) ;;
+  1) bolt=$(command -v llvm-bolt || ls -v /usr/lib/llvm-*/bin/llvm-bolt 2>/dev/null | tail -1 || true) ;;
+  *) bolt=$BOLT ;;
+esac
+[ -z "${BOLT:-}" ] || [ "$BOLT" = 0 ] || [ -x "$bolt" ] ||
+  { echo "BOLT is set but no llvm-bolt was found (Debian 12: apt-get install bolt-16)" >&2; exit 1; }
 rm -rf "$root/profiles" && mkdir -p "$root/profiles"
 flags=${RUSTFLAGS:-}
 RUSTFLAGS="$flags -Cprofile-generate=$root/profiles" CARGO_TARGET_DIR="$root/gen" \
   cargo build --release --bin switchyard
 # Build scripts ran instrumented too: only the gateway's counts are kept.
 rm -f "$root"/profiles/*.profraw
-
-SWITCHYARD_BIN=$root/gen/release/switchyard
-. benches/load/setup.sh
-start_upstream ""
-# The mocks' counts go to the scratch directory, not merged.
-start_mocks "env LLVM_PROFILE_FILE=$work/mock-%p.profraw"
-# The gateway's counts go to the profile directory (one file, merged as it exits).
-export LLVM_PROFILE_FILE="$root/profiles/switchyard-%m.profraw"
-start_gateway ""
-check_gateway
-unset LLVM_PROFILE_FILE
 
 # Runs wrk with script $1 for $2 seconds and prints its requests and how many were
 # not answered 2xx; with $3 = served, fails when any was not (a broken mock or
@@ -52,36 +61,85 @@ run() {
       END {print "  " n " requests, " (bad + 0) " not 2xx"; exit (want == "served" && bad > 0)}' ||
     { echo "requests of $1 were not served; the gateway's log:" >&2; cat "$work/gateway.log" >&2; exit 1; }
 }
-echo "# training: the load benchmark's JSON answers and streams"
-run "$work/json.lua" "$secs" served
-run "$work/stream.lua" "$secs" served
-echo "# training: Anthropic, Gemini and Bedrock through the mocks"
-run "$work/mix.lua" "$secs" served
-# Refused requests: a wrong key, a malformed body, an unknown model.
-{
-  echo 'wrk.method = "POST"'
-  echo 'local function h(key) return {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. key} end'
-  echo 'local n = 0'
-  echo 'request = function()'
-  echo '  n = n % 3 + 1'
-  echo "  if n == 1 then return wrk.format(nil, nil, h(\"wrong\"), '{\"model\":\"bench\",\"messages\":[]}') end"
-  echo "  if n == 2 then return wrk.format(nil, nil, h(\"$key\"), '{\"model\":\"bench\",\"messages\":[{\"role\":\"user\"') end"
-  echo "  return wrk.format(nil, nil, h(\"$key\"), '{\"model\":\"nope\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}')"
-  echo 'end'
-} > "$work/refused.lua"
-# One second of them: about a quarter of the training's requests, each far cheaper
-# than a served one (refused before any upstream call).
-echo "# training: refused requests"
-run "$work/refused.lua" 1 refused
-# The counts are written when the gateway exits: a graceful stop, waited for.
-kill -TERM "$gpid" 2>/dev/null || { echo "the gateway stopped during the training:" >&2; cat "$work/gateway.log" >&2; exit 1; }
-wait "$gpid" || { echo "the gateway exited with status $? after SIGTERM:" >&2; cat "$work/gateway.log" >&2; exit 1; }
+
+# train GATEWAY MOCKS GATEWAY_PREFIX: the training mix, served by the binary GATEWAY
+# (started with GATEWAY_PREFIX, e.g. `env NAME=VALUE`) in front of the static
+# upstream and of mocks run from the binary MOCKS. A mock from an instrumented build
+# writes its counts to the scratch directory, removed with it: they are not merged.
+# The gateway is stopped with SIGTERM and waited for (profiles are written as it
+# exits), its pid left in gpid, and everything the training started is stopped.
+train() {
+  SWITCHYARD_BIN=$1
+  . benches/load/setup.sh
+  start_upstream ""
+  bin=$2
+  start_mocks "env LLVM_PROFILE_FILE=$work/mock-%p.profraw"
+  bin=$1
+  start_gateway "$3"
+  check_gateway 300
+  echo "# training: the load benchmark's JSON answers and streams"
+  run "$work/json.lua" "$secs" served
+  run "$work/stream.lua" "$secs" served
+  echo "# training: Anthropic, Gemini and Bedrock through the mocks"
+  run "$work/mix.lua" "$secs" served
+  # Refused requests: a wrong key, a malformed body, an unknown model.
+  {
+    echo 'wrk.method = "POST"'
+    echo 'local function h(key) return {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. key} end'
+    echo 'local n = 0'
+    echo 'request = function()'
+    echo '  n = n % 3 + 1'
+    echo "  if n == 1 then return wrk.format(nil, nil, h(\"wrong\"), '{\"model\":\"bench\",\"messages\":[]}') end"
+    echo "  if n == 2 then return wrk.format(nil, nil, h(\"$key\"), '{\"model\":\"bench\",\"messages\":[{\"role\":\"user\"') end"
+    echo "  return wrk.format(nil, nil, h(\"$key\"), '{\"model\":\"nope\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}')"
+    echo 'end'
+  } > "$work/refused.lua"
+  # One second of them: about a quarter of the training's requests, each far cheaper
+  # than a served one (refused before any upstream call).
+  echo "# training: refused requests"
+  run "$work/refused.lua" 1 refused
+  # The counts are written when the gateway exits: a graceful stop, waited for.
+  kill -TERM "$gpid" 2>/dev/null || { echo "the gateway stopped during the training:" >&2; cat "$work/gateway.log" >&2; exit 1; }
+  wait "$gpid" || { echo "the gateway exited with status $? after SIGTERM:" >&2; cat "$work/gateway.log" >&2; exit 1; }
+  # The upstream and the mocks are not needed for the next build.
+  cleanup
+  trap - EXIT
+}
+
+# The gateway's counts go to the profile directory (one file, merged as it exits).
+train "$root/gen/release/switchyard" "$root/gen/release/switchyard" \
+  "env LLVM_PROFILE_FILE=$root/profiles/switchyard-%m.profraw"
 ls "$root"/profiles/*.profraw >/dev/null || { echo "the gateway wrote no profile" >&2; exit 1; }
 "$profdata" merge -o "$root/switchyard.profdata" "$root"/profiles/*.profraw
 echo "# merged: $root/switchyard.profdata"
-# The upstream and the mocks are not needed for the second build.
-cleanup
-trap - EXIT
-RUSTFLAGS="$flags -Cprofile-use=$root/switchyard.profdata" CARGO_TARGET_DIR="$root" \
+relocs=""; [ -n "$bolt" ] && relocs="-Clink-arg=-Wl,--emit-relocs"
+RUSTFLAGS="$flags -Cprofile-use=$root/switchyard.profdata $relocs" CARGO_TARGET_DIR="$root" \
   cargo build --release --bin switchyard
 echo "# built: $root/release/switchyard"
+[ -n "$bolt" ] || exit 0
+
+# BOLT: instrument the PGO binary, train it (mocks from the PGO binary), optimize it.
+out=$root/bolt
+rm -rf "$out" && mkdir -p "$out"
+"$bolt" "$root/release/switchyard" -o "$out/switchyard-instrumented" -instrument \
+  --instrumentation-file="$out/profile" --instrumentation-file-append-pid >"$out/instrument.log" 2>&1 ||
+  { tail -20 "$out/instrument.log" >&2; exit 1; }
+train "$out/switchyard-instrumented" "$root/release/switchyard" ""
+fdata=$out/profile.fdata
+mv "$out/profile.$gpid.fdata" "$fdata" 2>/dev/null ||
+  { echo "the instrumented gateway wrote no profile ($out/profile.$gpid.fdata)" >&2; exit 1; }
+# Blocks laid out by the ext-TSP model, functions clustered by calls (hfsort+),
+# cold blocks moved out of every function, identical functions folded; debug line
+# tables rewritten (backtraces keep their file:line). Landing pads stay in place.
+# shellcheck disable=SC2086 # BOLT_FLAGS is a list of options
+"$bolt" "$root/release/switchyard" -o "$out/switchyard" -data="$fdata" \
+  ${BOLT_FLAGS:--reorder-blocks=ext-tsp -reorder-functions=hfsort+ -split-functions -split-all-cold -icf=1 -use-gnu-stack -update-debug-sections -dyno-stats} \
+  >"$out/optimize.log" 2>&1 || { tail -20 "$out/optimize.log" >&2; exit 1; }
+rm -f "$out/switchyard-instrumented"
+# The optimized binary answers as the others did.
+SWITCHYARD_BIN=$out/switchyard
+. benches/load/setup.sh
+start_upstream ""
+start_gateway ""
+check_gateway
+echo "# built: $out/switchyard (BOLT log: $out/optimize.log)"
