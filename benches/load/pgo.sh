@@ -24,11 +24,12 @@
 # cache (README "Performance"). The PGO build then links with `--emit-relocs`, which
 # BOLT needs to move functions.
 #
-# Usage: benches/load/pgo.sh [seconds per workload, 4]
+# Usage: [BOLT=1|/path/to/llvm-bolt] [BOLT_FLAGS=...] benches/load/pgo.sh [seconds per
+# workload, 4]
 # Needs: `rustup component add llvm-tools` (llvm-profdata of rustc's own LLVM), wrk,
 # nginx, python3, curl; for BOLT=1, llvm-bolt (Debian 12: `apt-get install bolt-16`,
-# found in /usr/lib/llvm-*/bin; BOLT_FLAGS replaces the optimization options below
-# for other versions). Two release builds from scratch: about 25 minutes on 2 cores;
+# found in /usr/lib/llvm-*/bin; BOLT_FLAGS replaces the layout options below, for
+# other versions; the line tables are rewritten whatever it says). Two release builds from scratch: about 25 minutes on 2 cores;
 # the BOLT stage adds about 2 minutes. RUSTFLAGS, if set, is kept and the profile
 # flags added to it.
 set -euo pipefail
@@ -43,8 +44,21 @@ case ${BOLT:-} in
   1) bolt=$(command -v llvm-bolt || ls -v /usr/lib/llvm-*/bin/llvm-bolt 2>/dev/null | tail -1 || true) ;;
   *) bolt=$BOLT ;;
 esac
-[ -z "${BOLT:-}" ] || [ "$BOLT" = 0 ] || [ -x "$bolt" ] ||
-  { echo "BOLT is set but no llvm-bolt was found (Debian 12: apt-get install bolt-16)" >&2; exit 1; }
+# Layout options (BOLT 16's names), and the ones every run needs: line tables
+# rewritten (without it BOLT drops the debug information, and backtraces their
+# file:line), the new segment marked as `strip` and `objcopy` expect, the report of
+# taken branches before and after.
+bolt_layout=${BOLT_FLAGS--reorder-blocks=ext-tsp -reorder-functions=hfsort+ -split-functions -split-all-cold -icf=1}
+bolt_fixed="-update-debug-sections -use-gnu-stack -dyno-stats"
+if [ -n "${BOLT:-}" ] && [ "$BOLT" != 0 ]; then
+  [ -f "$bolt" ] && [ -x "$bolt" ] ||
+    { echo "BOLT=$BOLT: no llvm-bolt at '$bolt' (Debian 12: apt-get install bolt-16, then BOLT=1)" >&2; exit 1; }
+  # Options are checked now, not after the two builds: llvm-bolt reports an unknown
+  # option or value on stderr (and still exits 0).
+  # shellcheck disable=SC2086 # lists of options
+  err=$("$bolt" $bolt_layout $bolt_fixed --version 2>&1 >/dev/null) || true
+  [ -z "$err" ] || { echo "$bolt rejects the options: $err" >&2; exit 1; }
+fi
 rm -rf "$root/profiles" && mkdir -p "$root/profiles"
 flags=${RUSTFLAGS:-}
 RUSTFLAGS="$flags -Cprofile-generate=$root/profiles" CARGO_TARGET_DIR="$root/gen" \
@@ -116,7 +130,8 @@ relocs=""; [ -n "$bolt" ] && relocs="-Clink-arg=-Wl,--emit-relocs"
 RUSTFLAGS="$flags -Cprofile-use=$root/switchyard.profdata $relocs" CARGO_TARGET_DIR="$root" \
   cargo build --release --bin switchyard
 echo "# built: $root/release/switchyard"
-[ -n "$bolt" ] || exit 0
+# A BOLT binary of an older build would be left beside this one.
+[ -n "$bolt" ] || { rm -rf "$root/bolt"; exit 0; }
 
 # BOLT: instrument the PGO binary, train it (mocks from the PGO binary), optimize it.
 out=$root/bolt
@@ -129,17 +144,20 @@ fdata=$out/profile.fdata
 mv "$out/profile.$gpid.fdata" "$fdata" 2>/dev/null ||
   { echo "the instrumented gateway wrote no profile ($out/profile.$gpid.fdata)" >&2; exit 1; }
 # Blocks laid out by the ext-TSP model, functions clustered by calls (hfsort+),
-# cold blocks moved out of every function, identical functions folded; debug line
-# tables rewritten (backtraces keep their file:line). Landing pads stay in place.
-# shellcheck disable=SC2086 # BOLT_FLAGS is a list of options
-"$bolt" "$root/release/switchyard" -o "$out/switchyard" -data="$fdata" \
-  ${BOLT_FLAGS:--reorder-blocks=ext-tsp -reorder-functions=hfsort+ -split-functions -split-all-cold -icf=1 -use-gnu-stack -update-debug-sections -dyno-stats} \
+# cold blocks moved out of every function, identical functions folded. Landing pads
+# stay in place (no -split-eh): unwinding is as the compiler left it.
+# shellcheck disable=SC2086 # lists of options
+"$bolt" "$root/release/switchyard" -o "$out/switchyard.new" -data="$fdata" $bolt_layout $bolt_fixed \
   >"$out/optimize.log" 2>&1 || { tail -20 "$out/optimize.log" >&2; exit 1; }
 rm -f "$out/switchyard-instrumented"
-# The optimized binary answers as the others did.
-SWITCHYARD_BIN=$out/switchyard
+# llvm-bolt writes its output world-writable, whatever the umask.
+chmod go-w "$out/switchyard.new"
+# The optimized binary must answer as the others did before it takes the name the
+# README points at.
+SWITCHYARD_BIN=$out/switchyard.new
 . benches/load/setup.sh
 start_upstream ""
 start_gateway ""
 check_gateway
+mv "$out/switchyard.new" "$out/switchyard"
 echo "# built: $out/switchyard (BOLT log: $out/optimize.log)"
