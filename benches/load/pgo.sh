@@ -29,9 +29,9 @@
 # Needs: `rustup component add llvm-tools` (llvm-profdata of rustc's own LLVM), wrk,
 # nginx, python3, curl; for BOLT=1, llvm-bolt (Debian 12: `apt-get install bolt-16`,
 # found in /usr/lib/llvm-*/bin; BOLT_FLAGS replaces the layout options below, for
-# other versions; the line tables are rewritten whatever it says). Two release builds from scratch: about 25 minutes on 2 cores;
-# the BOLT stage adds about 2 minutes. RUSTFLAGS, if set, is kept and the profile
-# flags added to it.
+# other versions; the line tables are rewritten whatever it says). Two release builds
+# from scratch: about 25 minutes on 2 cores; the BOLT stage adds about 2 minutes.
+# RUSTFLAGS, if set, is kept and the profile flags added to it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-4}
@@ -39,8 +39,8 @@ root=$PWD/target/pgo
 profdata=$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/bin/llvm-profdata
 [ -x "$profdata" ] || { echo "no llvm-profdata: rustup component add llvm-tools" >&2; exit 1; }
 bolt=""
-case ${BOLT:-} in
-  "" | 0) ;;
+case ${BOLT:-0} in
+  0) ;;
   1) bolt=$(command -v llvm-bolt || ls -v /usr/lib/llvm-*/bin/llvm-bolt 2>/dev/null | tail -1 || true) ;;
   *) bolt=$BOLT ;;
 esac
@@ -50,7 +50,7 @@ esac
 # taken branches before and after.
 bolt_layout=${BOLT_FLAGS--reorder-blocks=ext-tsp -reorder-functions=hfsort+ -split-functions -split-all-cold -icf=1}
 bolt_fixed="-update-debug-sections -use-gnu-stack -dyno-stats"
-if [ -n "${BOLT:-}" ] && [ "$BOLT" != 0 ]; then
+if [ "${BOLT:-0}" != 0 ]; then
   [ -f "$bolt" ] && [ -x "$bolt" ] ||
     { echo "BOLT=$BOLT: no llvm-bolt at '$bolt' (Debian 12: apt-get install bolt-16, then BOLT=1)" >&2; exit 1; }
   # Options are checked now, not after the two builds: llvm-bolt reports an unknown
