@@ -55,6 +55,7 @@ pub fn route(
         route,
         rule,
         reject,
+        target,
         plan: chosen,
         rest,
         retries,
@@ -79,33 +80,40 @@ pub fn route(
                 .err()
                 .unwrap_or_else(|| GatewayError::rejected(404, &r.message)));
         }
-        let mut e = GatewayError::rejected(r.status, &r.message);
-        if r.status == 503 {
-            // Nothing available: when open circuits or providers' pauses are why,
-            // say when to come back; pauses alone are the providers' 429.
-            let probe = next_probe(gw, &chat.model);
-            let paused = next_unpause(gw, &chat.model);
-            if let (Some(wait), None) = (paused, probe) {
-                if all_paused_for_quota(gw, &chat.model) {
-                    let endpoints = gw
-                        .registry
-                        .model(&chat.model)
-                        .map(|m| &m.endpoints[..])
-                        .unwrap_or_default();
-                    return Err(super::dispatch::out_of_quota(gw, "model", endpoints));
-                }
-                return Err(GatewayError::new(
-                    ErrorKind::RateLimited,
-                    "every endpoint of the model asked for a pause (Retry-After); retry later",
-                )
-                .with_code(Code::UpstreamRateLimited)
-                .with_retry_after(Some(wait)));
-            }
-            e.retry_after = match (probe, paused) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+        if r.status != 503 {
+            return Err(GatewayError::rejected(r.status, &r.message));
         }
+        // Nothing available: when open circuits or providers' pauses are why, say
+        // when to come back; pauses alone are the providers' 429.
+        let probe = next_probe(gw, &chat.model);
+        let paused = next_unpause(gw, &chat.model);
+        if let (Some(wait), None) = (paused, probe) {
+            if all_paused_for_quota(gw, &chat.model) {
+                let endpoints = gw
+                    .registry
+                    .model(&chat.model)
+                    .map(|m| &m.endpoints[..])
+                    .unwrap_or_default();
+                return Err(super::dispatch::out_of_quota(gw, "model", endpoints));
+            }
+            return Err(GatewayError::new(
+                ErrorKind::RateLimited,
+                "every endpoint of the model asked for a pause (Retry-After); retry later",
+            )
+            .with_code(Code::UpstreamRateLimited)
+            .with_retry_after(Some(wait)));
+        }
+        // A decision with a target rejects only when none of the target's endpoints
+        // is available (open circuits, all weights 0): that is `no_endpoint`, not
+        // the policy's own `reject 503` (which has no target), whose code it borrowed.
+        let mut e = match target {
+            Some(_) => no_endpoint(&chat.model, probe),
+            None => GatewayError::rejected(r.status, &r.message),
+        };
+        e.retry_after = match (probe, paused) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         return Err(e);
     }
     // The policy's plan, without unknown indices and repeats (one bit per endpoint,
@@ -133,14 +141,7 @@ pub fn route(
         _ => None,
     };
     if plan.is_empty() {
-        return Err(GatewayError::new(
-            ErrorKind::NoEndpoint,
-            format!(
-                "no endpoint is available for model `{}`",
-                crate::error::bounded(&chat.model, crate::routing::MAX_ECHOED_NAME)
-            ),
-        )
-        .with_code(Code::NoEndpoint));
+        return Err(no_endpoint(&chat.model, None));
     }
     ctx.plan = plan;
     Ok(Plan {
@@ -228,6 +229,22 @@ fn decide(gw: &Gateway, snap: &PolicySnapshot, features: &RequestFeatures) -> De
         }
     }
     decision
+}
+
+/// 503 `no_endpoint` for `model`: none of its endpoints may be tried now. With
+/// `probe` (the wait before an open circuit breaker's next probe, [`next_probe`])
+/// the message says the circuits are why and when to come back; the caller sets
+/// `Retry-After`.
+fn no_endpoint(model: &str, probe: Option<std::time::Duration>) -> GatewayError {
+    let model = crate::error::bounded(model, crate::routing::MAX_ECHOED_NAME);
+    let message = match probe {
+        Some(wait) => format!(
+            "no endpoint is available for model `{model}`: its endpoints' circuit breakers are open after repeated failures; retry in {} s",
+            wait.as_secs().max(1)
+        ),
+        None => format!("no endpoint is available for model `{model}`"),
+    };
+    GatewayError::new(ErrorKind::NoEndpoint, message).with_code(Code::NoEndpoint)
 }
 
 /// The soonest a provider's pause (`Retry-After`) among `model`'s endpoints ends (at

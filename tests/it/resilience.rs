@@ -296,6 +296,42 @@ async fn with_every_circuit_open_the_client_gets_503_with_retry_after() {
     assert!((1..=20).contains(&wait), "{wait}");
 }
 
+// Regression: with every endpoint's circuit open, the 503 said code
+// `rejected_by_policy` and "No endpoint is available for model." (the decision's
+// empty plan went through the policy `reject` path), although no policy rejected
+// anything; a client or dashboard keyed on the code blamed the operator's policy.
+// (Seen with ../shared/reliability/memory.py: 980 of 1,000 cut streams.)
+#[tokio::test]
+async fn every_circuit_open_is_no_endpoint_not_rejected_by_policy() {
+    let (a, _) = scripted_upstream(503, r#"{"error":{"message":"down"}}"#);
+    let policy = "route blocked when request.model == \"b\" {\n  default reject 503 \"closed for maintenance\"\n}\n";
+    let gw = start_app(
+        &format!("breaker: {{ cooldown_ms: 20000 }}\nproviders:\n  p: {{ kind: openai-compatible, base_url: http://{a}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x }} ] }}\n  b: {{ endpoints: [ {{ provider: p, model: y }} ] }}\n"),
+        &[("r.policy", policy)],
+    )
+    .await;
+    let url = gw.url("/v1/chat/completions");
+    for _ in 0..12 {
+        assert_eq!(post(&url, &chat("m", false, "")).await.status, 502);
+    }
+    for stream in [false, true] {
+        let r = post(&url, &chat("m", stream, "")).await;
+        assert_eq!(r.status, 503, "{}", r.text());
+        let e = &r.json()["error"];
+        assert_eq!(e["code"], "no_endpoint", "{e}");
+        assert_eq!(e["type"], "api_error", "{e}");
+        let message = e["message"].as_str().unwrap();
+        assert!(message.contains("model `m`"), "{message}");
+        assert!(message.contains("circuit breakers are open"), "{message}");
+        assert!(r.headers.contains_key("retry-after"));
+    }
+    // The policy's own `reject 503` keeps its code and message.
+    let r = post(&url, &chat("b", false, "")).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "rejected_by_policy");
+    assert_eq!(r.json()["error"]["message"], "closed for maintenance");
+}
+
 /// `p/x` then `q/x`, both in-process mocks (`p` and `q` their options), with
 /// `retries 2` on the chain.
 fn mock_chain(p: &str, q: &str) -> (String, &'static str) {
