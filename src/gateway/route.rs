@@ -104,8 +104,8 @@ pub fn route(
             .with_retry_after(Some(wait)));
         }
         // A decision with a target rejects only when none of the target's endpoints
-        // is available (open circuits, all weights 0): that is `no_endpoint`, not
-        // the policy's own `reject 503` (which has no target), whose code it borrowed.
+        // is available (open circuits, all weights 0): `no_endpoint`. The policy's
+        // own `reject 503` has no target and keeps `rejected_by_policy`.
         let mut e = match target {
             Some(_) => no_endpoint(&chat.model, probe),
             None => GatewayError::rejected(r.status, &r.message),
