@@ -107,7 +107,7 @@ pub fn route(
         // is available (open circuits, all weights 0): `no_endpoint`. The policy's
         // own `reject 503` has no target and keeps `rejected_by_policy`.
         let mut e = match target {
-            Some(_) => no_endpoint(&chat.model, probe),
+            Some(_) => no_endpoint(gw, &chat.model, probe),
             None => GatewayError::rejected(r.status, &r.message),
         };
         e.retry_after = match (probe, paused) {
@@ -141,7 +141,7 @@ pub fn route(
         _ => None,
     };
     if plan.is_empty() {
-        return Err(no_endpoint(&chat.model, None));
+        return Err(no_endpoint(gw, &chat.model, None));
     }
     ctx.plan = plan;
     Ok(Plan {
@@ -233,14 +233,23 @@ fn decide(gw: &Gateway, snap: &PolicySnapshot, features: &RequestFeatures) -> De
 
 /// 503 `no_endpoint` for `model`: none of its endpoints may be tried now. With
 /// `probe` (the wait before an open circuit breaker's next probe, [`next_probe`])
-/// the message says the circuits are why and when to come back; the caller sets
-/// `Retry-After`.
-fn no_endpoint(model: &str, probe: Option<std::time::Duration>) -> GatewayError {
+/// the message says the circuits are why and when to come back (the caller sets
+/// `Retry-After`); when every endpoint of the model has `weight: 0` it says they
+/// are disabled.
+fn no_endpoint(gw: &Gateway, model: &str, probe: Option<std::time::Duration>) -> GatewayError {
+    let disabled = gw.registry.model(model).is_ok_and(|m| {
+        m.endpoints
+            .iter()
+            .all(|&i| gw.registry.endpoints.get(i).is_some_and(|e| e.weight == 0))
+    });
     let model = crate::error::bounded(model, crate::routing::MAX_ECHOED_NAME);
     let message = match probe {
         Some(wait) => format!(
             "no endpoint is available for model `{model}`: its endpoints' circuit breakers are open after repeated failures; retry in {} s",
             wait.as_secs().max(1)
+        ),
+        None if disabled => format!(
+            "no endpoint is available for model `{model}`: every endpoint of it has `weight: 0` (disabled) in the config"
         ),
         None => format!("no endpoint is available for model `{model}`"),
     };

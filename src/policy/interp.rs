@@ -442,15 +442,20 @@ pub(crate) fn split_bucket(
     (hash::bucket(s.seed, rule, key.unwrap_or("")), key.is_some())
 }
 
-/// The registry endpoints of a target; `Err` names a requested model that does not
-/// exist.
+/// The registry endpoints of a target that may serve (`weight` above 0); `Err`
+/// names a requested model that does not exist.
+///
+/// An endpoint of `weight: 0` is disabled (README, `models.<name>`): no target
+/// offers it, whatever strategy ranks the candidates, so a model whose endpoints all
+/// have weight 0 has none (503 `no_endpoint`). Both engines take their candidates
+/// and their fallback chains' from here.
 pub(crate) fn candidates<'a>(
     set: &'a CheckedPolicySet,
     req: &RequestFeatures,
     t: &CTarget,
 ) -> Result<Refs<'a>, String> {
     let reg = &set.registry;
-    Ok(match t {
+    let mut v: Refs<'a> = match t {
         CTarget::Model(m) => reg.model_endpoints(m).map(refs).unwrap_or_default(),
         CTarget::Endpoint(id) => reg.endpoint(id).into_iter().collect(),
         CTarget::RequestedModel => match reg.model_endpoints(&req.model) {
@@ -458,7 +463,11 @@ pub(crate) fn candidates<'a>(
             None => return Err(req.model.clone()),
         },
         CTarget::Any => reg.endpoints().collect(),
-    })
+    };
+    if v.iter().any(|e| e.endpoint.weight == 0) {
+        v.retain(|e| e.endpoint.weight > 0);
+    }
+    Ok(v)
 }
 
 /// `items` as [`Refs`]: more than fit inline are collected into a `Vec` of their

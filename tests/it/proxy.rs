@@ -119,6 +119,37 @@ async fn weights_split_traffic_between_endpoints() {
     assert!((10..=50).contains(&seen_a), "{seen_a}");
 }
 
+/// Found by the conformance attack of 2026-12-07: an endpoint of `weight: 0`
+/// ("0 disables the endpoint", README `models.<name>`) still took every request
+/// when it was alone at the best priority (the built-in order drew by weight only
+/// among two or more), and a model whose endpoints all had weight 0 answered from
+/// one of them instead of 503 `no_endpoint`. A policy's strategy (`least_latency`
+/// here) must not be offered it either.
+#[tokio::test]
+async fn a_weight_zero_endpoint_still_served_traffic() {
+    let config = "providers: { a: { kind: mock }, b: { kind: mock } }\nmodels:\n  m: { endpoints: [ { provider: a, model: off, priority: 1, weight: 0 }, { provider: b, model: on, priority: 2 } ] }\n  z: { endpoints: [ { provider: a, model: off, weight: 0 }, { provider: b, model: off, weight: 0 } ] }\n  l: { endpoints: [ { provider: a, model: l0, weight: 0 }, { provider: b, model: l1 } ] }\n";
+    let policy =
+        "route fast when request.model == \"l\" {\n  default use \"l\" via least_latency\n}\n";
+    let gw = start_app(config, &[("l.policy", policy)]).await;
+    let url = gw.url("/v1/chat/completions");
+    for stream in [false, true] {
+        for _ in 0..5 {
+            let r = post(&url, &chat("m", stream, r#","max_tokens":1"#)).await;
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert_eq!(r.headers["x-switchyard-endpoint"], "b/on");
+            let r = post(&url, &chat("l", stream, r#","max_tokens":1"#)).await;
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert_eq!(r.headers["x-switchyard-endpoint"], "b/l1");
+        }
+        let r = post(&url, &chat("z", stream, r#","max_tokens":1"#)).await;
+        assert_eq!(r.status, 503, "{}", r.text());
+        let e = &r.json()["error"];
+        assert_eq!(e["code"], "no_endpoint", "{e}");
+        let message = e["message"].as_str().unwrap();
+        assert!(message.contains("`weight: 0`"), "{message}");
+    }
+}
+
 /// Found by the OpenAI-ingress review (2026-12-05): the emulator behind `kind: mock`
 /// (and `switchyard mock`) answered `n: 3` with one choice, silently dropping the
 /// parameter; OpenAI answers `n` choices (indexes 0 to n-1, each with its own
