@@ -870,6 +870,8 @@ struct Delta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     reasoning_content: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     tool_calls: Option<[ToolOut<'a>; 1]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     thinking_blocks: Option<[&'a ThinkingBlock<'a>; 1]>,
@@ -1121,11 +1123,13 @@ impl ChunkWriter {
     /// ("all other chunks will also include a usage field, but with a null value").
     /// The members are in the order of [`Delta`], [`ChunkChoice`] and the chunk
     /// object; a delta of text, reasoning text or none (every chunk of a text
-    /// answer) is written by hand, a tool call or reasoning block through `serde`.
+    /// answer) is written by hand, a tool call, reasoning block or refusal through
+    /// `serde`.
     fn put_chunk(&mut self, out: &mut BytesMut, delta: Delta<'_>, finish: Option<&str>) {
         let text = delta.content.map_or(0, str::len) + delta.reasoning_content.map_or(0, str::len);
         self.put_head(out, text + 128);
-        if delta.tool_calls.is_none() && delta.thinking_blocks.is_none() {
+        if delta.tool_calls.is_none() && delta.thinking_blocks.is_none() && delta.refusal.is_none()
+        {
             out.put_slice(b"[{\"index\":0,\"delta\":{");
             let mut sep: &[u8] = b"";
             if let Some(role) = delta.role {
@@ -1287,6 +1291,25 @@ impl ChunkWriter {
                     piece,
                     extra_content,
                 }]),
+                ..Delta::default()
+            },
+            None,
+        );
+    }
+
+    /// The provider's explanation of a refusal (`delta.refusal`, OpenAI's
+    /// `ChatCompletionChunk` schema; the whole answer's `message.refusal`), written
+    /// just before the `content_filter` finish chunk. Not answer content: the
+    /// finish follows in the same step, so nothing is left to fail over, and a
+    /// stream that is only a refusal stays one without content, as before.
+    pub fn refusal(&mut self, out: &mut BytesMut, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        self.write(
+            out,
+            Delta {
+                refusal: Some(text),
                 ..Delta::default()
             },
             None,
@@ -2188,6 +2211,7 @@ mod chunk_writer_tests {
                     role: role.then_some("assistant"),
                     content: content.as_deref(),
                     reasoning_content: reasoning.as_deref(),
+                    refusal: None,
                     tool_calls: tool.as_ref().map(|(id, name, args, sig)| {
                         [ToolOut {
                             piece: ToolDelta {

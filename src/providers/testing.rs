@@ -64,6 +64,14 @@ impl Replay {
             .collect()
     }
 
+    /// Refusal deltas (`delta.refusal`) concatenated.
+    pub fn refusal(&self) -> String {
+        self.chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["refusal"].as_str())
+            .collect()
+    }
+
     /// Per tool call index: (id, name, concatenated arguments).
     pub fn tool_calls(&self) -> Vec<(String, String, String)> {
         let mut out: Vec<(String, String, String)> = Vec::new();

@@ -258,6 +258,10 @@ fn block_delta(raw: &str) -> serde_json::Result<BlockDelta<'_>> {
 struct MessageDeltaBody {
     #[serde(default)]
     stop_reason: Option<String>,
+    /// With `stop_reason: refusal`, the reason given (`explanation`), streamed as
+    /// `delta.refusal` as the whole answer's `message.refusal` carries it.
+    #[serde(default)]
+    stop_details: Option<super::StopDetails>,
 }
 
 /// A `tool_use` content block being streamed.
@@ -444,6 +448,10 @@ impl StreamTranscoder for AnthropicStream {
                 if self.finish.is_none() {
                     if let Some(reason) = delta.stop_reason.as_deref() {
                         let reason = finish_reason(Some(reason));
+                        if reason == "content_filter" {
+                            let why = delta.stop_details.and_then(|d| d.explanation);
+                            self.w.refusal(out, why.as_deref().unwrap_or_default());
+                        }
                         self.finish = Some(reason);
                         self.w.finish(out, reason);
                     }

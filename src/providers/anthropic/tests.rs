@@ -358,6 +358,24 @@ fn recorded_refusal_and_late_input_tokens() {
     assert_eq!(r.text(), "");
     assert!(!r.content);
     assert_eq!(r.finish_reasons(), ["content_filter"]);
+    // Found by the conformance attack of 2026-12-07: the explanation the whole
+    // answer carries as `message.refusal` was lost when streaming.
+    assert_eq!(
+        r.refusal(),
+        "This request triggered restrictions on violative cyber content and was blocked under Anthropic's Usage Policy."
+    );
+    let at = |key: &str| {
+        r.chunks
+            .iter()
+            .position(|c| !c["choices"][0]["delta"][key].is_null())
+    };
+    assert!(
+        at("refusal")
+            < r.chunks
+                .iter()
+                .position(|c| !c["choices"][0]["finish_reason"].is_null())
+    );
+    assert!(r.done && r.result.is_ok());
 
     let r = stream(
         "anthropic/anthropic-message-delta-input-tokens.chunks.txt",

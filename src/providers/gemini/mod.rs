@@ -286,6 +286,14 @@ impl ErrorDetail {
     }
 }
 
+/// The refusal of an answer without candidates whose prompt Gemini blocked
+/// (`promptFeedback.blockReason`, e.g. `SAFETY`): `message.refusal` of the whole
+/// answer, `delta.refusal` of a stream.
+fn blocked_refusal(reason: &str) -> String {
+    let reason = crate::error::bounded(reason, 64);
+    format!("the prompt was blocked by Gemini ({reason})")
+}
+
 /// Gemini `finishReason` → OpenAI `finish_reason`; a normal stop with function calls
 /// is OpenAI's `tool_calls`. Every reason Gemini documents as the candidate being
 /// flagged or blocked is `content_filter`, `LANGUAGE` included ("The response
@@ -374,7 +382,7 @@ impl Adapter for Gemini {
                 .and_then(|f| f.block_reason)
                 .ok_or_else(|| bad_upstream("Gemini sent a response without candidates"))?;
             vec![Choice {
-                refusal: Some(format!("the prompt was blocked by Gemini ({blocked})")),
+                refusal: Some(blocked_refusal(&blocked)),
                 finish_reason: "content_filter",
                 ..Choice::default()
             }]

@@ -269,7 +269,8 @@ impl StreamTranscoder for GeminiStream {
             return Ok(StreamStep::Continue);
         }
         if r.candidates.is_empty() {
-            if r.prompt_feedback.and_then(|f| f.block_reason).is_some() {
+            if let Some(blocked) = r.prompt_feedback.and_then(|f| f.block_reason) {
+                self.w.refusal(out, &super::blocked_refusal(&blocked));
                 self.finish = Some("content_filter");
                 self.w.finish(out, "content_filter");
             }

@@ -752,6 +752,23 @@ fn tool_schemas_are_lowered_to_what_gemini_takes() {
     );
 }
 
+/// Found by the conformance attack of 2026-12-07: a stream whose prompt Gemini
+/// blocked ended with `content_filter` only, where the whole answer says why in
+/// `message.refusal`.
+#[test]
+fn a_blocked_prompt_streams_its_refusal() {
+    let lines =
+        r#"{"promptFeedback":{"blockReason":"SAFETY"},"usageMetadata":{"promptTokenCount":4}}"#;
+    let r = replay(Gemini.stream(ctx(false)), lines, false);
+    assert!(r.result.is_ok() && r.done, "{:?}", r.result);
+    assert_eq!(r.refusal(), "the prompt was blocked by Gemini (SAFETY)");
+    assert_eq!(r.finish_reasons(), ["content_filter"]);
+    assert_eq!(r.text(), "");
+    let whole: Value =
+        serde_json::from_slice(&Gemini.response(lines.as_bytes(), "g").unwrap()).unwrap();
+    assert_eq!(whole["choices"][0]["message"]["refusal"], r.refusal());
+}
+
 #[test]
 fn resource_exhausted_mid_stream_is_a_rate_limit() {
     let lines = "{\"error\":{\"code\":429,\"message\":\"Quota exceeded\",\"status\":\"RESOURCE_EXHAUSTED\",\"details\":[{\"@type\":\"type.googleapis.com/google.rpc.RetryInfo\",\"retryDelay\":\"7s\"}]}}";
