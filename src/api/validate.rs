@@ -19,7 +19,10 @@
 //! - `top_p` 0 to 1, `n` 1 to 128, `presence_penalty` and `frequency_penalty` −2 to
 //!   2, `logprobs` a boolean, `top_logprobs` 0 to 20 (with `logprobs: true`), `stop`
 //!   a string or at most 4 strings, `seed` an integer, `parallel_tool_calls` a
-//!   boolean and only with `tools` (null means absent for each);
+//!   boolean and only with `tools`, `user` a string, `response_format` an object of
+//!   a known `type` (`json_schema` with a named `json_schema`) (null means absent
+//!   for each);
+//! - `tools` and an assistant message's `tool_calls`, when given, are not empty;
 //! - each function tool's `parameters` is a valid JSON Schema draft 2020-12 document
 //!   ([`schema`]): checked against the 2020-12 meta-schema, then compiled so every
 //!   `$ref` must resolve (locally: nothing is ever fetched). Unknown keywords are
@@ -95,6 +98,14 @@ fn bad_schema(param: impl Into<String>, message: impl Into<String>) -> GatewayEr
 /// 400 `invalid_request_error` with `param` naming the first field at fault.
 pub fn check(req: &ChatRequest) -> Checked {
     parameters(&req.extra)?;
+    if req.tools.as_ref().is_some_and(Vec::is_empty) {
+        // OpenAI: "Invalid 'tools': empty array. Expected an array with minimum
+        // length 1, but got an empty array instead." Leave the field out instead.
+        return Err(empty(
+            "tools",
+            "`tools` is an empty array; it needs at least one tool, or leave it out",
+        ));
+    }
     let names = tools(req.tools.as_deref().unwrap_or_default())?;
     if names.is_empty() && boolean(&req.extra, "parallel_tool_calls")?.is_some() {
         // OpenAI answers the same 400 (code null) rather than ignore the field.
@@ -180,6 +191,11 @@ fn parameters(extra: &Map<String, Value>) -> Checked {
     integer(extra, "n", 1, MAX_N)?;
     integer(extra, "seed", i64::MIN, i64::MAX)?;
     boolean(extra, "parallel_tool_calls")?;
+    match extra.get("user") {
+        None | Some(Value::Null) | Some(Value::String(_)) => {}
+        Some(_) => return Err(wrong_type("user", "`user` must be a string")),
+    }
+    response_format(extra)?;
     let logprobs = boolean(extra, "logprobs")?;
     if integer(extra, "top_logprobs", 0, MAX_TOP_LOGPROBS)? && logprobs != Some(true) {
         return Err(bad(
@@ -233,6 +249,65 @@ fn string_at<'a>(
         Some(_) => Err(wrong_type(
             format!("{path}.{key}"),
             format!("`{path}.{key}` must be a string"),
+        )),
+    }
+}
+
+/// `response_format`: an object whose `type` is `text`, `json_object` or
+/// `json_schema`; the last with a `json_schema` object whose `name` is 1 to 64
+/// letters, digits, '_' or '-', whose `schema`, if given, is an object and whose
+/// `strict`, if given, is a boolean (OpenAI's Chat Completions reference,
+/// `response_format`). Providers translate what is valid; what is not never
+/// reaches one (a Gemini upstream would otherwise answer in plain text).
+fn response_format(extra: &Map<String, Value>) -> Checked {
+    let rf = match extra.get("response_format") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return Err(wrong_type(
+                "response_format",
+                "`response_format` must be an object such as {\"type\": \"json_object\"}",
+            ))
+        }
+    };
+    match string_at(rf, "type", "response_format")? {
+        "text" | "json_object" => Ok(()),
+        "json_schema" => {
+            let path = "response_format.json_schema";
+            let js = object_at(rf, "json_schema", "response_format")?;
+            let name = string_at(js, "name", path)?;
+            if !valid_tool_name(name) {
+                return Err(bad_value(
+                    format!("{path}.name"),
+                    format!(
+                        "`{path}.name` is \"{}\"; a schema name is 1 to 64 letters, digits, '_' or '-'",
+                        crate::error::bounded(name, 80)
+                    ),
+                ));
+            }
+            match js.get("schema") {
+                None | Some(Value::Null) | Some(Value::Object(_)) => {}
+                Some(_) => {
+                    return Err(wrong_type(
+                        format!("{path}.schema"),
+                        format!("`{path}.schema` must be an object (a JSON Schema)"),
+                    ))
+                }
+            }
+            match js.get("strict") {
+                None | Some(Value::Null) | Some(Value::Bool(_)) => Ok(()),
+                Some(_) => Err(wrong_type(
+                    format!("{path}.strict"),
+                    format!("`{path}.strict` must be a boolean"),
+                )),
+            }
+        }
+        other => Err(bad_value(
+            "response_format.type",
+            format!(
+                "`response_format.type` is \"{}\"; expected \"text\", \"json_object\" or \"json_schema\"",
+                crate::error::bounded(other, 80)
+            ),
         )),
     }
 }
@@ -516,6 +591,13 @@ fn tool_calls<'a>(calls: &'a Value, path: &str, ids: &mut Vec<&'a str>) -> Check
     let Some(calls) = calls.as_array() else {
         return Err(wrong_type(path, format!("`{path}` must be an array")));
     };
+    if calls.is_empty() {
+        // OpenAI: "Invalid 'messages[2].tool_calls': empty array."
+        return Err(empty(
+            path,
+            format!("`{path}` is an empty array; it needs at least one tool call, or leave it out"),
+        ));
+    }
     for (j, c) in calls.iter().enumerate() {
         let cpath = format!("{path}[{j}]");
         let Some(c) = c.as_object() else {

@@ -523,7 +523,7 @@ fn validation_errors_had_a_null_code_where_openai_gives_one() {
 fn parallel_tool_calls_without_tools_was_forwarded() {
     for body in [
         req(json!({"parallel_tool_calls": false})),
-        req(json!({"parallel_tool_calls": true, "tools": []})),
+        req(json!({"parallel_tool_calls": true, "tools": null})),
     ] {
         let e = check(&body).expect_err("refused");
         assert_eq!(e.status(), 400);
@@ -540,4 +540,84 @@ fn parallel_tool_calls_without_tools_was_forwarded() {
         json!({"parallel_tool_calls": false, "tools": [tool("f")]}),
     ))
     .expect("with tools");
+}
+
+/// Found by the conformance attack of 2026-12-07: `tools: []`, an assistant
+/// message's `tool_calls: []`, a `response_format` of an unknown type, of the wrong
+/// JSON type or `json_schema` without its `json_schema`, and a `user` that is not a
+/// string were all forwarded (a Gemini upstream then answered in plain text), where
+/// OpenAI answers 400 naming the field.
+#[test]
+fn empty_arrays_and_bad_response_formats_were_forwarded() {
+    let refused = |extra: Value| check(&req(extra.clone())).expect_err(&extra.to_string());
+    let e = refused(json!({"tools": []}));
+    assert_eq!(
+        (e.param.as_deref(), e.code.as_ref().map(|c| c.as_str())),
+        (Some("tools"), Some("empty_array"))
+    );
+    let e = check(&json!({"model": "m", "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "x", "tool_calls": []},
+        {"role": "user", "content": "and?"}
+    ]}))
+    .expect_err("empty tool_calls");
+    assert_eq!(e.param.as_deref(), Some("messages[1].tool_calls"));
+    assert_eq!(e.code.as_ref().map(|c| c.as_str()), Some("empty_array"));
+    for (extra, param, code) in [
+        (
+            json!({"response_format": "json"}),
+            "response_format",
+            "invalid_type",
+        ),
+        (
+            json!({"response_format": {"type": "xml"}}),
+            "response_format.type",
+            "invalid_value",
+        ),
+        (
+            json!({"response_format": {}}),
+            "response_format.type",
+            "missing_required_parameter",
+        ),
+        (
+            json!({"response_format": {"type": "json_schema"}}),
+            "response_format.json_schema",
+            "missing_required_parameter",
+        ),
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"schema": {}}}}),
+            "response_format.json_schema.name",
+            "missing_required_parameter",
+        ),
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "a b"}}}),
+            "response_format.json_schema.name",
+            "invalid_value",
+        ),
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": []}}}),
+            "response_format.json_schema.schema",
+            "invalid_type",
+        ),
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "a", "strict": "yes"}}}),
+            "response_format.json_schema.strict",
+            "invalid_type",
+        ),
+        (json!({"user": 5}), "user", "invalid_type"),
+    ] {
+        let e = refused(extra.clone());
+        assert_eq!(e.status(), 400, "{extra}");
+        assert_eq!(e.param.as_deref(), Some(param), "{extra}");
+        assert_eq!(e.code.as_ref().map(|c| c.as_str()), Some(code), "{extra}");
+    }
+    for extra in [
+        json!({"response_format": null, "user": null}),
+        json!({"response_format": {"type": "text"}, "user": "u-1"}),
+        json!({"response_format": {"type": "json_object"}}),
+        json!({"response_format": {"type": "json_schema", "json_schema": {"name": "answer", "strict": true, "schema": {"type": "object"}}}}),
+        json!({"tools": null}),
+    ] {
+        check(&req(extra.clone())).unwrap_or_else(|e| panic!("{extra}: {}", e.message));
+    }
 }
