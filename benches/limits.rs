@@ -26,8 +26,8 @@ fn main() {
     let limiter = Limiter::new(&config, &registry);
     let callers: Vec<Caller> = (0..1000)
         .map(|i| Caller {
-            api_key: Some(format!("key-{i:016x}")),
-            org: Some(format!("org-{}", i % 10)),
+            api_key: Some(format!("key-{i:016x}").into()),
+            org: Some(format!("org-{}", i % 10).into()),
             ..Caller::default()
         })
         .collect();

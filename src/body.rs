@@ -1,24 +1,93 @@
 //! The HTTP body type used on both sides of the proxy.
 //!
-//! One boxed body type lets a response come from the network (hyper's `Incoming`), from
-//! the in-process mock provider, or from a stream transcoder without generics leaking
-//! through every layer. `UnsyncBoxBody` is used because `Incoming` and our streams are
-//! `Send` but need not be `Sync`.
+//! One body type lets a response come from the network, from the in-process mock
+//! provider, or from a stream transcoder without generics leaking through every
+//! layer: a boxed body (`UnsyncBoxBody`: `Incoming` and our streams are `Send` but
+//! need not be `Sync`). A body that is one buffer known at once (every JSON request
+//! sent upstream, every whole answer and error) is held as that buffer, unboxed: a
+//! box was an allocation, and its frames calls through a vtable, for each of the four
+//! such bodies of a proxied JSON request (issue 17, `benches/load/callgrind.sh`).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Empty, Full};
+use http_body::{Frame, SizeHint};
+use http_body_util::{combinators::UnsyncBoxBody, BodyExt};
 
 /// Error type carried by bodies.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The body type of every request and response inside Switchyard.
-pub type Body = UnsyncBoxBody<Bytes, BoxError>;
+/// The body type of every request and response inside Switchyard: one buffer
+/// ([`full`], [`empty`]) or any other body, boxed ([`Body::boxed`]).
+#[derive(Debug)]
+pub struct Body(Inner);
 
-/// A body holding `bytes` in one frame.
+#[derive(Debug)]
+enum Inner {
+    /// One buffer, not yet yielded (`None`: yielded, or empty from the start).
+    Full(Option<Bytes>),
+    /// Any other body.
+    Boxed(UnsyncBoxBody<Bytes, BoxError>),
+}
+
+impl Body {
+    /// `body` boxed: a stream, a body read from the network, a transcoder's.
+    pub fn boxed<B>(body: B) -> Body
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        Body(Inner::Boxed(body.map_err(Into::into).boxed_unsync()))
+    }
+}
+
+impl Default for Body {
+    /// An empty body.
+    fn default() -> Body {
+        empty()
+    }
+}
+
+impl From<UnsyncBoxBody<Bytes, BoxError>> for Body {
+    fn from(b: UnsyncBoxBody<Bytes, BoxError>) -> Body {
+        Body(Inner::Boxed(b))
+    }
+}
+
+impl http_body::Body for Body {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match &mut self.get_mut().0 {
+            Inner::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            Inner::Boxed(b) => Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.0 {
+            Inner::Full(b) => b.is_none(),
+            Inner::Boxed(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.0 {
+            Inner::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Inner::Boxed(b) => b.size_hint(),
+        }
+    }
+}
+
+/// A body holding `bytes` in one frame (none when `bytes` is empty).
 pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into())
-        .map_err(|e| match e {})
-        .boxed_unsync()
+    let bytes = bytes.into();
+    Body(Inner::Full((!bytes.is_empty()).then_some(bytes)))
 }
 
 /// A body of `parts` sent one after another, its exact length known (so the
@@ -30,11 +99,10 @@ pub fn parts(parts: Vec<Bytes>) -> Body {
     if len < JOIN_BELOW as u64 || parts.len() < 2 {
         return full(Bytes::from(parts.concat()));
     }
-    Parts {
+    Body::boxed(Parts {
         parts: parts.into(),
         len,
-    }
-    .boxed_unsync()
+    })
 }
 
 /// Bodies shorter than this are sent as one frame by [`parts`] (16 KiB).
@@ -73,7 +141,7 @@ impl http_body::Body for Parts {
 
 /// An empty body.
 pub fn empty() -> Body {
-    Empty::<Bytes>::new().map_err(|e| match e {}).boxed_unsync()
+    Body(Inner::Full(None))
 }
 
 /// Header fields a gateway answer's map is made with room for: its content type, a

@@ -246,7 +246,7 @@ async fn route(
                 };
             let access = facts.map(|f| (gw.clone(), f, tracing::Span::current()));
             resp.map(|b| {
-                Body::new(Guarded {
+                Body::boxed(Guarded {
                     inner: b,
                     _guard: guard,
                     _charge: charge,

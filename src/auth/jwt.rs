@@ -21,6 +21,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 
 use jsonwebtoken::jwk::{
     AlgorithmParameters, EllipticCurve, JwkSet, KeyAlgorithm, KeyOperations, PublicKeyUse,
@@ -241,8 +242,8 @@ impl JwtVerifier {
             (models, providers)
         };
         Principal {
-            key_id: text(&self.cfg.key_id_claim),
-            org: text(&self.cfg.org_claim),
+            key_id: text(&self.cfg.key_id_claim).map(Arc::from),
+            org: text(&self.cfg.org_claim).map(Arc::from),
             method: Method::Jwt,
             models,
             providers,

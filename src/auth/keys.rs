@@ -34,7 +34,29 @@ pub const SECRET_PREFIX: &str = "sy-";
 pub struct KeySet {
     /// By the SHA-256 of the key; foldhash (randomly seeded) rather than SipHash:
     /// the digest of a caller's key is not a value the caller can choose.
-    by_digest: foldhash::HashMap<[u8; 32], Arc<KeyEntry>>,
+    by_digest: foldhash::HashMap<[u8; 32], Arc<StoredKey>>,
+}
+
+/// A key entry as the set keeps it: the entry, and its id and organization shared,
+/// so that a request's principal, caller, policy features, rate-limit permit and
+/// access line each hold the key's id by a count, not a copy (issue 17: two
+/// allocations per request and place, about ten in all).
+#[derive(Debug)]
+pub struct StoredKey {
+    /// The configured entry.
+    pub entry: KeyEntry,
+    /// `entry.id`, shared.
+    pub id: Arc<str>,
+    /// `entry.org`, shared.
+    pub org: Option<Arc<str>>,
+}
+
+impl std::ops::Deref for StoredKey {
+    type Target = KeyEntry;
+
+    fn deref(&self) -> &KeyEntry {
+        &self.entry
+    }
 }
 
 /// The 32 bytes of a `sha256:<hex>` hash (`None` when malformed).
@@ -106,7 +128,14 @@ impl KeySet {
             foldhash::HashMap::with_capacity_and_hasher(keys.len(), Default::default());
         for k in keys {
             if let Some(d) = parse_hash(&k.hash) {
-                by_digest.insert(d, Arc::new(k.clone()));
+                by_digest.insert(
+                    d,
+                    Arc::new(StoredKey {
+                        entry: k.clone(),
+                        id: Arc::from(k.id.as_str()),
+                        org: k.org.as_deref().map(Arc::from),
+                    }),
+                );
             }
         }
         KeySet { by_digest }
@@ -122,7 +151,7 @@ impl KeySet {
 
     /// The entry whose secret is `secret` (revoked entries included: the caller
     /// decides).
-    pub fn find(&self, secret: &str) -> Option<&Arc<KeyEntry>> {
+    pub fn find(&self, secret: &str) -> Option<&Arc<StoredKey>> {
         let remembered = RECENT.with(|r| r.borrow().digest(secret));
         let d = remembered.unwrap_or_else(|| digest(secret));
         let (stored, entry) = self.by_digest.get_key_value(&d)?;
@@ -222,7 +251,7 @@ mod tests {
         let s = new_secret();
         assert!(s.starts_with("sy-") && s.len() == 3 + 43, "{s}");
         let set = KeySet::new(&[entry("key-a", &s, false)]);
-        assert_eq!(set.find(&s).map(|e| e.id.as_str()), Some("key-a"));
+        assert_eq!(set.find(&s).map(|e| &*e.id), Some("key-a"));
         assert!(set.find("sy-other").is_none());
         assert_eq!(parse_hash(&hash_secret("x")), Some(digest("x")));
         assert_eq!(parse_hash("sha256:zz"), None);
@@ -255,9 +284,9 @@ mod tests {
             let (a, b) = (new_secret(), new_secret());
             let set = KeySet::new(&[entry("key-a", &a, false), entry("key-b", &b, false)]);
             assert_eq!(remembered(&a), None);
-            assert_eq!(set.find(&a).map(|e| e.id.as_str()), Some("key-a"));
+            assert_eq!(set.find(&a).map(|e| &*e.id), Some("key-a"));
             assert_eq!(remembered(&a), Some(digest(&a)));
-            assert_eq!(set.find(&a).map(|e| e.id.as_str()), Some("key-a"));
+            assert_eq!(set.find(&a).map(|e| &*e.id), Some("key-a"));
             // A guess is never remembered, and the same length or a one-byte
             // difference from a remembered secret finds nothing.
             let mut near = a.clone().into_bytes();
@@ -268,7 +297,7 @@ mod tests {
             assert_eq!(remembered(&b), None, "not matched yet");
             // After a reload: a removed key is not found, a revoked one is found
             // revoked (the caller refuses it), though both digests are remembered.
-            assert_eq!(set.find(&b).map(|e| e.id.as_str()), Some("key-b"));
+            assert_eq!(set.find(&b).map(|e| &*e.id), Some("key-b"));
             let reloaded = KeySet::new(&[entry("key-b", &b, true)]);
             assert!(reloaded.find(&a).is_none());
             assert!(reloaded.find(&b).is_some_and(|e| e.revoked));
@@ -285,7 +314,7 @@ mod tests {
                 assert!(big.find(s).is_some());
             }
             assert_eq!(remembered(&a), None, "replaced");
-            assert_eq!(big.find(&a).map(|e| e.id.as_str()), Some("key-a"));
+            assert_eq!(big.find(&a).map(|e| &*e.id), Some("key-a"));
             assert_eq!(remembered(&a), Some(digest(&a)));
         })
         .join()

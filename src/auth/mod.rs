@@ -25,6 +25,7 @@ pub mod jwt;
 pub mod keys;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use http::{HeaderMap, HeaderName};
 
@@ -55,9 +56,9 @@ pub enum Method {
 pub struct Principal {
     /// The key id (`request.api_key`): the key entry's `id`, the JWT's
     /// `key_id_claim`, or, unverified, `key-` and a hash of the presented token.
-    pub key_id: Option<String>,
+    pub key_id: Option<Arc<str>>,
     /// The organization (`request.org`).
-    pub org: Option<String>,
+    pub org: Option<Arc<str>>,
     /// The starting priority of its requests.
     pub priority: PriorityLevel,
     /// The key entry's `max_priority`: the highest level the `x-switchyard-priority`
@@ -238,8 +239,8 @@ impl Authenticator {
         let presented = credential(headers);
         if self.mode == AuthMode::None {
             return Ok(Principal {
-                key_id: presented.map(key_id),
-                org: claimed_org(headers).map(str::to_string),
+                key_id: presented.map(|k| Arc::from(key_id(k))),
+                org: claimed_org(headers).map(Arc::from),
                 ..Principal::default()
             });
         }

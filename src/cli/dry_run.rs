@@ -7,6 +7,7 @@
 use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use super::policy::{load_config, say, Format};
 use crate::api::ChatRequest;
@@ -165,8 +166,8 @@ pub fn run(a: DryRunArgs) -> ExitCode {
             .unwrap_or(0)
     });
     let caller = Caller {
-        api_key: a.api_key.clone(),
-        org: a.org.clone(),
+        api_key: a.api_key.as_deref().map(Arc::from),
+        org: a.org.as_deref().map(Arc::from),
         priority,
         scopes: crate::policy::features::normalize_scopes(
             a.scopes.iter().flat_map(|s| s.split_whitespace()),

@@ -239,7 +239,7 @@ impl H1Client {
                 // caller ever polls the empty body.
                 body.finish();
             }
-            *res.body_mut() = body.boxed_unsync();
+            *res.body_mut() = body.boxed_unsync().into();
             Ok(res)
         }
     }

@@ -161,7 +161,9 @@ impl Transport for HttpTransport {
         let fut = client.request(req);
         Box::pin(async move {
             match fut.await {
-                Ok(r) => Ok(r.map(|b| b.map_err(|e| Box::new(e) as BoxError).boxed_unsync())),
+                Ok(r) => {
+                    Ok(r.map(|b| b.map_err(|e| Box::new(e) as BoxError).boxed_unsync().into()))
+                }
                 Err(e) => Err(self.error(e)),
             }
         })

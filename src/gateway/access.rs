@@ -114,10 +114,10 @@ pub struct Facts {
     pub id: HeaderValue,
     /// When the request's headers arrived.
     pub started: Instant,
-    /// The caller's key id and org.
-    pub key: Option<String>,
+    /// The caller's key id.
+    pub key: Option<Arc<str>>,
     /// The caller's organization.
-    pub org: Option<String>,
+    pub org: Option<Arc<str>>,
     /// The logical model asked for (empty: the body was not parsed).
     pub model: String,
     /// The policy set the request ran on.

@@ -446,7 +446,7 @@ fn replay(events: Vec<(Duration, Bytes)>) -> Body {
         }
         Ok::<_, BoxError>(http_body::Frame::data(b))
     });
-    http_body_util::StreamBody::new(s).boxed_unsync()
+    http_body_util::StreamBody::new(s).boxed_unsync().into()
 }
 
 /// Stores a whole answer (`resp`, from dispatch) with `ticket` when it is complete.
@@ -468,7 +468,7 @@ pub(super) fn store_whole(
     if origin.upstream_model != ticket.upstream_model {
         return;
     }
-    let mut taken = std::mem::replace(resp.body_mut(), body::empty());
+    let mut taken = std::mem::take(resp.body_mut());
     let data = match taken.frame().now_or_never() {
         Some(Some(Ok(frame))) if frame.is_data() && http_body::Body::is_end_stream(&taken) => {
             match frame.into_data() {
@@ -483,7 +483,8 @@ pub(super) fn store_whole(
             use futures_util::StreamExt as _;
             *resp.body_mut() =
                 http_body_util::StreamBody::new(head.chain(http_body_util::BodyStream::new(rest)))
-                    .boxed_unsync();
+                    .boxed_unsync()
+                    .into();
             return;
         }
         _ => {
@@ -814,8 +815,8 @@ mod tests {
         // callers, different tenants, were served each other's answers under
         // `share: key` or `share: org`.
         let caller = |org: Option<&str>, key: Option<&str>| Caller {
-            org: org.map(str::to_string),
-            api_key: key.map(str::to_string),
+            org: org.map(Into::into),
+            api_key: key.map(Into::into),
             ..Caller::default()
         };
         let nobody = caller(None, None);

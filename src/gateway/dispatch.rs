@@ -211,7 +211,7 @@ pub async fn dispatch(
             if let Some(t) = ticket.take() {
                 body = body.caching(super::cache::Tee::new(*t));
             }
-            Ok(body::event_stream(Body::new(body)))
+            Ok(body::event_stream(Body::boxed(body)))
         }
         Err(e) => Err(e),
     }

@@ -98,7 +98,7 @@ pub fn settle_whole(ctx: &mut RequestCtx, resp: &mut Response<Body>, lines: &mut
 /// The `usage` of the whole answer in `resp`, its body taken and put back; without
 /// one, the estimated output tokens of the answer ([`text_tokens`]) beside `None`.
 fn read_usage(resp: &mut Response<Body>) -> (Option<Usage>, u64) {
-    let mut taken = std::mem::replace(resp.body_mut(), body::empty());
+    let mut taken = std::mem::take(resp.body_mut());
     let Some(Some(Ok(frame))) = taken.frame().now_or_never() else {
         // Not ready at once (never for dispatch's whole answers): no usage.
         *resp.body_mut() = taken;
@@ -150,6 +150,7 @@ fn prepend(first: http_body::Frame<Bytes>, rest: Body) -> Body {
     let head = futures_util::stream::once(std::future::ready(Ok(first)));
     http_body_util::StreamBody::new(head.chain(http_body_util::BodyStream::new(rest)))
         .boxed_unsync()
+        .into()
 }
 
 #[derive(serde::Deserialize, Debug, PartialEq, Eq)]

@@ -384,12 +384,12 @@ impl Limiter {
         };
         level("g", "", l.global);
         if let Some(id) = &caller.api_key {
-            let r = l.keys.get(id).map_or(l.per_key, |o| o.over(l.per_key));
+            let r = l.keys.get(&**id).map_or(l.per_key, |o| o.over(l.per_key));
             let r = caller.limits.map_or(r, |own| own.over(r));
             level("k", id, r);
         }
         if let Some(org) = &caller.org {
-            let r = l.orgs.get(org).map_or(l.per_org, |o| o.over(l.per_org));
+            let r = l.orgs.get(&**org).map_or(l.per_org, |o| o.over(l.per_org));
             level("o", org, r);
         }
         out
@@ -402,7 +402,7 @@ impl Limiter {
             return out;
         }
         if let Some(id) = &caller.api_key {
-            let budget = b.keys.get(id).map_or(b.per_key, |o| o.over(b.per_key));
+            let budget = b.keys.get(&**id).map_or(b.per_key, |o| o.over(b.per_key));
             let budget = caller.budget.map_or(budget, |own| own.over(budget));
             if !budget.is_empty() {
                 out.push(BudgetScope {
@@ -412,7 +412,7 @@ impl Limiter {
             }
         }
         if let Some(org) = &caller.org {
-            let budget = b.orgs.get(org).map_or(b.per_org, |o| o.over(b.per_org));
+            let budget = b.orgs.get(&**org).map_or(b.per_org, |o| o.over(b.per_org));
             if !budget.is_empty() {
                 out.push(BudgetScope {
                     scope: format!("o:{org}"),
@@ -809,8 +809,8 @@ pub struct Permit {
     token_needs: Vec<Need>,
     charged_tokens: u64,
     backend: Backend,
-    key: Option<String>,
-    org: Option<String>,
+    key: Option<Arc<str>>,
+    org: Option<Arc<str>>,
     scopes: Vec<BudgetScope>,
     /// The least budget left (USD) among the caller's budgets for the current UTC
     /// day and month, as of admission (before this request's own spend); `None`: no
@@ -876,9 +876,9 @@ impl Permit {
         if let Some(p) = price.filter(|_| usd > 0.0) {
             // Without caller labels, `all`: one series per model however many key
             // ids callers present (in `auth.mode: none` any token is a new one).
-            let label = |v: &Option<String>| match (inner.caller_labels, v) {
+            let label = |v: &Option<Arc<str>>| match (inner.caller_labels, v) {
                 (false, _) => "all".to_string(),
-                (true, Some(v)) => v.clone(),
+                (true, Some(v)) => v.to_string(),
                 (true, None) => "none".to_string(),
             };
             metrics::gauge!(t::SPEND,

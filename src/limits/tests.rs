@@ -13,7 +13,7 @@ fn limiter(extra: &str) -> Limiter {
 fn caller(key: &str, org: Option<&str>) -> Caller {
     Caller {
         api_key: Some(key.into()),
-        org: org.map(str::to_string),
+        org: org.map(Into::into),
         ..Caller::default()
     }
 }

@@ -537,7 +537,7 @@ impl MockProvider {
             s.next += 1;
             Some((Ok(Frame::data(bytes)), s))
         });
-        body::event_stream(StreamBody::new(stream).boxed_unsync())
+        body::event_stream(StreamBody::new(stream).boxed_unsync().into())
     }
 
     /// Counts the request against the rate-limit window; `Err` is the 429 to send.

@@ -2,7 +2,9 @@
 //! statistics. Both deserialize from JSON (all fields optional, with the defaults
 //! below) so `dry-run` and policy tests can load them from files.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -37,9 +39,9 @@ pub struct RequestFeatures {
     /// Request metadata (`metadata("key")`, optional).
     pub metadata: BTreeMap<String, String>,
     /// The caller's API key id, never the key itself (`request.api_key`, optional).
-    pub api_key: Option<String>,
+    pub api_key: Option<Arc<str>>,
     /// The caller's organization (`request.org`, optional).
-    pub org: Option<String>,
+    pub org: Option<Arc<str>>,
     /// OAuth2 scopes of the caller's credential, sorted and deduplicated (`scope("name")`;
     /// empty for API keys and unverified callers). See [`RequestFeatures::set_scopes`].
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -51,8 +53,9 @@ pub struct RequestFeatures {
     /// UTC weekday, 1 = Monday to 7 = Sunday (ISO 8601) (`request.weekday`).
     pub weekday: u8,
     /// Task category for quality scores: `chat`, `code` or `tool_use` (`request.task`,
-    /// default `chat`; the gateway's classifier fills it).
-    pub task: String,
+    /// default `chat`; the gateway's classifier fills it, with one of those
+    /// three constants: no allocation per request).
+    pub task: Cow<'static, str>,
     /// The least spend left, USD, among the budgets of the caller's key and org for
     /// the current UTC day and month, as of admission (`request.budget_remaining`;
     /// default and without any budget: [`NO_BUDGET`]).
@@ -80,7 +83,7 @@ impl Default for RequestFeatures {
             priority: PriorityLevel::default(),
             hour: 0,
             weekday: 0,
-            task: String::new(),
+            task: Cow::Borrowed(""),
             budget_remaining: NO_BUDGET,
             off_peak: false,
         }
@@ -93,7 +96,7 @@ impl RequestFeatures {
         RequestFeatures {
             model: model.into(),
             weekday: 1,
-            task: "chat".to_string(),
+            task: Cow::Borrowed("chat"),
             ..RequestFeatures::default()
         }
     }

@@ -553,9 +553,9 @@ fn request_field(c: &mut Checker<'_>, r: &mut RequestFeatures, a: &ReqAssign) {
         }
         ReqKey::Field(f) => match f.name.as_str() {
             "model" => r.model = str_val(c).unwrap_or_default(),
-            "task" => r.task = str_val(c).unwrap_or_default(),
-            "api_key" => r.api_key = str_val(c),
-            "org" => r.org = str_val(c),
+            "task" => r.task = str_val(c).unwrap_or_default().into(),
+            "api_key" => r.api_key = str_val(c).map(Into::into),
+            "org" => r.org = str_val(c).map(Into::into),
             "input_tokens" => r.input_tokens = uint(c).unwrap_or(0),
             "max_tokens" => r.max_tokens = uint(c),
             "messages" => r.messages = uint(c).unwrap_or(0),

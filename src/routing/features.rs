@@ -16,6 +16,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
@@ -35,9 +36,9 @@ pub const META_HEADER_PREFIX: &str = "x-switchyard-meta-";
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Caller {
     /// The API key id, never the key itself: see [`key_id`].
-    pub api_key: Option<String>,
+    pub api_key: Option<Arc<str>>,
     /// The organization.
-    pub org: Option<String>,
+    pub org: Option<Arc<str>>,
     /// Priority assigned before routing.
     pub priority: PriorityLevel,
     /// OAuth2 scopes of the credential, sorted and deduplicated (empty for API keys
@@ -68,8 +69,8 @@ impl Caller {
     /// principal ([`Caller::from_principal`]).
     pub fn from_headers(headers: &http::HeaderMap) -> Caller {
         Caller {
-            api_key: crate::auth::credential(headers).map(key_id),
-            org: crate::auth::claimed_org(headers).map(str::to_string),
+            api_key: crate::auth::credential(headers).map(|k| Arc::from(key_id(k))),
+            org: crate::auth::claimed_org(headers).map(Arc::from),
             priority: PriorityLevel::default(),
             scopes: Vec::new(),
             limits: None,
@@ -207,13 +208,13 @@ pub fn hour_weekday(unix_secs: u64) -> (u8, u8) {
 
 /// Task category for quality scores: `tool_use` when tools are offered, `code` when
 /// the last user message contains a fenced code block, else `chat`.
-pub fn task(req: &ChatRequest) -> String {
+pub fn task(req: &ChatRequest) -> Cow<'static, str> {
     if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return "tool_use".into();
+        return Cow::Borrowed("tool_use");
     }
     let last_user = req.messages.iter().rev().find(|m| m.role == "user");
     let code = last_user.is_some_and(|m| has_fence(&m.content));
-    if code { "code" } else { "chat" }.into()
+    Cow::Borrowed(if code { "code" } else { "chat" })
 }
 
 /// Whether the JSON text of `v` contains "```", found in place: serializing a large
@@ -249,7 +250,7 @@ mod tests {
         h.insert("openai-organization", "org-search".parse().unwrap());
         let c = Caller::from_headers(&h);
         let id = c.api_key.clone().expect("a key id");
-        assert_eq!(id, key_id("sk-alpha"));
+        assert_eq!(&*id, key_id("sk-alpha"));
         assert!(id.starts_with("key-") && id.len() == 20, "{id}");
         assert!(!id.contains("alpha"));
         assert_eq!(c.org.as_deref(), Some("org-search"));
@@ -263,13 +264,19 @@ mod tests {
         // A tab after the scheme, as RFC 9110 allows.
         let mut h = http::HeaderMap::new();
         h.insert("authorization", "Bearer\tsk-alpha".parse().unwrap());
-        assert_eq!(Caller::from_headers(&h).api_key, Some(key_id("sk-alpha")));
+        assert_eq!(
+            Caller::from_headers(&h).api_key.as_deref(),
+            Some(&*key_id("sk-alpha"))
+        );
         // An unusable bearer token does not hide the x-api-key header.
         let mut h = http::HeaderMap::new();
         let huge = format!("Bearer {}", "k".repeat(MAX_CREDENTIAL_BYTES + 1));
         h.insert("authorization", huge.parse().unwrap());
         h.insert("x-api-key", "sk-alpha".parse().unwrap());
-        assert_eq!(Caller::from_headers(&h).api_key, Some(key_id("sk-alpha")));
+        assert_eq!(
+            Caller::from_headers(&h).api_key.as_deref(),
+            Some(&*key_id("sk-alpha"))
+        );
         // No credentials, another scheme, an empty token: no key.
         assert_eq!(
             Caller::from_headers(&http::HeaderMap::new()),

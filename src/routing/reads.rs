@@ -394,7 +394,7 @@ mod tests {
                         .map(|(_, h)| *h)
                         .collect();
                     let caller = Caller {
-                        api_key: (x >> 40 & 1 == 1).then(|| "key-a".to_string()),
+                        api_key: (x >> 40 & 1 == 1).then(|| "key-a".into()),
                         ..Caller::default()
                     };
                     let all = features(&req, headers.iter().copied(), &caller, 1_704_114_000);

@@ -689,7 +689,9 @@ pub fn request(r: &mut Rng) -> RequestFeatures {
         q.metadata
             .insert("tier".into(), (*r.pick(&["batch", "gold", ""])).into());
     }
-    q.api_key = r.chance(60).then(|| format!("key-{}", r.below(1000)));
+    q.api_key = r
+        .chance(60)
+        .then(|| format!("key-{}", r.below(1000)).into());
     q.org = r
         .chance(40)
         .then(|| (*r.pick(&["acme", "acme-labs", "other"])).into());

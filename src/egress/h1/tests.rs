@@ -196,7 +196,7 @@ async fn a_body_of_unknown_length_is_sent_chunked() {
         Bytes::from(vec![b'z'; 17]),
     ]);
     let req = Request::post(format!("{base}/"))
-        .body(body.boxed_unsync())
+        .body(body.boxed_unsync().into())
         .unwrap();
     let res = client().send(req).await.unwrap();
     assert_eq!(text(res).await, "ok");

@@ -37,7 +37,7 @@ fn shipped_policies_agree_over_many_requests() {
     for i in 0..2000u64 {
         let mut req = RequestFeatures::for_model(models[(i % 5) as usize]);
         req.input_tokens = (i * 7919) % 200_000;
-        req.api_key = (i % 3 != 0).then(|| format!("key-{i}"));
+        req.api_key = (i % 3 != 0).then(|| format!("key-{i}").into());
         if i % 4 == 0 {
             req.headers.insert("x-interactive".into(), "1".into());
         }
@@ -184,7 +184,7 @@ fn string_atoms_and_foreign_strings_match() {
         for task in ["chat", "code"] {
             let mut req = RequestFeatures::for_model(model);
             req.task = task.into();
-            req.org = org.map(String::from);
+            req.org = org.map(Into::into);
             if let Some(a) = a {
                 req.headers.insert("x-a".into(), a.into());
             }
@@ -298,7 +298,7 @@ fn compiled_sets_decide_from_many_threads_and_drop_on_any_of_them() {
             std::thread::spawn(move || {
                 for i in 0..500u64 {
                     let mut req = RequestFeatures::for_model("gpt-4o");
-                    req.api_key = Some(format!("key-{t}-{i}"));
+                    req.api_key = Some(format!("key-{t}-{i}").into());
                     req.input_tokens = i * 400;
                     let r = decide_with(&c, EngineMode::Both, &req, &StatsSnapshot::default(), i);
                     assert!(r.is_ok(), "{r:?}");
@@ -636,8 +636,8 @@ fn request_strings_read_by_several_cells_agree_with_the_interpreter() {
                     if let Some(t) = tier {
                         req.metadata.insert("tier".into(), t.into());
                     }
-                    req.api_key = key.map(String::from);
-                    req.org = org.map(String::from);
+                    req.api_key = key.map(Into::into);
+                    req.org = org.map(Into::into);
                     let a = c.decide_on(Engine::Interp, &req, &StatsSnapshot::default(), 0);
                     let b = c.decide_on(Engine::Jit, &req, &StatsSnapshot::default(), 0);
                     assert_eq!(a, b, "team {team:?} tier {tier:?} key {key:?} org {org:?}");
@@ -772,7 +772,7 @@ route tallied when request.model == "smollm" {{
                 .collect();
             for i in 0..120u64 {
                 let mut req = RequestFeatures::for_model(models[(i % 6) as usize]);
-                req.api_key = Some(format!("key-{i}"));
+                req.api_key = Some(format!("key-{i}").into());
                 req.input_tokens = (i * 37) % 300;
                 let d = decide_with(&c, EngineMode::Both, &req, stats, i)
                     .unwrap_or_else(|m| panic!("{name}, stats {k}, request {i}: {m}"));

@@ -80,9 +80,9 @@ fn assign(set: &CheckedPolicySet, r: &mut RequestFeatures, c: &FieldC) -> String
     let u = num.max(0.0) as u64;
     match c.field {
         ReqField::Model => r.model = s.clone(),
-        ReqField::Task => r.task = s.clone(),
-        ReqField::ApiKey => r.api_key = Some(s.clone()),
-        ReqField::Org => r.org = Some(s.clone()),
+        ReqField::Task => r.task = s.clone().into(),
+        ReqField::ApiKey => r.api_key = Some(s.as_str().into()),
+        ReqField::Org => r.org = Some(s.as_str().into()),
         ReqField::Header(h) => {
             r.headers
                 .insert(set.strings.resolve(h).to_string(), s.clone());

@@ -421,10 +421,8 @@ fn run_range(
     part
 }
 
-fn set_to(slot: &mut Option<String>, v: &str) {
-    let s = slot.get_or_insert_with(String::new);
-    s.clear();
-    s.push_str(v);
+fn set_to(slot: &mut Option<std::sync::Arc<str>>, v: &str) {
+    *slot = Some(v.into());
 }
 
 fn set_in(map: &mut std::collections::BTreeMap<String, String>, key: &str, v: &str) {

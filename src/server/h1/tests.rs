@@ -302,7 +302,7 @@ fn response_heads_frame_the_body_as_its_length_allows() {
             http_body_util::StreamBody::new(futures_util::stream::iter(vec![Ok::<_, BoxError>(
                 Frame::data(Bytes::from_static(b"x")),
             )]));
-        let mut r = Response::new(http_body_util::BodyExt::boxed_unsync(body));
+        let mut r = Response::new(crate::body::Body::boxed(body));
         r.headers_mut().insert(
             header::TRANSFER_ENCODING,
             HeaderValue::from_static("identity"),
@@ -604,7 +604,7 @@ async fn a_stream_is_chunked_and_ends_with_the_last_chunk() {
         let mut rx = rx;
         let events = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
         let body = http_body_util::StreamBody::new(events);
-        Response::new(http_body_util::BodyExt::boxed_unsync(body))
+        Response::new(crate::body::Body::boxed(body))
     })
     .await;
     c.write_all(b"POST /s HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
@@ -663,7 +663,7 @@ fn frames_answer(
             .iter()
             .map(|f| Ok::<_, BoxError>(Frame::data(Bytes::from_static(f.as_bytes())))),
     ));
-    let mut r = Response::new(http_body_util::BodyExt::boxed_unsync(body));
+    let mut r = Response::new(crate::body::Body::boxed(body));
     if let Some(n) = declared {
         r.headers_mut()
             .insert(header::CONTENT_LENGTH, HeaderValue::from(n));
@@ -820,7 +820,7 @@ fn endless_answer() -> Response<crate::body::Body> {
     let body = http_body_util::StreamBody::new(futures_util::stream::repeat_with(move || {
         Ok::<_, BoxError>(Frame::data(frame.clone()))
     }));
-    Response::new(http_body_util::BodyExt::boxed_unsync(body))
+    Response::new(crate::body::Body::boxed(body))
 }
 
 /// Regression (review of the h1 server): while a request was in flight no deadline
