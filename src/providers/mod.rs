@@ -300,10 +300,7 @@ pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayE
         }
         400..=499 if !matches!(status, 401 | 402 | 403 | 404 | 408 | 429) => {
             let code = field("code").map(Code::provider);
-            let too_long = code == Some(Code::ContextLengthExceeded)
-                || lower.contains("prompt is too long")
-                || (lower.contains("input token count") && lower.contains("exceeds"))
-                || lower.contains("maximum context length");
+            let too_long = code == Some(Code::ContextLengthExceeded) || context_overflow(&lower);
             let kind = if too_long {
                 ErrorKind::ContextWindowExceeded
             } else {
@@ -364,6 +361,22 @@ pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayE
         .with_code(Code::UpstreamError)
         .with_retry_after(retry_after),
     }
+}
+
+/// Whether a provider's 4xx message (lowercased) says the prompt, with the output
+/// asked for, does not fit the model's context window: OpenAI's and Llama's
+/// "maximum context length", Anthropic's "prompt is too long" and, when `max_tokens`
+/// is what overflows, "input length and `max_tokens` exceed context limit" (as
+/// Claude answers directly and through Bedrock), Gemini's "input token count ...
+/// exceeds" (Bedrock adds its own "too long" and "context window"). Such an error moves
+/// on to an endpoint with a larger window (`context_length_exceeded`).
+pub(crate) fn context_overflow(lower: &str) -> bool {
+    lower.contains("prompt is too long")
+        || (lower.contains("input token count") && lower.contains("exceeds"))
+        || lower.contains("maximum context length")
+        || lower.contains("exceed context limit")
+        || lower.contains("exceeds context limit")
+        || lower.contains("exceeds the context window")
 }
 
 /// The `error.message` of a JSON error body (`{"error": {"message": ...}}`, or
@@ -501,6 +514,23 @@ mod error_tests {
         );
         assert_eq!(m(r#"{"id":"c","choices":[]}"#), None);
         assert_eq!(m("<html>502</html>"), None);
+    }
+
+    /// Found by the translation attack of 2026-12-07: Anthropic's 400 for a prompt
+    /// that fits but not with its `max_tokens` ("input length and `max_tokens`
+    /// exceed context limit") was an ordinary invalid request, so the request did
+    /// not move on to an endpoint with a larger context window.
+    #[test]
+    fn input_plus_max_tokens_over_the_window_is_a_context_overflow() {
+        let body = br#"{"type":"error","error":{"type":"invalid_request_error","message":"input length and `max_tokens` exceed context limit: 196395 + 64000 > 204698, decrease input length or `max_tokens` and try again"}}"#;
+        let e = upstream_error(400, &HeaderMap::new(), body);
+        assert_eq!(e.kind, crate::error::ErrorKind::ContextWindowExceeded);
+        assert_eq!(e.to_json()["error"]["code"], "context_length_exceeded");
+        let other = br#"{"type":"error","error":{"type":"invalid_request_error","message":"temperature: range: 0..1"}}"#;
+        assert_eq!(
+            upstream_error(400, &HeaderMap::new(), other).kind,
+            crate::error::ErrorKind::InvalidRequest
+        );
     }
 
     #[test]

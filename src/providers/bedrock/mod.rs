@@ -546,7 +546,10 @@ impl Adapter for Bedrock {
             }
         } else if e.status() == 400 {
             let lower = message.as_deref().unwrap_or("").to_ascii_lowercase();
-            if lower.contains("too long") || lower.contains("context window") {
+            if lower.contains("too long")
+                || lower.contains("context window")
+                || crate::providers::context_overflow(&lower)
+            {
                 e = e
                     .with_kind(ErrorKind::ContextWindowExceeded)
                     .with_code(Code::ContextLengthExceeded);

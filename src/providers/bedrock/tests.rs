@@ -477,6 +477,18 @@ fn error_bodies_map_like_the_other_adapters() {
         br#"{"message":"Input is too long for requested model."}"#,
     );
     assert_eq!(e.kind, ErrorKind::ContextWindowExceeded);
+    // Found by the translation attack of 2026-12-07: Claude's overflow of input plus
+    // `max_tokens`, and Llama's "maximum context length", were a plain 400 coded
+    // `ValidationException` (no failover to a larger window).
+    for message in [
+        "input length and `max_tokens` exceed context limit: 196395 + 64000 > 204698, decrease input length or `max_tokens` and try again",
+        "This model's maximum context length is 8192 tokens. Please reduce the length of the prompt.",
+    ] {
+        let body = serde_json::to_vec(&json!({ "message": message })).unwrap();
+        let e = adapter().error(400, &h, &body);
+        assert_eq!(e.kind, ErrorKind::ContextWindowExceeded, "{message}");
+        assert_eq!(e.code, Some(crate::error::Code::ContextLengthExceeded), "{message}");
+    }
     let e = adapter().error(
         429,
         &HeaderMap::new(),
