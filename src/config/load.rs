@@ -318,6 +318,22 @@ impl Validator {
             base_dir,
             &mut self.errors,
         );
+        // One socket cannot be both listeners: `serve` would fail to bind the second
+        // ("Address already in use") where `--check` passed.
+        let clash = |a: std::net::SocketAddr, b: std::net::SocketAddr| {
+            a.port() != 0
+                && a.port() == b.port()
+                && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+        };
+        if admin.listen.is_some_and(|a| clash(a, server.listen)) {
+            self.errors.push(ConfigError {
+                path: "admin.listen".into(),
+                message: format!(
+                    "is the port of `server.listen` ({}) too; the admin listener needs an address of its own (or leave `admin.listen` out to serve the admin API on the main listener)",
+                    server.listen
+                ),
+            });
+        }
         let limits = self.limits(map.get("limits").unwrap_or(&Value::Null));
         let budgets = self.budgets(map.get("budgets").unwrap_or(&Value::Null));
         let state = self.state(map.get("state").unwrap_or(&Value::Null));
@@ -1198,6 +1214,31 @@ models:
                 "{errs}"
             );
             assert!(errs.errors[0].message.contains(why), "{bad}: {errs}");
+        }
+    }
+
+    /// Found by the operator attack of 2026-12-07: `serve --check` passed a config
+    /// whose admin listener had the main listener's address, which `serve` then
+    /// could not bind ("What `--check` passes, `serve` starts").
+    #[test]
+    fn the_admin_listener_on_the_main_listeners_port_is_refused() {
+        let base = "providers: { p: { kind: mock } }\nmodels: { m: { endpoints: [ { provider: p, model: a } ] } }\n";
+        for (server, admin, clash) in [
+            ("127.0.0.1:18111", "127.0.0.1:18111", true),
+            ("0.0.0.0:18111", "127.0.0.1:18111", true),
+            ("127.0.0.1:18111", "127.0.0.1:18112", false),
+            ("127.0.0.1:0", "127.0.0.1:0", false),
+        ] {
+            let yaml = format!(
+                "server: {{ listen: \"{server}\" }}\nadmin: {{ listen: \"{admin}\" }}\n{base}"
+            );
+            match parse_str(&yaml, None) {
+                Ok(_) => assert!(!clash, "{server} {admin}"),
+                Err(errs) => {
+                    assert!(clash, "{server} {admin}: {errs}");
+                    assert_eq!(errs.errors[0].path, "admin.listen", "{errs}");
+                }
+            }
         }
     }
 
