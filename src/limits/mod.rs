@@ -554,11 +554,12 @@ impl Limiter {
                 }
             }
             if self.inner.on_error == OnError::Closed {
+                // `api_error`, as the README's table of errors gives every 503 (the
+                // gateway's own 500s are `server_error`).
                 return Err(GatewayError::new(
-                    ErrorKind::Internal,
+                    ErrorKind::Overloaded,
                     "The rate limiter is unavailable; try again shortly.",
                 )
-                .with_status(503)
                 .with_code(Code::RateLimiterUnavailable)
                 .with_fault(Fault::Gateway)
                 .with_retry_after(Some(std::time::Duration::from_secs(1))));

@@ -248,6 +248,9 @@ async fn two_instances_sharing_redis_enforce_one_limit_and_fall_back_when_it_die
     let r = send(&urls[1], "sk-shared").await;
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "rate_limiter_unavailable");
+    // Found by the operator attack of 2026-12-07: it was typed `server_error`, where
+    // the README's error table gives every 503 `api_error`.
+    assert_eq!(r.json()["error"]["type"], "api_error");
     assert!(
         started.elapsed() < Duration::from_millis(1000),
         "fallback took {:?}",
