@@ -702,3 +702,47 @@ fn fmt_rewrote_files_in_place_so_the_watcher_could_see_them_half_written() {
     left.sort();
     assert_eq!(left, ["a.policy", "b.policy", "b.policy", "store"]);
 }
+
+/// Found by the operator attack of 2026-12-07: `switchyard completions bash | true`
+/// panicked ("failed to write completion file: BrokenPipe", exit 101): the reader
+/// had closed the pipe. A closed pipe now ends the command quietly, exit 0.
+#[test]
+fn completions_into_a_closed_pipe_panicked() {
+    use std::process::Stdio;
+    for shell in ["bash", "fish", "zsh"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(["completions", shell])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary runs");
+        // The reader goes away before reading anything.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("it ends");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{shell}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{shell}: {stderr}");
+    }
+    let o = run(&["completions", "bash"], root());
+    assert_success(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("switchyard"));
+}
+
+/// Found by the operator attack of 2026-12-07: `health --url 'http://[::1'` said
+/// "unhealthy" (exit 1); a URL it cannot use is exit 2, as is a 0 ms deadline.
+#[test]
+fn health_with_an_unusable_url_exits_2() {
+    for args in [
+        &["health", "--url", "http://[::1"][..],
+        &["health", "--url", "http://::1:80/health"],
+        &["health", "--timeout-ms", "0"],
+    ] {
+        let o = run(args, root());
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}

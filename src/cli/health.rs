@@ -18,7 +18,7 @@ pub struct HealthArgs {
     #[arg(long, default_value = "http://127.0.0.1:8080/health")]
     pub url: String,
     /// Deadline of the whole check (connect, send, read), in ms.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout_ms: u64,
 }
 
@@ -58,15 +58,38 @@ fn parse_url(url: &str) -> Result<(String, u16, String), String> {
     if authority.is_empty() {
         return Err("no host".into());
     }
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => {
-            let port = p
-                .parse::<u16>()
-                .map_err(|_| format!("`{p}` is not a port (1-65535)"))?;
-            (h.trim_start_matches('[').trim_end_matches(']'), port)
-        }
-        _ => (authority, 80),
+    let port_of = |p: &str| {
+        p.parse::<u16>()
+            .map_err(|_| format!("`{p}` is not a port (1-65535)"))
     };
+    // An IPv6 literal is bracketed (RFC 3986 §3.2.2): `[::1]` or `[::1]:8080`.
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (h, after) = v6
+            .split_once(']')
+            .ok_or("an IPv6 address needs its closing `]`, as in http://[::1]:8080/health")?;
+        let port = match after {
+            "" => 80,
+            _ => port_of(
+                after
+                    .strip_prefix(':')
+                    .ok_or_else(|| format!("`{after}` after `]` is not `:PORT`"))?,
+            )?,
+        };
+        (h, port)
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, _)) if h.contains(':') => {
+                return Err(
+                    "an IPv6 address is written in brackets, as in http://[::1]:8080/health".into(),
+                )
+            }
+            Some((h, p)) => (h, port_of(p)?),
+            None => (authority, 80),
+        }
+    };
+    if host.is_empty() {
+        return Err("no host".into());
+    }
     if port == 0 {
         return Err("port 0 is not a port to ask".into());
     }
@@ -160,6 +183,21 @@ mod tests {
         assert!(parse_url("http://x:0/").is_err());
         assert!(parse_url("http:///health").is_err());
         assert!(parse_url("http://x/a b").is_err());
+        // Found by the operator attack of 2026-12-07: an unclosed IPv6 literal was
+        // read as host ":" and port 1, so the probe said "unhealthy" (exit 1) where
+        // a URL it cannot use is exit 2.
+        for bad in [
+            "http://[::1",
+            "http://[::1]x/",
+            "http://::1:80/",
+            "http://[]:80/",
+        ] {
+            assert!(parse_url(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_url("http://[::1]/").unwrap(),
+            ("::1".to_string(), 80, "/".to_string())
+        );
     }
 
     #[test]

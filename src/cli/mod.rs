@@ -378,9 +378,23 @@ pub fn main() -> ExitCode {
         Command::Lsp(_) => crate::lsp::run(),
         Command::Explain(a) => explain::run(&a),
         Command::Completions(a) => {
+            // Into a buffer first: `clap_complete` panics on a write error, and a
+            // reader that stops early (`| head`, `| true`) closes the pipe. A
+            // closed pipe ends the command quietly, as it does `cat`'s.
             let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(a.shell, &mut cmd, "switchyard", &mut std::io::stdout());
-            ExitCode::SUCCESS
+            let mut script = Vec::new();
+            clap_complete::generate(a.shell, &mut cmd, "switchyard", &mut script);
+            let mut out = std::io::stdout().lock();
+            match std::io::Write::write_all(&mut out, &script)
+                .and_then(|()| std::io::Write::flush(&mut out))
+            {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: cannot write the completion script: {e}");
+                    ExitCode::from(1)
+                }
+            }
         }
         Command::Mock(args) => {
             let opts = match args.options().map(|o| (o, args.format.wire())) {
