@@ -157,6 +157,50 @@ pub(crate) fn client_budget(t: &Value) -> Result<Option<u64>, GatewayError> {
     }
 }
 
+/// The Claude thinking budget `reasoning_effort` asks for (Anthropic directly and on
+/// Bedrock), `None` for none, for `"none"`, and when the conversation's last
+/// assistant message made tool calls without its `thinking_blocks`.
+///
+/// Why the last: with thinking on, Claude refuses a tool-use turn replayed without
+/// its thinking ("When `thinking` is enabled, a final `assistant` message must
+/// start with a thinking block"; Anthropic's "Extended thinking with tool use"),
+/// and an OpenAI client never sends `thinking_blocks` back (OpenAI's Chat
+/// Completions has no such field): the second turn of every tool loop asked with
+/// `reasoning_effort` was a 400. Such a request runs without thinking, as the error
+/// itself advises. A client's own `thinking` object is its own choice and is not
+/// changed.
+///
+/// # Errors
+/// As [`effort`].
+pub(crate) fn claude_effort_budget(
+    chat: &crate::api::ChatRequest,
+) -> Result<Option<u64>, GatewayError> {
+    let Some(budget) = effort(chat)?.and_then(claude_budget) else {
+        return Ok(None);
+    };
+    let unreplayed = chat
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == "assistant")
+        .is_some_and(|m| {
+            let non_empty = |k: &str| {
+                m.extra
+                    .get(k)
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| !a.is_empty())
+            };
+            non_empty("tool_calls") && !non_empty("thinking_blocks")
+        });
+    if unreplayed {
+        tracing::debug!(
+            "reasoning_effort not applied: the last assistant turn made tool calls without its thinking_blocks, which Claude refuses with thinking on"
+        );
+        return Ok(None);
+    }
+    Ok(Some(budget))
+}
+
 /// Reads `reasoning_effort` from the request (`None` when absent or null).
 ///
 /// # Errors

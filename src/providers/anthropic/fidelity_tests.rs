@@ -308,6 +308,41 @@ fn thinking_passes_through_and_reasoning_effort_becomes_a_budget() {
     assert_eq!(b["thinking"], json!({"type": "disabled"}));
 }
 
+/// Found by the translation attack of 2026-12-07: a tool loop asked with
+/// `reasoning_effort` failed on its second turn, as an OpenAI client replays the
+/// assistant's tool calls without `thinking_blocks` and Claude refuses that turn with
+/// thinking on. Without the blocks the request runs without thinking; with them
+/// (a client that keeps Switchyard's extension), with it.
+#[test]
+fn reasoning_effort_with_a_replayed_tool_turn_lacking_its_thinking_was_refused() {
+    let turn = |blocks: Option<Value>| {
+        let mut assistant = json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "toolu_1", "type": "function", "function": {"name": "get", "arguments": "{}"}}]});
+        if let Some(b) = blocks {
+            assistant["thinking_blocks"] = b;
+        }
+        json!({"model": "m", "reasoning_effort": "low", "tools": [{"type": "function", "function": {"name": "get"}}],
+            "messages": [{"role": "user", "content": "weather?"}, assistant,
+                {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"}]})
+    };
+    let b = body(turn(None));
+    assert!(b.get("thinking").is_none(), "{b}");
+    assert_eq!(b["max_tokens"], DEFAULT_MAX_TOKENS);
+    let b = body(turn(Some(
+        json!([{"type": "thinking", "thinking": "t", "signature": "s"}]),
+    )));
+    assert_eq!(
+        b["thinking"],
+        json!({"type": "enabled", "budget_tokens": 2048})
+    );
+    assert_eq!(b["messages"][1]["content"][0]["type"], "thinking", "{b}");
+    // The client's own `thinking` is its choice, kept as sent.
+    let mut t = turn(None);
+    t["thinking"] = json!({"type": "enabled", "budget_tokens": 2000});
+    t["max_tokens"] = json!(5000);
+    assert_eq!(body(t)["thinking"]["type"], "enabled");
+}
+
 #[test]
 fn an_output_cap_not_above_the_thinking_budget_is_400_naming_it() {
     let hi = json!([{"role": "user", "content": "hi"}]);

@@ -372,7 +372,7 @@ fn thinking(chat: &ChatRequest) -> Result<(Option<Thinking<'_>>, u64), GatewayEr
             (Some(Thinking::Client(t)), budget)
         }
         None => {
-            let budget = reasoning::effort(chat)?.and_then(reasoning::claude_budget);
+            let budget = reasoning::claude_effort_budget(chat)?;
             let thinking = budget.map(|budget_tokens| Thinking::Budget {
                 kind: "enabled",
                 budget_tokens,

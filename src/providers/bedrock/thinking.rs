@@ -95,7 +95,7 @@ pub(super) fn plan<'a>(
             }
             (Thinking::Client(t), budget)
         }
-        None => match effort.and_then(reasoning::claude_budget) {
+        None => match reasoning::claude_effort_budget(chat)? {
             Some(b) => (
                 Thinking::Budget {
                     kind: "enabled",
@@ -216,6 +216,19 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(max, Some(3000));
+    }
+
+    /// Found by the translation attack of 2026-12-07 (as for Anthropic directly):
+    /// the second turn of a tool loop asked with `reasoning_effort` was refused,
+    /// its replayed tool-use turn lacking the thinking Claude requires.
+    #[test]
+    fn reasoning_effort_is_not_applied_to_a_tool_turn_replayed_without_thinking() {
+        let body = json!({"model": "m", "reasoning_effort": "low", "messages": [
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "t1", "type": "function", "function": {"name": "get", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "t1", "content": "sunny"}]});
+        assert!(fields(body, CLAUDE).unwrap().is_none());
     }
 
     #[test]
