@@ -375,7 +375,9 @@ impl TokenUsage {
     }
 }
 
-/// Bedrock `stopReason` → OpenAI `finish_reason`.
+/// Bedrock `stopReason` → OpenAI `finish_reason`. `malformed_model_output` and
+/// `malformed_tool_use` are not finish reasons but failures (see
+/// [`malformed_stop`]).
 pub(super) fn finish_reason(reason: Option<&str>, tool_calls: bool) -> &'static str {
     match reason {
         Some("tool_use") => "tool_calls",
@@ -385,6 +387,19 @@ pub(super) fn finish_reason(reason: Option<&str>, tool_calls: bool) -> &'static 
         // end_turn, stop_sequence and reasons added later.
         _ => "stop",
     }
+}
+
+/// The failure a `stopReason` of `malformed_model_output` or `malformed_tool_use`
+/// is (Bedrock's Converse API reference, `StopReason`): the model's output, or a
+/// tool call in it, could not be read, so the answer is not a finished one. A 502
+/// (`upstream_bad_response`) that moves on to another endpoint, or, once a stream
+/// has sent content, its one error event. `None` for every other reason.
+pub(super) fn malformed_stop(reason: Option<&str>) -> Option<GatewayError> {
+    let reason =
+        reason.filter(|r| matches!(*r, "malformed_model_output" | "malformed_tool_use"))?;
+    Some(bad_upstream(format!(
+        "Bedrock stopped the answer with stopReason {reason}: the model's output could not be read as an answer"
+    )))
 }
 
 /// Error body of Bedrock Runtime (`{"message": ...}`; some services spell it
@@ -452,6 +467,9 @@ impl Adapter for Bedrock {
             } else if let Some(r) = b.reasoning_content {
                 thinking::add_to_choice(&mut c, r);
             }
+        }
+        if let Some(e) = malformed_stop(r.stop_reason.as_deref()) {
+            return Err(e);
         }
         c.finish_reason = finish_reason(r.stop_reason.as_deref(), !c.tool_calls.is_empty());
         let usage = r.usage.and_then(TokenUsage::to_openai).unwrap_or_default();

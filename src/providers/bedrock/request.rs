@@ -520,11 +520,17 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
             max_tokens: chat.output_cap(),
             temperature: chat.temperature,
             top_p: chat.extra.get("top_p").filter(|v| v.is_number()),
+            // Bedrock's `stopSequences` are non-empty strings (its service model's
+            // `NonEmptyString`; boto3 refuses "" before sending): an empty one,
+            // which OpenAI accepts, is left out.
             stop_sequences: match chat.extra.get("stop") {
                 Some(Value::String(s)) => vec![s.as_str()],
                 Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
                 _ => Vec::new(),
-            },
+            }
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect(),
         },
         tool_config,
         additional_model_request_fields: None,
@@ -571,7 +577,8 @@ fn tool_config<'a>(
         let (i, f) = tool?;
         tools.push(Tool::ToolSpec(ToolSpec {
             name: f.name,
-            description: f.description,
+            // A `NonEmptyString` too: an empty description is no description.
+            description: f.description.filter(|d| !d.is_empty()),
             input_schema: InputSchema {
                 json: object_schema(f.parameters),
             },

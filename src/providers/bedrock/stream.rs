@@ -190,7 +190,11 @@ impl BedrockStream {
         let usage = self.include_usage.then(|| {
             self.usage
                 .and_then(TokenUsage::to_openai)
-                .unwrap_or_else(|| Usage::new(self.prompt_estimate, 0))
+                // No `metadata` event (cut after `messageStop`): estimated, about
+                // one token per content piece sent, as the OpenAI-format relay
+                // counts a stream without usage (0 undercounted rate limits and
+                // budgets).
+                .unwrap_or_else(|| Usage::new(self.prompt_estimate, self.w.progress.sent.pieces))
         });
         self.w.close(out, &mut self.finish, usage);
         self.done = true;
@@ -318,6 +322,9 @@ impl BedrockStream {
                 }
                 let ev: MessageStop =
                     crate::api::read_json(payload).map_err(|e| parse_err(e, "messageStop"))?;
+                if let Some(e) = super::malformed_stop(ev.stop_reason.as_deref()) {
+                    return Err(e);
+                }
                 if self.finish.is_none() {
                     let reason = finish_reason(ev.stop_reason.as_deref(), !self.tools.is_empty());
                     self.finish = Some(reason);

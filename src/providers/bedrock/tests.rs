@@ -1211,3 +1211,93 @@ fn frames_after_the_end_or_after_a_bad_frame_in_the_same_read_are_not_read() {
     assert!(!text.contains("no") && !text.contains("late"), "{text}");
     assert_eq!(feed_cut(&stream, &[first.len() + 3]), (text, step));
 }
+
+/// Found by the translation attack of 2026-12-07: a `stopReason` of
+/// `malformed_model_output` or `malformed_tool_use` was a clean `stop` (or
+/// `tool_calls`) finish; it is a failure of the answer (a 502 another endpoint may
+/// take, or one error event once content was sent).
+#[test]
+fn a_malformed_stop_reason_is_a_bad_response_not_a_finish() {
+    for reason in ["malformed_model_output", "malformed_tool_use"] {
+        let body = format!(
+            r#"{{"output":{{"message":{{"role":"assistant","content":[{{"text":"Hi"}}]}}}},"stopReason":"{reason}","usage":{{"inputTokens":3,"outputTokens":1,"totalTokens":4}}}}"#
+        );
+        let e = adapter().response(body.as_bytes(), "m").unwrap_err();
+        assert_eq!(
+            e.code,
+            Some(crate::error::Code::UpstreamBadResponse),
+            "{reason}"
+        );
+        assert!(e.message.contains(reason), "{}", e.message);
+        let mut bytes = frame("event", "messageStart", r#"{"role":"assistant"}"#);
+        bytes.extend(frame(
+            "event",
+            "contentBlockDelta",
+            r#"{"contentBlockIndex":0,"delta":{"text":"Hi"}}"#,
+        ));
+        bytes.extend(frame(
+            "event",
+            "messageStop",
+            &format!(r#"{{"stopReason":"{reason}"}}"#),
+        ));
+        let r = replay_bytes(&bytes, &[bytes.len()], false);
+        assert!(r.result.is_err(), "{reason}");
+        assert!(r.finish_reasons().is_empty(), "{reason}");
+        assert!(!r.done);
+    }
+}
+
+/// Found by the translation attack of 2026-12-07: a stream whose `metadata` event
+/// never came reported `completion_tokens: 0` in its usage chunk although text was
+/// sent, undercounting rate limits and budgets; it is estimated from the pieces sent.
+#[test]
+fn a_stream_without_metadata_estimates_its_output_tokens() {
+    let mut bytes = frame("event", "messageStart", r#"{"role":"assistant"}"#);
+    for piece in ["Hel", "lo", " there"] {
+        bytes.extend(frame(
+            "event",
+            "contentBlockDelta",
+            &format!(r#"{{"contentBlockIndex":0,"delta":{{"text":"{piece}"}}}}"#),
+        ));
+    }
+    bytes.extend(frame(
+        "event",
+        "messageStop",
+        r#"{"stopReason":"end_turn"}"#,
+    ));
+    let r = replay_bytes(&bytes, &[bytes.len()], true);
+    r.result.as_ref().unwrap();
+    assert!(r.done);
+    let usage = &r.usage_chunks()[0]["usage"];
+    assert_eq!(usage["prompt_tokens"], 7);
+    assert_eq!(usage["completion_tokens"], 3, "{usage}");
+}
+
+/// Found by the translation attack of 2026-12-07: an empty stop sequence and an
+/// empty tool description, which OpenAI accepts, were sent to Bedrock, whose
+/// `stopSequences` and `description` are non-empty strings (boto3 refuses them).
+#[test]
+fn empty_stop_sequences_and_tool_descriptions_are_left_out() {
+    let (_, body) = build(&chat(json!({
+        "model": "m",
+        "messages": [{"role": "user", "content": "u1"}],
+        "stop": ["", "x"],
+        "tools": [{"type": "function", "function": {"name": "get", "description": ""}}]
+    })));
+    assert_eq!(body["inferenceConfig"]["stopSequences"], json!(["x"]));
+    assert!(
+        body["toolConfig"]["tools"][0]["toolSpec"]
+            .get("description")
+            .is_none(),
+        "{body}"
+    );
+    let (_, body) = build(&chat(json!({
+        "model": "m",
+        "messages": [{"role": "user", "content": "u1"}],
+        "stop": ""
+    })));
+    assert!(
+        body["inferenceConfig"].get("stopSequences").is_none(),
+        "{body}"
+    );
+}
