@@ -132,6 +132,9 @@ pub(super) struct Cursor {
     pub endpoint: Option<usize>,
     /// Every attempt, for the access line.
     pub tried: Tried,
+    /// The attempt awaiting its answer: endpoint and when it was sent (`None`
+    /// between attempts). What [`Landing`] records when the client goes first.
+    in_flight: Option<(usize, Instant)>,
     failed: Vec<Failed>,
     /// The shortest wait until a skipped endpoint's circuit lets a probe through.
     skipped_for: Option<Duration>,
@@ -161,7 +164,7 @@ pub async fn dispatch(
     decided: Arc<DecisionContext>,
     ticket: &mut Option<Box<super::cache::Ticket>>,
 ) -> Result<Response<Body>, GatewayError> {
-    let mut cursor = Cursor {
+    let cursor = Cursor {
         gw: gw.clone(),
         chat,
         decided,
@@ -182,17 +185,26 @@ pub async fn dispatch(
         attempts: 0,
         endpoint: None,
         tried: Tried::new(),
+        in_flight: None,
         failed: Vec::new(),
         skipped_for: None,
         throttled_for: None,
         paused_not_for_quota: false,
         trace: ctx.trace.clone(),
     };
-    let result = cursor.run(None).await;
-    ctx.queued = cursor.queued;
-    ctx.attempts = cursor.attempts;
-    ctx.endpoint = cursor.endpoint;
-    ctx.tried.clone_from(&cursor.tried);
+    let mut landing = Landing {
+        ctx,
+        cursor: Some(cursor),
+    };
+    let result = match landing.cursor.as_mut() {
+        Some(c) => c.run(None).await,
+        None => Err(nothing_tried()),
+    };
+    let Some(cursor) = landing.cursor.take() else {
+        return result.and(Err(nothing_tried()));
+    };
+    let ctx = &mut *landing.ctx;
+    cursor.land(ctx);
     match result {
         Ok(Exchanged::Whole(resp)) => {
             ctx.served = true;
@@ -217,7 +229,47 @@ pub async fn dispatch(
     }
 }
 
+/// The dispatch's cursor and the request it tries for. Dropped with its cursor
+/// still in it, the dispatch was abandoned mid-way (the client closed its
+/// connection, and the request's future was dropped): the attempts made so far, the
+/// one in flight with status 499 and its time until then, go into the context, so
+/// the access line, the decision log and the attempt metrics show the endpoint the
+/// request was waiting on (found by attack, 2026-12-07: a client giving up on a slow
+/// provider left `attempts` empty and no endpoint, the commonest LLM failure
+/// untraceable to its endpoint).
+struct Landing<'c> {
+    ctx: &'c mut RequestCtx,
+    cursor: Option<Cursor>,
+}
+
+impl Drop for Landing<'_> {
+    fn drop(&mut self) {
+        let Some(c) = self.cursor.as_mut() else {
+            return;
+        };
+        if let Some((ep, sent)) = c.in_flight.take() {
+            c.tried.push(Try::new(ep, 499, sent.elapsed()));
+        }
+        c.land(self.ctx);
+    }
+}
+
+/// 500 for a dispatch left without its cursor (never: [`Landing`] holds it until
+/// the dispatch is done with it).
+fn nothing_tried() -> GatewayError {
+    GatewayError::new(ErrorKind::Internal, "the dispatch lost its plan")
+}
+
 impl Cursor {
+    /// Copies what the attempts so far were into `ctx`: time queued, attempts, the
+    /// last endpoint and every attempt's record.
+    fn land(&self, ctx: &mut RequestCtx) {
+        ctx.queued = self.queued;
+        ctx.attempts = self.attempts;
+        ctx.endpoint = self.endpoint;
+        ctx.tried.clone_from(&self.tried);
+    }
+
     /// Runs attempts from the current plan position until one succeeds. `resume`: the
     /// attempt continues a stream that failed after sending `resume` to the client.
     ///
@@ -281,6 +333,7 @@ impl Cursor {
             let track = (self.pos + 1 < self.plan_len() && failover_allowed(&gw, &self.chat))
                 || (gw.config.telemetry.access_log.bodies && self.chat.is_stream());
             let mut span = self.attempt_span(ep);
+            self.in_flight = Some((ep, began));
             let exchanged = exchange(
                 &gw,
                 ep,
@@ -292,6 +345,7 @@ impl Cursor {
                 &self.trace,
             )
             .await;
+            self.in_flight = None;
             let e = match exchanged {
                 Ok(Exchanged::Stream(mut leg)) => {
                     self.tried.push(Try::new(ep, 200, began.elapsed()));

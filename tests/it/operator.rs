@@ -397,6 +397,25 @@ async fn a_client_that_leaves_before_the_answer_still_gets_one_access_line() {
     assert_eq!(lines[0]["outcome"], "client_gone", "{}", lines[0]);
     assert_eq!(lines[0]["status"], 499, "{}", lines[0]);
     assert_eq!(lines[0]["stream"], false);
+    // Found by the operator attack of 2026-12-07: the attempt the client gave up
+    // on was in no view (`attempts` empty, no attempt metric, no endpoint in the
+    // decision log). `endpoint` stays null: it names what served.
+    assert!(lines[0]["endpoint"].is_null(), "{}", lines[0]);
+    assert_eq!(lines[0]["attempt_count"], 1, "{}", lines[0]);
+    let attempts = lines[0]["attempts"].as_str().unwrap();
+    assert!(
+        attempts.contains("a/x") && attempts.contains("499"),
+        "{attempts}"
+    );
+    let metrics = get(&gw.url("/metrics")).await.text();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("switchyard_attempts_total")
+                && l.contains("endpoint=\"a/x\"")
+                && l.contains("outcome=\"failed\"")),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
