@@ -513,12 +513,16 @@ impl GatewayError {
         e
     }
 
-    /// The `kind` label of `switchyard_upstream_errors_total`: the kind's label, except
-    /// that a provider that could not be reached at all is `unreachable`, apart from
-    /// the `bad_upstream` answers it sent.
+    /// The `kind` label of `switchyard_upstream_errors_total` (and the access line's
+    /// `error`): the kind's label, except that a provider that could not be reached
+    /// at all is `unreachable`, apart from the `bad_upstream` answers it sent, and an
+    /// endpoint queue's refusals are `queue_timeout` and `queue_full` (not
+    /// `no_endpoint`: the endpoint was there, its slots busy).
     pub fn metric_kind(&self) -> &'static str {
         match self.code {
             Some(Code::UpstreamUnreachable) => "unreachable",
+            Some(Code::QueueTimeout) => "queue_timeout",
+            Some(Code::QueueFull) => "queue_full",
             _ => self.kind.metric_label(),
         }
     }
@@ -731,5 +735,15 @@ mod tests {
         let long = "x".repeat(10_000);
         assert!(Code::provider(&long).as_str().len() <= MAX_PASSTHROUGH + 3);
         assert_eq!(bounded("héllo", 2), "h…");
+    }
+
+    /// Found by the operator attack of 2026-12-07: an endpoint queue's refusals
+    /// were logged as `error="no_endpoint"` although the client got `queue_timeout`.
+    #[test]
+    fn queue_refusals_have_their_own_error_kind() {
+        let e = |code| GatewayError::new(ErrorKind::NoEndpoint, "x").with_code(code);
+        assert_eq!(e(Code::QueueTimeout).metric_kind(), "queue_timeout");
+        assert_eq!(e(Code::QueueFull).metric_kind(), "queue_full");
+        assert_eq!(e(Code::NoEndpoint).metric_kind(), "no_endpoint");
     }
 }

@@ -266,11 +266,13 @@ impl RequestLog {
     }
 
     /// A request that ended with error `e`; `ep` is the last endpoint tried (`None`:
-    /// it failed before one was chosen, labelled `none`).
-    pub fn failed(&self, ep: Option<usize>, e: &GatewayError) {
+    /// it failed before one was tried, its endpoint labelled `none`), `model` its
+    /// logical model when the config has it (else `none`: a name the client made up
+    /// never becomes a series).
+    pub fn failed(&self, ep: Option<usize>, model: Option<&str>, e: &GatewayError) {
         let (endpoint, model) = match ep.and_then(|i| self.labels.get(i)) {
             Some((id, model)) => (id.clone(), model.clone()),
-            None => ("none".to_string(), "none".to_string()),
+            None => ("none".to_string(), model.unwrap_or("none").to_string()),
         };
         let status = e.status();
         metrics::counter!(t::REQUESTS, "model" => model, "endpoint" => endpoint, "status" => status.to_string())

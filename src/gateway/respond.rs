@@ -67,7 +67,8 @@ pub fn respond(
                 // no provider tokens were used, so the charged estimate goes back.
                 permit.settle(None, &crate::api::Usage::default());
             }
-            gw.log.failed(ctx.endpoint, &e);
+            let model = gw.registry.models.get(ctx.model.as_str()).map(|m| &*m.name);
+            gw.log.failed(ctx.endpoint, model, &e);
             error = Some(e.metric_kind());
             e.to_response()
         }

@@ -236,6 +236,18 @@ async fn a_queue_timeout_gives_503_with_retry_after() {
     assert_eq!(e["error"]["code"], "queue_timeout", "{e}");
     assert!(r.headers.contains_key("retry-after"));
     assert_eq!(queue(&gw).await["levels"][2]["timed_out"], 1);
+    // Found by the operator attack of 2026-12-07: the refusal was counted under
+    // `model="none"` although its model was known.
+    let metrics = get(&gw.url("/metrics")).await.text();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("switchyard_requests_total{")
+                && l.contains("model=\"m\"")
+                && l.contains("endpoint=\"none\"")
+                && l.contains("status=\"503\"")),
+        "{metrics}"
+    );
     // The stream form ends the same way before any event.
     assert_eq!(filler.await.unwrap().0.status, 200);
 }
