@@ -552,7 +552,21 @@ impl Validator {
         };
         self.unknown_keys(map, &["dir"], path);
         if let Some(dir) = self.string(map, "dir", path) {
-            cfg.dir = Some(base_dir.join(dir));
+            let full = base_dir.join(&dir);
+            // Reported with every other problem (exit 1), not as a policy load's I/O
+            // error once the config passed (found by attack, 2026-12-07).
+            if !full.is_dir() {
+                let why = if full.exists() {
+                    "is not a directory"
+                } else {
+                    "does not exist"
+                };
+                self.err(
+                    join(path, "dir"),
+                    format!("`{}` {why}: create it, or point `policies.dir` at the directory of your .policy files", full.display()),
+                );
+            }
+            cfg.dir = Some(full);
             cfg.explicit = true;
         }
         cfg
@@ -1034,13 +1048,15 @@ models:
 
     #[test]
     fn parses_the_documented_shape() {
-        let c = parse_str(GOOD, Some(Path::new("/etc/sy/switchyard.yaml"))).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("pol")).unwrap();
+        let c = parse_str(GOOD, Some(&dir.path().join("switchyard.yaml"))).unwrap();
         assert_eq!(c.server.listen.port(), 9000);
         assert_eq!(c.server.max_body_bytes, 1024);
         assert_eq!(c.server.idle_timeout_ms, 5000);
         assert_eq!(c.server.header_timeout_ms, 10_000);
         assert_eq!(c.server.max_header_bytes, 64 * 1024);
-        assert_eq!(c.policies.dir, Some(PathBuf::from("/etc/sy/./pol")));
+        assert_eq!(c.policies.dir, Some(dir.path().join("./pol")));
         assert!(c.policies.explicit);
         let local = c.provider("local").unwrap();
         assert_eq!(local.base_url, "http://127.0.0.1:8081/v1");
@@ -1240,6 +1256,23 @@ models:
                 }
             }
         }
+    }
+
+    /// Found by the operator attack of 2026-12-07: a `policies.dir` that does not
+    /// exist passed the config check and stopped `serve` later as an I/O error
+    /// (exit 2), alone, where a config problem is exit 1 with every other one.
+    #[test]
+    fn a_missing_policies_dir_is_a_config_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let errs = parse_str(
+            "policies: { dir: nowhere }\nproviders: { x: { kind: openai-compatible } }\nmodels: {}",
+            Some(&dir.path().join("switchyard.yaml")),
+        )
+        .unwrap_err();
+        let paths: Vec<&str> = errs.errors.iter().map(|e| e.path.as_str()).collect();
+        assert!(paths.contains(&"policies.dir"), "{errs}");
+        assert!(paths.contains(&"providers.x.base_url"), "{errs}");
+        assert!(errs.to_string().contains("does not exist"), "{errs}");
     }
 
     #[test]
