@@ -233,17 +233,43 @@ async fn route(
             // ends or the request is dropped (a client gone mid-body).
             let mut charge = gw.body_budget.charge();
             let limit = gw.config.server.max_body_bytes;
-            let (resp, facts) =
-                match read_body(&req.headers, body, limit, &mut charge, started).await {
-                    Ok(bytes) => {
-                        gw.chat(bytes, &req.headers, started, id.clone(), lines)
-                            .await
-                    }
-                    Err(e) => {
-                        let facts = Facts::refused(gw, id.clone(), &req.headers, started, &e);
-                        (e.to_response(), Some(facts))
-                    }
-                };
+            let (resp, facts) = match read_body(&req.headers, body, limit, &mut charge, started)
+                .await
+            {
+                Ok(bytes) => {
+                    gw.chat(bytes, &req.headers, started, id.clone(), lines)
+                        .await
+                }
+                Err(e) if e.status() == CLIENT_CLOSED => {
+                    // Nobody reads an answer: the request's line is written now, as
+                    // `client_gone` (a body cut short was logged as a 400
+                    // `invalid_request`, found by attack, 2026-12-07). The request
+                    // metrics count answers, and this had none.
+                    let caller = gw
+                        .auth
+                        .authenticate(&req.headers)
+                        .map(|p| crate::routing::features::Caller::from_principal(&p))
+                        .unwrap_or_default();
+                    Facts::refused(gw, id.clone(), &req.headers, started, caller, &e)
+                        .emit(gw, crate::gateway::access::End::ClientGone);
+                    (e.to_response(), None)
+                }
+                Err(e) => {
+                    // A client without valid credentials gets 401 whatever it
+                    // sent (README, "Authentication"), an oversized or unreadable
+                    // body included; a known caller's refusal names its key in
+                    // the access line. Authenticated here, on this path only: an
+                    // accepted body is authenticated by the admit phase.
+                    let (e, caller) = match gw.auth.authenticate(&req.headers) {
+                        Ok(p) => (e, crate::routing::features::Caller::from_principal(&p)),
+                        Err(unauthenticated) => (unauthenticated, Default::default()),
+                    };
+                    // Counted as every other answer is (a 413 was not).
+                    gw.log.failed(None, None, &e);
+                    let facts = Facts::refused(gw, id.clone(), &req.headers, started, caller, &e);
+                    (e.to_response(), Some(facts))
+                }
+            };
             let access = facts.map(|f| (gw.clone(), f, tracing::Span::current()));
             resp.map(|b| {
                 Body::boxed(Guarded {
@@ -528,11 +554,35 @@ async fn read_body(
             discard(&mut body).await;
             Err(e)
         }
+        Ok(Err(Read::Body(e))) if client_left(&*e) => Err(GatewayError::new(
+            ErrorKind::InvalidRequest,
+            "the client closed the connection before the request body was complete",
+        )
+        .with_status(CLIENT_CLOSED)),
         Ok(Err(Read::Body(e))) => Err(GatewayError::new(
             ErrorKind::InvalidRequest,
             format!("could not read the request body: {e}"),
         )),
     }
+}
+
+/// nginx's status for a client that closed its connection before the answer
+/// (`client_gone` in the access line): what [`read_body`] gives a body cut short by
+/// its client, where a malformed one is 400.
+const CLIENT_CLOSED: u16 = 499;
+
+/// Whether reading a body failed because its client closed or reset the connection
+/// (the server's `UnexpectedEof` for a body cut short, or the socket's reset).
+fn client_left(e: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    e.downcast_ref::<std::io::Error>().is_some_and(|e| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::UnexpectedEof
+                | std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::BrokenPipe
+        )
+    })
 }
 
 /// Why reading a body stopped early.

@@ -240,16 +240,17 @@ impl Facts {
 
     /// The facts of request `id` (arrived at `started` with `headers`) that ended
     /// with `e` before the gateway's phases ran (ingress could not read its body:
-    /// 413, a body timeout, the buffer budget). Its server span is started here, so
-    /// a refused request is traced like any other (a client's `traceparent` kept).
+    /// 413, a body timeout, the buffer budget), sent by `caller` (the default when
+    /// unknown). Its server span is started here, so a refused request is traced
+    /// like any other (a client's `traceparent` kept).
     pub fn refused(
         gw: &Gateway,
         id: HeaderValue,
         headers: &http::HeaderMap,
         started: Instant,
+        caller: crate::routing::features::Caller,
         e: &GatewayError,
     ) -> Box<Facts> {
-        let caller = crate::routing::features::Caller::default();
         let mut ctx = RequestCtx::new(id, started, caller, gw.policy.load_full());
         ctx.trace = crate::otel::RequestTrace::start(&gw.tracer, headers, started, &ctx.id);
         let mut facts = Facts::take(&mut ctx, e.status());

@@ -111,6 +111,25 @@ async fn api_keys_no_key_wrong_key_revoked_key_and_model_scope() {
     assert!(!r.text().contains("sy-m") && !r.text().contains("key-m"));
 }
 
+/// Found by the operator attack of 2026-12-07: a body over `server.max_body_bytes`
+/// without a key got 413, where a client without valid credentials gets 401
+/// whatever it sent; with a valid key the 413 stays.
+#[tokio::test]
+async fn an_oversized_body_without_a_key_got_413_not_401() {
+    let gw = start(&keys_config("server: { max_body_bytes: 1000 }\n"), &[]).await;
+    let big = chat("m", false, &format!(r#","user":"{}""#, "x".repeat(5000)));
+    let r = request_with("POST", &gw.url("/v1/chat/completions"), &[], big.clone()).await;
+    assert_401(&r);
+    let r = request_with(
+        "POST",
+        &gw.url("/v1/chat/completions"),
+        &[("authorization", &bearer("sy-all"))],
+        big,
+    )
+    .await;
+    assert_eq!(r.status, 413, "{}", r.text());
+}
+
 /// Found by attack (2026-12-05): `GET /v1/models` answered anyone, with every model,
 /// whatever the key's scope; OpenAI's needs the key and lists what it may use.
 #[tokio::test]

@@ -418,6 +418,45 @@ async fn a_client_that_leaves_before_the_answer_still_gets_one_access_line() {
     );
 }
 
+/// Found by the operator attack of 2026-12-07: a client that closed its connection
+/// halfway through its body was logged as a 400 `invalid_request` (nothing was ever
+/// sent to it), and a 413 was missing from `switchyard_requests_total`.
+#[tokio::test]
+async fn a_body_cut_short_is_client_gone_and_a_413_is_counted() {
+    use tokio::io::AsyncWriteExt;
+    let m = mock(&[]);
+    let cfg = format!(
+        "server: {{ max_body_bytes: 1000 }}\nproviders:\n  a: {{ kind: openai-compatible, base_url: http://{}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: a, model: x }} ] }}\n",
+        m.addr
+    );
+    let (gw, logs) = serve_logged(&cfg);
+    let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-request-id: cut-1\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{\"model\":\"m\",")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(s);
+    let lines = logs.wait_access("cut-1").await;
+    assert_eq!(lines[0]["status"], 499, "{}", lines[0]);
+    assert_eq!(lines[0]["outcome"], "client_gone", "{}", lines[0]);
+    let big = chat("m", false, &format!(r#","user":"{}""#, "x".repeat(5000)));
+    let r = chat_with_id(&gw, Some("big-1"), &big).await;
+    assert_eq!(r.status, 413, "{}", r.text());
+    let metrics = get(&gw.url("/metrics")).await.text();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("switchyard_requests_total{") && l.contains("status=\"413\"")),
+        "{metrics}"
+    );
+    assert!(
+        !metrics
+            .lines()
+            .any(|l| l.starts_with("switchyard_requests_total{") && l.contains("status=\"499\"")),
+        "{metrics}"
+    );
+}
+
 #[tokio::test]
 async fn a_cache_hit_has_one_line_naming_the_cache() {
     let (up, heads) = recording_upstream(vec![(200, "", ANSWER)]);
