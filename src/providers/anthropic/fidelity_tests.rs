@@ -239,6 +239,13 @@ fn cache_markers_are_kept_on_system_user_tool_result_and_tool_blocks() {
         b["tools"],
         json!([{"name": "f", "input_schema": {"type": "object"}, "cache_control": eph}])
     );
+    // Found by the translation attack of 2026-12-07: a marker inside the tool's
+    // `function` (where Bedrock's adapter reads it too) was silently dropped.
+    let b = body(
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}, "cache_control": eph}}]}),
+    );
+    assert_eq!(b["tools"][0]["cache_control"], eph, "{b}");
 
     // A marker on the message itself marks its last block.
     let b = body(json!({"model": "m", "messages": [

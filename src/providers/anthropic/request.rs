@@ -402,18 +402,22 @@ fn thinking(chat: &ChatRequest) -> Result<(Option<Thinking<'_>>, u64), GatewayEr
     Ok((thinking, max_tokens))
 }
 
-/// OpenAI function tools → Anthropic tools; a tool's `cache_control` is kept.
+/// OpenAI function tools → Anthropic tools; a tool's `cache_control` is kept, on
+/// the tool or inside its `function` (where LiteLLM's users put it, and where the
+/// Bedrock adapter reads it too: found by attack, 2026-12-07, silently dropped here).
 fn tools<'a>(chat: &'a ChatRequest, markers: &mut Markers) -> Result<Vec<Tool<'a>>, GatewayError> {
     let mut tools = Vec::new();
     for tool in function_tools(chat) {
         let (i, f) = tool?;
+        let marker = f
+            .tool
+            .get("cache_control")
+            .or_else(|| f.function.get("cache_control"));
         tools.push(Tool {
             name: f.name,
             description: f.description,
             input_schema: object_schema(f.parameters),
-            cache_control: markers.check(f.tool.get("cache_control"), || {
-                format!("tools[{i}].cache_control")
-            })?,
+            cache_control: markers.check(marker, || format!("tools[{i}].cache_control"))?,
         });
     }
     Ok(tools)
