@@ -44,6 +44,10 @@ const DEFER_NAME: HeaderName = HeaderName::from_static(DEFER_HEADER);
 /// 400 naming the header for a value that is not a level (or not `off-peak`); 403
 /// `priority_not_allowed` for a level above the caller's ceiling.
 pub fn admit(ctx: &mut RequestCtx, headers: &HeaderMap) -> Result<(), GatewayError> {
+    // The key's level first: a refusal of the header below answers with it (its
+    // `x-switchyard-priority` and access line said `normal` whatever the key's,
+    // found by attack, 2026-12-07).
+    ctx.priority = ctx.caller.priority;
     if let Some(v) = headers.get(PRIORITY_NAME) {
         let text = v.to_str().unwrap_or("").trim();
         let Some(level) = PriorityLevel::parse(&text.to_ascii_lowercase()) else {

@@ -446,6 +446,32 @@ async fn a_key_reaches_critical_only_up_to_its_max_priority() {
     assert_eq!(r.headers["x-switchyard-priority"], "low");
 }
 
+/// Found by the operator attack of 2026-12-07: a refused priority header (above the
+/// key's `max_priority`, or not a level) answered `x-switchyard-priority: normal`,
+/// not the key's own level.
+#[tokio::test]
+async fn a_refused_priority_header_answers_with_the_keys_level() {
+    let up = mock(&[]);
+    let secret = "sk-sched-test-3";
+    let hash = switchyard::auth::keys::hash_secret(secret);
+    let cfg = format!(
+        "auth:\n  mode: keys\n  keys:\n    - {{ id: batch, hash: \"{hash}\", priority: low, max_priority: high }}\n{}",
+        config(&[("up", &up)], "", "  m: { endpoints: [ { provider: up, model: mock-1 } ] }\n")
+    );
+    let gw = serve(&cfg);
+    let url = gw.url("/v1/chat/completions");
+    let auth = format!("Bearer {secret}");
+    for (level, status) in [("critical", 403), ("bogus", 400), ("", 200)] {
+        let mut headers = vec![("authorization", auth.as_str())];
+        if !level.is_empty() {
+            headers.push(("x-switchyard-priority", level));
+        }
+        let r = request_with("POST", &url, &headers, chat("m", false, "")).await;
+        assert_eq!(r.status, status, "{level}: {}", r.text());
+        assert_eq!(r.headers["x-switchyard-priority"], "low", "{level}");
+    }
+}
+
 /// A gateway whose policy holds every request to `m` for the off-peak window
 /// (`hold off_peak` at priority low) and names the rule that reads the window.
 fn policy_gateway(window_hours: &str) -> (Proc, Proc) {
