@@ -286,5 +286,17 @@ mod tests {
         assert!(check_origin("https://").is_err());
         assert!(check_origin("https://a b").is_err());
         assert!(check_origin("1http://a").is_err());
+        // Found by the operator attack of 2026-12-07: ports no browser sends.
+        for bad in [
+            "https://a.com:99999",
+            "https://a.com:0",
+            "https://a.com:",
+            "http://[::1",
+            "http://[::1]:x",
+        ] {
+            assert!(check_origin(bad).is_err(), "{bad}");
+        }
+        assert!(check_origin("http://[::1]").is_ok());
+        assert!(check_origin("https://a.com:443").is_ok());
     }
 }

@@ -527,5 +527,24 @@ pub fn check_origin(entry: &str) -> Result<String, String> {
     if !host_ok {
         return Err(format!("\"{entry}\" does not name a host"));
     }
+    // A port, when given, is 1 to 65535 (a browser never sends another): after an
+    // IPv6 literal's `]`, else after the last `:`.
+    let port = match rest.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((_, "")) => None,
+            Some((_, after)) => Some(after.strip_prefix(':').unwrap_or(after)),
+            None => {
+                return Err(format!(
+                    "\"{entry}\" has an IPv6 address without its closing `]`"
+                ))
+            }
+        },
+        None => rest.rsplit_once(':').map(|(_, p)| p),
+    };
+    if let Some(p) = port {
+        if !p.parse::<u16>().is_ok_and(|p| p > 0) || p.starts_with('+') {
+            return Err(format!("\"{entry}\" has port `{p}`; a port is 1 to 65535"));
+        }
+    }
     Ok(entry.to_ascii_lowercase())
 }
