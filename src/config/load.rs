@@ -741,6 +741,14 @@ impl Validator {
                 );
             }
         }
+        if kind != ProviderKind::AzureOpenAi && map.contains_key("api_version") {
+            // Read by Azure OpenAI's adapter only; elsewhere it would be ignored
+            // silently (found by attack, 2026-12-07).
+            self.err(
+                join(&path, "api_version"),
+                "only providers of kind `azure-openai` take `api_version`",
+            );
+        }
         if kind != ProviderKind::Mock && map.contains_key("mock") {
             self.err(
                 join(&path, "mock"),
@@ -1273,6 +1281,23 @@ models:
         assert!(paths.contains(&"policies.dir"), "{errs}");
         assert!(paths.contains(&"providers.x.base_url"), "{errs}");
         assert!(errs.to_string().contains("does not exist"), "{errs}");
+    }
+
+    /// Found by the operator attack of 2026-12-07: `api_version` on a provider of
+    /// another kind than `azure-openai` was accepted and ignored.
+    #[test]
+    fn api_version_is_for_azure_only() {
+        let errs = parse_str(
+            "providers: { c: { kind: anthropic, api_version: '2024-10-21' } }\nmodels: {}",
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(errs.errors[0].path, "providers.c.api_version", "{errs}");
+        parse_str(
+            "providers: { z: { kind: azure-openai, base_url: 'https://x.openai.azure.com', api_version: '2024-10-21' } }\nmodels: {}",
+            None,
+        )
+        .unwrap();
     }
 
     #[test]
