@@ -32,6 +32,24 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
+/// `message` (a serde error's text) with a "did you mean" added when it is serde's
+/// "unknown field `x`, expected one of `a`, `b`, ..." and `x` is close to one of
+/// the fields: the sections of the config read through serde (`auth`, `admin`, a
+/// provider's `mock`) then suggest as the others do.
+pub fn unknown_field_hint(message: String) -> String {
+    let Some(rest) = message.strip_prefix("unknown field `") else {
+        return message;
+    };
+    let Some((field, expected)) = rest.split_once('`') else {
+        return message;
+    };
+    let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    match did_you_mean(field, known.iter().copied()) {
+        Some(close) => format!("{message}; did you mean `{close}`?"),
+        None => message,
+    }
+}
+
 /// The closest of `candidates` to `word`, if one is close enough to be a likely typo.
 pub fn did_you_mean<'a, I>(word: &str, candidates: I) -> Option<&'a str>
 where
@@ -78,6 +96,24 @@ mod tests {
         let kinds = ["openai", "anthropic", "gemini", "bedrock", "mock"];
         assert_eq!(did_you_mean("mokc", kinds), Some("mock"));
         assert_eq!(did_you_mean("gemnii", kinds), Some("gemini"));
+    }
+
+    /// Found by the operator attack of 2026-12-07: `auth.keys[0].modles` and
+    /// `admin.kyes` were reported without the suggestion every other section gives.
+    #[test]
+    fn serde_unknown_fields_get_a_suggestion() {
+        let m =
+            "unknown field `modles`, expected one of `id`, `hash`, `org`, `models`, `providers`";
+        assert_eq!(
+            unknown_field_hint(m.to_string()),
+            format!("{m}; did you mean `models`?")
+        );
+        let far = "unknown field `zzzz`, expected one of `id`, `hash`";
+        assert_eq!(unknown_field_hint(far.to_string()), far);
+        assert_eq!(
+            unknown_field_hint("invalid type".to_string()),
+            "invalid type"
+        );
     }
 
     #[test]

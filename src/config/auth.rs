@@ -288,6 +288,7 @@ fn serde_error(section: &str, e: serde_path_to_error::Error<serde_yaml::Error>) 
         Some(i) => message[..i].to_string(),
         None => message,
     };
+    let message = crate::suggest::unknown_field_hint(message);
     ConfigError { path, message }
 }
 

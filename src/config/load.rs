@@ -1300,6 +1300,20 @@ models:
         .unwrap();
     }
 
+    /// Found by the operator attack of 2026-12-07: the sections read through serde
+    /// (`auth`, `admin`, a provider's `mock`) gave no "did you mean".
+    #[test]
+    fn serde_read_sections_suggest_the_field_meant() {
+        let errs = parse_str(
+            "admin: { kyes: [] }\nproviders: { m: { kind: mock, mock: { latncy_ms: 5 } } }\nmodels: {}",
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(errs.contains("did you mean `keys`?"), "{errs}");
+        assert!(errs.contains("did you mean `latency_ms`?"), "{errs}");
+    }
+
     #[test]
     fn missing_base_url_for_compatible_kind() {
         let errs = parse_str(

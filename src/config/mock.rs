@@ -103,7 +103,8 @@ impl MockOptions {
     /// # Errors
     /// A sentence naming the bad key or value.
     pub fn from_yaml(value: &serde_yaml::Value) -> Result<MockOptions, String> {
-        let opts: MockOptions = serde_yaml::from_value(value.clone()).map_err(|e| e.to_string())?;
+        let opts: MockOptions = serde_yaml::from_value(value.clone())
+            .map_err(|e| crate::suggest::unknown_field_hint(e.to_string()))?;
         opts.validate()?;
         Ok(opts)
     }
