@@ -493,6 +493,25 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
         }
     }
     trim_prefill(&mut turns);
+    // Converse takes a conversation that starts with a user turn ("A conversation
+    // must start with a user message"), where OpenAI also takes a system prompt
+    // alone or an assistant's greeting first: refused here naming the field,
+    // before any upstream call (found by attack, 2026-12-07).
+    match turns.first().map(|t| t.role) {
+        None => {
+            return Err(unsupported_value(
+                "messages",
+                "Bedrock needs a user message: the conversation has none Bedrock can take (a system prompt alone, or only empty text)",
+            ))
+        }
+        Some("assistant") => {
+            return Err(unsupported_value(
+                "messages",
+                "Bedrock needs the conversation to start with a user message, and its first message after the system prompt is the assistant's; begin with the user's turn",
+            ))
+        }
+        Some(_) => {}
+    }
     let tool_config = tool_config(chat, &mut markers)?;
     let tool_blocks = turns
         .iter()

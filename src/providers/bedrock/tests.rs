@@ -306,6 +306,7 @@ fn what_bedrock_cannot_take_is_refused_naming_the_field() {
         ),
         (
             json!({"messages": [
+                {"role": "user", "content": "go"},
                 {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
                 {"role": "tool", "tool_call_id": "c1", "content": "x"}
             ]}),
@@ -315,6 +316,7 @@ fn what_bedrock_cannot_take_is_refused_naming_the_field() {
         (
             json!({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none",
                    "messages": [
+                {"role": "user", "content": "go"},
                 {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
                 {"role": "tool", "tool_call_id": "c1", "content": "x"}
             ]}),
@@ -1300,4 +1302,21 @@ fn empty_stop_sequences_and_tool_descriptions_are_left_out() {
         body["inferenceConfig"].get("stopSequences").is_none(),
         "{body}"
     );
+}
+
+/// Found by the translation attack of 2026-12-07: a conversation that begins with
+/// the assistant's greeting, or is a system prompt alone, was sent and refused by
+/// Bedrock ("A conversation must start with a user message"); it is refused here,
+/// naming `messages`, before any upstream call.
+#[test]
+fn a_conversation_not_starting_with_the_user_is_refused_naming_messages() {
+    for messages in [
+        json!([{"role": "system", "content": "S"}, {"role": "assistant", "content": "Hello, how can I help?"}, {"role": "user", "content": "hi"}]),
+        json!([{"role": "system", "content": "S"}]),
+    ] {
+        let c = chat(json!({"model": "m", "messages": messages}));
+        let e = adapter().request(&target(), &c).unwrap_err();
+        assert_eq!(e.status(), 400, "{messages}");
+        assert_eq!(e.param.as_deref(), Some("messages"), "{messages}");
+    }
 }
