@@ -457,6 +457,12 @@ impl Adapter for Gemini {
             _ => status,
         };
         let mut e = upstream_error(status, headers, body);
+        if status == 503 {
+            // `UNAVAILABLE`: "The service may be temporarily overloaded or down"
+            // (Gemini's troubleshooting guide; "The model is overloaded" in the
+            // body): `upstream_overloaded`, as Anthropic's 529 and Bedrock's 503 are.
+            e = e.with_code(Code::UpstreamOverloaded);
+        }
         if let Some(b) = parsed {
             if e.kind == ErrorKind::RateLimited {
                 e.retry_after = e

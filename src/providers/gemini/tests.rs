@@ -464,6 +464,13 @@ fn error_bodies() {
             .status(),
         502
     );
+    // Found by the translation attack of 2026-12-07: Gemini's 503 "The model is
+    // overloaded" was `upstream_error`, where Anthropic's 529 and Bedrock's 503 are
+    // `upstream_overloaded`.
+    let body = br#"{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}"#;
+    let e = Gemini.error(503, &HeaderMap::new(), body);
+    assert_eq!(e.status(), 502);
+    assert_eq!(e.code, Some(crate::error::Code::UpstreamOverloaded));
 }
 
 /// Found by the billing review: a 429 whose `QuotaFailure` names a per-day quota
