@@ -361,7 +361,7 @@ async fn adapter_400s_for_what_a_provider_cannot_express_had_a_null_code() {
     .await;
     let url = gw.url("/v1/chat/completions");
     let hi = r#""messages":[{"role":"user","content":"hi"}]"#;
-    let calls = r#""messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"x"}]"#;
+    let calls = r#""messages":[{"role":"user","content":"go"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"x"}]"#;
     let table = [
         (
             format!(r#"{{"model":"claude","n":2,{hi}}}"#),
