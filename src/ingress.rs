@@ -240,34 +240,30 @@ async fn route(
                     gw.chat(bytes, &req.headers, started, id.clone(), lines)
                         .await
                 }
-                Err(e) if e.status() == CLIENT_CLOSED => {
-                    // Nobody reads an answer: the request's line is written now, as
-                    // `client_gone` (a body cut short was logged as a 400
-                    // `invalid_request`, found by attack, 2026-12-07). The request
-                    // metrics count answers, and this had none.
-                    let caller = gw
-                        .auth
-                        .authenticate(&req.headers)
-                        .map(|p| crate::routing::features::Caller::from_principal(&p))
-                        .unwrap_or_default();
-                    Facts::refused(gw, id.clone(), &req.headers, started, caller, &e)
-                        .emit(gw, crate::gateway::access::End::ClientGone);
-                    (e.to_response(), None)
-                }
                 Err(e) => {
-                    // A client without valid credentials gets 401 whatever it
-                    // sent (README, "Authentication"), an oversized or unreadable
-                    // body included; a known caller's refusal names its key in
-                    // the access line. Authenticated here, on this path only: an
-                    // accepted body is authenticated by the admit phase.
+                    // The caller, for the access line's key. A client without valid
+                    // credentials gets 401 whatever it sent (README,
+                    // "Authentication"), an oversized or unreadable body included.
+                    // Authenticated here, on this path only: an accepted body is
+                    // authenticated by the admit phase.
                     let (e, caller) = match gw.auth.authenticate(&req.headers) {
                         Ok(p) => (e, crate::routing::features::Caller::from_principal(&p)),
+                        Err(_) if e.status() == CLIENT_CLOSED => (e, Default::default()),
                         Err(unauthenticated) => (unauthenticated, Default::default()),
                     };
-                    // Counted as every other answer is (a 413 was not).
-                    gw.log.failed(None, None, &e);
                     let facts = Facts::refused(gw, id.clone(), &req.headers, started, caller, &e);
-                    (e.to_response(), Some(facts))
+                    if e.status() == CLIENT_CLOSED {
+                        // Nobody reads an answer: the line is written now, as
+                        // `client_gone` (a body cut short was logged as a 400
+                        // `invalid_request`, found by attack, 2026-12-07). The request
+                        // metrics count answers, and this had none.
+                        facts.emit(gw, crate::gateway::access::End::ClientGone);
+                        (e.to_response(), None)
+                    } else {
+                        // Counted as every other answer is (a 413 was not).
+                        gw.log.failed(None, None, &e);
+                        (e.to_response(), Some(facts))
+                    }
                 }
             };
             let access = facts.map(|f| (gw.clone(), f, tracing::Span::current()));

@@ -275,16 +275,7 @@ fn response_format(extra: &Map<String, Value>) -> Checked {
         "json_schema" => {
             let path = "response_format.json_schema";
             let js = object_at(rf, "json_schema", "response_format")?;
-            let name = string_at(js, "name", path)?;
-            if !valid_tool_name(name) {
-                return Err(bad_value(
-                    format!("{path}.name"),
-                    format!(
-                        "`{path}.name` is \"{}\"; a schema name is 1 to 64 letters, digits, '_' or '-'",
-                        crate::error::bounded(name, 80)
-                    ),
-                ));
-            }
+            name_at(js, path, "schema")?;
             match js.get("schema") {
                 None | Some(Value::Null) | Some(Value::Object(_)) => {}
                 Some(_) => {
@@ -332,12 +323,23 @@ fn object_at<'a>(
 }
 
 fn tool_name<'a>(obj: &'a Map<String, Value>, path: &str) -> Result<&'a str, GatewayError> {
+    name_at(obj, path, "tool")
+}
+
+/// The required `name` of `obj` at `path`, 1 to 64 letters, digits, '_' or '-' (a
+/// tool's, or a `json_schema`'s: OpenAI gives both the same rule); `what` names it
+/// in the message.
+fn name_at<'a>(
+    obj: &'a Map<String, Value>,
+    path: &str,
+    what: &str,
+) -> Result<&'a str, GatewayError> {
     let name = string_at(obj, "name", path)?;
     if !valid_tool_name(name) {
         return Err(bad_value(
             format!("{path}.name"),
             format!(
-                "`{path}.name` is \"{}\"; a tool name is 1 to 64 letters, digits, '_' or '-'",
+                "`{path}.name` is \"{}\"; a {what} name is 1 to 64 letters, digits, '_' or '-'",
                 crate::error::bounded(name, 80)
             ),
         ));

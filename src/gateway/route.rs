@@ -237,21 +237,23 @@ fn decide(gw: &Gateway, snap: &PolicySnapshot, features: &RequestFeatures) -> De
 /// `Retry-After`); when every endpoint of the model has `weight: 0` it says they
 /// are disabled.
 fn no_endpoint(gw: &Gateway, model: &str, probe: Option<std::time::Duration>) -> GatewayError {
-    let disabled = gw.registry.model(model).is_ok_and(|m| {
-        m.endpoints
-            .iter()
-            .all(|&i| gw.registry.endpoints.get(i).is_some_and(|e| e.weight == 0))
-    });
-    let model = crate::error::bounded(model, crate::routing::MAX_ECHOED_NAME);
+    let disabled = || {
+        gw.registry.models.get(model).is_some_and(|m| {
+            m.endpoints
+                .iter()
+                .all(|&i| gw.registry.endpoints.get(i).is_some_and(|e| e.weight == 0))
+        })
+    };
+    let shown = crate::error::bounded(model, crate::routing::MAX_ECHOED_NAME);
     let message = match probe {
         Some(wait) => format!(
-            "no endpoint is available for model `{model}`: its endpoints' circuit breakers are open after repeated failures; retry in {} s",
+            "no endpoint is available for model `{shown}`: its endpoints' circuit breakers are open after repeated failures; retry in {} s",
             wait.as_secs().max(1)
         ),
-        None if disabled => format!(
-            "no endpoint is available for model `{model}`: every endpoint of it has `weight: 0` (disabled) in the config"
+        None if disabled() => format!(
+            "no endpoint is available for model `{shown}`: every endpoint of it has `weight: 0` (disabled) in the config"
         ),
-        None => format!("no endpoint is available for model `{model}`"),
+        None => format!("no endpoint is available for model `{shown}`"),
     };
     GatewayError::new(ErrorKind::NoEndpoint, message).with_code(Code::NoEndpoint)
 }
