@@ -239,13 +239,9 @@ async fn a_queue_timeout_gives_503_with_retry_after() {
     // Found by the operator attack of 2026-12-07: the refusal was counted under
     // `model="none"` although its model was known.
     let metrics = get(&gw.url("/metrics")).await.text();
+    let refused = [("model", "m"), ("endpoint", "none"), ("status", "503")];
     assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("switchyard_requests_total{")
-                && l.contains("model=\"m\"")
-                && l.contains("endpoint=\"none\"")
-                && l.contains("status=\"503\"")),
+        metric(&metrics, "switchyard_requests_total{", &refused) > 0.0,
         "{metrics}"
     );
     // The stream form ends the same way before any event.
