@@ -257,7 +257,9 @@ impl ClientStream {
         self.keep_text(&sent);
         self.pieces = sent.pieces;
         self.continued = true;
-        if sent.finished {
+        // A restart's finish chunk that came before it had repeated the text already
+        // sent (`unmatched`) was dropped, not sent: that answer is not whole.
+        if sent.finished && sent.unmatched == 0 {
             // Only the end of the stream was lost; the answer itself (text or tool
             // calls) is whole: end it as a clean close would.
             self.note(&cursor, Some(began));

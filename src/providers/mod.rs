@@ -104,7 +104,10 @@ pub struct Sent {
     /// Reasoning was sent (`reasoning_content` or `thinking_blocks`): a continuation
     /// would restart or lose it, so the stream is not continued.
     pub reasoning: bool,
-    /// The finish reason was sent: the answer itself is complete.
+    /// The transcoder wrote the finish reason: the answer itself is complete, unless
+    /// a restart wrote it while [`Sent::unmatched`] was above zero (the relay drops
+    /// what a restart writes before it has repeated the text already sent, its
+    /// finish chunk included).
     pub finished: bool,
     /// The text outgrew [`MAX_TRACKED_BYTES`], or content that is not text was sent
     /// (a list of parts), and the text is no longer kept: the stream can no longer

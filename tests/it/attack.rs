@@ -151,6 +151,35 @@ async fn attack_restart_that_finishes_before_repeating_the_sent_text_is_diverged
     );
 }
 
+// Regression (outside attack, 2026-12-07): the same short restart, but with its first
+// piece in a frame of its own, so the continuation commits before its finish chunk
+// arrives. The finish chunk was dropped (the restart had not repeated the text yet),
+// yet it marked the answer finished (`Sent::finished`), so the divergence that
+// followed was taken for a failure after the finish: the client got "Hello world
+// and", `[DONE]`, no finish reason and no usage chunk, and the access line said `ok`
+// (about a third of the tries with the attacker's timing). Expected: the divergence
+// error event, as when the whole restart arrives at once.
+#[tokio::test]
+async fn a_short_restart_committed_before_its_finish_is_diverged_not_done() {
+    let mut cut = openai_sse(&["Hello", " world", " and"], false);
+    cut.push_str(PAUSE);
+    cut.push_str(ERROR_EVENT);
+    let mut short = openai_sse(&["Hello"], false);
+    short.push_str(PAUSE);
+    short.push_str(&finish_chunk("stop"));
+    short.push_str("data: {\"id\":\"up\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1,\"total_tokens\":6}}\n\n");
+    short.push_str(DONE);
+    let (r, _) = over_two(cut, short, r#","stream_options":{"include_usage":true}"#).await;
+    assert_eq!(r.status, 200);
+    let events = r.events();
+    assert!(
+        events.last().is_some_and(|e| e.contains("upstream_stream_diverged")),
+        "one error event last, not [DONE]: {}",
+        r.text()
+    );
+    assert!(!events.iter().any(|e| e == "[DONE]"), "{}", r.text());
+}
+
 /// A chunk of an OpenAI-format reasoning model (DeepSeek, xAI, vLLM) carrying a
 /// piece of `delta.reasoning_content`.
 fn reasoning_chunk(p: &str) -> String {
