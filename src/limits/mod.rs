@@ -616,6 +616,12 @@ impl Limiter {
                     Kind::Requests => "requests",
                     Kind::Tokens => "tokens",
                 };
+                // "needs 1 request", not "1 requests".
+                let unit = if n.cost == 1 {
+                    what.trim_end_matches('s')
+                } else {
+                    what
+                };
                 let level = level_name(&n.key);
                 let message = match wait_ms {
                     Some(w) => format!(
@@ -623,7 +629,7 @@ impl Limiter {
                         n.per_min, n.cost, w
                     ),
                     None => format!(
-                        "This request needs {} {what}, more than the {level} limit allows at once ({}).",
+                        "This request needs {} {unit}, more than the {level} limit allows at once ({}).",
                         n.cost, n.capacity
                     ),
                 };

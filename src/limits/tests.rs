@@ -243,3 +243,21 @@ fn a_refusal_by_a_later_bucket_leaves_the_earlier_ones_as_they_were() {
         _ => panic!("refused a request that fits every bucket"),
     }
 }
+
+#[test]
+fn a_zero_rate_without_burst_refuses_every_request_naming_one_request() {
+    // `requests_per_min: 0` with no burst is a bucket of no room: every request is
+    // refused, without a Retry-After (waiting never helps), in singular words.
+    let l = limiter("limits:\n  global: { requests_per_min: 0 }\n");
+    let e = l.admit_local_at(&caller("a", None), 1, 0, 0).unwrap_err();
+    assert_eq!(e.status(), 429);
+    assert_eq!(e.retry_after_secs(), None);
+    assert!(
+        e.message
+            .starts_with("This request needs 1 request, more than the global limit"),
+        "{}",
+        e.message
+    );
+    let e = l.admit_local_at(&caller("a", None), 1, 3_600_000, 0).unwrap_err();
+    assert_eq!(e.status(), 429, "an hour later still no room");
+}
