@@ -29,7 +29,7 @@ use super::access::Facts;
 use super::ctx::RequestCtx;
 use super::Gateway;
 use crate::body::Body;
-use crate::error::GatewayError;
+use crate::error::{ErrorKind, GatewayError};
 
 /// `x-switchyard-policy`: the policy version (content hash) a request ran on.
 pub const POLICY_HEADER: HeaderName = HeaderName::from_static("x-switchyard-policy");
@@ -62,10 +62,19 @@ pub fn respond(
             resp
         }
         Err(e) => {
-            if let (Some(permit), 0) = (&ctx.permit, ctx.attempts) {
-                // Refused before any upstream attempt (route, scope, context, queue):
-                // no provider tokens were used, so the charged estimate goes back.
-                permit.settle(None, &crate::api::Usage::default());
+            if let Some(permit) = &ctx.permit {
+                // No answer. Refused before any upstream attempt (route, scope,
+                // context, queue), or every attempt failed (unreachable, an error
+                // status, a bad answer): no provider tokens were used, and providers
+                // do not bill failed requests, so the charged estimate goes back.
+                // A timeout keeps its input estimate: the provider may have read
+                // the prompt (and may still be answering).
+                let usage = if ctx.attempts > 0 && e.kind == ErrorKind::UpstreamTimeout {
+                    crate::api::Usage::new(permit.prompt_estimate, 0)
+                } else {
+                    crate::api::Usage::default()
+                };
+                permit.settle(None, &usage);
             }
             let model = gw.registry.models.get(ctx.model.as_str()).map(|m| &*m.name);
             gw.log.failed(ctx.endpoint, model, &e);

@@ -426,3 +426,34 @@ async fn spend_without_caller_labels_is_one_series_per_model() {
         "{spend:?}"
     );
 }
+
+// Regression (outside attack, 2026-12-07): a request whose every upstream attempt
+// failed (here the provider is unreachable) kept its whole token charge, input
+// estimate and output cap: eleven 502s locked a key out for hours with no token
+// used. Expected: no answer, no tokens; the charge goes back.
+#[tokio::test]
+async fn a_request_that_failed_upstream_gives_its_token_charge_back() {
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let app = start_app(
+        &format!("providers:\n  p: {{ kind: mock }}\n  gone: {{ kind: openai-compatible, base_url: 'http://127.0.0.1:{dead}/v1' }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x }} ] }}\n  d: {{ endpoints: [ {{ provider: gone, model: x }} ] }}\nlimits:\n  per_key: {{ tokens_per_min: 6, burst_tokens: 1000 }}\n"),
+        &[],
+    )
+    .await;
+    let url = app.url("/v1/chat/completions");
+    let auth = [("authorization", "Bearer sk-a")];
+    for _ in 0..4 {
+        let r = request_with("POST", &url, &auth, chat("d", false, r#","max_tokens":400"#)).await;
+        assert_eq!(r.status, 502, "unreachable, not refused: {}", r.text());
+    }
+    let r = request_with("POST", &url, &auth, chat("m", false, r#","max_tokens":400"#)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let remaining: u64 = r.headers["x-ratelimit-remaining-tokens"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(remaining > 500, "only this request's charge is out: {remaining}");
+}
