@@ -58,9 +58,20 @@ pub async fn admit(
     if !gw.limits.applies(&ctx.caller) {
         return Ok(());
     }
+    // What a budget reserves: the input estimate and the output cap at the dearest
+    // of the model's endpoints (the one that serves is not chosen yet).
+    let reserve = |l: &crate::limits::Limiter| {
+        let endpoints = gw
+            .registry
+            .models
+            .get(ctx.model.as_str())
+            .map_or(&[][..], |m| &m.endpoints[..]);
+        let output = output_reserve(chat, gw.config.limits.default_output_tokens);
+        l.reserve_usd(endpoints, chat.estimated_input_tokens(), output)
+    };
     let mut permit = gw
         .limits
-        .admit(&ctx.caller, |counter| cost(gw, counter, chat))
+        .admit(&ctx.caller, |counter| cost(gw, counter, chat), reserve)
         .await?;
     permit.prompt_estimate = chat.estimated_input_tokens();
     // What `request.budget_remaining` reads (the features are built from the caller

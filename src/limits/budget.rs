@@ -52,16 +52,26 @@ impl Spend {
         )
     }
 
-    /// Adds `usd` at `unix_secs`, starting a new day or month when the period changed.
+    /// Adds `usd` (negative: gives back) in the day and month of `unix_secs`,
+    /// starting a new day or month when that is a later one. A period already
+    /// replaced by a later one is left as it is: the settlement of a request
+    /// admitted yesterday does not reset today's spend.
     pub fn add(&mut self, usd: f64, unix_secs: u64) {
         let (day, month) = periods(unix_secs);
-        let (d, m) = self.at(unix_secs);
-        *self = Spend {
-            day,
-            day_usd: d + usd,
-            month,
-            month_usd: m + usd,
-        };
+        if day >= self.day {
+            let d = if self.day == day { self.day_usd } else { 0.0 };
+            self.day = day;
+            self.day_usd = (d + usd).max(0.0);
+        }
+        if month >= self.month {
+            let m = if self.month == month {
+                self.month_usd
+            } else {
+                0.0
+            };
+            self.month = month;
+            self.month_usd = (m + usd).max(0.0);
+        }
     }
 }
 
@@ -110,5 +120,22 @@ mod tests {
         t.add(1.0, 1_709_208_000 - 86_400);
         t.add(2.0, 1_709_208_000);
         assert_eq!(t.at(1_709_208_000), (2.0, 3.0));
+    }
+
+    #[test]
+    fn settling_a_reservation_of_yesterday_leaves_today_alone() {
+        // 2024-02-28 and 29: a request reserved 1.0 yesterday; today 2.0 was spent;
+        // yesterday's request now settles at 0.25 (0.75 given back, in its day).
+        let (yesterday, today) = (1_709_208_000 - 86_400, 1_709_208_000);
+        let mut s = Spend::default();
+        s.add(1.0, yesterday);
+        s.add(2.0, today);
+        s.add(-0.75, yesterday);
+        assert_eq!(s.at(today), (2.0, 2.25), "today kept; the month gives back");
+        // A reservation given back whole never leaves spend below zero.
+        let mut z = Spend::default();
+        z.add(0.1, today);
+        z.add(-0.1 - 1e-12, today);
+        assert_eq!(z.at(today), (0.0, 0.0));
     }
 }

@@ -435,13 +435,16 @@ impl Limiter {
         unix_now()
     }
 
-    /// The in-memory check of `needs` and `scopes` at `now_ms` / `unix_secs`.
+    /// The in-memory check of `needs` and `scopes` at `now_ms` / `unix_secs`; an
+    /// admitted request's `reserve_usd` is added to the spend of every scope at once
+    /// (see [`Permit::settle`]).
     fn check_local(
         &self,
         needs: &[Need],
         scopes: &[BudgetScope],
         now_ms: u64,
         unix_secs: u64,
+        reserve_usd: f64,
     ) -> Checked {
         let mut local = self.lock();
         let mut left: Option<f64> = None;
@@ -491,6 +494,11 @@ impl Limiter {
             }
             views.push(View::of(n, b, now_ms));
         }
+        if reserve_usd > 0.0 {
+            for s in scopes {
+                local.ledger.add(&s.scope, reserve_usd, unix_secs);
+            }
+        }
         Checked::Admitted(views, left.map(|l| l.max(0.0)))
     }
 
@@ -507,16 +515,49 @@ impl Limiter {
         now_ms: u64,
         unix_secs: u64,
     ) -> Result<Permit, GatewayError> {
+        self.admit_local_reserving(caller, tokens, 0.0, now_ms, unix_secs)
+    }
+
+    /// [`Limiter::admit_local_at`] reserving `reserve_usd` of the budgets (see
+    /// [`Limiter::admit`]).
+    ///
+    /// # Errors
+    /// 429 `rate_limit_exceeded` or `budget_exceeded` (see the module doc).
+    pub fn admit_local_reserving(
+        &self,
+        caller: &Caller,
+        tokens: u64,
+        reserve_usd: f64,
+        now_ms: u64,
+        unix_secs: u64,
+    ) -> Result<Permit, GatewayError> {
         let needs = self.needs(caller, tokens);
         let scopes = self.budget_scopes(caller);
-        let checked = self.check_local(&needs, &scopes, now_ms, unix_secs);
-        self.permit(caller, tokens, needs, scopes, checked, Backend::Local)
+        let reserve = Reserve {
+            usd: if scopes.is_empty() { 0.0 } else { reserve_usd },
+            unix_secs,
+        };
+        let checked = self.check_local(&needs, &scopes, now_ms, unix_secs, reserve.usd);
+        self.permit(
+            caller,
+            tokens,
+            needs,
+            scopes,
+            checked,
+            Backend::Local,
+            reserve,
+        )
     }
 
     /// Admits or refuses a request from `caller`, on Redis when configured (one round
     /// trip), else in memory. `tokens` gives the request's token cost from the
     /// limiter's [`tokens::TokenCounter`]; it is called only when a tokens bucket
-    /// applies to the caller (the count may run a tokenizer).
+    /// applies to the caller (the count may run a tokenizer). `reserve_usd` gives the
+    /// most the request may spend, USD ([`Limiter::reserve_usd`]); it is called only
+    /// when a budget applies, and an admitted request's reservation counts as spent
+    /// at once, so that requests in flight together cannot all pass a budget that
+    /// each alone would find unspent; [`Permit::settle`] replaces it with the actual
+    /// spend.
     ///
     /// # Errors
     /// 429 `rate_limit_exceeded` or `budget_exceeded`; 503 `rate_limiter_unavailable`
@@ -525,6 +566,7 @@ impl Limiter {
         &self,
         caller: &Caller,
         tokens: impl FnOnce(&tokens::TokenCounter) -> u64,
+        reserve_usd: impl FnOnce(&Limiter) -> f64,
     ) -> Result<Permit, GatewayError> {
         let mut needs = self.needs(caller, 0);
         // Count the request's tokens only if a tokens bucket needs them.
@@ -539,16 +581,41 @@ impl Limiter {
         };
         let scopes = self.budget_scopes(caller);
         let unix_secs = self.unix_secs_for(&scopes);
+        let reserve = Reserve {
+            usd: if scopes.is_empty() {
+                0.0
+            } else {
+                reserve_usd(self).max(0.0)
+            },
+            unix_secs,
+        };
         if needs.is_empty() && scopes.is_empty() {
             let checked = Checked::Admitted(Vec::new(), None);
-            return self.permit(caller, tokens, needs, scopes, checked, Backend::Local);
+            return self.permit(
+                caller,
+                tokens,
+                needs,
+                scopes,
+                checked,
+                Backend::Local,
+                reserve,
+            );
         }
         let now_ms = self.now_ms();
         if let Some(r) = &self.inner.redis {
             if self.inner.redis_down_until.load(Ordering::Relaxed) <= now_ms {
-                match r.admit(&needs, &scopes_for_redis(&scopes), unix_secs).await {
+                let redis_scopes = scopes_for_redis(&scopes);
+                match r.admit(&needs, &redis_scopes, unix_secs, reserve.usd).await {
                     Ok(checked) => {
-                        return self.permit(caller, tokens, needs, scopes, checked, Backend::Redis)
+                        return self.permit(
+                            caller,
+                            tokens,
+                            needs,
+                            scopes,
+                            checked,
+                            Backend::Redis,
+                            reserve,
+                        )
                     }
                     Err(e) => self.redis_failed("admit", &e),
                 }
@@ -565,8 +632,32 @@ impl Limiter {
                 .with_retry_after(Some(std::time::Duration::from_secs(1))));
             }
         }
-        let checked = self.check_local(&needs, &scopes, now_ms, unix_secs);
-        self.permit(caller, tokens, needs, scopes, checked, Backend::Local)
+        let checked = self.check_local(&needs, &scopes, now_ms, unix_secs, reserve.usd);
+        self.permit(
+            caller,
+            tokens,
+            needs,
+            scopes,
+            checked,
+            Backend::Local,
+            reserve,
+        )
+    }
+
+    /// The most a request of `input` tokens in and an output cap of `output` tokens
+    /// may spend on any of `endpoints` (registry indices: the model's), USD: the
+    /// dearest endpoint's price per 1M tokens. What [`Limiter::admit`] reserves of
+    /// the budgets; 0 for unpriced endpoints.
+    pub fn reserve_usd(&self, endpoints: &[usize], input: u64, output: u64) -> f64 {
+        endpoints
+            .iter()
+            .filter_map(|&e| self.inner.prices.get(e))
+            .map(|p| {
+                (input as f64 * p.pricing.input_per_mtok
+                    + output as f64 * p.pricing.output_per_mtok)
+                    / 1e6
+            })
+            .fold(0.0, f64::max)
     }
 
     fn redis_failed(&self, op: &str, e: &redis::BackendError) {
@@ -577,6 +668,7 @@ impl Limiter {
         tracing::warn!(op, error = %e, on_error = ?self.inner.on_error, "rate-limit state (Redis) unavailable");
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn permit(
         &self,
         caller: &Caller,
@@ -585,6 +677,7 @@ impl Limiter {
         scopes: Vec<BudgetScope>,
         checked: Checked,
         backend: Backend,
+        reserve: Reserve,
     ) -> Result<Permit, GatewayError> {
         match checked {
             Checked::Admitted(views, budget_remaining) => {
@@ -603,6 +696,7 @@ impl Limiter {
                     budget_remaining,
                     tight: tightest(&views),
                     prompt_estimate: 0,
+                    reserve,
                     settled: AtomicBool::new(false),
                 })
             }
@@ -831,7 +925,28 @@ pub struct Permit {
     /// The buckets its `x-ratelimit-*` headers describe (written into the response,
     /// not kept as a header map).
     tight: [Option<View>; 2],
+    /// The spend reserved of the budgets at admission, and when.
+    reserve: Reserve,
     settled: AtomicBool,
+}
+
+impl Drop for Permit {
+    /// A permit dropped unsettled (a path that ends a request without an answer to
+    /// settle with) gives its budget reservation back rather than hold it for the
+    /// rest of the day: spend is only ever what answers reported.
+    fn drop(&mut self) {
+        if self.reserve.usd > 0.0 && !self.settled.load(Ordering::Acquire) {
+            self.settle(None, &Usage::default());
+        }
+    }
+}
+
+/// What an admitted request reserved of its budgets: `usd` counted as spent at
+/// admission (0 when no budget applies), in the UTC day and month of `unix_secs`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Reserve {
+    usd: f64,
+    unix_secs: u64,
 }
 
 impl Permit {
@@ -857,12 +972,22 @@ impl Permit {
     /// Reconciles the permit with the answer's actual `usage` on registry endpoint
     /// `endpoint` (the one that served): token buckets get the difference to the
     /// charged estimate refunded or charged, and the spend in USD (the endpoint's
-    /// provider prices per 1M tokens) is added to the budgets and to
+    /// provider prices per 1M tokens) replaces the reservation made of the budgets
+    /// at admission (in the day and month of the admission) and is added to
     /// `switchyard_spend_usd_total`. Only the first call counts; never blocks (the
     /// Redis update runs in the background, with its deadline).
     pub fn settle(&self, endpoint: Option<usize>, usage: &Usage) {
-        let unix_secs = self.limiter.unix_secs_for(&self.scopes);
+        let unix_secs = if self.reserve.unix_secs > 0 {
+            self.reserve.unix_secs
+        } else {
+            self.limiter.unix_secs_for(&self.scopes)
+        };
         self.settle_at(endpoint, usage, self.limiter.now_ms(), unix_secs);
+    }
+
+    /// The spend reserved of the budgets at admission, USD (0: none).
+    pub fn reserved_usd(&self) -> f64 {
+        self.reserve.usd
     }
 
     /// [`Permit::settle`] at `now_ms` (the limiter's monotonic clock) and `unix_secs`
@@ -898,6 +1023,12 @@ impl Permit {
             .total_tokens
             .max(usage.prompt_tokens.saturating_add(usage.completion_tokens));
         let delta = i128::from(self.charged_tokens) - i128::from(actual);
+        // What the budgets get: the actual spend less what admission reserved.
+        let usd_delta = if self.scopes.is_empty() {
+            0.0
+        } else {
+            usd - self.reserve.usd
+        };
         if self.backend == Backend::Redis {
             if let (Some(r), Ok(rt)) = (&inner.redis, tokio::runtime::Handle::try_current()) {
                 let r = r.clone();
@@ -905,7 +1036,7 @@ impl Permit {
                 let needs = self.token_needs.clone();
                 let scopes = scopes_for_redis(&self.scopes);
                 rt.spawn(async move {
-                    if let Err(e) = r.settle(&needs, delta, &scopes, usd, unix_secs).await {
+                    if let Err(e) = r.settle(&needs, delta, &scopes, usd_delta, unix_secs).await {
                         limiter.redis_failed("settle", &e);
                     }
                 });
@@ -931,9 +1062,9 @@ impl Permit {
                     .charge(units, now_ms);
             }
         }
-        if usd > 0.0 {
+        if usd_delta != 0.0 {
             for s in &self.scopes {
-                local.ledger.add(&s.scope, usd, unix_secs);
+                local.ledger.add(&s.scope, usd_delta, unix_secs);
             }
         }
     }

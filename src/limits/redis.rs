@@ -32,9 +32,16 @@ use crate::config::Budget;
 /// Key prefix with the hash tag shared by all limiter keys.
 pub const PREFIX: &str = "sy:{sy}:";
 
+/// Lifetime of a day's spend key, seconds: two days, so a request admitted late in
+/// the day settles into its day's key.
+const DAY_KEY_TTL_SECS: u64 = 2 * 86_400;
+/// Lifetime of a month's spend key, seconds (32 days).
+const MONTH_KEY_TTL_SECS: u64 = 32 * 86_400;
+
 /// The admission script. KEYS: spend keys (`ARGV[1]` of them), then bucket keys.
 /// ARGV: the spend key count, each spend key's limit, then per bucket `per_min`,
-/// capacity and cost (units). Returns `{1, 0, 0, levels.., full_ms.., [left]}`
+/// capacity and cost (units), then the USD to reserve (added to every spend key
+/// when admitted) and each spend key's TTL in seconds. Returns `{1, 0, 0, levels.., full_ms.., [left]}`
 /// (admitted), `{0, wait_ms or -1, blame, levels.., full_ms.., [left]}` (no room),
 /// `{2, index, spent}` (over budget); `left`, present when a budget applies, is the
 /// least USD left among them (a string: Lua numbers become integers in replies).
@@ -85,13 +92,21 @@ for j = 1, nk do
   out[3 + j] = math.floor(levels[j] / 60000)
   out[3 + nk + j] = full
 end
+local reserve = tonumber(ARGV[base + 3 * nk + 1] or '0') or 0
+if ok and reserve > 0 then
+  for i = 1, nb do
+    redis.call('INCRBYFLOAT', KEYS[i], ARGV[base + 3 * nk + 1])
+    redis.call('EXPIRE', KEYS[i], tonumber(ARGV[base + 3 * nk + 1 + i]))
+  end
+end
 if left ~= nil then out[4 + 2 * nk] = tostring(left) end
 return out
 "#;
 
 /// The settle script. KEYS: bucket keys (`ARGV[1]` of them), then spend keys.
 /// ARGV: the bucket count, per bucket `per_min`, capacity and the units to give back
-/// (negative: to charge); then the USD to add, then each spend key's TTL in seconds.
+/// (negative: to charge); then the USD to add (negative: a reservation larger than
+/// the spend given back), then each spend key's TTL in seconds.
 pub const SETTLE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -193,24 +208,29 @@ impl RedisBackend {
     }
 
     /// One admission check over `needs` and the budgets `scopes` (`(scope, budget)`)
-    /// at `unix_secs`, within the deadline.
+    /// at `unix_secs`, within the deadline; admitted, `reserve_usd` is added to the
+    /// spend of every budget.
     pub(super) async fn admit(
         &self,
         needs: &[Need],
         scopes: &[(String, Budget)],
         unix_secs: u64,
+        reserve_usd: f64,
     ) -> Result<Checked, BackendError> {
         let (day, month) = super::budget::period_names(unix_secs);
         let mut inv = self.shared.admit.prepare_invoke();
         let mut limits = Vec::new();
+        let mut ttls = Vec::new();
         for (scope, b) in scopes {
             if let Some(d) = b.usd_per_day {
                 inv.key(format!("{PREFIX}spend:{scope}:{day}"));
                 limits.push(d);
+                ttls.push(DAY_KEY_TTL_SECS);
             }
             if let Some(m) = b.usd_per_month {
                 inv.key(format!("{PREFIX}spend:{scope}:{month}"));
                 limits.push(m);
+                ttls.push(MONTH_KEY_TTL_SECS);
             }
         }
         inv.arg(limits.len());
@@ -220,6 +240,10 @@ impl RedisBackend {
         for n in needs {
             inv.key(format!("{PREFIX}rl:{}", n.key));
             inv.arg(n.per_min).arg(n.capacity).arg(n.cost);
+        }
+        inv.arg(reserve_usd.to_string());
+        for t in &ttls {
+            inv.arg(*t);
         }
         let call = async {
             let mut conn = self.conn().await?;
@@ -252,15 +276,15 @@ impl RedisBackend {
             inv.arg(n.per_min).arg(n.capacity).arg(delta);
         }
         inv.arg(usd.to_string());
-        if usd > 0.0 {
+        if usd != 0.0 {
             for (scope, b) in scopes {
                 if b.usd_per_day.is_some() {
                     inv.key(format!("{PREFIX}spend:{scope}:{day}"));
-                    inv.arg(2 * 86_400);
+                    inv.arg(DAY_KEY_TTL_SECS);
                 }
                 if b.usd_per_month.is_some() {
                     inv.key(format!("{PREFIX}spend:{scope}:{month}"));
-                    inv.arg(32 * 86_400);
+                    inv.arg(MONTH_KEY_TTL_SECS);
                 }
             }
         }

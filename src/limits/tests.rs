@@ -224,7 +224,7 @@ fn a_refusal_by_a_later_bucket_leaves_the_earlier_ones_as_they_were() {
     let keys: Vec<&str> = needs.iter().map(|n| &*n.key).collect();
     assert_eq!(keys, ["g::rpm", "g::tpm", "k:a:tpm"]);
     for _ in 0..3 {
-        match l.check_local(&needs, &[], 0, 0) {
+        match l.check_local(&needs, &[], 0, 0, 0.0) {
             Checked::Refused {
                 wait_ms,
                 blame,
@@ -238,7 +238,7 @@ fn a_refusal_by_a_later_bucket_leaves_the_earlier_ones_as_they_were() {
         }
     }
     let needs = l.needs(&caller("a", None), 50);
-    match l.check_local(&needs, &[], 0, 0) {
+    match l.check_local(&needs, &[], 0, 0, 0.0) {
         Checked::Admitted(views, None) => assert_eq!(remaining(&views), [4, 950, 50]),
         _ => panic!("refused a request that fits every bucket"),
     }
@@ -258,6 +258,33 @@ fn a_zero_rate_without_burst_refuses_every_request_naming_one_request() {
         "{}",
         e.message
     );
-    let e = l.admit_local_at(&caller("a", None), 1, 3_600_000, 0).unwrap_err();
+    let e = l
+        .admit_local_at(&caller("a", None), 1, 3_600_000, 0)
+        .unwrap_err();
     assert_eq!(e.status(), 429, "an hour later still no room");
+}
+
+#[test]
+fn a_budget_reservation_counts_at_admission_and_is_replaced_by_the_spend() {
+    let l = limiter("budgets:\n  per_key: { usd_per_day: 1.0 }\n");
+    let a = caller("a", None);
+    let day = 1_709_208_000;
+    // Three requests that may spend 0.4 USD each: the third finds 0.8 reserved, so
+    // it still runs (it is the one that crosses), the fourth is refused.
+    let permits: Vec<Permit> = (0..3)
+        .map(|_| l.admit_local_reserving(&a, 0, 0.4, 0, day).unwrap())
+        .collect();
+    assert!((permits[0].reserved_usd() - 0.4).abs() < 1e-9);
+    let e = l.admit_local_reserving(&a, 0, 0.4, 0, day).unwrap_err();
+    assert_eq!(e.code, Some(Code::BudgetExceeded));
+    // The first two end spending nothing (failed upstream): their reservations go
+    // back, and there is room again.
+    permits[0].settle_at(None, &Usage::default(), 0, day);
+    permits[1].settle_at(None, &Usage::default(), 0, day);
+    let p = l.admit_local_reserving(&a, 0, 0.4, 0, day).unwrap();
+    assert!(
+        (p.budget_remaining.unwrap() - 0.6).abs() < 1e-9,
+        "{:?}",
+        p.budget_remaining
+    );
 }

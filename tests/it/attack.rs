@@ -173,7 +173,9 @@ async fn a_short_restart_committed_before_its_finish_is_diverged_not_done() {
     assert_eq!(r.status, 200);
     let events = r.events();
     assert!(
-        events.last().is_some_and(|e| e.contains("upstream_stream_diverged")),
+        events
+            .last()
+            .is_some_and(|e| e.contains("upstream_stream_diverged")),
         "one error event last, not [DONE]: {}",
         r.text()
     );

@@ -445,15 +445,90 @@ async fn a_request_that_failed_upstream_gives_its_token_charge_back() {
     let url = app.url("/v1/chat/completions");
     let auth = [("authorization", "Bearer sk-a")];
     for _ in 0..4 {
-        let r = request_with("POST", &url, &auth, chat("d", false, r#","max_tokens":400"#)).await;
+        let r = request_with(
+            "POST",
+            &url,
+            &auth,
+            chat("d", false, r#","max_tokens":400"#),
+        )
+        .await;
         assert_eq!(r.status, 502, "unreachable, not refused: {}", r.text());
     }
-    let r = request_with("POST", &url, &auth, chat("m", false, r#","max_tokens":400"#)).await;
+    let r = request_with(
+        "POST",
+        &url,
+        &auth,
+        chat("m", false, r#","max_tokens":400"#),
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.text());
     let remaining: u64 = r.headers["x-ratelimit-remaining-tokens"]
         .to_str()
         .unwrap()
         .parse()
         .unwrap();
-    assert!(remaining > 500, "only this request's charge is out: {remaining}");
+    assert!(
+        remaining > 500,
+        "only this request's charge is out: {remaining}"
+    );
+}
+
+/// Sends `n` requests from one key at once for model `model` (a name of this test's
+/// own: the metrics registry is the test process's) to a mock answering after 300
+/// ms, under a daily budget of 0.05 USD (`state`: empty for in memory, else the
+/// Redis state); returns how many were answered and the spend the gateway counted.
+async fn concurrent_spend(state: &str, model: &str, n: usize) -> (usize, f64) {
+    let app = start_app(
+        &format!("providers:\n  p: {{ kind: mock, mock: {{ latency_ms: 300, completion_tokens: 8 }}, pricing: {{ input_per_mtok: 1000, output_per_mtok: 1000 }} }}\nmodels:\n  {model}: {{ endpoints: [ {{ provider: p, model: x }} ] }}\nbudgets:\n  per_key: {{ usd_per_day: 0.05 }}\n{state}"),
+        &[],
+    )
+    .await;
+    let url = app.url("/v1/chat/completions");
+    let sends = (0..n).map(|_| {
+        request_with(
+            "POST",
+            &url,
+            &[("authorization", "Bearer sk-a")],
+            chat(model, false, r#","max_tokens":8"#),
+        )
+    });
+    let replies = futures_util::future::join_all(sends).await;
+    let mut ok = 0;
+    for r in &replies {
+        match r.status {
+            200 => ok += 1,
+            429 => assert_eq!(r.json()["error"]["code"], "budget_exceeded", "{}", r.text()),
+            s => panic!("{s}: {}", r.text()),
+        }
+    }
+    let metrics = request_with("GET", &app.url("/metrics"), &[], String::new())
+        .await
+        .text();
+    let spent = crate::common::metric(&metrics, "switchyard_spend_usd_total", &[("model", model)]);
+    (ok, spent)
+}
+
+// Regression (outside attack, 2026-12-07): the budget was read at admission but
+// nothing was reserved of it, so every request in flight at once found it unspent:
+// 100 concurrent requests under a 0.05 USD daily budget all ran and spent 1.50 USD.
+// Expected: a request's most possible spend (input estimate and output cap at the
+// model's dearest endpoint) counts against the budget from admission, so only the
+// request that crosses it runs on. Each request here reserves about 0.015 USD.
+#[tokio::test]
+async fn concurrent_requests_cannot_all_pass_one_budget() {
+    let (ok, spent) = concurrent_spend("", "budgeted-memory", 40).await;
+    assert!((1..=4).contains(&ok), "{ok} answered");
+    assert!(spent > 0.0 && spent < 0.1, "spent {spent} by {ok}");
+}
+
+#[tokio::test]
+async fn concurrent_requests_cannot_all_pass_one_budget_in_redis() {
+    let redis = start_redis();
+    let state = format!(
+        "state: {{ redis: 'redis://127.0.0.1:{}', timeout_ms: 500, on_error: closed }}\n",
+        redis.port
+    );
+    let (ok, spent) = concurrent_spend(&state, "budgeted-redis", 40).await;
+    assert!((1..=4).contains(&ok), "{ok} answered");
+    assert!(spent > 0.0 && spent < 0.1, "spent {spent} by {ok}");
 }
