@@ -206,6 +206,56 @@ fn fmt_check_lists_files_and_fmt_rewrites() {
     );
 }
 
+/// `fmt` doubled the brackets of 33 nested `(s or X) and true` to 66, past the
+/// parser's 64, and wrote a file `lint` refused (E0103).
+#[test]
+fn fmt_wrote_a_file_nested_past_the_bracket_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut e = "request.stream".to_string();
+    for _ in 0..33 {
+        e = format!("(request.stream or {e}) and true");
+    }
+    let p = write(
+        dir.path(),
+        "nest.policy",
+        &format!("route r when {e} {{\n  default use model\n}}\n"),
+    );
+    let c = config();
+    let c = c.to_str().unwrap_or("");
+    assert_success(&run(&["fmt", "--config", c, "nest.policy"], dir.path()));
+    assert_success(&run(&["lint", "--config", c, "nest.policy"], dir.path()));
+    assert_success(&run(
+        &["fmt", "--config", c, "--check", "nest.policy"],
+        dir.path(),
+    ));
+    assert!(p.exists());
+}
+
+/// The safety net: output that would not parse (here, over the 1 MiB input limit
+/// once indented) is not written; fmt names the file and exits 1.
+#[test]
+fn fmt_writes_nothing_when_its_output_would_not_parse() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rule = "rule a when request.stream { use model }\n";
+    let src = format!(
+        "route r {{\n{}default use model\n}}\n",
+        rule.repeat(((1 << 20) - 64) / rule.len())
+    );
+    let p = write(dir.path(), "big.policy", &src);
+    let c = config();
+    let o = run(
+        &["fmt", "--config", c.to_str().unwrap_or(""), "big.policy"],
+        dir.path(),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("big.policy") && err.contains("would not parse"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&p).unwrap_or_default(), src);
+}
+
 #[test]
 fn dry_run_json_has_the_documented_fields() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -19,6 +19,7 @@ use std::process::ExitCode;
 
 use crate::config::{self, Config};
 use crate::policy::diagnostic::{render_all, Severity};
+use crate::policy::fmt::FmtError;
 use crate::policy::lint::{codes as lint_codes, lint_sources_with, LintOptions};
 use crate::policy::{Registry, SourceMap};
 use crate::routing::policy::{lint_context, read_sources_from, LoadError};
@@ -250,9 +251,17 @@ pub fn fmt(paths: &[PathBuf], config: Option<&Path>, check: bool) -> ExitCode {
                     return usage(UsageError(format!("cannot write {}: {e}", f.display())));
                 }
             }
-            Err((m, d)) => {
+            Err(FmtError::Parse(m, d)) => {
                 broken += 1;
                 eprint!("{}", render_all(&d, &m));
+            }
+            Err(FmtError::Unsafe(why)) => {
+                // A bug in fmt, caught before writing: say so, leave the file alone.
+                broken += 1;
+                eprintln!(
+                    "error: fmt: {}: {why}; the file is left unchanged (a bug in `switchyard fmt`: please report it with the file)",
+                    crate::routing::policy::tool_path(f)
+                );
             }
         }
     }

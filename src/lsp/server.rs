@@ -235,7 +235,11 @@ impl<W: Write> Server<W> {
                 let li = LineIndex::new(&text);
                 json(vec![TextEdit::new(li.range(&text, 0, text.len()), new)])
             }
-            Err((sources, diags)) => {
+            Err(crate::policy::fmt::FmtError::Unsafe(why)) => Err((
+                code::REQUEST_FAILED,
+                format!("cannot format: {why} (a bug in the formatter)"),
+            )),
+            Err(crate::policy::fmt::FmtError::Parse(sources, diags)) => {
                 let first = diags
                     .first()
                     .map(|d| {

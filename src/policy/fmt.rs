@@ -5,6 +5,13 @@
 //! after `{` or before `}`; single spaces around operators; the fewest parentheses
 //! that keep the meaning, plus parentheses around `and` inside `or` and around
 //! compound operands of `not`; literals spelt as written (`100_000`, `2s`, `5%`).
+//! Those clarifying parentheses are left out of a file where they would nest
+//! brackets deeper than the parser accepts ([`super::parser::MAX_NESTING`]): each
+//! one adds a level, so a file near the limit would come out unparsable; such a file
+//! gets the fewest parentheses only, which never nest deeper than its source did.
+//!
+//! A safety net backs that up: [`format_str`] parses its own output and returns it
+//! only if it parses to the same items (spans aside) as the input did.
 //!
 //! Two choices are the author's and are kept, so that a long condition can be laid
 //! out readably: a line break before a clause's `when`, and line breaks before the
@@ -29,13 +36,31 @@ mod expr;
 mod items;
 
 /// Formats one parsed file. `sources` must hold the text `file` was parsed from.
+///
+/// With the clarifying parentheses unless they would nest brackets more than
+/// [`super::parser::MAX_NESTING`] levels deep (see the module comment). The output
+/// is not re-parsed here; [`format_str`] does that.
 pub fn format_file(sources: &SourceMap, file: &PolicyFile) -> String {
     let text = sources
         .get(file.file)
         .map(|f| f.text.as_str())
         .unwrap_or("");
+    let clarified = print(text, file, true);
+    let too_deep = super::parser::prescan(&clarified, file.file)
+        .err()
+        .is_some_and(|d| d.code == super::diagnostic::codes::TOO_DEEP);
+    if too_deep {
+        print(text, file, false)
+    } else {
+        clarified
+    }
+}
+
+/// `file` laid out, with the clarifying parentheses if `clarify`.
+fn print(text: &str, file: &PolicyFile, clarify: bool) -> String {
     let mut p = Printer {
         src: text,
+        clarify,
         comments: &file.comments,
         next_comment: 0,
         out: Vec::new(),
@@ -61,13 +86,38 @@ pub fn format_file(sources: &SourceMap, file: &PolicyFile) -> String {
     s
 }
 
-/// Parses and formats `text` (named `name` in diagnostics).
+/// Why [`format_str`] returns no text.
+#[derive(Debug)]
+pub enum FmtError {
+    /// The input does not parse: its diagnostics, with the source map to render them.
+    Parse(SourceMap, Vec<Diagnostic>),
+    /// The formatted text would not parse, or would parse to different items than
+    /// the input: a bug in `fmt`, caught before anything is written. The sentence
+    /// says which (with the re-parse's first error, if any), without the file name.
+    Unsafe(String),
+}
+
+/// Parses and formats `text` (named `name` in diagnostics), then parses the result
+/// again and checks that it has the same items as `text` (spans aside, comments
+/// not compared): what `fmt` writes always parses and means the same.
 ///
 /// # Errors
-/// The parse errors, with the source map to render them.
-pub fn format_str(name: &str, text: &str) -> Result<String, (SourceMap, Vec<Diagnostic>)> {
-    let (sources, file) = super::parser::parse_str(name, text)?;
-    Ok(format_file(&sources, &file))
+/// [`FmtError::Parse`] when `text` does not parse; [`FmtError::Unsafe`] when the
+/// formatted text fails that check.
+pub fn format_str(name: &str, text: &str) -> Result<String, FmtError> {
+    let (sources, file) =
+        super::parser::parse_str(name, text).map_err(|(m, d)| FmtError::Parse(m, d))?;
+    let out = format_file(&sources, &file);
+    match super::parser::parse_str(name, &out) {
+        Ok((_, again)) if again.items == file.items => Ok(out),
+        Ok(_) => Err(FmtError::Unsafe(
+            "the formatted text would parse to a different policy".to_string(),
+        )),
+        Err((_, d)) => Err(FmtError::Unsafe(format!(
+            "the formatted text would not parse: {}",
+            d.first().map_or("", |d| d.message.as_str())
+        ))),
+    }
 }
 
 fn item_span(i: &Item) -> Span {
@@ -81,6 +131,9 @@ fn item_span(i: &Item) -> Span {
 /// The output being built, with the comment side table and source position.
 struct Printer<'a> {
     src: &'a str,
+    /// Whether to add the clarifying parentheses (`and` inside `or`, compound
+    /// operands of `not`) as well as the ones the meaning needs.
+    clarify: bool,
     comments: &'a [Comment],
     next_comment: usize,
     out: Vec<String>,

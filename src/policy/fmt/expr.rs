@@ -49,7 +49,9 @@ impl Printer<'_> {
             }
             ExprKind::Unary(UnaryOp::Not, x) => {
                 let inner = self.expr(x);
-                if prec(x) >= 8 {
+                // `not` binds looser than comparisons: only `and`/`or` need the
+                // parentheses; around others they are clarifying.
+                if prec(x) >= 8 || (!self.clarify && prec(x) >= 3) {
                     format!("not {inner}")
                 } else {
                     format!("not ({inner})")
@@ -77,7 +79,8 @@ impl Printer<'_> {
 
     fn operand(&self, parent: &Expr, child: &Expr, p: u8, right: bool) -> String {
         let c = prec(child);
-        let and_in_or = matches!(parent.kind, ExprKind::Binary(BinaryOp::Or, ..))
+        let and_in_or = self.clarify
+            && matches!(parent.kind, ExprKind::Binary(BinaryOp::Or, ..))
             && matches!(child.kind, ExprKind::Binary(BinaryOp::And, ..));
         // `not` binds looser than comparisons: as an operand of anything tighter
         // than `and` it needs parentheses.
@@ -99,7 +102,7 @@ impl Printer<'_> {
         let mut s = String::new();
         for (i, part) in parts.iter().enumerate() {
             let text = if prec(part) < prec(e)
-                || (*op == BinaryOp::Or && prec(part) == 2)
+                || (self.clarify && *op == BinaryOp::Or && prec(part) == 2)
                 || (i > 0 && prec(part) == prec(e))
             {
                 format!("({})", self.expr(part))

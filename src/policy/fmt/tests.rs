@@ -3,7 +3,10 @@ use super::*;
 fn fmt(text: &str) -> String {
     match format_str("t.policy", text) {
         Ok(s) => s,
-        Err((m, d)) => panic!("{}", crate::policy::diagnostic::render_all(&d, &m)),
+        Err(FmtError::Parse(m, d)) => {
+            panic!("{}", crate::policy::diagnostic::render_all(&d, &m))
+        }
+        Err(FmtError::Unsafe(why)) => panic!("{why}"),
     }
 }
 
@@ -185,5 +188,49 @@ fn fmt_keeps_a_comment_added_at_any_line_of_a_multi_line_statement() {
                 assert_eq!(a.items, b.items, "{name} line {i}");
             }
         }
+    }
+}
+
+/// The tester's file: `(s or (s or ... ) and true) and true`, 33 levels. The
+/// clarifying brackets around each `and` inside `or` doubled them to 66, past the
+/// parser's 64, so `fmt` wrote a file that no longer parsed.
+fn nested_and_in_or(levels: usize) -> String {
+    let mut e = "request.stream".to_string();
+    for _ in 0..levels {
+        e = format!("(request.stream or {e}) and true");
+    }
+    format!("route r when {e} {{\n  default use model\n}}\n")
+}
+
+#[test]
+fn fmt_doubled_brackets_past_the_nesting_limit() {
+    let src = nested_and_in_or(33);
+    let (_, before) = crate::policy::parser::parse_str("t.policy", &src)
+        .map_err(|(_, d)| d)
+        .expect("the source parses");
+    let once = fmt(&src);
+    let (_, after) = crate::policy::parser::parse_str("t.policy", &once)
+        .map_err(|(_, d)| d)
+        .expect("fmt's output parses");
+    assert_eq!(before.items, after.items);
+    assert_eq!(fmt(&once), once, "not idempotent");
+    // Far from the limit the clarifying brackets are still added.
+    assert!(fmt(&nested_and_in_or(2)).contains("or ((request.stream or"));
+}
+
+#[test]
+fn fmt_refuses_output_that_would_not_parse() {
+    // Each one-line rule gains indentation and line breaks: a file just under the
+    // 1 MiB input limit would come out over it. fmt says so rather than return it.
+    let rule = "rule a when request.stream { use model }\n";
+    let n = (crate::policy::parser::MAX_INPUT_BYTES - 64) / rule.len();
+    let src = format!("route r {{\n{}default use model\n}}\n", rule.repeat(n));
+    assert!(src.len() <= crate::policy::parser::MAX_INPUT_BYTES);
+    match format_str("t.policy", &src) {
+        Err(FmtError::Unsafe(why)) => assert!(why.contains("would not parse"), "{why}"),
+        other => panic!(
+            "expected FmtError::Unsafe, got {:?}",
+            other.map(|s| s.len())
+        ),
     }
 }
