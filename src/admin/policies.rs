@@ -18,13 +18,9 @@ use crate::reload::{unix_ms, Outcome, Reloader};
 pub fn status_json(r: &Reloader) -> serde_json::Value {
     let snap = r.current();
     let mut st = r.status();
-    let dir_name = r.dir().map(|d| {
-        d.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "policies".into())
-    });
-    if let (Some(dir), Some(name), Some(e)) = (r.dir(), &dir_name, st.last_error.as_mut()) {
-        e.message = e.message.replace(&*dir.display().to_string(), name);
+    let dir_name = r.dir().map(dir_name);
+    if let Some(e) = st.last_error.as_mut() {
+        e.message = without_host_path(r, &e.message);
     }
     serde_json::json!({
         "version": snap.version,
@@ -43,6 +39,23 @@ pub fn status_json(r: &Reloader) -> serde_json::Value {
     })
 }
 
+/// The policy directory as the admin answers show it: its own name.
+fn dir_name(d: &std::path::Path) -> String {
+    d.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "policies".into())
+}
+
+/// A reload error as the admin answers show it: the policy directory's full path
+/// (in an I/O error such as "cannot read DIR/a.policy") replaced by its name. Files
+/// in diagnostics are named relative to the directory already.
+fn without_host_path(r: &Reloader, message: &str) -> String {
+    match r.dir() {
+        Some(d) => message.replace(&*d.display().to_string(), &dir_name(d)),
+        None => message.to_string(),
+    }
+}
+
 /// `GET /admin/policies`.
 pub fn status(r: &Reloader) -> Response<Body> {
     body::json(
@@ -52,7 +65,8 @@ pub fn status(r: &Reloader) -> Response<Body> {
 }
 
 /// `POST /admin/reload`: a forced rebuild now; 200 with the outcome and the serving
-/// version, or 422 with the rendered error (the previous set keeps serving).
+/// version, or 422 with the rendered error (the previous set keeps serving), with
+/// no absolute host path, as in [`status_json`].
 pub async fn reload(r: &Reloader) -> Response<Body> {
     r.request_sync_force();
     let outcome = r.rebuild().await;
@@ -68,7 +82,7 @@ pub async fn reload(r: &Reloader) -> Response<Body> {
         ),
         Outcome::Failed(m) => (
             StatusCode::UNPROCESSABLE_ENTITY,
-            serde_json::json!({"outcome": "failed", "error": m, "version": version}),
+            serde_json::json!({"outcome": "failed", "error": without_host_path(r, &m), "version": version}),
         ),
     };
     body::json(status, serde_json::to_vec(&body).unwrap_or_default())

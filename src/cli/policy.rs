@@ -232,7 +232,8 @@ pub fn fmt(paths: &[PathBuf], config: Option<&Path>, check: bool) -> ExitCode {
     for f in &files {
         // Read as lint reads it: a file that is not UTF-8 is a diagnostic (E0106) and
         // the other files are still formatted.
-        let text = match crate::routing::policy::read_policy_file(f) {
+        let name = crate::routing::policy::tool_path(f);
+        let text = match crate::routing::policy::read_policy_file(f, &name) {
             Ok(t) => t,
             Err(crate::routing::policy::LoadError::Invalid { rendered, .. }) => {
                 broken += 1;
@@ -241,12 +242,12 @@ pub fn fmt(paths: &[PathBuf], config: Option<&Path>, check: bool) -> ExitCode {
             }
             Err(e) => return usage(UsageError(e.to_string())),
         };
-        match crate::policy::fmt::format_str(&crate::routing::policy::tool_path(f), &text) {
+        match crate::policy::fmt::format_str(&name, &text) {
             Ok(new) if new == text => {}
             Ok(new) => {
                 changed += 1;
                 if check {
-                    say!("{}\n", crate::routing::policy::tool_path(f));
+                    say!("{name}\n");
                 } else if let Err(e) = super::replace::replace_file(f, new.as_bytes()) {
                     return usage(UsageError(format!("cannot write {}: {e}", f.display())));
                 }
@@ -259,8 +260,7 @@ pub fn fmt(paths: &[PathBuf], config: Option<&Path>, check: bool) -> ExitCode {
                 // A bug in fmt, caught before writing: say so, leave the file alone.
                 broken += 1;
                 eprintln!(
-                    "error: fmt: {}: {why}; the file is left unchanged (a bug in `switchyard fmt`: please report it with the file)",
-                    crate::routing::policy::tool_path(f)
+                    "error: fmt: {name}: {why}; the file is left unchanged (a bug in `switchyard fmt`: please report it with the file)"
                 );
             }
         }

@@ -178,7 +178,7 @@ impl Documents {
                     };
                     let text = match self.open.get(&u) {
                         Some((_, t)) => t.clone(),
-                        None => match read_policy_file(&p) {
+                        None => match read_policy_file(&p, &p.display().to_string()) {
                             Ok(t) => t,
                             Err(LoadError::Invalid { rendered, .. }) => {
                                 let first = rendered.lines().next().unwrap_or_default();

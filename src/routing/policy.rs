@@ -63,10 +63,14 @@ pub const BUILTIN: &[(&str, &str)] = &[
 pub const MAX_FILE_BYTES: u64 = 2 * 1024 * 1024;
 
 /// Reads one policy file: a regular file of at most [`MAX_FILE_BYTES`], UTF-8.
+/// `name` is the file's name in the set (relative to the policy directory for the
+/// gateway, [`tool_path`] for the tools): a file that is not UTF-8 is reported
+/// under it, as every other diagnostic about the file is.
 ///
 /// # Errors
-/// [`LoadError::Io`] naming the file.
-pub fn read_policy_file(path: &Path) -> Result<String, LoadError> {
+/// [`LoadError::Io`] naming the file by its path; [`LoadError::Invalid`] with the
+/// rendered E0106 diagnostic, naming it `name`.
+pub fn read_policy_file(path: &Path, name: &str) -> Result<String, LoadError> {
     use std::io::Read;
     let err = |e: String| LoadError::Io(format!("cannot read {}: {e}", path.display()));
     let meta = std::fs::metadata(path).map_err(|e| err(e.to_string()))?;
@@ -84,7 +88,7 @@ pub fn read_policy_file(path: &Path) -> Result<String, LoadError> {
         .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
         .map_err(|e| err(e.to_string()))?;
     String::from_utf8(bytes).map_err(|e| {
-        let rendered = not_utf8(&path.display().to_string(), e.as_bytes(), e.utf8_error());
+        let rendered = not_utf8(name, e.as_bytes(), e.utf8_error());
         LoadError::Invalid { rendered, count: 1 }
     })
 }
@@ -463,7 +467,7 @@ fn read_roots(roots: &[PathBuf], tool_names: bool) -> Result<SourceMap, LoadErro
             if user.iter().any(|(n, _)| *n == name) {
                 continue;
             }
-            let text = read_policy_file(&path)?;
+            let text = read_policy_file(&path, &name)?;
             user.push((name, text));
         }
     }
@@ -757,6 +761,24 @@ mod tests {
         assert!(!names.iter().any(|n| n == "builtin/least_latency.policy"));
         let (config, _) = crate::config::embedded(|_| false);
         compile(sources, &registry_from_config(&config)).unwrap();
+    }
+
+    /// The gateway named a directory's files relative to it, except one that is not
+    /// UTF-8 (E0106): that one by its full host path (`/srv/./policies/zz.policy`).
+    #[test]
+    fn e0106_named_the_file_by_its_host_path() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/zz.policy"), b"#\xFF\n").unwrap();
+        let spelt = dir.path().join(".");
+        let Err(LoadError::Invalid { rendered, .. }) = read_sources(Some(&spelt)) else {
+            panic!("a file that is not UTF-8 was read");
+        };
+        assert!(rendered.contains("--> sub/zz.policy:1:2"), "{rendered}");
+        assert!(
+            !rendered.contains(&*dir.path().display().to_string()),
+            "{rendered}"
+        );
     }
 
     #[test]

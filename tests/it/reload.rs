@@ -203,6 +203,31 @@ async fn a_broken_save_keeps_the_last_good_set_until_fixed() {
     assert!(admin(&s.gw).await["last_error"].is_null());
 }
 
+/// `POST /admin/reload`'s 422 named a file that is not UTF-8 (E0106) by its host
+/// path (`/tmp/.../policies/zz.policy`); every other code names it `zz.policy`.
+#[tokio::test]
+async fn reload_422_named_a_non_utf8_file_by_its_host_path() {
+    let s = setup(&[]);
+    wait_for(&s.gw, "a/x").await;
+    let dir = s.file.parent().unwrap();
+    std::fs::write(dir.join("zz.policy"), b"#\xFF\n").unwrap();
+    let r = post(&s.gw.url("/admin/reload"), "").await;
+    assert_eq!(r.status, 422, "{}", r.text());
+    let err = r.json()["error"].as_str().unwrap().to_string();
+    assert!(
+        err.contains("E0106") && err.contains("--> zz.policy:1:2"),
+        "{err}"
+    );
+    let host = s.gw._dir.as_ref().unwrap().path().display().to_string();
+    assert!(!err.contains(&host), "{err}");
+    let st = admin(&s.gw).await;
+    let msg = st["last_error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("--> zz.policy:1:2") && !msg.contains(&host),
+        "{msg}"
+    );
+}
+
 #[tokio::test]
 async fn reloads_under_load_fail_nothing_and_never_mix_versions() {
     // Streams of 20 tokens at 100 tokens/s (about 0.2 s) mixed with JSON requests.

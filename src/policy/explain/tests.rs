@@ -132,7 +132,7 @@ fn schematic_examples_are_built_and_produce_their_codes() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("latin1.policy");
     std::fs::write(&f, b"route r {\n  default reject 400 \"caf\xE9\"\n}\n").unwrap();
-    match crate::routing::policy::read_policy_file(&f) {
+    match crate::routing::policy::read_policy_file(&f, "latin1.policy") {
         Err(crate::routing::policy::LoadError::Invalid { rendered, .. }) => {
             assert!(rendered.contains(ecodes::NOT_UTF8), "{rendered}")
         }
