@@ -256,6 +256,67 @@ fn fmt_writes_nothing_when_its_output_would_not_parse() {
     assert_eq!(std::fs::read_to_string(&p).unwrap_or_default(), src);
 }
 
+/// `dry-run --config` printed a policy version that changed with the current
+/// directory (file names were hashed relative to it), never the one `serve` sends.
+#[test]
+fn dry_run_policy_version_depended_on_the_current_directory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("srv/policies/sub")).expect("mkdir");
+    std::fs::create_dir_all(dir.path().join("elsewhere")).expect("mkdir");
+    let cfg = write(
+        &dir.path().join("srv"),
+        "switchyard.yaml",
+        "policies:\n  dir: ./policies\nproviders:\n  a: { kind: mock }\nmodels:\n  mock:\n    endpoints:\n      - { name: a/m, provider: a, model: mock-1 }\n",
+    );
+    write(
+        &dir.path().join("srv/policies"),
+        "main.policy",
+        "route r { default use model }\n",
+    );
+    write(&dir.path().join("srv/policies/sub"), "x.policy", "# x\n");
+    // What `serve` loads and sends as `x-switchyard-policy`.
+    let (config, _) = switchyard::config::locate_and_load(Some(&cfg)).expect("config");
+    let serve = switchyard::routing::policy::load(&config)
+        .expect("the set loads")
+        .version;
+    let c = cfg.to_str().unwrap_or("");
+    let req = r#"{"model":"mock","messages":[{"role":"user","content":"hi"}]}"#;
+    for cwd in [
+        dir.path().to_path_buf(),
+        dir.path().join("srv"),
+        dir.path().join("srv/policies"),
+        dir.path().join("elsewhere"),
+    ] {
+        let o = run(
+            &[
+                "dry-run",
+                "--config",
+                c,
+                "--request",
+                req,
+                "--format",
+                "json",
+            ],
+            &cwd,
+        );
+        assert_success(&o);
+        assert_eq!(
+            json(&o)["policy_version"],
+            serve.as_str(),
+            "{}",
+            cwd.display()
+        );
+        let o = run(&["lint", "--config", c, "--format", "json"], &cwd);
+        assert_success(&o);
+        assert_eq!(
+            json(&o)["policy_version"],
+            serve.as_str(),
+            "{}",
+            cwd.display()
+        );
+    }
+}
+
 #[test]
 fn dry_run_json_has_the_documented_fields() {
     let dir = tempfile::tempdir().expect("tempdir");

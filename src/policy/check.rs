@@ -156,11 +156,13 @@ pub fn parse_and_check(
     check(&files, sources, registry)
 }
 
-/// FNV-1a 64 over every file's name and text, as 16 hex digits.
+/// FNV-1a 64 over every file's name within the set ([`super::source::SourceFile::set_name`],
+/// relative to the policy directory) and text, as 16 hex digits: the same for the
+/// same files whatever the current directory.
 pub fn version(sources: &SourceMap) -> String {
     let mut h = super::interp::hash::Fnv1a::new();
     for (_, f) in sources.files() {
-        h.write(f.name.as_bytes());
+        h.write(f.set_name.as_bytes());
         h.write(&[0xff]);
         h.write(f.text.as_bytes());
         h.write(&[0xff]);

@@ -70,19 +70,26 @@ pub struct LineCol {
 /// One loaded policy file.
 #[derive(Debug, Clone)]
 pub struct SourceFile {
-    /// The name shown in diagnostics, usually the path as given on the command line.
+    /// The name shown in diagnostics: relative to the policy directory in the
+    /// gateway, relative to the current directory in the policy tools.
     pub name: String,
+    /// The name within its policy set, which the set's version hashes
+    /// ([`crate::policy::check::version`]): relative to the policy directory (its
+    /// file name for a file given on its own), so the version does not depend on the
+    /// current directory or on how a path was spelt. Usually the same as `name`.
+    pub set_name: String,
     /// The full text.
     pub text: String,
     line_starts: Vec<usize>,
 }
 
 impl SourceFile {
-    fn new(name: String, text: String) -> SourceFile {
+    fn new(name: String, set_name: String, text: String) -> SourceFile {
         let mut line_starts = vec![0];
         line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
         SourceFile {
             name,
+            set_name,
             text,
             line_starts,
         }
@@ -141,10 +148,23 @@ impl SourceMap {
         SourceMap::default()
     }
 
-    /// Adds a file and returns its id.
+    /// Adds a file named `name` (in diagnostics and in the set) and returns its id.
     pub fn add(&mut self, name: impl Into<String>, text: impl Into<String>) -> FileId {
+        let name = name.into();
+        self.add_as(name.clone(), name, text)
+    }
+
+    /// Adds a file shown as `name` whose name within its set is `set_name` (see
+    /// [`SourceFile::set_name`]) and returns its id.
+    pub fn add_as(
+        &mut self,
+        name: impl Into<String>,
+        set_name: impl Into<String>,
+        text: impl Into<String>,
+    ) -> FileId {
         let id = FileId(u32::try_from(self.files.len()).unwrap_or(u32::MAX));
-        self.files.push(SourceFile::new(name.into(), text.into()));
+        self.files
+            .push(SourceFile::new(name.into(), set_name.into(), text.into()));
         id
     }
 

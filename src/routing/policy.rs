@@ -448,8 +448,14 @@ pub fn tool_path(path: &Path) -> String {
 /// Reads `roots`: the gateway names a directory's files relative to it
 /// (`tool_names` false: `GET /admin/policies` shows no host path), the tools
 /// relative to the current directory ([`tool_path`]).
+///
+/// Either way a file's name within the set ([`crate::policy::source::SourceFile::set_name`],
+/// what the version hashes) is its path relative to its directory root, as the
+/// gateway names it, or its file name for a file root: `dry-run`, `lint` and `test`
+/// report the version the gateway serves for the same directory, from any cwd.
 fn read_roots(roots: &[PathBuf], tool_names: bool) -> Result<SourceMap, LoadError> {
     let mut user: Vec<(String, String)> = Vec::new();
+    let mut set_names: Vec<String> = Vec::new();
     for root in roots {
         let files = if root.is_dir() {
             policy_files(root)?
@@ -457,10 +463,17 @@ fn read_roots(roots: &[PathBuf], tool_names: bool) -> Result<SourceMap, LoadErro
             vec![root.clone()]
         };
         for path in files {
-            let name = match path.strip_prefix(root) {
-                _ if tool_names => tool_path(&path),
+            let set_name = match path.strip_prefix(root) {
                 Ok(rel) if root.is_dir() => rel.display().to_string(),
-                _ => path.display().to_string(),
+                _ => path.file_name().map_or_else(
+                    || path.display().to_string(),
+                    |n| n.to_string_lossy().into_owned(),
+                ),
+            };
+            let name = if tool_names {
+                tool_path(&path)
+            } else {
+                set_name.clone()
             };
             // A file given twice (`lint a.policy ./a.policy`, `lint dir dir/a.policy`)
             // is one file of the set, not two that define everything twice.
@@ -469,9 +482,10 @@ fn read_roots(roots: &[PathBuf], tool_names: bool) -> Result<SourceMap, LoadErro
             }
             let text = read_policy_file(&path, &name)?;
             user.push((name, text));
+            set_names.push(set_name);
         }
     }
-    Ok(with_builtins(user))
+    Ok(with_builtins_as(user, set_names))
 }
 
 /// The sources of a set made of the operator's files `user` (`(name, text)` in load
@@ -479,6 +493,13 @@ fn read_roots(roots: &[PathBuf], tool_names: bool) -> Result<SourceMap, LoadErro
 /// files. The one place that decides which built-ins a set keeps, for the gateway,
 /// the policy tools and the language server alike.
 pub fn with_builtins(user: Vec<(String, String)>) -> SourceMap {
+    let set_names = user.iter().map(|(n, _)| n.clone()).collect();
+    with_builtins_as(user, set_names)
+}
+
+/// [`with_builtins`] with each user file's name within the set given apart from its
+/// name: `set_names[i]` for `user[i]`.
+fn with_builtins_as(user: Vec<(String, String)>, set_names: Vec<String>) -> SourceMap {
     // Strategy names the operator defines; a parse failure here is reported later by
     // the full parse, so it is simply skipped.
     let defined: std::collections::HashSet<String> = user_strategies(&user)
@@ -492,8 +513,8 @@ pub fn with_builtins(user: Vec<(String, String)>) -> SourceMap {
             sources.add(*name, kept.clone());
         }
     }
-    for (name, text) in user {
-        sources.add(name, text);
+    for ((name, text), set_name) in user.into_iter().zip(set_names) {
+        sources.add_as(name, set_name, text);
     }
     sources
 }
@@ -779,6 +800,41 @@ mod tests {
             !rendered.contains(&*dir.path().display().to_string()),
             "{rendered}"
         );
+    }
+
+    /// The tools hashed each file's name relative to the current directory, so
+    /// `dry-run` printed a different version from every directory, none of them
+    /// the gateway's `x-switchyard-policy`.
+    #[test]
+    fn policy_version_depended_on_the_current_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(
+            dir.path().join("a.policy"),
+            "route r { default use model }\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("sub/b.policy"), "# b\n").unwrap();
+        let serve = crate::policy::check::version(&read_sources(Some(dir.path())).unwrap());
+        let spellings = [
+            dir.path().to_path_buf(),
+            dir.path().join("."),
+            dir.path().join("sub/.."),
+        ];
+        for root in spellings {
+            let tools = read_sources_from(std::slice::from_ref(&root)).unwrap();
+            assert_eq!(
+                crate::policy::check::version(&tools),
+                serve,
+                "{}",
+                root.display()
+            );
+        }
+        // The names shown stay the tools' own (here absolute: outside the cwd).
+        let tools = read_sources_from(&[dir.path().to_path_buf()]).unwrap();
+        assert!(tools
+            .files()
+            .any(|(_, f)| f.name.starts_with('/') && f.set_name == "sub/b.policy"));
     }
 
     #[test]
