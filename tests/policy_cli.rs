@@ -394,6 +394,48 @@ fn test_command_exit_codes() {
     );
 }
 
+/// `test --format json` printed nothing on stdout when the set did not check (a
+/// test expecting an unknown model, E0801); now the document comes with the
+/// diagnostics, as `lint --format json` gives them, and the exit code stays 1.
+#[test]
+fn test_format_json_printed_nothing_when_the_set_did_not_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = config();
+    let c = c.to_str().unwrap_or("");
+    write(
+        dir.path(),
+        "t.policy",
+        "route r {\n  default use model\n}\n\ntest \"bad\" {\n  request { model = \"gpt-4o\" }\n  expect model \"nope\"\n}\n",
+    );
+    let o = run(
+        &["test", "--config", c, "--format", "json", "t.policy"],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let v = json(&o);
+    let diags = v["diagnostics"].as_array().expect("diagnostics");
+    assert!(
+        diags
+            .iter()
+            .any(|d| d["code"] == "E0801" && d["file"] == "t.policy" && d["line"].is_u64()),
+        "{v}"
+    );
+    assert_eq!(v["cases"], serde_json::json!([]));
+    assert_eq!(v["passed"], 0);
+    // A set that checks: the same document, with no diagnostics.
+    write(
+        dir.path(),
+        "t.policy",
+        "route r {\n  default use model\n}\n",
+    );
+    let o = run(
+        &["test", "--config", c, "--format", "json", "t.policy"],
+        dir.path(),
+    );
+    assert_success(&o);
+    assert_eq!(json(&o)["diagnostics"], serde_json::json!([]));
+}
+
 #[test]
 fn test_command_runs_the_resilience_fixture() {
     // endpoint.context_window (from the config and a stats override), endpoint.circuit

@@ -188,13 +188,7 @@ pub fn lint(
                 "schema": "switchyard.lint/1",
                 "files": l.sources.files().map(|(_, f)| f.name.clone()).collect::<Vec<_>>(),
                 "policy_version": crate::policy::check::version(&l.sources),
-                "diagnostics": out.diagnostics.iter().map(|d| {
-                    let mut v = d.to_json(&l.sources);
-                    if let Some(name) = lint_codes::ALL.iter().find(|(c, _)| *c == d.code).map(|(_, n)| *n) {
-                        v["name"] = serde_json::Value::from(name);
-                    }
-                    v
-                }).collect::<Vec<_>>(),
+                "diagnostics": diagnostics_json(&out.diagnostics, &l.sources),
                 "summary": { "errors": errors, "warnings": warnings },
             });
             say!(
@@ -211,6 +205,28 @@ pub fn lint(
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// `diags` as the `diagnostics` array of the JSON documents (`docs/lint.md`): each
+/// [`crate::policy::Diagnostic::to_json`], with `name` for a lint warning.
+fn diagnostics_json(
+    diags: &[crate::policy::Diagnostic],
+    sources: &SourceMap,
+) -> Vec<serde_json::Value> {
+    diags
+        .iter()
+        .map(|d| {
+            let mut v = d.to_json(sources);
+            if let Some(name) = lint_codes::ALL
+                .iter()
+                .find(|(c, _)| *c == d.code)
+                .map(|(_, n)| *n)
+            {
+                v["name"] = serde_json::Value::from(name);
+            }
+            v
+        })
+        .collect()
 }
 
 /// `switchyard fmt`: rewrites the files that change (each replaced in one step, so
@@ -290,7 +306,17 @@ pub fn test(
     let set = match crate::policy::parse_and_check(&l.sources, &l.registry) {
         Ok(s) => s,
         Err(d) => {
-            eprint!("{}", render_all(&d, &l.sources));
+            match format {
+                Format::Human => eprint!("{}", render_all(&d, &l.sources)),
+                // The document still comes, with no test run and the reasons.
+                Format::Json => say_test_json(
+                    &crate::policy::TestReport {
+                        budget,
+                        ..Default::default()
+                    },
+                    diagnostics_json(&d, &l.sources),
+                ),
+            }
             if let Some(note) = &l.registry_note {
                 eprintln!("{note}");
             }
@@ -308,10 +334,7 @@ pub fn test(
     let report = crate::policy::jit::engine::run_tests_budgeted(&compiled, engine, budget);
     match format {
         Format::Human => say!("{}", report.render()),
-        Format::Json => say!(
-            "{}\n",
-            serde_json::to_string_pretty(&report).unwrap_or_default()
-        ),
+        Format::Json => say_test_json(&report, Vec::new()),
     }
     if report.skipped > 0 {
         eprintln!(
@@ -325,4 +348,15 @@ pub fn test(
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Prints `test --format json`'s document: the report's fields and `diagnostics`,
+/// why the set did not check (empty when it did; then the tests ran).
+fn say_test_json(report: &crate::policy::TestReport, diagnostics: Vec<serde_json::Value>) {
+    let mut doc = serde_json::to_value(report).unwrap_or_default();
+    doc["diagnostics"] = serde_json::Value::from(diagnostics);
+    say!(
+        "{}\n",
+        serde_json::to_string_pretty(&doc).unwrap_or_default()
+    );
 }
