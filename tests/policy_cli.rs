@@ -317,6 +317,55 @@ fn dry_run_policy_version_depended_on_the_current_directory() {
     }
 }
 
+/// `dry-run --stats` took endpoint ids the registry does not have and values
+/// outside their ranges (`health: 5`) without a word; an unknown field was
+/// already refused. Now all three exit 2 naming the id and field.
+#[test]
+fn dry_run_stats_accepted_unknown_endpoints_and_out_of_range_values() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = config();
+    let c = c.to_str().unwrap_or("");
+    let req = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}"#;
+    let dry_run = |stats: &str| {
+        write(dir.path(), "stats.json", stats);
+        run(
+            &[
+                "dry-run",
+                "--config",
+                c,
+                "--request",
+                req,
+                "--stats",
+                "stats.json",
+            ],
+            dir.path(),
+        )
+    };
+    let o = dry_run(r#"{"openai/gpt4o":{"health":0.5}}"#);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("`openai/gpt4o` is not an endpoint")
+            && err.contains("did you mean `openai/gpt-4o`?"),
+        "{err}"
+    );
+    let o = dry_run(r#"{"openai/gpt-4o":{"health":5,"latency_ewma_ms":-1,"quality":{"code":2}}}"#);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    for field in [
+        "`health` is 5",
+        "`latency_ewma_ms` is -1",
+        "`quality.code` is 2",
+    ] {
+        assert!(err.contains(&format!("`openai/gpt-4o`: {field}")), "{err}");
+    }
+    let o = dry_run(r#"{"openai/gpt-4o":{"helth":0.5}}"#);
+    assert_eq!(o.status.code(), Some(2));
+    assert_success(&dry_run(
+        r#"{"openai/gpt-4o":{"health":0.5,"error_rate":0,"capacity":1,"quality":{"code":0.9}}}"#,
+    ));
+}
+
 #[test]
 fn dry_run_json_has_the_documented_fields() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -82,6 +82,25 @@ fn fail(code: u8, msg: String) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// What is wrong with a `--stats` snapshot, one sentence each: ids that are not
+/// endpoints of `registry` (with a did-you-mean), then values outside their ranges
+/// ([`StatsSnapshot::out_of_range`]).
+fn stats_problems(stats: &StatsSnapshot, registry: &crate::policy::Registry) -> Vec<String> {
+    let mut out: Vec<String> = stats
+        .endpoints
+        .keys()
+        .filter(|id| registry.endpoint(id).is_none())
+        .map(|id| {
+            let hint = crate::suggest::did_you_mean(id, registry.endpoint_ids())
+                .map(|close| format!("; did you mean `{close}`?"))
+                .unwrap_or_default();
+            format!("`{id}` is not an endpoint of the config's registry{hint}")
+        })
+        .collect();
+    out.extend(stats.out_of_range());
+    out
+}
+
 /// Runs `switchyard dry-run`.
 pub fn run(a: DryRunArgs) -> ExitCode {
     let cfg = match load_config(a.config.as_deref()) {
@@ -159,6 +178,15 @@ pub fn run(a: DryRunArgs) -> ExitCode {
             Err(e) => return fail(2, format!("cannot load stats {}: {e}", p.display())),
         },
     };
+    if let Some(p) = &a.stats {
+        let problems = stats_problems(&stats, &registry_from_config(&cfg));
+        if !problems.is_empty() {
+            for m in &problems {
+                eprintln!("error: stats {}: {m}", p.display());
+            }
+            return ExitCode::from(2);
+        }
+    }
     let now = a.time.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -244,6 +244,42 @@ pub struct StatsSnapshot {
 }
 
 impl StatsSnapshot {
+    /// Every value outside its documented range ([`EndpointStats`]), one sentence
+    /// each naming the endpoint id and the field: `health`, `capacity`,
+    /// `error_rate` and `quality` scores are fractions in [0, 1]; the latencies
+    /// (milliseconds) and the costs (USD per token) are 0 or more. Strategy
+    /// `state` slots have no range. Empty when all are in range.
+    pub fn out_of_range(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (id, st) in &self.endpoints {
+            let mut check = |field: &str, x: f64, hi: f64| {
+                if !(0.0..=hi).contains(&x) {
+                    let range = if hi == 1.0 {
+                        "a fraction in [0, 1] (5% is 0.05)"
+                    } else {
+                        "0 or more"
+                    };
+                    out.push(format!("`{id}`: `{field}` is {x}; it is {range}"));
+                }
+            };
+            check("health", st.health, 1.0);
+            check("capacity", st.capacity, 1.0);
+            check("error_rate", st.error_rate, 1.0);
+            check("latency_ewma_ms", st.latency_ewma_ms, f64::INFINITY);
+            check("ttft_ewma_ms", st.ttft_ewma_ms, f64::INFINITY);
+            if let Some(c) = st.cost_in_per_token {
+                check("cost_in_per_token", c, f64::INFINITY);
+            }
+            if let Some(c) = st.cost_out_per_token {
+                check("cost_out_per_token", c, f64::INFINITY);
+            }
+            for (cat, q) in &st.quality {
+                check(&format!("quality.{cat}"), *q, 1.0);
+            }
+        }
+        out
+    }
+
     /// Applies a decision's or an outcome's state update, as the gateway applies it
     /// to its live statistics (for tests and tools that replay decisions).
     pub fn apply(&mut self, u: &super::interp::StateUpdate) {
