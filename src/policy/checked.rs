@@ -88,6 +88,17 @@ impl Ty {
             Ty::Priority => "a priority",
         }
     }
+
+    /// The plural used in type errors about several values (`cannot order strings`).
+    pub fn plural(self) -> &'static str {
+        match self {
+            Ty::Bool => "booleans",
+            Ty::Int => "integers",
+            Ty::Float => "floats",
+            Ty::Str => "strings",
+            Ty::Priority => "priorities",
+        }
+    }
 }
 
 /// A constant value.

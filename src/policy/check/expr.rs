@@ -457,9 +457,9 @@ impl Checker<'_> {
                     return self.mismatch(
                         e,
                         format!(
-                            "`{}` cannot order {} values; use `==` or `!=`",
+                            "`{}` cannot order {}; use `==` or `!=`",
                             op.as_str(),
-                            l.ty.name()
+                            l.ty.plural()
                         ),
                     );
                 }
@@ -479,7 +479,7 @@ impl Checker<'_> {
                         format!(
                             "`{}` needs numbers, but these are {}",
                             op.as_str(),
-                            l.ty.name()
+                            l.ty.plural()
                         ),
                     );
                 }

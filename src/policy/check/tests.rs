@@ -357,3 +357,32 @@ fn a_test_with_hour_99_a_second_seed_or_an_endpoint_twice_was_silently_changed()
     has(&e, "E0801", "t.policy:6:8");
     assert!(e.contains("only one `seed`"), "{e}");
 }
+
+/// "`<` cannot order a string values": the singular type name with its article
+/// went into sentences about several values (also "`+` needs numbers, but these
+/// are a string").
+#[test]
+fn type_errors_about_several_values_said_a_string_values() {
+    let order = |cond: &str| errs(&format!("route r when {cond} {{ default use model }}"));
+    let e = order("request.model < \"a\"");
+    assert!(
+        e.contains("`<` cannot order strings; use `==` or `!=`"),
+        "{e}"
+    );
+    let e = order("request.stream >= false");
+    assert!(e.contains("`>=` cannot order booleans;"), "{e}");
+    let e = order("request.model + \"a\" == \"b\"");
+    assert!(
+        e.contains("`+` needs numbers, but these are strings"),
+        "{e}"
+    );
+    let e = order("max(request.model, \"a\") == \"b\"");
+    assert!(
+        e.contains("`max` needs numbers, but these are strings"),
+        "{e}"
+    );
+    assert!(
+        !e.contains(" a string values") && !e.contains("are a "),
+        "{e}"
+    );
+}

@@ -186,7 +186,7 @@ impl Checker<'_> {
                 if !matches!(a.ty, Ty::Int | Ty::Float) {
                     return self.mismatch(
                         e,
-                        format!("`{n}` needs numbers, but these are {}", a.ty.name()),
+                        format!("`{n}` needs numbers, but these are {}", a.ty.plural()),
                     );
                 }
                 if n == "pow" {
