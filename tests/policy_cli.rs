@@ -366,6 +366,33 @@ fn dry_run_stats_accepted_unknown_endpoints_and_out_of_range_values() {
     ));
 }
 
+/// README said files are named relative to the current directory however they
+/// were given, but a file outside it (`lint ../ty/t1.policy`) is named by its
+/// absolute path: the README now states that rule; this pins it.
+#[test]
+fn lint_named_a_file_outside_the_cwd_by_its_absolute_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("ty")).expect("mkdir");
+    std::fs::create_dir_all(dir.path().join("cwd")).expect("mkdir");
+    write(
+        &dir.path().join("ty"),
+        "t1.policy",
+        "route r {\n  default use \"nope\"\n}\n",
+    );
+    let c = config();
+    let c = c.to_str().unwrap_or("");
+    let abs = std::fs::canonicalize(dir.path().join("ty/t1.policy")).expect("exists");
+    let want = format!("--> {}:2:15", abs.display());
+    for (cwd, arg) in [("cwd", "../ty/t1.policy"), ("cwd", "../ty/./t1.policy")] {
+        let o = run(&["lint", "--config", c, arg], &dir.path().join(cwd));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains(&want), "{arg}: {text}");
+    }
+    let o = run(&["lint", "--config", c, "./ty/../ty/t1.policy"], dir.path());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("--> ty/t1.policy:2:15"), "{text}");
+}
+
 #[test]
 fn dry_run_json_has_the_documented_fields() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -417,7 +417,8 @@ pub fn read_sources_from(roots: &[PathBuf]) -> Result<SourceMap, LoadError> {
 }
 
 /// `path` as the policy tools print it: relative to the current directory when it
-/// is inside it, without `.` components; else as given.
+/// is inside it, else absolute; either way with `.` and `..` resolved, so every
+/// spelling of one file gives one name (`README.md`, "Command line").
 pub fn tool_path(path: &Path) -> String {
     use std::path::Component;
     let cwd = std::env::current_dir().ok();
