@@ -15,7 +15,8 @@
 //!    a UUID (`crate::request_id::upstream_value`), else none ([`request_id`] sets
 //!    it on every attempt; the client's own value is not kept apart from it).
 //! 3. `User-Agent`: the client's, with ` switchyard/VERSION` appended
-//!    (`switchyard/VERSION` alone when the client sent none).
+//!    (`switchyard/VERSION` alone when the client sent none); and
+//!    `Accept-Encoding: identity` (the gateway reads answers uncompressed).
 //! 4. Only to providers of kind `openai`: `X-Client-Request-Id` (OpenAI's header
 //!    for the caller's id of a request; the client's, else the gateway sets it to the
 //!    request id), `OpenAI-Organization`, `OpenAI-Project`
@@ -116,6 +117,16 @@ pub fn apply(client: &HeaderMap, kind: ProviderKind, listed: &[Listed], upstream
             None => HeaderValue::from_static(USER_AGENT),
         };
         upstream.insert(http::header::USER_AGENT, ua);
+    }
+    // Without `Accept-Encoding` a server may use any content coding (RFC 9110,
+    // section 12.5.3), and a compressing proxy or CDN in front of a provider then
+    // gzips the answer; the gateway reads answers and streams as they come, so it
+    // asks for them uncompressed.
+    if !upstream.contains_key(http::header::ACCEPT_ENCODING) {
+        upstream.insert(
+            http::header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
     }
 }
 

@@ -780,6 +780,25 @@ async fn exchange(
         }
         return Err(attempt.failed(err));
     }
+    if let Some(coding) = parts
+        .headers
+        .get(http::header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?").trim())
+        .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"))
+    {
+        // Asked for `Accept-Encoding: identity` (`egress::forward`): a compressed
+        // answer is one the gateway cannot read, and saying so beats "not JSON".
+        let e = GatewayError::new(
+            ErrorKind::BadUpstream,
+            format!(
+                "provider `{}` sent its answer with `Content-Encoding: {}` though the gateway asked for `identity`",
+                up.name,
+                crate::error::bounded(coding, 64)
+            ),
+        )
+        .with_code(Code::UpstreamBadResponse);
+        return Err(attempt.failed(e));
+    }
     let content_type = parts
         .headers
         .get(http::header::CONTENT_TYPE)

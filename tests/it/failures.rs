@@ -793,3 +793,26 @@ async fn a_retry_delay_beyond_any_instant_panicked_the_request() {
     let secs: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
     assert!((1..=3600).contains(&secs), "{secs}");
 }
+
+// Regression (outside attack, 2026-12-07): an answer sent with `Content-Encoding:
+// gzip` (a compressing proxy in front of a provider) was read as text and refused
+// as "not a chat completion: expected value at line 1 column 1". Expected: the
+// next endpoint serves, and the failed attempt says which coding came.
+#[tokio::test]
+async fn a_gzip_encoded_answer_fails_over_naming_the_coding() {
+    let (gz, _) = sequence_upstream(vec![(200, "content-encoding: gzip\r\n", COMPLETION)]);
+    let (ok, _) = scripted_upstream(200, COMPLETION);
+    let gw = start_app(
+        &format!("providers:\n  gz: {{ kind: openai-compatible, base_url: 'http://{gz}/v1' }}\n  ok: {{ kind: openai-compatible, base_url: 'http://{ok}/v1' }}\nmodels:\n  m: {{ endpoints: [ {{ provider: gz, model: x, priority: 1 }}, {{ provider: ok, model: x, priority: 2 }} ] }}\n  g: {{ endpoints: [ {{ provider: gz, model: x }} ] }}\n"),
+        &[],
+    )
+    .await;
+    let url = gw.url("/v1/chat/completions");
+    let r = request("POST", &url, chat("m", false, "")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.headers["x-switchyard-endpoint"], "ok/x");
+    let r = request("POST", &url, chat("g", false, "")).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    let m = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(m.contains("Content-Encoding: gzip"), "{m}");
+}

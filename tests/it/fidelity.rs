@@ -140,6 +140,10 @@ async fn client_headers_reach_the_provider_by_the_documented_rule() {
         to_openai.header("user-agent").map(str::to_string),
         Some(format!("OpenAI/Python 1.55.0 switchyard/{version}"))
     );
+    // Regression (outside attack, 2026-12-07): no `Accept-Encoding` went upstream,
+    // which allows any coding (RFC 9110, 12.5.3), and a gzipping proxy's answers
+    // were 502s that blamed the endpoint. The SDK's own is not forwarded.
+    assert_eq!(to_openai.header("accept-encoding"), Some("identity"));
     assert_eq!(to_openai.header("openai-organization"), Some("org-1"));
     assert_eq!(to_openai.header("openai-project"), Some("proj-1"));
     assert_eq!(to_openai.header("x-stainless-retry-count"), Some("0"));
