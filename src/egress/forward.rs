@@ -263,6 +263,7 @@ mod tests {
         assert_eq!(
             names(&up),
             [
+                "accept-encoding",
                 "traceparent",
                 "tracestate",
                 "user-agent",

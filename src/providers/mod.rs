@@ -318,6 +318,12 @@ pub fn upstream_error(status: u16, headers: &HeaderMap, body: &[u8]) -> GatewayE
             if let Some(p) = field("param") {
                 e = e.with_param(bounded(p, MAX_PASSTHROUGH));
             }
+            // The provider's status as it sent it (409 Conflict, 413 Content Too
+            // Large, 422 Unprocessable Content: the client's SDK maps each to its
+            // own error), but a context overflow is OpenAI's 400 whoever said it.
+            if !too_long {
+                e = e.with_status(status);
+            }
             e
         }
         429 if field("type") == Some("insufficient_quota")

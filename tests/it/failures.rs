@@ -816,3 +816,34 @@ async fn a_gzip_encoded_answer_fails_over_naming_the_coding() {
     let m = r.json()["error"]["message"].as_str().unwrap().to_string();
     assert!(m.contains("Content-Encoding: gzip"), "{m}");
 }
+
+// Regression (outside attack, 2026-12-07): an upstream 409 reached the client as 400
+// `upstream_invalid_request`, though the failover table promises the provider's
+// error unchanged for a 4xx about the request itself. Expected: 409 and 422 as
+// sent, with the provider's code, not retried elsewhere.
+#[tokio::test]
+async fn an_upstream_409_or_422_keeps_its_status() {
+    for (status, body) in [
+        (409, r#"{"error":{"message":"conflict","type":"invalid_request_error","code":"conflict"}}"#),
+        (422, r#"{"error":{"message":"bad schema","type":"invalid_request_error","code":null}}"#),
+    ] {
+        let (up, hits) = sequence_upstream(vec![(status, "", body)]);
+        let (other, other_hits) = scripted_upstream(200, COMPLETION);
+        let gw = start_app(
+            &format!("providers:\n  a: {{ kind: openai-compatible, base_url: 'http://{up}/v1' }}\n  b: {{ kind: openai-compatible, base_url: 'http://{other}/v1' }}\nmodels:\n  m: {{ endpoints: [ {{ provider: a, model: x, priority: 1 }}, {{ provider: b, model: x, priority: 2 }} ] }}\n"),
+            &[],
+        )
+        .await;
+        let r = request("POST", &gw.url("/v1/chat/completions"), chat("m", false, "")).await;
+        assert_eq!(r.status, status, "{}", r.text());
+        let v = r.json();
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+        if status == 409 {
+            assert_eq!(v["error"]["code"], "conflict", "{v}");
+        } else {
+            assert_eq!(v["error"]["code"], "upstream_invalid_request", "{v}");
+        }
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(other_hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+}

@@ -567,7 +567,8 @@ fn a_client_error_keeps_anthropics_type_and_message() {
         &h,
         br#"{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum allowed number of bytes."}}"#,
     );
-    assert_eq!(e.status(), 400);
+    // The provider's status, unchanged (README, "Failover and error classification").
+    assert_eq!(e.status(), 413);
     assert_eq!(e.to_json()["error"]["code"], "request_too_large");
 }
 

@@ -24,7 +24,7 @@ use super::reasoning::ThinkingBlock;
 use super::{upstream_error, Adapter, StreamContext, StreamTranscoder, Target};
 use crate::api::{ChatRequest, PromptTokensDetails, Usage};
 use crate::body::Body;
-use crate::error::GatewayError;
+use crate::error::{ErrorKind, GatewayError};
 
 /// The API version header value this adapter speaks.
 pub const API_VERSION: &str = "2023-06-01";
@@ -352,7 +352,12 @@ impl Adapter for Anthropic {
             } else {
                 format!("Anthropic answered an error (HTTP {status}{named})")
             };
-        } else if let Some(kind) = kind.filter(|_| e.status() == 400) {
+        } else if let Some(kind) = kind.filter(|_| {
+            matches!(
+                e.kind,
+                ErrorKind::InvalidRequest | ErrorKind::ContextWindowExceeded
+            )
+        }) {
             if e.code != Some(Code::ContextLengthExceeded) {
                 e = e.with_code(Code::provider(&kind));
             }
