@@ -59,8 +59,12 @@ pub struct CircuitReport {
     pub state: &'static str,
     /// Time until the half-open probe may go, ms (open circuits only).
     pub next_probe_in_ms: Option<u64>,
-    /// The cooldown the next opening will use, ms.
+    /// The open period in force, ms: how long an open or half-open circuit was
+    /// opened for; for a closed one, what its next opening will use.
     pub cooldown_ms: u64,
+    /// What the next opening will use, ms (doubled after each opening, up to
+    /// `breaker.max_cooldown_ms`; back to `breaker.cooldown_ms` once closed).
+    pub next_cooldown_ms: u64,
 }
 
 /// The whole `/admin/endpoints` body.
@@ -165,12 +169,17 @@ fn circuit(gw: &Gateway, i: usize) -> CircuitReport {
         Some(b) => CircuitReport {
             state: b.state(now).as_str(),
             next_probe_in_ms: b.next_probe_in(now).map(|d| d.as_millis() as u64),
-            cooldown_ms: b.cooldown().as_millis() as u64,
+            cooldown_ms: b
+                .open_cooldown()
+                .unwrap_or_else(|| b.cooldown())
+                .as_millis() as u64,
+            next_cooldown_ms: b.cooldown().as_millis() as u64,
         },
         None => CircuitReport {
             state: "closed",
             next_probe_in_ms: None,
             cooldown_ms: 0,
+            next_cooldown_ms: 0,
         },
     }
 }

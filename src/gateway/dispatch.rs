@@ -767,17 +767,21 @@ async fn exchange(
     let (parts, upstream_body) = sent.response.into_parts();
     if !parts.status.is_success() {
         let mut err = match collect(upstream_body, idle, deadline, &up.name).await {
-            Ok(bytes) => up
-                .adapter()
-                .error(parts.status.as_u16(), &parts.headers, &bytes),
+            Ok(bytes) => {
+                let mut err = up
+                    .adapter()
+                    .error(parts.status.as_u16(), &parts.headers, &bytes);
+                if parts.status.is_server_error() {
+                    // The adapter's message is gateway-made (never the upstream
+                    // body): name the provider so the client knows which one failed.
+                    err.message = format!("provider `{}`: {}", up.name, err.message);
+                }
+                err
+            }
+            // Reading the body failed: that message names the provider already.
             Err(e) => e,
         };
         err.upstream_status = Some(parts.status.as_u16());
-        if parts.status.is_server_error() {
-            // The adapter's message is gateway-made (never the upstream body): name
-            // the provider so the client knows which one failed.
-            err.message = format!("provider `{}`: {}", up.name, err.message);
-        }
         return Err(attempt.failed(err));
     }
     if let Some(coding) = parts

@@ -89,6 +89,8 @@ struct Inner {
     state: State,
     /// The cooldown the next opening uses.
     cooldown: Duration,
+    /// The cooldown of the opening in force (or the last one), zero before any.
+    opened_for: Duration,
 }
 
 /// One endpoint's circuit breaker.
@@ -121,6 +123,7 @@ impl Breaker {
             inner: Mutex::new(Inner {
                 state: State::Closed,
                 cooldown: Duration::from_millis(cfg.cooldown_ms),
+                opened_for: Duration::ZERO,
             }),
             cfg,
             closed: AtomicBool::new(true),
@@ -213,6 +216,17 @@ impl Breaker {
         self.lock().cooldown
     }
 
+    /// The cooldown of the opening in force: how long this circuit stays open
+    /// before its probe (`None` while closed). The next opening's is
+    /// [`Breaker::cooldown`], doubled after each.
+    pub fn open_cooldown(&self) -> Option<Duration> {
+        if self.is_closed() {
+            return None;
+        }
+        let g = self.lock();
+        (!matches!(g.state, State::Closed)).then_some(g.opened_for)
+    }
+
     /// Asks to send one attempt at `now`; a half-open breaker lets exactly one probe
     /// through until that probe ends.
     pub fn admit(&self, now: Instant) -> (Admission, Transition) {
@@ -263,6 +277,7 @@ impl Breaker {
                         until: now + cooldown,
                     },
                 );
+                g.opened_for = cooldown;
                 g.cooldown = (cooldown * 2).min(max);
                 Some(CircuitState::Open)
             }
@@ -276,6 +291,7 @@ impl Breaker {
                         until: now + cooldown,
                     },
                 );
+                g.opened_for = cooldown;
                 g.cooldown = (cooldown * 2).min(max);
                 Some(CircuitState::Open)
             }
@@ -372,6 +388,18 @@ mod tests {
             assert_eq!(b.record(false, true, 0.0, 20, t), Some(CircuitState::Open));
         }
         assert_eq!(waits, [1_000, 2_000, 3_000, 3_000]);
+    }
+
+    // Regression (outside attack, 2026-12-07): `/admin/endpoints` showed the next
+    // opening's (doubled) cooldown as the circuit's while it was open for the first.
+    #[test]
+    fn the_open_cooldown_is_the_one_in_force_not_the_next() {
+        let b = Breaker::new(cfg());
+        let t = Instant::now();
+        assert_eq!(b.open_cooldown(), None);
+        b.record(false, false, 0.0, 20, t);
+        assert_eq!(b.open_cooldown(), Some(Duration::from_secs(1)));
+        assert_eq!(b.cooldown(), Duration::from_secs(2), "the next one");
     }
 
     #[test]

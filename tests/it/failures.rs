@@ -824,8 +824,14 @@ async fn a_gzip_encoded_answer_fails_over_naming_the_coding() {
 #[tokio::test]
 async fn an_upstream_409_or_422_keeps_its_status() {
     for (status, body) in [
-        (409, r#"{"error":{"message":"conflict","type":"invalid_request_error","code":"conflict"}}"#),
-        (422, r#"{"error":{"message":"bad schema","type":"invalid_request_error","code":null}}"#),
+        (
+            409,
+            r#"{"error":{"message":"conflict","type":"invalid_request_error","code":"conflict"}}"#,
+        ),
+        (
+            422,
+            r#"{"error":{"message":"bad schema","type":"invalid_request_error","code":null}}"#,
+        ),
     ] {
         let (up, hits) = sequence_upstream(vec![(status, "", body)]);
         let (other, other_hits) = scripted_upstream(200, COMPLETION);
@@ -834,7 +840,12 @@ async fn an_upstream_409_or_422_keeps_its_status() {
             &[],
         )
         .await;
-        let r = request("POST", &gw.url("/v1/chat/completions"), chat("m", false, "")).await;
+        let r = request(
+            "POST",
+            &gw.url("/v1/chat/completions"),
+            chat("m", false, ""),
+        )
+        .await;
         assert_eq!(r.status, status, "{}", r.text());
         let v = r.json();
         assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");

@@ -253,7 +253,8 @@ async fn a_dead_primary_opens_its_circuit_and_gets_exactly_one_probe_under_concu
     // The probe failed: open again, for twice the cooldown.
     let c = circuit_of(&gw, "p/x").await;
     assert_eq!(c["state"], "open", "{c}");
-    assert_eq!(c["cooldown_ms"], 2400, "{c}");
+    assert_eq!(c["cooldown_ms"], 1200, "{c}");
+    assert_eq!(c["next_cooldown_ms"], 2400, "{c}");
 }
 
 #[tokio::test]
@@ -471,7 +472,7 @@ async fn fallback_on_moves_a_listed_client_error_status_to_the_next_endpoint() {
     let (config, _) = mock_chain("{ fail_first: 5, fail_status: 422 }", "{}");
     let gw = start_app(&config, &[("r.policy", CHAIN_NO_RETRIES)]).await;
     let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
-    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.status, 422, "{}", r.text());
 }
 
 #[tokio::test]
