@@ -369,9 +369,40 @@ impl ChatRequest {
     }
 
     /// A quick estimate of input tokens: about 4 characters per token, plus 4 tokens of
-    /// framing per message (OpenAI's rule of thumb from its token-counting cookbook).
+    /// framing per message (OpenAI's rule of thumb from its token-counting cookbook),
+    /// of the messages' text and the [`ChatRequest::definitions_len`].
     pub fn estimated_input_tokens(&self) -> u64 {
-        (self.messages.text_len() as u64).div_ceil(4) + 4 * self.messages.count() as u64
+        ((self.messages.text_len() + self.definitions_len()) as u64).div_ceil(4)
+            + 4 * self.messages.count() as u64
+    }
+
+    /// Bytes of text outside the messages that the model reads as input: the tool
+    /// definitions (`tools`, the legacy `functions`) and the `response_format`
+    /// schema, as the strings and member names in them ([`strings_len`]). OpenAI
+    /// counts tool definitions in `prompt_tokens`; a limit that left them out would
+    /// let a 100 KB tool description through as a few tokens.
+    pub fn definitions_len(&self) -> usize {
+        let tools = self
+            .tools
+            .as_ref()
+            .map_or(0, |t| t.iter().map(strings_len).sum());
+        tools
+            + ["functions", "response_format"]
+                .iter()
+                .filter_map(|k| self.extra.get(*k))
+                .map(strings_len)
+                .sum::<usize>()
+    }
+}
+
+/// Bytes of the strings and object member names in `v`, at any depth: the text a
+/// JSON value (a tool definition, a tool call's arguments) puts before a model.
+pub fn strings_len(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.len(),
+        Value::Array(a) => a.iter().map(strings_len).sum(),
+        Value::Object(o) => o.iter().map(|(k, v)| k.len() + strings_len(v)).sum(),
+        _ => 0,
     }
 }
 

@@ -85,8 +85,9 @@ impl Messages {
         }
     }
 
-    /// Bytes of text in the conversation: string contents and the `text` of content
-    /// parts (what [`crate::api::ChatRequest::estimated_input_tokens`] counts),
+    /// Bytes of text in the conversation: string contents, the `text` of content
+    /// parts and assistants' tool calls (what
+    /// [`crate::api::ChatRequest::estimated_input_tokens`] counts),
     /// without decoding the messages when set aside.
     pub fn text_len(&self) -> usize {
         match (&self.aside, self.decoded.get()) {
@@ -122,18 +123,28 @@ impl Messages {
     }
 }
 
-/// Bytes of text in `messages`: string contents and the `text` of content parts.
+/// Bytes of text in `messages`: string contents, the `text` of content parts, and
+/// an assistant's tool calls (`tool_calls`, the legacy `function_call`: their
+/// names and JSON arguments, which the model reads back as input).
 fn text_len(messages: &[Message]) -> usize {
     messages
         .iter()
-        .map(|m| match &m.content {
-            Value::String(s) => s.len(),
-            Value::Array(parts) => parts
+        .map(|m| {
+            let content = match &m.content {
+                Value::String(s) => s.len(),
+                Value::Array(parts) => parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .map(str::len)
+                    .sum(),
+                _ => 0,
+            };
+            let calls = ["tool_calls", "function_call"]
                 .iter()
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
-                .map(str::len)
-                .sum(),
-            _ => 0,
+                .filter_map(|k| m.extra.get(*k))
+                .map(crate::api::strings_len)
+                .sum::<usize>();
+            content + calls
         })
         .sum()
 }

@@ -214,7 +214,17 @@ pub fn count_with(bpe: &CoreBPE, chat: &ChatRequest) -> u64 {
         };
         tokens += extra.max(skipped.div_ceil(MAX_EXTRAPOLATED_BYTES_PER_TOKEN));
     }
-    tokens + PER_MESSAGE * chat.messages.len() as u64 + PER_MESSAGE
+    // Tool definitions, the response schema and assistants' tool calls: estimated,
+    // not tokenized (JSON names, descriptions and arguments, about 4 bytes a token).
+    let calls: usize = chat
+        .messages
+        .iter()
+        .flat_map(|m| ["tool_calls", "function_call"].map(|k| m.extra.get(k)))
+        .flatten()
+        .map(crate::api::strings_len)
+        .sum();
+    let definitions = ((chat.definitions_len() + calls) as u64).div_ceil(4);
+    tokens + definitions + PER_MESSAGE * chat.messages.len() as u64 + PER_MESSAGE
 }
 
 #[cfg(test)]
@@ -357,5 +367,53 @@ mod tests {
         let exact = bpe.encode_ordinary(&text).len() as u64;
         let n = count_with(bpe, &c);
         assert!(n * 2 >= exact, "estimate {n}, exact {exact}");
+    }
+
+    // Regression (outside attack, 2026-12-07): tool definitions, a tool call's
+    // arguments and a `response_format` schema were not counted, so twenty requests
+    // with a 108 KB tool description went through a 6,000 tokens-per-minute limit
+    // (and past the context check) at about 6 tokens each.
+    #[test]
+    fn tool_definitions_calls_and_schemas_count_as_input() {
+        let big = "lorem ipsum dolor sit amet ".repeat(4000);
+        let with = |extra: serde_json::Value| {
+            let mut body = serde_json::json!({
+                "model": "gpt-4o",
+                "messages": [{"role": "user", "content": "hi"}],
+            });
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            ChatRequest::parse(&serde_json::to_vec(&body).unwrap()).unwrap()
+        };
+        let tool = with(
+            serde_json::json!({"tools": [{"type": "function", "function": {"name": "f", "description": big, "parameters": {"type": "object"}}}]}),
+        );
+        let schema = with(
+            serde_json::json!({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {"description": big}}}}),
+        );
+        let call = with(serde_json::json!({"messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": serde_json::to_string(&serde_json::json!({"x": big})).unwrap()}}]},
+            {"role": "tool", "tool_call_id": "c", "content": "ok"},
+        ]}));
+        let floor = big.len() as u64 / 4;
+        let o200k = Encoding::O200k.bpe();
+        for (name, c) in [
+            ("tools", &tool),
+            ("response_format", &schema),
+            ("tool_calls", &call),
+        ] {
+            assert!(
+                c.estimated_input_tokens() >= floor,
+                "{name}: {}",
+                c.estimated_input_tokens()
+            );
+            assert!(
+                count_with(o200k, c) >= floor,
+                "{name}: {}",
+                count_with(o200k, c)
+            );
+        }
     }
 }
