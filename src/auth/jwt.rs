@@ -166,6 +166,7 @@ impl JwtVerifier {
     /// only: the client always gets the same 401).
     pub fn verify(&self, token: &str) -> Result<Principal, String> {
         let header = jsonwebtoken::decode_header(token).map_err(|e| e.to_string())?;
+        critical_extensions(token)?;
         let jwks;
         let key = match header.alg {
             Algorithm::HS256 => self.hs256.as_ref().ok_or("HS256 is not configured")?,
@@ -205,6 +206,7 @@ impl JwtVerifier {
         let data =
             jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(token, key, &v)
                 .map_err(|e| e.to_string())?;
+        claim_types(&data.claims)?;
         Ok(self.principal(&data.claims))
     }
 
@@ -251,6 +253,42 @@ impl JwtVerifier {
             ..Principal::default()
         }
     }
+}
+
+/// Refuses a token whose header lists extensions that must be understood (`crit`,
+/// RFC 7515 section 4.1.11): Switchyard understands none, so such a token is
+/// invalid. (`jsonwebtoken` reads the header into fixed fields and drops it.)
+fn critical_extensions(token: &str) -> Result<(), String> {
+    use base64::Engine as _;
+    let head = token.split('.').next().unwrap_or("");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(head.trim_end_matches('='))
+        .map_err(|e| format!("the header is not base64url: {e}"))?;
+    let v: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes).map_err(|e| format!("the header is not JSON: {e}"))?;
+    if v.contains_key("crit") {
+        return Err(
+            "the header lists critical extensions (`crit`), which are not understood".into(),
+        );
+    }
+    Ok(())
+}
+
+/// Refuses registered claims of the wrong type, which `jsonwebtoken` skips rather
+/// than refuses: `nbf` and `iat` must be NumericDates (numbers) when present, and
+/// `iss` a string (RFC 7519 sections 4.1.1, 4.1.5 and 4.1.6), so that `"nbf":
+/// "<a time to come>"` cannot pass as no `nbf` at all, nor an `iss` array as the
+/// configured issuer.
+fn claim_types(claims: &serde_json::Map<String, serde_json::Value>) -> Result<(), String> {
+    for name in ["nbf", "iat", "exp"] {
+        if claims.get(name).is_some_and(|v| !v.is_number()) {
+            return Err(format!("the `{name}` claim is not a number"));
+        }
+    }
+    if claims.get("iss").is_some_and(|v| !v.is_string()) {
+        return Err("the `iss` claim is not a string".into());
+    }
+    Ok(())
 }
 
 /// Adds a grant's list to an allowed set; `None` (everything) absorbs.
@@ -356,5 +394,43 @@ mod tests {
         assert!(open
             .verify(&token(&json!({"sub": "s", "exp": exp()})))
             .is_ok());
+    }
+
+    // Regression (outside attack, 2026-12-07): `nbf` as a string (a time to come),
+    // `"zz"` or `true` passed as if absent; an `iss` array holding the configured
+    // issuer passed; a `crit` header was ignored.
+    #[test]
+    fn registered_claims_of_the_wrong_type_and_crit_headers_are_refused() {
+        let v = verifier(Some("https://idp.test"), None);
+        let later = (exp() + 1_000_000).to_string();
+        for bad in [
+            json!({"sub": "s", "iss": "https://idp.test", "exp": exp(), "nbf": later}),
+            json!({"sub": "s", "iss": "https://idp.test", "exp": exp(), "nbf": "zz"}),
+            json!({"sub": "s", "iss": "https://idp.test", "exp": exp(), "nbf": true}),
+            json!({"sub": "s", "iss": "https://idp.test", "exp": exp(), "iat": "now"}),
+            json!({"sub": "s", "iss": ["https://idp.test"], "exp": exp()}),
+        ] {
+            assert!(v.verify(&token(&bad)).is_err(), "{bad}");
+        }
+        let good = json!({"sub": "s", "iss": "https://idp.test", "exp": exp(), "nbf": 1, "iat": 1});
+        assert!(v.verify(&token(&good)).is_ok());
+        // The same claims under a header with `crit`.
+        use base64::Engine as _;
+        let t = token(&good);
+        let rest = &t[t.find('.').unwrap()..];
+        let signed = |header: &[u8]| {
+            let head = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(header);
+            let signing = format!("{head}{}", &rest[..rest.rfind('.').unwrap()]);
+            let sig = jsonwebtoken::crypto::sign(
+                signing.as_bytes(),
+                &EncodingKey::from_secret(SECRET.as_bytes()),
+                Algorithm::HS256,
+            )
+            .unwrap();
+            format!("{signing}.{sig}")
+        };
+        assert!(v.verify(&signed(br#"{"alg":"HS256","typ":"JWT"}"#)).is_ok());
+        let crit = signed(br#"{"alg":"HS256","typ":"JWT","crit":["exp"]}"#);
+        assert!(v.verify(&crit).is_err(), "crit");
     }
 }
