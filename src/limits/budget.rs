@@ -29,6 +29,32 @@ fn civil(days: u64) -> (u64, u64, u64) {
     (y, m, d)
 }
 
+/// Seconds from `unix_secs` to the end of its UTC day, or of its calendar month
+/// (`monthly`): when a spent budget of that period has room again.
+pub fn secs_to_period_end(unix_secs: u64, monthly: bool) -> u64 {
+    let day = unix_secs / 86_400;
+    let end_day = if monthly {
+        let (y, m, _) = civil(day);
+        let (y, m) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+        days_from_civil(y, m, 1)
+    } else {
+        day + 1
+    };
+    (end_day * 86_400).saturating_sub(unix_secs)
+}
+
+/// Days since 1970-01-01 of (year, month 1..=12, day 1..=31), on or after the
+/// epoch (Howard Hinnant's `days_from_civil`, the inverse of [`civil`]).
+fn days_from_civil(y: u64, m: u64, d: u64) -> u64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    (era * 146_097 + doe).saturating_sub(719_468)
+}
+
 /// One scope's spend in the current day and month, USD.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Spend {
@@ -120,6 +146,21 @@ mod tests {
         t.add(1.0, 1_709_208_000 - 86_400);
         t.add(2.0, 1_709_208_000);
         assert_eq!(t.at(1_709_208_000), (2.0, 3.0));
+    }
+
+    #[test]
+    fn periods_end_at_utc_midnight_and_the_first_of_the_next_month() {
+        // 2024-02-29T12:00:00Z: half a day to midnight; the month ends with it.
+        assert_eq!(secs_to_period_end(1_709_208_000, false), 43_200);
+        assert_eq!(secs_to_period_end(1_709_208_000, true), 43_200);
+        // 2024-12-31T00:00:00Z: a day, and to 2025-01-01 for the month too.
+        assert_eq!(secs_to_period_end(1_735_603_200, true), 86_400);
+        // 2024-02-01T00:00:00Z: the whole of a leap February.
+        assert_eq!(secs_to_period_end(1_706_745_600, true), 29 * 86_400);
+        for day in [0u64, 59, 365, 11_016, 19_782, 20_000] {
+            let (y, m, d) = civil(day);
+            assert_eq!(days_from_civil(y, m, d), day);
+        }
     }
 
     #[test]

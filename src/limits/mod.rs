@@ -751,13 +751,25 @@ impl Limiter {
                 if let Some(m) = s.budget.usd_per_month {
                     let _ = write!(limits, " {m} USD per month");
                 }
+                // Retry-After: until the spent period ends (the month's when its
+                // budget is the one spent, else the day's), so a client's retry
+                // logic waits rather than hammering a refusal that cannot change.
+                let monthly = s.budget.usd_per_day.is_none()
+                    || s.budget.usd_per_month.is_some_and(|m| spent >= m);
+                let now = if reserve.unix_secs > 0 {
+                    reserve.unix_secs
+                } else {
+                    unix_now()
+                };
+                let wait = budget::secs_to_period_end(now, monthly).max(1);
                 Err(GatewayError::new(
                     ErrorKind::Throttled,
                     format!(
                         "The spend budget of this {who} is used up ({spent:.4} USD spent; budget:{limits})."
                     ),
                 )
-                .with_code(Code::BudgetExceeded))
+                .with_code(Code::BudgetExceeded)
+                .with_retry_after(Some(std::time::Duration::from_secs(wait))))
             }
         }
     }

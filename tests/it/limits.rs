@@ -89,6 +89,10 @@ async fn a_spent_budget_refuses_with_budget_exceeded() {
     let v = r.json();
     assert_eq!(v["error"]["code"], "budget_exceeded");
     assert!(v["error"]["message"].as_str().unwrap().contains("budget"));
+    // Regression (outside attack, 2026-12-07): no Retry-After, so clients' retry
+    // logic hammered a refusal that cannot change before the day ends.
+    let wait: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=86_400).contains(&wait), "until UTC midnight: {wait}");
     assert_eq!(send(&url, "sk-b").await.status, 200);
 }
 
