@@ -441,7 +441,15 @@ impl Cursor {
                 .with_retry_after(Some(wait.max(Duration::from_secs(1)))));
             }
         }
-        Err(aggregate(&gw, std::mem::take(&mut self.failed)))
+        let mut e = aggregate(&gw, std::mem::take(&mut self.failed));
+        // A provider's wait past the endpoint's pause (`pause_after`: at most the
+        // breaker's `max_cooldown_ms`) is not the client's: the gateway tries the
+        // endpoint again once the pause is over, so that is when to come back.
+        if e.kind == ErrorKind::RateLimited {
+            let cap = Duration::from_millis(gw.config.breaker.max_cooldown_ms);
+            e.retry_after = e.retry_after.map(|w| w.min(cap));
+        }
+        Err(e)
     }
 
     /// Records that the committed stream of endpoint `ep` failed with `e` after

@@ -78,6 +78,30 @@ async fn a_retry_after_longer_than_the_budget_moves_on_at_once() {
     );
 }
 
+// Regression (outside attack, 2026-12-07): a provider's `Retry-After: 7200` reached
+// the client as 3600 (the 1 h cap), though the gateway paused the endpoint only
+// for `breaker.max_cooldown_ms` and tried it again after that. Expected: the
+// client's wait is at most that pause.
+#[tokio::test]
+async fn a_throttled_clients_wait_is_at_most_the_endpoints_pause() {
+    let (a, _) = sequence_upstream(vec![(
+        429,
+        "retry-after: 7200\r\n",
+        r#"{"error":{"message":"slow down"}}"#,
+    )]);
+    let gw = start_app(
+        &format!("breaker: {{ cooldown_ms: 1000, max_cooldown_ms: 20000 }}\nproviders:\n  p: {{ kind: openai-compatible, base_url: http://{a}/v1 }}\nmodels:\n  m: {{ endpoints: [ {{ provider: p, model: x }} ] }}\n"),
+        &[],
+    )
+    .await;
+    let r = post(&gw.url("/v1/chat/completions"), &chat("m", false, "")).await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(
+        r.headers["retry-after"], "20",
+        "max_cooldown_ms, in seconds"
+    );
+}
+
 #[tokio::test]
 async fn when_every_endpoint_is_throttled_the_client_gets_429_with_retry_after() {
     let (a, _) = sequence_upstream(vec![(
