@@ -223,11 +223,7 @@ fn decide(gw: &Gateway, snap: &PolicySnapshot, features: &RequestFeatures) -> De
         let stats = live();
         snap.compiled.decide_lazy(features, &stats, seed)
     };
-    for u in &decision.state_updates {
-        if let Some(i) = gw.stats.resolve(u.index, &u.endpoint) {
-            gw.stats.set_state(i, &u.strategy, &u.slots);
-        }
-    }
+    decision.record_state(&mut &gw.stats);
     decision
 }
 

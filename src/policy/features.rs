@@ -281,7 +281,8 @@ impl StatsSnapshot {
     }
 
     /// Applies a decision's or an outcome's state update, as the gateway applies it
-    /// to its live statistics (for tests and tools that replay decisions).
+    /// to its live statistics (for tests and tools that replay decisions): the
+    /// update's slots of its strategy take their new values, other slots keep theirs.
     pub fn apply(&mut self, u: &super::interp::StateUpdate) {
         let e = self.endpoints.entry(u.endpoint.to_string()).or_default();
         let m = e.state.entry(u.strategy.to_string()).or_default();
@@ -296,6 +297,21 @@ impl StatsSnapshot {
             Some(s) => std::borrow::Cow::Borrowed(s),
             None => std::borrow::Cow::Owned(EndpointStats::default()),
         }
+    }
+}
+
+/// Where strategy state updates are written ([`super::interp::Decision::record_state`]):
+/// the gateway's live statistics (`crate::stats::StatsStore`), or a [`StatsSnapshot`]
+/// that a `sample` policy test carries from one request to the next.
+pub trait StateSink {
+    /// Writes `u`: its slots of its strategy for its endpoint take the new values,
+    /// the endpoint's other slots keep theirs.
+    fn record(&mut self, u: &super::interp::StateUpdate);
+}
+
+impl StateSink for StatsSnapshot {
+    fn record(&mut self, u: &super::interp::StateUpdate) {
+        self.apply(u);
     }
 }
 

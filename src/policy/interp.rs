@@ -27,7 +27,7 @@ use serde::Serialize;
 
 use super::ast::{Event, PriorityLevel};
 use super::checked::*;
-use super::features::{Outcome, RequestFeatures, StatsSource};
+use super::features::{Outcome, RequestFeatures, StateSink, StatsSource};
 use super::names::{Name, PlanNames};
 use super::registry::EndpointRef;
 use super::status::FallbackOn;
@@ -96,6 +96,17 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// Records the decision's `on pick` state updates ([`Decision::state_updates`])
+    /// into `sink`, in order. The one way a decision's picks reach strategy state:
+    /// the gateway records every decision it acts on into its live statistics, and a
+    /// `sample N` policy test records each of its requests' decisions into the
+    /// snapshot the next request reads.
+    pub fn record_state(&self, sink: &mut impl StateSink) {
+        for u in &self.state_updates {
+            sink.record(u);
+        }
+    }
+
     /// The rest of the plan after the chosen endpoint, in order, with names.
     pub fn fallbacks(&self) -> impl ExactSizeIterator<Item = PlanStep<'_>> + '_ {
         self.plan.iter().skip(1).map(|&i| match self.names.get(i) {

@@ -17,7 +17,12 @@
 //! ```
 //! A distribution test (`sample N by KEY`) decides N requests whose key is
 //! `key-0` .. `key-{N-1}` (for `random`, the seed is `seed + i`) and checks each
-//! `expect share` within the tolerance, in percentage points.
+//! `expect share` within the tolerance, in percentage points. The requests are
+//! decided in order, each on the statistics the one before left: its decision's
+//! `on pick` updates are recorded into them as the gateway records them
+//! ([`super::interp::Decision::record_state`]), so weighted round-robin splits by
+//! weight as it does live. Outcomes (`on success` / `on failure`) never happen in a
+//! test, and nothing else of the statistics changes.
 
 use serde::Serialize;
 

@@ -18,7 +18,8 @@ use std::time::{Instant, SystemTime};
 use super::state::StateTable;
 use super::EndpointSlot;
 use crate::config::Config;
-use crate::policy::features::LiveNumber;
+use crate::policy::features::{LiveNumber, StateSink};
+use crate::policy::interp::StateUpdate;
 use crate::policy::registry::{EndpointRef, Registry};
 use crate::policy::{EndpointStats, EpStats, StatsSnapshot, StatsSource};
 
@@ -282,6 +283,18 @@ impl StatsStore {
                 .collect(),
         };
         st
+    }
+}
+
+/// The gateway records a decision's `on pick` updates here
+/// ([`crate::policy::interp::Decision::record_state`]): each to its endpoint, found by
+/// the update's registry index and id ([`StatsStore::resolve`]); an endpoint the
+/// store does not know is skipped.
+impl StateSink for &StatsStore {
+    fn record(&mut self, u: &StateUpdate) {
+        if let Some(i) = self.resolve(u.index, &u.endpoint) {
+            self.set_state(i, &u.strategy, &u.slots);
+        }
     }
 }
 

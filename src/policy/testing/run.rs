@@ -38,8 +38,11 @@
 //! a reload with every pass reused now decides about 8,000 (issue 17: save to
 //! serving). The share expectations of such a test are not checked again (a subset's
 //! shares are not the test's); a test of at most [`CHECK_REQUESTS`] requests is run
-//! whole and checked as before.
+//! whole and checked as before. A `sample` test whose requests carry strategy state
+//! (`Deps::carries_state`) has no subset to check: each decision depends on all
+//! before it, so it runs whole, in order, on one thread, both in full and as a check.
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::ops::Range;
@@ -48,6 +51,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use xxhash_rust::xxh3::{xxh3_128, Xxh3};
 
 use super::{field_is, CExpectKind, CTest, CaseResult, TestReport};
+use crate::policy::ast::Event;
 use crate::policy::checked::{CSplitKey, CTerminal, CheckedPolicySet, Const};
 use crate::policy::interp::strategy::PlanRest;
 use crate::policy::interp::Decision;
@@ -66,6 +70,17 @@ pub const CHECK_REQUESTS: u64 = 1_000;
 /// requests, so that at most that many are checked.
 fn stride(n: u64) -> u64 {
     n.div_ceil(CHECK_REQUESTS).max(1)
+}
+
+/// The spacing for test `t` ([`stride`]): 1 when its requests carry strategy state
+/// ([`Deps::carries_state`]), since then a request's decision depends on every
+/// decision before it and none can be decided alone.
+fn stride_of(ctx: &Deps<'_>, t: &CTest) -> u64 {
+    if ctx.carries_state(t) {
+        1
+    } else {
+        stride(super::test_requests(t))
+    }
 }
 
 /// What passed in one run of a set's tests, for the next run ([`run_tests_parallel`]).
@@ -206,9 +221,12 @@ pub fn run_tests_parallel(
     let work = |runs: &[(usize, u128, Mode)]| -> Vec<Part> {
         let mut units = Vec::new();
         for (r, (i, _, mode)) in runs.iter().enumerate() {
-            let n = super::test_requests(&set.tests[*i]);
-            // A check decides every stride-th request: CHUNK of them per unit.
+            let t = &set.tests[*i];
+            let n = super::test_requests(t);
+            // A check decides every stride-th request: CHUNK of them per unit. A
+            // test whose requests carry state is one unit: they run in sequence.
             let chunk = match mode {
+                _ if ctx.carries_state(t) => n,
                 Mode::Full => CHUNK,
                 Mode::Check(_) => CHUNK * stride(n),
             };
@@ -241,7 +259,7 @@ pub fn run_tests_parallel(
         let t = &set.tests[i];
         p.error.is_none()
             && p.digest == c.decisions
-            && (stride(super::test_requests(t)) > 1
+            && (stride_of(&ctx, t) > 1
                 || super::failures_of(set, t, p.failures.clone(), None, &p.counts).is_empty())
     };
     let again: Vec<(usize, u128, Mode)> = runs
@@ -353,8 +371,12 @@ fn in_parallel<U: Sync, R: Send>(
 }
 
 /// Decides requests `range` of `t` (all of a test without `sample`), digesting the
-/// decisions on every [`stride`]-th request; with `check`, decides only those (and
-/// `range` must start at one of them).
+/// decisions on every [`stride_of`]-th request; with `check`, decides only those (and
+/// `range` must start at one of them). When `t`'s requests carry strategy state
+/// ([`Deps::carries_state`]), `range` is all of them and each decision's `on pick`
+/// updates are recorded into the statistics the next request is decided on, as the
+/// gateway records them into its live statistics
+/// ([`crate::policy::interp::Decision::record_state`]).
 fn run_range(
     set: &CheckedPolicySet,
     ctx: &Deps<'_>,
@@ -382,7 +404,11 @@ fn run_range(
     let mut req = t.request.clone();
     let mut k = String::new();
     let mut digits = itoa::Buffer::new();
-    let step = stride(super::test_requests(t));
+    let step = stride_of(ctx, t);
+    let carry = ctx.carries_state(t);
+    debug_assert!(!carry || range.start == 0 && range.end == super::test_requests(t));
+    // Copied on the first update only: a stateless test reads the test's own.
+    let mut stats = Cow::Borrowed(&t.stats);
     for i in range.step_by(if check {
         usize::try_from(step).unwrap_or(usize::MAX)
     } else {
@@ -399,13 +425,16 @@ fn run_range(
             CSplitKey::Metadata(m) => set_in(&mut req.metadata, m, &k),
             CSplitKey::Random => seed = seed.wrapping_add(i),
         }
-        let d = match decide(&req, &t.stats, seed) {
+        let d = match decide(&req, &stats, seed) {
             Ok(d) => d,
             Err(e) => {
                 part.error = Some((i, e));
                 return part;
             }
         };
+        if carry && !d.state_updates.is_empty() {
+            d.record_state(stats.to_mut());
+        }
         for (j, e) in t.expects.iter().enumerate() {
             if let CExpectKind::Share(f, v, ..) = &e.kind {
                 if field_is(&d, *f, v) {
@@ -446,6 +475,8 @@ struct Deps<'s> {
     position: rustc_hash::FxHashMap<&'s str, usize>,
     /// Per route, the strategies its rules use (indices).
     strategies: Vec<BTreeSet<u32>>,
+    /// Whether some route uses a strategy with `on pick` updates.
+    picks: bool,
 }
 
 impl<'s> Deps<'s> {
@@ -459,7 +490,7 @@ impl<'s> Deps<'s> {
             .enumerate()
             .map(|(i, r)| (r.name.as_str(), i))
             .collect();
-        let strategies = set
+        let strategies: Vec<BTreeSet<u32>> = set
             .routes
             .iter()
             .map(|r| {
@@ -476,12 +507,28 @@ impl<'s> Deps<'s> {
                 used
             })
             .collect();
+        let picks = strategies.iter().flatten().any(|&i| {
+            set.strategies.get(i as usize).is_some_and(|s| {
+                s.updates
+                    .iter()
+                    .any(|(e, u)| *e == Event::Pick && !u.is_empty())
+            })
+        });
         Deps {
             set,
             registry,
             position,
             strategies,
+            picks,
         }
+    }
+
+    /// Whether the requests of `t` carry strategy state from one to the next: it is
+    /// a `sample` test and some route of the set may pick with `on pick` updates.
+    /// (Conservative: a test that never reaches such a route runs in sequence
+    /// too, with the same decisions, since no decision of it updates any state.)
+    fn carries_state(&self, t: &CTest) -> bool {
+        t.sample.is_some() && self.picks
     }
 
     /// The route position that decided `d` (`usize::MAX`: no route did).

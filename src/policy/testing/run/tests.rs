@@ -289,3 +289,67 @@ fn a_large_reused_sample_test_is_checked_on_a_spread_subset() {
         report.render()
     );
 }
+
+/// Weighted round-robin as shipped (`examples/policies/builtin/`), over `a/m` (weight
+/// 3) and `b/m` (weight 1), and a test of `a/m`'s share of 1,000 requests.
+fn weighted(share: &str) -> CompiledPolicySet {
+    use crate::policy::{RegistryEndpoint, RegistryModel};
+    let ep = |id: &str, weight| RegistryEndpoint {
+        id: id.into(),
+        provider: id[..1].into(),
+        model: "mock-1".into(),
+        priority: 1,
+        weight,
+        input_per_mtok: 0.0,
+        output_per_mtok: 0.0,
+        context_window: None,
+    };
+    let reg = Registry::new(vec![RegistryModel {
+        name: "mock".into(),
+        endpoints: vec![ep("a/m", 3), ep("b/m", 1)],
+    }]);
+    let strategy = "strategy weighted_round_robin() {\n  state served = 0.0\n  require endpoint.weight > 0\n  score = (sum(state.served) + 1) * endpoint.weight - sum(endpoint.weight) * state.served\n  pick max\n  on pick { served = state.served + 1 }\n}\n";
+    let routes =
+        "route r when request.model == \"mock\" { default use model via weighted_round_robin }\n";
+    let tests = format!(
+        "test \"3:1\" {{\n  request {{ model = \"mock\" }}\n  sample 1000 by api_key\n  expect share endpoint \"a/m\" = {share}\n}}\n"
+    );
+    compiled(strategy, routes, &tests, &reg)
+}
+
+/// Outside tester (atkB/wrr): every request of a `sample` test was decided on the
+/// test's own statistics, so weighted round-robin's pick counts never grew and every
+/// request went to `a/m` ("got 100.00%") while the gateway splits 3:1. The requests
+/// of a sample now carry their `on pick` state from one to the next, on every engine
+/// and in a reused pass.
+#[test]
+fn sample_ignored_strategy_state_so_weighted_round_robin_got_100_percent() {
+    use crate::policy::jit::engine::{run_tests, EngineMode};
+    // Smooth weighted round-robin is exact: 750 of 1,000.
+    let c = weighted("75% within 0%");
+    let interp = super::super::run_tests(c.checked());
+    assert_eq!(
+        (interp.passed, interp.failed),
+        (1, 0),
+        "{}",
+        interp.render()
+    );
+    for mode in [EngineMode::Interp, EngineMode::Jit, EngineMode::Both] {
+        let r = run_tests(&c, mode);
+        assert_eq!((r.passed, r.failed), (1, 0), "{mode:?}: {}", r.render());
+    }
+    let (_, _, first) = check(&c, None);
+    let (passed, reused, _) = check(&weighted("75% within 0%"), Some(&first));
+    assert_eq!((passed, reused), (1, 1));
+    // A wrong expectation still fails, naming the share found.
+    let c = weighted("50% within 5%");
+    for mode in [EngineMode::Interp, EngineMode::Jit, EngineMode::Both] {
+        let r = run_tests(&c, mode);
+        assert_eq!((r.passed, r.failed), (0, 1), "{mode:?}: {}", r.render());
+        assert!(
+            r.cases[0].failures[0].ends_with("got 75.00%"),
+            "{}",
+            r.render()
+        );
+    }
+}
