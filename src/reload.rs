@@ -4,7 +4,9 @@
 //! Why the directory and not the files: editors save by writing in place, by writing a
 //! temp file and renaming it over the original (vim, VS Code, JetBrains), or by delete
 //! and create; a watch on a file dies at the first rename. The directory watch sees all
-//! three, and Kubernetes ConfigMap updates (a `..data` symlink swap) too.
+//! three, and Kubernetes ConfigMap updates (a `..data` symlink swap) too. A policy file
+//! that is a symlink to a file outside the directory is the exception: its target's
+//! own directory is watched as well (`links`).
 //!
 //! Pipeline, on any relevant event (debounced), on SIGHUP, or on request:
 //! read every file → content hash (unchanged: stop, unless forced) → parse → check →
@@ -38,6 +40,7 @@ use crate::config::Config;
 use crate::policy::Registry;
 
 mod debounce;
+mod links;
 use crate::routing::policy::{
     compile_after, read_sources, registry_from_config, LoadError, PolicyCell, PolicySnapshot,
     BUILTIN,
@@ -142,6 +145,8 @@ pub struct Reloader {
     force: AtomicBool,
     /// Held for the whole of a rebuild: one at a time, whoever asks.
     building: tokio::sync::Mutex<()>,
+    /// The watched outside targets of symlinked policy files.
+    links: Arc<links::LinkWatch>,
     /// Counters and last error.
     pub status: Mutex<ReloadStatus>,
 }
@@ -201,6 +206,7 @@ impl Reloader {
             kick: Notify::new(),
             force: AtomicBool::new(false),
             building: tokio::sync::Mutex::new(()),
+            links: Arc::new(links::LinkWatch::default()),
             status: Mutex::new(ReloadStatus::default()),
         })
     }
@@ -238,6 +244,7 @@ impl Reloader {
         let compare = current.clone();
         let had_operator_files = serving.operator_files().next().is_some();
         let serving_now = serving.serving();
+        let links = Arc::clone(&self.links);
         let built = tokio::task::spawn_blocking(move || {
             if let Some(d) = dir.as_deref().filter(|d| !d.is_dir()) {
                 return Err(LoadError::Io(format!(
@@ -245,6 +252,11 @@ impl Reloader {
                     d.display(),
                     EMPTY_HINT
                 )));
+            }
+            // Before the read: a link made or changed since the last rebuild has its
+            // target watched by the time the file is read through it.
+            if let Some(d) = dir.as_deref() {
+                links.refresh(d);
             }
             let reading = Instant::now();
             let mut sources = read_sources(dir.as_deref())?;
@@ -404,7 +416,9 @@ impl Reloader {
             // reads would otherwise trigger the next rebuild, forever.
             let changed = events.iter().any(|e| {
                 !matches!(e.kind, notify::EventKind::Access(_))
-                    && e.paths.iter().any(|p| p.starts_with(&watched) && relevant(p))
+                    && e.paths.iter().any(|p| {
+                        (p.starts_with(&watched) && relevant(p)) || me.links.matches(p)
+                    })
             });
             if changed || failed {
                 me.request(false);
@@ -415,12 +429,20 @@ impl Reloader {
         let d = guard.insert(debouncer);
         d.watch(&dir, RecursiveMode::Recursive)
             .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
-        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-            if let Err(e) = d.watch(parent, RecursiveMode::NonRecursive) {
-                tracing::warn!(dir = %parent.display(), error = %e, "cannot watch the policy directory's parent; a deleted and recreated policy directory needs SIGHUP");
+        let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+        let mut parent_watched = None;
+        if let Some(parent) = parent {
+            match d.watch(parent, RecursiveMode::NonRecursive) {
+                Ok(()) => parent_watched = Some(parent.to_path_buf()),
+                Err(e) => {
+                    tracing::warn!(dir = %parent.display(), error = %e, "cannot watch the policy directory's parent; a deleted and recreated policy directory needs SIGHUP")
+                }
             }
         }
         drop(guard);
+        // Symlinked files' outside targets; from now on every rebuild refreshes them.
+        self.links.attach(Arc::downgrade(&shared), parent_watched);
+        self.links.refresh(&dir);
         tracing::info!(dir = %dir.display(), "watching policies for changes");
         Ok(Some(WatchGuard(shared)))
     }

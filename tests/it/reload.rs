@@ -645,3 +645,65 @@ async fn a_policy_directory_symlink_swapped_to_a_new_target_stops_watching_the_o
     std::fs::write(r2.join("pin.policy"), route_to("a/x")).unwrap();
     wait_for(&s.gw, "a/x").await;
 }
+
+/// Outside tester (atkB): a policy file that is a symlink to a file outside the
+/// directory kept serving its stale text after the target was rewritten in place,
+/// until some unrelated event in the directory (only the directory was watched).
+/// The link's target is watched through its own directory, for every save style,
+/// and a link retargeted with `ln -sf` is followed.
+#[tokio::test]
+async fn a_symlinked_policy_file_was_not_reloaded_when_its_outside_target_changed() {
+    let s = setup(&[]);
+    wait_for(&s.gw, "a/x").await;
+    let root = s.file.parent().unwrap().parent().unwrap().to_path_buf();
+    let elsewhere = root.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let target = elsewhere.join("outside.policy");
+    std::fs::write(&target, route_to("b/x")).unwrap();
+    std::fs::remove_file(&s.file).unwrap();
+    std::os::unix::fs::symlink(&target, &s.file).unwrap();
+    wait_for(&s.gw, "b/x").await;
+    // In place: the event is in `elsewhere` only.
+    write_in_place(&target, &route_to("a/x"));
+    wait_for(&s.gw, "a/x").await;
+    // Temp and rename in `elsewhere`.
+    let tmp = elsewhere.join(".outside.policy.swp");
+    std::fs::write(&tmp, route_to("b/x")).unwrap();
+    std::fs::rename(&tmp, &target).unwrap();
+    wait_for(&s.gw, "b/x").await;
+    // Retargeted (`ln -sf`: a new link renamed over the old one) to a second
+    // outside file, whose saves then reload too.
+    let other = root.join("other");
+    std::fs::create_dir(&other).unwrap();
+    let second = other.join("second.policy");
+    std::fs::write(&second, route_to("a/x")).unwrap();
+    let link_tmp = s.file.with_file_name(".pin.policy.new");
+    std::os::unix::fs::symlink(&second, &link_tmp).unwrap();
+    std::fs::rename(&link_tmp, &s.file).unwrap();
+    wait_for(&s.gw, "a/x").await;
+    write_in_place(&second, &route_to("b/x"));
+    let v = wait_for(&s.gw, "b/x").await;
+    assert_eq!(admin(&s.gw).await["version"], v.as_str());
+}
+
+/// The Kubernetes ConfigMap layout: `pin.policy -> ..data/pin.policy`, `..data ->
+/// ..<timestamp>`; an update writes a new timestamped directory and swaps `..data`.
+#[tokio::test]
+async fn a_configmap_data_symlink_swap_reloads() {
+    let s = setup(&[]);
+    wait_for(&s.gw, "a/x").await;
+    let dir = s.file.parent().unwrap().to_path_buf();
+    std::fs::create_dir(dir.join("..2026_01")).unwrap();
+    std::fs::write(dir.join("..2026_01/pin.policy"), route_to("b/x")).unwrap();
+    std::os::unix::fs::symlink("..2026_01", dir.join("..data")).unwrap();
+    std::fs::remove_file(&s.file).unwrap();
+    std::os::unix::fs::symlink("..data/pin.policy", &s.file).unwrap();
+    wait_for(&s.gw, "b/x").await;
+    std::fs::create_dir(dir.join("..2026_02")).unwrap();
+    std::fs::write(dir.join("..2026_02/pin.policy"), route_to("a/x")).unwrap();
+    std::os::unix::fs::symlink("..2026_02", dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    std::fs::remove_dir_all(dir.join("..2026_01")).unwrap();
+    let v = wait_for(&s.gw, "a/x").await;
+    assert_eq!(admin(&s.gw).await["version"], v.as_str());
+}
