@@ -718,6 +718,66 @@ fn lint_not_utf8_gives_a_code_and_a_location() {
     );
 }
 
+/// Outside tester (atkB): `lint --format json` and `test --format json` on a file
+/// that is not UTF-8 printed the human rendering of E0106 on stdout, not the JSON
+/// document: the loader handed the diagnostic up as text. Both documents now carry
+/// it like any other diagnostic (every such file, not just the first), exit 1.
+#[test]
+fn json_formats_printed_human_text_for_a_file_that_is_not_utf8() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = config();
+    let c = c.to_str().unwrap_or("");
+    std::fs::write(
+        dir.path().join("a.policy"),
+        b"route r {\n  # caf\xe9\n  default use model\n}\n",
+    )
+    .expect("writable");
+    std::fs::write(dir.path().join("b.policy"), b"# \xff\n").expect("writable");
+    let e0106 = |d: &serde_json::Value, file: &str, line: u64, column: u64| {
+        d["code"] == "E0106"
+            && d["severity"] == "error"
+            && d["file"] == file
+            && d["line"] == line
+            && d["column"] == column
+            && d["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("not valid UTF-8"))
+            && d["labels"].is_array()
+            && d.get("suggestion").is_some()
+    };
+    let files = ["a.policy", "b.policy"];
+    let o = run(
+        &[&["lint", "--config", c, "--format", "json"], &files[..]].concat(),
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let v = json(&o);
+    assert_eq!(v["schema"], "switchyard.lint/1");
+    assert_eq!(v["summary"]["errors"], 2, "{v}");
+    assert!(v["policy_version"].is_null(), "{v}");
+    let diags = v["diagnostics"].as_array().expect("diagnostics");
+    assert!(e0106(&diags[0], "a.policy", 2, 8), "{v}");
+    assert!(e0106(&diags[1], "b.policy", 1, 3), "{v}");
+    let o = run(
+        &[&["test", "--config", c, "--format", "json"], &files[..]].concat(),
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let v = json(&o);
+    assert_eq!(v["cases"], serde_json::json!([]));
+    let diags = v["diagnostics"].as_array().expect("diagnostics");
+    assert_eq!(diags.len(), 2, "{v}");
+    assert!(e0106(&diags[0], "a.policy", 2, 8), "{v}");
+    // The human format is unchanged.
+    let o = run(&["test", "--config", c, "a.policy"], dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("error[E0106]") && text.contains("a.policy:2:8"),
+        "{text}"
+    );
+}
+
 #[test]
 fn lint_deny_warnings_accepts_fallbacks_behind_filtering_strategies() {
     // Regression (issue 19): W0206 said these fallbacks were never tried, though the

@@ -22,7 +22,7 @@ use crate::policy::diagnostic::{render_all, Severity};
 use crate::policy::fmt::FmtError;
 use crate::policy::lint::{codes as lint_codes, lint_sources_with, LintOptions};
 use crate::policy::{Registry, SourceMap};
-use crate::routing::policy::{lint_context, read_sources_from, LoadError};
+use crate::routing::policy::{lint_context, read_sources_from, LoadError, NotUtf8};
 
 /// Output formats of the policy tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -124,7 +124,7 @@ pub fn load(paths: &[PathBuf], config: Option<&Path>) -> Result<Loaded, LoadFail
         sources: read_sources_from(&roots).map_err(|e| match e {
             // A file that is not UTF-8 is a problem in the policies: its diagnostic
             // has a code and a location, and the exit code is 1.
-            LoadError::Invalid { rendered, .. } => LoadFailure::Policy(rendered),
+            LoadError::NotUtf8(e) => LoadFailure::Policy(e),
             e => LoadFailure::Usage(UsageError(e.to_string())),
         })?,
     })
@@ -134,9 +134,9 @@ pub fn load(paths: &[PathBuf], config: Option<&Path>) -> Result<Loaded, LoadFail
 pub enum LoadFailure {
     /// Bad flags, config or unreadable files: exit code 2.
     Usage(UsageError),
-    /// A policy file that cannot be read as a policy (not UTF-8): its rendered
-    /// diagnostics, exit code 1.
-    Policy(String),
+    /// Policy files that cannot be read as policies (not UTF-8): their diagnostics,
+    /// printed in the command's format, exit code 1.
+    Policy(Box<NotUtf8>),
 }
 
 impl From<UsageError> for LoadFailure {
@@ -145,11 +145,24 @@ impl From<UsageError> for LoadFailure {
     }
 }
 
-fn load_failed(e: LoadFailure) -> ExitCode {
+/// Reports a failed [`load`]: a usage error on stderr (exit 2), or the policy
+/// files' diagnostics on stdout (exit 1), rendered for people or, in the JSON
+/// format, as the document `json` makes of them (the command's own).
+fn load_failed(
+    e: LoadFailure,
+    format: Format,
+    json: impl FnOnce(&NotUtf8) -> serde_json::Value,
+) -> ExitCode {
     match e {
         LoadFailure::Usage(u) => usage(u),
-        LoadFailure::Policy(rendered) => {
-            say!("{rendered}");
+        LoadFailure::Policy(bad) => {
+            match format {
+                Format::Human => say!("{}", bad.render()),
+                Format::Json => say!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&json(&bad)).unwrap_or_default()
+                ),
+            }
             ExitCode::from(1)
         }
     }
@@ -169,7 +182,18 @@ pub fn lint(
 ) -> ExitCode {
     let l = match load(paths, config) {
         Ok(l) => l,
-        Err(e) => return load_failed(e),
+        // No set to lint: the document has the files' diagnostics and no version.
+        Err(e) => {
+            return load_failed(e, format, |bad| {
+                lint_json(
+                    &bad.sources,
+                    serde_json::Value::Null,
+                    &bad.diagnostics,
+                    bad.diagnostics.len(),
+                    0,
+                )
+            })
+        }
     };
     let opts = LintOptions {
         max_attempts: l.max_attempts,
@@ -184,13 +208,8 @@ pub fn lint(
     match format {
         Format::Human => say!("{}", render_all(&out.diagnostics, &l.sources)),
         Format::Json => {
-            let doc = serde_json::json!({
-                "schema": "switchyard.lint/1",
-                "files": l.sources.files().map(|(_, f)| f.name.clone()).collect::<Vec<_>>(),
-                "policy_version": crate::policy::check::version(&l.sources),
-                "diagnostics": diagnostics_json(&out.diagnostics, &l.sources),
-                "summary": { "errors": errors, "warnings": warnings },
-            });
+            let version = crate::policy::check::version(&l.sources).into();
+            let doc = lint_json(&l.sources, version, &out.diagnostics, errors, warnings);
             say!(
                 "{}\n",
                 serde_json::to_string_pretty(&doc).unwrap_or_default()
@@ -205,6 +224,23 @@ pub fn lint(
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// `lint --format json`'s document (`docs/lint.md`) for `sources`.
+fn lint_json(
+    sources: &SourceMap,
+    policy_version: serde_json::Value,
+    diags: &[crate::policy::Diagnostic],
+    errors: usize,
+    warnings: usize,
+) -> serde_json::Value {
+    serde_json::json!({
+        "schema": "switchyard.lint/1",
+        "files": sources.files().map(|(_, f)| f.name.clone()).collect::<Vec<_>>(),
+        "policy_version": policy_version,
+        "diagnostics": diagnostics_json(diags, sources),
+        "summary": { "errors": errors, "warnings": warnings },
+    })
 }
 
 /// `diags` as the `diagnostics` array of the JSON documents (`docs/lint.md`): each
@@ -251,9 +287,9 @@ pub fn fmt(paths: &[PathBuf], config: Option<&Path>, check: bool) -> ExitCode {
         let name = crate::routing::policy::tool_path(f);
         let text = match crate::routing::policy::read_policy_file(f, &name) {
             Ok(t) => t,
-            Err(crate::routing::policy::LoadError::Invalid { rendered, .. }) => {
+            Err(LoadError::NotUtf8(bad)) => {
                 broken += 1;
-                eprint!("{rendered}");
+                eprint!("{}", bad.render());
                 continue;
             }
             Err(e) => return usage(UsageError(e.to_string())),
@@ -301,7 +337,18 @@ pub fn test(
 ) -> ExitCode {
     let l = match load(paths, config) {
         Ok(l) => l,
-        Err(e) => return load_failed(e),
+        // As for a set that does not check: no test ran, and the reasons.
+        Err(e) => {
+            return load_failed(e, format, |bad| {
+                test_json(
+                    &crate::policy::TestReport {
+                        budget,
+                        ..Default::default()
+                    },
+                    diagnostics_json(&bad.diagnostics, &bad.sources),
+                )
+            })
+        }
     };
     let set = match crate::policy::parse_and_check(&l.sources, &l.registry) {
         Ok(s) => s,
@@ -350,13 +397,22 @@ pub fn test(
     }
 }
 
-/// Prints `test --format json`'s document: the report's fields and `diagnostics`,
-/// why the set did not check (empty when it did; then the tests ran).
+/// Prints `test --format json`'s document ([`test_json`]).
 fn say_test_json(report: &crate::policy::TestReport, diagnostics: Vec<serde_json::Value>) {
-    let mut doc = serde_json::to_value(report).unwrap_or_default();
-    doc["diagnostics"] = serde_json::Value::from(diagnostics);
+    let doc = test_json(report, diagnostics);
     say!(
         "{}\n",
         serde_json::to_string_pretty(&doc).unwrap_or_default()
     );
+}
+
+/// `test --format json`'s document: the report's fields and `diagnostics`, why the
+/// set did not check or could not be read (empty when it did; then the tests ran).
+fn test_json(
+    report: &crate::policy::TestReport,
+    diagnostics: Vec<serde_json::Value>,
+) -> serde_json::Value {
+    let mut doc = serde_json::to_value(report).unwrap_or_default();
+    doc["diagnostics"] = serde_json::Value::from(diagnostics);
+    doc
 }

@@ -180,10 +180,13 @@ impl Documents {
                         Some((_, t)) => t.clone(),
                         None => match read_policy_file(&p, &p.display().to_string()) {
                             Ok(t) => t,
-                            Err(LoadError::Invalid { rendered, .. }) => {
-                                let first = rendered.lines().next().unwrap_or_default();
-                                let msg = first.split_once(": ").map_or(first, |(_, m)| m);
-                                blocked.push((Some(u), msg.to_string(), codes::NOT_UTF8));
+                            Err(LoadError::NotUtf8(e)) => {
+                                let msg = e
+                                    .diagnostics
+                                    .first()
+                                    .map(|d| d.message.clone())
+                                    .unwrap_or_default();
+                                blocked.push((Some(u), msg, codes::NOT_UTF8));
                                 continue;
                             }
                             // Gone or unreadable since it was listed: not in the set.

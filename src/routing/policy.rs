@@ -17,7 +17,7 @@ use std::time::SystemTime;
 
 use crate::config::Config;
 use crate::policy::ast::Item;
-use crate::policy::diagnostic::render_all;
+use crate::policy::diagnostic::{render_all, Diagnostic};
 use crate::policy::jit::engine::self_check;
 use crate::policy::jit::CompiledPolicySet;
 use crate::policy::testing::{TestResults, DEFAULT_TEST_BUDGET};
@@ -68,9 +68,29 @@ pub const MAX_FILE_BYTES: u64 = 2 * 1024 * 1024;
 /// under it, as every other diagnostic about the file is.
 ///
 /// # Errors
-/// [`LoadError::Io`] naming the file by its path; [`LoadError::Invalid`] with the
-/// rendered E0106 diagnostic, naming it `name`.
+/// [`LoadError::Io`] naming the file by its path; [`LoadError::NotUtf8`] with the
+/// E0106 diagnostic, naming it `name`.
 pub fn read_policy_file(path: &Path, name: &str) -> Result<String, LoadError> {
+    match read_policy_text(path)? {
+        Ok(text) => Ok(text),
+        Err((lossy, at, byte)) => {
+            let mut sources = SourceMap::new();
+            let file = sources.add(name, lossy);
+            Err(LoadError::NotUtf8(Box::new(NotUtf8 {
+                diagnostics: vec![not_utf8(file, at, byte)],
+                sources,
+            })))
+        }
+    }
+}
+
+/// The text of the policy file at `path` (checked as [`read_policy_file`] says), or,
+/// when it is not UTF-8, its text decoded lossily (U+FFFD for bad bytes) with the
+/// offset and value of the first bad byte.
+///
+/// # Errors
+/// [`LoadError::Io`] naming the file by its path.
+fn read_policy_text(path: &Path) -> Result<Result<String, (String, usize, u8)>, LoadError> {
     use std::io::Read;
     let err = |e: String| LoadError::Io(format!("cannot read {}: {e}", path.display()));
     let meta = std::fs::metadata(path).map_err(|e| err(e.to_string()))?;
@@ -87,28 +107,41 @@ pub fn read_policy_file(path: &Path, name: &str) -> Result<String, LoadError> {
     std::fs::File::open(path)
         .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
         .map_err(|e| err(e.to_string()))?;
-    String::from_utf8(bytes).map_err(|e| {
-        let rendered = not_utf8(name, e.as_bytes(), e.utf8_error());
-        LoadError::Invalid { rendered, count: 1 }
-    })
+    Ok(String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let byte = e.as_bytes().get(at).copied().unwrap_or(0);
+        (String::from_utf8_lossy(e.as_bytes()).into_owned(), at, byte)
+    }))
 }
 
-/// The rendered E0106 diagnostic for a file that is not UTF-8, pointing at the first
-/// bad byte (shown as U+FFFD in the quoted line).
-fn not_utf8(name: &str, bytes: &[u8], e: std::str::Utf8Error) -> String {
-    use crate::policy::diagnostic::{codes, Diagnostic};
-    let at = e.valid_up_to();
-    let mut sources = SourceMap::new();
-    let file = sources.add(name, String::from_utf8_lossy(bytes).into_owned());
-    let byte = bytes.get(at).copied().unwrap_or(0);
-    let d = Diagnostic::error(
+/// The E0106 diagnostic for `file`, read lossily, whose first bad byte `byte` was at
+/// offset `at` (where the lossy text shows U+FFFD).
+fn not_utf8(file: crate::policy::FileId, at: usize, byte: u8) -> Diagnostic {
+    use crate::policy::diagnostic::codes;
+    Diagnostic::error(
         codes::NOT_UTF8,
         crate::policy::Span::new(file, at, at + char::REPLACEMENT_CHARACTER.len_utf8()),
         format!("the policy file is not valid UTF-8: byte 0x{byte:02X} at offset {at} does not start or continue a character"),
     )
     .with_span_label("not UTF-8")
-    .with_help("policy files are UTF-8 text; convert the file (for example `iconv -f latin1 -t utf-8`) or remove the byte");
-    render_all(&[d], &sources)
+    .with_help("policy files are UTF-8 text; convert the file (for example `iconv -f latin1 -t utf-8`) or remove the byte")
+}
+
+/// Policy files that are not UTF-8: one E0106 diagnostic each, located in `sources`
+/// (the files read, those not UTF-8 decoded lossily: each bad byte as U+FFFD).
+#[derive(Debug)]
+pub struct NotUtf8 {
+    /// One E0106 per file, at its first bad byte.
+    pub diagnostics: Vec<Diagnostic>,
+    /// The files the diagnostics point into.
+    pub sources: SourceMap,
+}
+
+impl NotUtf8 {
+    /// The diagnostics rendered for people, as every other diagnostic is.
+    pub fn render(&self) -> String {
+        render_all(&self.diagnostics, &self.sources)
+    }
 }
 
 /// Largest number of policy files read from a directory.
@@ -257,6 +290,10 @@ pub enum LoadError {
         /// Number of failed cases.
         failed: usize,
     },
+    /// Policy files that are not UTF-8 (E0106): the diagnostics themselves, so that
+    /// the tools' JSON formats can carry them like any other.
+    #[error("{}", .0.render())]
+    NotUtf8(Box<NotUtf8>),
     /// Parse or check errors, rendered with locations.
     #[error("{rendered}")]
     Invalid {
@@ -399,7 +436,8 @@ pub fn policy_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
 /// file under `dir` named relative to `dir`.
 ///
 /// # Errors
-/// [`LoadError::Io`] for unreadable files.
+/// [`LoadError::Io`] for unreadable files; [`LoadError::NotUtf8`] with an E0106
+/// for every file that is not UTF-8.
 pub fn read_sources(dir: Option<&Path>) -> Result<SourceMap, LoadError> {
     let roots: Vec<PathBuf> = dir.map(Path::to_path_buf).into_iter().collect();
     read_roots(&roots, false)
@@ -411,7 +449,8 @@ pub fn read_sources(dir: Option<&Path>) -> Result<SourceMap, LoadError> {
 /// `lint ./dir/a.policy` and `lint /abs/dir` print the same `dir/a.policy:3:5`.
 ///
 /// # Errors
-/// [`LoadError::Io`] for unreadable files or directories.
+/// [`LoadError::Io`] for unreadable files or directories; [`LoadError::NotUtf8`] as
+/// [`read_sources`].
 pub fn read_sources_from(roots: &[PathBuf]) -> Result<SourceMap, LoadError> {
     read_roots(roots, true)
 }
@@ -457,6 +496,9 @@ pub fn tool_path(path: &Path) -> String {
 fn read_roots(roots: &[PathBuf], tool_names: bool) -> Result<SourceMap, LoadError> {
     let mut user: Vec<(String, String)> = Vec::new();
     let mut set_names: Vec<String> = Vec::new();
+    // Files that are not UTF-8, by name: offset and value of the first bad byte.
+    // Every such file is reported, not just the first.
+    let mut bad: Vec<(String, usize, u8)> = Vec::new();
     for root in roots {
         let files = if root.is_dir() {
             policy_files(root)?
@@ -481,12 +523,32 @@ fn read_roots(roots: &[PathBuf], tool_names: bool) -> Result<SourceMap, LoadErro
             if user.iter().any(|(n, _)| *n == name) {
                 continue;
             }
-            let text = read_policy_file(&path, &name)?;
+            let text = match read_policy_text(&path)? {
+                Ok(text) => text,
+                Err((lossy, at, byte)) => {
+                    bad.push((name.clone(), at, byte));
+                    lossy
+                }
+            };
             user.push((name, text));
             set_names.push(set_name);
         }
     }
-    Ok(with_builtins_as(user, set_names))
+    let sources = with_builtins_as(user, set_names);
+    if bad.is_empty() {
+        return Ok(sources);
+    }
+    let diagnostics = bad
+        .iter()
+        .filter_map(|(name, at, byte)| {
+            let (file, _) = sources.files().find(|(_, f)| f.name == *name)?;
+            Some(not_utf8(file, *at, *byte))
+        })
+        .collect();
+    Err(LoadError::NotUtf8(Box::new(NotUtf8 {
+        diagnostics,
+        sources,
+    })))
 }
 
 /// The sources of a set made of the operator's files `user` (`(name, text)` in load
@@ -793,9 +855,10 @@ mod tests {
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         std::fs::write(dir.path().join("sub/zz.policy"), b"#\xFF\n").unwrap();
         let spelt = dir.path().join(".");
-        let Err(LoadError::Invalid { rendered, .. }) = read_sources(Some(&spelt)) else {
+        let Err(LoadError::NotUtf8(e)) = read_sources(Some(&spelt)) else {
             panic!("a file that is not UTF-8 was read");
         };
+        let rendered = e.render();
         assert!(rendered.contains("--> sub/zz.policy:1:2"), "{rendered}");
         assert!(
             !rendered.contains(&*dir.path().display().to_string()),

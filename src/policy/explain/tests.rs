@@ -133,8 +133,8 @@ fn schematic_examples_are_built_and_produce_their_codes() {
     let f = dir.path().join("latin1.policy");
     std::fs::write(&f, b"route r {\n  default reject 400 \"caf\xE9\"\n}\n").unwrap();
     match crate::routing::policy::read_policy_file(&f, "latin1.policy") {
-        Err(crate::routing::policy::LoadError::Invalid { rendered, .. }) => {
-            assert!(rendered.contains(ecodes::NOT_UTF8), "{rendered}")
+        Err(crate::routing::policy::LoadError::NotUtf8(e)) => {
+            assert_eq!(e.diagnostics[0].code, ecodes::NOT_UTF8, "{}", e.render())
         }
         other => panic!("{other:?}"),
     }
