@@ -248,7 +248,8 @@ impl Drop for Landing<'_> {
             return;
         };
         if let Some((ep, sent)) = c.in_flight.take() {
-            c.tried.push(Try::new(ep, 499, sent.elapsed()));
+            c.tried
+                .push(Try::new(ep, super::log::CLIENT_GONE_STATUS, sent.elapsed()));
         }
         c.land(self.ctx);
     }

@@ -37,9 +37,11 @@ struct EndpointMetrics {
     /// Cost in USD, labelled `key` and `org` `all` (only with
     /// `server.metrics_caller_labels` off).
     cost_all: Option<metrics::Gauge>,
-    /// Attempts whose answer went to the client, and failed attempts.
+    /// Attempts whose answer went to the client, failed attempts, and attempts
+    /// still in flight when the client went away.
     attempts_ok: metrics::Counter,
     attempts_failed: metrics::Counter,
+    attempts_abandoned: metrics::Counter,
     /// Attempts that repeated this endpoint.
     retries: metrics::Counter,
     /// Attempts here that moved on from another endpoint (labelled by model).
@@ -63,12 +65,17 @@ impl EndpointMetrics {
             cost_all: (!caller_labels).then(|| metrics::gauge!(t::COST, "model" => model.to_string(), "endpoint" => endpoint.to_string(), "key" => "all", "org" => "all")),
             attempts_ok: attempts("ok"),
             attempts_failed: attempts("failed"),
+            attempts_abandoned: attempts("abandoned"),
             retries: metrics::counter!(t::RETRIES, "endpoint" => endpoint.to_string()),
             fallbacks: metrics::counter!(t::FALLBACKS, "model" => model.to_string()),
             pricing,
         }
     }
 }
+
+/// The status an attempt still in flight when its client went away is recorded with
+/// (nginx's 499, "client closed request").
+pub const CLIENT_GONE_STATUS: u16 = 499;
 
 /// The `endpoint` label (and `x-switchyard-endpoint` value) of answers served from
 /// the cache.
@@ -180,6 +187,10 @@ impl RequestLog {
             let served = n == last && f.served && a.status == 200;
             if served {
                 m.attempts_ok.increment(1);
+            } else if a.status == CLIENT_GONE_STATUS {
+                // The client left while it was in flight (dispatch records it as
+                // 499): not the endpoint's failure.
+                m.attempts_abandoned.increment(1);
             } else {
                 m.attempts_failed.increment(1);
             }
