@@ -395,14 +395,20 @@ impl ChatRequest {
     }
 }
 
-/// Bytes of the strings and object member names in `v`, at any depth: the text a
-/// JSON value (a tool definition, a tool call's arguments) puts before a model.
+/// Bytes of the text in `v`, at any depth: its strings and object member names, and
+/// its numbers, booleans and nulls as written (about 4 bytes for a number whose
+/// length is not at hand): what a JSON value (a tool definition, a tool call's
+/// arguments) puts before a model. An `enum` of 20,000 integers is text too.
 pub fn strings_len(v: &Value) -> usize {
     match v {
         Value::String(s) => s.len(),
-        Value::Array(a) => a.iter().map(strings_len).sum(),
+        Value::Array(a) => a.iter().map(|v| strings_len(v) + 1).sum(),
         Value::Object(o) => o.iter().map(|(k, v)| k.len() + strings_len(v)).sum(),
-        _ => 0,
+        Value::Number(n) => match n.as_u64() {
+            Some(u) => u.checked_ilog10().map_or(1, |d| d as usize + 1),
+            None => 4,
+        },
+        Value::Bool(_) | Value::Null => 4,
     }
 }
 

@@ -774,12 +774,22 @@ async fn exchange(
         tokio::time::Instant::from_std(sent_at + Duration::from_millis(up.timeouts.total_ms));
     let idle = Duration::from_millis(up.timeouts.idle_ms);
     let (parts, upstream_body) = sent.response.into_parts();
+    // A content coding other than `identity`, though the gateway asked for it
+    // (`egress::forward`): a body it cannot read.
+    let coding = parts
+        .headers
+        .get(http::header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?").trim())
+        .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"));
     if !parts.status.is_success() {
         let mut err = match collect(upstream_body, idle, deadline, &up.name).await {
             Ok(bytes) => {
+                // An encoded error body is not read (its bytes would be pasted
+                // into the message): the status alone says what happened.
+                let body: &[u8] = if coding.is_some() { b"" } else { &bytes };
                 let mut err = up
                     .adapter()
-                    .error(parts.status.as_u16(), &parts.headers, &bytes);
+                    .error(parts.status.as_u16(), &parts.headers, body);
                 if parts.status.is_server_error() {
                     // The adapter's message is gateway-made (never the upstream
                     // body): name the provider so the client knows which one failed.
@@ -793,14 +803,9 @@ async fn exchange(
         err.upstream_status = Some(parts.status.as_u16());
         return Err(attempt.failed(err));
     }
-    if let Some(coding) = parts
-        .headers
-        .get(http::header::CONTENT_ENCODING)
-        .map(|v| v.to_str().unwrap_or("?").trim())
-        .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"))
-    {
-        // Asked for `Accept-Encoding: identity` (`egress::forward`): a compressed
-        // answer is one the gateway cannot read, and saying so beats "not JSON".
+    if let Some(coding) = coding {
+        // A compressed answer is one the gateway cannot read, and saying so beats
+        // "not JSON".
         let e = GatewayError::new(
             ErrorKind::BadUpstream,
             format!(

@@ -143,8 +143,13 @@ pub(crate) enum Checked {
         blame: usize,
         views: Vec<View>,
     },
-    /// Budget `index` is used up (`spent` USD).
-    OverBudget { index: usize, spent: f64 },
+    /// Budget `index` is used up: `spent` USD spent and `reserved` USD held by
+    /// requests in flight reach its limit.
+    OverBudget {
+        index: usize,
+        spent: f64,
+        reserved: f64,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -153,6 +158,9 @@ struct Local {
     /// seeded, as hashbrown's default) rather than SipHash.
     buckets: foldhash::HashMap<String, Bucket>,
     ledger: budget::Ledger,
+    /// The USD reserved by admitted requests not yet settled, per scope and
+    /// period (kept apart from `ledger`: see [`Permit::settle`]).
+    reserved: budget::Ledger,
     new_buckets: u32,
 }
 
@@ -450,23 +458,30 @@ impl Limiter {
         let mut left: Option<f64> = None;
         for (index, s) in scopes.iter().enumerate() {
             let (day, month) = local.ledger.spent(&s.scope, unix_secs);
+            let (held_day, held_month) = local.reserved.spent(&s.scope, unix_secs);
             for l in [
-                s.budget.usd_per_day.map(|l| l - day),
-                s.budget.usd_per_month.map(|l| l - month),
+                s.budget.usd_per_day.map(|l| l - day - held_day),
+                s.budget.usd_per_month.map(|l| l - month - held_month),
             ]
             .into_iter()
             .flatten()
             {
                 left = Some(left.map_or(l, |b: f64| b.min(l)));
             }
-            let over = |spent: f64, limit: Option<f64>| limit.is_some_and(|l| spent >= l);
-            if over(day, s.budget.usd_per_day) || over(month, s.budget.usd_per_month) {
-                let spent = if over(day, s.budget.usd_per_day) {
-                    day
-                } else {
-                    month
+            let over = |used: f64, limit: Option<f64>| limit.is_some_and(|l| used >= l);
+            if over(day + held_day, s.budget.usd_per_day) {
+                return Checked::OverBudget {
+                    index,
+                    spent: day,
+                    reserved: held_day,
                 };
-                return Checked::OverBudget { index, spent };
+            }
+            if over(month + held_month, s.budget.usd_per_month) {
+                return Checked::OverBudget {
+                    index,
+                    spent: month,
+                    reserved: held_month,
+                };
             }
         }
         // One look-up per bucket when every bucket admits (almost every request):
@@ -496,7 +511,7 @@ impl Limiter {
         }
         if reserve_usd > 0.0 {
             for s in scopes {
-                local.ledger.add(&s.scope, reserve_usd, unix_secs);
+                local.reserved.add(&s.scope, reserve_usd, unix_secs);
             }
         }
         Checked::Admitted(views, left.map(|l| l.max(0.0)))
@@ -534,7 +549,7 @@ impl Limiter {
         let needs = self.needs(caller, tokens);
         let scopes = self.budget_scopes(caller);
         let reserve = Reserve {
-            usd: if scopes.is_empty() { 0.0 } else { reserve_usd },
+            usd: capped_reserve(&scopes, reserve_usd),
             unix_secs,
         };
         let checked = self.check_local(&needs, &scopes, now_ms, unix_secs, reserve.usd);
@@ -585,7 +600,7 @@ impl Limiter {
             usd: if scopes.is_empty() {
                 0.0
             } else {
-                reserve_usd(self).max(0.0)
+                capped_reserve(&scopes, reserve_usd(self))
             },
             unix_secs,
         };
@@ -735,7 +750,11 @@ impl Limiter {
                 }
                 Err(e)
             }
-            Checked::OverBudget { index, spent } => {
+            Checked::OverBudget {
+                index,
+                spent,
+                reserved,
+            } => {
                 let s = &scopes[index];
                 let (who, id) = s.scope.split_once(':').unwrap_or(("k", &s.scope));
                 let who = if who == "k" {
@@ -750,6 +769,22 @@ impl Limiter {
                 }
                 if let Some(m) = s.budget.usd_per_month {
                     let _ = write!(limits, " {m} USD per month");
+                }
+                let used_up = s.budget.usd_per_day.is_some_and(|d| spent >= d)
+                    || s.budget.usd_per_month.is_some_and(|m| spent >= m);
+                if !used_up {
+                    // Held, not spent: requests in flight reserved the rest, and
+                    // it comes back as they settle.
+                    return Err(GatewayError::new(
+                        ErrorKind::Throttled,
+                        format!(
+                            "The spend budget of this {who} is held by requests in flight ({spent:.4} USD spent, {reserved:.4} USD reserved; budget:{limits}); retry when they end."
+                        ),
+                    )
+                    .with_code(Code::BudgetExceeded)
+                    .with_retry_after(Some(std::time::Duration::from_secs(
+                        HELD_RETRY_AFTER_SECS,
+                    ))));
                 }
                 // Retry-After: until the spent period ends (the month's when its
                 // budget is the one spent, else the day's), so a client's retry
@@ -772,6 +807,23 @@ impl Limiter {
                 .with_retry_after(Some(std::time::Duration::from_secs(wait))))
             }
         }
+    }
+}
+
+/// What a request reserves of budgets `scopes`: `usd` (its most possible spend),
+/// but no more than the largest of their limits, which it cannot hold more of (a
+/// request with an output cap of 10^18 tokens reserves the budget, not 10^15 USD),
+/// and nothing that is not a finite positive amount.
+fn capped_reserve(scopes: &[BudgetScope], usd: f64) -> f64 {
+    let most = scopes
+        .iter()
+        .flat_map(|s| [s.budget.usd_per_day, s.budget.usd_per_month])
+        .flatten()
+        .fold(0.0, f64::max);
+    if usd.is_finite() && usd > 0.0 {
+        usd.min(most)
+    } else {
+        0.0
     }
 }
 
@@ -953,6 +1005,10 @@ impl Drop for Permit {
     }
 }
 
+/// `Retry-After` of a budget refusal whose budget is held by requests in flight
+/// rather than spent, seconds.
+pub const HELD_RETRY_AFTER_SECS: u64 = 1;
+
 /// What an admitted request reserved of its budgets: `usd` counted as spent at
 /// admission (0 when no budget applies), in the UTC day and month of `unix_secs`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -1035,11 +1091,13 @@ impl Permit {
             .total_tokens
             .max(usage.prompt_tokens.saturating_add(usage.completion_tokens));
         let delta = i128::from(self.charged_tokens) - i128::from(actual);
-        // What the budgets get: the actual spend less what admission reserved.
-        let usd_delta = if self.scopes.is_empty() {
-            0.0
+        // The budgets get the actual spend, and the reservation made at admission
+        // is taken off the reservations (each on its own, so that the arithmetic of
+        // a large reservation never touches the spend).
+        let (usd_spent, usd_held) = if self.scopes.is_empty() {
+            (0.0, 0.0)
         } else {
-            usd - self.reserve.usd
+            (usd, self.reserve.usd)
         };
         if self.backend == Backend::Redis {
             if let (Some(r), Ok(rt)) = (&inner.redis, tokio::runtime::Handle::try_current()) {
@@ -1048,7 +1106,10 @@ impl Permit {
                 let needs = self.token_needs.clone();
                 let scopes = scopes_for_redis(&self.scopes);
                 rt.spawn(async move {
-                    if let Err(e) = r.settle(&needs, delta, &scopes, usd_delta, unix_secs).await {
+                    let settled = r
+                        .settle(&needs, delta, &scopes, usd_spent, usd_held, unix_secs)
+                        .await;
+                    if let Err(e) = settled {
                         limiter.redis_failed("settle", &e);
                     }
                 });
@@ -1074,9 +1135,12 @@ impl Permit {
                     .charge(units, now_ms);
             }
         }
-        if usd_delta != 0.0 {
-            for s in &self.scopes {
-                local.ledger.add(&s.scope, usd_delta, unix_secs);
+        for s in &self.scopes {
+            if usd_spent > 0.0 {
+                local.ledger.add(&s.scope, usd_spent, unix_secs);
+            }
+            if usd_held > 0.0 {
+                local.reserved.add(&s.scope, -usd_held, unix_secs);
             }
         }
     }

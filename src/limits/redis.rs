@@ -9,7 +9,10 @@
 //! Keys: `sy:{sy}:rl:<level>:<id>:<rpm|tpm>` (a hash of level `l` in 1/60,000
 //! units and last update `t` in ms, expiring once it would be full again) and
 //! `sy:{sy}:spend:<k|o>:<id>:<dYYYYMMDD|mYYYYMM>` (a float of USD, expiring after its
-//! period). Every key carries the one hash tag `{sy}`, so a script that touches the
+//! period), and beside each spend key `sy:{sy}:held:...` (the USD reserved by
+//! requests in flight: added at admission, taken off when they settle; kept apart
+//! from the spend, so that neither a huge reservation's float rounding nor a Redis
+//! that lost keys meanwhile can change the spend). Every key carries the one hash tag `{sy}`, so a script that touches the
 //! global, key and org buckets of a request is valid on Redis Cluster (all its keys
 //! are in one slot). The trade-off: all limiter traffic goes to the shard owning that
 //! slot. Splitting the tag per key would spread the load but make the global bucket
@@ -38,13 +41,16 @@ const DAY_KEY_TTL_SECS: u64 = 2 * 86_400;
 /// Lifetime of a month's spend key, seconds (32 days).
 const MONTH_KEY_TTL_SECS: u64 = 32 * 86_400;
 
-/// The admission script. KEYS: spend keys (`ARGV[1]` of them), then bucket keys.
-/// ARGV: the spend key count, each spend key's limit, then per bucket `per_min`,
-/// capacity and cost (units), then the USD to reserve (added to every spend key
-/// when admitted) and each spend key's TTL in seconds. Returns `{1, 0, 0, levels.., full_ms.., [left]}`
-/// (admitted), `{0, wait_ms or -1, blame, levels.., full_ms.., [left]}` (no room),
-/// `{2, index, spent}` (over budget); `left`, present when a budget applies, is the
-/// least USD left among them (a string: Lua numbers become integers in replies).
+/// The admission script. KEYS: spend keys (`ARGV[1]` of them), then as many
+/// reservation keys (one per spend key, same period), then bucket keys. ARGV: the
+/// spend key count, each spend key's limit, then per bucket `per_min`, capacity
+/// and cost (units), then the USD to reserve (added to every reservation key when
+/// admitted) and each reservation key's TTL in seconds. A budget is spent when its
+/// spend and reservations reach its limit. Returns `{1, 0, 0, levels.., full_ms..,
+/// [left]}` (admitted), `{0, wait_ms or -1, blame, levels.., full_ms.., [left]}` (no
+/// room), `{2, index, spent, reserved}` (over budget); `left`, present when a budget
+/// applies, is the least USD left among them (USD as strings: Lua numbers become
+/// integers in replies).
 pub const ADMIT: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -52,16 +58,17 @@ local nb = tonumber(ARGV[1])
 local left = nil
 for i = 1, nb do
   local spent = tonumber(redis.call('GET', KEYS[i]) or '0') or 0
+  local held = math.max(0, tonumber(redis.call('GET', KEYS[nb + i]) or '0') or 0)
   local limit = tonumber(ARGV[1 + i])
-  if spent >= limit then return {2, i - 1, tostring(spent)} end
-  if left == nil or limit - spent < left then left = limit - spent end
+  if spent + held >= limit then return {2, i - 1, tostring(spent), tostring(held)} end
+  if left == nil or limit - spent - held < left then left = limit - spent - held end
 end
 local base = 1 + nb
-local nk = #KEYS - nb
+local nk = #KEYS - 2 * nb
 local levels, rates, caps, costs = {}, {}, {}, {}
 local wait, blame = 0, 0
 for j = 1, nk do
-  local k = KEYS[nb + j]
+  local k = KEYS[2 * nb + j]
   local rate = tonumber(ARGV[base + 3 * j - 2])
   local cap = tonumber(ARGV[base + 3 * j - 1]) * 60000
   local cost = tonumber(ARGV[base + 3 * j]) * 60000
@@ -86,8 +93,8 @@ for j = 1, nk do
     if rates[j] > 0 then full = math.ceil((caps[j] - levels[j]) / rates[j]) else full = 86400000 end
   end
   if ok then
-    redis.call('HSET', KEYS[nb + j], 'l', levels[j], 't', now)
-    redis.call('PEXPIRE', KEYS[nb + j], full + 1000)
+    redis.call('HSET', KEYS[2 * nb + j], 'l', levels[j], 't', now)
+    redis.call('PEXPIRE', KEYS[2 * nb + j], full + 1000)
   end
   out[3 + j] = math.floor(levels[j] / 60000)
   out[3 + nk + j] = full
@@ -95,18 +102,20 @@ end
 local reserve = tonumber(ARGV[base + 3 * nk + 1] or '0') or 0
 if ok and reserve > 0 then
   for i = 1, nb do
-    redis.call('INCRBYFLOAT', KEYS[i], ARGV[base + 3 * nk + 1])
-    redis.call('EXPIRE', KEYS[i], tonumber(ARGV[base + 3 * nk + 1 + i]))
+    redis.call('INCRBYFLOAT', KEYS[nb + i], ARGV[base + 3 * nk + 1])
+    redis.call('EXPIRE', KEYS[nb + i], tonumber(ARGV[base + 3 * nk + 1 + i]))
   end
 end
 if left ~= nil then out[4 + 2 * nk] = tostring(left) end
 return out
 "#;
 
-/// The settle script. KEYS: bucket keys (`ARGV[1]` of them), then spend keys.
-/// ARGV: the bucket count, per bucket `per_min`, capacity and the units to give back
-/// (negative: to charge); then the USD to add (negative: a reservation larger than
-/// the spend given back), then each spend key's TTL in seconds.
+/// The settle script. KEYS: bucket keys (`ARGV[1]` of them), then spend keys, then
+/// as many reservation keys. ARGV: the bucket count, per bucket `per_min`, capacity
+/// and the units to give back (negative: to charge); then the USD spent (added to
+/// every spend key), the USD reserved at admission (taken off every reservation
+/// key, which never goes below zero: a Redis that lost its keys meanwhile keeps
+/// none), then each spend key's TTL in seconds.
 pub const SETTLE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -125,10 +134,18 @@ for j = 1, nk do
   redis.call('HSET', KEYS[j], 'l', level, 't', now)
   redis.call('PEXPIRE', KEYS[j], full + 1000)
 end
-local usd = ARGV[3 * nk + 2]
-for i = nk + 1, #KEYS do
-  redis.call('INCRBYFLOAT', KEYS[i], usd)
-  redis.call('EXPIRE', KEYS[i], tonumber(ARGV[3 * nk + 2 + i - nk]))
+local usd = tonumber(ARGV[3 * nk + 2])
+local held = tonumber(ARGV[3 * nk + 3])
+local m = (#KEYS - nk) / 2
+for i = 1, m do
+  if usd > 0 then
+    redis.call('INCRBYFLOAT', KEYS[nk + i], ARGV[3 * nk + 2])
+    redis.call('EXPIRE', KEYS[nk + i], tonumber(ARGV[3 * nk + 3 + i]))
+  end
+  if held > 0 then
+    local left = tonumber(redis.call('INCRBYFLOAT', KEYS[nk + m + i], -held))
+    if left <= 1e-9 then redis.call('DEL', KEYS[nk + m + i]) end
+  end
 end
 return 1
 "#;
@@ -221,17 +238,14 @@ impl RedisBackend {
         let mut inv = self.shared.admit.prepare_invoke();
         let mut limits = Vec::new();
         let mut ttls = Vec::new();
-        for (scope, b) in scopes {
-            if let Some(d) = b.usd_per_day {
-                inv.key(format!("{PREFIX}spend:{scope}:{day}"));
-                limits.push(d);
-                ttls.push(DAY_KEY_TTL_SECS);
-            }
-            if let Some(m) = b.usd_per_month {
-                inv.key(format!("{PREFIX}spend:{scope}:{month}"));
-                limits.push(m);
-                ttls.push(MONTH_KEY_TTL_SECS);
-            }
+        let budget_keys = budget_keys(scopes, &day, &month);
+        for (spend, _, limit, ttl) in &budget_keys {
+            inv.key(spend);
+            limits.push(*limit);
+            ttls.push(*ttl);
+        }
+        for (_, held, _, _) in &budget_keys {
+            inv.key(held);
         }
         inv.arg(limits.len());
         for l in &limits {
@@ -259,12 +273,14 @@ impl RedisBackend {
 
     /// Settles one permit: `delta` units back to each token bucket of `needs`
     /// (negative: charged), `usd` added to the spend of `scopes`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn settle(
         &self,
         needs: &[Need],
         delta: i128,
         scopes: &[(String, Budget)],
         usd: f64,
+        reserved: f64,
         unix_secs: u64,
     ) -> Result<(), BackendError> {
         let (day, month) = super::budget::period_names(unix_secs);
@@ -275,17 +291,16 @@ impl RedisBackend {
             inv.key(format!("{PREFIX}rl:{}", n.key));
             inv.arg(n.per_min).arg(n.capacity).arg(delta);
         }
-        inv.arg(usd.to_string());
-        if usd != 0.0 {
-            for (scope, b) in scopes {
-                if b.usd_per_day.is_some() {
-                    inv.key(format!("{PREFIX}spend:{scope}:{day}"));
-                    inv.arg(DAY_KEY_TTL_SECS);
-                }
-                if b.usd_per_month.is_some() {
-                    inv.key(format!("{PREFIX}spend:{scope}:{month}"));
-                    inv.arg(MONTH_KEY_TTL_SECS);
-                }
+        inv.arg(usd.max(0.0).to_string());
+        inv.arg(reserved.max(0.0).to_string());
+        if usd > 0.0 || reserved > 0.0 {
+            let budget_keys = budget_keys(scopes, &day, &month);
+            for (spend, _, _, ttl) in &budget_keys {
+                inv.key(spend);
+                inv.arg(*ttl);
+            }
+            for (_, held, _, _) in &budget_keys {
+                inv.key(held);
             }
         }
         let call = async {
@@ -299,6 +314,32 @@ impl RedisBackend {
             .map_err(|_| BackendError::Timeout)??;
         Ok(())
     }
+}
+
+/// Per budget of `scopes` (day before month, scope by scope): its spend key, its
+/// reservation key, its limit (USD) and the keys' TTL (seconds).
+fn budget_keys(
+    scopes: &[(String, Budget)],
+    day: &str,
+    month: &str,
+) -> Vec<(String, String, f64, u64)> {
+    let mut out = Vec::new();
+    for (scope, b) in scopes {
+        for (limit, period, ttl) in [
+            (b.usd_per_day, day, DAY_KEY_TTL_SECS),
+            (b.usd_per_month, month, MONTH_KEY_TTL_SECS),
+        ] {
+            if let Some(limit) = limit {
+                out.push((
+                    format!("{PREFIX}spend:{scope}:{period}"),
+                    format!("{PREFIX}held:{scope}:{period}"),
+                    limit,
+                    ttl,
+                ));
+            }
+        }
+    }
+    out
 }
 
 fn int(v: &redis::Value) -> Option<i64> {
@@ -320,12 +361,13 @@ fn parse_admit(
     let code = items.first().and_then(int).ok_or(BackendError::Reply)?;
     if code == 2 {
         let i = items.get(1).and_then(int).ok_or(BackendError::Reply)?;
-        let spent = match items.get(2) {
+        let usd = |v: Option<&redis::Value>| match v {
             Some(redis::Value::BulkString(b)) => {
                 String::from_utf8_lossy(b).parse::<f64>().unwrap_or(0.0)
             }
             _ => 0.0,
         };
+        let (spent, reserved) = (usd(items.get(2)), usd(items.get(3)));
         // Map the spend-key index back to its scope (each scope has one or two keys).
         let mut k = 0i64;
         let mut index = 0;
@@ -338,7 +380,11 @@ fn parse_admit(
             k += n;
         }
         let _ = limits;
-        return Ok(Checked::OverBudget { index, spent });
+        return Ok(Checked::OverBudget {
+            index,
+            spent,
+            reserved,
+        });
     }
     let n = needs.len();
     if items.len() != 3 + 2 * n && items.len() != 4 + 2 * n {

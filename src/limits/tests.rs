@@ -288,3 +288,55 @@ fn a_budget_reservation_counts_at_admission_and_is_replaced_by_the_spend() {
         p.budget_remaining
     );
 }
+
+// Regression (outside attack, 2026-12-07): a request with an output cap of 9e18
+// tokens reserved some 9e15 USD in the same float as the spend; adding and taking
+// it off lost the 0.27 USD already spent, so the budget could be reset at will.
+// Expected: reservations apart from the spend, and capped at the budget.
+#[test]
+fn a_huge_reservation_neither_wipes_the_spend_nor_holds_more_than_the_budget() {
+    // Prices here are 1 USD a token.
+    let l = limiter("budgets:\n  per_key: { usd_per_day: 300 }\n");
+    let a = caller("a", None);
+    let day = 1_709_208_000;
+    let p = l.admit_local_reserving(&a, 0, 30.0, 0, day).unwrap();
+    p.settle_at(Some(0), &Usage::new(100, 170), 0, day);
+    let huge = l.admit_local_reserving(&a, 0, 9e18, 0, day).unwrap();
+    assert!(
+        (huge.reserved_usd() - 300.0).abs() < 1e-9,
+        "{}",
+        huge.reserved_usd()
+    );
+    huge.settle_at(None, &Usage::default(), 0, day);
+    // 270 is still spent: 30 left.
+    let next = l.admit_local_reserving(&a, 0, 1.0, 0, day).unwrap();
+    assert!(
+        (next.budget_remaining.unwrap() - 30.0).abs() < 1e-6,
+        "{:?}",
+        next.budget_remaining
+    );
+}
+
+// Regression (outside attack, 2026-12-07): a budget held by one request in flight
+// (not spent) answered "used up" with a Retry-After of hours, until UTC midnight.
+#[test]
+fn a_budget_held_by_requests_in_flight_is_refused_for_a_moment_not_the_day() {
+    let l = limiter("budgets:\n  per_org: { usd_per_day: 100 }\n");
+    let day = 1_709_208_000;
+    let a = caller("a", Some("o"));
+    let held = l.admit_local_reserving(&a, 0, 1e9, 0, day).unwrap();
+    let e = l
+        .admit_local_reserving(&caller("b", Some("o")), 0, 0.01, 0, day)
+        .unwrap_err();
+    assert_eq!(e.code, Some(Code::BudgetExceeded));
+    assert_eq!(e.retry_after_secs(), Some(HELD_RETRY_AFTER_SECS));
+    assert!(
+        e.message.contains("held by requests in flight"),
+        "{}",
+        e.message
+    );
+    held.settle_at(None, &Usage::default(), 0, day);
+    assert!(l
+        .admit_local_reserving(&caller("b", Some("o")), 0, 0.01, 0, day)
+        .is_ok());
+}

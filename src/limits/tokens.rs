@@ -397,6 +397,16 @@ mod tests {
             {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": serde_json::to_string(&serde_json::json!({"x": big})).unwrap()}}]},
             {"role": "tool", "tool_call_id": "c", "content": "ok"},
         ]}));
+        // Numbers are text too (outside attack: an `enum` of 20,000 integers, some
+        // 100 KB of schema, counted as 18 tokens).
+        let numbers = with(
+            serde_json::json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"n": {"enum": (100_000..120_000).collect::<Vec<u32>>()}}}}}]}),
+        );
+        assert!(
+            numbers.estimated_input_tokens() >= 25_000,
+            "{}",
+            numbers.estimated_input_tokens()
+        );
         let floor = big.len() as u64 / 4;
         let o200k = Encoding::O200k.bpe();
         for (name, c) in [

@@ -858,3 +858,24 @@ async fn an_upstream_409_or_422_keeps_its_status() {
         assert_eq!(other_hits.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 }
+
+// Regression (outside attack, 2026-12-07): a gzip-encoded 4xx body had its raw bytes
+// pasted into the client's error message ("upstream rejected the request: \x1f\x8b...").
+// Expected: the status as sent, and a message without the unreadable body.
+#[tokio::test]
+async fn an_encoded_error_body_is_not_pasted_into_the_message() {
+    let (up, _) = sequence_upstream(vec![(409, "content-encoding: gzip\r\n", "GARBLED-BYTES")]);
+    let gw = start_app(
+        &format!("providers:\n  a: {{ kind: openai-compatible, base_url: 'http://{up}/v1' }}\nmodels:\n  m: {{ endpoints: [ {{ provider: a, model: x }} ] }}\n"),
+        &[],
+    )
+    .await;
+    let r = request(
+        "POST",
+        &gw.url("/v1/chat/completions"),
+        chat("m", false, ""),
+    )
+    .await;
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(!r.text().contains("GARBLED"), "{}", r.text());
+}

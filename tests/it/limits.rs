@@ -536,3 +536,62 @@ async fn concurrent_requests_cannot_all_pass_one_budget_in_redis() {
     assert!((1..=4).contains(&ok), "{ok} answered");
     assert!(spent > 0.0 && spent < 0.1, "spent {spent} by {ok}");
 }
+
+/// Sends `FLUSHALL` to the Redis on `port` (the state lost, as a restart without
+/// persistence loses it).
+fn flush_redis(port: u16) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"*1\r\n$8\r\nFLUSHALL\r\n").unwrap();
+    let mut ok = [0u8; 5];
+    s.read_exact(&mut ok).unwrap();
+    assert_eq!(&ok, b"+OK\r\n");
+}
+
+// Regression (outside attack, 2026-12-07): Redis lost its keys (a restart) while
+// requests were in flight; their settlements then took their reservations off an
+// empty key, which went negative, and the budget let that much more through.
+// Expected: reservations never below zero, so the spend after the loss still
+// stops at the budget.
+#[tokio::test]
+async fn redis_losing_its_keys_mid_flight_does_not_open_the_budget() {
+    let redis = start_redis();
+    let app = start_app(
+        &format!("providers:\n  p: {{ kind: mock, mock: {{ latency_ms: 400, completion_tokens: 8 }}, pricing: {{ input_per_mtok: 1000, output_per_mtok: 1000 }} }}\nmodels:\n  held: {{ endpoints: [ {{ provider: p, model: x }} ] }}\nbudgets:\n  per_key: {{ usd_per_day: 0.05 }}\nstate: {{ redis: 'redis://127.0.0.1:{}', timeout_ms: 500, on_error: closed }}\n", redis.port),
+        &[],
+    )
+    .await;
+    let url = app.url("/v1/chat/completions");
+    let one = || {
+        request_with(
+            "POST",
+            &url,
+            &[("authorization", "Bearer sk-a")],
+            chat("held", false, r#","max_tokens":8"#),
+        )
+    };
+    let in_flight = futures_util::future::join_all((0..3).map(|_| one()));
+    let flush = async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        flush_redis(redis.port);
+    };
+    let (first, ()) = tokio::join!(in_flight, flush);
+    assert!(
+        first.iter().all(|r| r.status == 200),
+        "admitted before the loss"
+    );
+    // Let the settlements land, then spend until refused.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut more = 0;
+    for _ in 0..20 {
+        let r = one().await;
+        if r.status == 429 {
+            break;
+        }
+        assert_eq!(r.status, 200, "{}", r.text());
+        more += 1;
+    }
+    // Each request spends about 0.015 USD: after the loss the key holds the three
+    // settled ones (0.045), so at most the one that crosses runs.
+    assert!(more <= 1, "{more} more requests after the loss");
+}
