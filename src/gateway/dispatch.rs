@@ -250,6 +250,12 @@ impl Drop for Landing<'_> {
         if let Some((ep, sent)) = c.in_flight.take() {
             c.tried
                 .push(Try::new(ep, super::log::CLIENT_GONE_STATUS, sent.elapsed()));
+            // The provider has the request (and may answer it whole, unread): it
+            // is charged its input estimate, as a timeout is, not nothing.
+            if let Some(permit) = &self.ctx.permit {
+                let input = permit.prompt_estimate;
+                permit.settle(Some(ep), &crate::api::Usage::new(input, 0));
+            }
         }
         c.land(self.ctx);
     }

@@ -59,13 +59,17 @@ pub async fn admit(
         return Ok(());
     }
     // What a budget reserves: the input estimate and the output cap at the dearest
-    // of the model's endpoints (the one that serves is not chosen yet).
+    // of the model's endpoints (the one that serves is not chosen yet); for a name
+    // only a policy routes (no endpoints of its own), at the dearest of all.
     let reserve = |l: &crate::limits::Limiter| {
-        let endpoints = gw
-            .registry
-            .models
-            .get(ctx.model.as_str())
-            .map_or(&[][..], |m| &m.endpoints[..]);
+        let all: Vec<usize>;
+        let endpoints = match gw.registry.models.get(ctx.model.as_str()) {
+            Some(m) if !m.endpoints.is_empty() => &m.endpoints[..],
+            _ => {
+                all = (0..gw.registry.endpoints.len()).collect();
+                &all[..]
+            }
+        };
         let output = output_reserve(chat, gw.config.limits.default_output_tokens);
         l.reserve_usd(endpoints, chat.estimated_input_tokens(), output)
     };

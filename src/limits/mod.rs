@@ -144,11 +144,12 @@ pub(crate) enum Checked {
         views: Vec<View>,
     },
     /// Budget `index` is used up: `spent` USD spent and `reserved` USD held by
-    /// requests in flight reach its limit.
+    /// requests in flight reach its limit, for its month (`monthly`) or its day.
     OverBudget {
         index: usize,
         spent: f64,
         reserved: f64,
+        monthly: bool,
     },
 }
 
@@ -252,6 +253,10 @@ struct Inner {
     /// `server.metrics_caller_labels`: label `switchyard_spend_usd_total` with the
     /// caller's key id and org (`false`: `all` for both, one series per model).
     caller_labels: bool,
+    /// How long a budget reservation in Redis holds if never released, ms: a
+    /// request's longest life (`server.max_attempts` attempts of the longest
+    /// `timeouts.total_ms`, and a minute), at most a day.
+    hold_life_ms: u64,
 }
 
 /// The limiter of one gateway: cheap to clone (one shared state).
@@ -318,6 +323,15 @@ impl Limiter {
                 backend_errors: metrics::counter!(t::LIMIT_BACKEND_ERRORS),
                 tokens,
                 caller_labels: config.server.metrics_caller_labels,
+                hold_life_ms: config
+                    .providers
+                    .iter()
+                    .map(|p| p.timeouts.total_ms)
+                    .max()
+                    .unwrap_or(0)
+                    .saturating_mul(u64::from(config.server.max_attempts.max(1)))
+                    .saturating_add(60_000)
+                    .min(86_400_000),
             }),
         }
     }
@@ -444,7 +458,8 @@ impl Limiter {
     }
 
     /// The in-memory check of `needs` and `scopes` at `now_ms` / `unix_secs`; an
-    /// admitted request's `reserve_usd` is added to the spend of every scope at once
+    /// admitted request's reservation `hold[i]` is added to the reservations of
+    /// scope `i` at once
     /// (see [`Permit::settle`]).
     fn check_local(
         &self,
@@ -452,7 +467,7 @@ impl Limiter {
         scopes: &[BudgetScope],
         now_ms: u64,
         unix_secs: u64,
-        reserve_usd: f64,
+        hold: &[f64],
     ) -> Checked {
         let mut local = self.lock();
         let mut left: Option<f64> = None;
@@ -474,6 +489,7 @@ impl Limiter {
                     index,
                     spent: day,
                     reserved: held_day,
+                    monthly: false,
                 };
             }
             if over(month + held_month, s.budget.usd_per_month) {
@@ -481,6 +497,7 @@ impl Limiter {
                     index,
                     spent: month,
                     reserved: held_month,
+                    monthly: true,
                 };
             }
         }
@@ -509,9 +526,9 @@ impl Limiter {
             }
             views.push(View::of(n, b, now_ms));
         }
-        if reserve_usd > 0.0 {
-            for s in scopes {
-                local.reserved.add(&s.scope, reserve_usd, unix_secs);
+        for (s, &usd) in scopes.iter().zip(hold) {
+            if usd > 0.0 {
+                local.reserved.add(&s.scope, usd, unix_secs);
             }
         }
         Checked::Admitted(views, left.map(|l| l.max(0.0)))
@@ -548,11 +565,8 @@ impl Limiter {
     ) -> Result<Permit, GatewayError> {
         let needs = self.needs(caller, tokens);
         let scopes = self.budget_scopes(caller);
-        let reserve = Reserve {
-            usd: capped_reserve(&scopes, reserve_usd),
-            unix_secs,
-        };
-        let checked = self.check_local(&needs, &scopes, now_ms, unix_secs, reserve.usd);
+        let reserve = Reserve::new(&scopes, reserve_usd, unix_secs);
+        let checked = self.check_local(&needs, &scopes, now_ms, unix_secs, &reserve.held);
         self.permit(
             caller,
             tokens,
@@ -596,13 +610,10 @@ impl Limiter {
         };
         let scopes = self.budget_scopes(caller);
         let unix_secs = self.unix_secs_for(&scopes);
-        let reserve = Reserve {
-            usd: if scopes.is_empty() {
-                0.0
-            } else {
-                capped_reserve(&scopes, reserve_usd(self))
-            },
-            unix_secs,
+        let reserve = if scopes.is_empty() {
+            Reserve::default()
+        } else {
+            Reserve::new(&scopes, reserve_usd(self), unix_secs)
         };
         if needs.is_empty() && scopes.is_empty() {
             let checked = Checked::Admitted(Vec::new(), None);
@@ -620,7 +631,12 @@ impl Limiter {
         if let Some(r) = &self.inner.redis {
             if self.inner.redis_down_until.load(Ordering::Relaxed) <= now_ms {
                 let redis_scopes = scopes_for_redis(&scopes);
-                match r.admit(&needs, &redis_scopes, unix_secs, reserve.usd).await {
+                let hold = redis::Hold {
+                    id: &reserve.id,
+                    life_ms: self.inner.hold_life_ms,
+                    usd: &reserve.held,
+                };
+                match r.admit(&needs, &redis_scopes, unix_secs, &hold).await {
                     Ok(checked) => {
                         return self.permit(
                             caller,
@@ -647,7 +663,7 @@ impl Limiter {
                 .with_retry_after(Some(std::time::Duration::from_secs(1))));
             }
         }
-        let checked = self.check_local(&needs, &scopes, now_ms, unix_secs, reserve.usd);
+        let checked = self.check_local(&needs, &scopes, now_ms, unix_secs, &reserve.held);
         self.permit(
             caller,
             tokens,
@@ -754,6 +770,7 @@ impl Limiter {
                 index,
                 spent,
                 reserved,
+                monthly,
             } => {
                 let s = &scopes[index];
                 let (who, id) = s.scope.split_once(':').unwrap_or(("k", &s.scope));
@@ -770,8 +787,13 @@ impl Limiter {
                 if let Some(m) = s.budget.usd_per_month {
                     let _ = write!(limits, " {m} USD per month");
                 }
-                let used_up = s.budget.usd_per_day.is_some_and(|d| spent >= d)
-                    || s.budget.usd_per_month.is_some_and(|m| spent >= m);
+                // `spent` is the refused period's: compared with that period's limit.
+                let limit = if monthly {
+                    s.budget.usd_per_month
+                } else {
+                    s.budget.usd_per_day
+                };
+                let used_up = limit.is_some_and(|l| spent >= l);
                 if !used_up {
                     // Held, not spent: requests in flight reserved the rest, and
                     // it comes back as they settle.
@@ -789,8 +811,6 @@ impl Limiter {
                 // Retry-After: until the spent period ends (the month's when its
                 // budget is the one spent, else the day's), so a client's retry
                 // logic waits rather than hammering a refusal that cannot change.
-                let monthly = s.budget.usd_per_day.is_none()
-                    || s.budget.usd_per_month.is_some_and(|m| spent >= m);
                 let now = if reserve.unix_secs > 0 {
                     reserve.unix_secs
                 } else {
@@ -810,14 +830,13 @@ impl Limiter {
     }
 }
 
-/// What a request reserves of budgets `scopes`: `usd` (its most possible spend),
-/// but no more than the largest of their limits, which it cannot hold more of (a
-/// request with an output cap of 10^18 tokens reserves the budget, not 10^15 USD),
-/// and nothing that is not a finite positive amount.
-fn capped_reserve(scopes: &[BudgetScope], usd: f64) -> f64 {
-    let most = scopes
-        .iter()
-        .flat_map(|s| [s.budget.usd_per_day, s.budget.usd_per_month])
+/// What a request reserves of budget scope `s`: `usd` (its most possible spend),
+/// but no more than that scope's budget, which it cannot hold more of (a request
+/// with an output cap of 10^18 tokens reserves the budget, not 10^15 USD), and
+/// nothing that is not a finite positive amount.
+fn capped_reserve(s: &BudgetScope, usd: f64) -> f64 {
+    let most = [s.budget.usd_per_day, s.budget.usd_per_month]
+        .into_iter()
         .flatten()
         .fold(0.0, f64::max);
     if usd.is_finite() && usd > 0.0 {
@@ -825,6 +844,25 @@ fn capped_reserve(scopes: &[BudgetScope], usd: f64) -> f64 {
     } else {
         0.0
     }
+}
+
+/// A reservation id unique to this request among all gateways sharing a Redis: a
+/// per-process random prefix (std's randomly seeded hasher) and a counter.
+fn hold_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static PREFIX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let prefix = *PREFIX.get_or_init(|| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.write_u32(std::process::id());
+        h.finish()
+    });
+    format!("{prefix:016x}-{:x}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 fn own_limits(caller: &Caller) -> bool {
@@ -999,7 +1037,7 @@ impl Drop for Permit {
     /// settle with) gives its budget reservation back rather than hold it for the
     /// rest of the day: spend is only ever what answers reported.
     fn drop(&mut self) {
-        if self.reserve.usd > 0.0 && !self.settled.load(Ordering::Acquire) {
+        if self.reserve.holds() && !self.settled.load(Ordering::Acquire) {
             self.settle(None, &Usage::default());
         }
     }
@@ -1009,12 +1047,36 @@ impl Drop for Permit {
 /// rather than spent, seconds.
 pub const HELD_RETRY_AFTER_SECS: u64 = 1;
 
-/// What an admitted request reserved of its budgets: `usd` counted as spent at
-/// admission (0 when no budget applies), in the UTC day and month of `unix_secs`.
-#[derive(Debug, Clone, Copy, Default)]
+/// What an admitted request reserved of its budgets, in the UTC day and month of
+/// `unix_secs`: `held[i]` USD of scope `i` (none when no budget applies), under
+/// reservation `id` (Redis's field for it).
+#[derive(Debug, Clone, Default)]
 struct Reserve {
-    usd: f64,
+    held: Vec<f64>,
+    id: String,
     unix_secs: u64,
+}
+
+impl Reserve {
+    /// The reservation of at most `usd` of each of `scopes` at `unix_secs`.
+    fn new(scopes: &[BudgetScope], usd: f64, unix_secs: u64) -> Reserve {
+        let held: Vec<f64> = scopes.iter().map(|s| capped_reserve(s, usd)).collect();
+        let id = if held.iter().any(|&u| u > 0.0) {
+            hold_id()
+        } else {
+            String::new()
+        };
+        Reserve {
+            held,
+            id,
+            unix_secs,
+        }
+    }
+
+    /// Whether anything is held.
+    fn holds(&self) -> bool {
+        !self.id.is_empty()
+    }
 }
 
 impl Permit {
@@ -1053,9 +1115,9 @@ impl Permit {
         self.settle_at(endpoint, usage, self.limiter.now_ms(), unix_secs);
     }
 
-    /// The spend reserved of the budgets at admission, USD (0: none).
+    /// The most reserved of any one budget at admission, USD (0: none).
     pub fn reserved_usd(&self) -> f64 {
-        self.reserve.usd
+        self.reserve.held.iter().copied().fold(0.0, f64::max)
     }
 
     /// [`Permit::settle`] at `now_ms` (the limiter's monotonic clock) and `unix_secs`
@@ -1094,20 +1156,17 @@ impl Permit {
         // The budgets get the actual spend, and the reservation made at admission
         // is taken off the reservations (each on its own, so that the arithmetic of
         // a large reservation never touches the spend).
-        let (usd_spent, usd_held) = if self.scopes.is_empty() {
-            (0.0, 0.0)
-        } else {
-            (usd, self.reserve.usd)
-        };
+        let usd_spent = if self.scopes.is_empty() { 0.0 } else { usd };
         if self.backend == Backend::Redis {
             if let (Some(r), Ok(rt)) = (&inner.redis, tokio::runtime::Handle::try_current()) {
                 let r = r.clone();
                 let limiter = self.limiter.clone();
                 let needs = self.token_needs.clone();
                 let scopes = scopes_for_redis(&self.scopes);
+                let hold_id = self.reserve.id.clone();
                 rt.spawn(async move {
                     let settled = r
-                        .settle(&needs, delta, &scopes, usd_spent, usd_held, unix_secs)
+                        .settle(&needs, delta, &scopes, usd_spent, &hold_id, unix_secs)
                         .await;
                     if let Err(e) = settled {
                         limiter.redis_failed("settle", &e);
@@ -1135,12 +1194,13 @@ impl Permit {
                     .charge(units, now_ms);
             }
         }
-        for s in &self.scopes {
+        for (i, s) in self.scopes.iter().enumerate() {
             if usd_spent > 0.0 {
                 local.ledger.add(&s.scope, usd_spent, unix_secs);
             }
-            if usd_held > 0.0 {
-                local.reserved.add(&s.scope, -usd_held, unix_secs);
+            let held = self.reserve.held.get(i).copied().unwrap_or(0.0);
+            if held > 0.0 {
+                local.reserved.add(&s.scope, -held, unix_secs);
             }
         }
     }

@@ -9,10 +9,15 @@
 //! Keys: `sy:{sy}:rl:<level>:<id>:<rpm|tpm>` (a hash of level `l` in 1/60,000
 //! units and last update `t` in ms, expiring once it would be full again) and
 //! `sy:{sy}:spend:<k|o>:<id>:<dYYYYMMDD|mYYYYMM>` (a float of USD, expiring after its
-//! period), and beside each spend key `sy:{sy}:held:...` (the USD reserved by
-//! requests in flight: added at admission, taken off when they settle; kept apart
-//! from the spend, so that neither a huge reservation's float rounding nor a Redis
-//! that lost keys meanwhile can change the spend). Every key carries the one hash tag `{sy}`, so a script that touches the
+//! period), and beside each spend key `sy:{sy}:held:...`, a hash of the reservations
+//! of requests in flight (field: the request's reservation id; value:
+//! `<USD>:<expiry, Redis ms>`): written at admission, deleted when the request
+//! settles, and ignored (and deleted) once expired, so a reservation whose release
+//! never arrived (an admission the gateway timed out on but Redis ran, a release
+//! lost with the connection) holds the budget only for a request's longest life.
+//! Kept apart from the spend, a reservation never changes the spend; deleted by id,
+//! a release never takes off another request's reservation, even after Redis lost
+//! its keys. Every key carries the one hash tag `{sy}`, so a script that touches the
 //! global, key and org buckets of a request is valid on Redis Cluster (all its keys
 //! are in one slot). The trade-off: all limiter traffic goes to the shard owning that
 //! slot. Splitting the tag per key would spread the load but make the global bucket
@@ -42,11 +47,11 @@ const DAY_KEY_TTL_SECS: u64 = 2 * 86_400;
 const MONTH_KEY_TTL_SECS: u64 = 32 * 86_400;
 
 /// The admission script. KEYS: spend keys (`ARGV[1]` of them), then as many
-/// reservation keys (one per spend key, same period), then bucket keys. ARGV: the
+/// reservation hashes (one per spend key, same period), then bucket keys. ARGV: the
 /// spend key count, each spend key's limit, then per bucket `per_min`, capacity
-/// and cost (units), then the USD to reserve (added to every reservation key when
-/// admitted) and each reservation key's TTL in seconds. A budget is spent when its
-/// spend and reservations reach its limit. Returns `{1, 0, 0, levels.., full_ms..,
+/// and cost (units), then the reservation id, its lifetime (ms), and per
+/// reservation hash the USD to reserve there and the hash's TTL in seconds. A
+/// budget is spent when its spend and its live reservations reach its limit. Returns `{1, 0, 0, levels.., full_ms..,
 /// [left]}` (admitted), `{0, wait_ms or -1, blame, levels.., full_ms.., [left]}` (no
 /// room), `{2, index, spent, reserved}` (over budget); `left`, present when a budget
 /// applies, is the least USD left among them (USD as strings: Lua numbers become
@@ -58,7 +63,15 @@ local nb = tonumber(ARGV[1])
 local left = nil
 for i = 1, nb do
   local spent = tonumber(redis.call('GET', KEYS[i]) or '0') or 0
-  local held = math.max(0, tonumber(redis.call('GET', KEYS[nb + i]) or '0') or 0)
+  local held = 0
+  local h = redis.call('HGETALL', KEYS[nb + i])
+  for x = 1, #h, 2 do
+    local v = h[x + 1]
+    local sep = string.find(v, ':', 1, true)
+    local amount = tonumber(string.sub(v, 1, (sep or 1) - 1)) or 0
+    local expiry = tonumber(string.sub(v, (sep or #v) + 1)) or 0
+    if expiry <= now then redis.call('HDEL', KEYS[nb + i], h[x]) else held = held + amount end
+  end
   local limit = tonumber(ARGV[1 + i])
   if spent + held >= limit then return {2, i - 1, tostring(spent), tostring(held)} end
   if left == nil or limit - spent - held < left then left = limit - spent - held end
@@ -99,11 +112,15 @@ for j = 1, nk do
   out[3 + j] = math.floor(levels[j] / 60000)
   out[3 + nk + j] = full
 end
-local reserve = tonumber(ARGV[base + 3 * nk + 1] or '0') or 0
-if ok and reserve > 0 then
+local rid = ARGV[base + 3 * nk + 1] or ''
+local life = tonumber(ARGV[base + 3 * nk + 2] or '0') or 0
+if ok and rid ~= '' then
   for i = 1, nb do
-    redis.call('INCRBYFLOAT', KEYS[nb + i], ARGV[base + 3 * nk + 1])
-    redis.call('EXPIRE', KEYS[nb + i], tonumber(ARGV[base + 3 * nk + 1 + i]))
+    local amount = ARGV[base + 3 * nk + 1 + 2 * i]
+    if (tonumber(amount) or 0) > 0 then
+      redis.call('HSET', KEYS[nb + i], rid, amount .. ':' .. (now + life))
+      redis.call('EXPIRE', KEYS[nb + i], tonumber(ARGV[base + 3 * nk + 2 + 2 * i]))
+    end
   end
 end
 if left ~= nil then out[4 + 2 * nk] = tostring(left) end
@@ -111,11 +128,10 @@ return out
 "#;
 
 /// The settle script. KEYS: bucket keys (`ARGV[1]` of them), then spend keys, then
-/// as many reservation keys. ARGV: the bucket count, per bucket `per_min`, capacity
-/// and the units to give back (negative: to charge); then the USD spent (added to
-/// every spend key), the USD reserved at admission (taken off every reservation
-/// key, which never goes below zero: a Redis that lost its keys meanwhile keeps
-/// none), then each spend key's TTL in seconds.
+/// as many reservation hashes. ARGV: the bucket count, per bucket `per_min`,
+/// capacity and the units to give back (negative: to charge); then the USD spent
+/// (added to every spend key), the reservation id (its field deleted from every
+/// reservation hash; empty: none), then each spend key's TTL in seconds.
 pub const SETTLE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -135,17 +151,14 @@ for j = 1, nk do
   redis.call('PEXPIRE', KEYS[j], full + 1000)
 end
 local usd = tonumber(ARGV[3 * nk + 2])
-local held = tonumber(ARGV[3 * nk + 3])
+local rid = ARGV[3 * nk + 3]
 local m = (#KEYS - nk) / 2
 for i = 1, m do
   if usd > 0 then
     redis.call('INCRBYFLOAT', KEYS[nk + i], ARGV[3 * nk + 2])
     redis.call('EXPIRE', KEYS[nk + i], tonumber(ARGV[3 * nk + 3 + i]))
   end
-  if held > 0 then
-    local left = tonumber(redis.call('INCRBYFLOAT', KEYS[nk + m + i], -held))
-    if left <= 1e-9 then redis.call('DEL', KEYS[nk + m + i]) end
-  end
+  if rid ~= '' then redis.call('HDEL', KEYS[nk + m + i], rid) end
 end
 return 1
 "#;
@@ -225,24 +238,22 @@ impl RedisBackend {
     }
 
     /// One admission check over `needs` and the budgets `scopes` (`(scope, budget)`)
-    /// at `unix_secs`, within the deadline; admitted, `reserve_usd` is added to the
-    /// spend of every budget.
+    /// at `unix_secs`, within the deadline; admitted, reservation `hold` is made of
+    /// every budget (`hold.usd[i]` of scope `i`'s).
     pub(super) async fn admit(
         &self,
         needs: &[Need],
         scopes: &[(String, Budget)],
         unix_secs: u64,
-        reserve_usd: f64,
+        hold: &Hold<'_>,
     ) -> Result<Checked, BackendError> {
         let (day, month) = super::budget::period_names(unix_secs);
         let mut inv = self.shared.admit.prepare_invoke();
         let mut limits = Vec::new();
-        let mut ttls = Vec::new();
         let budget_keys = budget_keys(scopes, &day, &month);
-        for (spend, _, limit, ttl) in &budget_keys {
+        for (spend, _, limit, _) in &budget_keys {
             inv.key(spend);
             limits.push(*limit);
-            ttls.push(*ttl);
         }
         for (_, held, _, _) in &budget_keys {
             inv.key(held);
@@ -255,9 +266,10 @@ impl RedisBackend {
             inv.key(format!("{PREFIX}rl:{}", n.key));
             inv.arg(n.per_min).arg(n.capacity).arg(n.cost);
         }
-        inv.arg(reserve_usd.to_string());
-        for t in &ttls {
-            inv.arg(*t);
+        inv.arg(hold.id).arg(hold.life_ms);
+        for ((_, _, _, ttl), scope) in budget_keys.iter().zip(budget_key_scopes(scopes)) {
+            let usd = hold.usd.get(scope).copied().unwrap_or(0.0);
+            inv.arg(usd.to_string()).arg(*ttl);
         }
         let call = async {
             let mut conn = self.conn().await?;
@@ -273,6 +285,9 @@ impl RedisBackend {
 
     /// Settles one permit: `delta` units back to each token bucket of `needs`
     /// (negative: charged), `usd` added to the spend of `scopes`.
+    /// Settles one permit: `delta` units back to each token bucket of `needs`
+    /// (negative: charged), `usd` added to the spend of `scopes`, and reservation
+    /// `hold_id` (empty: none) released.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn settle(
         &self,
@@ -280,7 +295,7 @@ impl RedisBackend {
         delta: i128,
         scopes: &[(String, Budget)],
         usd: f64,
-        reserved: f64,
+        hold_id: &str,
         unix_secs: u64,
     ) -> Result<(), BackendError> {
         let (day, month) = super::budget::period_names(unix_secs);
@@ -292,8 +307,8 @@ impl RedisBackend {
             inv.arg(n.per_min).arg(n.capacity).arg(delta);
         }
         inv.arg(usd.max(0.0).to_string());
-        inv.arg(reserved.max(0.0).to_string());
-        if usd > 0.0 || reserved > 0.0 {
+        inv.arg(hold_id);
+        if usd > 0.0 || !hold_id.is_empty() {
             let budget_keys = budget_keys(scopes, &day, &month);
             for (spend, _, _, ttl) in &budget_keys {
                 inv.key(spend);
@@ -342,6 +357,29 @@ fn budget_keys(
     out
 }
 
+/// The scope index of each budget key [`budget_keys`] makes, in its order.
+fn budget_key_scopes(scopes: &[(String, Budget)]) -> Vec<usize> {
+    let mut out = Vec::new();
+    for (i, (_, b)) in scopes.iter().enumerate() {
+        for limit in [b.usd_per_day, b.usd_per_month] {
+            if limit.is_some() {
+                out.push(i);
+            }
+        }
+    }
+    out
+}
+
+/// A reservation to make at admission: its id (unique per request), its lifetime
+/// (ms: after it, a reservation never released stops holding), and the USD to hold
+/// of each budget scope.
+#[derive(Debug)]
+pub(super) struct Hold<'a> {
+    pub id: &'a str,
+    pub life_ms: u64,
+    pub usd: &'a [f64],
+}
+
 fn int(v: &redis::Value) -> Option<i64> {
     match v {
         redis::Value::Int(i) => Some(*i),
@@ -368,13 +406,15 @@ fn parse_admit(
             _ => 0.0,
         };
         let (spent, reserved) = (usd(items.get(2)), usd(items.get(3)));
-        // Map the spend-key index back to its scope (each scope has one or two keys).
+        // Map the spend-key index back to its scope and period (each scope has a
+        // day key, a month key or both, in that order).
         let mut k = 0i64;
-        let mut index = 0;
+        let (mut index, mut monthly) = (0, false);
         for (si, (_, b)) in scopes.iter().enumerate() {
             let n = i64::from(b.usd_per_day.is_some()) + i64::from(b.usd_per_month.is_some());
             if i < k + n {
                 index = si;
+                monthly = b.usd_per_day.is_none() || i == k + 1;
                 break;
             }
             k += n;
@@ -384,6 +424,7 @@ fn parse_admit(
             index,
             spent,
             reserved,
+            monthly,
         });
     }
     let n = needs.len();

@@ -224,7 +224,7 @@ fn a_refusal_by_a_later_bucket_leaves_the_earlier_ones_as_they_were() {
     let keys: Vec<&str> = needs.iter().map(|n| &*n.key).collect();
     assert_eq!(keys, ["g::rpm", "g::tpm", "k:a:tpm"]);
     for _ in 0..3 {
-        match l.check_local(&needs, &[], 0, 0, 0.0) {
+        match l.check_local(&needs, &[], 0, 0, &[]) {
             Checked::Refused {
                 wait_ms,
                 blame,
@@ -238,7 +238,7 @@ fn a_refusal_by_a_later_bucket_leaves_the_earlier_ones_as_they_were() {
         }
     }
     let needs = l.needs(&caller("a", None), 50);
-    match l.check_local(&needs, &[], 0, 0, 0.0) {
+    match l.check_local(&needs, &[], 0, 0, &[]) {
         Checked::Admitted(views, None) => assert_eq!(remaining(&views), [4, 950, 50]),
         _ => panic!("refused a request that fits every bucket"),
     }
@@ -339,4 +339,31 @@ fn a_budget_held_by_requests_in_flight_is_refused_for_a_moment_not_the_day() {
     assert!(l
         .admit_local_reserving(&caller("b", Some("o")), 0, 0.01, 0, day)
         .is_ok());
+}
+
+// Regression (outside attack, 2026-12-07): a month whose spend (0.9 of the budget)
+// was above the day's limit (0.5) but whose budget was only held by a request in
+// flight was refused as "used up" until midnight: the refused month's spend was
+// compared with the day's limit. (Prices here are 1 USD a token: the budget is
+// scaled by 1,000.)
+#[test]
+fn a_held_month_is_not_reported_used_up_by_the_days_limit() {
+    let l = limiter("budgets:\n  per_key: { usd_per_day: 500, usd_per_month: 1000 }\n");
+    let a = caller("a", None);
+    let (yesterday, today) = (1_709_208_000 - 86_400, 1_709_208_000);
+    let p = l.admit_local_reserving(&a, 0, 0.0, 0, yesterday).unwrap();
+    p.settle_at(Some(0), &Usage::new(400, 500), 0, yesterday);
+    let _held = l.admit_local_reserving(&a, 0, 200.0, 0, today).unwrap();
+    let e = l.admit_local_reserving(&a, 0, 1.0, 0, today).unwrap_err();
+    assert_eq!(
+        e.retry_after_secs(),
+        Some(HELD_RETRY_AFTER_SECS),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message.contains("held by requests in flight"),
+        "{}",
+        e.message
+    );
 }

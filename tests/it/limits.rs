@@ -595,3 +595,72 @@ async fn redis_losing_its_keys_mid_flight_does_not_open_the_budget() {
     // settled ones (0.045), so at most the one that crosses runs.
     assert!(more <= 1, "{more} more requests after the loss");
 }
+
+// Regression (outside attack, 2026-12-07): a model name only a policy routes
+// (`auto`, no endpoints of its own) reserved nothing, so 30 concurrent requests
+// all passed a budget that 4 fill. Expected: such a name reserves at the dearest
+// endpoint of all.
+#[tokio::test]
+async fn a_name_only_a_policy_routes_still_reserves_its_budget() {
+    let app = start_app(
+        "providers:\n  p: { kind: mock, mock: { latency_ms: 300, completion_tokens: 8 }, pricing: { input_per_mtok: 1000, output_per_mtok: 1000 } }\nmodels:\n  routed-m: { endpoints: [ { provider: p, model: x } ] }\nbudgets:\n  per_key: { usd_per_day: 0.05 }\n",
+        &[("auto.policy", "route auto when request.model == \"auto\" {\n  default use \"routed-m\"\n}\n")],
+    )
+    .await;
+    let url = app.url("/v1/chat/completions");
+    let sends = (0..30).map(|_| {
+        request_with(
+            "POST",
+            &url,
+            &[("authorization", "Bearer sk-a")],
+            chat("auto", false, r#","max_tokens":8"#),
+        )
+    });
+    let replies = futures_util::future::join_all(sends).await;
+    let ok = replies.iter().filter(|r| r.status == 200).count();
+    assert!((1..=4).contains(&ok), "{ok} answered");
+}
+
+// Regression (outside attack, 2026-12-07): a client that hung up while its request
+// was with the provider was charged nothing (the permit, dropped unsettled, gave
+// its reservation back), though the provider had the request. Expected: its input
+// estimate is spent, as a timeout's is kept.
+#[tokio::test]
+async fn a_client_that_leaves_mid_attempt_spends_its_input_estimate() {
+    use tokio::io::AsyncWriteExt as _;
+    let app = start_app(
+        "providers:\n  p: { kind: mock, mock: { latency_ms: 2000 }, pricing: { input_per_mtok: 1000, output_per_mtok: 1000 } }\nmodels:\n  gone-m: { endpoints: [ { provider: p, model: x } ] }\nbudgets:\n  per_key: { usd_per_day: 100 }\n",
+        &[],
+    )
+    .await;
+    let body = chat("gone-m", false, r#","max_tokens":8"#);
+    let addr = app
+        .url("/")
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let req = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer sk-a\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(s);
+    let mut spent = 0.0;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let metrics = request_with("GET", &app.url("/metrics"), &[], String::new())
+            .await
+            .text();
+        spent = crate::common::metric(
+            &metrics,
+            "switchyard_spend_usd_total",
+            &[("model", "gone-m")],
+        );
+        if spent > 0.0 {
+            break;
+        }
+    }
+    assert!(spent > 0.0, "the input estimate was not spent");
+}
