@@ -254,8 +254,7 @@ struct Inner {
     /// caller's key id and org (`false`: `all` for both, one series per model).
     caller_labels: bool,
     /// How long a budget reservation in Redis holds if never released, ms: a
-    /// request's longest life (`server.max_attempts` attempts of the longest
-    /// `timeouts.total_ms`, and a minute), at most a day.
+    /// request's longest life ([`hold_life_ms`]).
     hold_life_ms: u64,
 }
 
@@ -323,15 +322,7 @@ impl Limiter {
                 backend_errors: metrics::counter!(t::LIMIT_BACKEND_ERRORS),
                 tokens,
                 caller_labels: config.server.metrics_caller_labels,
-                hold_life_ms: config
-                    .providers
-                    .iter()
-                    .map(|p| p.timeouts.total_ms)
-                    .max()
-                    .unwrap_or(0)
-                    .saturating_mul(u64::from(config.server.max_attempts.max(1)))
-                    .saturating_add(60_000)
-                    .min(86_400_000),
+                hold_life_ms: hold_life_ms(config),
             }),
         }
     }
@@ -459,8 +450,7 @@ impl Limiter {
 
     /// The in-memory check of `needs` and `scopes` at `now_ms` / `unix_secs`; an
     /// admitted request's reservation `hold[i]` is added to the reservations of
-    /// scope `i` at once
-    /// (see [`Permit::settle`]).
+    /// scope `i` at once (see [`Permit::settle`]).
     fn check_local(
         &self,
         needs: &[Need],
@@ -583,10 +573,10 @@ impl Limiter {
     /// limiter's [`tokens::TokenCounter`]; it is called only when a tokens bucket
     /// applies to the caller (the count may run a tokenizer). `reserve_usd` gives the
     /// most the request may spend, USD ([`Limiter::reserve_usd`]); it is called only
-    /// when a budget applies, and an admitted request's reservation counts as spent
-    /// at once, so that requests in flight together cannot all pass a budget that
-    /// each alone would find unspent; [`Permit::settle`] replaces it with the actual
-    /// spend.
+    /// when a budget applies. An admitted request holds that much of each budget
+    /// (at most the budget) until it settles, so that requests in flight together
+    /// cannot all pass a budget that each alone would find unspent;
+    /// [`Permit::settle`] releases it and counts the actual spend.
     ///
     /// # Errors
     /// 429 `rate_limit_exceeded` or `budget_exceeded`; 503 `rate_limiter_unavailable`
@@ -648,7 +638,24 @@ impl Limiter {
                             reserve,
                         )
                     }
-                    Err(e) => self.redis_failed("admit", &e),
+                    Err(e) => {
+                        self.redis_failed("admit", &e);
+                        // Redis may have run the admission after the deadline: its
+                        // reservation is released by id (harmless if it never ran).
+                        if reserve.holds() {
+                            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                                let (r, limiter) = (r.clone(), self.clone());
+                                let id = reserve.id.clone();
+                                rt.spawn(async move {
+                                    let released =
+                                        r.settle(&[], 0, &redis_scopes, 0.0, &id, unix_secs).await;
+                                    if let Err(e) = released {
+                                        limiter.redis_failed("release", &e);
+                                    }
+                                });
+                            }
+                        }
+                    }
                 }
             }
             if self.inner.on_error == OnError::Closed {
@@ -831,19 +838,47 @@ impl Limiter {
 }
 
 /// What a request reserves of budget scope `s`: `usd` (its most possible spend),
-/// but no more than that scope's budget, which it cannot hold more of (a request
-/// with an output cap of 10^18 tokens reserves the budget, not 10^15 USD), and
-/// nothing that is not a finite positive amount.
+/// but no more than that scope's smaller budget (its day's, with a month's too),
+/// which it cannot hold more of (a request with an output cap of 10^18 tokens
+/// reserves the budget, not 10^15 USD), and nothing that is not a finite positive
+/// amount.
 fn capped_reserve(s: &BudgetScope, usd: f64) -> f64 {
     let most = [s.budget.usd_per_day, s.budget.usd_per_month]
         .into_iter()
         .flatten()
-        .fold(0.0, f64::max);
+        .fold(f64::INFINITY, f64::min);
     if usd.is_finite() && usd > 0.0 {
         usd.min(most)
     } else {
         0.0
     }
+}
+
+/// A request's longest life after admission, ms: the off-peak hold
+/// (`scheduler.off_peak.max_wait_ms`), then `server.max_attempts` attempts, each
+/// after the longest queue wait (`scheduler.queue_timeout_ms`) and taking the
+/// longest `timeouts.total_ms`, and a minute; at most two days (a day's spend key's
+/// life). A Redis reservation never released holds this long.
+fn hold_life_ms(config: &crate::config::Config) -> u64 {
+    let total = config
+        .providers
+        .iter()
+        .map(|p| p.timeouts.total_ms)
+        .max()
+        .unwrap_or(0);
+    let q = &config.scheduler.queue_timeout_ms;
+    let queue = q.high.max(q.normal).max(q.low);
+    let off_peak = config
+        .scheduler
+        .off_peak
+        .as_ref()
+        .map_or(0, |o| o.max_wait_ms);
+    total
+        .saturating_add(queue)
+        .saturating_mul(u64::from(config.server.max_attempts.max(1)))
+        .saturating_add(off_peak)
+        .saturating_add(60_000)
+        .min(2 * 86_400_000)
 }
 
 /// A reservation id unique to this request among all gateways sharing a Redis: a

@@ -9,15 +9,16 @@
 //! Keys: `sy:{sy}:rl:<level>:<id>:<rpm|tpm>` (a hash of level `l` in 1/60,000
 //! units and last update `t` in ms, expiring once it would be full again) and
 //! `sy:{sy}:spend:<k|o>:<id>:<dYYYYMMDD|mYYYYMM>` (a float of USD, expiring after its
-//! period), and beside each spend key `sy:{sy}:held:...`, a hash of the reservations
-//! of requests in flight (field: the request's reservation id; value:
-//! `<USD>:<expiry, Redis ms>`): written at admission, deleted when the request
-//! settles, and ignored (and deleted) once expired, so a reservation whose release
-//! never arrived (an admission the gateway timed out on but Redis ran, a release
-//! lost with the connection) holds the budget only for a request's longest life.
-//! Kept apart from the spend, a reservation never changes the spend; deleted by id,
-//! a release never takes off another request's reservation, even after Redis lost
-//! its keys. Every key carries the one hash tag `{sy}`, so a script that touches the
+//! period), and beside each spend key the reservations of requests in flight:
+//! `sy:{sy}:hold:...`, a hash of each reservation's USD by the request's
+//! reservation id, with their running sum in field `~sum`, and `sy:{sy}:holdx:...`,
+//! the ids sorted by expiry (Redis ms). Written at admission, deleted by id when the
+//! request settles (and by the gateway after an admission it timed out on, which
+//! Redis may still have run), and dropped once expired: so a reservation whose
+//! release never arrived holds the budget only for a request's longest life, a
+//! release never takes off another request's reservation (even after Redis lost its
+//! keys), and a reservation never changes the spend. Admission reads the sum and
+//! drops what expired: O(log n) in the reservations in flight, not O(n). Every key carries the one hash tag `{sy}`, so a script that touches the
 //! global, key and org buckets of a request is valid on Redis Cluster (all its keys
 //! are in one slot). The trade-off: all limiter traffic goes to the shard owning that
 //! slot. Splitting the tag per key would spread the load but make the global bucket
@@ -47,12 +48,13 @@ const DAY_KEY_TTL_SECS: u64 = 2 * 86_400;
 const MONTH_KEY_TTL_SECS: u64 = 32 * 86_400;
 
 /// The admission script. KEYS: spend keys (`ARGV[1]` of them), then as many
-/// reservation hashes (one per spend key, same period), then bucket keys. ARGV: the
+/// reservation hashes and as many expiry sets (one each per spend key, same
+/// period), then bucket keys. ARGV: the
 /// spend key count, each spend key's limit, then per bucket `per_min`, capacity
 /// and cost (units), then the reservation id, its lifetime (ms), and per
 /// reservation hash the USD to reserve there and the hash's TTL in seconds. A
-/// budget is spent when its spend and its live reservations reach its limit. Returns `{1, 0, 0, levels.., full_ms..,
-/// [left]}` (admitted), `{0, wait_ms or -1, blame, levels.., full_ms.., [left]}` (no
+/// budget is spent when its spend and its live reservations reach its limit.
+/// Returns `{1, 0, 0, levels.., full_ms.., [left]}` (admitted), `{0, wait_ms or -1, blame, levels.., full_ms.., [left]}` (no
 /// room), `{2, index, spent, reserved}` (over budget); `left`, present when a budget
 /// applies, is the least USD left among them (USD as strings: Lua numbers become
 /// integers in replies).
@@ -63,25 +65,26 @@ local nb = tonumber(ARGV[1])
 local left = nil
 for i = 1, nb do
   local spent = tonumber(redis.call('GET', KEYS[i]) or '0') or 0
-  local held = 0
-  local h = redis.call('HGETALL', KEYS[nb + i])
-  for x = 1, #h, 2 do
-    local v = h[x + 1]
-    local sep = string.find(v, ':', 1, true)
-    local amount = tonumber(string.sub(v, 1, (sep or 1) - 1)) or 0
-    local expiry = tonumber(string.sub(v, (sep or #v) + 1)) or 0
-    if expiry <= now then redis.call('HDEL', KEYS[nb + i], h[x]) else held = held + amount end
+  local hk, zk = KEYS[nb + i], KEYS[2 * nb + i]
+  local gone = redis.call('ZRANGEBYSCORE', zk, '-inf', now, 'LIMIT', 0, 256)
+  for _, id in ipairs(gone) do
+    local a = tonumber(redis.call('HGET', hk, id) or '0') or 0
+    redis.call('HDEL', hk, id)
+    redis.call('ZREM', zk, id)
+    if a > 0 and a < math.huge then redis.call('HINCRBYFLOAT', hk, '~sum', -a) end
   end
+  local held = tonumber(redis.call('HGET', hk, '~sum') or '0') or 0
+  if held ~= held or held < 1e-9 or held == math.huge then held = 0 end
   local limit = tonumber(ARGV[1 + i])
   if spent + held >= limit then return {2, i - 1, tostring(spent), tostring(held)} end
   if left == nil or limit - spent - held < left then left = limit - spent - held end
 end
 local base = 1 + nb
-local nk = #KEYS - 2 * nb
+local nk = #KEYS - 3 * nb
 local levels, rates, caps, costs = {}, {}, {}, {}
 local wait, blame = 0, 0
 for j = 1, nk do
-  local k = KEYS[2 * nb + j]
+  local k = KEYS[3 * nb + j]
   local rate = tonumber(ARGV[base + 3 * j - 2])
   local cap = tonumber(ARGV[base + 3 * j - 1]) * 60000
   local cost = tonumber(ARGV[base + 3 * j]) * 60000
@@ -106,8 +109,8 @@ for j = 1, nk do
     if rates[j] > 0 then full = math.ceil((caps[j] - levels[j]) / rates[j]) else full = 86400000 end
   end
   if ok then
-    redis.call('HSET', KEYS[2 * nb + j], 'l', levels[j], 't', now)
-    redis.call('PEXPIRE', KEYS[2 * nb + j], full + 1000)
+    redis.call('HSET', KEYS[3 * nb + j], 'l', levels[j], 't', now)
+    redis.call('PEXPIRE', KEYS[3 * nb + j], full + 1000)
   end
   out[3 + j] = math.floor(levels[j] / 60000)
   out[3 + nk + j] = full
@@ -117,9 +120,14 @@ local life = tonumber(ARGV[base + 3 * nk + 2] or '0') or 0
 if ok and rid ~= '' then
   for i = 1, nb do
     local amount = ARGV[base + 3 * nk + 1 + 2 * i]
-    if (tonumber(amount) or 0) > 0 then
-      redis.call('HSET', KEYS[nb + i], rid, amount .. ':' .. (now + life))
-      redis.call('EXPIRE', KEYS[nb + i], tonumber(ARGV[base + 3 * nk + 2 + 2 * i]))
+    local a = tonumber(amount) or 0
+    if a > 0 and a < math.huge then
+      local ttl = tonumber(ARGV[base + 3 * nk + 2 + 2 * i])
+      redis.call('HSET', KEYS[nb + i], rid, amount)
+      redis.call('HINCRBYFLOAT', KEYS[nb + i], '~sum', amount)
+      redis.call('ZADD', KEYS[2 * nb + i], now + life, rid)
+      redis.call('EXPIRE', KEYS[nb + i], ttl)
+      redis.call('EXPIRE', KEYS[2 * nb + i], ttl)
     end
   end
 end
@@ -128,7 +136,7 @@ return out
 "#;
 
 /// The settle script. KEYS: bucket keys (`ARGV[1]` of them), then spend keys, then
-/// as many reservation hashes. ARGV: the bucket count, per bucket `per_min`,
+/// as many reservation hashes and as many expiry sets. ARGV: the bucket count, per bucket `per_min`,
 /// capacity and the units to give back (negative: to charge); then the USD spent
 /// (added to every spend key), the reservation id (its field deleted from every
 /// reservation hash; empty: none), then each spend key's TTL in seconds.
@@ -152,13 +160,22 @@ for j = 1, nk do
 end
 local usd = tonumber(ARGV[3 * nk + 2])
 local rid = ARGV[3 * nk + 3]
-local m = (#KEYS - nk) / 2
+local m = (#KEYS - nk) / 3
 for i = 1, m do
   if usd > 0 then
     redis.call('INCRBYFLOAT', KEYS[nk + i], ARGV[3 * nk + 2])
     redis.call('EXPIRE', KEYS[nk + i], tonumber(ARGV[3 * nk + 3 + i]))
   end
-  if rid ~= '' then redis.call('HDEL', KEYS[nk + m + i], rid) end
+  if rid ~= '' then
+    local hk, zk = KEYS[nk + m + i], KEYS[nk + 2 * m + i]
+    local a = tonumber(redis.call('HGET', hk, rid) or '0') or 0
+    if a > 0 then
+      redis.call('HDEL', hk, rid)
+      redis.call('ZREM', zk, rid)
+      local left = tonumber(redis.call('HINCRBYFLOAT', hk, '~sum', -a)) or 0
+      if left < 1e-9 then redis.call('HSET', hk, '~sum', '0') end
+    end
+  end
 end
 return 1
 "#;
@@ -251,12 +268,15 @@ impl RedisBackend {
         let mut inv = self.shared.admit.prepare_invoke();
         let mut limits = Vec::new();
         let budget_keys = budget_keys(scopes, &day, &month);
-        for (spend, _, limit, _) in &budget_keys {
+        for (spend, _, _, limit, _) in &budget_keys {
             inv.key(spend);
             limits.push(*limit);
         }
-        for (_, held, _, _) in &budget_keys {
-            inv.key(held);
+        for (_, hold, _, _, _) in &budget_keys {
+            inv.key(hold);
+        }
+        for (_, _, expiry, _, _) in &budget_keys {
+            inv.key(expiry);
         }
         inv.arg(limits.len());
         for l in &limits {
@@ -267,7 +287,7 @@ impl RedisBackend {
             inv.arg(n.per_min).arg(n.capacity).arg(n.cost);
         }
         inv.arg(hold.id).arg(hold.life_ms);
-        for ((_, _, _, ttl), scope) in budget_keys.iter().zip(budget_key_scopes(scopes)) {
+        for ((_, _, _, _, ttl), scope) in budget_keys.iter().zip(budget_key_scopes(scopes)) {
             let usd = hold.usd.get(scope).copied().unwrap_or(0.0);
             inv.arg(usd.to_string()).arg(*ttl);
         }
@@ -283,8 +303,6 @@ impl RedisBackend {
         parse_admit(reply, needs, scopes, &limits)
     }
 
-    /// Settles one permit: `delta` units back to each token bucket of `needs`
-    /// (negative: charged), `usd` added to the spend of `scopes`.
     /// Settles one permit: `delta` units back to each token bucket of `needs`
     /// (negative: charged), `usd` added to the spend of `scopes`, and reservation
     /// `hold_id` (empty: none) released.
@@ -310,12 +328,15 @@ impl RedisBackend {
         inv.arg(hold_id);
         if usd > 0.0 || !hold_id.is_empty() {
             let budget_keys = budget_keys(scopes, &day, &month);
-            for (spend, _, _, ttl) in &budget_keys {
+            for (spend, _, _, _, ttl) in &budget_keys {
                 inv.key(spend);
                 inv.arg(*ttl);
             }
-            for (_, held, _, _) in &budget_keys {
-                inv.key(held);
+            for (_, hold, _, _, _) in &budget_keys {
+                inv.key(hold);
+            }
+            for (_, _, expiry, _, _) in &budget_keys {
+                inv.key(expiry);
             }
         }
         let call = async {
@@ -332,12 +353,12 @@ impl RedisBackend {
 }
 
 /// Per budget of `scopes` (day before month, scope by scope): its spend key, its
-/// reservation key, its limit (USD) and the keys' TTL (seconds).
+/// reservation hash and expiry set, its limit (USD) and the keys' TTL (seconds).
 fn budget_keys(
     scopes: &[(String, Budget)],
     day: &str,
     month: &str,
-) -> Vec<(String, String, f64, u64)> {
+) -> Vec<(String, String, String, f64, u64)> {
     let mut out = Vec::new();
     for (scope, b) in scopes {
         for (limit, period, ttl) in [
@@ -347,7 +368,8 @@ fn budget_keys(
             if let Some(limit) = limit {
                 out.push((
                     format!("{PREFIX}spend:{scope}:{period}"),
-                    format!("{PREFIX}held:{scope}:{period}"),
+                    format!("{PREFIX}hold:{scope}:{period}"),
+                    format!("{PREFIX}holdx:{scope}:{period}"),
                     limit,
                     ttl,
                 ));

@@ -367,3 +367,19 @@ fn a_held_month_is_not_reported_used_up_by_the_days_limit() {
         e.message
     );
 }
+
+// Regression (outside attack, 2026-12-07): a request held for the off-peak window
+// (up to `off_peak.max_wait`, 6 h by default) outlived its Redis reservation, whose
+// life counted only the attempts (81 min by default), and the budget was spent
+// 3.6 times over by the requests admitted after it expired.
+#[test]
+fn a_reservation_outlives_the_off_peak_hold_and_the_queue_waits() {
+    let config = parse_str(
+        "providers: { p: { kind: mock } }\nmodels: { m: { endpoints: [ { provider: p, model: x } ] } }\nscheduler: { off_peak: { hours: 0-6, timezone: UTC, max_wait: 6h } }\n",
+        None,
+    )
+    .unwrap();
+    let life = hold_life_ms(&config);
+    // 6 h held, then 8 attempts of 600 s, each after up to 60 s queued, and 1 min.
+    assert_eq!(life, 6 * 3_600_000 + 8 * (600_000 + 60_000) + 60_000);
+}
