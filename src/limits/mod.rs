@@ -461,6 +461,7 @@ impl Limiter {
     ) -> Checked {
         let mut local = self.lock();
         let mut left: Option<f64> = None;
+        let mut refused = Vec::new();
         for (index, s) in scopes.iter().enumerate() {
             let (day, month) = local.ledger.spent(&s.scope, unix_secs);
             let (held_day, held_month) = local.reserved.spent(&s.scope, unix_secs);
@@ -475,21 +476,24 @@ impl Limiter {
             }
             let over = |used: f64, limit: Option<f64>| limit.is_some_and(|l| used >= l);
             if over(day + held_day, s.budget.usd_per_day) {
-                return Checked::OverBudget {
+                refused.push(Checked::OverBudget {
                     index,
                     spent: day,
                     reserved: held_day,
                     monthly: false,
-                };
+                });
             }
             if over(month + held_month, s.budget.usd_per_month) {
-                return Checked::OverBudget {
+                refused.push(Checked::OverBudget {
                     index,
                     spent: month,
                     reserved: held_month,
                     monthly: true,
-                };
+                });
             }
+        }
+        if let Some(worst) = worst_refusal(refused, scopes.iter().map(|s| s.budget)) {
+            return worst;
         }
         // One look-up per bucket when every bucket admits (almost every request):
         // each takes its cost as it is found. The keys are distinct by construction
@@ -1076,6 +1080,39 @@ impl Drop for Permit {
             self.settle(None, &Usage::default());
         }
     }
+}
+
+/// Of the budgets `refused` (each a [`Checked::OverBudget`]; `budgets` the scopes'
+/// budgets by index), the one the refusal names: a budget spent for its month, then
+/// one spent for its day, then one only held by requests in flight; so its
+/// `Retry-After` is the longest wait (a key's day and its organization's month both
+/// spent: the month's). `None` when none was refused.
+fn worst_refusal(
+    refused: Vec<Checked>,
+    budgets: impl Iterator<Item = Budget> + Clone,
+) -> Option<Checked> {
+    let rank = |c: &Checked| match c {
+        Checked::OverBudget {
+            index,
+            spent,
+            monthly,
+            ..
+        } => {
+            let b = budgets.clone().nth(*index).unwrap_or_default();
+            let limit = if *monthly {
+                b.usd_per_month
+            } else {
+                b.usd_per_day
+            };
+            match (limit.is_some_and(|l| *spent >= l), monthly) {
+                (true, true) => 3,
+                (true, false) => 2,
+                _ => 1,
+            }
+        }
+        _ => 0,
+    };
+    refused.into_iter().max_by_key(|c| rank(c))
 }
 
 /// `Retry-After` of a budget refusal whose budget is held by requests in flight

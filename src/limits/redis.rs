@@ -55,7 +55,8 @@ const MONTH_KEY_TTL_SECS: u64 = 32 * 86_400;
 /// reservation hash the USD to reserve there and the hash's TTL in seconds. A
 /// budget is spent when its spend and its live reservations reach its limit.
 /// Returns `{1, 0, 0, levels.., full_ms.., [left]}` (admitted), `{0, wait_ms or -1, blame, levels.., full_ms.., [left]}` (no
-/// room), `{2, index, spent, reserved}` (over budget); `left`, present when a budget
+/// room), `{2, index, spent, reserved, ...}` (over budget: each budget over, by its
+/// spend key's index); `left`, present when a budget
 /// applies, is the least USD left among them (USD as strings: Lua numbers become
 /// integers in replies).
 pub const ADMIT: &str = r#"
@@ -63,6 +64,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nb = tonumber(ARGV[1])
 local left = nil
+local over = {}
 for i = 1, nb do
   local spent = tonumber(redis.call('GET', KEYS[i]) or '0') or 0
   local hk, zk = KEYS[nb + i], KEYS[2 * nb + i]
@@ -76,9 +78,14 @@ for i = 1, nb do
   local held = tonumber(redis.call('HGET', hk, '~sum') or '0') or 0
   if held ~= held or held < 1e-9 or held == math.huge then held = 0 end
   local limit = tonumber(ARGV[1 + i])
-  if spent + held >= limit then return {2, i - 1, tostring(spent), tostring(held)} end
+  if spent + held >= limit then
+    over[#over + 1] = i - 1
+    over[#over + 1] = tostring(spent)
+    over[#over + 1] = tostring(held)
+  end
   if left == nil or limit - spent - held < left then left = limit - spent - held end
 end
+if #over > 0 then return {2, unpack(over)} end
 local base = 1 + nb
 local nk = #KEYS - 3 * nb
 local levels, rates, caps, costs = {}, {}, {}, {}
@@ -420,34 +427,37 @@ fn parse_admit(
     };
     let code = items.first().and_then(int).ok_or(BackendError::Reply)?;
     if code == 2 {
-        let i = items.get(1).and_then(int).ok_or(BackendError::Reply)?;
         let usd = |v: Option<&redis::Value>| match v {
             Some(redis::Value::BulkString(b)) => {
                 String::from_utf8_lossy(b).parse::<f64>().unwrap_or(0.0)
             }
             _ => 0.0,
         };
-        let (spent, reserved) = (usd(items.get(2)), usd(items.get(3)));
-        // Map the spend-key index back to its scope and period (each scope has a
-        // day key, a month key or both, in that order).
-        let mut k = 0i64;
-        let (mut index, mut monthly) = (0, false);
-        for (si, (_, b)) in scopes.iter().enumerate() {
-            let n = i64::from(b.usd_per_day.is_some()) + i64::from(b.usd_per_month.is_some());
-            if i < k + n {
-                index = si;
-                monthly = b.usd_per_day.is_none() || i == k + 1;
-                break;
+        // Each budget over: map its spend-key index back to its scope and period
+        // (each scope has a day key, a month key or both, in that order).
+        let mut found = Vec::new();
+        for triple in items[1..].chunks(3) {
+            let i = triple.first().and_then(int).ok_or(BackendError::Reply)?;
+            let (spent, reserved) = (usd(triple.get(1)), usd(triple.get(2)));
+            let mut k = 0i64;
+            for (si, (_, b)) in scopes.iter().enumerate() {
+                let n = i64::from(b.usd_per_day.is_some()) + i64::from(b.usd_per_month.is_some());
+                if i < k + n {
+                    let monthly = b.usd_per_day.is_none() || i == k + 1;
+                    found.push(Checked::OverBudget {
+                        index: si,
+                        spent,
+                        reserved,
+                        monthly,
+                    });
+                    break;
+                }
+                k += n;
             }
-            k += n;
         }
         let _ = limits;
-        return Ok(Checked::OverBudget {
-            index,
-            spent,
-            reserved,
-            monthly,
-        });
+        return super::worst_refusal(found, scopes.iter().map(|(_, b)| *b))
+            .ok_or(BackendError::Reply);
     }
     let n = needs.len();
     if items.len() != 3 + 2 * n && items.len() != 4 + 2 * n {

@@ -383,3 +383,26 @@ fn a_reservation_outlives_the_off_peak_hold_and_the_queue_waits() {
     // 6 h held, then 8 attempts of 600 s, each after up to 60 s queued, and 1 min.
     assert_eq!(life, 6 * 3_600_000 + 8 * (600_000 + 60_000) + 60_000);
 }
+
+// Regression (outside attack, 2026-12-07): with a key's day budget and its
+// organization's month budget both spent, the refusal named the first found (the
+// key's day) and said Retry-After until midnight, when the month's would still be
+// spent. Expected: the longest wait, to the end of the month.
+#[test]
+fn a_refusal_names_the_budget_that_stays_spent_longest() {
+    let l =
+        limiter("budgets:\n  per_key: { usd_per_day: 300 }\n  per_org: { usd_per_month: 300 }\n");
+    let a = caller("a", Some("o"));
+    let noon = 1_707_566_400; // 2024-02-10T12:00:00Z
+    let p = l.admit_local_reserving(&a, 0, 0.0, 0, noon).unwrap();
+    p.settle_at(Some(0), &Usage::new(100, 200), 0, noon);
+    let e = l.admit_local_reserving(&a, 0, 0.0, 0, noon).unwrap_err();
+    assert_eq!(e.code, Some(Code::BudgetExceeded));
+    assert!(e.message.contains("organization"), "{}", e.message);
+    assert_eq!(
+        e.retry_after_secs(),
+        Some(budget::secs_to_period_end(noon, true)),
+        "{}",
+        e.message
+    );
+}
