@@ -630,7 +630,26 @@ impl Limiter {
                     life_ms: self.inner.hold_life_ms,
                     usd: &reserve.held,
                 };
-                match r.admit(&needs, &redis_scopes, unix_secs, &hold).await {
+                // Until Redis has answered, its reservation may exist with no
+                // permit to release it: on a deadline, an error, or this future
+                // dropped (the client hung up mid-call), the guard releases it by
+                // id (harmless if the admission never ran).
+                let mut unclaimed = reserve.holds().then(|| Unclaimed {
+                    redis: r.clone(),
+                    limiter: self.clone(),
+                    scopes: redis_scopes.clone(),
+                    id: reserve.id.clone(),
+                    unix_secs,
+                });
+                let answer = r.admit(&needs, &redis_scopes, unix_secs, &hold).await;
+                if answer.is_ok() {
+                    // A refusal reserved nothing; an admission's permit releases.
+                    if let Some(u) = unclaimed.as_mut() {
+                        u.id.clear();
+                    }
+                }
+                drop(unclaimed);
+                match answer {
                     Ok(checked) => {
                         return self.permit(
                             caller,
@@ -642,24 +661,7 @@ impl Limiter {
                             reserve,
                         )
                     }
-                    Err(e) => {
-                        self.redis_failed("admit", &e);
-                        // Redis may have run the admission after the deadline: its
-                        // reservation is released by id (harmless if it never ran).
-                        if reserve.holds() {
-                            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                                let (r, limiter) = (r.clone(), self.clone());
-                                let id = reserve.id.clone();
-                                rt.spawn(async move {
-                                    let released =
-                                        r.settle(&[], 0, &redis_scopes, 0.0, &id, unix_secs).await;
-                                    if let Err(e) = released {
-                                        limiter.redis_failed("release", &e);
-                                    }
-                                });
-                            }
-                        }
-                    }
+                    Err(e) => self.redis_failed("admit", &e),
                 }
             }
             if self.inner.on_error == OnError::Closed {
@@ -861,8 +863,9 @@ fn capped_reserve(s: &BudgetScope, usd: f64) -> f64 {
 /// A request's longest life after admission, ms: the off-peak hold
 /// (`scheduler.off_peak.max_wait_ms`), then `server.max_attempts` attempts, each
 /// after the longest queue wait (`scheduler.queue_timeout_ms`) and taking the
-/// longest `timeouts.total_ms`, and a minute; at most two days (a day's spend key's
-/// life). A Redis reservation never released holds this long.
+/// longest `timeouts.total_ms`, the waits between attempts (backoff and
+/// `Retry-After`, within `server.retry_budget_ms`), and a minute; at most two days
+/// (a day's spend key's life). A Redis reservation never released holds this long.
 fn hold_life_ms(config: &crate::config::Config) -> u64 {
     let total = config
         .providers
@@ -880,6 +883,7 @@ fn hold_life_ms(config: &crate::config::Config) -> u64 {
     total
         .saturating_add(queue)
         .saturating_mul(u64::from(config.server.max_attempts.max(1)))
+        .saturating_add(config.server.retry_budget_ms)
         .saturating_add(off_peak)
         .saturating_add(60_000)
         .min(2 * 86_400_000)
@@ -1118,6 +1122,38 @@ fn worst_refusal(
 /// `Retry-After` of a budget refusal whose budget is held by requests in flight
 /// rather than spent, seconds.
 pub const HELD_RETRY_AFTER_SECS: u64 = 1;
+
+/// A Redis reservation made, or perhaps made, by an admission call with no permit
+/// yet to release it: released by id when dropped unless claimed (`id` cleared).
+struct Unclaimed {
+    redis: redis::RedisBackend,
+    limiter: Limiter,
+    scopes: Vec<(String, Budget)>,
+    id: String,
+    unix_secs: u64,
+}
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        if self.id.is_empty() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (r, limiter) = (self.redis.clone(), self.limiter.clone());
+        let (scopes, id, unix_secs) = (
+            std::mem::take(&mut self.scopes),
+            std::mem::take(&mut self.id),
+            self.unix_secs,
+        );
+        rt.spawn(async move {
+            if let Err(e) = r.settle(&[], 0, &scopes, 0.0, &id, unix_secs).await {
+                limiter.redis_failed("release", &e);
+            }
+        });
+    }
+}
 
 /// What an admitted request reserved of its budgets, in the UTC day and month of
 /// `unix_secs`: `held[i]` USD of scope `i` (none when no budget applies), under

@@ -68,7 +68,7 @@ local over = {}
 for i = 1, nb do
   local spent = tonumber(redis.call('GET', KEYS[i]) or '0') or 0
   local hk, zk = KEYS[nb + i], KEYS[2 * nb + i]
-  local gone = redis.call('ZRANGEBYSCORE', zk, '-inf', now, 'LIMIT', 0, 256)
+  local gone = redis.call('ZRANGEBYSCORE', zk, '-inf', now, 'LIMIT', 0, 4096)
   for _, id in ipairs(gone) do
     local a = tonumber(redis.call('HGET', hk, id) or '0') or 0
     redis.call('HDEL', hk, id)

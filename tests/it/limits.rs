@@ -664,3 +664,81 @@ async fn a_client_that_leaves_mid_attempt_spends_its_input_estimate() {
     }
     assert!(spent > 0.0, "the input estimate was not spent");
 }
+
+/// `redis-cli -p PORT ARGS...`'s output.
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .expect("redis-cli (Debian: redis-tools, which redis-server depends on)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+// Regression (outside attack, 2026-12-07): a client that hung up while the Redis
+// admission call was in flight dropped the request before any permit existed;
+// Redis made the reservation anyway and nothing released it, so the key was
+// refused as "held by requests in flight" for the reservation's whole life (about
+// 89 minutes with the defaults). Expected: released by id once Redis answers.
+#[tokio::test]
+async fn a_client_gone_during_the_admission_call_leaves_no_reservation() {
+    use tokio::io::AsyncWriteExt as _;
+    let redis = start_redis();
+    let app = start_app(
+        &format!("providers:\n  p: {{ kind: mock, pricing: {{ input_per_mtok: 1000, output_per_mtok: 1000 }} }}\nmodels:\n  admit-m: {{ endpoints: [ {{ provider: p, model: x }} ] }}\nbudgets:\n  per_key: {{ usd_per_day: 1.0 }}\nstate: {{ redis: 'redis://127.0.0.1:{}', timeout_ms: 3000, on_error: closed }}\n", redis.port),
+        &[],
+    )
+    .await;
+    // One request first, so the connection to Redis is made and the script loaded.
+    let r = request_with(
+        "POST",
+        &app.url("/v1/chat/completions"),
+        &[("authorization", "Bearer sk-a")],
+        chat("admit-m", false, r#","max_tokens":8"#),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let port = redis.port;
+    // Redis busy for 0.8 s (a script spinning on its clock: DEBUG SLEEP is off by
+    // default), so the admission call is in flight when the client hangs up.
+    let busy = "local s = redis.call('TIME') local t0 = s[1] * 1000000 + s[2] while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - t0 > 800000 then break end end return 1";
+    let sleeper = std::thread::spawn(move || redis_cli(port, &["EVAL", busy, "0"]));
+    std::thread::sleep(Duration::from_millis(100));
+    let body = chat("admit-m", false, r#","max_tokens":500"#);
+    let addr = app
+        .url("/")
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let req = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer sk-a\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(s);
+    sleeper.join().unwrap();
+    let mut held = String::new();
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        held = redis_cli(port, &["--scan", "--pattern", "sy:{sy}:hold:*"])
+            .lines()
+            .map(|k| redis_cli(port, &["HLEN", k]).trim().to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        // Only the `~sum` field left in each hash: no reservation.
+        if held
+            .split(',')
+            .all(|n| n == "1" || n == "0" || n.is_empty())
+        {
+            break;
+        }
+    }
+    assert!(
+        held.split(',')
+            .all(|n| n == "1" || n == "0" || n.is_empty()),
+        "reservations left: {held}"
+    );
+}
