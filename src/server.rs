@@ -709,26 +709,44 @@ fn headers_too_large<B>(
     (resp, lines)
 }
 
-/// Resolves when the process receives SIGTERM or SIGINT (Ctrl-C).
-pub async fn shutdown_signal() {
+/// Resolves when the process receives SIGTERM or SIGINT (Ctrl-C). The handlers are
+/// installed by this call, not when the future is first polled: a signal that comes
+/// in between is seen here rather than taking its default action (terminating the
+/// process undrained).
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {},
-                    _ = tokio::signal::ctrl_c() => {},
+        let mut term = signal(SignalKind::terminate()).ok();
+        let mut int = signal(SignalKind::interrupt()).ok();
+        async move {
+            let term = async {
+                match term.as_mut() {
+                    Some(t) => {
+                        t.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
                 }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+            };
+            let int = async {
+                match int.as_mut() {
+                    Some(i) => {
+                        i.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = term => {},
+                () = int => {},
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 

@@ -99,10 +99,23 @@ pub fn run(args: ServeArgs) -> ExitCode {
         if let Some(a) = app.admin_addr() {
             tracing::info!("admin endpoints (/admin/*, /metrics) listening on http://{a}");
         }
+        // The signal handlers go in before the line that says the gateway is up: a
+        // supervisor that sends SIGHUP (or SIGTERM) on seeing it must not meet the
+        // signal's default action, which ends the process (outside attack: 23 of 40
+        // SIGHUPs sent on that line killed the gateway).
+        spawn_sighup(app.reloader().clone());
+        let stop = crate::server::shutdown_signal();
         // The watch is armed already: a save from here on is seen.
         println!("switchyard listening on {addr}");
-        spawn_sighup(app.reloader().clone());
-        crate::server::shutdown_signal().await;
+        stop.await;
+        // A second SIGTERM or SIGINT while draining ends the process at once.
+        let again = crate::server::shutdown_signal();
+        tokio::spawn(async move {
+            again.await;
+            tracing::warn!("second shutdown signal: exiting without waiting for the drain");
+            crate::logging::close_access_file();
+            std::process::exit(1);
+        });
         app.shutdown();
         app.wait().await;
         tracing::info!("switchyard stopped");
@@ -123,20 +136,22 @@ fn start_failed(e: StartError) -> ExitCode {
     })
 }
 
-/// Forces a policy reload on every SIGHUP.
+/// Forces a policy reload on every SIGHUP; the handler is installed by this call.
 fn spawn_sighup(reloader: Arc<crate::reload::Reloader>) {
     #[cfg(unix)]
-    tokio::spawn(async move {
+    {
         use tokio::signal::unix::{signal, SignalKind};
         let Ok(mut hup) = signal(SignalKind::hangup()) else {
             tracing::warn!("cannot listen for SIGHUP; reload by saving a policy file");
             return;
         };
-        while hup.recv().await.is_some() {
-            tracing::info!("SIGHUP: reloading policies");
-            reloader.request(true);
-        }
-    });
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                tracing::info!("SIGHUP: reloading policies");
+                reloader.request(true);
+            }
+        });
+    }
     #[cfg(not(unix))]
     let _ = reloader;
 }

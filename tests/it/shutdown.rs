@@ -101,3 +101,56 @@ async fn stream_cut_by_drain_deadline(server_keys: &str) {
     let last: serde_json::Value = serde_json::from_str(r.events().last().unwrap()).unwrap();
     assert_eq!(last["error"]["code"], "gateway_shutdown", "{}", r.text());
 }
+
+// Regression (outside attack, 2026-12-07): the SIGHUP handler was installed by a task
+// spawned after the "switchyard listening" line, so a supervisor that sent SIGHUP on
+// seeing that line met SIGHUP's default action, and the gateway died (23 of 40
+// tries). Expected: the signal is a reload, from the moment the line is printed.
+#[tokio::test]
+async fn a_sighup_sent_on_the_listening_line_reloads_and_does_not_kill() {
+    let m = mock(&[]);
+    for _ in 0..5 {
+        let mut gw = serve(&config(
+            &[("up", &m)],
+            "",
+            "  m:\n    endpoints:\n      - { provider: up, model: x }\n",
+        ));
+        // `serve` returns as soon as the line was read: signal at once.
+        let _ = std::process::Command::new("kill")
+            .args(["-HUP", &gw.child.id().to_string()])
+            .status();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            gw.child.try_wait().unwrap().is_none(),
+            "the gateway died of a SIGHUP sent on its listening line"
+        );
+        assert_eq!(get(&gw.url("/health")).await.status, 200);
+    }
+}
+
+// Regression (outside attack, 2026-12-07): a second SIGTERM or Ctrl-C during the
+// drain did nothing, so an operator could not cut a long drain short. Expected: the
+// second signal ends the process at once (exit code 1).
+#[tokio::test]
+async fn a_second_sigterm_ends_the_drain_at_once() {
+    let m = mock(&["--tokens-per-s", "2"]);
+    let mut gw = serve(&format!(
+        "server: {{ drain_timeout_ms: 60000 }}\n{}",
+        config(
+            &[("up", &m)],
+            "",
+            "  m:\n    endpoints:\n      - { provider: up, model: x }\n",
+        )
+    ));
+    let url = gw.url("/v1/chat/completions");
+    // A stream of 16 tokens at 2 a second: it would hold the drain for 8 s.
+    let stream = tokio::spawn(async move { post(&url, &chat("m", true, "")).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    gw.terminate();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(gw.child.try_wait().unwrap().is_none(), "still draining");
+    gw.terminate();
+    let status = gw.exited().await;
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    let _ = stream.await;
+}
