@@ -563,12 +563,14 @@ impl Limiter {
         let checked = self.check_local(&needs, &scopes, now_ms, unix_secs, &reserve.held);
         self.permit(
             caller,
-            tokens,
-            needs,
-            scopes,
+            Ask {
+                tokens,
+                needs,
+                scopes,
+                reserve,
+            },
             checked,
             Backend::Local,
-            reserve,
         )
     }
 
@@ -613,12 +615,14 @@ impl Limiter {
             let checked = Checked::Admitted(Vec::new(), None);
             return self.permit(
                 caller,
-                tokens,
-                needs,
-                scopes,
+                Ask {
+                    tokens,
+                    needs,
+                    scopes,
+                    reserve,
+                },
                 checked,
                 Backend::Local,
-                reserve,
             );
         }
         let now_ms = self.now_ms();
@@ -653,12 +657,14 @@ impl Limiter {
                     Ok(checked) => {
                         return self.permit(
                             caller,
-                            tokens,
-                            needs,
-                            scopes,
+                            Ask {
+                                tokens,
+                                needs,
+                                scopes,
+                                reserve,
+                            },
                             checked,
                             Backend::Redis,
-                            reserve,
                         )
                     }
                     Err(e) => self.redis_failed("admit", &e),
@@ -679,12 +685,14 @@ impl Limiter {
         let checked = self.check_local(&needs, &scopes, now_ms, unix_secs, &reserve.held);
         self.permit(
             caller,
-            tokens,
-            needs,
-            scopes,
+            Ask {
+                tokens,
+                needs,
+                scopes,
+                reserve,
+            },
             checked,
             Backend::Local,
-            reserve,
         )
     }
 
@@ -712,17 +720,21 @@ impl Limiter {
         tracing::warn!(op, error = %e, on_error = ?self.inner.on_error, "rate-limit state (Redis) unavailable");
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// The permit of `caller`'s request `ask` that `checked` admitted on `backend`,
+    /// or the refusal it names.
     fn permit(
         &self,
         caller: &Caller,
-        tokens: u64,
-        needs: Vec<Need>,
-        scopes: Vec<BudgetScope>,
+        ask: Ask,
         checked: Checked,
         backend: Backend,
-        reserve: Reserve,
     ) -> Result<Permit, GatewayError> {
+        let Ask {
+            tokens,
+            needs,
+            scopes,
+            reserve,
+        } = ask;
         match checked {
             Checked::Admitted(views, budget_remaining) => {
                 let token_needs = needs
@@ -1153,6 +1165,15 @@ impl Drop for Unclaimed {
             }
         });
     }
+}
+
+/// What one request asks of the limiter: `tokens` (its token cost), the buckets it
+/// `needs`, the budget `scopes` it spends in, and the `reserve` it holds of them.
+struct Ask {
+    tokens: u64,
+    needs: Vec<Need>,
+    scopes: Vec<BudgetScope>,
+    reserve: Reserve,
 }
 
 /// What an admitted request reserved of its budgets, in the UTC day and month of

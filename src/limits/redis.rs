@@ -273,30 +273,20 @@ impl RedisBackend {
     ) -> Result<Checked, BackendError> {
         let (day, month) = super::budget::period_names(unix_secs);
         let mut inv = self.shared.admit.prepare_invoke();
-        let mut limits = Vec::new();
-        let budget_keys = budget_keys(scopes, &day, &month);
-        for (spend, _, _, limit, _) in &budget_keys {
-            inv.key(spend);
-            limits.push(*limit);
-        }
-        for (_, hold, _, _, _) in &budget_keys {
-            inv.key(hold);
-        }
-        for (_, _, expiry, _, _) in &budget_keys {
-            inv.key(expiry);
-        }
-        inv.arg(limits.len());
-        for l in &limits {
-            inv.arg(l.to_string());
+        let keys = budget_keys(scopes, &day, &month);
+        push_budget_keys(&mut inv, &keys);
+        inv.arg(keys.len());
+        for k in &keys {
+            inv.arg(k.limit.to_string());
         }
         for n in needs {
             inv.key(format!("{PREFIX}rl:{}", n.key));
             inv.arg(n.per_min).arg(n.capacity).arg(n.cost);
         }
         inv.arg(hold.id).arg(hold.life_ms);
-        for ((_, _, _, _, ttl), scope) in budget_keys.iter().zip(budget_key_scopes(scopes)) {
-            let usd = hold.usd.get(scope).copied().unwrap_or(0.0);
-            inv.arg(usd.to_string()).arg(*ttl);
+        for k in &keys {
+            let usd = hold.usd.get(k.scope).copied().unwrap_or(0.0);
+            inv.arg(usd.to_string()).arg(k.ttl);
         }
         let call = async {
             let mut conn = self.conn().await?;
@@ -307,7 +297,7 @@ impl RedisBackend {
         let reply = tokio::time::timeout(self.shared.timeout, call)
             .await
             .map_err(|_| BackendError::Timeout)??;
-        parse_admit(reply, needs, scopes, &limits)
+        parse_admit(reply, needs, scopes, &keys)
     }
 
     /// Settles one permit: `delta` units back to each token bucket of `needs`
@@ -334,16 +324,10 @@ impl RedisBackend {
         inv.arg(usd.max(0.0).to_string());
         inv.arg(hold_id);
         if usd > 0.0 || !hold_id.is_empty() {
-            let budget_keys = budget_keys(scopes, &day, &month);
-            for (spend, _, _, _, ttl) in &budget_keys {
-                inv.key(spend);
-                inv.arg(*ttl);
-            }
-            for (_, hold, _, _, _) in &budget_keys {
-                inv.key(hold);
-            }
-            for (_, _, expiry, _, _) in &budget_keys {
-                inv.key(expiry);
+            let keys = budget_keys(scopes, &day, &month);
+            push_budget_keys(&mut inv, &keys);
+            for k in &keys {
+                inv.arg(k.ttl);
             }
         }
         let call = async {
@@ -359,44 +343,58 @@ impl RedisBackend {
     }
 }
 
-/// Per budget of `scopes` (day before month, scope by scope): its spend key, its
-/// reservation hash and expiry set, its limit (USD) and the keys' TTL (seconds).
-fn budget_keys(
-    scopes: &[(String, Budget)],
-    day: &str,
-    month: &str,
-) -> Vec<(String, String, String, f64, u64)> {
+/// One budget's keys in Redis: its spend key, its reservation hash and expiry set.
+struct BudgetKey {
+    spend: String,
+    hold: String,
+    expiry: String,
+    /// The budget, USD.
+    limit: f64,
+    /// The keys' TTL, seconds.
+    ttl: u64,
+    /// Its scope's index in the scopes the keys were made for.
+    scope: usize,
+    /// The month's budget (else the day's).
+    monthly: bool,
+}
+
+/// The keys of every budget of `scopes`, day before month, scope by scope: the
+/// order of the scripts' KEYS and of the spend-key indices they return.
+fn budget_keys(scopes: &[(String, Budget)], day: &str, month: &str) -> Vec<BudgetKey> {
     let mut out = Vec::new();
-    for (scope, b) in scopes {
-        for (limit, period, ttl) in [
-            (b.usd_per_day, day, DAY_KEY_TTL_SECS),
-            (b.usd_per_month, month, MONTH_KEY_TTL_SECS),
+    for (i, (scope, b)) in scopes.iter().enumerate() {
+        for (limit, period, ttl, monthly) in [
+            (b.usd_per_day, day, DAY_KEY_TTL_SECS, false),
+            (b.usd_per_month, month, MONTH_KEY_TTL_SECS, true),
         ] {
             if let Some(limit) = limit {
-                out.push((
-                    format!("{PREFIX}spend:{scope}:{period}"),
-                    format!("{PREFIX}hold:{scope}:{period}"),
-                    format!("{PREFIX}holdx:{scope}:{period}"),
+                out.push(BudgetKey {
+                    spend: format!("{PREFIX}spend:{scope}:{period}"),
+                    hold: format!("{PREFIX}hold:{scope}:{period}"),
+                    expiry: format!("{PREFIX}holdx:{scope}:{period}"),
                     limit,
                     ttl,
-                ));
+                    scope: i,
+                    monthly,
+                });
             }
         }
     }
     out
 }
 
-/// The scope index of each budget key [`budget_keys`] makes, in its order.
-fn budget_key_scopes(scopes: &[(String, Budget)]) -> Vec<usize> {
-    let mut out = Vec::new();
-    for (i, (_, b)) in scopes.iter().enumerate() {
-        for limit in [b.usd_per_day, b.usd_per_month] {
-            if limit.is_some() {
-                out.push(i);
-            }
-        }
+/// Adds `keys` to a script's KEYS as both scripts take them: every spend key, then
+/// every reservation hash, then every expiry set.
+fn push_budget_keys(inv: &mut redis::ScriptInvocation<'_>, keys: &[BudgetKey]) {
+    for k in keys {
+        inv.key(&k.spend);
     }
-    out
+    for k in keys {
+        inv.key(&k.hold);
+    }
+    for k in keys {
+        inv.key(&k.expiry);
+    }
 }
 
 /// A reservation to make at admission: its id (unique per request), its lifetime
@@ -420,7 +418,7 @@ fn parse_admit(
     reply: redis::Value,
     needs: &[Need],
     scopes: &[(String, Budget)],
-    limits: &[f64],
+    keys: &[BudgetKey],
 ) -> Result<Checked, BackendError> {
     let redis::Value::Array(items) = reply else {
         return Err(BackendError::Reply);
@@ -433,29 +431,21 @@ fn parse_admit(
             }
             _ => 0.0,
         };
-        // Each budget over: map its spend-key index back to its scope and period
-        // (each scope has a day key, a month key or both, in that order).
+        // Each budget over, by its spend key's index.
         let mut found = Vec::new();
         for triple in items[1..].chunks(3) {
             let i = triple.first().and_then(int).ok_or(BackendError::Reply)?;
-            let (spent, reserved) = (usd(triple.get(1)), usd(triple.get(2)));
-            let mut k = 0i64;
-            for (si, (_, b)) in scopes.iter().enumerate() {
-                let n = i64::from(b.usd_per_day.is_some()) + i64::from(b.usd_per_month.is_some());
-                if i < k + n {
-                    let monthly = b.usd_per_day.is_none() || i == k + 1;
-                    found.push(Checked::OverBudget {
-                        index: si,
-                        spent,
-                        reserved,
-                        monthly,
-                    });
-                    break;
-                }
-                k += n;
-            }
+            let k = usize::try_from(i)
+                .ok()
+                .and_then(|i| keys.get(i))
+                .ok_or(BackendError::Reply)?;
+            found.push(Checked::OverBudget {
+                index: k.scope,
+                spent: usd(triple.get(1)),
+                reserved: usd(triple.get(2)),
+                monthly: k.monthly,
+            });
         }
-        let _ = limits;
         return super::worst_refusal(found, scopes.iter().map(|(_, b)| *b))
             .ok_or(BackendError::Reply);
     }

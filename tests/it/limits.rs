@@ -627,26 +627,17 @@ async fn a_name_only_a_policy_routes_still_reserves_its_budget() {
 // estimate is spent, as a timeout's is kept.
 #[tokio::test]
 async fn a_client_that_leaves_mid_attempt_spends_its_input_estimate() {
-    use tokio::io::AsyncWriteExt as _;
     let app = start_app(
         "providers:\n  p: { kind: mock, mock: { latency_ms: 2000 }, pricing: { input_per_mtok: 1000, output_per_mtok: 1000 } }\nmodels:\n  gone-m: { endpoints: [ { provider: p, model: x } ] }\nbudgets:\n  per_key: { usd_per_day: 100 }\n",
         &[],
     )
     .await;
-    let body = chat("gone-m", false, r#","max_tokens":8"#);
-    let addr = app
-        .url("/")
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_string();
-    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let req = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer sk-a\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    drop(s);
+    send_and_hang_up(
+        &app.url("/v1/chat/completions"),
+        &chat("gone-m", false, r#","max_tokens":8"#),
+        300,
+    )
+    .await;
     let mut spent = 0.0;
     for _ in 0..50 {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -683,7 +674,6 @@ fn redis_cli(port: u16, args: &[&str]) -> String {
 // 89 minutes with the defaults). Expected: released by id once Redis answers.
 #[tokio::test]
 async fn a_client_gone_during_the_admission_call_leaves_no_reservation() {
-    use tokio::io::AsyncWriteExt as _;
     let redis = start_redis();
     let app = start_app(
         &format!("providers:\n  p: {{ kind: mock, pricing: {{ input_per_mtok: 1000, output_per_mtok: 1000 }} }}\nmodels:\n  admit-m: {{ endpoints: [ {{ provider: p, model: x }} ] }}\nbudgets:\n  per_key: {{ usd_per_day: 1.0 }}\nstate: {{ redis: 'redis://127.0.0.1:{}', timeout_ms: 3000, on_error: closed }}\n", redis.port),
@@ -705,20 +695,12 @@ async fn a_client_gone_during_the_admission_call_leaves_no_reservation() {
     let busy = "local s = redis.call('TIME') local t0 = s[1] * 1000000 + s[2] while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - t0 > 800000 then break end end return 1";
     let sleeper = std::thread::spawn(move || redis_cli(port, &["EVAL", busy, "0"]));
     std::thread::sleep(Duration::from_millis(100));
-    let body = chat("admit-m", false, r#","max_tokens":500"#);
-    let addr = app
-        .url("/")
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_string();
-    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let req = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer sk-a\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    drop(s);
+    send_and_hang_up(
+        &app.url("/v1/chat/completions"),
+        &chat("admit-m", false, r#","max_tokens":500"#),
+        200,
+    )
+    .await;
     sleeper.join().unwrap();
     let mut held = String::new();
     for _ in 0..40 {
@@ -741,4 +723,19 @@ async fn a_client_gone_during_the_admission_call_leaves_no_reservation() {
             .all(|n| n == "1" || n == "0" || n.is_empty()),
         "reservations left: {held}"
     );
+}
+
+/// POSTs `body` to `url` as key `sk-a` over a connection of its own, and closes it
+/// `ms` later without reading the answer (a client that hangs up).
+async fn send_and_hang_up(url: &str, body: &str, ms: u64) {
+    use tokio::io::AsyncWriteExt as _;
+    let rest = url.trim_start_matches("http://");
+    let (addr, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer sk-a\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(ms)).await;
 }
