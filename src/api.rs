@@ -93,6 +93,17 @@ pub struct Message {
 }
 
 impl Message {
+    /// Bytes of the message's tool calls (`tool_calls`, the legacy `function_call`:
+    /// names and JSON arguments, which the model reads back as input), as
+    /// [`strings_len`] counts them.
+    pub fn calls_len(&self) -> usize {
+        ["tool_calls", "function_call"]
+            .iter()
+            .filter_map(|k| self.extra.get(*k))
+            .map(strings_len)
+            .sum()
+    }
+
     /// Whether the message carries an Anthropic prompt-caching `cache_control`
     /// marker: on itself, on its `function`, or on a content part.
     pub fn has_cache_control(&self) -> bool {

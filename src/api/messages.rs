@@ -139,12 +139,7 @@ fn text_len(messages: &[Message]) -> usize {
                     .sum(),
                 _ => 0,
             };
-            let calls = ["tool_calls", "function_call"]
-                .iter()
-                .filter_map(|k| m.extra.get(*k))
-                .map(crate::api::strings_len)
-                .sum::<usize>();
-            content + calls
+            content + m.calls_len()
         })
         .sum()
 }

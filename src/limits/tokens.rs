@@ -219,9 +219,7 @@ pub fn count_with(bpe: &CoreBPE, chat: &ChatRequest) -> u64 {
     let calls: usize = chat
         .messages
         .iter()
-        .flat_map(|m| ["tool_calls", "function_call"].map(|k| m.extra.get(k)))
-        .flatten()
-        .map(crate::api::strings_len)
+        .map(crate::api::Message::calls_len)
         .sum();
     let definitions = ((chat.definitions_len() + calls) as u64).div_ceil(4);
     tokens + definitions + PER_MESSAGE * chat.messages.len() as u64 + PER_MESSAGE
