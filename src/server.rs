@@ -370,6 +370,7 @@ pub async fn serve<H, F>(
         // the connections a moment to write it.
         tracing::warn!("drain timeout reached; ending the remaining streams");
         on_drain_timeout();
+        Reclaim::process().wake_answers();
         if tokio::time::timeout(Duration::from_secs(1), &mut drained)
             .await
             .is_err()
@@ -419,6 +420,12 @@ impl<F: Future<Output: Answered>> Future for Answer<F> {
                     if gone {
                         this.fut = None;
                         return Poll::Ready(Err(edge_io::client_gone()));
+                    }
+                    // HTTP/1 (the one with a watch): the connection's task, woken at
+                    // the drain deadline. (An HTTP/2 request runs in a task of its
+                    // own, not woken then: cut with its connection a second later.)
+                    if let (Some(guard), Some(_)) = (&this.guard, &this.watch) {
+                        guard.waiting(cx);
                     }
                     return Poll::Pending;
                 }

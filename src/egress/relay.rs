@@ -27,16 +27,30 @@ use crate::error::{ErrorKind, GatewayError};
 use crate::providers::{Sent, StreamStep, StreamTranscoder};
 use crate::sse::SseParser;
 
-/// Ends every stream relayed with it: the shutdown token. When the shutdown drain
-/// runs out of time, the owner calls [`StreamStop::stop`] and each live relay ends
-/// with one `gateway_shutdown` error event instead of a cut connection. Cloning shares
+/// Ends every stream relayed with it, and every request still waiting for its
+/// answer: the shutdown token. When the shutdown drain runs out of time, the owner
+/// calls [`StreamStop::stop`]; each live relay then ends with one `gateway_shutdown`
+/// error event instead of a cut connection, and a request whose answer has not begun
+/// gets a 503 `gateway_shutdown` error once its task is next polled (`Gateway::chat`
+/// checks [`StreamStop::is_stopped`]; the server wakes those tasks). Cloning shares
 /// the token.
 #[derive(Debug, Clone)]
-pub struct StreamStop(std::sync::Arc<tokio::sync::watch::Sender<bool>>);
+pub struct StreamStop(std::sync::Arc<Stop>);
+
+#[derive(Debug)]
+struct Stop {
+    /// Wakes the relays waiting in [`StreamStop::stopped`].
+    tx: tokio::sync::watch::Sender<bool>,
+    /// The same fact for a check on every poll of a request (one load, no lock).
+    stopped: std::sync::atomic::AtomicBool,
+}
 
 impl Default for StreamStop {
     fn default() -> Self {
-        StreamStop(std::sync::Arc::new(tokio::sync::watch::channel(false).0))
+        StreamStop(std::sync::Arc::new(Stop {
+            tx: tokio::sync::watch::channel(false).0,
+            stopped: std::sync::atomic::AtomicBool::new(false),
+        }))
     }
 }
 
@@ -48,12 +62,20 @@ impl StreamStop {
 
     /// Ends every stream relayed with this token, now and from now on.
     pub fn stop(&self) {
-        self.0.send_replace(true);
+        self.0
+            .stopped
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.0.tx.send_replace(true);
+    }
+
+    /// Whether [`StreamStop::stop`] has been called.
+    pub fn is_stopped(&self) -> bool {
+        self.0.stopped.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Resolves once [`StreamStop::stop`] has been called.
     pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
-        let mut rx = self.0.subscribe();
+        let mut rx = self.0.tx.subscribe();
         async move {
             let _ = rx.wait_for(|stop| *stop).await;
         }

@@ -266,7 +266,20 @@ impl Gateway {
         // three steps: about 9 KiB of copies per request (`memcpy` was 8% of the
         // gateway's user time under the JSON load, `perf record --call-graph
         // dwarf`). Boxed here it is copied once, for one allocation.
-        let result = Box::pin(self.phases(ctx, body, headers)).await;
+        let mut phases = Box::pin(self.phases(ctx, body, headers));
+        // At the drain deadline of a shutdown a request still waiting for its answer
+        // (a provider slow to answer, a queue, the off-peak hold) is answered 503
+        // `gateway_shutdown` and its upstream work dropped, instead of the connection
+        // being cut under it a second later; the server wakes its task then.
+        let result =
+            std::future::poll_fn(|cx| match std::future::Future::poll(phases.as_mut(), cx) {
+                std::task::Poll::Pending if self.stream_stop.is_stopped() => {
+                    std::task::Poll::Ready(Err(shutting_down()))
+                }
+                polled => polled,
+            })
+            .await;
+        drop(phases);
         match unanswered.ctx.take() {
             Some(ctx) => respond::respond(self, ctx, result, lines),
             // Never: the context is taken only here.
@@ -410,6 +423,17 @@ fn model_list<'a>(names: impl Iterator<Item = &'a str>, created: u64) -> Bytes {
         serde_json::to_vec(&serde_json::json!({"object": "list", "data": data}))
             .unwrap_or_default(),
     )
+}
+
+/// The answer to a request still waiting for its own when the shutdown's drain
+/// deadline passes (503, `gateway_shutdown`; the stream's error event says the same).
+#[cold]
+fn shutting_down() -> GatewayError {
+    GatewayError::new(
+        crate::error::ErrorKind::ShuttingDown,
+        "the gateway is shutting down and the answer did not come before its drain deadline (server.drain_timeout_ms); retry the request",
+    )
+    .with_code(crate::error::Code::GatewayShutdown)
 }
 
 /// What the phases before the dispatch ([`Gateway::prepare`]) end with.

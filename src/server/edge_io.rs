@@ -90,6 +90,10 @@ pub(super) struct Activity {
     /// What the connection waits for, for [`Reclaim`]: [`IDLE_NO`], [`IDLE_FIRST_BYTE`]
     /// or [`IDLE_KEEP_ALIVE`]. Written by [`EdgeIo`] when its wait state changes.
     idle: AtomicU8,
+    /// The HTTP/1 connection's task while its request waits for its answer, woken
+    /// at the shutdown's drain deadline ([`Reclaim::wake_answers`]) so that the
+    /// request can answer that it was cut short.
+    answer_waker: AtomicWaker,
     /// Set by [`Reclaim`]: the connection closes at its next idle wait.
     reclaim: AtomicBool,
     /// When the connection last went idle between requests ([`IDLE_KEEP_ALIVE`]),
@@ -190,6 +194,14 @@ impl Reclaim {
         });
         LIST.lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Wakes every HTTP/1 request still waiting for its answer (the drain deadline
+    /// has passed: polled again, the request answers 503 `gateway_shutdown`).
+    pub(super) fn wake_answers(&self) {
+        for a in self.conns.iter().filter_map(Weak::upgrade) {
+            a.answer_waker.wake();
+        }
     }
 
     /// Remembers a just-accepted connection.
@@ -305,6 +317,14 @@ impl Spare {
 
 /// One request in flight; travels in its response body.
 pub(super) struct RequestGuard(Arc<Activity>);
+
+impl RequestGuard {
+    /// Registers the HTTP/1 task waiting for this request's answer, woken by
+    /// [`Reclaim::wake_answers`].
+    pub(super) fn waiting(&self, cx: &Context<'_>) {
+        self.0.answer_waker.register(cx.waker());
+    }
+}
 
 impl Drop for RequestGuard {
     fn drop(&mut self) {

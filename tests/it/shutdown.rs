@@ -102,6 +102,38 @@ async fn stream_cut_by_drain_deadline(server_keys: &str) {
     assert_eq!(last["error"]["code"], "gateway_shutdown", "{}", r.text());
 }
 
+// Regression (known gap of 2026-12-07, closed 2026-12-07): a request without a stream
+// still waiting for the provider at the drain deadline was cut with its connection a
+// second later, with no answer (the client read a reset). Expected: a 503 in
+// OpenAI's error shape, code `gateway_shutdown`, before the process exits.
+#[tokio::test]
+async fn a_whole_answer_still_awaited_at_the_drain_deadline_is_answered_503() {
+    for server_keys in ["", "runtime: shared, "] {
+        // The provider answers after 5 s, far past a 300 ms drain.
+        let m = mock(&["--latency-ms", "5000"]);
+        let mut gw = serve(&format!(
+            "server: {{ {server_keys}drain_timeout_ms: 300 }}\n{}",
+            config(
+                &[("up", &m)],
+                "",
+                "  m:\n    endpoints:\n      - { provider: up, model: x }\n"
+            )
+        ));
+        let url = gw.url("/v1/chat/completions");
+        let inflight = tokio::spawn(async move { post(&url, &chat("m", false, "")).await });
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        gw.terminate();
+        let r = tokio::time::timeout(Duration::from_secs(4), inflight)
+            .await
+            .expect("answered before the provider would have")
+            .unwrap();
+        assert_eq!(r.status, 503, "{server_keys}: {}", r.text());
+        let body = r.json();
+        assert_eq!(body["error"]["code"], "gateway_shutdown", "{}", r.text());
+        assert!(gw.exited().await.success(), "exits after the drain");
+    }
+}
+
 // Regression (outside attack, 2026-12-07): the SIGHUP handler was installed by a task
 // spawned after the "switchyard listening" line, so a supervisor that sent SIGHUP on
 // seeing that line met SIGHUP's default action, and the gateway died (23 of 40
