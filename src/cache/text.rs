@@ -3,11 +3,18 @@
 //! **Normalization** (what the cache treats as the same text):
 //! 1. Unicode lowercase.
 //! 2. Whitespace runs (any Unicode whitespace) become one space; leading and trailing
-//!    whitespace goes.
-//! 3. Sentence punctuation at the edges of a word goes: `. , ; : ! ? " ' ` ( ) [ ] { }`,
-//!    typographic quotes, `…` and `¿ ¡`. Everything else stays, so `-5`, `$5`, `5%`,
-//!    `x > y`, `c++` and `3.14` keep their sign, unit, operator and inner dot; a token
-//!    made only of sentence punctuation disappears. `’` inside a word becomes `'`.
+//!    whitespace goes. The indentation of a line after the first, when it is a tab
+//!    or at least two columns, is kept as a word of its own (`⇥` and its width in
+//!    spaces and tabs, such as `⇥4s0t`): in code it is meaning (a Python statement
+//!    in or out of its loop), while one space after a line break is how prose is
+//!    wrapped and pasted.
+//! 3. Sentence punctuation at the edges of a word goes: `. , ; : ! ?`, typographic
+//!    quotes, `…` and `¿ ¡`. Everything else stays, so `-5`, `$5`, `5%`, `x > y`,
+//!    `c++`, `3.14`, `'5'`, `(a)`, `[]` and `{}` keep their sign, unit, operator,
+//!    inner dot, quotes and brackets (in code `'5' + 3` is not `5 + 3`, nor `[] + {}`
+//!    `{} + []`; ASCII quotes, backticks and brackets were dropped too until an
+//!    outside attack, 2026-12-07); a token made only of sentence punctuation
+//!    disappears. `’` inside a word becomes `'`.
 //!    One edge mark is part of a number and stays: a leading `.` before a digit (the
 //!    decimal point of `.5`, which is not `5`). A trailing `!` after a digit goes
 //!    (`1991!` is an exclamation far more often than a factorial).
@@ -40,29 +47,7 @@ pub const NGRAM: usize = 3;
 fn is_edge_punct(c: char) -> bool {
     matches!(
         c,
-        '.' | ','
-            | ';'
-            | ':'
-            | '!'
-            | '?'
-            | '"'
-            | '\''
-            | '`'
-            | '('
-            | ')'
-            | '['
-            | ']'
-            | '{'
-            | '}'
-            | '“'
-            | '”'
-            | '‘'
-            | '’'
-            | '«'
-            | '»'
-            | '…'
-            | '¿'
-            | '¡'
+        '.' | ',' | ';' | ':' | '!' | '?' | '“' | '”' | '‘' | '’' | '«' | '»' | '…' | '¿' | '¡'
     )
 }
 
@@ -89,6 +74,25 @@ fn trim_edges(word: &str) -> &str {
 /// punctuation, separated by single spaces.
 pub fn normalize(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
+    for (i, line) in text.split('\n').enumerate() {
+        let body = line.trim_start();
+        let indent = &line[..line.len() - body.len()];
+        let tabs = indent.matches('\t').count();
+        // Two columns or a tab: a code block's indentation (one space after a line
+        // break is how prose is wrapped and pasted).
+        if i > 0 && !body.is_empty() && (tabs > 0 || indent.chars().count() >= 2) {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(&format!("⇥{}s{tabs}t", indent.chars().count() - tabs));
+        }
+        push_words(&mut out, body);
+    }
+    out
+}
+
+/// Appends the normalized words of `text` (one line) to `out`, a space before each.
+fn push_words(out: &mut String, text: &str) {
     for word in text.split_whitespace() {
         let word = trim_edges(word);
         if word.is_empty() {
@@ -107,7 +111,6 @@ pub fn normalize(text: &str) -> String {
             }
         }
     }
-    out
 }
 
 /// The 128-bit SimHash of normalized text `normalized` (module docs).
@@ -181,12 +184,43 @@ mod tests {
     fn normalization_drops_case_spacing_and_edge_punctuation_only() {
         assert_eq!(
             normalize("  What IS\tthe capital,  of \"France\"?? "),
-            "what is the capital of france"
+            "what is the capital of \"france\""
         );
-        assert_eq!(normalize("Is -5 < $3.50 (or 5%)?"), "is -5 < $3.50 or 5%");
+        assert_eq!(normalize("Is -5 < $3.50 (or 5%)?"), "is -5 < $3.50 (or 5%)");
         assert_eq!(normalize("don’t ... stop"), "don't stop");
         assert_eq!(normalize(" ?! "), "");
         assert_eq!(normalize("ÉCOLE Straße"), "école straße");
+    }
+
+    // Regression (outside attack, 2026-12-07): quotes, brackets and indentation were
+    // normalized away, so code prompts that differ in them were exact hits on each
+    // other's answers (`'5' + 3` on `5 + 3`, `[] + {}` on `{} + []`, a Python
+    // `print` in its loop on one after it).
+    #[test]
+    fn code_quotes_brackets_and_indentation_stay_apart() {
+        for (a, b) in [
+            (
+                "What is '5' + 3 in JavaScript?",
+                "What is 5 + 3 in JavaScript?",
+            ),
+            ("What is [] + {} in JS", "What is {} + [] in JS"),
+            ("What is `x` here", "What is x here"),
+            (
+                "What does this print?\nfor i in range(3):\n    pass\n    print(i)",
+                "What does this print?\nfor i in range(3):\n    pass\nprint(i)",
+            ),
+            ("if x:\n\tf()", "if x:\n    f()"),
+        ] {
+            assert_ne!(normalize(a), normalize(b), "{a:?} / {b:?}");
+            assert!(!super::super::verify::equivalent(
+                &normalize(a),
+                &normalize(b)
+            ));
+        }
+        assert_eq!(normalize("a\n  b"), "a ⇥2s0t b");
+        // Prose line breaks, one space after them and the first line's indentation
+        // are still spacing.
+        assert_eq!(normalize("  one\ntwo \n\n three"), "one two three");
     }
 
     #[test]
@@ -198,7 +232,8 @@ mod tests {
             normalize("what is .5 times 4"),
             normalize("what is 5 times 4")
         );
-        assert_eq!(normalize("(.75)"), ".75");
+        assert_eq!(normalize("(.75)"), "(.75)");
+        assert_eq!(normalize(".75"), ".75");
         assert_eq!(normalize("x=.5."), "x=.5");
         // Sentence punctuation around numbers and words still goes.
         assert_eq!(

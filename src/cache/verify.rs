@@ -16,7 +16,17 @@
 //!    prompt (not `thanks`) or the run that closes it (`please`, `pls`, `plz`,
 //!    `kindly`, `thanks`). Elsewhere it is a content word: `translate hello to
 //!    french` is not `translate hi to french`, nor `how do you say hello` `how do
-//!    you say hi`. A prompt of filler alone matches only the same filler words.
+//!    you say hi`. Filler may be added or left out, never exchanged for other
+//!    filler in the same run: the two opening runs (and the two closing runs) must
+//!    be one within the other, as multisets. An exchanged word at an edge is the
+//!    subject more often than politeness (`translate into french: thanks` is not
+//!    `...: please`, nor `hello in japanese` `hey in japanese`; an outside attack,
+//!    2026-12-07). A prompt of filler alone matches only the same filler words.
+//!
+//! What this cannot tell: a prompt whose subject is a filler word at its edge
+//! against the same prompt without it (`translate to german: please` and
+//! `translate to german`): normalization has dropped the punctuation that would
+//! tell a plea from a quoted word.
 //!
 //! Why the content budget is 0: the hard negatives include "one added constraint"
 //! (`briefly`, `in French`, `as a haiku`), a single added content word that changes
@@ -90,20 +100,25 @@ fn filler_at_edge(word: &str, leading: bool) -> bool {
 
 /// What verification compares, computed once per key and per stored entry: the
 /// canonical content words joined by single spaces (synonyms folded, filler left
-/// out; also what the SimHash is computed over) and how often each filler occurs.
+/// out; also what the SimHash is computed over) and how often each filler occurs
+/// in the opening and in the closing run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Canon {
     /// Canonical content words, in order, separated by one space.
     pub content: String,
-    /// Occurrences of each [`FILLER`] word (saturating).
-    pub fillers: [u16; FILLER.len()],
+    /// Occurrences of each [`FILLER`] word in the run that opens the prompt
+    /// (saturating); a prompt of filler alone counts here.
+    pub lead: [u16; FILLER.len()],
+    /// Occurrences of each [`FILLER`] word in the run that closes it (saturating).
+    pub trail: [u16; FILLER.len()],
 }
 
 /// The [`Canon`] of normalized text `normalized`.
 pub fn canon(normalized: &str) -> Canon {
     let mut c = Canon {
         content: String::with_capacity(normalized.len()),
-        fillers: [0; FILLER.len()],
+        lead: [0; FILLER.len()],
+        trail: [0; FILLER.len()],
     };
     let words: Vec<&str> = normalized.split(' ').filter(|w| !w.is_empty()).collect();
     // The opening and closing runs of filler (module docs); the rest is content.
@@ -118,7 +133,12 @@ pub fn canon(normalized: &str) -> Canon {
     for (at, word) in words.iter().enumerate() {
         if at < start || at >= end {
             if let Some(i) = filler_index(word) {
-                c.fillers[i] = c.fillers[i].saturating_add(1);
+                let run = if at < start {
+                    &mut c.lead
+                } else {
+                    &mut c.trail
+                };
+                run[i] = run[i].saturating_add(1);
             }
             continue;
         }
@@ -132,19 +152,30 @@ pub fn canon(normalized: &str) -> Canon {
 
 /// Whether two canonical forms may share an answer (module docs): the same content
 /// words in the same order (words hold no spaces, so string equality is sequence
-/// equality) and at most [`FILLER_BUDGET`] filler words apart.
+/// equality), each filler run within the other's (added or left out, never
+/// exchanged) and at most [`FILLER_BUDGET`] filler words apart in all.
 pub fn same(a: &Canon, b: &Canon) -> bool {
     if a.content.is_empty() {
         // Filler alone (`hi`, `thanks`): the words are the whole request.
-        return b.content.is_empty() && a.fillers == b.fillers;
+        return b.content.is_empty() && a.lead == b.lead && a.trail == b.trail;
     }
     a.content == b.content
-        && a.fillers
-            .iter()
-            .zip(&b.fillers)
-            .map(|(x, y)| u32::from(x.abs_diff(*y)))
-            .sum::<u32>()
-            <= FILLER_BUDGET
+        && nested(&a.lead, &b.lead)
+        && nested(&a.trail, &b.trail)
+        && apart(&a.lead, &b.lead) + apart(&a.trail, &b.trail) <= FILLER_BUDGET
+}
+
+/// Whether one filler run is within the other, as multisets.
+fn nested(a: &[u16; FILLER.len()], b: &[u16; FILLER.len()]) -> bool {
+    a.iter().zip(b).all(|(x, y)| x <= y) || a.iter().zip(b).all(|(x, y)| x >= y)
+}
+
+/// How many filler words two runs differ by.
+fn apart(a: &[u16; FILLER.len()], b: &[u16; FILLER.len()]) -> u32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| u32::from(x.abs_diff(*y)))
+        .sum()
 }
 
 /// Whether normalized texts `a` and `b` may share an answer (module docs).
@@ -211,6 +242,41 @@ mod tests {
         ));
         assert!(equivalent("please explain tides", "explain tides thanks"));
         assert!(equivalent("hi explain tides", "explain tides"));
+    }
+
+    // Regression (outside attack, 2026-12-07): a filler word at an edge exchanged for
+    // another is often the subject, and listed synonyms that name commands or
+    // functions changed the question; each pair shared an answer.
+    #[test]
+    fn an_exchanged_edge_filler_or_a_command_name_is_not_a_variant() {
+        use crate::cache::text::normalize;
+        for (a, b) in [
+            (
+                "Translate into French: thanks",
+                "Translate into French: please",
+            ),
+            ("hello in Japanese?", "please in Japanese?"),
+            ("hello in Japanese?", "Hey in Japanese"),
+            ("How do you say please", "How do you say thanks"),
+            ("Linux find command", "Linux locate command"),
+            (
+                "Difference between find and locate",
+                "Difference between locate and find",
+            ),
+            (
+                "What does Python's enumerate do",
+                "What does Python's list do",
+            ),
+            ("CSS display property", "CSS show property"),
+            ("make a docker image", "generate a docker image"),
+        ] {
+            assert!(!equivalent(&normalize(a), &normalize(b)), "{a} / {b}");
+        }
+        // Filler added or left out at either edge still passes.
+        assert!(equivalent(
+            &normalize("Hi, explain tides"),
+            &normalize("explain tides, please")
+        ));
     }
 
     #[test]
