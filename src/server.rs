@@ -292,6 +292,7 @@ pub async fn serve<H, F>(
                 watch,
                 bodiless,
                 guard: Some(guard),
+                h2_waiting: None,
             }
         };
         let mut stopping = stopping.clone();
@@ -398,6 +399,8 @@ struct Answer<F> {
     /// again at each poll; the response body's watch knows the body was read.)
     bodiless: bool,
     guard: Option<edge_io::RequestGuard>,
+    /// An HTTP/2 request's task, registered to be woken at the drain deadline.
+    h2_waiting: Option<edge_io::H2Waiting>,
 }
 
 impl<F: Future<Output: Answered>> Future for Answer<F> {
@@ -421,11 +424,14 @@ impl<F: Future<Output: Answered>> Future for Answer<F> {
                         this.fut = None;
                         return Poll::Ready(Err(edge_io::client_gone()));
                     }
-                    // HTTP/1 (the one with a watch): the connection's task, woken at
-                    // the drain deadline. (An HTTP/2 request runs in a task of its
-                    // own, not woken then: cut with its connection a second later.)
-                    if let (Some(guard), Some(_)) = (&this.guard, &this.watch) {
-                        guard.waiting(cx);
+                    // Woken at the drain deadline: for HTTP/1 (the one with a watch)
+                    // the connection's task, for HTTP/2 the request's own.
+                    if let Some(guard) = &this.guard {
+                        if this.watch.is_some() {
+                            guard.waiting(cx);
+                        } else if this.h2_waiting.is_none() {
+                            this.h2_waiting = Some(guard.waiting_h2(cx));
+                        }
                     }
                     return Poll::Pending;
                 }
@@ -437,6 +443,7 @@ impl<F: Future<Output: Answered>> Future for Answer<F> {
             },
         };
         this.fut = None;
+        this.h2_waiting = None;
         let (guard, watch) = (this.guard.take(), this.watch.take());
         Poll::Ready(Ok(resp.map(|body| Tracked::new(body, guard, watch, lines))))
     }

@@ -94,6 +94,10 @@ pub(super) struct Activity {
     /// at the shutdown's drain deadline ([`Reclaim::wake_answers`]) so that the
     /// request can answer that it was cut short.
     answer_waker: AtomicWaker,
+    /// The same for HTTP/2, whose requests each run in a task of their own: the
+    /// tasks of the requests waiting, each registered once and taken out when its
+    /// request ends ([`RequestGuard::waiting_h2`]).
+    h2_answers: std::sync::Mutex<Vec<std::task::Waker>>,
     /// Set by [`Reclaim`]: the connection closes at its next idle wait.
     reclaim: AtomicBool,
     /// When the connection last went idle between requests ([`IDLE_KEEP_ALIVE`]),
@@ -201,6 +205,9 @@ impl Reclaim {
     pub(super) fn wake_answers(&self) {
         for a in self.conns.iter().filter_map(Weak::upgrade) {
             a.answer_waker.wake();
+            for w in lock_wakers(&a.h2_answers).drain(..) {
+                w.wake();
+            }
         }
     }
 
@@ -324,6 +331,40 @@ impl RequestGuard {
     pub(super) fn waiting(&self, cx: &Context<'_>) {
         self.0.answer_waker.register(cx.waker());
     }
+
+    /// Registers the HTTP/2 request's own task (once: a task's waker wakes it for
+    /// its life); the guard of the answer takes it out again ([`H2Waiting`]).
+    pub(super) fn waiting_h2(&self, cx: &Context<'_>) -> H2Waiting {
+        lock_wakers(&self.0.h2_answers).push(cx.waker().clone());
+        H2Waiting {
+            activity: Arc::clone(&self.0),
+            waker: cx.waker().clone(),
+        }
+    }
+}
+
+/// An HTTP/2 request's task registered with [`RequestGuard::waiting_h2`]; dropped
+/// when the request has answered or is dropped, it takes the task out.
+pub(super) struct H2Waiting {
+    activity: Arc<Activity>,
+    waker: std::task::Waker,
+}
+
+impl Drop for H2Waiting {
+    fn drop(&mut self) {
+        let mut list = lock_wakers(&self.activity.h2_answers);
+        if let Some(i) = list.iter().position(|w| w.will_wake(&self.waker)) {
+            list.swap_remove(i);
+        }
+    }
+}
+
+/// The list of waiting HTTP/2 tasks (a poisoned lock is taken anyway: a list of
+/// wakers has no invariant a panic could break).
+fn lock_wakers(
+    m: &std::sync::Mutex<Vec<std::task::Waker>>,
+) -> std::sync::MutexGuard<'_, Vec<std::task::Waker>> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Drop for RequestGuard {

@@ -134,6 +134,51 @@ async fn a_whole_answer_still_awaited_at_the_drain_deadline_is_answered_503() {
     }
 }
 
+/// The same over HTTP/2 (h2c), whose requests each run in a task of their own.
+#[tokio::test]
+async fn a_whole_answer_still_awaited_at_the_drain_deadline_is_answered_503_over_http2() {
+    use http_body_util::BodyExt as _;
+    let m = mock(&["--latency-ms", "5000"]);
+    let mut gw = serve(&format!(
+        "server: {{ drain_timeout_ms: 300 }}\n{}",
+        config(
+            &[("up", &m)],
+            "",
+            "  m:\n    endpoints:\n      - { provider: up, model: x }\n"
+        )
+    ));
+    let stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::post(gw.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(chat(
+            "m", false, "",
+        ))))
+        .unwrap();
+    let inflight = tokio::spawn(async move {
+        let resp = send.send_request(req).await.unwrap();
+        let status = resp.status();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, body)
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    gw.terminate();
+    let (status, body) = tokio::time::timeout(Duration::from_secs(4), inflight)
+        .await
+        .expect("answered before the provider would have")
+        .unwrap();
+    assert_eq!(status, 503, "{body:?}");
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["error"]["code"], "gateway_shutdown", "{body}");
+    assert!(gw.exited().await.success(), "exits after the drain");
+}
+
 // Regression (outside attack, 2026-12-07): the SIGHUP handler was installed by a task
 // spawned after the "switchyard listening" line, so a supervisor that sent SIGHUP on
 // seeing that line met SIGHUP's default action, and the gateway died (23 of 40
