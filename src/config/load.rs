@@ -180,6 +180,34 @@ impl Validator {
         }
     }
 
+    /// The Redis URL under `key` (`state.redis`, `cache.redis`), checked as the
+    /// client will read it when the gateway starts: `redis://[user:password@]host:port[/db]`.
+    /// `rediss://` is refused (this build has no TLS for Redis), as is a URL the
+    /// client cannot read (a port that is not a number, a database that is not an
+    /// index): either was accepted and then left the limits in memory (or the
+    /// cache off) on every instance, with one log line (outside attack,
+    /// 2026-12-07). The message never repeats a password.
+    pub(super) fn redis_url(&mut self, map: &Mapping, key: &str, path: &str) -> Option<String> {
+        let url = self.string(map, key, path)?;
+        let shown = redacted(&url);
+        let problem = if url.starts_with("rediss://") {
+            Some("rediss:// (Redis over TLS) is not built into this gateway; use redis:// (a TLS tunnel such as stunnel or a sidecar can carry it)".to_string())
+        } else if !url.starts_with("redis://") {
+            Some("expected a URL like redis://127.0.0.1:6379".to_string())
+        } else {
+            redis::IntoConnectionInfo::into_connection_info(url.as_str())
+                .err()
+                .map(|e| format!("not a usable Redis URL ({e}); expected redis://[user:password@]host:port[/db]"))
+        };
+        match problem {
+            Some(p) => {
+                self.err(join(path, key), format!("\"{shown}\": {p}"));
+                None
+            }
+            None => Some(url),
+        }
+    }
+
     fn string(&mut self, map: &Mapping, key: &str, path: &str) -> Option<String> {
         match map.get(key) {
             None | Some(Value::Null) => None,
@@ -1027,6 +1055,19 @@ fn describe(v: &Value) -> &'static str {
         Value::Sequence(_) => "a list",
         Value::Mapping(_) => "a mapping",
         Value::Tagged(_) => "a tagged value",
+    }
+}
+
+/// `url` with the user and password of its authority (before the last `@`) shown
+/// as `***`, for messages.
+fn redacted(url: &str) -> std::borrow::Cow<'_, str> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.into();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]).into(),
+        None => url.into(),
     }
 }
 

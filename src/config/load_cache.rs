@@ -72,15 +72,8 @@ impl Validator {
                 ),
             ),
         }
-        if let Some(url) = self.string(map, "redis", path) {
-            if url.starts_with("redis://") || url.starts_with("rediss://") {
-                cfg.redis = Some(url);
-            } else {
-                self.err(
-                    join(path, "redis"),
-                    format!("\"{url}\" is not a URL like redis://127.0.0.1:6379"),
-                );
-            }
+        if let Some(url) = self.redis_url(map, "redis", path) {
+            cfg.redis = Some(url);
         }
         let replays = [
             ("recorded", Replay::Recorded),

@@ -119,15 +119,8 @@ impl Validator {
             return cfg;
         };
         self.unknown_keys(map, &["redis", "timeout_ms", "on_error"], path);
-        if let Some(url) = self.string(map, "redis", path) {
-            if url.starts_with("redis://") || url.starts_with("rediss://") {
-                cfg.redis = Some(url);
-            } else {
-                self.err(
-                    join(path, "redis"),
-                    format!("\"{url}\" is not a URL like redis://127.0.0.1:6379"),
-                );
-            }
+        if let Some(url) = self.redis_url(map, "redis", path) {
+            cfg.redis = Some(url);
         }
         if let Some(n) = self.uint(map, "timeout_ms", path, 1, 60_000) {
             cfg.timeout_ms = n;
@@ -177,5 +170,47 @@ mod tests {
         );
         assert!(paths.contains(&"state.redis"), "{paths:?}");
         assert!(paths.contains(&"state.on_error"), "{paths:?}");
+    }
+
+    // Regression (outside attack, 2026-12-07): `rediss://` (no TLS in this build) and
+    // URLs the Redis client cannot read passed `serve --check`; at start the limits
+    // then stayed in memory on every instance, `on_error: closed` included, and the
+    // cache was switched off, with one log line each. Expected: a config error
+    // naming the field, without the password.
+    #[test]
+    fn an_unusable_redis_url_is_a_config_error_naming_the_field() {
+        for (section, field) in [("state", "state.redis"), ("cache", "cache.redis")] {
+            for url in [
+                "rediss://127.0.0.1:6380",
+                "redis://127.0.0.1:notaport",
+                "redis://:s3cret@127.0.0.1:notaport",
+                "redis://127.0.0.1:6379/abc",
+                "redis://",
+            ] {
+                let yaml = format!("{BASE}{section}: {{ redis: '{url}' }}\n");
+                let errs = parse_str(&yaml, None).unwrap_err();
+                let e = errs
+                    .errors
+                    .iter()
+                    .find(|e| e.path == field)
+                    .unwrap_or_else(|| panic!("{url}: {errs:?}"));
+                assert!(!e.message.contains("s3cret"), "{}", e.message);
+            }
+            for url in [
+                "redis://127.0.0.1:6379",
+                "redis://127.0.0.1:6379/5",
+                "redis://:pw@127.0.0.1:6379/0",
+                "redis://user:pw@localhost",
+            ] {
+                let yaml = format!("{BASE}{section}: {{ redis: '{url}' }}\n");
+                let c = parse_str(&yaml, None).unwrap_or_else(|e| panic!("{url}: {e:?}"));
+                let got = if section == "state" {
+                    c.state.redis
+                } else {
+                    c.cache.redis
+                };
+                assert_eq!(got.as_deref(), Some(url));
+            }
+        }
     }
 }

@@ -247,6 +247,8 @@ struct Inner {
     redis: Option<redis::RedisBackend>,
     /// Monotonic ms until which Redis is not tried (after a failure).
     redis_down_until: AtomicU64,
+    /// When a call's own Redis failure was last logged (ms, the limiter's clock).
+    key_error_logged: AtomicU64,
     prices: Vec<Price>,
     backend_errors: metrics::Counter,
     tokens: tokens::TokenCounter,
@@ -318,6 +320,7 @@ impl Limiter {
                 local: Mutex::new(Local::default()),
                 redis,
                 redis_down_until: AtomicU64::new(0),
+                key_error_logged: AtomicU64::new(0),
                 prices,
                 backend_errors: metrics::counter!(t::LIMIT_BACKEND_ERRORS),
                 tokens,
@@ -712,12 +715,30 @@ impl Limiter {
             .fold(0.0, f64::max)
     }
 
+    /// Counts a failed Redis call; one of Redis as a whole
+    /// ([`redis::BackendError::is_outage`]) also leaves Redis alone for
+    /// [`REDIS_BACKOFF_MS`]. Logged at most once a second for a call's own failure
+    /// (a bad key fails every request that touches it).
     fn redis_failed(&self, op: &str, e: &redis::BackendError) {
         self.inner.backend_errors.increment(1);
-        self.inner
-            .redis_down_until
-            .store(self.now_ms() + REDIS_BACKOFF_MS, Ordering::Relaxed);
-        tracing::warn!(op, error = %e, on_error = ?self.inner.on_error, "rate-limit state (Redis) unavailable");
+        let now = self.now_ms();
+        if e.is_outage() {
+            self.inner
+                .redis_down_until
+                .store(now + REDIS_BACKOFF_MS, Ordering::Relaxed);
+            tracing::warn!(op, error = %e, on_error = ?self.inner.on_error, "rate-limit state (Redis) unavailable");
+            return;
+        }
+        let logged = self.inner.key_error_logged.load(Ordering::Relaxed);
+        if (logged == 0 || now >= logged + 1_000)
+            && self
+                .inner
+                .key_error_logged
+                .compare_exchange(logged, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(op, error = %e, on_error = ?self.inner.on_error, "rate-limit state (Redis) refused this request's keys (a key of the gateway's holds a value of another type or not a number); other requests go on using Redis");
+        }
     }
 
     /// The permit of `caller`'s request `ask` that `checked` admitted on `backend`,

@@ -198,6 +198,28 @@ pub enum BackendError {
     Reply,
 }
 
+impl BackendError {
+    /// Whether the failure is Redis's as a whole (unreachable, slow, loading, busy,
+    /// refusing the gateway's credentials), so every request would meet it and the
+    /// limiter leaves Redis alone for a moment; else it is this call's own: a key
+    /// of the gateway's that holds another type (`WRONGTYPE`, another program's
+    /// value), or a script error over a value that is not a number, which fails
+    /// only the requests that touch that key. (One such key had made every tenant
+    /// skip Redis for good, each failure restarting the pause; outside attack,
+    /// 2026-12-07.)
+    pub fn is_outage(&self) -> bool {
+        match self {
+            BackendError::Timeout => true,
+            BackendError::Reply => false,
+            BackendError::Redis(e) => match e.code() {
+                Some("WRONGTYPE") => false,
+                Some("ERR") => !e.detail().is_some_and(|d| d.contains("script")),
+                _ => true,
+            },
+        }
+    }
+}
+
 impl std::fmt::Display for BackendError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

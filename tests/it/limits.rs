@@ -739,3 +739,49 @@ async fn send_and_hang_up(url: &str, body: &str, ms: u64) {
     s.write_all(req.as_bytes()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
+
+// Regression (outside attack, 2026-12-07): one key of the gateway's in Redis holding
+// another type (another program's `SET`) made the admission script fail with
+// WRONGTYPE, which the limiter took for Redis being down: it left Redis alone for a
+// second, and each retry by that key's caller restarted the pause, so with
+// `on_error: closed` every tenant got 503s (98% of requests) for as long as the key
+// stayed, and with `open` every tenant fell back to per-instance limits. Expected:
+// only the requests that touch the bad key fail; the others keep using Redis.
+#[tokio::test]
+async fn a_key_of_another_type_in_redis_fails_only_its_own_requests() {
+    let redis = start_redis();
+    let app = start_app(
+        &format!(
+            "{MOCK}limits:\n  per_key: {{ requests_per_min: 600, burst_requests: 100 }}\nstate: {{ redis: 'redis://127.0.0.1:{}', timeout_ms: 500, on_error: closed }}\n",
+            redis.port
+        ),
+        &[],
+    )
+    .await;
+    let url = app.url("/v1/chat/completions");
+    assert_eq!(send(&url, "sk-poisoned").await.status, 200);
+    let before = redis_cli(redis.port, &["--scan", "--pattern", "*"]);
+    assert_eq!(send(&url, "sk-healthy").await.status, 200);
+    // The healthy key's bucket is the one key the second request added; the
+    // poisoned key's are the others.
+    let poisoned: Vec<&str> = before.lines().filter(|k| k.contains(":rl:")).collect();
+    assert!(!poisoned.is_empty(), "no bucket keys in {before}");
+    for k in &poisoned {
+        redis_cli(redis.port, &["DEL", k]);
+        redis_cli(redis.port, &["SET", k, "planted-by-another-program"]);
+    }
+    let bad = send(&url, "sk-poisoned").await;
+    assert_eq!(bad.status, 503, "{}", bad.text());
+    for i in 0..20 {
+        let r = send(&url, "sk-healthy").await;
+        assert_eq!(
+            r.status,
+            200,
+            "request {i} of an untouched key: {}",
+            r.text()
+        );
+        if i % 5 == 0 {
+            assert_eq!(send(&url, "sk-poisoned").await.status, 503);
+        }
+    }
+}
