@@ -101,6 +101,26 @@ impl Spend {
     }
 }
 
+impl Spend {
+    /// Raises the day's spend (or the month's: `monthly`) of `unix_secs` to at least
+    /// `usd`; a later period than the one held starts at `usd`, an earlier one is
+    /// left alone.
+    pub fn raise(&mut self, monthly: bool, usd: f64, unix_secs: u64) {
+        let (day, month) = periods(unix_secs);
+        let (period, held, now) = if monthly {
+            (&mut self.month, &mut self.month_usd, month)
+        } else {
+            (&mut self.day, &mut self.day_usd, day)
+        };
+        if now > *period {
+            *period = now;
+            *held = usd.max(0.0);
+        } else if now == *period && usd > *held {
+            *held = usd;
+        }
+    }
+}
+
 /// Spend per scope (`k:<key id>`, `o:<org>`), in memory.
 #[derive(Debug, Default)]
 pub struct Ledger {
@@ -113,6 +133,19 @@ impl Ledger {
         self.scopes
             .get(scope)
             .map_or((0.0, 0.0), |s| s.at(unix_secs))
+    }
+
+    /// Raises `scope`'s spend of the day (or month: `monthly`) of `unix_secs` to at
+    /// least `usd` ([`Spend::raise`]).
+    pub fn raise(&mut self, scope: &str, monthly: bool, usd: f64, unix_secs: u64) {
+        match self.scopes.get_mut(scope) {
+            Some(s) => s.raise(monthly, usd, unix_secs),
+            None => self
+                .scopes
+                .entry(scope.to_string())
+                .or_default()
+                .raise(monthly, usd, unix_secs),
+        }
     }
 
     /// Adds `usd` to `scope`.

@@ -657,7 +657,8 @@ impl Limiter {
                 }
                 drop(unclaimed);
                 match answer {
-                    Ok(checked) => {
+                    Ok((checked, seen)) => {
+                        self.floor_spend(&redis_scopes, &seen, unix_secs);
                         return self.permit(
                             caller,
                             Ask {
@@ -668,7 +669,7 @@ impl Limiter {
                             },
                             checked,
                             Backend::Redis,
-                        )
+                        );
                     }
                     Err(e) => self.redis_failed("admit", &e),
                 }
@@ -713,6 +714,24 @@ impl Limiter {
                     / 1e6
             })
             .fold(0.0, f64::max)
+    }
+
+    /// Raises this instance's ledger to the spend Redis reported at an admission
+    /// (`seen`, of `scopes`): what every instance spent together is a floor of what
+    /// this one falls back to while Redis is skipped (`on_error: open`). Without it a
+    /// budget the instances had spent came back whole on each of them during a
+    /// Redis outage (three instances spent 3.1 times a budget; outside attack,
+    /// 2026-12-07).
+    fn floor_spend(&self, scopes: &[(String, Budget)], seen: &[redis::Seen], unix_secs: u64) {
+        if seen.is_empty() {
+            return;
+        }
+        let mut local = self.lock();
+        for s in seen {
+            if let Some((scope, _)) = scopes.get(s.scope) {
+                local.ledger.raise(scope, s.monthly, s.usd, unix_secs);
+            }
+        }
     }
 
     /// Counts a failed Redis call; one of Redis as a whole
@@ -1322,6 +1341,15 @@ impl Permit {
                         limiter.redis_failed("settle", &e);
                     }
                 });
+            }
+            // This instance's own spend is known to it too: with the floors Redis
+            // reports at admission ([`Limiter::floor_spend`]), what it falls back to
+            // while Redis is skipped.
+            if usd_spent > 0.0 {
+                let mut local = self.limiter.lock();
+                for s in &self.scopes {
+                    local.ledger.add(&s.scope, usd_spent, unix_secs);
+                }
             }
             return;
         }

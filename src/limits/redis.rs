@@ -54,19 +54,21 @@ const MONTH_KEY_TTL_SECS: u64 = 32 * 86_400;
 /// and cost (units), then the reservation id, its lifetime (ms), and per
 /// reservation hash the USD to reserve there and the hash's TTL in seconds. A
 /// budget is spent when its spend and its live reservations reach its limit.
-/// Returns `{1, 0, 0, levels.., full_ms.., [left]}` (admitted), `{0, wait_ms or -1, blame, levels.., full_ms.., [left]}` (no
+/// Returns `{1, 0, 0, levels.., full_ms.., [left, spent..]}` (admitted), `{0, wait_ms or -1, blame, levels.., full_ms.., [left, spent..]}` (no
 /// room), `{2, index, spent, reserved, ...}` (over budget: each budget over, by its
 /// spend key's index); `left`, present when a budget
-/// applies, is the least USD left among them (USD as strings: Lua numbers become
-/// integers in replies).
+/// applies, is the least USD left among them, and `spent` each spend key's USD
+/// (USD as strings: Lua numbers become integers in replies).
 pub const ADMIT: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nb = tonumber(ARGV[1])
 local left = nil
 local over = {}
+local spends = {}
 for i = 1, nb do
   local spent = tonumber(redis.call('GET', KEYS[i]) or '0') or 0
+  spends[i] = tostring(spent)
   local hk, zk = KEYS[nb + i], KEYS[2 * nb + i]
   local gone = redis.call('ZRANGEBYSCORE', zk, '-inf', now, 'LIMIT', 0, 4096)
   for _, id in ipairs(gone) do
@@ -139,6 +141,7 @@ if ok and rid ~= '' then
   end
 end
 if left ~= nil then out[4 + 2 * nk] = tostring(left) end
+for i = 1, nb do out[4 + 2 * nk + i] = spends[i] end
 return out
 "#;
 
@@ -292,7 +295,7 @@ impl RedisBackend {
         scopes: &[(String, Budget)],
         unix_secs: u64,
         hold: &Hold<'_>,
-    ) -> Result<Checked, BackendError> {
+    ) -> Result<(Checked, Vec<Seen>), BackendError> {
         let (day, month) = super::budget::period_names(unix_secs);
         let mut inv = self.shared.admit.prepare_invoke();
         let keys = budget_keys(scopes, &day, &month);
@@ -363,6 +366,19 @@ impl RedisBackend {
             .map_err(|_| BackendError::Timeout)??;
         Ok(())
     }
+}
+
+/// One budget's spend as Redis held it at an admission: the shared figure the
+/// limiter keeps as the floor of its own ledger, so that while Redis is skipped
+/// (`on_error: open`) a budget the instances spent together stays spent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Seen {
+    /// The budget's scope, by its index in the scopes of the call.
+    pub scope: usize,
+    /// The month's spend (else the day's).
+    pub monthly: bool,
+    /// USD spent.
+    pub usd: f64,
 }
 
 /// One budget's keys in Redis: its spend key, its reservation hash and expiry set.
@@ -441,7 +457,7 @@ fn parse_admit(
     needs: &[Need],
     scopes: &[(String, Budget)],
     keys: &[BudgetKey],
-) -> Result<Checked, BackendError> {
+) -> Result<(Checked, Vec<Seen>), BackendError> {
     let redis::Value::Array(items) = reply else {
         return Err(BackendError::Reply);
     };
@@ -455,26 +471,51 @@ fn parse_admit(
         };
         // Each budget over, by its spend key's index.
         let mut found = Vec::new();
+        let mut seen = Vec::new();
         for triple in items[1..].chunks(3) {
             let i = triple.first().and_then(int).ok_or(BackendError::Reply)?;
             let k = usize::try_from(i)
                 .ok()
                 .and_then(|i| keys.get(i))
                 .ok_or(BackendError::Reply)?;
+            let spent = usd(triple.get(1));
+            seen.push(Seen {
+                scope: k.scope,
+                monthly: k.monthly,
+                usd: spent,
+            });
             found.push(Checked::OverBudget {
                 index: k.scope,
-                spent: usd(triple.get(1)),
+                spent,
                 reserved: usd(triple.get(2)),
                 monthly: k.monthly,
             });
         }
-        return super::worst_refusal(found, scopes.iter().map(|(_, b)| *b))
-            .ok_or(BackendError::Reply);
+        let worst = super::worst_refusal(found, scopes.iter().map(|(_, b)| *b))
+            .ok_or(BackendError::Reply)?;
+        return Ok((worst, seen));
     }
     let n = needs.len();
-    if items.len() != 3 + 2 * n && items.len() != 4 + 2 * n {
+    let budgets = if keys.is_empty() { 0 } else { 1 + keys.len() };
+    if items.len() != 3 + 2 * n + budgets {
         return Err(BackendError::Reply);
     }
+    let seen = keys
+        .iter()
+        .zip(items.iter().skip(4 + 2 * n))
+        .filter_map(|(k, v)| match v {
+            redis::Value::BulkString(b) => std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse::<f64>().ok())
+                .filter(|u| u.is_finite() && *u > 0.0)
+                .map(|usd| Seen {
+                    scope: k.scope,
+                    monthly: k.monthly,
+                    usd,
+                }),
+            _ => None,
+        })
+        .collect();
     let left = match items.get(3 + 2 * n) {
         Some(redis::Value::BulkString(b)) => std::str::from_utf8(b)
             .ok()
@@ -492,13 +533,16 @@ fn parse_admit(
         })
         .collect();
     if code == 1 {
-        return Ok(Checked::Admitted(views, left.map(|l| l.max(0.0))));
+        return Ok((Checked::Admitted(views, left.map(|l| l.max(0.0))), seen));
     }
     let wait = items.get(1).and_then(int).ok_or(BackendError::Reply)?;
     let blame = usize::try_from(items.get(2).and_then(int).unwrap_or(0)).unwrap_or(0);
-    Ok(Checked::Refused {
-        wait_ms: u64::try_from(wait).ok(),
-        blame: blame.min(n.saturating_sub(1)),
-        views,
-    })
+    Ok((
+        Checked::Refused {
+            wait_ms: u64::try_from(wait).ok(),
+            blame: blame.min(n.saturating_sub(1)),
+            views,
+        },
+        seen,
+    ))
 }

@@ -785,3 +785,49 @@ async fn a_key_of_another_type_in_redis_fails_only_its_own_requests() {
         }
     }
 }
+
+// Regression (outside attack, 2026-12-07): spend settled through Redis never reached
+// an instance's own ledger, so when Redis became unreachable (`on_error: open`)
+// each instance started from zero and a budget the instances had used up together
+// came back whole on every one of them (three instances spent 3.1 times a budget).
+// Expected: each instance falls back to at least the spend Redis last reported.
+#[tokio::test]
+async fn a_budget_spent_through_redis_stays_spent_when_redis_goes_away() {
+    let mut redis = start_redis();
+    let config = format!(
+        "{MOCK}budgets:\n  per_key: {{ usd_per_day: 0.1 }}\nstate: {{ redis: 'redis://127.0.0.1:{}', timeout_ms: 500, on_error: open }}\n",
+        redis.port
+    );
+    let a = start_app(&config, &[]).await;
+    let b = start_app(&config, &[]).await;
+    let urls = [a.url("/v1/chat/completions"), b.url("/v1/chat/completions")];
+    let mut refused = [false, false];
+    for i in 0..60 {
+        let r = send(&urls[i % 2], "sk-spender").await;
+        match r.status {
+            200 => {}
+            429 => {
+                assert_eq!(r.json()["error"]["code"], "budget_exceeded", "{}", r.text());
+                refused[i % 2] = true;
+            }
+            s => panic!("status {s}: {}", r.text()),
+        }
+        if refused == [true, true] {
+            break;
+        }
+        // Settlements go to Redis after the answer.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(refused, [true, true], "the budget was never used up");
+    let _ = redis.child.kill();
+    let _ = redis.child.wait();
+    for url in &urls {
+        let r = send(url, "sk-spender").await;
+        assert_eq!(
+            r.status,
+            429,
+            "the spent budget came back on an instance: {}",
+            r.text()
+        );
+    }
+}
