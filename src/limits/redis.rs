@@ -233,10 +233,22 @@ impl std::fmt::Display for BackendError {
     }
 }
 
+/// The longest a connection to Redis may take to set up (TCP, then the client's
+/// handshake), ms: not the per-call deadline, which a Redis a few tens of ms away
+/// cannot connect within (its handshake is several round trips). A request never
+/// waits past its own deadline for it: the connection is made by a task of its own.
+const CONNECT_MS: u64 = 2_000;
+
 #[derive(Debug)]
 struct Shared {
     client: redis::Client,
     conn: tokio::sync::OnceCell<ConnectionManager>,
+    /// A connection is being made ([`RedisBackend::connect`]).
+    connecting: std::sync::atomic::AtomicBool,
+    /// Wakes the calls waiting for the connection when an attempt ends.
+    connected: tokio::sync::Notify,
+    /// How the last attempt failed (told to the calls that waited for it).
+    failed: std::sync::Mutex<Option<redis::RedisError>>,
     timeout: Duration,
     admit: Script,
     settle: Script,
@@ -250,7 +262,8 @@ pub struct RedisBackend {
 
 impl RedisBackend {
     /// A backend for `url` with a deadline of `timeout_ms` per call; `None` if the URL
-    /// does not parse (config validation checked its scheme). Connects on first use.
+    /// does not parse (config validation checked it). Starts connecting at once when
+    /// called within a tokio runtime, else on first use.
     pub fn new(url: &str, timeout_ms: u64) -> Option<RedisBackend> {
         let client = match redis::Client::open(url) {
             Ok(c) => c,
@@ -259,31 +272,84 @@ impl RedisBackend {
                 return None;
             }
         };
-        Some(RedisBackend {
+        let backend = RedisBackend {
             shared: Arc::new(Shared {
                 client,
                 conn: tokio::sync::OnceCell::new(),
+                connecting: std::sync::atomic::AtomicBool::new(false),
+                connected: tokio::sync::Notify::new(),
+                failed: std::sync::Mutex::new(None),
                 timeout: Duration::from_millis(timeout_ms),
                 admit: Script::new(ADMIT),
                 settle: Script::new(SETTLE),
             }),
-        })
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            backend.connect();
+        }
+        Some(backend)
     }
 
-    async fn conn(&self) -> Result<ConnectionManager, BackendError> {
+    /// Starts making the connection in a task of its own, unless one is being made
+    /// or made already; the calls waiting in [`RedisBackend::conn`] are woken when
+    /// it ends. (Made inside a call, a connection was given up with the call at its
+    /// deadline: a Redis 30 ms away never connected under the default 50 ms, and
+    /// every request was refused; outside attack, 2026-12-07.)
+    fn connect(&self) {
+        use std::sync::atomic::Ordering;
         let s = &self.shared;
-        s.conn
-            .get_or_try_init(|| async {
-                let cfg = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(s.timeout))
-                    .set_response_timeout(Some(s.timeout))
-                    .set_number_of_retries(1);
-                ConnectionManager::new_with_config(s.client.clone(), cfg)
-                    .await
-                    .map_err(BackendError::Redis)
-            })
-            .await
-            .cloned()
+        if s.conn.initialized() || s.connecting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        *s.failed.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let shared = Arc::clone(s);
+        tokio::spawn(async move {
+            let cfg = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(shared.timeout.max(Duration::from_millis(CONNECT_MS))))
+                .set_response_timeout(Some(shared.timeout))
+                .set_number_of_retries(1);
+            let made = ConnectionManager::new_with_config(shared.client.clone(), cfg).await;
+            let mut failed = shared.failed.lock().unwrap_or_else(|p| p.into_inner());
+            match made {
+                Ok(c) => {
+                    let _ = shared.conn.set(c);
+                    *failed = None;
+                }
+                Err(e) => *failed = Some(e),
+            }
+            shared.connecting.store(false, Ordering::Release);
+            drop(failed);
+            shared.connected.notify_waiters();
+        });
+    }
+
+    /// The connection, once made; waits for the attempt in progress (a call's
+    /// deadline bounds the wait, not the attempt).
+    async fn conn(&self) -> Result<ConnectionManager, BackendError> {
+        use std::sync::atomic::Ordering;
+        let s = &self.shared;
+        let mut waited = false;
+        loop {
+            let woken = s.connected.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if let Some(c) = s.conn.get() {
+                return Ok(c.clone());
+            }
+            if !s.connecting.load(Ordering::Acquire) {
+                if waited {
+                    // The attempt this call waited for failed: say so; a later
+                    // call (after the limiter's pause) tries again.
+                    let failed = s.failed.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(e) = failed.as_ref() {
+                        return Err(BackendError::Redis(e.clone()));
+                    }
+                }
+                self.connect();
+            }
+            woken.await;
+            waited = true;
+        }
     }
 
     /// One admission check over `needs` and the budgets `scopes` (`(scope, budget)`)

@@ -831,3 +831,80 @@ async fn a_budget_spent_through_redis_stays_spent_when_redis_goes_away() {
         );
     }
 }
+
+/// A TCP proxy on 127.0.0.1 in front of `target` that holds every piece of Redis's
+/// answers for `delay`, and a new connection's first answer for `first` more (a
+/// Redis a few tens of ms away, whose connection handshake takes round trips).
+async fn slow_proxy(target: u16, delay: Duration, first: Duration) -> u16 {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+                continue;
+            };
+            let (mut cr, mut cw) = client.into_split();
+            let (mut sr, mut sw) = server.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut cr, &mut sw).await;
+            });
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let mut extra = first;
+                while let Ok(n) = sr.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    tokio::time::sleep(delay + std::mem::take(&mut extra)).await;
+                    if cw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+// Regression (outside attack, 2026-12-07): the connection to Redis was made inside
+// a request's Redis call and given up with it at `timeout_ms`; a Redis whose
+// connection handshake takes longer than the default 50 ms (a few round trips to a
+// Redis tens of ms away) never connected, and with `on_error: closed` every request
+// was refused. Expected: the connection is made by a task of its own, and requests
+// are admitted through Redis once it is up.
+#[tokio::test]
+async fn a_redis_whose_handshake_outlasts_the_deadline_still_connects() {
+    let redis = start_redis();
+    // The handshake's answer takes 90 ms, each later answer 10 ms.
+    let port = slow_proxy(
+        redis.port,
+        Duration::from_millis(10),
+        Duration::from_millis(80),
+    )
+    .await;
+    let app = start_app(
+        &format!(
+            "{MOCK}limits:\n  per_key: {{ requests_per_min: 600, burst_requests: 100 }}\nstate: {{ redis: 'redis://127.0.0.1:{port}', timeout_ms: 50, on_error: closed }}\n"
+        ),
+        &[],
+    )
+    .await;
+    let url = app.url("/v1/chat/completions");
+    let mut admitted = 0;
+    for _ in 0..40 {
+        if send(&url, "sk-far").await.status == 200 {
+            admitted += 1;
+        }
+        if admitted >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        admitted >= 3,
+        "never admitted through a Redis whose handshake takes 90 ms"
+    );
+    let keys = redis_cli(redis.port, &["--scan", "--pattern", "*:rl:*"]);
+    assert!(!keys.trim().is_empty(), "the buckets are not in Redis");
+}
