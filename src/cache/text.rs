@@ -3,7 +3,8 @@
 //! **Normalization** (what the cache treats as the same text):
 //! 1. Unicode lowercase.
 //! 2. Whitespace runs (any Unicode whitespace) become one space; leading and trailing
-//!    whitespace goes. The indentation of a line after the first, when it is a tab
+//!    whitespace goes. The indentation of a line after the first (after any line
+//!    break: LF, CR, CR LF, VT, FF, NEL, U+2028, U+2029), when it is a tab
 //!    or at least two columns, is kept as a word of its own (`⇥` and its width in
 //!    spaces and tabs, such as `⇥4s0t`): in code it is meaning (a Python statement
 //!    in or out of its loop), while one space after a line break is how prose is
@@ -74,7 +75,16 @@ fn trim_edges(word: &str) -> &str {
 /// punctuation, separated by single spaces.
 pub fn normalize(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    for (i, line) in text.split('\n').enumerate() {
+    // Every line break Unicode names (CR LF counts as two, the empty line between
+    // them having no indentation): the indentation fix first split on LF alone, so
+    // code with CR or U+2028 breaks still lost its indentation (review, 2026-12-07).
+    let breaks = |c: char| {
+        matches!(
+            c,
+            '\n' | '\r' | '\u{0B}' | '\u{0C}' | '\u{85}' | '\u{2028}' | '\u{2029}'
+        )
+    };
+    for (i, line) in text.split(breaks).enumerate() {
         let body = line.trim_start();
         let indent = &line[..line.len() - body.len()];
         let tabs = indent.matches('\t').count();
@@ -218,6 +228,13 @@ mod tests {
             ));
         }
         assert_eq!(normalize("a\n  b"), "a ⇥2s0t b");
+        for nl in ["\r\n", "\r", "\u{2028}", "\u{85}", "\u{0C}"] {
+            let (a, b) = (
+                format!("for i in x:{nl}    pass{nl}    print(i)"),
+                format!("for i in x:{nl}    pass{nl}print(i)"),
+            );
+            assert_ne!(normalize(&a), normalize(&b), "{nl:?}");
+        }
         // Prose line breaks, one space after them and the first line's indentation
         // are still spacing.
         assert_eq!(normalize("  one\ntwo \n\n three"), "one two three");

@@ -1064,8 +1064,9 @@ fn redacted(url: &str) -> std::borrow::Cow<'_, str> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.into();
     };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
+    // The last `@` anywhere: a password may hold `/`, `?` or `#` (one with `/` was
+    // shown whole when the search stopped at the first `/`; review, 2026-12-07).
+    match rest.rfind('@') {
         Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]).into(),
         None => url.into(),
     }

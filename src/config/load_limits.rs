@@ -184,6 +184,7 @@ mod tests {
                 "rediss://127.0.0.1:6380",
                 "redis://127.0.0.1:notaport",
                 "redis://:s3cret@127.0.0.1:notaport",
+                "redis://:s3/cret@127.0.0.1:notaport",
                 "redis://127.0.0.1:6379/abc",
                 "redis://",
             ] {
@@ -194,7 +195,11 @@ mod tests {
                     .iter()
                     .find(|e| e.path == field)
                     .unwrap_or_else(|| panic!("{url}: {errs:?}"));
-                assert!(!e.message.contains("s3cret"), "{}", e.message);
+                assert!(
+                    !e.message.contains("s3cret") && !e.message.contains("cret@"),
+                    "{}",
+                    e.message
+                );
             }
             for url in [
                 "redis://127.0.0.1:6379",

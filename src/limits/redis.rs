@@ -315,7 +315,14 @@ impl RedisBackend {
                     let _ = shared.conn.set(c);
                     *failed = None;
                 }
-                Err(e) => *failed = Some(e),
+                Err(e) => {
+                    // Logged here: the calls waiting may have passed their deadline
+                    // first and could only say "no answer" (a wrong password or a
+                    // refused connection went unnamed; review, 2026-12-07). One
+                    // attempt per pause of the limiter, so at most about once a second.
+                    tracing::warn!(error = %e, "cannot connect to the rate-limit state (Redis)");
+                    *failed = Some(e);
+                }
             }
             shared.connecting.store(false, Ordering::Release);
             drop(failed);
