@@ -38,8 +38,9 @@
 //! endpoint `cache` and named so in `x-switchyard-endpoint`.
 //!
 //! Only complete answers are stored: a whole 200 with one choice and a finish
-//! reason; a stream that reached `[DONE]` on its first endpoint with a finish reason
-//! and no error event (not cut, not continued elsewhere); never one ended by the
+//! reason; a stream that reached `[DONE]` on its first endpoint with the provider's
+//! finish reason (not the `stop` the gateway writes for one that sent none) and no
+//! error event (not cut, not continued elsewhere); never one ended by the
 //! provider's content filter (`content_filter`). A stream's chunks are kept
 //! by its body as they go out ([`Tee`]), only for requests that may store; the
 //! entry is built and written off the request path. An answer from another upstream

@@ -562,3 +562,28 @@ route r when request.model == "m" {
     assert_eq!(gw.app.services().gateway.cache.stored(), 0);
     assert_eq!(hits.load(Ordering::SeqCst), 2);
 }
+
+/// Found by attack (t_store.py): a stream that reached `[DONE]` without a finish
+/// reason was stored, with the `stop` the gateway wrote for its client, and served
+/// again as a complete answer. Only a provider's finish reason makes a stream
+/// storable.
+#[tokio::test]
+async fn a_stream_ending_without_a_finish_reason_is_not_stored() {
+    let no_finish = format!("{}{}{DONE}", role_chunk(), text_chunk("Hello"));
+    let (addr, seen) = sse_upstream(vec![no_finish]);
+    let gw = start_app(&config(addr, "enabled: true"), &[]).await;
+    let body = ask("no finish reason", true, "");
+    let r = send(&gw, &body, &[]).await;
+    assert_eq!(cache_header(&r), "miss");
+    assert!(
+        r.text().contains("\"finish_reason\":\"stop\""),
+        "the client still reads a finished answer: {}",
+        r.text()
+    );
+    assert!(r.text().ends_with("data: [DONE]\n\n"), "{}", r.text());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(gw.app.services().gateway.cache.stored(), 0);
+    let r = send(&gw, &body, &[]).await;
+    assert_eq!(cache_header(&r), "miss");
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
