@@ -152,6 +152,10 @@ pub struct Ticket {
     upstream_model: String,
     ttl: Duration,
     stored: Arc<AtomicU64>,
+    /// The request's estimated input tokens: an answer whose provider reported no
+    /// usage is stored with the estimate its client got (or would have got in the
+    /// other shape), so a hit replays that, not zeros.
+    prompt_estimate: u64,
 }
 
 impl CachePhase {
@@ -364,6 +368,7 @@ pub(super) async fn lookup(
         upstream_model: upstream_model.to_string(),
         ttl,
         stored: phase.stored.clone(),
+        prompt_estimate: chat.estimated_input_tokens(),
     };
     if !c.read {
         ctx.cache = Some(CacheStatus::Bypass);
@@ -495,8 +500,16 @@ pub(super) fn store_whole(
     };
     *resp.body_mut() = body::full(data.clone());
     tokio::spawn(async move {
-        if let Some(payload) = Entry::from_whole(&data, origin, unix_now()).and_then(|e| e.encode())
-        {
+        let Some(mut entry) = Entry::from_whole(&data, origin, unix_now()) else {
+            return;
+        };
+        if entry.usage.is_none() {
+            // What a live stream of this answer would have reported (and what the
+            // permit settled): kept for a replay as a stream with the usage chunk.
+            let output = super::limit::text_tokens(&data);
+            entry.usage = Some(Usage::new(ticket.prompt_estimate, output));
+        }
+        if let Some(payload) = entry.encode() {
             ticket.put(payload).await;
         }
     });
@@ -560,15 +573,22 @@ impl Tee {
         self.bytes <= MAX_TEE_BYTES
     }
 
-    /// The stream ended cleanly on endpoint `ep` with the provider's `usage`:
-    /// builds its entry and stores it, off the request path.
-    pub(super) fn finish(self, gw: &Gateway, ep: usize, usage: Option<Usage>) {
+    /// The stream ended cleanly on endpoint `ep` with the provider's `usage` and
+    /// `pieces` content pieces sent: builds its entry and stores it, off the
+    /// request path. Without the provider's usage the entry keeps the usage chunk
+    /// its client got, else the estimate the stream settled with.
+    pub(super) fn finish(self, gw: &Gateway, ep: usize, usage: Option<Usage>, pieces: u64) {
         let Some(origin) = origin(gw, ep) else { return };
         if origin.upstream_model != self.ticket.upstream_model {
             return;
         }
         tokio::spawn(async move {
             let entry = Entry::from_stream(&self.frames, usage, origin, unix_now());
+            let estimate = Usage::new(self.ticket.prompt_estimate, pieces);
+            let entry = entry.map(|mut e| {
+                e.usage.get_or_insert(estimate);
+                e
+            });
             if let Some(payload) = entry.and_then(|e| e.encode()) {
                 self.ticket.put(payload).await;
             }

@@ -344,7 +344,7 @@ impl ClientStream {
                                 // A `stop` the gateway wrote for a provider
                                 // that sent none is no sign the answer was whole.
                                 if sent.finished && !sent.finish_supplied && !this.continued {
-                                    tee.finish(&this.gw, leg.ep, sent.usage);
+                                    tee.finish(&this.gw, leg.ep, sent.usage, sent.pieces);
                                 }
                             }
                             leg.attempt.succeeded(leg.ttft);
