@@ -20,7 +20,9 @@
 //! asked for and the one the decision chose (its plan's first endpoint's), that
 //! endpoint's upstream model (so a gateway whose model now maps to another upstream
 //! model, or another instance on the same Redis configured so, never serves the old
-//! model's answers), the
+//! model's answers), the client headers that endpoint's provider is sent and that
+//! can change its answer (`forward_headers`, OpenAI's organization and project:
+//! [`crate::egress::forward::scoped`]), the
 //! temperature, both output caps, the tools (sorted by function name, each as
 //! canonical JSON with sorted keys), every other request field except those that
 //! only label the request (`user`, `metadata`, `store`, `prompt_cache_key`,
@@ -357,7 +359,14 @@ pub(super) async fn lookup(
     let first = ctx.plan.first().and_then(|&i| gw.registry.endpoints.get(i));
     let target = first.map_or("", |e| &*e.model);
     let upstream_model = first.map_or("", |e| e.upstream_model.as_str());
-    let (scope, prompt, whole_conversation) = scope(chat, target, upstream_model, partition);
+    // The client headers that endpoint's provider is sent (`forward_headers`,
+    // OpenAI's organization and project): they can change the answer.
+    let forwarded = first
+        .and_then(|e| gw.config.providers.get(e.provider))
+        .map(|p| crate::egress::forward::scoped(&chat.headers, p.kind, &p.forward_headers))
+        .unwrap_or_default();
+    let (scope, prompt, whole_conversation) =
+        scope(chat, target, upstream_model, partition, &forwarded);
     let exact =
         whole_conversation || cfg.mode == CacheMode::Exact || setting.is_some_and(|s| s.exact);
     let key = store.key(scope, &prompt, exact);
@@ -615,12 +624,14 @@ fn partition(share: Share, caller: &Caller, method: Method) -> Option<String> {
 /// The scope hash, the prompt text, and whether the whole conversation is the
 /// scope (the last message is not a user turn). `target` is the logical model the
 /// decision chose and `upstream_model` the model id its first endpoint sends;
-/// `partition` is [`partition`]'s.
+/// `partition` is [`partition`]'s; `forwarded` the client headers that endpoint's
+/// provider is sent ([`crate::egress::forward::scoped`]).
 fn scope(
     chat: &ChatRequest,
     target: &str,
     upstream_model: &str,
     partition: String,
+    forwarded: &[(&str, &HeaderValue)],
 ) -> (u128, String, bool) {
     let mut h = Xxh3::new();
     str_(&mut h, "switchyard-cache-scope-v1");
@@ -628,6 +639,13 @@ fn scope(
     str_(&mut h, &chat.model);
     str_(&mut h, target);
     str_(&mut h, upstream_model);
+    h.update(b"H");
+    len(&mut h, forwarded.len());
+    for (name, v) in forwarded {
+        str_(&mut h, name);
+        len(&mut h, v.len());
+        h.update(v.as_bytes());
+    }
     match chat.temperature {
         // 0 and -0 are the same setting.
         Some(0.0) => h.update(b"t0"),
@@ -808,23 +826,23 @@ mod tests {
     }
 
     fn scope_of(body: &str) -> (u128, String, bool) {
-        scope(&parse(body), "m", "x", String::new())
+        scope(&parse(body), "m", "x", String::new(), &[])
     }
 
     #[test]
     fn the_model_the_decision_chose_is_in_the_scope() {
         let body = parse(r#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#);
         assert_ne!(
-            scope(&body, "m", "x", String::new()).0,
-            scope(&body, "m-canary", "x", String::new()).0
+            scope(&body, "m", "x", String::new(), &[]).0,
+            scope(&body, "m-canary", "x", String::new(), &[]).0
         );
         assert_eq!(
-            scope(&body, "m", "x", String::new()).0,
-            scope(&body, "m", "x", String::new()).0
+            scope(&body, "m", "x", String::new(), &[]).0,
+            scope(&body, "m", "x", String::new(), &[]).0
         );
         assert_ne!(
-            scope(&body, "m", "x", "org:a".into()).0,
-            scope(&body, "m", "x", "org:b".into()).0,
+            scope(&body, "m", "x", "org:a".into(), &[]).0,
+            scope(&body, "m", "x", "org:b".into(), &[]).0,
             "two organizations never share an entry"
         );
     }
@@ -874,8 +892,8 @@ mod tests {
         // were still served for `m`.
         let body = parse(r#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#);
         assert_ne!(
-            scope(&body, "m", "gpt-4o-mini", String::new()).0,
-            scope(&body, "m", "gpt-4.1", String::new()).0
+            scope(&body, "m", "gpt-4o-mini", String::new(), &[]).0,
+            scope(&body, "m", "gpt-4.1", String::new(), &[]).0
         );
     }
 

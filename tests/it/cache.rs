@@ -665,3 +665,43 @@ async fn a_replay_reports_the_usage_the_first_client_got_when_the_provider_sent_
     assert!(again.json().get("usage").is_none(), "{}", again.text());
     assert_eq!(seen.lock().unwrap().len(), 2);
 }
+
+/// Found by attack (t_scope.py): with `forward_headers: [x-test-*]`, two requests
+/// differing only in `x-test-variant` (sent to the provider, so possibly another
+/// answer) shared one entry. The forwarded headers are in the scope; the request's
+/// ids and trace context are not.
+#[tokio::test]
+async fn forwarded_headers_split_the_cache() {
+    let (addr, hits) = upstream(false);
+    let cfg =
+        config(addr, "enabled: true").replace("pricing:", "forward_headers: [x-test-*], pricing:");
+    let gw = start_app(&cfg, &[]).await;
+    let body = ask("which variant?", false, "");
+    let r = send(&gw, &body, &[("x-test-variant", "1")]).await;
+    assert_eq!(cache_header(&r), "miss");
+    stored(&gw, 1).await;
+    let r = send(&gw, &body, &[("x-test-variant", "2")]).await;
+    assert_eq!(cache_header(&r), "miss", "another forwarded value");
+    let r = send(&gw, &body, &[]).await;
+    assert_eq!(cache_header(&r), "miss", "no forwarded header");
+    let r = send(
+        &gw,
+        &body,
+        &[
+            ("x-test-variant", "1"),
+            ("x-request-id", "7d2f1c4e-4b1a-4f7e-9a57-0c3d2b1a9e88"),
+            (
+                "traceparent",
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            ),
+            ("x-other", "not forwarded"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        cache_header(&r),
+        "hit",
+        "ids, trace context and unlisted headers"
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 3);
+}
