@@ -27,7 +27,8 @@
 //! canonical JSON with sorted keys), every other request field except those that
 //! only label the request (`user`, `metadata`, `store`, `prompt_cache_key`,
 //! `safety_identifier`), the system prompt and every earlier turn, and the last
-//! turn's non-text parts and fields. Whether the answer is wanted as a stream is not
+//! turn's non-text parts (each with its place among the text parts) and fields.
+//! Whether the answer is wanted as a stream is not
 //! in the scope: one entry serves both shapes (`super::cache_entry`). A request
 //! whose last message is not a user turn (a tool result, an assistant prefill) is
 //! cached exactly: the whole conversation is the scope and the prompt text is empty.
@@ -715,6 +716,9 @@ fn scope(
         match &last.content {
             Value::String(s) => prompt.push_str(s),
             Value::Array(parts) => {
+                // Text parts before each other part: where an image sits among the
+                // texts changes the question ([T, I1, I2] is not [I1, T, I2]).
+                let mut texts = 0;
                 for p in parts {
                     match p.get("text").and_then(Value::as_str) {
                         Some(t) if p.get("type").and_then(Value::as_str) == Some("text") => {
@@ -722,8 +726,12 @@ fn scope(
                                 prompt.push('\n');
                             }
                             prompt.push_str(t);
+                            texts += 1;
                         }
-                        _ => value(&mut h, p),
+                        _ => {
+                            len(&mut h, texts);
+                            value(&mut h, p);
+                        }
                     }
                 }
             }
@@ -926,6 +934,33 @@ mod tests {
         for b in different {
             assert_ne!(scope_of(b).0, s, "{b}");
         }
+    }
+
+    /// Found by attack (t_img.py): the last turn's text parts are the prompt and
+    /// its other parts went into the scope in order but without their place among
+    /// the texts, so [T, I1, I2] and [I1, T, I2] shared an answer.
+    #[test]
+    fn where_an_image_sits_among_the_text_parts_is_in_the_scope() {
+        let turn = |parts: &str| {
+            format!(r#"{{"model":"m","messages":[{{"role":"user","content":[{parts}]}}]}}"#)
+        };
+        let (t, i1, i2) = (
+            r#"{"type":"text","text":"compare"}"#,
+            r#"{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}"#,
+            r#"{"type":"image_url","image_url":{"url":"data:image/png;base64,BBBB"}}"#,
+        );
+        let a = scope_of(&turn(&format!("{t},{i1},{i2}")));
+        let b = scope_of(&turn(&format!("{i1},{t},{i2}")));
+        let c = scope_of(&turn(&format!("{i1},{i2},{t}")));
+        assert_eq!((a.1.as_str(), b.1.as_str()), ("compare", "compare"));
+        assert_ne!(a.0, b.0);
+        assert_ne!(b.0, c.0);
+        assert_ne!(a.0, c.0);
+        assert_eq!(a.0, scope_of(&turn(&format!("{t},{i1},{i2}"))).0);
+        // Plain text: a string and its text parts are still one prompt and scope.
+        let plain = scope_of(r#"{"model":"m","messages":[{"role":"user","content":"compare"}]}"#);
+        let parts = scope_of(&turn(t));
+        assert_eq!((plain.0, plain.1.as_str()), (parts.0, "compare"));
     }
 
     #[test]
