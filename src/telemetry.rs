@@ -236,7 +236,10 @@ pub fn install() -> Option<PrometheusHandle> {
                 CACHE_L2_ERRORS,
                 "Failed or timed-out calls to the L2 cache (Redis)."
             );
-            metrics::describe_gauge!(CACHE_BYTES, "Payload bytes held in the L1 cache.");
+            metrics::describe_gauge!(
+                CACHE_BYTES,
+                "Bytes held in the L1 cache: answers and their prompts, normalized and canonical."
+            );
             metrics::describe_counter!(
                 CACHE_TOKENS_SAVED,
                 "Provider tokens not spent thanks to cache hits."

@@ -40,6 +40,17 @@ pub struct Stored {
     slot: u32,
 }
 
+impl Stored {
+    /// The bytes this entry holds that grow with it: the answer, the prompt text and
+    /// the canonical content verification compares (a second form of the prompt,
+    /// about as long). What the weigher bounds by `max_bytes` and what
+    /// [`Counters::bytes`] counts.
+    pub fn bytes(&self) -> u64 {
+        let canon = self.canon.as_ref().map_or(0, |c| c.content.len());
+        (self.payload.len() + self.text.len() + canon) as u64
+    }
+}
+
 struct PerEntry;
 
 impl Expiry<(u128, u128), Arc<Stored>> for PerEntry {
@@ -81,7 +92,7 @@ impl std::fmt::Debug for L1 {
 
 impl L1 {
     /// An empty L1 of at most `capacity` entries and `max_bytes` bytes of answers
-    /// and prompt texts.
+    /// and prompt texts ([`Stored::bytes`]).
     ///
     /// Why both: an entry may hold up to 1 MiB, so a bound by count alone (10,000
     /// by default) allowed about 10 GiB. moka has one bound, by weight: an entry
@@ -96,14 +107,14 @@ impl L1 {
         let map = moka::sync::Cache::builder()
             .max_capacity(max_bytes)
             .weigher(move |_, v: &Arc<Stored>| {
-                let bytes = v.payload.len().saturating_add(v.text.len());
-                u32::try_from(bytes).unwrap_or(u32::MAX).max(floor)
+                // Every copy counts: the canonical content left out, L1 held about
+                // twice `max_bytes` of long prompts (t_mem.py: 32 MiB, RSS +72 MiB).
+                u32::try_from(v.bytes()).unwrap_or(u32::MAX).max(floor)
             })
             .expire_after(PerEntry)
             .eviction_listener(move |_, v: Arc<Stored>, cause| {
                 idx.remove(v.slot);
-                cnt.bytes
-                    .fetch_sub(v.payload.len() as u64, Ordering::Relaxed);
+                cnt.bytes.fetch_sub(v.bytes(), Ordering::Relaxed);
                 if matches!(cause, RemovalCause::Size | RemovalCause::Expired) {
                     cnt.evictions.fetch_add(1, Ordering::Relaxed);
                 }
@@ -133,9 +144,6 @@ impl L1 {
         } else {
             self.index.insert(meta)
         };
-        self.counters
-            .bytes
-            .fetch_add(payload.len() as u64, Ordering::Relaxed);
         let stored = Arc::new(Stored {
             meta,
             exact,
@@ -145,6 +153,9 @@ impl L1 {
             ttl,
             slot,
         });
+        self.counters
+            .bytes
+            .fetch_add(stored.bytes(), Ordering::Relaxed);
         self.map.insert((meta.scope, meta.id), stored);
     }
 
@@ -162,6 +173,11 @@ impl L1 {
     /// to observe a settled state.
     pub fn settle(&self) {
         self.map.run_pending_tasks();
+    }
+
+    /// Every entry held now (a scan: tests compare it with the counters).
+    pub fn entries(&self) -> Vec<Arc<Stored>> {
+        self.map.iter().map(|(_, v)| v).collect()
     }
 
     /// Entries held (after [`L1::settle`], exact).

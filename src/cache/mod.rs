@@ -42,8 +42,10 @@ use self::l2::{L2Error, L2};
 pub struct Settings {
     /// L1 capacity in entries (default 10,000).
     pub capacity: u64,
-    /// L1 capacity in bytes of stored answers and prompt texts (default 256 MiB):
-    /// with `capacity`, the bound of the cache's memory ([`l1::L1::new`]).
+    /// L1 capacity in bytes of stored answers and prompt texts, the prompt counted
+    /// in both forms an entry keeps (normalized and canonical; [`l1::Stored::bytes`];
+    /// default 256 MiB): with `capacity`, the bound of the cache's memory
+    /// ([`l1::L1::new`]).
     pub max_bytes: u64,
     /// Largest Hamming distance between two prompts' 128-bit SimHashes that may be a
     /// semantic hit (τ, default 3; seed 001). Lookups find every entry within
@@ -141,7 +143,8 @@ pub struct Counters {
     pub l2_errors: AtomicU64,
     /// Entries stored.
     pub inserts: AtomicU64,
-    /// Payload bytes held in L1 now.
+    /// Bytes held in L1 now: answers and both forms of their prompts
+    /// ([`l1::Stored::bytes`]; `switchyard_cache_bytes`).
     pub bytes: AtomicU64,
 }
 

@@ -113,7 +113,7 @@ async fn evictions_keep_the_index_and_byte_count_in_step() {
     assert!(held <= 50, "{held}");
     assert_eq!(c.l1().index().len() as u64, held);
     let counters = c.counters();
-    assert_eq!(counters.bytes.load(Ordering::Relaxed), held * 10);
+    assert_eq!(counters.bytes.load(Ordering::Relaxed), held_bytes(&c));
     assert_eq!(counters.inserts.load(Ordering::Relaxed), 1000);
     assert_eq!(counters.evictions.load(Ordering::Relaxed), 1000 - held);
 }
@@ -141,6 +141,47 @@ async fn the_in_memory_tier_is_bounded_in_bytes_as_well_as_entries() {
     assert_eq!(c.l1().index().len() as u64, held);
 }
 
+/// What the entries held occupy, counted field by field.
+fn held_bytes(c: &Cache) -> u64 {
+    c.l1()
+        .entries()
+        .iter()
+        .map(|e| {
+            let canon = e.canon.as_ref().map_or(0, |c| c.content.len());
+            (e.payload.len() + e.text.len() + canon) as u64
+        })
+        .sum()
+}
+
+/// Found by attack (t_mem.py): an entry keeps its prompt twice (normalized, and the
+/// canonical content verification compares), and the weigher counted one copy, so
+/// long prompts with short answers filled about twice `max_bytes` (32 MiB: RSS
+/// 17 -> 89 MiB), and `switchyard_cache_bytes` counted answers only.
+#[tokio::test]
+async fn l1_memory_counts_both_copies_of_the_prompt() {
+    let c = Cache::new(&Settings {
+        capacity: 1_000,
+        max_bytes: 1 << 20,
+        ..Settings::default()
+    })
+    .unwrap();
+    for i in 0..60 {
+        // About 64 KiB of distinct words, a 10-byte answer.
+        let prompt: String = (0..8_000).map(|w| format!("w{} ", w * 7 + i)).collect();
+        let k = c.key(1, &prompt, false);
+        c.put(&k, Bytes::from(vec![0u8; 10]), HOUR).await;
+    }
+    c.l1().settle();
+    let held = held_bytes(&c);
+    assert!(!c.l1().is_empty());
+    assert!(
+        held <= 1 << 20,
+        "{held} bytes held in {} entries",
+        c.l1().len()
+    );
+    assert_eq!(c.counters().bytes.load(Ordering::Relaxed), held);
+}
+
 #[tokio::test]
 async fn an_entry_expires_after_its_own_ttl() {
     let c = cache(100);
@@ -165,7 +206,8 @@ async fn an_entry_expires_after_its_own_ttl() {
     c.l1().settle();
     assert_eq!(c.l1().index().len(), 1);
     assert_eq!(c.counters().evictions.load(Ordering::Relaxed), 1);
-    assert_eq!(c.counters().bytes.load(Ordering::Relaxed), 1);
+    // "long lived": the 1-byte answer and its prompt in both forms.
+    assert_eq!(c.counters().bytes.load(Ordering::Relaxed), 1 + 10 + 10);
     c.put(
         &c.key(1, "no time", false),
         Bytes::from_static(b"z"),
@@ -183,7 +225,9 @@ async fn storing_a_text_again_replaces_its_entry() {
     c.put(&k, Bytes::from_static(b"second!"), HOUR).await;
     c.l1().settle();
     assert_eq!((c.l1().len(), c.l1().index().len()), (1, 1));
-    assert_eq!(c.counters().bytes.load(Ordering::Relaxed), 7);
+    // "second!" and "explain how tides work" normalized and canonical.
+    assert_eq!(c.counters().bytes.load(Ordering::Relaxed), held_bytes(&c));
+    assert_eq!(c.l1().entries()[0].payload.len(), 7);
     assert_eq!(c.counters().evictions.load(Ordering::Relaxed), 0);
     let hit = c
         .get(&c.key(1, "describe how tides work", false))

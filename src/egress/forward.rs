@@ -74,6 +74,40 @@ fn forwarded(name: &str, kind: ProviderKind, listed: &[Listed]) -> bool {
         || listed.iter().any(|l| l.matches(name))
 }
 
+/// The forwarded client headers that can change a provider's answer, for the
+/// response cache's scope: what [`apply`] copies from `client` (the request's
+/// [`candidates`]) to a provider of `kind` with `listed` headers, sorted by name
+/// (each name's values in order), except what only identifies or traces the
+/// request and would make every request its own entry: `traceparent`,
+/// `tracestate`, `x-request-id`, `x-client-request-id`, the `User-Agent`, and the
+/// OpenAI SDKs' `x-stainless-*` telemetry (SDK version, OS, retry count) unless the
+/// operator lists them. `OpenAI-Organization` and `OpenAI-Project` are in it where
+/// forwarded (kind `openai`): they pick the account that answers.
+pub fn scoped<'a>(
+    client: &'a HeaderMap,
+    kind: ProviderKind,
+    listed: &[Listed],
+) -> Vec<(&'a str, &'a HeaderValue)> {
+    let mut out: Vec<(&str, &HeaderValue)> = client
+        .iter()
+        .map(|(name, value)| (name.as_str(), value))
+        .filter(|(n, _)| {
+            !matches!(
+                *n,
+                "traceparent"
+                    | "tracestate"
+                    | "x-request-id"
+                    | "x-client-request-id"
+                    | "user-agent"
+            ) && forwarded(n, kind, listed)
+                && (!n.starts_with("x-stainless-") || listed.iter().any(|l| l.matches(n)))
+        })
+        .collect();
+    // Stable: one name's values keep their order, which a provider may read.
+    out.sort_by(|a, b| a.0.cmp(b.0));
+    out
+}
+
 /// Copies into `upstream` (the built provider request's headers) the client
 /// headers the rule forwards (see the module doc), and sets `User-Agent`.
 ///
@@ -399,6 +433,35 @@ mod tests {
         assert_eq!(
             Listed::parse("Anthropic-Beta").unwrap(),
             Listed::Name("anthropic-beta".into())
+        );
+    }
+
+    /// Found by attack (t_scope.py): forwarded headers were not in the response
+    /// cache's scope. What is in it: what the provider is sent and can answer by.
+    #[test]
+    fn the_cache_scope_gets_what_is_forwarded_but_not_ids_or_telemetry() {
+        let client = candidates(&sdk_headers());
+        let names = |kind, listed: &[Listed]| -> Vec<&str> {
+            scoped(&client, kind, listed)
+                .iter()
+                .map(|(n, _)| *n)
+                .collect()
+        };
+        assert_eq!(
+            names(ProviderKind::OpenAi, &[]),
+            ["openai-organization", "openai-project"]
+        );
+        let tag = [Listed::parse("x-request-tag").unwrap()];
+        assert_eq!(
+            names(ProviderKind::OpenAiCompatible, &tag),
+            ["x-request-tag"]
+        );
+        assert!(names(ProviderKind::OpenAiCompatible, &[]).is_empty());
+        // Telemetry only when the operator lists it.
+        let sdk = [Listed::parse("x-stainless-os").unwrap()];
+        assert_eq!(
+            names(ProviderKind::OpenAiCompatible, &sdk),
+            ["x-stainless-os"]
         );
     }
 }

@@ -20,12 +20,15 @@
 //! asked for and the one the decision chose (its plan's first endpoint's), that
 //! endpoint's upstream model (so a gateway whose model now maps to another upstream
 //! model, or another instance on the same Redis configured so, never serves the old
-//! model's answers), the
+//! model's answers), the client headers that endpoint's provider is sent and that
+//! can change its answer (`forward_headers`, OpenAI's organization and project:
+//! [`crate::egress::forward::scoped`]), the
 //! temperature, both output caps, the tools (sorted by function name, each as
 //! canonical JSON with sorted keys), every other request field except those that
 //! only label the request (`user`, `metadata`, `store`, `prompt_cache_key`,
 //! `safety_identifier`), the system prompt and every earlier turn, and the last
-//! turn's non-text parts and fields. Whether the answer is wanted as a stream is not
+//! turn's non-text parts (each with its place among the text parts) and fields.
+//! Whether the answer is wanted as a stream is not
 //! in the scope: one entry serves both shapes (`super::cache_entry`). A request
 //! whose last message is not a user turn (a tool result, an assistant prefill) is
 //! cached exactly: the whole conversation is the scope and the prompt text is empty.
@@ -38,8 +41,9 @@
 //! endpoint `cache` and named so in `x-switchyard-endpoint`.
 //!
 //! Only complete answers are stored: a whole 200 with one choice and a finish
-//! reason; a stream that reached `[DONE]` on its first endpoint with a finish reason
-//! and no error event (not cut, not continued elsewhere); never one ended by the
+//! reason; a stream that reached `[DONE]` on its first endpoint with the provider's
+//! finish reason (not the `stop` the gateway writes for one that sent none) and no
+//! error event (not cut, not continued elsewhere); never one ended by the
 //! provider's content filter (`content_filter`). A stream's chunks are kept
 //! by its body as they go out ([`Tee`]), only for requests that may store; the
 //! entry is built and written off the request path. An answer from another upstream
@@ -151,6 +155,10 @@ pub struct Ticket {
     upstream_model: String,
     ttl: Duration,
     stored: Arc<AtomicU64>,
+    /// The request's estimated input tokens: an answer whose provider reported no
+    /// usage is stored with the estimate its client got (or would have got in the
+    /// other shape), so a hit replays that, not zeros.
+    prompt_estimate: u64,
 }
 
 impl CachePhase {
@@ -352,7 +360,14 @@ pub(super) async fn lookup(
     let first = ctx.plan.first().and_then(|&i| gw.registry.endpoints.get(i));
     let target = first.map_or("", |e| &*e.model);
     let upstream_model = first.map_or("", |e| e.upstream_model.as_str());
-    let (scope, prompt, whole_conversation) = scope(chat, target, upstream_model, partition);
+    // The client headers that endpoint's provider is sent (`forward_headers`,
+    // OpenAI's organization and project): they can change the answer.
+    let forwarded = first
+        .and_then(|e| gw.config.providers.get(e.provider))
+        .map(|p| crate::egress::forward::scoped(&chat.headers, p.kind, &p.forward_headers))
+        .unwrap_or_default();
+    let (scope, prompt, whole_conversation) =
+        scope(chat, target, upstream_model, partition, &forwarded);
     let exact =
         whole_conversation || cfg.mode == CacheMode::Exact || setting.is_some_and(|s| s.exact);
     let key = store.key(scope, &prompt, exact);
@@ -363,6 +378,7 @@ pub(super) async fn lookup(
         upstream_model: upstream_model.to_string(),
         ttl,
         stored: phase.stored.clone(),
+        prompt_estimate: chat.estimated_input_tokens(),
     };
     if !c.read {
         ctx.cache = Some(CacheStatus::Bypass);
@@ -494,8 +510,16 @@ pub(super) fn store_whole(
     };
     *resp.body_mut() = body::full(data.clone());
     tokio::spawn(async move {
-        if let Some(payload) = Entry::from_whole(&data, origin, unix_now()).and_then(|e| e.encode())
-        {
+        let Some(mut entry) = Entry::from_whole(&data, origin, unix_now()) else {
+            return;
+        };
+        if entry.usage.is_none() {
+            // What a live stream of this answer would have reported (and what the
+            // permit settled): kept for a replay as a stream with the usage chunk.
+            let output = super::limit::text_tokens(&data);
+            entry.usage = Some(Usage::new(ticket.prompt_estimate, output));
+        }
+        if let Some(payload) = entry.encode() {
             ticket.put(payload).await;
         }
     });
@@ -559,15 +583,22 @@ impl Tee {
         self.bytes <= MAX_TEE_BYTES
     }
 
-    /// The stream ended cleanly on endpoint `ep` with the provider's `usage`:
-    /// builds its entry and stores it, off the request path.
-    pub(super) fn finish(self, gw: &Gateway, ep: usize, usage: Option<Usage>) {
+    /// The stream ended cleanly on endpoint `ep` with the provider's `usage` and
+    /// `pieces` content pieces sent: builds its entry and stores it, off the
+    /// request path. Without the provider's usage the entry keeps the usage chunk
+    /// its client got, else the estimate the stream settled with.
+    pub(super) fn finish(self, gw: &Gateway, ep: usize, usage: Option<Usage>, pieces: u64) {
         let Some(origin) = origin(gw, ep) else { return };
         if origin.upstream_model != self.ticket.upstream_model {
             return;
         }
         tokio::spawn(async move {
             let entry = Entry::from_stream(&self.frames, usage, origin, unix_now());
+            let estimate = Usage::new(self.ticket.prompt_estimate, pieces);
+            let entry = entry.map(|mut e| {
+                e.usage.get_or_insert(estimate);
+                e
+            });
             if let Some(payload) = entry.and_then(|e| e.encode()) {
                 self.ticket.put(payload).await;
             }
@@ -594,12 +625,14 @@ fn partition(share: Share, caller: &Caller, method: Method) -> Option<String> {
 /// The scope hash, the prompt text, and whether the whole conversation is the
 /// scope (the last message is not a user turn). `target` is the logical model the
 /// decision chose and `upstream_model` the model id its first endpoint sends;
-/// `partition` is [`partition`]'s.
+/// `partition` is [`partition`]'s; `forwarded` the client headers that endpoint's
+/// provider is sent ([`crate::egress::forward::scoped`]).
 fn scope(
     chat: &ChatRequest,
     target: &str,
     upstream_model: &str,
     partition: String,
+    forwarded: &[(&str, &HeaderValue)],
 ) -> (u128, String, bool) {
     let mut h = Xxh3::new();
     str_(&mut h, "switchyard-cache-scope-v1");
@@ -607,6 +640,13 @@ fn scope(
     str_(&mut h, &chat.model);
     str_(&mut h, target);
     str_(&mut h, upstream_model);
+    h.update(b"H");
+    len(&mut h, forwarded.len());
+    for (name, v) in forwarded {
+        str_(&mut h, name);
+        len(&mut h, v.len());
+        h.update(v.as_bytes());
+    }
     match chat.temperature {
         // 0 and -0 are the same setting.
         Some(0.0) => h.update(b"t0"),
@@ -676,6 +716,9 @@ fn scope(
         match &last.content {
             Value::String(s) => prompt.push_str(s),
             Value::Array(parts) => {
+                // Text parts before each other part: where an image sits among the
+                // texts changes the question ([T, I1, I2] is not [I1, T, I2]).
+                let mut texts = 0;
                 for p in parts {
                     match p.get("text").and_then(Value::as_str) {
                         Some(t) if p.get("type").and_then(Value::as_str) == Some("text") => {
@@ -683,8 +726,12 @@ fn scope(
                                 prompt.push('\n');
                             }
                             prompt.push_str(t);
+                            texts += 1;
                         }
-                        _ => value(&mut h, p),
+                        _ => {
+                            len(&mut h, texts);
+                            value(&mut h, p);
+                        }
                     }
                 }
             }
@@ -787,23 +834,23 @@ mod tests {
     }
 
     fn scope_of(body: &str) -> (u128, String, bool) {
-        scope(&parse(body), "m", "x", String::new())
+        scope(&parse(body), "m", "x", String::new(), &[])
     }
 
     #[test]
     fn the_model_the_decision_chose_is_in_the_scope() {
         let body = parse(r#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#);
         assert_ne!(
-            scope(&body, "m", "x", String::new()).0,
-            scope(&body, "m-canary", "x", String::new()).0
+            scope(&body, "m", "x", String::new(), &[]).0,
+            scope(&body, "m-canary", "x", String::new(), &[]).0
         );
         assert_eq!(
-            scope(&body, "m", "x", String::new()).0,
-            scope(&body, "m", "x", String::new()).0
+            scope(&body, "m", "x", String::new(), &[]).0,
+            scope(&body, "m", "x", String::new(), &[]).0
         );
         assert_ne!(
-            scope(&body, "m", "x", "org:a".into()).0,
-            scope(&body, "m", "x", "org:b".into()).0,
+            scope(&body, "m", "x", "org:a".into(), &[]).0,
+            scope(&body, "m", "x", "org:b".into(), &[]).0,
             "two organizations never share an entry"
         );
     }
@@ -853,8 +900,8 @@ mod tests {
         // were still served for `m`.
         let body = parse(r#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#);
         assert_ne!(
-            scope(&body, "m", "gpt-4o-mini", String::new()).0,
-            scope(&body, "m", "gpt-4.1", String::new()).0
+            scope(&body, "m", "gpt-4o-mini", String::new(), &[]).0,
+            scope(&body, "m", "gpt-4.1", String::new(), &[]).0
         );
     }
 
@@ -887,6 +934,33 @@ mod tests {
         for b in different {
             assert_ne!(scope_of(b).0, s, "{b}");
         }
+    }
+
+    /// Found by attack (t_img.py): the last turn's text parts are the prompt and
+    /// its other parts went into the scope in order but without their place among
+    /// the texts, so [T, I1, I2] and [I1, T, I2] shared an answer.
+    #[test]
+    fn where_an_image_sits_among_the_text_parts_is_in_the_scope() {
+        let turn = |parts: &str| {
+            format!(r#"{{"model":"m","messages":[{{"role":"user","content":[{parts}]}}]}}"#)
+        };
+        let (t, i1, i2) = (
+            r#"{"type":"text","text":"compare"}"#,
+            r#"{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}"#,
+            r#"{"type":"image_url","image_url":{"url":"data:image/png;base64,BBBB"}}"#,
+        );
+        let a = scope_of(&turn(&format!("{t},{i1},{i2}")));
+        let b = scope_of(&turn(&format!("{i1},{t},{i2}")));
+        let c = scope_of(&turn(&format!("{i1},{i2},{t}")));
+        assert_eq!((a.1.as_str(), b.1.as_str()), ("compare", "compare"));
+        assert_ne!(a.0, b.0);
+        assert_ne!(b.0, c.0);
+        assert_ne!(a.0, c.0);
+        assert_eq!(a.0, scope_of(&turn(&format!("{t},{i1},{i2}"))).0);
+        // Plain text: a string and its text parts are still one prompt and scope.
+        let plain = scope_of(r#"{"model":"m","messages":[{"role":"user","content":"compare"}]}"#);
+        let parts = scope_of(&turn(t));
+        assert_eq!((plain.0, plain.1.as_str()), (parts.0, "compare"));
     }
 
     #[test]

@@ -51,7 +51,9 @@ pub struct Entry {
     pub message: Value,
     /// The finish reason (present in every stored answer).
     pub finish_reason: String,
-    /// Token counts of the original answer, when the provider reported them.
+    /// Token counts of the original answer: the provider's, else the gateway's
+    /// estimate its client got (the gateway stores one with every answer it
+    /// writes; `None` only in entries written before it did).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
     /// The choice's `logprobs` (`{"content": [...], "refusal": ...}`) when the answer
@@ -143,7 +145,9 @@ impl Entry {
     }
 
     /// The entry of a stream the client received completely: `frames` are the bytes
-    /// it was sent with the milliseconds since the frame before. `None` when the
+    /// it was sent with the milliseconds since the frame before; its usage is
+    /// `usage` (the provider's), else the usage chunk the client was sent (the
+    /// gateway's estimate), else none. `None` when the
     /// stream has no finish reason, holds an error event, more than one choice, or
     /// a chunk that is not JSON, or its finish reason does not end a complete answer
     /// ([`complete`]).
@@ -157,6 +161,7 @@ impl Entry {
         let mut chunks = Vec::new();
         let mut asm = Assembler::default();
         let mut model = None;
+        let mut sent_usage = None;
         for (gap, bytes) in frames {
             parser.push(bytes).ok()?;
             let mut gap = *gap;
@@ -173,6 +178,9 @@ impl Entry {
                 let choices = obj.get("choices").and_then(Value::as_array)?;
                 if choices.is_empty() {
                     // The usage chunk: rebuilt from `usage` when asked for.
+                    if let Some(u) = obj.get("usage").filter(|u| !u.is_null()) {
+                        sent_usage = serde_json::from_value::<Usage>(u.clone()).ok();
+                    }
                     continue;
                 }
                 for c in choices {
@@ -210,7 +218,7 @@ impl Entry {
             stored_at: now,
             message: asm.message(),
             finish_reason,
-            usage,
+            usage: usage.or(sent_usage),
             logprobs: asm.logprobs(),
             body: None,
             chunks: Some(chunks),
@@ -312,6 +320,7 @@ impl Entry {
             obj.insert("object".into(), "chat.completion.chunk".into());
             obj.insert("model".into(), self.model.clone().into());
             obj.insert("choices".into(), Value::Array(Vec::new()));
+            // Zeros only for an entry written before estimates were stored.
             let usage = self.usage.unwrap_or_default();
             obj.insert(
                 "usage".into(),

@@ -22,8 +22,9 @@
 //!
 //! When the request may store its answer in the cache, the body keeps every frame
 //! it sends (a reference, not a copy; [`Tee`]) and hands them to the cache when
-//! the stream ends cleanly on its first endpoint with its finish reason sent. A
-//! stream that failed, was cut, or was continued elsewhere is not stored.
+//! the stream ends cleanly on its first endpoint with the provider's finish reason
+//! sent. A stream that failed, was cut, was continued elsewhere, or whose `stop`
+//! the gateway wrote because the provider sent no finish reason is not stored.
 //!
 //! The body writes the request's access line when it ends (or is dropped: the
 //! client went away), from its copy of the request's facts, the attempts its cursor
@@ -340,8 +341,10 @@ impl ClientStream {
                             this.pieces = sent.pieces;
                             this.reported = sent.usage;
                             if let Some(tee) = this.tee.take() {
-                                if sent.finished && !this.continued {
-                                    tee.finish(&this.gw, leg.ep, sent.usage);
+                                // A `stop` the gateway wrote for a provider
+                                // that sent none is no sign the answer was whole.
+                                if sent.finished && !sent.finish_supplied && !this.continued {
+                                    tee.finish(&this.gw, leg.ep, sent.usage, sent.pieces);
                                 }
                             }
                             leg.attempt.succeeded(leg.ttft);

@@ -911,6 +911,7 @@ impl Progress {
             p.resuming = true;
             p.sent = r.sent.clone();
             p.sent.finished = false;
+            p.sent.finish_supplied = false;
             p.sent.unmatched = 0;
             if !r.skip.is_empty() {
                 p.skip = Some((r.skip.clone(), 0, r.exact));
@@ -1335,6 +1336,7 @@ impl ChunkWriter {
         if finish.is_none() {
             *finish = Some("stop");
             self.finish(out, "stop");
+            self.progress.sent.finish_supplied = true;
         }
         if let Some(usage) = usage {
             self.usage(out, usage);

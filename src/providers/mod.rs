@@ -109,6 +109,10 @@ pub struct Sent {
     /// what a restart writes before it has repeated the text already sent, its
     /// finish chunk included).
     pub finished: bool,
+    /// The provider ended the stream without a finish reason and the gateway wrote
+    /// `stop` for it (the client reads a finished answer). Such a stream is not
+    /// stored in the cache: nothing says the provider's answer was complete.
+    pub finish_supplied: bool,
     /// The text outgrew [`MAX_TRACKED_BYTES`], or content that is not text was sent
     /// (a list of parts), and the text is no longer kept: the stream can no longer
     /// be continued elsewhere.

@@ -562,3 +562,146 @@ route r when request.model == "m" {
     assert_eq!(gw.app.services().gateway.cache.stored(), 0);
     assert_eq!(hits.load(Ordering::SeqCst), 2);
 }
+
+/// Found by attack (t_store.py): a stream that reached `[DONE]` without a finish
+/// reason was stored, with the `stop` the gateway wrote for its client, and served
+/// again as a complete answer. Only a provider's finish reason makes a stream
+/// storable.
+#[tokio::test]
+async fn a_stream_ending_without_a_finish_reason_is_not_stored() {
+    let no_finish = format!("{}{}{DONE}", role_chunk(), text_chunk("Hello"));
+    let (addr, seen) = sse_upstream(vec![no_finish]);
+    let gw = start_app(&config(addr, "enabled: true"), &[]).await;
+    let body = ask("no finish reason", true, "");
+    let r = send(&gw, &body, &[]).await;
+    assert_eq!(cache_header(&r), "miss");
+    assert!(
+        r.text().contains("\"finish_reason\":\"stop\""),
+        "the client still reads a finished answer: {}",
+        r.text()
+    );
+    assert!(r.text().ends_with("data: [DONE]\n\n"), "{}", r.text());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(gw.app.services().gateway.cache.stored(), 0);
+    let r = send(&gw, &body, &[]).await;
+    assert_eq!(cache_header(&r), "miss");
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+/// An OpenAI-compatible upstream that reports no usage (llama-cpp-python style):
+/// `Hello world`, whole or streamed as the request asks.
+fn upstream_without_usage() -> (SocketAddr, Arc<std::sync::Mutex<Vec<serde_json::Value>>>) {
+    loopback_upstream(
+        |r| serde_json::from_slice(&r.body).unwrap_or_default(),
+        |_, r, s| {
+            let req: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+            if req["stream"] == true {
+                let sse = format!(
+                    "{}{}{}{}{DONE}",
+                    role_chunk(),
+                    text_chunk("Hello"),
+                    text_chunk(" world"),
+                    finish_chunk("stop")
+                );
+                write_raw(s, "200 OK", "text/event-stream", sse.as_bytes(), 1 << 16);
+            } else {
+                let body = r#"{"id":"up","object":"chat.completion","created":7,"model":"x","choices":[{"index":0,"message":{"role":"assistant","content":"Hello world"},"finish_reason":"stop"}]}"#;
+                write_raw(s, "200 OK", "application/json", body.as_bytes(), 1 << 16);
+            }
+        },
+    )
+}
+
+/// The `usage` of the usage chunk (`choices: []`) of streamed reply `r`.
+fn usage_chunk(r: &Reply) -> serde_json::Value {
+    r.events()
+        .iter()
+        .filter_map(|e| serde_json::from_str::<serde_json::Value>(e).ok())
+        .find(|c| c["choices"] == serde_json::json!([]))
+        .map(|c| c["usage"].clone())
+        .unwrap_or_default()
+}
+
+/// Found by attack (t_misc2.py): with an upstream that reports no usage, a live
+/// stream's usage chunk has the gateway's estimate, but its replay from the cache
+/// said zero tokens, and so did a stored whole answer replayed as a stream. A hit
+/// replays the usage the first client got (the estimate is stored).
+#[tokio::test]
+async fn a_replay_reports_the_usage_the_first_client_got_when_the_provider_sent_none() {
+    let (addr, seen) = upstream_without_usage();
+    let gw = start_app(&config(addr, "enabled: true, replay: none"), &[]).await;
+    let usage = r#","stream_options":{"include_usage":true}"#;
+    let body = ask("estimate my usage please", true, usage);
+    let live = send(&gw, &body, &[]).await;
+    assert_eq!(cache_header(&live), "miss");
+    let want = usage_chunk(&live);
+    assert!(
+        want["prompt_tokens"].as_u64().unwrap() > 0,
+        "{}",
+        live.text()
+    );
+    stored(&gw, 1).await;
+    let hit = send(&gw, &body, &[]).await;
+    assert_eq!(cache_header(&hit), "hit");
+    assert_eq!(usage_chunk(&hit), want, "{}", hit.text());
+
+    // A whole answer without usage, replayed as a stream: the estimate, not zeros.
+    let whole = send(&gw, &ask("a whole answer", false, ""), &[]).await;
+    assert_eq!(cache_header(&whole), "miss");
+    assert!(whole.json().get("usage").is_none(), "{}", whole.text());
+    stored(&gw, 2).await;
+    let hit = send(&gw, &ask("a whole answer", true, usage), &[]).await;
+    assert_eq!(cache_header(&hit), "hit");
+    let u = usage_chunk(&hit);
+    let (p, c) = (
+        u["prompt_tokens"].as_u64().unwrap(),
+        u["completion_tokens"].as_u64().unwrap(),
+    );
+    assert!(p > 0 && c > 0, "{}", hit.text());
+    assert_eq!(u["total_tokens"].as_u64(), Some(p + c));
+    // The whole answer replayed whole is the stored body, still without usage.
+    let again = send(&gw, &ask("a whole answer", false, ""), &[]).await;
+    assert_eq!(cache_header(&again), "hit");
+    assert!(again.json().get("usage").is_none(), "{}", again.text());
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+/// Found by attack (t_scope.py): with `forward_headers: [x-test-*]`, two requests
+/// differing only in `x-test-variant` (sent to the provider, so possibly another
+/// answer) shared one entry. The forwarded headers are in the scope; the request's
+/// ids and trace context are not.
+#[tokio::test]
+async fn forwarded_headers_split_the_cache() {
+    let (addr, hits) = upstream(false);
+    let cfg =
+        config(addr, "enabled: true").replace("pricing:", "forward_headers: [x-test-*], pricing:");
+    let gw = start_app(&cfg, &[]).await;
+    let body = ask("which variant?", false, "");
+    let r = send(&gw, &body, &[("x-test-variant", "1")]).await;
+    assert_eq!(cache_header(&r), "miss");
+    stored(&gw, 1).await;
+    let r = send(&gw, &body, &[("x-test-variant", "2")]).await;
+    assert_eq!(cache_header(&r), "miss", "another forwarded value");
+    let r = send(&gw, &body, &[]).await;
+    assert_eq!(cache_header(&r), "miss", "no forwarded header");
+    let r = send(
+        &gw,
+        &body,
+        &[
+            ("x-test-variant", "1"),
+            ("x-request-id", "7d2f1c4e-4b1a-4f7e-9a57-0c3d2b1a9e88"),
+            (
+                "traceparent",
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            ),
+            ("x-other", "not forwarded"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        cache_header(&r),
+        "hit",
+        "ids, trace context and unlisted headers"
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 3);
+}

@@ -725,6 +725,7 @@ impl OpenAiStream {
             }
             self.finished = true;
             self.progress.sent.finished = true;
+            self.progress.sent.finish_supplied = true;
         }
         self.close(out);
         Ok(())
