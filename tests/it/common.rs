@@ -524,3 +524,29 @@ pub fn start_redis() -> Redis {
     }
     Redis { child, port }
 }
+
+/// An HTTP/2 (prior knowledge) client connection to `addr`: its sender and the
+/// connection to spawn.
+pub async fn h2_connect<B>(
+    addr: SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<B>,
+    hyper::client::conn::http2::Connection<
+        hyper_util::rt::TokioIo<tokio::net::TcpStream>,
+        B,
+        TokioExecutor,
+    >,
+)
+where
+    B: hyper::body::Body + Unpin + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    hyper::client::conn::http2::handshake(
+        TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap()
+}

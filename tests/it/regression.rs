@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use crate::common::*;
 
@@ -347,25 +346,6 @@ fn a_slow_client_within_the_deadlines_is_served() {
         // Idle between the two requests of the keep-alive connection.
         std::thread::sleep(Duration::from_millis(300));
     }
-}
-
-/// An HTTP/2 (prior knowledge) client connection to `addr`: its sender and the
-/// connection to spawn.
-async fn h2_connect<B>(
-    addr: SocketAddr,
-) -> (
-    hyper::client::conn::http2::SendRequest<B>,
-    hyper::client::conn::http2::Connection<TokioIo<tokio::net::TcpStream>, B, TokioExecutor>,
-)
-where
-    B: hyper::body::Body + Unpin + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-        .await
-        .unwrap()
 }
 
 #[tokio::test]

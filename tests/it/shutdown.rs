@@ -81,9 +81,11 @@ async fn streams_on_every_per_core_thread_end_with_an_error_event_at_the_drain_d
     }
 }
 
-async fn stream_cut_by_drain_deadline(server_keys: &str) {
-    // 16 tokens at 4 tokens/s: about 4 s, far past a 300 ms drain.
-    let m = mock(&["--tokens-per-s", "4"]);
+/// A gateway with a 300 ms drain (and `server_keys` in its `server:` map) in front
+/// of a mock started with `mock_args`, serving model `m`; and the mock, which lives
+/// as long as its `Proc`.
+fn drained_gateway(server_keys: &str, mock_args: &[&str]) -> (Proc, Proc) {
+    let m = mock(mock_args);
     let gw = serve(&format!(
         "server: {{ {server_keys}drain_timeout_ms: 300 }}\n{}",
         config(
@@ -92,6 +94,12 @@ async fn stream_cut_by_drain_deadline(server_keys: &str) {
             "  m:\n    endpoints:\n      - { provider: up, model: x }\n"
         )
     ));
+    (gw, m)
+}
+
+async fn stream_cut_by_drain_deadline(server_keys: &str) {
+    // 16 tokens at 4 tokens/s: about 4 s, far past a 300 ms drain.
+    let (gw, _m) = drained_gateway(server_keys, &["--tokens-per-s", "4"]);
     let url = gw.url("/v1/chat/completions");
     let inflight = tokio::spawn(async move { post(&url, &chat("m", true, "")).await });
     tokio::time::sleep(Duration::from_millis(600)).await;
@@ -110,15 +118,7 @@ async fn stream_cut_by_drain_deadline(server_keys: &str) {
 async fn a_whole_answer_still_awaited_at_the_drain_deadline_is_answered_503() {
     for server_keys in ["", "runtime: shared, "] {
         // The provider answers after 5 s, far past a 300 ms drain.
-        let m = mock(&["--latency-ms", "5000"]);
-        let mut gw = serve(&format!(
-            "server: {{ {server_keys}drain_timeout_ms: 300 }}\n{}",
-            config(
-                &[("up", &m)],
-                "",
-                "  m:\n    endpoints:\n      - { provider: up, model: x }\n"
-            )
-        ));
+        let (mut gw, _m) = drained_gateway(server_keys, &["--latency-ms", "5000"]);
         let url = gw.url("/v1/chat/completions");
         let inflight = tokio::spawn(async move { post(&url, &chat("m", false, "")).await });
         tokio::time::sleep(Duration::from_millis(400)).await;
@@ -138,22 +138,8 @@ async fn a_whole_answer_still_awaited_at_the_drain_deadline_is_answered_503() {
 #[tokio::test]
 async fn a_whole_answer_still_awaited_at_the_drain_deadline_is_answered_503_over_http2() {
     use http_body_util::BodyExt as _;
-    let m = mock(&["--latency-ms", "5000"]);
-    let mut gw = serve(&format!(
-        "server: {{ drain_timeout_ms: 300 }}\n{}",
-        config(
-            &[("up", &m)],
-            "",
-            "  m:\n    endpoints:\n      - { provider: up, model: x }\n"
-        )
-    ));
-    let stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
+    let (mut gw, _m) = drained_gateway("", &["--latency-ms", "5000"]);
+    let (mut send, conn) = h2_connect(gw.addr).await;
     tokio::spawn(conn);
     let req = http::Request::post(gw.url("/v1/chat/completions"))
         .header("content-type", "application/json")
