@@ -60,6 +60,12 @@ const MONTH_KEY_TTL_SECS: u64 = 32 * 86_400;
 /// applies, is the least USD left among them, and `spent` each spend key's USD
 /// (USD as strings: Lua numbers become integers in replies).
 pub const ADMIT: &str = r#"
+-- A key of the gateway's that holds another type (another program's SET, a
+-- hand edit) is deleted: left, it failed every request that touched it.
+local function own(k, want)
+  local t = redis.call('TYPE', k).ok
+  if t ~= 'none' and t ~= want then redis.call('DEL', k) end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nb = tonumber(ARGV[1])
@@ -67,7 +73,14 @@ local left = nil
 local over = {}
 local spends = {}
 for i = 1, nb do
-  local spent = tonumber(redis.call('GET', KEYS[i]) or '0') or 0
+  own(KEYS[i], 'string')
+  own(KEYS[nb + i], 'hash')
+  own(KEYS[2 * nb + i], 'zset')
+  local spent = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if spent == nil or spent ~= spent or spent == math.huge or spent == -math.huge then
+    redis.call('DEL', KEYS[i])
+    spent = 0
+  end
   spends[i] = tostring(spent)
   local hk, zk = KEYS[nb + i], KEYS[2 * nb + i]
   local gone = redis.call('ZRANGEBYSCORE', zk, '-inf', now, 'LIMIT', 0, 4096)
@@ -94,6 +107,7 @@ local levels, rates, caps, costs = {}, {}, {}, {}
 local wait, blame = 0, 0
 for j = 1, nk do
   local k = KEYS[3 * nb + j]
+  own(k, 'hash')
   local rate = tonumber(ARGV[base + 3 * j - 2])
   local cap = tonumber(ARGV[base + 3 * j - 1]) * 60000
   local cost = tonumber(ARGV[base + 3 * j]) * 60000
@@ -151,10 +165,17 @@ return out
 /// (added to every spend key), the reservation id (its field deleted from every
 /// reservation hash; empty: none), then each spend key's TTL in seconds.
 pub const SETTLE: &str = r#"
+-- A key of the gateway's that holds another type (another program's SET, a
+-- hand edit) is deleted: left, it failed every request that touched it.
+local function own(k, want)
+  local t = redis.call('TYPE', k).ok
+  if t ~= 'none' and t ~= want then redis.call('DEL', k) end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nk = tonumber(ARGV[1])
 for j = 1, nk do
+  own(KEYS[j], 'hash')
   local rate = tonumber(ARGV[3 * j - 1])
   local cap = tonumber(ARGV[3 * j]) * 60000
   local delta = tonumber(ARGV[3 * j + 1]) * 60000
@@ -172,7 +193,17 @@ local usd = tonumber(ARGV[3 * nk + 2])
 local rid = ARGV[3 * nk + 3]
 local m = (#KEYS - nk) / 3
 for i = 1, m do
+  own(KEYS[nk + i], 'string')
+  own(KEYS[nk + m + i], 'hash')
+  own(KEYS[nk + 2 * m + i], 'zset')
   if usd > 0 then
+    -- A spend that is not a number (INCRBYFLOAT would fail, and the release
+    -- below with it) starts again from this request's.
+    local cur = redis.call('GET', KEYS[nk + i])
+    local n = cur and tonumber(cur)
+    if cur and (n == nil or n ~= n or n == math.huge or n == -math.huge) then
+      redis.call('DEL', KEYS[nk + i])
+    end
     redis.call('INCRBYFLOAT', KEYS[nk + i], ARGV[3 * nk + 2])
     redis.call('EXPIRE', KEYS[nk + i], tonumber(ARGV[3 * nk + 3 + i]))
   end

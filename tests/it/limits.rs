@@ -745,14 +745,16 @@ async fn send_and_hang_up(url: &str, body: &str, ms: u64) {
 // WRONGTYPE, which the limiter took for Redis being down: it left Redis alone for a
 // second, and each retry by that key's caller restarted the pause, so with
 // `on_error: closed` every tenant got 503s (98% of requests) for as long as the key
-// stayed, and with `open` every tenant fell back to per-instance limits. Expected:
-// only the requests that touch the bad key fail; the others keep using Redis.
+// stayed, and with `open` every tenant fell back to per-instance limits. A spend
+// that was not a number made every settlement fail, so reservations piled up.
+// Expected: the scripts delete such a key of theirs and go on; no tenant is
+// refused, and the keys hold their own types again.
 #[tokio::test]
-async fn a_key_of_another_type_in_redis_fails_only_its_own_requests() {
+async fn a_key_of_another_type_in_redis_is_repaired_and_fails_no_tenant() {
     let redis = start_redis();
     let app = start_app(
         &format!(
-            "{MOCK}limits:\n  per_key: {{ requests_per_min: 600, burst_requests: 100 }}\nstate: {{ redis: 'redis://127.0.0.1:{}', timeout_ms: 500, on_error: closed }}\n",
+            "{MOCK}limits:\n  per_key: {{ requests_per_min: 600, burst_requests: 100 }}\nbudgets:\n  per_key: {{ usd_per_day: 100 }}\nstate: {{ redis: 'redis://127.0.0.1:{}', timeout_ms: 500, on_error: closed }}\n",
             redis.port
         ),
         &[],
@@ -760,29 +762,49 @@ async fn a_key_of_another_type_in_redis_fails_only_its_own_requests() {
     .await;
     let url = app.url("/v1/chat/completions");
     assert_eq!(send(&url, "sk-poisoned").await.status, 200);
-    let before = redis_cli(redis.port, &["--scan", "--pattern", "*"]);
-    assert_eq!(send(&url, "sk-healthy").await.status, 200);
-    // The healthy key's bucket is the one key the second request added; the
-    // poisoned key's are the others.
-    let poisoned: Vec<&str> = before.lines().filter(|k| k.contains(":rl:")).collect();
-    assert!(!poisoned.is_empty(), "no bucket keys in {before}");
-    for k in &poisoned {
+    // Settlements go to Redis after the answer.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let keys = redis_cli(redis.port, &["--scan", "--pattern", "*"]);
+    let ours: Vec<&str> = keys
+        .lines()
+        .filter(|k| k.contains(":rl:") || k.contains(":spend:") || k.contains(":hold:"))
+        .collect();
+    assert!(
+        ours.len() >= 3,
+        "bucket, spend and reservation keys in {keys}"
+    );
+    for k in &ours {
         redis_cli(redis.port, &["DEL", k]);
+        // A string where a hash is kept, text where a number is.
         redis_cli(redis.port, &["SET", k, "planted-by-another-program"]);
     }
-    let bad = send(&url, "sk-poisoned").await;
-    assert_eq!(bad.status, 503, "{}", bad.text());
-    for i in 0..20 {
-        let r = send(&url, "sk-healthy").await;
-        assert_eq!(
-            r.status,
-            200,
-            "request {i} of an untouched key: {}",
-            r.text()
-        );
-        if i % 5 == 0 {
-            assert_eq!(send(&url, "sk-poisoned").await.status, 503);
+    for i in 0..10 {
+        for key in ["sk-poisoned", "sk-healthy"] {
+            let r = send(&url, key).await;
+            assert_eq!(r.status, 200, "request {i} of {key}: {}", r.text());
         }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for k in ours {
+        let kind = redis_cli(redis.port, &["TYPE", k]);
+        let want = if k.contains(":spend:") {
+            "string"
+        } else {
+            "hash"
+        };
+        assert!(kind.trim() == want || kind.trim() == "none", "{k}: {kind}");
+        if k.contains(":spend:") {
+            let v = redis_cli(redis.port, &["GET", k]);
+            assert!(v.trim().parse::<f64>().is_ok(), "{k} holds {v}");
+        }
+    }
+    let held = redis_cli(redis.port, &["--scan", "--pattern", "*:hold:*"]);
+    for h in held.lines() {
+        let fields = redis_cli(redis.port, &["HKEYS", h]);
+        assert!(
+            fields.lines().all(|f| f == "~sum"),
+            "reservations left in {h}: {fields}"
+        );
     }
 }
 
