@@ -38,6 +38,8 @@
 //! an edit's footprint small (one changed character touches 3 features), while
 //! 1- and 2-grams are shared by almost every English text and carry little signal.
 
+use std::fmt::Write as _;
+
 use xxhash_rust::xxh3::xxh3_128;
 
 use super::verify::canon;
@@ -94,7 +96,8 @@ pub fn normalize(text: &str) -> String {
             if !out.is_empty() {
                 out.push(' ');
             }
-            out.push_str(&format!("⇥{}s{tabs}t", indent.chars().count() - tabs));
+            let spaces = indent.chars().count() - tabs;
+            let _ = write!(out, "⇥{spaces}s{tabs}t");
         }
         push_words(&mut out, body);
     }

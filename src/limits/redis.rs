@@ -47,6 +47,20 @@ const DAY_KEY_TTL_SECS: u64 = 2 * 86_400;
 /// Lifetime of a month's spend key, seconds (32 days).
 const MONTH_KEY_TTL_SECS: u64 = 32 * 86_400;
 
+/// The Lua both scripts open with: `own(key, type)` deletes a key of the gateway's
+/// that holds another type (another program's `SET`, a hand edit); left, it failed
+/// every request that touched it.
+macro_rules! own_keys {
+    () => {
+        r#"
+local function own(k, want)
+  local t = redis.call('TYPE', k).ok
+  if t ~= 'none' and t ~= want then redis.call('DEL', k) end
+end
+"#
+    };
+}
+
 /// The admission script. KEYS: spend keys (`ARGV[1]` of them), then as many
 /// reservation hashes and as many expiry sets (one each per spend key, same
 /// period), then bucket keys. ARGV: the
@@ -59,13 +73,9 @@ const MONTH_KEY_TTL_SECS: u64 = 32 * 86_400;
 /// spend key's index); `left`, present when a budget
 /// applies, is the least USD left among them, and `spent` each spend key's USD
 /// (USD as strings: Lua numbers become integers in replies).
-pub const ADMIT: &str = r#"
--- A key of the gateway's that holds another type (another program's SET, a
--- hand edit) is deleted: left, it failed every request that touched it.
-local function own(k, want)
-  local t = redis.call('TYPE', k).ok
-  if t ~= 'none' and t ~= want then redis.call('DEL', k) end
-end
+pub const ADMIT: &str = concat!(
+    own_keys!(),
+    r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nb = tonumber(ARGV[1])
@@ -157,20 +167,17 @@ end
 if left ~= nil then out[4 + 2 * nk] = tostring(left) end
 for i = 1, nb do out[4 + 2 * nk + i] = spends[i] end
 return out
-"#;
+"#
+);
 
 /// The settle script. KEYS: bucket keys (`ARGV[1]` of them), then spend keys, then
 /// as many reservation hashes and as many expiry sets. ARGV: the bucket count, per bucket `per_min`,
 /// capacity and the units to give back (negative: to charge); then the USD spent
 /// (added to every spend key), the reservation id (its field deleted from every
 /// reservation hash; empty: none), then each spend key's TTL in seconds.
-pub const SETTLE: &str = r#"
--- A key of the gateway's that holds another type (another program's SET, a
--- hand edit) is deleted: left, it failed every request that touched it.
-local function own(k, want)
-  local t = redis.call('TYPE', k).ok
-  if t ~= 'none' and t ~= want then redis.call('DEL', k) end
-end
+pub const SETTLE: &str = concat!(
+    own_keys!(),
+    r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nk = tonumber(ARGV[1])
@@ -219,7 +226,8 @@ for i = 1, m do
   end
 end
 return 1
-"#;
+"#
+);
 
 /// Why a Redis call failed.
 #[derive(Debug)]
