@@ -5,7 +5,8 @@
 # Mount your own config over /etc/switchyard/switchyard.yaml and policies under
 # /etc/switchyard/policies (hot-reloaded on save, as outside a container).
 
-# --- build: the release binary (fat LTO, see Cargo.toml) --------------------------
+# --- build: the release binary (fat LTO, see Cargo.toml; profile-guided by the profile
+# in pgo/, through scripts/rustc-pgo: README "Two commands") ------------------------
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .

@@ -24,8 +24,14 @@
 # cache (README "Performance"). The PGO build then links with `--emit-relocs`, which
 # BOLT needs to move functions.
 #
-# Usage: [BOLT=1|/path/to/llvm-bolt] [BOLT_FLAGS=...] benches/load/pgo.sh [seconds per
-# workload, 4]
+# With --save it stops after the training and records the profile as the one the
+# plain `cargo build --release` uses (scripts/rustc-pgo): pgo/switchyard.profdata,
+# merged sparse (functions the training never ran are left out: 2.3 MB instead of
+# 16), and pgo/llvm-major, the LLVM that wrote it. Run it after changes to the
+# request path and commit both files.
+#
+# Usage: [BOLT=1|/path/to/llvm-bolt] [BOLT_FLAGS=...] benches/load/pgo.sh [--save]
+# [seconds per workload, 4]
 # Needs: `rustup component add llvm-tools` (llvm-profdata of rustc's own LLVM), wrk,
 # nginx, python3, curl; for BOLT=1, llvm-bolt (Debian 12: `apt-get install bolt-16`,
 # found in /usr/lib/llvm-*/bin; BOLT_FLAGS replaces the layout options below, for
@@ -34,6 +40,8 @@
 # RUSTFLAGS, if set, is kept and the profile flags added to it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+save=no
+[ "${1:-}" = --save ] && { save=yes; shift; }
 secs=${1:-4}
 root=$PWD/target/pgo
 profdata=$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/bin/llvm-profdata
@@ -126,6 +134,13 @@ train "$root/gen/release/switchyard" "$root/gen/release/switchyard" \
 ls "$root"/profiles/*.profraw >/dev/null || { echo "the gateway wrote no profile" >&2; exit 1; }
 "$profdata" merge -o "$root/switchyard.profdata" "$root"/profiles/*.profraw
 echo "# merged: $root/switchyard.profdata"
+if [ "$save" = yes ]; then
+  mkdir -p pgo
+  "$profdata" merge -sparse -o pgo/switchyard.profdata "$root"/profiles/*.profraw
+  rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p' > pgo/llvm-major
+  echo "# saved: pgo/switchyard.profdata (LLVM $(cat pgo/llvm-major)); commit it with pgo/llvm-major"
+  exit 0
+fi
 relocs=""; [ -n "$bolt" ] && relocs="-Clink-arg=-Wl,--emit-relocs"
 RUSTFLAGS="$flags -Cprofile-use=$root/switchyard.profdata $relocs" CARGO_TARGET_DIR="$root" \
   cargo build --release --bin switchyard

@@ -182,3 +182,117 @@ fn completions_are_generated_for_each_shell() {
     let o = switchyard(&["completions", "tcsh"], &cwd, &[]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
+
+/// The profile-guided release build (`scripts/rustc-pgo`, `.cargo/config.toml`): the
+/// wrapper run with a stand-in rustc that prints its arguments (and an LLVM version
+/// for `-vV`), so each case shows which flags a real compilation would get.
+mod profile_guided_build {
+    use super::root;
+    use std::process::Command;
+
+    /// The arguments the stand-in rustc was run with, one per line, for wrapper
+    /// arguments `args` with the stand-in reporting LLVM `llvm` and `env` set.
+    fn wrapped(args: &[&str], llvm: u32, env: &[(&str, &str)]) -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("rustc");
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\nif [ \"$1\" = -vV ]; then echo 'rustc 1.95.0'; echo 'LLVM version: {llvm}.1.2'; exit 0; fi\nfor a in \"$@\"; do echo \"$a\"; done\n"
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut c = Command::new(root().join("scripts/rustc-pgo"));
+        c.arg(&fake).args(args).env_remove("SWITCHYARD_PGO");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let o = c.output().expect("the wrapper runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    const RELEASE: [&str; 5] = ["--crate-name", "hyper", "-C", "opt-level=3", "src/lib.rs"];
+
+    fn profile_flag() -> String {
+        let dir = root().join("pgo").canonicalize().unwrap();
+        format!(
+            "-Cprofile-use={}",
+            dir.join("switchyard.profdata").display()
+        )
+    }
+
+    fn llvm_major() -> u32 {
+        let t = std::fs::read_to_string(root().join("pgo/llvm-major")).unwrap();
+        t.trim().parse().expect("pgo/llvm-major holds a number")
+    }
+
+    #[test]
+    fn the_committed_profile_is_an_indexed_llvm_profile() {
+        let bytes = std::fs::read(root().join("pgo/switchyard.profdata")).unwrap();
+        // llvm-profdata's indexed format starts with this magic (InstrProf.h).
+        assert!(
+            bytes.starts_with(b"\xfflprofi\x81"),
+            "not an indexed profile"
+        );
+        assert!(
+            bytes.len() > 100_000,
+            "{} bytes: an empty training?",
+            bytes.len()
+        );
+        assert!(llvm_major() >= 19);
+    }
+
+    #[test]
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    fn an_optimized_compilation_gets_the_committed_profile() {
+        let args = wrapped(&RELEASE, llvm_major(), &[]);
+        assert_eq!(&args[..5], &RELEASE[..]);
+        assert_eq!(args[5], profile_flag());
+        assert_eq!(args[6], "-Cllvm-args=-no-pgo-warn-mismatch");
+        assert_eq!(args.len(), 7);
+        // A newer LLVM reads an older profile.
+        let newer = wrapped(&RELEASE, llvm_major() + 1, &[]);
+        assert!(newer.contains(&profile_flag()), "{newer:?}");
+        // The target named as the host is.
+        let named = [&RELEASE[..], &["--target=x86_64-unknown-linux-gnu"]].concat();
+        let named = wrapped(&named, llvm_major(), &[]);
+        assert!(named.contains(&profile_flag()), "{named:?}");
+    }
+
+    #[test]
+    fn every_other_compilation_passes_through_unchanged() {
+        let debug = [
+            "--crate-name",
+            "switchyard",
+            "-C",
+            "debuginfo=2",
+            "src/lib.rs",
+        ];
+        let generate = [&RELEASE[..], &["-Cprofile-generate=/tmp/p"]].concat();
+        let own_profile = [&RELEASE[..], &["-Cprofile-use=/tmp/x.profdata"]].concat();
+        let other_target = [&RELEASE[..], &["--target", "aarch64-unknown-linux-gnu"]].concat();
+        for (args, env) in [
+            (&debug[..], &[][..]),
+            (&generate[..], &[][..]),
+            (&own_profile[..], &[][..]),
+            (&other_target[..], &[][..]),
+            (&RELEASE[..], &[("SWITCHYARD_PGO", "off")][..]),
+        ] {
+            assert_eq!(wrapped(args, llvm_major(), env), args, "{env:?}");
+        }
+        // An older LLVM than the profile's may not read its format.
+        assert_eq!(wrapped(&RELEASE, llvm_major() - 1, &[]), RELEASE);
+        // cargo's own queries.
+        assert_eq!(
+            wrapped(&["-vV"], 22, &[]),
+            ["rustc 1.95.0", "LLVM version: 22.1.2"]
+        );
+    }
+}
