@@ -27,8 +27,9 @@
 # With --save it stops after the training and records the profile as the one the
 # plain `cargo build --release` uses (scripts/rustc-pgo): pgo/switchyard.profdata,
 # merged sparse (functions the training never ran are left out: 2.3 MB instead of
-# 16), and pgo/llvm-major, the LLVM that wrote it. Run it after changes to the
-# request path and commit both files.
+# 16), pgo/llvm-major, the LLVM that wrote it, and pgo/recorded-with, the toolchain
+# and dependency set it was recorded with. Run it after changes to the request path,
+# to the dependencies or their features, or to the toolchain, and commit pgo/.
 #
 # Usage: [BOLT=1|/path/to/llvm-bolt] [BOLT_FLAGS=...] benches/load/pgo.sh [--save]
 # [seconds per workload, 4]
@@ -138,7 +139,17 @@ if [ "$save" = yes ]; then
   mkdir -p pgo
   "$profdata" merge -sparse -o pgo/switchyard.profdata "$root"/profiles/*.profraw
   rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p' > pgo/llvm-major
-  echo "# saved: pgo/switchyard.profdata (LLVM $(cat pgo/llvm-major)); commit it with pgo/llvm-major"
+  # What the profile's function names depend on besides the code: the toolchain and
+  # the dependency set (cargo hashes both into every crate's symbols, so a profile
+  # recorded before a dependency or a feature changed matches none of the functions
+  # of the crates that depend on it). tests/it/packaging.rs checks the two files
+  # against these sums.
+  {
+    echo "rustc $(rustc -V | cut -d' ' -f2)"
+    echo "Cargo.lock $(sha256sum Cargo.lock | cut -d' ' -f1)"
+    echo "Cargo.toml $(grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' Cargo.toml | sha256sum | cut -d' ' -f1)"
+  } > pgo/recorded-with
+  echo "# saved: pgo/switchyard.profdata (LLVM $(cat pgo/llvm-major)); commit pgo/"
   exit 0
 fi
 relocs=""; [ -n "$bolt" ] && relocs="-Clink-arg=-Wl,--emit-relocs"
