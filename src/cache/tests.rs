@@ -123,12 +123,7 @@ async fn evictions_keep_the_index_and_byte_count_in_step() {
 /// too; with small entries `capacity` still bounds the count.
 #[tokio::test]
 async fn the_in_memory_tier_is_bounded_in_bytes_as_well_as_entries() {
-    let c = Cache::new(&Settings {
-        capacity: 1_000,
-        max_bytes: 1 << 20,
-        ..Settings::default()
-    })
-    .unwrap();
+    let c = one_mib_cache();
     for i in 0..200 {
         let k = c.key(1, &format!("question number {i} about tides"), false);
         c.put(&k, Bytes::from(vec![0u8; 64 * 1024]), HOUR).await;
@@ -139,6 +134,16 @@ async fn the_in_memory_tier_is_bounded_in_bytes_as_well_as_entries() {
     assert!(bytes <= 1 << 20, "{bytes} bytes in {held} entries");
     assert!(held > 0 && held < 16, "{held}");
     assert_eq!(c.l1().index().len() as u64, held);
+}
+
+/// A cache of at most 1,000 entries and 1 MiB.
+fn one_mib_cache() -> Cache {
+    Cache::new(&Settings {
+        capacity: 1_000,
+        max_bytes: 1 << 20,
+        ..Settings::default()
+    })
+    .unwrap()
 }
 
 /// What the entries held occupy, counted field by field.
@@ -159,12 +164,7 @@ fn held_bytes(c: &Cache) -> u64 {
 /// 17 -> 89 MiB), and `switchyard_cache_bytes` counted answers only.
 #[tokio::test]
 async fn l1_memory_counts_both_copies_of_the_prompt() {
-    let c = Cache::new(&Settings {
-        capacity: 1_000,
-        max_bytes: 1 << 20,
-        ..Settings::default()
-    })
-    .unwrap();
+    let c = one_mib_cache();
     for i in 0..60 {
         // About 64 KiB of distinct words, a 10-byte answer.
         let prompt: String = (0..8_000).map(|w| format!("w{} ", w * 7 + i)).collect();

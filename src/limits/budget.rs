@@ -99,9 +99,7 @@ impl Spend {
             self.month_usd = (m + usd).max(0.0);
         }
     }
-}
 
-impl Spend {
     /// Raises the day's spend (or the month's: `monthly`) of `unix_secs` to at least
     /// `usd`; a later period than the one held starts at `usd`, an earlier one is
     /// left alone.
