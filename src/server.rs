@@ -535,9 +535,20 @@ pub const LISTEN_BACKLOG: u32 = 4096;
 /// connections over them), for [`spawn_per_core`]. Port 0 picks one free port for
 /// all of them.
 ///
+/// Linux lets any socket of the same user that also sets `SO_REUSEPORT` join a
+/// port, another process's included: a second gateway started on a port the
+/// first still serves would bind, and the kernel would then split new
+/// connections between two configurations. So a fixed port is first bound once
+/// without `SO_REUSEPORT` (and dropped): that bind fails with `EADDRINUSE` while
+/// anything listens there, as a listener of the shared runtime does.
+///
 /// # Errors
-/// The bind or listen error of the first listener that fails.
+/// `EADDRINUSE` when something already listens on `addr`; otherwise the bind or
+/// listen error of the first listener that fails.
 pub fn bind_per_core(addr: SocketAddr, n: usize) -> std::io::Result<Vec<TcpListener>> {
+    if addr.port() != 0 {
+        drop(probe_free(addr)?);
+    }
     let mut listeners: Vec<TcpListener> = Vec::with_capacity(n);
     let mut at = addr;
     for _ in 0..n.max(1) {
@@ -555,6 +566,20 @@ pub fn bind_per_core(addr: SocketAddr, n: usize) -> std::io::Result<Vec<TcpListe
 /// The bind or listen error.
 pub fn bind_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
     bind_with(addr, false)
+}
+
+/// A socket bound to `addr` with `SO_REUSEADDR` only, not listening: the bind
+/// fails while any socket listens on `addr` (with or without `SO_REUSEPORT`),
+/// and succeeds over connections left in `TIME_WAIT`.
+fn probe_free(addr: SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    Ok(socket)
 }
 
 /// A listener on `addr` (`SO_REUSEADDR`, and `SO_REUSEPORT` when `reuseport`).
@@ -917,6 +942,19 @@ mod tests {
         let port = ls[0].local_addr().unwrap().port();
         assert_ne!(port, 0);
         assert!(ls.iter().all(|l| l.local_addr().unwrap().port() == port));
+    }
+
+    /// Outside testing (2026-12-07): a second `serve` on the port a running one
+    /// served started too, and the kernel split new connections between the two.
+    #[tokio::test]
+    async fn a_second_per_core_bind_on_a_served_port_fails() {
+        let first = bind_per_core("127.0.0.1:0".parse().unwrap(), 2).unwrap();
+        let served = first[0].local_addr().unwrap();
+        let second = bind_per_core(served, 2).unwrap_err();
+        assert_eq!(second.kind(), std::io::ErrorKind::AddrInUse);
+        drop(first);
+        // Once the first has closed, the port binds again.
+        assert_eq!(bind_per_core(served, 2).unwrap().len(), 2);
     }
 
     #[tokio::test]

@@ -906,3 +906,47 @@ fn a_request_gets_through_while_idle_connections_hold_every_file_descriptor() {
         idle.len()
     );
 }
+
+/// Outside testing (2026-12-07): with the default per-core runtime, a second
+/// `serve` on the address a running one serves started too (its listeners joined
+/// the first one's with `SO_REUSEPORT`), and the kernel split new connections
+/// between the two configurations. It must fail as the shared runtime does.
+#[test]
+fn a_second_serve_on_a_served_port_exits_instead_of_sharing_it() {
+    let first = serve(TWO_MOCKS);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("switchyard.yaml");
+    std::fs::write(&path, TWO_MOCKS).unwrap();
+    let mut second = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["serve", "--no-watch", "--config"])
+        .arg(&path)
+        .args(["--listen", &first.addr.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = second.kill();
+            let _ = second.wait();
+            panic!("a second serve on {} kept running", first.addr);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    second
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on {}", first.addr)),
+        "{stderr}"
+    );
+}
