@@ -152,13 +152,75 @@ pub(crate) fn read_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> serde_json::R
     }
 }
 
+/// `body` with every lone surrogate escape in its strings (`\uD800` to `\uDFFF`
+/// not part of a leading-trailing pair) replaced by `\ufffd`, the replacement
+/// character; `None` when it has none. The replacement has the escape's length, so
+/// nothing else moves.
+///
+/// Why: RFC 8259 (section 8.2) allows such escapes in JSON text but leaves what
+/// they mean to the reader; `serde_json` refuses them in a string. Clients make
+/// them: Python's `json.dumps` (the OpenAI and Anthropic SDKs) and JavaScript's
+/// `JSON.stringify` write a string cut between the two halves of an emoji as
+/// `"...\ud83d"`. Replacing each with U+FFFD is what a UTF-8 encoder does with a
+/// lone surrogate (WHATWG Encoding, "UTF-8 encode"; Python's `errors="replace"`).
+pub(crate) fn mend_lone_surrogates(body: &[u8]) -> Option<Vec<u8>> {
+    /// The code unit of the escape `\uXXXX` at `at`, if there is one.
+    fn unit(b: &[u8], at: usize) -> Option<u16> {
+        let e = b.get(at..at + 6)?;
+        if e[0] != b'\\' || e[1] != b'u' || !e[2..].iter().all(u8::is_ascii_hexdigit) {
+            return None;
+        }
+        let hex = std::str::from_utf8(&e[2..]).ok()?;
+        u16::from_str_radix(hex, 16).ok()
+    }
+    let leading = |u: u16| (0xD800..0xDC00).contains(&u);
+    let trailing = |u: u16| (0xDC00..0xE000).contains(&u);
+    let mut out: Option<Vec<u8>> = None;
+    let (mut i, mut in_string) = (0, false);
+    while i < body.len() {
+        match body[i] {
+            b'"' => {
+                in_string = !in_string;
+                i += 1;
+            }
+            b'\\' if in_string => match unit(body, i) {
+                Some(u) if leading(u) && unit(body, i + 6).is_some_and(trailing) => i += 12,
+                Some(u) if leading(u) || trailing(u) => {
+                    let o = out.get_or_insert_with(|| body.to_vec());
+                    o[i..i + 6].copy_from_slice(b"\\ufffd");
+                    i += 6;
+                }
+                Some(_) => i += 6,
+                // Any other escape: the backslash and the character it escapes.
+                None => i += 2,
+            },
+            _ => i += 1,
+        }
+    }
+    out
+}
+
 impl ChatRequest {
     /// Parses and validates a request body, keeping the original bytes in `raw`.
     ///
     /// # Errors
     /// As [`ChatRequest::parse`].
+    ///
+    /// A body refused only for a lone surrogate escape (`"\ud83d"`, a string cut
+    /// inside an emoji by a client that counts UTF-16 units) is read with each lone
+    /// surrogate replaced by U+FFFD ([`mend_lone_surrogates`]), and that body is
+    /// the one kept and forwarded.
     pub fn parse_bytes(body: bytes::Bytes) -> Result<ChatRequest, GatewayError> {
-        let mut req = ChatRequest::parse(&body)?;
+        let (mut req, body) = match ChatRequest::parse(&body) {
+            Ok(req) => (req, body),
+            Err(e) => match mend_lone_surrogates(&body) {
+                Some(mended) => {
+                    let mended = bytes::Bytes::from(mended);
+                    (ChatRequest::parse(&mended)?, mended)
+                }
+                None => return Err(e),
+            },
+        };
         req.raw = body;
         Ok(req)
     }
@@ -503,6 +565,45 @@ impl Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lone_surrogate_escapes_are_replaced_and_pairs_kept() {
+        let mend =
+            |s: &str| mend_lone_surrogates(s.as_bytes()).map(|v| String::from_utf8(v).unwrap());
+        // A pair, other escapes, an escaped backslash before `u`, and text outside
+        // strings are left alone.
+        assert_eq!(mend(r#"{"a":"\ud83d\ude00 \n \\ud83d \u00e9"}"#), None);
+        assert_eq!(mend(r#"["\ud83d"]"#).as_deref(), Some(r#"["\ufffd"]"#));
+        assert_eq!(mend(r#"["\uDE00x"]"#).as_deref(), Some(r#"["\ufffdx"]"#));
+        // Two leading halves: each is lone.
+        assert_eq!(
+            mend(r#"["\ud83d\ud83d\ude00"]"#).as_deref(),
+            Some(r#"["\ufffd\ud83d\ude00"]"#)
+        );
+        // In a key too; a trailing half first, then a pair.
+        assert_eq!(
+            mend(r#"{"\udc00\ud800\udc00":1}"#).as_deref(),
+            Some(r#"{"\ufffd\ud800\udc00":1}"#)
+        );
+        // A cut escape at the end is left for the parser's error.
+        assert_eq!(mend(r#"["\ud8"#), None);
+    }
+
+    /// Outside testing (2026-12-07): a message cut inside an emoji by the client
+    /// (`json.dumps` writes the lone half as `\ud83d`) was refused as "not valid
+    /// JSON: unexpected end of hex escape"; it is read with U+FFFD, and the body
+    /// forwarded is the mended one.
+    #[test]
+    fn a_lone_surrogate_in_a_message_is_read_as_the_replacement_character() {
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"cut emoji: \ud83d"}]}"#;
+        let req = ChatRequest::parse_bytes(bytes::Bytes::from_static(body.as_bytes())).unwrap();
+        assert_eq!(req.messages[0].content, "cut emoji: \u{fffd}");
+        assert_eq!(&req.raw[..], body.replace("\\ud83d", "\\ufffd").as_bytes());
+        // Anything else wrong with the body is still refused, with its own error.
+        let bad = r#"{"model":"m","messages":[{"role":"user","content":"\ud83d"}],}"#;
+        let e = ChatRequest::parse_bytes(bytes::Bytes::from_static(bad.as_bytes())).unwrap_err();
+        assert!(e.message.contains("not valid JSON"), "{}", e.message);
+    }
 
     proptest::proptest! {
         /// Reading a UTF-8 body as text gives what reading its bytes gives (the
