@@ -417,6 +417,9 @@ impl Adapter for Bedrock {
         chat: &ChatRequest,
     ) -> Result<http::Request<Body>, GatewayError> {
         let mut body = request::build(chat)?;
+        if thinking::is_claude(target.model) {
+            body.for_claude();
+        }
         if let Some(plan) = thinking::plan(chat, target.model)? {
             body.think(plan);
         }

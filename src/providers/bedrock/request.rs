@@ -64,6 +64,22 @@ impl<'a> Outgoing<'a> {
         self.inference_config.max_tokens = plan.max_tokens;
         self.additional_model_request_fields = Some(plan.fields);
     }
+
+    /// Leaves out the whitespace-only stop sequences, for a Claude model: Claude
+    /// refuses them ("stop_sequences: each stop sequence must contain
+    /// non-whitespace"), as the Anthropic adapter's `stop_sequences` describes;
+    /// other Bedrock models take `"\n"` as a stop sequence.
+    pub(super) fn for_claude(&mut self) {
+        let stops = &mut self.inference_config.stop_sequences;
+        let given = stops.len();
+        stops.retain(|s| !s.trim().is_empty());
+        if stops.len() < given {
+            tracing::debug!(
+                dropped = given - stops.len(),
+                "blank stop sequences dropped: Claude refuses whitespace-only stop sequences"
+            );
+        }
+    }
 }
 
 #[derive(Serialize)]

@@ -1304,6 +1304,29 @@ fn empty_stop_sequences_and_tool_descriptions_are_left_out() {
     );
 }
 
+/// Outside testing (2026-12-07): `stop: ["END", "\n"]` went to a Claude model on
+/// Bedrock whole, where the Anthropic adapter leaves `"\n"` out because Claude
+/// refuses whitespace-only stop sequences; other Bedrock models still get it.
+#[test]
+fn whitespace_only_stop_sequences_are_not_sent_to_claude_on_bedrock() {
+    let c = chat(json!({
+        "model": "m",
+        "messages": [{"role": "user", "content": "u1"}],
+        "stop": ["END", "\n", " \t"]
+    }));
+    let (_, body) = build(&c);
+    assert_eq!(body["inferenceConfig"]["stopSequences"], json!(["END"]));
+    let nova = Target {
+        model: "amazon.nova-lite-v1:0",
+        ..target()
+    };
+    let (_, body) = testing::build(&adapter(), &nova, &c);
+    assert_eq!(
+        body["inferenceConfig"]["stopSequences"],
+        json!(["END", "\n", " \t"])
+    );
+}
+
 /// Found by the translation attack of 2026-12-07: a conversation that begins with
 /// the assistant's greeting, or is a system prompt alone, was sent and refused by
 /// Bedrock ("A conversation must start with a user message"); it is refused here,
