@@ -457,6 +457,16 @@ pub(super) fn build(chat: &ChatRequest) -> Result<Outgoing<'_>, GatewayError> {
             }
         }
     }
+    // Gemini refuses a request without `contents` (400 INVALID_ARGUMENT), where
+    // OpenAI takes a system prompt alone: refused here naming the field, before
+    // any upstream call, as the Anthropic and Bedrock adapters do (outside
+    // testing, 2026-12-07).
+    if turns.is_empty() {
+        return Err(unsupported_value(
+            "messages",
+            "Gemini needs a user or assistant message: the conversation has only system instructions",
+        ));
+    }
     check_fields(chat)?;
     let n = chat.extra.get("n").and_then(Value::as_u64);
     if chat.is_stream() && n.is_some_and(|n| n > 1) {

@@ -177,6 +177,13 @@ fn what_gemini_cannot_express_is_400() {
             "tools[0].function.parameters",
             Some("invalid_function_parameters"),
         ),
+        // Outside testing (2026-12-07): a system prompt alone went upstream as
+        // `"contents": []` and came back as Gemini's 400 without a `param`.
+        (
+            json!({"model": "m", "messages": [{"role": "system", "content": "Say hi"}]}),
+            "messages",
+            Some("unsupported_value"),
+        ),
     ] {
         let e = Gemini.request(&target(), &chat(req)).unwrap_err();
         assert_eq!(e.status(), 400, "{}", e.message);
