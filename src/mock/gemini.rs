@@ -138,13 +138,21 @@ pub fn parse(
                     .is_some_and(|p| p.iter().any(|p| p.get("text").is_some()))
         })
         .map_or(0, |i| i + 1);
+    // Gemini checks the first `functionCall` part of each step (a model content)
+    // of the current turn: parallel calls carry one signature, on the first call
+    // ("Thought signatures": "the signature is only attached to the first
+    // functionCall part").
     let mut signature = None;
     for (i, c) in contents.iter().enumerate().skip(turn_start) {
+        let mut first_call = true;
         for (j, p) in c["parts"].as_array().into_iter().flatten().enumerate() {
             let Some(call) = p.get("functionCall") else {
                 continue;
             };
             let s = classify(p.get("thoughtSignature").and_then(Value::as_str));
+            if !std::mem::replace(&mut first_call, false) && s == Signature::Missing {
+                continue;
+            }
             if s == Signature::Missing {
                 let name = call.get("name").and_then(Value::as_str).unwrap_or_default();
                 return Err(invalid(format!(

@@ -565,6 +565,35 @@ async fn gemini_function_call_carries_a_thought_signature() {
         .contains("thought_signature"));
 }
 
+/// Outside testing (2026-12-07): the emulator refused parallel calls replayed with
+/// one signature, on the first call, which is how Gemini sends them and what it
+/// takes back ("Thought signatures": only the first `functionCall` part of a step
+/// carries one); an unsigned first call is still refused.
+#[tokio::test]
+async fn gemini_parallel_calls_need_a_signature_on_the_first_call_only() {
+    let mut body = gemini_tools();
+    body["contents"].as_array_mut().unwrap().extend([
+        json!({"role": "model", "parts": [
+            {"functionCall": {"name": "get_weather", "args": {"city": "x"}}, "thoughtSignature": gemini::SKIP},
+            {"functionCall": {"name": "other", "args": {}}}]}),
+        json!({"role": "user", "parts": [
+            {"functionResponse": {"name": "get_weather", "response": {"result": "sunny"}}},
+            {"functionResponse": {"name": "other", "response": {"result": "ok"}}}]}),
+    ]);
+    assert_eq!(
+        gemini_turn(body.clone(), false).signature,
+        Some(Signature::Skip)
+    );
+    let parts = body["contents"][1]["parts"].as_array_mut().unwrap();
+    parts.swap(0, 1);
+    let r = *gemini::parse("g", false, body.to_string().as_bytes(), true).unwrap_err();
+    assert_eq!(r.status(), 400);
+    let e = json_of(r).await;
+    let message = e["error"]["message"].as_str().unwrap();
+    assert!(message.contains("default_api:other"), "{message}");
+    assert!(message.contains("(contents[1].parts[0])"), "{message}");
+}
+
 #[tokio::test]
 async fn gemini_429_is_resource_exhausted_with_retry_info_and_no_ratelimit_headers() {
     let p = gemini_provider(MockOptions {
