@@ -293,6 +293,11 @@ fn a_large_reused_sample_test_is_checked_on_a_spread_subset() {
 /// Weighted round-robin as shipped (`examples/policies/builtin/`), over `a/m` (weight
 /// 3) and `b/m` (weight 1), and a test of `a/m`'s share of 1,000 requests.
 fn weighted(share: &str) -> CompiledPolicySet {
+    weighted_sample(share, 1_000)
+}
+
+/// [`weighted`], with a sample of `n` requests.
+fn weighted_sample(share: &str, n: u64) -> CompiledPolicySet {
     use crate::policy::{RegistryEndpoint, RegistryModel};
     let ep = |id: &str, weight| RegistryEndpoint {
         id: id.into(),
@@ -312,7 +317,7 @@ fn weighted(share: &str) -> CompiledPolicySet {
     let routes =
         "route r when request.model == \"mock\" { default use model via weighted_round_robin }\n";
     let tests = format!(
-        "test \"3:1\" {{\n  request {{ model = \"mock\" }}\n  sample 1000 by api_key\n  expect share endpoint \"a/m\" = {share}\n}}\n"
+        "test \"3:1\" {{\n  request {{ model = \"mock\" }}\n  sample {n} by api_key\n  expect share endpoint \"a/m\" = {share}\n}}\n"
     );
     compiled(strategy, routes, &tests, &reg)
 }
@@ -352,4 +357,50 @@ fn sample_ignored_strategy_state_so_weighted_round_robin_got_100_percent() {
             r.render()
         );
     }
+}
+
+/// A reload of the shipped examples decided all 65,030 of their test requests again
+/// (101-120 ms of a 122-135 ms save to serving, issue 17), since a reused `sample`
+/// test whose requests carry strategy state was checked on every request. It is
+/// checked on its first [`CHECK_REQUESTS`] requests, in order; a compiled engine
+/// that differs there still sends it back to a full run.
+#[test]
+fn a_large_reused_sample_test_with_strategy_state_is_checked_on_its_first_requests() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let c = weighted_sample("75% within 0%", 5_000);
+    let (_, _, first) = check(&c, None);
+    let set = c.checked();
+    let full = |r: &RequestFeatures, s: &crate::policy::StatsSnapshot, seed: u64| {
+        Ok(crate::policy::interp::decide(set, r, s, seed))
+    };
+    let calls = AtomicUsize::new(0);
+    let counted = |r: &RequestFeatures, s: &crate::policy::StatsSnapshot, seed: u64| {
+        calls.fetch_add(1, Ordering::Relaxed);
+        Ok(crate::policy::interp::decide(set, r, s, seed))
+    };
+    let (report, _) = run_tests_parallel(set, &full, &counted, None, Some(&first), 2);
+    assert_eq!(
+        (report.passed, report.reused),
+        (1, 1),
+        "{}",
+        report.render()
+    );
+    assert_eq!(calls.load(Ordering::Relaxed), CHECK_REQUESTS as usize);
+    // Wrong on the prefix's last request: found, and the test runs again in full
+    // (and passes: the full run decides on both engines of `full`).
+    let last = format!("key-{}", CHECK_REQUESTS - 1);
+    let wrong = |r: &RequestFeatures, s: &crate::policy::StatsSnapshot, seed: u64| {
+        let mut d = crate::policy::interp::decide(set, r, s, seed);
+        if r.api_key.as_deref() == Some(last.as_str()) {
+            d.priority = crate::policy::ast::PriorityLevel::Critical;
+        }
+        Ok(d)
+    };
+    let (report, _) = run_tests_parallel(set, &full, &wrong, None, Some(&first), 2);
+    assert_eq!(
+        (report.passed, report.reused),
+        (1, 0),
+        "{}",
+        report.render()
+    );
 }
