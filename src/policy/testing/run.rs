@@ -107,7 +107,7 @@ impl Checked {
 
     /// Whether request `i`'s decision is checked (and digested).
     fn covers(self, i: u64) -> bool {
-        i < self.end && i % self.step == 0
+        i < self.end && i.is_multiple_of(self.step)
     }
 
     /// Whether every request of a test of `n` requests is checked.
