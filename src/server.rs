@@ -547,7 +547,7 @@ pub const LISTEN_BACKLOG: u32 = 4096;
 /// listen error of the first listener that fails.
 pub fn bind_per_core(addr: SocketAddr, n: usize) -> std::io::Result<Vec<TcpListener>> {
     if addr.port() != 0 {
-        drop(probe_free(addr)?);
+        drop(bound(addr, false)?);
     }
     let mut listeners: Vec<TcpListener> = Vec::with_capacity(n);
     let mut at = addr;
@@ -568,22 +568,11 @@ pub fn bind_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
     bind_with(addr, false)
 }
 
-/// A socket bound to `addr` with `SO_REUSEADDR` only, not listening: the bind
-/// fails while any socket listens on `addr` (with or without `SO_REUSEPORT`),
-/// and succeeds over connections left in `TIME_WAIT`.
-fn probe_free(addr: SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    Ok(socket)
-}
-
-/// A listener on `addr` (`SO_REUSEADDR`, and `SO_REUSEPORT` when `reuseport`).
-fn bind_with(addr: SocketAddr, reuseport: bool) -> std::io::Result<TcpListener> {
+/// A socket bound to `addr` with `SO_REUSEADDR` (and `SO_REUSEPORT` when
+/// `reuseport`), not listening. Without `SO_REUSEPORT` the bind fails while any
+/// socket listens on `addr` (with or without it), and succeeds over connections
+/// left in `TIME_WAIT`: [`bind_per_core`]'s probe.
+fn bound(addr: SocketAddr, reuseport: bool) -> std::io::Result<tokio::net::TcpSocket> {
     let socket = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {
@@ -595,6 +584,12 @@ fn bind_with(addr: SocketAddr, reuseport: bool) -> std::io::Result<TcpListener> 
         socket.set_reuseport(true)?;
     }
     socket.bind(addr)?;
+    Ok(socket)
+}
+
+/// A listener on `addr` (`SO_REUSEADDR`, and `SO_REUSEPORT` when `reuseport`).
+fn bind_with(addr: SocketAddr, reuseport: bool) -> std::io::Result<TcpListener> {
+    let socket = bound(addr, reuseport)?;
     // A burst of connections at once (a client pool opening 2,048) overflowed a
     // queue of 1,024 split over the listeners: the SYNs dropped were sent again by
     // the clients a second later, p99 over a second (`benches/load/conns.sh`, issue

@@ -248,13 +248,12 @@ fn endpoint_order_in_the_registry_is_an_input_and_its_failure_is_reported() {
 /// A reused `sample` test larger than [`CHECK_REQUESTS`] is checked on every
 /// stride-th request only (issue 17: save to serving), and a compiled engine that
 /// differs on one of those still sends it back to a full run.
-#[test]
-fn a_large_reused_sample_test_is_checked_on_a_spread_subset() {
+/// A reused pass of `c`'s tests (after a first full run), run twice with the
+/// interpreter standing in for the JIT: once counting the requests it decides, once
+/// deciding the request of api key `wrong_key` wrongly. The count and both reports.
+fn reused_passes(c: &CompiledPolicySet, wrong_key: &str) -> (usize, TestReport, TestReport) {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let reg = Registry::example();
-    let tests = TESTS.replace("sample 100 by api_key", "sample 5_000 by api_key");
-    let c = compiled(STRATEGY, ROUTES, &tests, &reg);
-    let (_, _, first) = check(&c, None);
+    let (_, _, first) = check(c, None);
     let set = c.checked();
     let full = |r: &RequestFeatures, s: &crate::policy::StatsSnapshot, seed: u64| {
         Ok(crate::policy::interp::decide(set, r, s, seed))
@@ -264,7 +263,25 @@ fn a_large_reused_sample_test_is_checked_on_a_spread_subset() {
         calls.fetch_add(1, Ordering::Relaxed);
         Ok(crate::policy::interp::decide(set, r, s, seed))
     };
-    let (report, _) = run_tests_parallel(set, &full, &counted, None, Some(&first), 2);
+    let (counted_report, _) = run_tests_parallel(set, &full, &counted, None, Some(&first), 2);
+    let wrong = |r: &RequestFeatures, s: &crate::policy::StatsSnapshot, seed: u64| {
+        let mut d = crate::policy::interp::decide(set, r, s, seed);
+        if r.api_key.as_deref() == Some(wrong_key) {
+            d.priority = crate::policy::ast::PriorityLevel::Critical;
+        }
+        Ok(d)
+    };
+    let (wrong_report, _) = run_tests_parallel(set, &full, &wrong, None, Some(&first), 2);
+    (calls.load(Ordering::Relaxed), counted_report, wrong_report)
+}
+
+#[test]
+fn a_large_reused_sample_test_is_checked_on_a_spread_subset() {
+    let reg = Registry::example();
+    let tests = TESTS.replace("sample 100 by api_key", "sample 5_000 by api_key");
+    let c = compiled(STRATEGY, ROUTES, &tests, &reg);
+    // Wrong on request 2,005 only (a multiple of the stride).
+    let (calls, report, wrong) = reused_passes(&c, "key-2005");
     assert_eq!(
         (report.passed, report.reused),
         (4, 4),
@@ -272,22 +289,9 @@ fn a_large_reused_sample_test_is_checked_on_a_spread_subset() {
         report.render()
     );
     // The three one-request tests, and 1,000 of the sample's 5,000 (stride 5).
-    assert_eq!(calls.load(Ordering::Relaxed), 3 + 1_000);
-    // Wrong on request 2,005 only (a multiple of the stride): found.
-    let wrong = |r: &RequestFeatures, s: &crate::policy::StatsSnapshot, seed: u64| {
-        let mut d = crate::policy::interp::decide(set, r, s, seed);
-        if r.api_key.as_deref() == Some("key-2005") {
-            d.priority = crate::policy::ast::PriorityLevel::Critical;
-        }
-        Ok(d)
-    };
-    let (report, _) = run_tests_parallel(set, &full, &wrong, None, Some(&first), 2);
-    assert_eq!(
-        (report.passed, report.reused),
-        (4, 3),
-        "{}",
-        report.render()
-    );
+    assert_eq!(calls, 3 + 1_000);
+    // The wrong decision is found.
+    assert_eq!((wrong.passed, wrong.reused), (4, 3), "{}", wrong.render());
 }
 
 /// Weighted round-robin as shipped (`examples/policies/builtin/`), over `a/m` (weight
@@ -366,41 +370,17 @@ fn sample_ignored_strategy_state_so_weighted_round_robin_got_100_percent() {
 /// that differs there still sends it back to a full run.
 #[test]
 fn a_large_reused_sample_test_with_strategy_state_is_checked_on_its_first_requests() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
     let c = weighted_sample("75% within 0%", 5_000);
-    let (_, _, first) = check(&c, None);
-    let set = c.checked();
-    let full = |r: &RequestFeatures, s: &crate::policy::StatsSnapshot, seed: u64| {
-        Ok(crate::policy::interp::decide(set, r, s, seed))
-    };
-    let calls = AtomicUsize::new(0);
-    let counted = |r: &RequestFeatures, s: &crate::policy::StatsSnapshot, seed: u64| {
-        calls.fetch_add(1, Ordering::Relaxed);
-        Ok(crate::policy::interp::decide(set, r, s, seed))
-    };
-    let (report, _) = run_tests_parallel(set, &full, &counted, None, Some(&first), 2);
+    // Wrong on the prefix's last request.
+    let (calls, report, wrong) = reused_passes(&c, &format!("key-{}", CHECK_REQUESTS - 1));
     assert_eq!(
         (report.passed, report.reused),
         (1, 1),
         "{}",
         report.render()
     );
-    assert_eq!(calls.load(Ordering::Relaxed), CHECK_REQUESTS as usize);
-    // Wrong on the prefix's last request: found, and the test runs again in full
-    // (and passes: the full run decides on both engines of `full`).
-    let last = format!("key-{}", CHECK_REQUESTS - 1);
-    let wrong = |r: &RequestFeatures, s: &crate::policy::StatsSnapshot, seed: u64| {
-        let mut d = crate::policy::interp::decide(set, r, s, seed);
-        if r.api_key.as_deref() == Some(last.as_str()) {
-            d.priority = crate::policy::ast::PriorityLevel::Critical;
-        }
-        Ok(d)
-    };
-    let (report, _) = run_tests_parallel(set, &full, &wrong, None, Some(&first), 2);
-    assert_eq!(
-        (report.passed, report.reused),
-        (1, 0),
-        "{}",
-        report.render()
-    );
+    assert_eq!(calls, CHECK_REQUESTS as usize);
+    // The wrong decision is found, and the test runs again in full (and passes: the
+    // full run decides on both engines of `full`).
+    assert_eq!((wrong.passed, wrong.reused), (1, 0), "{}", wrong.render());
 }
