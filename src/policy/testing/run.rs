@@ -10,7 +10,12 @@
 //! - the routes the interpreter tried for its requests, in order: every route up to
 //!   the one that took them (all of them when some request matched none), each a
 //!   function of its own text (conditions, rules, splits, fallbacks, names);
-//! - the strategies those routes use (each a function of its own text);
+//! - the strategies used by the routes that took some of its requests (each a
+//!   function of its own text). A route tried and passed over ran no strategy: only
+//!   a terminal action (`use`, an arm of a `split`) runs one, and the first terminal
+//!   action reached ends the decision. So an edit of a strategy runs
+//!   again only the tests that some route using it decided, not every test whose
+//!   requests went past such a route (issue 17: save to serving);
 //! - the code of the engines ([`ENGINE`]).
 //!
 //! Nothing else of a set reaches a decision (there are no other global definitions,
@@ -18,7 +23,8 @@
 //! interned ids and regex indices are derived from these texts, and the digest of a
 //! decision names strategies and strings by content). A passed test is
 //! remembered under a content hash of its text, with a hash of that list of inputs in
-//! the set it passed in (`Deps::deps`) and a digest of the interpreter's decisions. In the
+//! the set it passed in (`Deps::deps`, of the last route position reached and the
+//! positions of the routes that took its requests) and a digest of the interpreter's decisions. In the
 //! next set, a test whose inputs hash the same would get the same decisions from the
 //! interpreter, so its expectations hold again; only the compiled code is new. Such a
 //! test is therefore run on the JIT alone, and passes only if the digest of the JIT's
@@ -38,14 +44,28 @@
 //! a reload with every pass reused now decides about 8,000 (issue 17: save to
 //! serving). The share expectations of such a test are not checked again (a subset's
 //! shares are not the test's); a test of at most [`CHECK_REQUESTS`] requests is run
-//! whole and checked as before. A `sample` test whose requests carry strategy state
-//! (`Deps::carries_state`) has no spread subset: each decision depends on all before
-//! it, so its full run decides them whole, in order, on one thread. Its check is the
-//! prefix instead, its first [`CHECK_REQUESTS`] requests decided in order (the state
-//! after request k depends on requests 0 to k only), and the digest of its full run
-//! covers that prefix. Checking every request of such tests made a reload of the
-//! shipped examples decide all 65,030 again, 101-120 ms of a 122-135 ms save to
-//! serving (`cargo test --release --test it save_to_serving -- --ignored`).
+//! whole and checked as before.
+//!
+//! # Strategy state
+//! A `sample` test whose requests carry strategy state (some decision of it has
+//! `on pick` updates, which the next request is decided on) has no spread subset:
+//! each decision depends on all before it, so its full run decides them whole, in
+//! order, on one thread. Its check is the prefix instead, its first
+//! [`CHECK_REQUESTS`] requests decided in order (the state after request k depends on
+//! requests 0 to k only), and the digest of its full run covers that prefix.
+//! Checking every request of such tests made a reload of the shipped examples decide
+//! all 65,030 again, 101-120 ms of a 122-135 ms save to serving (`cargo test
+//! --release --test it save_to_serving -- --ignored`).
+//!
+//! Whether a test carries state is found, not guessed: a full run first decides a
+//! `sample` test in spread chunks on every thread, each chunk on the test's own
+//! statistics, and stops a chunk at its first decision with state updates. A test
+//! none of whose decisions updated any state was decided exactly as in sequence (the
+//! statistics never changed); one that did runs again, whole and in order
+//! ([`Carry::Found`]). The remembered pass keeps which it was. (This was a property
+//! of the whole set, any route with an `on pick` strategy, which put every `sample`
+//! test of the shipped examples on one thread each since the built-in weighted
+//! round-robin's test route is in it.)
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
@@ -56,7 +76,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use xxhash_rust::xxh3::{xxh3_128, Xxh3};
 
 use super::{field_is, CExpectKind, CTest, CaseResult, TestReport};
-use crate::policy::ast::Event;
 use crate::policy::checked::{CSplitKey, CTerminal, CheckedPolicySet, Const};
 use crate::policy::interp::strategy::PlanRest;
 use crate::policy::interp::Decision;
@@ -79,7 +98,7 @@ fn stride(n: u64) -> u64 {
 
 /// The requests of test `t` that a remembered pass is checked on, and whose
 /// decisions its digest covers: every [`stride`]-th, or, when its requests carry
-/// strategy state ([`Deps::carries_state`]), the first [`CHECK_REQUESTS`] (a
+/// strategy state (see the module doc), the first [`CHECK_REQUESTS`] (a
 /// decision depends on every decision before it, so none can be decided alone).
 #[derive(Clone, Copy)]
 struct Checked {
@@ -90,9 +109,11 @@ struct Checked {
 }
 
 impl Checked {
-    fn of(ctx: &Deps<'_>, t: &CTest) -> Checked {
+    /// The checked requests of `t`, whose requests carry strategy state when
+    /// `stateful`.
+    fn of(t: &CTest, stateful: bool) -> Checked {
         let n = super::test_requests(t);
-        if ctx.carries_state(t) {
+        if stateful {
             Checked {
                 step: 1,
                 end: n.min(CHECK_REQUESTS),
@@ -160,24 +181,41 @@ impl TestResults {
 }
 
 /// One remembered pass.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 struct Passed {
     /// The last route position the test's requests reached (`usize::MAX`: all).
     reach: usize,
-    /// [`deps`] at that reach in the set it passed in.
+    /// The positions of the routes that took some of its requests, ascending.
+    taken: Box<[u32]>,
+    /// [`Deps::deps`] of `reach` and `taken` in the set it passed in.
     deps: u128,
-    /// The interpreter's decisions on every [`stride`]-th request, digested
+    /// Whether its requests carried strategy state ([`Checked::of`]).
+    stateful: bool,
+    /// The interpreter's decisions on the requests [`Checked`] covers, digested
     /// ([`digest`], summed).
     decisions: u128,
 }
 
 /// How a test runs.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 enum Mode {
     /// On the engines `full` decides with.
     Full,
     /// A remembered pass: the JIT alone, compared with the remembered digest.
     Check(Passed),
+}
+
+/// Whether a run of a test's requests carries strategy state from one to the next.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Carry {
+    /// No: its requests are decided in chunks on every thread, each on the test's own
+    /// statistics, and a chunk stops at its first decision with state updates
+    /// ([`Part::updated`]).
+    No,
+    /// Yes, as the remembered pass found: the checked prefix, in order.
+    Remembered,
+    /// Yes, found by a run without: all of them again, in order.
+    Found,
 }
 
 /// What one range of a test's requests found.
@@ -194,6 +232,11 @@ struct Part {
     digest: u128,
     /// The last route position reached (`usize::MAX`: some request matched none).
     reach: usize,
+    /// The positions of the routes that took some request, ascending.
+    taken: Vec<u32>,
+    /// Some decision had state updates in a run without [`Carry`] (which stopped
+    /// there).
+    updated: bool,
 }
 
 impl Part {
@@ -212,6 +255,17 @@ impl Part {
         }
         self.digest = self.digest.wrapping_add(o.digest);
         self.reach = self.reach.max(o.reach);
+        for r in o.taken {
+            self.took(r);
+        }
+        self.updated |= o.updated;
+    }
+
+    /// Notes that route position `r` took a request.
+    fn took(&mut self, r: u32) {
+        if let Err(at) = self.taken.binary_search(&r) {
+            self.taken.insert(at, r);
+        }
     }
 }
 
@@ -248,28 +302,35 @@ pub fn run_tests_parallel(
         let mode = previous
             .filter(|p| p.engine == ENGINE)
             .and_then(|p| p.passed.get(&key))
-            .filter(|p| ctx.deps(p.reach) == p.deps)
-            .map_or(Mode::Full, |p| Mode::Check(*p));
+            .filter(|p| ctx.deps(p.reach, &p.taken) == p.deps)
+            .map_or(Mode::Full, |p| Mode::Check(p.clone()));
         runs.push((i, key, mode));
     }
-    let work = |runs: &[(usize, u128, Mode)]| -> Vec<Part> {
+    // How each run carries strategy state: a remembered pass as its full run found;
+    // a full run first without (see the module doc).
+    let mut carry: Vec<Carry> = runs
+        .iter()
+        .map(|(_, _, m)| match m {
+            Mode::Check(p) if p.stateful => Carry::Remembered,
+            _ => Carry::No,
+        })
+        .collect();
+    let work = |runs: &[&(usize, u128, Mode)], carry: &[Carry]| -> Vec<Part> {
         let mut units = Vec::new();
-        for (r, (i, _, mode)) in runs.iter().enumerate() {
+        for (r, ((i, _, mode), c)) in runs.iter().zip(carry).enumerate() {
             let t = &set.tests[*i];
             let n = super::test_requests(t);
-            // A check decides every stride-th request: CHUNK of them per unit. A
-            // test whose requests carry state is one unit: they run in sequence,
-            // all of them in full, the checked prefix in a check.
-            let (len, chunk) = match mode {
-                _ if ctx.carries_state(t) => {
-                    let len = match mode {
-                        Mode::Full => n,
-                        Mode::Check(_) => Checked::of(&ctx, t).end,
-                    };
-                    (len, len)
+            // Without state, CHUNK requests per unit (a check decides every
+            // stride-th: CHUNK of them). With state, one unit in sequence: every
+            // request when found, the checked prefix when remembered.
+            let (len, chunk) = match (c, mode) {
+                (Carry::Found, _) => (n, n),
+                (Carry::Remembered, _) => {
+                    let end = Checked::of(t, true).end;
+                    (end, end)
                 }
-                Mode::Full => (n, CHUNK),
-                Mode::Check(_) => (n, CHUNK * stride(n)),
+                (Carry::No, Mode::Full) => (n, CHUNK),
+                (Carry::No, Mode::Check(_)) => (n, CHUNK * stride(n)),
             };
             let mut start = 0;
             while start < len {
@@ -282,7 +343,15 @@ pub fn run_tests_parallel(
             let (i, _, mode) = runs[*r];
             let check = matches!(mode, Mode::Check(_));
             let decide = if check { jit } else { full };
-            run_range(set, &ctx, &set.tests[i], range.clone(), decide, check)
+            run_range(
+                set,
+                &ctx,
+                &set.tests[*i],
+                range.clone(),
+                decide,
+                check,
+                carry[*r],
+            )
         });
         let mut merged: Vec<Part> = runs.iter().map(|_| Part::default()).collect();
         for ((r, _), p) in units.iter().zip(parts) {
@@ -290,45 +359,63 @@ pub fn run_tests_parallel(
         }
         merged
     };
-    let mut parts = work(&runs);
     // A remembered pass holds only if the JIT's decisions equal the interpreter's
-    // remembered ones and, belt and braces, meet the test's expectations themselves;
-    // otherwise the test runs again in full.
+    // remembered ones (and carry state as they did) and, belt and braces, meet the
+    // test's expectations themselves; otherwise the test runs again in full.
     // (A test checked on a subset: its shares are not the test's, so only the
     // decisions are compared; see the module doc.)
     let holds = |i: usize, c: &Passed, p: &Part| {
         let t = &set.tests[i];
         p.error.is_none()
+            && !p.updated
             && p.digest == c.decisions
-            && (!Checked::of(&ctx, t).whole(super::test_requests(t))
+            && (!Checked::of(t, c.stateful).whole(super::test_requests(t))
                 || super::failures_of(set, t, p.failures.clone(), None, &p.counts).is_empty())
     };
-    let again: Vec<(usize, u128, Mode)> = runs
-        .iter()
-        .zip(&parts)
-        .filter(|((i, _, m), p)| matches!(m, Mode::Check(c) if !holds(*i, c, p)))
-        .map(|((i, k, _), _)| (*i, *k, Mode::Full))
-        .collect();
-    if !again.is_empty() {
-        let redone = work(&again);
-        for ((i, _, _), p) in again.iter().zip(redone) {
-            if let Some(r) = runs.iter().position(|(j, _, _)| j == i) {
-                runs[r].2 = Mode::Full;
-                parts[r] = p;
+    // Rounds: every run; then a failed check in full (as stateful as it was), and a
+    // full run that found state in sequence. At most three.
+    let mut parts: Vec<Part> = runs.iter().map(|_| Part::default()).collect();
+    let mut todo: Vec<usize> = (0..runs.len()).collect();
+    while !todo.is_empty() {
+        let these: Vec<_> = todo.iter().map(|&r| &runs[r]).collect();
+        let carries: Vec<Carry> = todo.iter().map(|&r| carry[r]).collect();
+        let done = work(&these, &carries);
+        let mut next = Vec::new();
+        for (&r, p) in todo.iter().zip(done) {
+            let again = match &runs[r].2 {
+                Mode::Check(c) if !holds(runs[r].0, c, &p) => {
+                    carry[r] = if c.stateful { Carry::Found } else { Carry::No };
+                    runs[r].2 = Mode::Full;
+                    true
+                }
+                Mode::Check(_) => false,
+                Mode::Full if p.updated && carry[r] == Carry::No => {
+                    carry[r] = Carry::Found;
+                    true
+                }
+                Mode::Full => false,
+            };
+            if again {
+                next.push(r);
             }
+            parts[r] = p;
         }
+        todo = next;
     }
     let mut results = TestResults::default();
     let mut outcomes: HashMap<usize, CaseResult> = HashMap::new();
-    for ((i, key, mode), part) in runs.iter().zip(parts) {
-        let t = &set.tests[*i];
+    for (((i, key, mode), part), c) in runs.into_iter().zip(parts).zip(carry) {
+        let t = &set.tests[i];
+        let reused = matches!(mode, Mode::Check(_));
         let (failures, remember) = match mode {
-            Mode::Check(p) => (Vec::new(), *p),
+            Mode::Check(p) => (Vec::new(), p),
             Mode::Full => {
-                let reach = part.reach;
+                let taken: Box<[u32]> = part.taken.into();
                 let remember = Passed {
-                    reach,
-                    deps: ctx.deps(reach),
+                    reach: part.reach,
+                    deps: ctx.deps(part.reach, &taken),
+                    taken,
+                    stateful: c == Carry::Found,
                     decisions: part.digest,
                 };
                 (
@@ -340,13 +427,13 @@ pub fn run_tests_parallel(
         let passed = failures.is_empty();
         if passed {
             report.passed += 1;
-            report.reused += usize::from(matches!(mode, Mode::Check(_)));
-            results.passed.insert(*key, remember);
+            report.reused += usize::from(reused);
+            results.passed.insert(key, remember);
         } else {
             report.failed += 1;
         }
         outcomes.insert(
-            *i,
+            i,
             CaseResult {
                 name: t.name.clone(),
                 at: set.sources.location(t.span),
@@ -413,11 +500,12 @@ fn in_parallel<U: Sync, R: Send>(
 
 /// Decides requests `range` of `t` (all of a test without `sample`), digesting the
 /// decisions on the requests a check covers ([`Checked`]); with `check`, decides only
-/// those (and `range` must start at one of them). When `t`'s requests carry strategy
-/// state ([`Deps::carries_state`]), `range` starts at the first request (and holds
-/// all of them in a full run) and each decision's `on pick` updates are recorded
-/// into the statistics the next request is decided on, as the gateway records them
-/// into its live statistics ([`crate::policy::interp::Decision::record_state`]).
+/// those (and `range` must start at one of them). With `carry` ([`Carry`]), `range`
+/// starts at the first request (and holds all of them in a full run) and each
+/// decision's `on pick` updates are recorded into the statistics the next request is
+/// decided on, as the gateway records them into its live statistics
+/// ([`crate::policy::interp::Decision::record_state`]); without, the first decision
+/// with updates ends the range ([`Part::updated`]).
 fn run_range(
     set: &CheckedPolicySet,
     ctx: &Deps<'_>,
@@ -425,6 +513,7 @@ fn run_range(
     range: Range<u64>,
     decide: &SyncDecide<'_>,
     check: bool,
+    carry: Carry,
 ) -> Part {
     let mut part = Part {
         counts: vec![0; t.expects.len()],
@@ -437,6 +526,9 @@ fn run_range(
                 part.failures = super::expect_failures(set, t, &d);
                 part.digest = digest(set, 0, &d, &mut buf);
                 part.reach = ctx.reach(&d);
+                if part.reach != usize::MAX {
+                    part.took(part.reach as u32);
+                }
             }
             Err(e) => part.error = Some((0, e)),
         }
@@ -445,10 +537,10 @@ fn run_range(
     let mut req = t.request.clone();
     let mut k = String::new();
     let mut digits = itoa::Buffer::new();
-    let checked = Checked::of(ctx, t);
-    let carry = ctx.carries_state(t);
+    let stateful = carry != Carry::No;
+    let checked = Checked::of(t, stateful);
     debug_assert!(
-        !carry
+        !stateful
             || range.start == 0
                 && range.end
                     == if check {
@@ -482,7 +574,11 @@ fn run_range(
                 return part;
             }
         };
-        if carry && !d.state_updates.is_empty() {
+        if !d.state_updates.is_empty() {
+            if !stateful {
+                part.updated = true;
+                return part;
+            }
             d.record_state(stats.to_mut());
         }
         for (j, e) in t.expects.iter().enumerate() {
@@ -495,7 +591,11 @@ fn run_range(
         if checked.covers(i) {
             part.digest = part.digest.wrapping_add(digest(set, i, &d, &mut buf));
         }
-        part.reach = part.reach.max(ctx.reach(&d));
+        let reach = ctx.reach(&d);
+        part.reach = part.reach.max(reach);
+        if reach != usize::MAX && part.taken.last() != Some(&(reach as u32)) {
+            part.took(reach as u32);
+        }
     }
     part
 }
@@ -525,8 +625,6 @@ struct Deps<'s> {
     position: rustc_hash::FxHashMap<&'s str, usize>,
     /// Per route, the strategies its rules use (indices).
     strategies: Vec<BTreeSet<u32>>,
-    /// Whether some route uses a strategy with `on pick` updates.
-    picks: bool,
 }
 
 impl<'s> Deps<'s> {
@@ -557,28 +655,12 @@ impl<'s> Deps<'s> {
                 used
             })
             .collect();
-        let picks = strategies.iter().flatten().any(|&i| {
-            set.strategies.get(i as usize).is_some_and(|s| {
-                s.updates
-                    .iter()
-                    .any(|(e, u)| *e == Event::Pick && !u.is_empty())
-            })
-        });
         Deps {
             set,
             registry,
             position,
             strategies,
-            picks,
         }
-    }
-
-    /// Whether the requests of `t` carry strategy state from one to the next: it is
-    /// a `sample` test and some route of the set may pick with `on pick` updates.
-    /// (Conservative: a test that never reaches such a route runs in sequence
-    /// too, with the same decisions, since no decision of it updates any state.)
-    fn carries_state(&self, t: &CTest) -> bool {
-        t.sample.is_some() && self.picks
     }
 
     /// The route position that decided `d` (`usize::MAX`: no route did).
@@ -590,16 +672,25 @@ impl<'s> Deps<'s> {
     }
 
     /// A hash of the registry, the text of every route up to position `reach` in
-    /// order, and the text of every strategy those routes use.
-    fn deps(&self, reach: usize) -> u128 {
+    /// order, and the text of every strategy used by the routes at positions
+    /// `taken` (the ones that took a request; a route passed over ran none).
+    fn deps(&self, reach: usize, taken: &[u32]) -> u128 {
         let set = self.set;
         let mut h = Xxh3::new();
         h.update(&self.registry.to_le_bytes());
-        let mut used = BTreeSet::new();
         let last = reach.min(set.routes.len().saturating_sub(1));
-        for (r, strategies) in set.routes.iter().zip(&self.strategies).take(last + 1) {
+        for r in set.routes.iter().take(last + 1) {
             text(&mut h, set.sources.slice(r.span));
-            used.extend(strategies.iter().copied());
+        }
+        let mut used = BTreeSet::new();
+        for r in taken {
+            used.extend(
+                self.strategies
+                    .get(*r as usize)
+                    .into_iter()
+                    .flatten()
+                    .copied(),
+            );
         }
         h.update(b"\xffstrategies");
         for s in used.iter().filter_map(|i| set.strategies.get(*i as usize)) {
