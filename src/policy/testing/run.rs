@@ -8,8 +8,14 @@
 //! - the test's own text (request, statistics, seed, `sample`, expectations);
 //! - the registry;
 //! - the routes the interpreter tried for its requests, in order: every route up to
-//!   the one that took them (all of them when some request matched none), each a
-//!   function of its own text (conditions, rules, splits, fallbacks, names);
+//!   the one that took them (all of them when some request matched none). One that
+//!   took some of them is a function of its own text (conditions, rules, splits,
+//!   fallbacks, names); one that took none passed over them on its `when` condition
+//!   alone, since a route whose condition holds takes the request (its default
+//!   always decides: the checker refuses a default that `continue`s or decides
+//!   nothing), so it is a function of that condition's text. So an edit of a
+//!   route's rules runs again only the tests it took, not every test tried against
+//!   it;
 //! - the strategies used by the routes that took some of its requests (each a
 //!   function of its own text). A route tried and passed over ran no strategy: only
 //!   a terminal action (`use`, an arm of a `split`) runs one, and the first terminal
@@ -625,6 +631,11 @@ struct Deps<'s> {
     position: rustc_hash::FxHashMap<&'s str, usize>,
     /// Per route, the strategies its rules use (indices).
     strategies: Vec<BTreeSet<u32>>,
+    /// Per route, the text a request it passed over depends on: its `when`
+    /// condition's, when the route takes every request that condition admits (its
+    /// default decides); else (no condition, or a default that might not decide) all
+    /// of it.
+    passed_over: Vec<&'s str>,
 }
 
 impl<'s> Deps<'s> {
@@ -655,11 +666,20 @@ impl<'s> Deps<'s> {
                 used
             })
             .collect();
+        let passed_over = set
+            .routes
+            .iter()
+            .map(|r| match &r.when {
+                Some(w) if r.default.body.terminal.is_some() => set.sources.slice(w.span),
+                _ => set.sources.slice(r.span),
+            })
+            .collect();
         Deps {
             set,
             registry,
             position,
             strategies,
+            passed_over,
         }
     }
 
@@ -671,16 +691,25 @@ impl<'s> Deps<'s> {
             .unwrap_or(usize::MAX)
     }
 
-    /// A hash of the registry, the text of every route up to position `reach` in
-    /// order, and the text of every strategy used by the routes at positions
-    /// `taken` (the ones that took a request; a route passed over ran none).
+    /// A hash of the registry; in order, of every route up to position `reach`,
+    /// the whole text of the ones at positions `taken` (the ones that took a
+    /// request) and the condition of the others ([`Deps::passed_over`]); and of the
+    /// text of every strategy the routes at `taken` use (a route passed over ran
+    /// none).
     fn deps(&self, reach: usize, taken: &[u32]) -> u128 {
         let set = self.set;
         let mut h = Xxh3::new();
         h.update(&self.registry.to_le_bytes());
         let last = reach.min(set.routes.len().saturating_sub(1));
-        for r in set.routes.iter().take(last + 1) {
-            text(&mut h, set.sources.slice(r.span));
+        for (p, r) in set.routes.iter().enumerate().take(last + 1) {
+            let took = u32::try_from(p).is_ok_and(|p| taken.binary_search(&p).is_ok());
+            if took {
+                h.update(b"\x01");
+                text(&mut h, set.sources.slice(r.span));
+            } else {
+                h.update(b"\x02");
+                text(&mut h, self.passed_over[p]);
+            }
         }
         let mut used = BTreeSet::new();
         for r in taken {

@@ -76,13 +76,21 @@ fn only_tests_that_reached_an_edited_route_run_again() {
     );
     let (_, reused, _) = check(&compiled(STRATEGY, &edited, TESTS, &reg), Some(&first));
     assert_eq!(reused, 3);
-    // Route a comes first: every test's requests were tried against it.
+    // Route a comes first: every test's requests were tried against its condition.
     let edited = ROUTES.replace(
         "\"gpt-4o-mini\" {",
         "\"gpt-4o-mini\" and not request.tools {",
     );
     let (_, reused, _) = check(&compiled(STRATEGY, &edited, TESTS, &reg), Some(&first));
     assert_eq!(reused, 0);
+    // An edit of a's rules: only t_a's request was taken by a; the others were
+    // passed over on its condition, which is unchanged.
+    let edited = ROUTES.replace(
+        "  default use \"gpt-4o-mini\"",
+        "  rule y when request.stream { use \"gpt-4o-mini\" }\n  default use \"gpt-4o-mini\"",
+    );
+    let (_, reused, _) = check(&compiled(STRATEGY, &edited, TESTS, &reg), Some(&first));
+    assert_eq!(reused, 3);
     // A route inserted after a and before b: t_a keeps its inputs.
     let edited = format!(
         "{ROUTES}route z priority 5 when request.model == \"smollm\" {{\n  default use model\n}}\n"
@@ -311,10 +319,11 @@ fn an_edited_strategy_ran_again_every_test_whose_requests_went_past_its_route() 
     let strategy = STRATEGY.replace("beta = 0.0", "beta = 2.0");
     let (passed, reused, _) = check(&compiled(&strategy, &routes, TESTS, &reg), Some(&first));
     assert_eq!((passed, reused), (4, 2), "t_a and t_c are reused");
-    // An edit of the route itself still runs every test tried against it.
+    // An edit of the route's rules runs again the tests it took (see
+    // only_tests_that_reached_an_edited_route_run_again for its condition).
     let edited = routes.replace("use model via s", "use model via s(beta = 1.0)");
     let (_, reused, _) = check(&compiled(STRATEGY, &edited, TESTS, &reg), Some(&first));
-    assert_eq!(reused, 0);
+    assert_eq!(reused, 2);
 }
 
 /// Weighted round-robin as shipped (`examples/policies/builtin/`), over `a/m` (weight
