@@ -19,9 +19,9 @@
 //! - the strategies used by the routes that took some of its requests (each a
 //!   function of its own text). A route tried and passed over ran no strategy: only
 //!   a terminal action (`use`, an arm of a `split`) runs one, and the first terminal
-//!   action reached ends the decision. So an edit of a strategy runs
-//!   again only the tests that some route using it decided, not every test whose
-//!   requests went past such a route (issue 17: save to serving);
+//!   action reached ends the decision. So an edit of a strategy runs again only the
+//!   tests that some route using it decided, not every test whose requests went past
+//!   such a route (issue 17: save to serving);
 //! - the code of the engines ([`ENGINE`]).
 //!
 //! Nothing else of a set reaches a decision (there are no other global definitions,
@@ -30,13 +30,14 @@
 //! decision names strategies and strings by content). A passed test is
 //! remembered under a content hash of its text, with a hash of that list of inputs in
 //! the set it passed in (`Deps::deps`, of the last route position reached and the
-//! positions of the routes that took its requests) and a digest of the interpreter's decisions. In the
-//! next set, a test whose inputs hash the same would get the same decisions from the
-//! interpreter, so its expectations hold again; only the compiled code is new. Such a
-//! test is therefore run on the JIT alone, and passes only if the digest of the JIT's
-//! decisions equals the interpreter's from before (the comparison `--engine both`
-//! makes, through a 128-bit digest) and those decisions meet its expectations;
-//! otherwise it runs in full on both engines. A failed test is never remembered.
+//! positions of the routes that took its requests) and a digest of the interpreter's
+//! decisions. In the next set, a test whose inputs hash the same would get the same
+//! decisions from the interpreter, so its expectations hold again; only the compiled
+//! code is new. Such a test is therefore run on the JIT alone, and passes only if the
+//! digest of the JIT's decisions equals the interpreter's from before (the comparison
+//! `--engine both` makes, through a 128-bit digest) and those decisions meet its
+//! expectations; otherwise it runs in full on both engines. A failed test is never
+//! remembered.
 //!
 //! # How much of a remembered pass runs again
 //! A `sample N` test with N above [`CHECK_REQUESTS`] is checked on an evenly spread

@@ -332,24 +332,32 @@ fn weighted(share: &str) -> CompiledPolicySet {
     weighted_sample(share, 1_000)
 }
 
-/// [`weighted`], with a sample of `n` requests.
-fn weighted_sample(share: &str, n: u64) -> CompiledPolicySet {
-    use crate::policy::{RegistryEndpoint, RegistryModel};
-    let ep = |id: &str, weight| RegistryEndpoint {
+/// Weighted round-robin as shipped (`examples/policies/builtin/`).
+const WRR: &str = "strategy weighted_round_robin() {\n  state served = 0.0\n  require endpoint.weight > 0\n  score = (sum(state.served) + 1) * endpoint.weight - sum(endpoint.weight) * state.served\n  pick max\n  on pick { served = state.served + 1 }\n}\n";
+
+/// A free endpoint `id` (its provider the id's first letter) serving `model` with
+/// weight `weight`.
+fn endpoint(id: &str, model: &str, weight: u32) -> crate::policy::RegistryEndpoint {
+    crate::policy::RegistryEndpoint {
         id: id.into(),
         provider: id[..1].into(),
-        model: "mock-1".into(),
+        model: model.into(),
         priority: 1,
         weight,
         input_per_mtok: 0.0,
         output_per_mtok: 0.0,
         context_window: None,
-    };
+    }
+}
+
+/// [`weighted`], with a sample of `n` requests.
+fn weighted_sample(share: &str, n: u64) -> CompiledPolicySet {
+    use crate::policy::RegistryModel;
     let reg = Registry::new(vec![RegistryModel {
         name: "mock".into(),
-        endpoints: vec![ep("a/m", 3), ep("b/m", 1)],
+        endpoints: vec![endpoint("a/m", "mock-1", 3), endpoint("b/m", "mock-1", 1)],
     }]);
-    let strategy = "strategy weighted_round_robin() {\n  state served = 0.0\n  require endpoint.weight > 0\n  score = (sum(state.served) + 1) * endpoint.weight - sum(endpoint.weight) * state.served\n  pick max\n  on pick { served = state.served + 1 }\n}\n";
+    let strategy = WRR;
     let routes =
         "route r when request.model == \"mock\" { default use model via weighted_round_robin }\n";
     let tests = format!(
@@ -425,31 +433,20 @@ fn a_large_reused_sample_test_with_strategy_state_is_checked_on_its_first_reques
 /// checked on a spread subset, and one whose requests are is still decided in order.
 #[test]
 fn one_on_pick_strategy_in_a_set_made_every_sample_test_sequential() {
-    use crate::policy::{RegistryEndpoint, RegistryModel};
-    let ep = |id: &str, model: &str| RegistryEndpoint {
-        id: id.into(),
-        provider: id[..1].into(),
-        model: model.into(),
-        priority: 1,
-        weight: if id.starts_with('a') { 3 } else { 1 },
-        input_per_mtok: 0.0,
-        output_per_mtok: 0.0,
-        context_window: None,
-    };
+    use crate::policy::RegistryModel;
     let reg = Registry::new(vec![
         RegistryModel {
             name: "mock".into(),
-            endpoints: vec![ep("a/m", "mock-1"), ep("b/m", "mock-1")],
+            endpoints: vec![endpoint("a/m", "mock-1", 3), endpoint("b/m", "mock-1", 1)],
         },
         RegistryModel {
             name: "plain".into(),
-            endpoints: vec![ep("a/p", "plain-1")],
+            endpoints: vec![endpoint("a/p", "plain-1", 1)],
         },
     ]);
-    let strategy = "strategy weighted_round_robin() {\n  state served = 0.0\n  require endpoint.weight > 0\n  score = (sum(state.served) + 1) * endpoint.weight - sum(endpoint.weight) * state.served\n  pick max\n  on pick { served = state.served + 1 }\n}\n";
     let routes = "route r when request.model == \"mock\" { default use model via weighted_round_robin }\nroute p { default use model }\n";
     let tests = "test \"3:1\" {\n  request { model = \"mock\" }\n  sample 4_000 by api_key\n  expect share endpoint \"a/m\" = 75% within 0%\n}\ntest \"plain\" {\n  request { model = \"plain\" }\n  sample 5_000 by api_key\n  expect share endpoint \"a/p\" = 100% within 0%\n}\n";
-    let c = compiled(strategy, routes, tests, &reg);
+    let c = compiled(WRR, routes, tests, &reg);
     // Wrong on request 2,005 of "plain" (a multiple of its stride, 5, and past the
     // first 1,000): only a check on the spread subset sees it.
     let (calls, report, wrong) = reused_passes(&c, "key-2005");
