@@ -193,12 +193,23 @@ mod profile_guided_build {
     /// The arguments the stand-in rustc was run with, one per line, for wrapper
     /// arguments `args` with the stand-in reporting LLVM `llvm` and `env` set.
     fn wrapped(args: &[&str], llvm: u32, env: &[(&str, &str)]) -> Vec<String> {
+        wrapped_by(args, llvm, "1.95.0", env).0
+    }
+
+    /// [`wrapped`], with the stand-in reporting rustc `release`; also what the
+    /// wrapper wrote to stderr.
+    fn wrapped_by(
+        args: &[&str],
+        llvm: u32,
+        release: &str,
+        env: &[(&str, &str)],
+    ) -> (Vec<String>, String) {
         let dir = tempfile::tempdir().unwrap();
         let fake = dir.path().join("rustc");
         std::fs::write(
             &fake,
             format!(
-                "#!/bin/sh\nif [ \"$1\" = -vV ]; then echo 'rustc 1.95.0'; echo 'LLVM version: {llvm}.1.2'; exit 0; fi\nfor a in \"$@\"; do echo \"$a\"; done\n"
+                "#!/bin/sh\nif [ \"$1\" = -vV ]; then echo 'rustc {release} (0123456789 2026-04-14)'; echo 'LLVM version: {llvm}.1.2'; exit 0; fi\nfor a in \"$@\"; do echo \"$a\"; done\n"
             ),
         )
         .unwrap();
@@ -210,12 +221,14 @@ mod profile_guided_build {
             c.env(k, v);
         }
         let o = c.output().expect("the wrapper runs");
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8(o.stdout)
+        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{stderr}");
+        let args = String::from_utf8(o.stdout)
             .unwrap()
             .lines()
             .map(str::to_owned)
-            .collect()
+            .collect();
+        (args, stderr)
     }
 
     const RELEASE: [&str; 5] = ["--crate-name", "hyper", "-C", "opt-level=3", "src/lib.rs"];
@@ -287,6 +300,42 @@ mod profile_guided_build {
         );
     }
 
+    /// A toolchain other than the one the profile was recorded with voided it
+    /// silently: cargo hashes the toolchain into the symbol names the profile is
+    /// matched by, so the build was about as fast as one without a profile and
+    /// nothing said so. The wrapper now warns when this package's crates compile.
+    #[test]
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    fn another_toolchain_voided_the_profile_silently() {
+        let recorded = std::fs::read_to_string(root().join("pgo/recorded-with")).unwrap();
+        let recorded = recorded
+            .lines()
+            .find_map(|l| l.strip_prefix("rustc "))
+            .and_then(|v| v.split_whitespace().next())
+            .expect("pgo/recorded-with names the rustc")
+            .to_string();
+        let ours = [
+            "--crate-name",
+            "switchyard",
+            "-C",
+            "opt-level=3",
+            "src/lib.rs",
+        ];
+        let (args, said) = wrapped_by(&ours, llvm_major(), "9.99.0", &[]);
+        assert!(args.contains(&profile_flag()), "{args:?}");
+        assert!(
+            said.starts_with(&format!(
+                "warning: pgo/switchyard.profdata was recorded with rustc {recorded}, this is rustc 9.99.0"
+            )) && said.contains("benches/load/pgo.sh --save"),
+            "{said}"
+        );
+        // The recorded toolchain, or another crate: nothing is said.
+        let (_, said) = wrapped_by(&ours, llvm_major(), &recorded, &[]);
+        assert_eq!(said, "");
+        let (_, said) = wrapped_by(&RELEASE, llvm_major(), "9.99.0", &[]);
+        assert_eq!(said, "");
+    }
+
     #[test]
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     fn an_optimized_compilation_gets_the_committed_profile() {
@@ -330,7 +379,10 @@ mod profile_guided_build {
         // cargo's own queries.
         assert_eq!(
             wrapped(&["-vV"], 22, &[]),
-            ["rustc 1.95.0", "LLVM version: 22.1.2"]
+            [
+                "rustc 1.95.0 (0123456789 2026-04-14)",
+                "LLVM version: 22.1.2"
+            ]
         );
     }
 }
