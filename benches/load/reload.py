@@ -5,10 +5,11 @@ that `cargo test --release` builds is not profile-matched, see the README).
 
 The same three edits as `tests/it/reload.rs`'s `save_to_serving_latency_shipped_policies`
 (a late route, an early route, a built-in strategy), each saved SAVES times (temp file
-and rename) alternating two texts. Per edit: the new set's `loaded_at_unix_ms` (set
-when it was built and swapped in) minus the save time, median, min and max. Then the
+and rename) alternating two texts; then `save_to_serving_latency_1000_rules`'s
+1,000-rule set, saved SAVES times. Per edit: the new set's `loaded_at_unix_ms` (set
+when it was built and swapped in) minus the save time, median, min and max; the
 phases of those reloads from the gateway's debug log (`policy set built`: parse and
-check, compile, tests; medians), and the tests run again in full per edit.
+check, compile, tests; medians), and the tests run again in full.
 
 Usage: benches/load/reload.py [SAVES] (20). Environment: SWITCHYARD_BIN
 (target/release/switchyard). Needs python3 only; every provider is the in-process
@@ -27,7 +28,7 @@ import time
 import urllib.request
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-BIN = os.environ.get("SWITCHYARD_BIN", os.path.join(ROOT, "target/release/switchyard"))
+BIN = os.path.normpath(os.environ.get("SWITCHYARD_BIN", os.path.join(ROOT, "target/release/switchyard")))
 SAVES = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 EDITS = [
     ("canary.policy", "endpoint.health < 0.8", "endpoint.health < 0.75"),
@@ -51,87 +52,121 @@ def mock_config(text):
     return "\n".join(out) + "\n"
 
 
-def main():
-    src = os.path.join(ROOT, "examples/policies")
-    work = tempfile.mkdtemp(prefix="switchyard-reload-")
-    shutil.copytree(src, os.path.join(work, "policies"), ignore=shutil.ignore_patterns("*.yaml", "*.md"))
-    config = os.path.join(work, "switchyard.yaml")
-    with open(os.path.join(src, "switchyard.yaml")) as f, open(config, "w") as out:
-        out.write(mock_config(f.read()))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    log_path = os.path.join(work, "gateway.log")
-    env = dict(os.environ, SWITCHYARD_LOG="switchyard::routing=debug")
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([BIN, "serve", "--config", config, "--listen", f"127.0.0.1:{port}"],
-                                stdout=log, stderr=subprocess.STDOUT, env=env)
-    body = json.dumps({"model": "mock", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}).encode()
+class Gateway:
+    """`switchyard serve` on a directory of its own: `config` (YAML text) and the
+    policy files copied from `policies` (a directory) or written from `files`."""
 
-    def version():
-        req = urllib.request.Request(url + "/v1/chat/completions", data=body,
-                                     headers={"content-type": "application/json"})
-        with urllib.request.urlopen(req, timeout=5) as r:
-            return r.headers["x-switchyard-policy"]
-
-    def admin():
-        with urllib.request.urlopen(url + "/admin/policies", timeout=5) as r:
-            return json.load(r)
-
-    try:
+    def __init__(self, config, policies=None, files=None):
+        self.work = tempfile.mkdtemp(prefix="switchyard-reload-")
+        self.dir = os.path.join(self.work, "policies")
+        if policies:
+            shutil.copytree(policies, self.dir, ignore=shutil.ignore_patterns("*.yaml", "*.md"))
+        else:
+            os.mkdir(self.dir)
+        for name, text in (files or {}).items():
+            with open(os.path.join(self.dir, name), "w") as f:
+                f.write(text)
+        path = os.path.join(self.work, "switchyard.yaml")
+        with open(path, "w") as f:
+            f.write(config)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = os.path.join(self.work, "gateway.log")
+        env = dict(os.environ, SWITCHYARD_LOG="switchyard::routing=debug")
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen([BIN, "serve", "--config", path, "--listen", f"127.0.0.1:{port}"],
+                                         stdout=log, stderr=subprocess.STDOUT, env=env)
         for _ in range(400):
             try:
-                version()
-                break
+                self.admin()
+                return
             except OSError:
-                if proc.poll() is not None:
-                    sys.exit(open(log_path).read())
+                if self.proc.poll() is not None:
+                    sys.exit(open(self.log).read())
                 time.sleep(0.05)
-        builds = []
+        sys.exit("the gateway did not start: " + open(self.log).read())
+
+    def admin(self):
+        with urllib.request.urlopen(self.url + "/admin/policies", timeout=5) as r:
+            return json.load(r)
+
+    def builds(self):
+        """The `policy set built` lines of the debug log so far."""
+        return [l for l in open(self.log) if "policy set built" in l]
+
+    def saves(self, name, texts, n):
+        """Saves `name` n times (temp file and rename), cycling through `texts`;
+        each time waits for the new set. The reloads' `loaded_at` minus save time (ms)."""
+        path = os.path.join(self.dir, name)
+        loaded = []
+        for i in range(n):
+            before = self.admin()["loaded_at_unix_ms"]
+            saved = time.time()
+            tmp = os.path.join(os.path.dirname(path), ".edit.policy.swp")
+            with open(tmp, "w") as f:
+                f.write(texts[i % len(texts)])
+            os.rename(tmp, path)
+            while (st := self.admin())["loaded_at_unix_ms"] == before:
+                assert st.get("last_error") is None, st
+                assert time.time() - saved < 10, f"{name}: no new set after 10 s"
+                time.sleep(0.002)
+            loaded.append(st["loaded_at_unix_ms"] - saved * 1e3)
+            time.sleep(0.05)
+        return loaded
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def field(line, key):
+    m = re.search(key + r"=([0-9.]+)", line)
+    return float(m.group(1)) if m else float("nan")
+
+
+def report(what, loaded, builds):
+    med = lambda k: statistics.median(field(l, k) for l in builds)
+    full = statistics.median(field(l, "tests") - field(l, "tests_reused") for l in builds)
+    print(f"  {what}: loaded {statistics.median(loaded):.1f} ms after the save "
+          f"(median; min {min(loaded):.1f}, max {max(loaded):.1f}); "
+          f"parse+check {med('parse_check_ms'):.1f}, compile {med('compile_ms'):.1f}, "
+          f"tests {med('tests_ms'):.1f} ms; tests run in full {full:.0f} of {field(builds[0], 'tests'):.0f}")
+
+
+def big_policy(n, endpoint):
+    """`tests/it/reload.rs`'s 1,000-rule set: one route of n header rules."""
+    rules = "".join(
+        f'  rule r{i} when has(header("x-tenant")) and header("x-tenant") == "t{i}" and request.input_tokens > {i} {{\n'
+        f'    use endpoint "a/x"\n  }}\n' for i in range(n))
+    return f'route big when request.model == "m" {{\n{rules}  default use endpoint "{endpoint}"\n}}\n'
+
+
+def main():
+    src = os.path.join(ROOT, "examples/policies")
+    with open(os.path.join(src, "switchyard.yaml")) as f:
+        gw = Gateway(mock_config(f.read()), policies=src)
+    print(f"save -> serving ({BIN}), {SAVES} saves per edit:")
+    try:
         for name, old, new in EDITS:
-            path = os.path.join(work, "policies", name)
-            original = open(path).read()
+            original = open(os.path.join(gw.dir, name)).read()
             assert old in original, f"{name} has no `{old}`"
-            texts = [original.replace(old, new, 1), original]
-            current = version()
-            loaded = []
-            for i in range(SAVES):
-                saved = time.time()
-                tmp = os.path.join(os.path.dirname(path), ".edit.policy.swp")
-                with open(tmp, "w") as f:
-                    f.write(texts[i % 2])
-                os.rename(tmp, path)
-                while (v := version()) == current:
-                    st = admin()
-                    assert st.get("last_error") is None, st
-                    assert time.time() - saved < 10, f"{name}: no new set after 10 s"
-                    time.sleep(0.002)
-                current = v
-                loaded.append(admin()["loaded_at_unix_ms"] - saved * 1e3)
-                time.sleep(0.05)
-            builds.append((name, loaded, len([l for l in open(log_path) if "policy set built" in l])))
+            seen = len(gw.builds())
+            loaded = gw.saves(name, [original.replace(old, new, 1), original], SAVES)
+            report(f"shipped policies and their tests, {name} edited", loaded, gw.builds()[seen:])
     finally:
-        proc.terminate()
-        proc.wait()
-    lines = [l for l in open(log_path) if "policy set built" in l]
-
-    def field(line, key):
-        m = re.search(key + r"=([0-9.]+)", line)
-        return float(m.group(1)) if m else float("nan")
-
-    seen = 1  # the first load, every test in full
-    print(f"save -> serving, shipped policies and their tests, {SAVES} saves per edit ({BIN})")
-    for name, loaded, upto in builds:
-        these = lines[seen:upto]
-        seen = upto
-        med = lambda k: statistics.median(field(l, k) for l in these)
-        full = statistics.median(field(l, "tests") - field(l, "tests_reused") for l in these)
-        print(f"  {name}: loaded {statistics.median(loaded):.1f} ms after the save "
-              f"(median; min {min(loaded):.1f}, max {max(loaded):.1f}); "
-              f"parse+check {med('parse_check_ms'):.1f}, compile {med('compile_ms'):.1f}, "
-              f"tests {med('tests_ms'):.1f} ms; tests run in full {full:.0f} of {field(these[0], 'tests'):.0f}")
-    shutil.rmtree(work, ignore_errors=True)
+        gw.stop()
+    config = ("policies: { dir: policies }\nproviders:\n  a: { kind: mock }\n  b: { kind: mock }\n"
+              "models:\n  m:\n    endpoints:\n      - { provider: a, model: x }\n      - { provider: b, model: x }\n")
+    gw = Gateway(config, files={"pin.policy": big_policy(1000, "a/x")})
+    try:
+        seen = len(gw.builds())
+        loaded = gw.saves("pin.policy", [big_policy(1000, "b/x"), big_policy(1000, "a/x")], SAVES)
+        report("1,000-rule set", loaded, gw.builds()[seen:])
+    finally:
+        gw.stop()
 
 
 if __name__ == "__main__":
