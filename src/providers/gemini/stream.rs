@@ -10,7 +10,7 @@
 use bytes::BytesMut;
 use serde_json::{Map, Value};
 
-use super::{finish_reason, FunctionCall, GenerateResponse, PartialArg};
+use super::{failed_finish, finish_reason, FunctionCall, GenerateResponse, PartialArg};
 use crate::api::Usage;
 use crate::error::{ErrorKind, GatewayError};
 use crate::providers::common::{
@@ -292,6 +292,9 @@ impl StreamTranscoder for GeminiStream {
             }
         }
         if let Some(reason) = c.finish_reason.as_deref() {
+            if let Some(e) = failed_finish(reason) {
+                return Err(e);
+            }
             self.flush(out);
             let reason = finish_reason(reason, self.calls > 0);
             self.finish = Some(reason);

@@ -919,3 +919,46 @@ fn whole_streamed_calls_open_with_empty_arguments_like_openai_deltas() {
     }
     assert_eq!(r.finish_reasons(), ["tool_calls"]);
 }
+
+/// Found by the translation attack of 2026-12-08: a candidate Gemini ended with
+/// `MALFORMED_FUNCTION_CALL` (a function call it could not make) came back as a
+/// clean, empty `stop`, which a tool loop reads as the model answering without a
+/// call; so did `UNEXPECTED_TOOL_CALL` and `TOO_MANY_TOOL_CALLS`. They are a 502
+/// another endpoint may take, or a stream's one error event, as Bedrock's
+/// `malformed_tool_use` is.
+#[test]
+fn a_malformed_function_call_finish_was_a_clean_stop() {
+    for reason in [
+        "MALFORMED_FUNCTION_CALL",
+        "UNEXPECTED_TOOL_CALL",
+        "TOO_MANY_TOOL_CALLS",
+        "MISSING_THOUGHT_SIGNATURE",
+    ] {
+        let body = json!({
+            "candidates": [{"content": {"parts": [], "role": "model"}, "finishReason": reason, "index": 0}],
+            "usageMetadata": {"promptTokenCount": 9, "totalTokenCount": 9}
+        });
+        let e = Gemini
+            .response(body.to_string().as_bytes(), "g")
+            .unwrap_err();
+        assert_eq!(
+            e.code,
+            Some(crate::error::Code::UpstreamBadResponse),
+            "{reason}"
+        );
+        assert!(e.message.contains(reason), "{}", e.message);
+        // Streamed, after some text: no finish, no [DONE]; the error event.
+        let events = format!(
+            "{}\n{}",
+            json!({"candidates": [{"content": {"parts": [{"text": "Let me"}], "role": "model"}, "index": 0}]}),
+            json!({"candidates": [{"content": {"parts": [{"text": ""}], "role": "model"}, "finishReason": reason, "index": 0}]}),
+        );
+        let r = replay(Gemini.stream(ctx(false)), &events, false);
+        assert!(r.finish_reasons().is_empty(), "{reason}");
+        assert_eq!(r.result.as_ref().unwrap_err().status(), 502, "{reason}");
+        assert!(!r.done, "{reason}");
+    }
+    // The others finish as before.
+    let body = json!({"candidates": [{"content": {"parts": [{"text": "x"}]}, "finishReason": "STOP"}]});
+    assert!(Gemini.response(body.to_string().as_bytes(), "g").is_ok());
+}
