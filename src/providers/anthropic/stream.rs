@@ -282,6 +282,10 @@ struct Thinking {
     signature: String,
 }
 
+/// Most skipped content blocks remembered per stream ([`AnthropicStream::skipped`]);
+/// an input delta of a block past them is refused as one of no tool call.
+const MAX_SKIPPED_BLOCKS: usize = 1_024;
+
 /// The transcoder for one Anthropic stream.
 pub(super) struct AnthropicStream {
     w: ChunkWriter,
@@ -291,6 +295,11 @@ pub(super) struct AnthropicStream {
     /// [`AnthropicUsage::update`]).
     usage: AnthropicUsage,
     tools: Vec<ToolBlock>,
+    /// Content blocks of types not relayed (server-tool blocks such as
+    /// `server_tool_use` and `mcp_tool_use`, types added later), whose deltas are
+    /// dropped with them: Anthropic streams a server tool's input as
+    /// `input_json_delta` too (Messages streaming reference).
+    skipped: Vec<u64>,
     thinking: Option<Thinking>,
     /// The finish reason, once its chunk has been written.
     finish: Option<&'static str>,
@@ -307,6 +316,7 @@ impl AnthropicStream {
             prompt_estimate: ctx.prompt_tokens_estimate,
             usage: AnthropicUsage::default(),
             tools: Vec::new(),
+            skipped: Vec::new(),
             thinking: None,
             finish: None,
         }
@@ -402,10 +412,17 @@ impl StreamTranscoder for AnthropicStream {
                     self.w
                         .thinking_block(out, &ThinkingBlock::RedactedThinking { data });
                 }
-                _ => {}
+                StartBlock::Other => {
+                    // Bounded like the tools: one entry per block of the answer.
+                    if self.skipped.len() < MAX_SKIPPED_BLOCKS {
+                        self.skipped.push(index);
+                    }
+                }
+                StartBlock::Text { .. } => {}
             },
             Event::ContentBlockDelta { index, delta } => match delta {
                 BlockDelta::TextDelta { text } if !text.is_empty() => self.w.text(out, &text)?,
+                BlockDelta::InputJsonDelta { .. } if self.skipped.contains(&index) => {}
                 BlockDelta::InputJsonDelta { partial_json } if !partial_json.is_empty() => {
                     let tool = self.tools.iter_mut().find(|t| t.block == index).ok_or_else(|| {
                         bad_upstream(format!(

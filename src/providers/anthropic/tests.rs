@@ -643,3 +643,43 @@ fn a_thinking_block_larger_than_the_held_bound_ends_the_stream_with_an_error() {
         e.message
     );
 }
+
+/// Found by the translation attack of 2026-12-08: a stream with a server-tool block
+/// (`server_tool_use`, `mcp_tool_use`) failed with 502 "tool input for content block
+/// 1, which is not a tool call" at the block's `input_json_delta`, the way Anthropic
+/// streams a server tool's input, while the same answer unstreamed was relayed with
+/// the block dropped. The block's deltas are dropped with it; an input delta for a
+/// block that never started is still refused.
+#[test]
+fn a_server_tool_block_in_a_stream_was_a_502() {
+    for kind in ["server_tool_use", "mcp_tool_use"] {
+        let lines = [
+            r#"{"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":2,"output_tokens":1}}}"#.to_string(),
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#.to_string(),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Searching."}}"#.to_string(),
+            r#"{"type":"content_block_stop","index":0}"#.to_string(),
+            format!(r#"{{"type":"content_block_start","index":1,"content_block":{{"type":"{kind}","id":"srvtoolu_1","name":"web_search","input":{{}}}}}}"#),
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"query\": \"oslo weather\"}"}}"#.to_string(),
+            r#"{"type":"content_block_stop","index":1}"#.to_string(),
+            r#"{"type":"content_block_start","index":2,"content_block":{"type":"text","text":""}}"#.to_string(),
+            r#"{"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":" Sunny."}}"#.to_string(),
+            r#"{"type":"content_block_stop","index":2}"#.to_string(),
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}"#.to_string(),
+            r#"{"type":"message_stop"}"#.to_string(),
+        ]
+        .join("\n");
+        let r = replay(Anthropic.stream(bad_input_ctx()), &lines, true);
+        r.result.as_ref().unwrap();
+        assert!(r.done, "{kind}");
+        assert_eq!(r.text(), "Searching. Sunny.", "{kind}");
+        assert!(r.tool_calls().is_empty(), "{kind}");
+        assert_eq!(r.finish_reasons(), ["stop"], "{kind}");
+    }
+    let orphan = [
+        r#"{"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":2,"output_tokens":1}}}"#,
+        r#"{"type":"content_block_delta","index":3,"delta":{"type":"input_json_delta","partial_json":"{}"}}"#,
+    ]
+    .join("\n");
+    let r = replay(Anthropic.stream(bad_input_ctx()), &orphan, true);
+    assert_eq!(r.result.unwrap_err().status(), 502);
+}

@@ -959,6 +959,7 @@ fn a_malformed_function_call_finish_was_a_clean_stop() {
         assert!(!r.done, "{reason}");
     }
     // The others finish as before.
-    let body = json!({"candidates": [{"content": {"parts": [{"text": "x"}]}, "finishReason": "STOP"}]});
+    let body =
+        json!({"candidates": [{"content": {"parts": [{"text": "x"}]}, "finishReason": "STOP"}]});
     assert!(Gemini.response(body.to_string().as_bytes(), "g").is_ok());
 }
