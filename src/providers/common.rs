@@ -350,13 +350,14 @@ pub(crate) enum Part<'a> {
 /// Why the URL is unusable (another scheme, a non-base64 data URL), to complete
 /// "`<field>` ...".
 pub(crate) fn image_ref(url: &str) -> Result<ImageRef<'_>, &'static str> {
-    if let Some(rest) = url.strip_prefix("data:") {
-        let (head, data) = rest
+    let data_url = url
+        .get(..5)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("data:"));
+    if data_url {
+        let (head, data) = url[5..]
             .split_once(',')
             .ok_or("is a data URL without a comma")?;
-        let head = head
-            .strip_suffix(";base64")
-            .ok_or("must be a base64 data URL (data:<type>;base64,...)")?;
+        let head = base64_head(head).ok_or("must be a base64 data URL (data:<type>;base64,...)")?;
         let mime = head.split(';').next().unwrap_or(head);
         return Ok(ImageRef::Inline { mime, data });
     }
@@ -364,6 +365,20 @@ pub(crate) fn image_ref(url: &str) -> Result<ImageRef<'_>, &'static str> {
         return Ok(ImageRef::Url(url));
     }
     Err("must be an http(s) URL or a base64 data URL")
+}
+
+/// The media type (with any parameters) of a data URL's `head` (before the comma)
+/// that ends in the base64 marker, as the WHATWG Fetch standard's data: URL processor
+/// reads it: trailing whitespace dropped, then `;`, any spaces and `base64` in any
+/// case (`;BASE64`, `; base64`). `None` when the data is not base64.
+fn base64_head(head: &str) -> Option<&str> {
+    let head = head.trim_end_matches(|c: char| c.is_ascii_whitespace());
+    let at = head.len().checked_sub(6)?;
+    let marker = head.get(at..)?;
+    if !marker.eq_ignore_ascii_case("base64") {
+        return None;
+    }
+    head[..at].trim_end_matches(' ').strip_suffix(';')
 }
 
 /// Media type aliases clients send for images, with the type each one means.
@@ -1772,6 +1787,36 @@ mod image_tests {
         );
         assert!(image_ref("data:image/png,raw").is_err());
         assert!(image_ref("ftp://x/y.png").is_err());
+    }
+
+    /// Found by the translation attack of 2026-12-08: `data:image/png;BASE64,...`
+    /// (and `; base64`) was refused as "must be a base64 data URL", where the WHATWG
+    /// Fetch standard's data: URL processor takes the marker in any case after any
+    /// spaces, and the scheme in any case.
+    #[test]
+    fn an_upper_case_base64_marker_was_refused() {
+        let png = |mime| ImageRef::Inline { mime, data: "QQ==" };
+        for url in [
+            "data:image/png;BASE64,QQ==",
+            "data:image/png; base64,QQ==",
+            "data:image/png;  Base64 ,QQ==",
+            "DATA:image/png;base64,QQ==",
+        ] {
+            assert_eq!(image_ref(url), Ok(png("image/png")), "{url}");
+        }
+        for url in [
+            "data:image/pngbase64,QQ==",
+            "data:image/png;base6,QQ==",
+            "data:base64,QQ==",
+            "data:;base64é,QQ==",
+            "data:éé,QQ==",
+            "data:aéé,QQ==",
+        ] {
+            assert!(image_ref(url).is_err(), "{url}");
+        }
+        // The media type is checked per provider afterwards (accepted_media_type).
+        assert_eq!(image_ref("data:;base64,QQ=="), Ok(png("")));
+        assert_eq!(image_ref("data:é;base64,QQ=="), Ok(png("é")));
     }
 
     #[test]
