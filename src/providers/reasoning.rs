@@ -101,6 +101,9 @@ pub(crate) enum Effort {
     Medium,
     /// `"high"`.
     High,
+    /// `"xhigh"`, the newest OpenAI models' step above high ("Create chat
+    /// completion": none, minimal, low, medium, high and xhigh).
+    XHigh,
 }
 
 /// Smallest extended-thinking budget Claude takes, in tokens (Anthropic's
@@ -109,7 +112,9 @@ pub(crate) const MIN_THINKING_BUDGET: u64 = 1024;
 
 /// Claude's thinking budget, in tokens, for each OpenAI `reasoning_effort` (`none`
 /// turns thinking off): minimal 1024 (the minimum), low 2048, medium 8192, high
-/// 16384. Used by the Anthropic adapter and by Bedrock for Claude models.
+/// 16384, xhigh 24576 (with the default 4,096 tokens of answer room, within the
+/// 32,000-token output cap of Claude Opus 4, the lowest of the thinking models).
+/// Used by the Anthropic adapter and by Bedrock for Claude models.
 pub(crate) fn claude_budget(effort: Effort) -> Option<u64> {
     match effort {
         Effort::None => None,
@@ -117,6 +122,7 @@ pub(crate) fn claude_budget(effort: Effort) -> Option<u64> {
         Effort::Low => Some(2048),
         Effort::Medium => Some(8192),
         Effort::High => Some(16384),
+        Effort::XHigh => Some(24576),
     }
 }
 
@@ -204,7 +210,8 @@ pub(crate) fn claude_effort_budget(
 /// Reads `reasoning_effort` from the request (`None` when absent or null).
 ///
 /// # Errors
-/// 400 naming `reasoning_effort` for anything but none, minimal, low, medium, high.
+/// 400 naming `reasoning_effort` for anything but none, minimal, low, medium, high,
+/// xhigh.
 pub(crate) fn effort(chat: &crate::api::ChatRequest) -> Result<Option<Effort>, GatewayError> {
     let v = match chat.extra.get("reasoning_effort") {
         None | Some(Value::Null) => return Ok(None),
@@ -216,11 +223,12 @@ pub(crate) fn effort(chat: &crate::api::ChatRequest) -> Result<Option<Effort>, G
         Some("low") => Effort::Low,
         Some("medium") => Effort::Medium,
         Some("high") => Effort::High,
+        Some("xhigh") => Effort::XHigh,
         _ => {
             return Err(GatewayError::invalid_param(
                 Code::InvalidValue,
                 "reasoning_effort",
-                "`reasoning_effort` must be one of none, minimal, low, medium, high",
+                "`reasoning_effort` must be one of none, minimal, low, medium, high, xhigh",
             ))
         }
     }))
@@ -275,6 +283,10 @@ mod tests {
             Some(Effort::Minimal)
         );
         assert_eq!(effort(&with(Value::Null)).unwrap(), None);
+        // Found by the translation attack of 2026-12-08: OpenAI's newest value was
+        // refused as an invalid one.
+        assert_eq!(effort(&with(json!("xhigh"))).unwrap(), Some(Effort::XHigh));
+        assert_eq!(claude_budget(Effort::XHigh), Some(24576));
         let e = effort(&with(json!("max"))).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("reasoning_effort"));
     }

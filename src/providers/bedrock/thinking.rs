@@ -196,6 +196,7 @@ mod tests {
             ("low", 2048),
             ("medium", 8192),
             ("high", 16384),
+            ("xhigh", 24576),
         ] {
             let (f, max) = fields(hi(json!({"reasoning_effort": effort})), CLAUDE)
                 .unwrap()

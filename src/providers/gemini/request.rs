@@ -200,7 +200,9 @@ struct ThinkingConfig {
 /// OpenAI `reasoning_effort` → Gemini `thinkingBudget` in tokens, the budgets
 /// Google's OpenAI-compatible endpoint documents ("OpenAI compatibility",
 /// thinking): `none` 0 (thinking off), `low` 1,024, `medium` 8,192, `high` 24,576;
-/// `minimal` (newer OpenAI models) 512, between none and low. Thought summaries are
+/// `minimal` (newer OpenAI models) 512, between none and low; `xhigh` (the newest)
+/// 24,576 as high, the largest budget every thinking Gemini model takes (2.5
+/// Flash's limit). Thought summaries are
 /// asked for (`includeThoughts`) whenever thinking is on, and come back as
 /// `reasoning_content`.
 ///
@@ -215,13 +217,13 @@ fn thinking_config(chat: &ChatRequest) -> Result<Option<ThinkingConfig>, Gateway
         Some("minimal") => 512,
         Some("low") => 1024,
         Some("medium") => 8192,
-        Some("high") => 24576,
+        Some("high" | "xhigh") => 24576,
         _ => {
             return Err(GatewayError::invalid_param(
                 Code::InvalidValue,
                 "reasoning_effort",
                 format!(
-                    "`reasoning_effort` {} is not one of none, minimal, low, medium, high",
+                    "`reasoning_effort` {} is not one of none, minimal, low, medium, high, xhigh",
                     crate::error::bounded(&v.to_string(), 64)
                 ),
             ))

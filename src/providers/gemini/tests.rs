@@ -684,6 +684,9 @@ fn reasoning_effort_maps_to_a_thinking_budget() {
         ("low", 1024, true),
         ("medium", 8192, true),
         ("high", 24576, true),
+        // Found by the translation attack of 2026-12-08: refused as not an
+        // OpenAI value.
+        ("xhigh", 24576, true),
     ] {
         let c = chat(
             json!({"model": "g", "messages": [{"role": "user", "content": "hi"}], "reasoning_effort": effort}),
