@@ -100,7 +100,8 @@ pub struct View {
     pub capacity: u64,
     /// Units left.
     pub remaining: u64,
-    /// Milliseconds until full again.
+    /// Milliseconds until full again (`u64::MAX`: never, a bucket of rate 0, whose
+    /// `x-ratelimit-reset-*` header is left out).
     pub reset_ms: u64,
 }
 
@@ -818,6 +819,10 @@ impl Limiter {
                         "Rate limit reached for {level} {what}: limit {} per minute; this request needs {} and may be retried in {} ms.",
                         n.per_min, n.cost, w
                     ),
+                    None if n.per_min == 0 && n.cost <= n.capacity => format!(
+                        "Rate limit reached for {level} {what}: the limit of {} {what} in all is used up and is not refilled (its per-minute rate is 0).",
+                        n.capacity
+                    ),
                     None => format!(
                         "This request needs {} {unit}, more than the {level} limit allows at once ({}).",
                         n.cost, n.capacity
@@ -1072,6 +1077,9 @@ fn write_rate_headers(tight: &[Option<View>; 2], h: &mut HeaderMap) {
         let Some(v) = v else { continue };
         h.insert(names[0].clone(), HeaderValue::from(v.capacity));
         h.insert(names[1].clone(), HeaderValue::from(v.remaining));
+        if v.reset_ms == u64::MAX {
+            continue;
+        }
         let mut reset = ResetText::default();
         reset.write(v.reset_ms);
         if let Ok(reset) = HeaderValue::from_bytes(reset.as_bytes()) {
@@ -1087,6 +1095,9 @@ fn write_rate_lines(tight: &[Option<View>; 2], l: &mut HeaderLines) {
         let Some(v) = v else { continue };
         l.push_u64(&names[0], v.capacity);
         l.push_u64(&names[1], v.remaining);
+        if v.reset_ms == u64::MAX {
+            continue;
+        }
         let mut reset = ResetText::default();
         reset.write(v.reset_ms);
         l.push_str(&names[2], reset.as_str());

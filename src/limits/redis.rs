@@ -68,9 +68,11 @@ end
 /// and cost (units), then the reservation id, its lifetime (ms), and per
 /// reservation hash the USD to reserve there and the hash's TTL in seconds. A
 /// budget is spent when its spend and its live reservations reach its limit.
-/// Returns `{1, 0, 0, levels.., full_ms.., [left, spent..]}` (admitted), `{0, wait_ms or -1, blame, levels.., full_ms.., [left, spent..]}` (no
-/// room), `{2, index, spent, reserved, ...}` (over budget: each budget over, by its
-/// spend key's index); `left`, present when a budget
+/// Returns `{1, 0, 0, levels.., full_ms.., [left, spent..]}` (admitted),
+/// `{0, wait_ms or -1, blame, levels.., full_ms.., [left, spent..]}` (no room), `{2,
+/// index, spent, reserved, ...}` (over budget: each budget over, by its spend key's
+/// index). `full_ms` -1: a bucket of rate 0 that is not full, never refilled, whose
+/// key is kept without expiry (an expiry would bring it back full); `left`, present when a budget
 /// applies, is the least USD left among them, and `spent` each spend key's USD
 /// (USD as strings: Lua numbers become integers in replies).
 pub const ADMIT: &str = concat!(
@@ -139,11 +141,15 @@ for j = 1, nk do
   if ok then levels[j] = levels[j] - costs[j] end
   local full = 0
   if levels[j] < caps[j] then
-    if rates[j] > 0 then full = math.ceil((caps[j] - levels[j]) / rates[j]) else full = 86400000 end
+    if rates[j] > 0 then full = math.ceil((caps[j] - levels[j]) / rates[j]) else full = -1 end
   end
   if ok then
     redis.call('HSET', KEYS[3 * nb + j], 'l', levels[j], 't', now)
-    redis.call('PEXPIRE', KEYS[3 * nb + j], full + 1000)
+    if full >= 0 then
+      redis.call('PEXPIRE', KEYS[3 * nb + j], full + 1000)
+    else
+      redis.call('PERSIST', KEYS[3 * nb + j])
+    end
   end
   out[3 + j] = math.floor(levels[j] / 60000)
   out[3 + nk + j] = full
@@ -191,10 +197,14 @@ for j = 1, nk do
   if level == nil or last == nil then level, last = cap, now end
   if now > last and level < cap then level = math.min(cap, level + (now - last) * rate) end
   level = math.min(cap, level + delta)
-  local full = 86400000
-  if rate > 0 then full = math.max(0, math.ceil((cap - level) / rate)) end
   redis.call('HSET', KEYS[j], 'l', level, 't', now)
-  redis.call('PEXPIRE', KEYS[j], full + 1000)
+  if rate > 0 or level >= cap then
+    local full = 0
+    if rate > 0 then full = math.max(0, math.ceil((cap - level) / rate)) end
+    redis.call('PEXPIRE', KEYS[j], full + 1000)
+  else
+    redis.call('PERSIST', KEYS[j])
+  end
 end
 local usd = tonumber(ARGV[3 * nk + 2])
 local rid = ARGV[3 * nk + 3]
@@ -641,7 +651,11 @@ fn parse_admit(
             kind: need.kind,
             capacity: need.capacity,
             remaining: u64::try_from(int(&items[3 + j]).unwrap_or(0).max(0)).unwrap_or(0),
-            reset_ms: u64::try_from(int(&items[3 + n + j]).unwrap_or(0).max(0)).unwrap_or(0),
+            // -1: never full again (a bucket of rate 0), as the local bucket's u64::MAX.
+            reset_ms: match int(&items[3 + n + j]).unwrap_or(0) {
+                ms if ms < 0 => u64::MAX,
+                ms => u64::try_from(ms).unwrap_or(0),
+            },
         })
         .collect();
     if code == 1 {

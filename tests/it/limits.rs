@@ -930,3 +930,47 @@ async fn a_redis_whose_handshake_outlasts_the_deadline_still_connects() {
     let keys = redis_cli(redis.port, &["--scan", "--pattern", "*:rl:*"]);
     assert!(!keys.trim().is_empty(), "the buckets are not in Redis");
 }
+
+/// Found by the admission attack of 2026-12-08: a bucket of rate 0 with a burst
+/// (`requests_per_min: 0, burst_requests: N`: "N requests in all") was kept in Redis
+/// with a 24 h expiry, after which it came back full, so a key got N requests a day;
+/// in memory its `x-ratelimit-reset-requests` read `5124095576030h25m52s` (the
+/// "never" value printed as a duration), and the refusal said the request needed more
+/// than the limit allows at once. Now the key has no expiry, the reset header is left
+/// out, and the refusal says the limit is used up.
+#[tokio::test]
+async fn a_never_refilled_bucket_came_back_full_after_a_day_in_redis() {
+    let redis = start_redis();
+    let limits = "limits:\n  per_key: { requests_per_min: 0, burst_requests: 2 }\n";
+    let state = format!(
+        "state: {{ redis: 'redis://127.0.0.1:{}', timeout_ms: 2000, on_error: closed }}\n",
+        redis.port
+    );
+    for shared in [false, true] {
+        let config = format!("{MOCK}{limits}{}", if shared { state.as_str() } else { "" });
+        let app = start_app(&config, &[]).await;
+        let url = app.url("/v1/chat/completions");
+        for left in ["1", "0"] {
+            let r = send(&url, "sk-once").await;
+            assert_eq!(r.status, 200, "{shared}: {}", r.text());
+            assert_eq!(r.headers["x-ratelimit-remaining-requests"], left);
+            assert!(
+                !r.headers.contains_key("x-ratelimit-reset-requests"),
+                "{shared}: {:?}",
+                r.headers
+            );
+        }
+        let r = send(&url, "sk-once").await;
+        assert_eq!(r.status, 429, "{shared}: {}", r.text());
+        let message = r.json()["error"]["message"].as_str().unwrap().to_string();
+        assert!(message.contains("used up"), "{shared}: {message}");
+        assert!(!r.headers.contains_key("retry-after"), "{shared}");
+        assert!(!r.headers.contains_key("x-ratelimit-reset-requests"));
+        if shared {
+            let keys = redis_cli(redis.port, &["--scan", "--pattern", "sy:{sy}:rl:*"]);
+            let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+            assert_eq!(keys.len(), 1, "{keys:?}");
+            assert_eq!(redis_cli(redis.port, &["PTTL", keys[0]]).trim(), "-1");
+        }
+    }
+}
