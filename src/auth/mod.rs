@@ -30,7 +30,7 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderName};
 
 pub use admin::AdminGuard;
-pub use file::POLL as FILE_POLL;
+pub use file::{POLL as FILE_POLL, SETTLE as FILE_SETTLE};
 
 use crate::config::{AuthConfig, AuthMode, Budget, RateLimit};
 use crate::error::{Code, ErrorKind, GatewayError};
@@ -207,7 +207,8 @@ impl Authenticator {
         let file = match &cfg.key_file {
             Some(p) if cfg.mode != AuthMode::None => Some(
                 Reloading::new(p.clone(), KeySet::read)
-                    .map_err(|e| format!("auth.key_file: {}", e.join("; ")))?,
+                    .map_err(|e| format!("auth.key_file: {}", e.join("; ")))?
+                    .settling_when(KeySet::is_empty),
             ),
             _ => None,
         };

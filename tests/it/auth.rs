@@ -287,6 +287,55 @@ async fn key_file_edited_while_serving() {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
+/// Found by the admission attack of 2026-12-08: an in-place save truncates the key
+/// file before writing it, and a look in between read it as "no keys", so every
+/// client got 401 until the next look. A key file that reads as empty while keys
+/// are serving is taken only once it has stayed so for `auth::FILE_SETTLE`; one
+/// emptied on purpose still takes effect after that.
+#[tokio::test]
+async fn a_key_file_caught_empty_mid_save_refused_every_key() {
+    let one = format!(
+        "keys:\n  - {{ id: key-one, hash: '{}' }}\n",
+        hash_secret("sy-one")
+    );
+    let gw = start(
+        &format!("auth: {{ mode: keys, key_file: keys.yaml }}\n{MOCKS}"),
+        &[("keys.yaml", &one)],
+    )
+    .await;
+    let file = gw._dir.path().join("keys.yaml");
+    for blank in ["", "keys:\n"] {
+        std::fs::write(&file, blank).unwrap();
+        let truncated = std::time::Instant::now();
+        // Within the settle time the blank file is never taken, however the looks
+        // fall: the first look that reads it is after the truncation.
+        while truncated.elapsed() < switchyard::auth::FILE_SETTLE * 4 / 5 {
+            let r = call(&gw, "m", &[("authorization", &bearer("sy-one"))]).await;
+            assert_eq!(r.status, 200, "{blank:?}: {}", r.text());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // The save completes.
+        std::fs::write(&file, &one).unwrap();
+        tokio::time::sleep(switchyard::auth::FILE_POLL * 3).await;
+        let r = call(&gw, "m", &[("authorization", &bearer("sy-one"))]).await;
+        assert_eq!(r.status, 200, "{blank:?}: {}", r.text());
+    }
+    // Emptied on purpose: taken once it has stayed so.
+    std::fs::write(&file, "keys: []\n").unwrap();
+    let deadline = std::time::Instant::now() + switchyard::auth::FILE_POLL * 20;
+    loop {
+        let r = call(&gw, "m", &[("authorization", &bearer("sy-one"))]).await;
+        if r.status == 401 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "an emptied key file was never taken"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 // --- JWT ------------------------------------------------------------------------
 
 fn now() -> u64 {
