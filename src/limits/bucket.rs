@@ -48,14 +48,21 @@ impl Bucket {
     }
 
     /// Takes refill rate `per_min` and capacity `capacity` from `now_ms` on (the
-    /// level refilled at the old rate until then, and cut to the new capacity):
-    /// a key entry's own `limits:` can change while its bucket lives (the key file
-    /// is re-read), and the new limit must apply at once. Same parameters: no-op.
+    /// level refilled at the old rate until then; a larger capacity's extra room
+    /// available at once, as a fresh bucket of the new size would have it; cut to a
+    /// smaller one): a key entry's own `limits:` can change while its bucket lives
+    /// (the key file is re-read), and the new limit must apply at once. A key whose
+    /// limit was raised after it ran dry was refused until the new rate had refilled
+    /// a unit (found by the admission attack of 2026-12-08; the Redis backend reads
+    /// the capacity of the last update for the same rule). Same parameters: no-op.
     pub fn reconfigure(&mut self, per_min: u64, capacity: u64, now_ms: u64) {
         if self.per_min == per_min && self.capacity == capacity {
             return;
         }
         self.refill(now_ms);
+        if capacity > self.capacity {
+            self.level += i128::from(capacity - self.capacity) * SUB;
+        }
         self.per_min = per_min;
         self.capacity = capacity;
         self.level = self.level.min(i128::from(capacity) * SUB);
@@ -170,6 +177,26 @@ mod tests {
         assert_eq!(b.remaining(7_000), 7);
         assert_eq!(b.remaining(1_000_000), 10);
         assert_eq!(b.wait_ms(11, 1_000_000), None);
+    }
+
+    /// A key whose limit was raised after it ran dry was refused until the new
+    /// rate had refilled a unit (admission attack, 2026-12-08): a larger capacity's
+    /// room is there at once; a smaller one cuts the level.
+    #[test]
+    fn a_raised_limit_was_refused_until_the_new_rate_refilled() {
+        let mut b = Bucket::full(2, 2, 0);
+        assert!(b.try_take(2, 0));
+        b.reconfigure(600_000, 600_000, 3_000);
+        assert_eq!(b.remaining(3_000), 599_998);
+        assert!(b.try_take(1, 3_000));
+        b.reconfigure(60, 10, 3_000);
+        assert_eq!(b.remaining(3_000), 10);
+        // A rate raised alone adds nothing at once.
+        let mut b = Bucket::full(60, 10, 0);
+        assert!(b.try_take(10, 0));
+        b.reconfigure(6_000, 10, 0);
+        assert_eq!(b.remaining(0), 0);
+        assert_eq!(b.remaining(10), 1);
     }
 
     #[test]

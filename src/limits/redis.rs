@@ -7,7 +7,9 @@
 //! script, sent in the background when the answer ends.
 //!
 //! Keys: `sy:{sy}:rl:<level>:<id>:<rpm|tpm>` (a hash of level `l` in 1/60,000
-//! units and last update `t` in ms, expiring once it would be full again) and
+//! units, last update `t` in ms and capacity `c` then, whose growth since is
+//! added to the level as the local bucket's `reconfigure` adds it; expiring once
+//! it would be full again) and
 //! `sy:{sy}:spend:<k|o>:<id>:<dYYYYMMDD|mYYYYMM>` (a float of USD, expiring after its
 //! period), and beside each spend key the reservations of requests in flight:
 //! `sy:{sy}:hold:...`, a hash of each reservation's USD by the request's
@@ -123,10 +125,11 @@ for j = 1, nk do
   local rate = tonumber(ARGV[base + 3 * j - 2])
   local cap = tonumber(ARGV[base + 3 * j - 1]) * 60000
   local cost = tonumber(ARGV[base + 3 * j]) * 60000
-  local h = redis.call('HMGET', k, 'l', 't')
-  local level, last = tonumber(h[1]), tonumber(h[2])
+  local h = redis.call('HMGET', k, 'l', 't', 'c')
+  local level, last, was = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
   if level == nil or last == nil then level, last = cap, now end
   if now > last and level < cap then level = math.min(cap, level + (now - last) * rate) end
+  if was ~= nil and cap > was then level = level + cap - was end
   if level > cap then level = cap end
   levels[j], rates[j], caps[j], costs[j] = level, rate, cap, cost
   if level < cost then
@@ -144,7 +147,7 @@ for j = 1, nk do
     if rates[j] > 0 then full = math.ceil((caps[j] - levels[j]) / rates[j]) else full = -1 end
   end
   if ok then
-    redis.call('HSET', KEYS[3 * nb + j], 'l', levels[j], 't', now)
+    redis.call('HSET', KEYS[3 * nb + j], 'l', levels[j], 't', now, 'c', caps[j])
     if full >= 0 then
       redis.call('PEXPIRE', KEYS[3 * nb + j], full + 1000)
     else
@@ -192,12 +195,13 @@ for j = 1, nk do
   local rate = tonumber(ARGV[3 * j - 1])
   local cap = tonumber(ARGV[3 * j]) * 60000
   local delta = tonumber(ARGV[3 * j + 1]) * 60000
-  local h = redis.call('HMGET', KEYS[j], 'l', 't')
-  local level, last = tonumber(h[1]), tonumber(h[2])
+  local h = redis.call('HMGET', KEYS[j], 'l', 't', 'c')
+  local level, last, was = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
   if level == nil or last == nil then level, last = cap, now end
   if now > last and level < cap then level = math.min(cap, level + (now - last) * rate) end
+  if was ~= nil and cap > was then level = level + cap - was end
   level = math.min(cap, level + delta)
-  redis.call('HSET', KEYS[j], 'l', level, 't', now)
+  redis.call('HSET', KEYS[j], 'l', level, 't', now, 'c', cap)
   if rate > 0 or level >= cap then
     local full = 0
     if rate > 0 then full = math.max(0, math.ceil((cap - level) / rate)) end

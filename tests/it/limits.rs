@@ -974,3 +974,51 @@ async fn a_never_refilled_bucket_came_back_full_after_a_day_in_redis() {
         }
     }
 }
+
+/// Found by the admission attack of 2026-12-08: a key whose own limit was raised in
+/// the key file after it ran dry was refused (429, `Retry-After: 1`) until the new
+/// rate had refilled a unit, in memory; with Redis it was admitted at once. A raised
+/// capacity's room is there at once on both backends.
+#[tokio::test]
+async fn a_raised_key_limit_was_refused_until_the_new_rate_refilled() {
+    use switchyard::auth::keys::hash_secret;
+    let redis = start_redis();
+    let state = format!(
+        "state: {{ redis: 'redis://127.0.0.1:{}', timeout_ms: 2000, on_error: closed }}\n",
+        redis.port
+    );
+    let entry = |per_min: u64| {
+        format!(
+            "keys:\n  - {{ id: key-raised, hash: '{}', limits: {{ requests_per_min: {per_min} }} }}\n",
+            hash_secret("sk-raised")
+        )
+    };
+    for shared in [false, true] {
+        let keys = tempfile::tempdir().unwrap();
+        let file = keys.path().join("keys.yaml");
+        std::fs::write(&file, entry(2)).unwrap();
+        let config = format!(
+            "{MOCK}auth: {{ mode: keys, key_file: '{}' }}\n{}",
+            file.display(),
+            if shared { state.as_str() } else { "" }
+        );
+        let app = start_app(&config, &[]).await;
+        let url = app.url("/v1/chat/completions");
+        for _ in 0..2 {
+            let r = send(&url, "sk-raised").await;
+            assert_eq!(r.status, 200, "{shared}: {}", r.text());
+        }
+        assert_eq!(send(&url, "sk-raised").await.status, 429, "{shared}");
+        let tmp = keys.path().join("keys.yaml.new");
+        std::fs::write(&tmp, entry(600_000)).unwrap();
+        std::fs::rename(&tmp, &file).unwrap();
+        // The first request one poll after the last look reads the file again.
+        tokio::time::sleep(switchyard::auth::FILE_POLL * 3).await;
+        let r = send(&url, "sk-raised").await;
+        assert_eq!(r.status, 200, "{shared}: {}", r.text());
+        assert_eq!(
+            r.headers["x-ratelimit-limit-requests"], "600000",
+            "{shared}"
+        );
+    }
+}
