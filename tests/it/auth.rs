@@ -241,8 +241,9 @@ route r when request.model == "m" {
     assert_eq!(r.status, 418, "{}", r.text());
 }
 
-#[tokio::test]
-async fn key_file_edited_while_serving() {
+/// A gateway whose key file `keys.yaml` holds key `key-one` (secret `sy-one`), and
+/// that file's text.
+async fn key_file_gateway() -> (InProcess, String) {
     let one = format!(
         "keys:\n  - {{ id: key-one, hash: '{}' }}\n",
         hash_secret("sy-one")
@@ -252,6 +253,12 @@ async fn key_file_edited_while_serving() {
         &[("keys.yaml", &one)],
     )
     .await;
+    (gw, one)
+}
+
+#[tokio::test]
+async fn key_file_edited_while_serving() {
+    let (gw, one) = key_file_gateway().await;
     let ok = call(&gw, "m", &[("authorization", &bearer("sy-one"))]).await;
     assert_eq!(ok.status, 200, "{}", ok.text());
     assert_401(&call(&gw, "m", &[("authorization", &bearer("sy-two"))]).await);
@@ -294,15 +301,7 @@ async fn key_file_edited_while_serving() {
 /// emptied on purpose still takes effect after that.
 #[tokio::test]
 async fn a_key_file_caught_empty_mid_save_refused_every_key() {
-    let one = format!(
-        "keys:\n  - {{ id: key-one, hash: '{}' }}\n",
-        hash_secret("sy-one")
-    );
-    let gw = start(
-        &format!("auth: {{ mode: keys, key_file: keys.yaml }}\n{MOCKS}"),
-        &[("keys.yaml", &one)],
-    )
-    .await;
+    let (gw, one) = key_file_gateway().await;
     let file = gw._dir.path().join("keys.yaml");
     for blank in ["", "keys:\n"] {
         std::fs::write(&file, blank).unwrap();
