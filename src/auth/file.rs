@@ -139,10 +139,10 @@ impl<T> Reloading<T> {
             Err(es) => {
                 *seen = st;
                 tracing::error!(
-                file = %self.path.display(),
-                "reload refused; the previous contents keep serving: {}",
-                es.join("; ")
-                )
+                    file = %self.path.display(),
+                    "reload refused; the previous contents keep serving: {}",
+                    es.join("; ")
+                );
             }
         }
     }
