@@ -258,7 +258,7 @@ async fn key_file_gateway() -> (InProcess, String) {
 
 #[tokio::test]
 async fn key_file_edited_while_serving() {
-    let (gw, one) = key_file_gateway().await;
+    let (gw, _) = key_file_gateway().await;
     let ok = call(&gw, "m", &[("authorization", &bearer("sy-one"))]).await;
     assert_eq!(ok.status, 200, "{}", ok.text());
     assert_401(&call(&gw, "m", &[("authorization", &bearer("sy-two"))]).await);
