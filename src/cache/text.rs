@@ -14,8 +14,12 @@
 //!    `c++`, `3.14`, `'5'`, `(a)`, `[]` and `{}` keep their sign, unit, operator,
 //!    inner dot, quotes and brackets (in code `'5' + 3` is not `5 + 3`, nor `[] + {}`
 //!    `{} + []`; ASCII quotes, backticks and brackets were dropped too until an
-//!    outside attack, 2026-12-07); a token made only of sentence punctuation
-//!    disappears. `’` inside a word becomes `'`.
+//!    outside attack, 2026-12-07). A token made only of sentence punctuation
+//!    disappears at the start or end of a line (`Quoi ?`, `... and then`) and stays,
+//!    whole, between two words of one, where it is what is asked about: `the ?
+//!    operator` is not `the ! operator`, nor `the ; token` `the : token` (it
+//!    disappeared everywhere until an outside attack, 2026-12-08, and those pairs
+//!    were served each other's answers). `’` inside a word becomes `'`.
 //!    One edge mark is part of a number and stays: a leading `.` before a digit (the
 //!    decimal point of `.5`, which is not `5`). A trailing `!` after a digit goes
 //!    (`1991!` is an exclamation far more often than a factorial).
@@ -106,8 +110,15 @@ pub fn normalize(text: &str) -> String {
 
 /// Appends the normalized words of `text` (one line) to `out`, a space before each.
 fn push_words(out: &mut String, text: &str) {
-    for word in text.split_whitespace() {
-        let word = trim_edges(word);
+    let mut words = text.split_whitespace().peekable();
+    let mut first = true;
+    while let Some(raw) = words.next() {
+        let mut word = trim_edges(raw);
+        // Sentence punctuation alone: kept between two words (module docs).
+        if word.is_empty() && !first && words.peek().is_some() {
+            word = raw;
+        }
+        first = false;
         if word.is_empty() {
             continue;
         }
@@ -193,6 +204,34 @@ pub fn simhash_of_canon(folded: &str) -> u128 {
 mod tests {
     use super::*;
 
+    /// Found by the cache attack of 2026-12-08: a token of sentence punctuation
+    /// alone disappeared, so `What does the ? operator do` and `... the !
+    /// operator ...` had one key and passed verification (distance 0), each served
+    /// the other's answer; so did `the ; token` and `the : token`, and `the ...
+    /// spread syntax` and `the spread syntax`. Between two words such a token stays.
+    #[test]
+    fn a_punctuation_token_between_words_was_dropped_so_operators_shared_answers() {
+        assert_eq!(
+            normalize("What does the ? operator do in Rust"),
+            "what does the ? operator do in rust"
+        );
+        for (a, b) in [
+            ("What does the ? operator do", "What does the ! operator do"),
+            ("what does the ; token do", "what does the : token do"),
+            ("Explain the ... spread syntax", "Explain the spread syntax"),
+        ] {
+            assert_ne!(normalize(a), normalize(b), "{a} / {b}");
+            assert_ne!(
+                canon(&normalize(a)).content,
+                canon(&normalize(b)).content,
+                "{a} / {b}"
+            );
+        }
+        // At a line's edges it is sentence punctuation and goes.
+        assert_eq!(normalize("Quoi ?"), "quoi");
+        assert_eq!(normalize("... and then ?\n? next"), "and then next");
+    }
+
     #[test]
     fn normalization_drops_case_spacing_and_edge_punctuation_only() {
         assert_eq!(
@@ -200,7 +239,7 @@ mod tests {
             "what is the capital of \"france\""
         );
         assert_eq!(normalize("Is -5 < $3.50 (or 5%)?"), "is -5 < $3.50 (or 5%)");
-        assert_eq!(normalize("don’t ... stop"), "don't stop");
+        assert_eq!(normalize("don’t ... stop"), "don't ... stop");
         assert_eq!(normalize(" ?! "), "");
         assert_eq!(normalize("ÉCOLE Straße"), "école straße");
     }
