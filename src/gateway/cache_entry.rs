@@ -352,7 +352,9 @@ impl Entry {
         let m = &self.message;
         let mut first = Map::new();
         first.insert("role".into(), "assistant".into());
-        first.insert("content".into(), "".into());
+        // `""` before text, `null` before tool calls alone, as OpenAI's streams open.
+        let text = m.get("content").is_some_and(Value::is_string);
+        first.insert("content".into(), if text { "".into() } else { Value::Null });
         for (key, v) in m.as_object().into_iter().flatten() {
             if !matches!(key.as_str(), "role" | "content" | "tool_calls") && !v.is_null() {
                 first.insert(key.clone(), v.clone());
@@ -594,6 +596,24 @@ mod tests {
     }
 
     const WHOLE: &str = r#"{"id":"a","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7},"service_tier":"default"}"#;
+
+    /// Found by the cache attack of 2026-12-08: a stored tool-call answer (`content:
+    /// null`) replayed as a stream opened with a role delta of `"content": ""`, where
+    /// OpenAI's stream of tool calls opens with `null`.
+    #[test]
+    fn a_replayed_tool_call_stream_opened_with_empty_content() {
+        let whole = r#"{"id":"a","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#;
+        let e = Entry::from_whole(whole.as_bytes(), origin(), 10).unwrap();
+        let ev = events(&e.stream("new", 99, false, Replay::Recorded));
+        let first = &ev[0]["choices"][0]["delta"];
+        assert_eq!(first["role"], "assistant");
+        assert!(first["content"].is_null(), "{first}");
+        assert_eq!(ev[1]["choices"][0]["delta"]["tool_calls"][0]["id"], "c1");
+        // Text answers still open with "".
+        let e = Entry::from_whole(WHOLE.as_bytes(), origin(), 10).unwrap();
+        let ev = events(&e.stream("new", 99, false, Replay::Recorded));
+        assert_eq!(ev[0]["choices"][0]["delta"]["content"], "");
+    }
 
     #[test]
     fn a_whole_answer_comes_back_whole_with_a_fresh_id_and_as_a_stream() {
